@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * cudaprobe: one uprobe + uretprobe pair per traced CUDA function.
+ *
+ * Entry stores the call's arguments in `inflight`, keyed by (tid, function),
+ * so a traced call nested inside another traced call pairs correctly. Exit
+ * looks the entry up, reads out-parameters, and emits one event per completed
+ * call into the ring buffer. Wakeups are batched: the reader drains the ring
+ * on a timer and is only woken early every CP_WAKEUP_EVERY events per CPU.
+ *
+ * Settings come in as -D cflags (see cudaprobe/bpfprog.py):
+ *   CP_PROBES        the probe table: CP_PROBE(id, nstack, cfg_slot, out8, out4) ...
+ *   CP_RINGBUF_PAGES ring buffer size in pages
+ *   CP_MAX_INFLIGHT  capacity of the entry/exit pairing map
+ *   CP_FILTER_PID    only trace processes in `targets` (and their children)
+ *   CP_ERRORS_ONLY   only emit calls that returned non-zero
+ */
+#include <uapi/linux/ptrace.h>
+#include "cudaprobe.h"
+
+#ifndef CP_RINGBUF_PAGES
+#define CP_RINGBUF_PAGES 4096
+#endif
+#ifndef CP_MAX_INFLIGHT
+#define CP_MAX_INFLIGHT 16384
+#endif
+#ifndef CP_WAKEUP_EVERY
+#define CP_WAKEUP_EVERY 1024
+#endif
+
+BPF_RINGBUF_OUTPUT(events, CP_RINGBUF_PAGES);
+BPF_HASH(inflight, u64, struct cp_event, CP_MAX_INFLIGHT);
+BPF_PERCPU_ARRAY(counters, u64, CP_NR_COUNTERS);
+BPF_PERCPU_ARRAY(submitted, u64, 1);
+BPF_PERCPU_ARRAY(scratch, struct cp_event, 1);
+
+#ifdef CP_FILTER_PID
+BPF_HASH(targets, u32, u8, 65536);
+
+/* follow children of traced processes (threads share the tgid already) */
+TRACEPOINT_PROBE(sched, sched_process_fork)
+{
+	u32 parent = bpf_get_current_pid_tgid() >> 32;
+	if (!targets.lookup(&parent))
+		return 0;
+	u32 child = args->child_pid;
+	u8 one = 1;
+	targets.update(&child, &one);
+	return 0;
+}
+#endif
+
+static __always_inline void count(int idx)
+{
+	u64 *c = counters.lookup(&idx);
+	if (c)
+		(*c)++;
+}
+
+static __always_inline u64 pairing_key(u64 pid_tgid, u32 func_id)
+{
+	return (pid_tgid << 32) | func_id;	/* tid in the high half */
+}
+
+static __always_inline int cp_entry(struct pt_regs *ctx, u32 func_id,
+				    u32 nstack, int cfg_slot)
+{
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	u32 tgid = pid_tgid >> 32;
+#ifdef CP_FILTER_PID
+	if (!targets.lookup(&tgid))
+		return 0;
+#endif
+	int zero = 0;
+	struct cp_event *e = scratch.lookup(&zero);
+	if (!e)
+		return 0;
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts_ns = bpf_ktime_get_ns();
+	e->pid = tgid;
+	e->tid = (u32)pid_tgid;
+	e->func_id = func_id;
+	e->args[0] = PT_REGS_PARM1(ctx);
+	e->args[1] = PT_REGS_PARM2(ctx);
+	e->args[2] = PT_REGS_PARM3(ctx);
+	e->args[3] = PT_REGS_PARM4(ctx);
+	e->args[4] = PT_REGS_PARM5(ctx);
+	e->args[5] = PT_REGS_PARM6(ctx);
+	/* stack arguments start above the return address */
+	if (nstack > 0)
+		bpf_probe_read_user(&e->args[CP_REG_SLOTS], nstack * 8,
+				    (void *)(PT_REGS_SP(ctx) + 8));
+	if (cfg_slot >= 0)
+		bpf_probe_read_user(e->cfg, sizeof(e->cfg), (void *)e->args[cfg_slot]);
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	u64 key = pairing_key(pid_tgid, func_id);
+	if (inflight.update(&key, e))
+		count(CP_LOST_PAIRING);
+	return 0;
+}
+
+static __always_inline u64 wakeup_flag(void)
+{
+	int zero = 0;
+	u64 *n = submitted.lookup(&zero);
+	if (n && ((*n)++ % CP_WAKEUP_EVERY) == CP_WAKEUP_EVERY - 1) {
+		count(CP_WAKEUPS);
+		return BPF_RB_FORCE_WAKEUP;
+	}
+	return BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline int cp_exit(struct pt_regs *ctx, u32 func_id,
+				   u32 out8, u32 out4)
+{
+	u64 key = pairing_key(bpf_get_current_pid_tgid(), func_id);
+	struct cp_event *entry = inflight.lookup(&key);
+	if (!entry)
+		return 0;	/* filtered out, or entered before we attached */
+	s32 ret = (s32)PT_REGS_RC(ctx);
+#ifdef CP_ERRORS_ONLY
+	if (ret == 0) {
+		inflight.delete(&key);
+		return 0;
+	}
+#endif
+	struct cp_event *ev = events.ringbuf_reserve(sizeof(struct cp_event));
+	if (!ev) {
+		count(CP_LOST_RINGBUF);
+		inflight.delete(&key);
+		return 0;
+	}
+	__builtin_memcpy(ev, entry, sizeof(*ev));
+	inflight.delete(&key);
+	ev->duration_ns = bpf_ktime_get_ns() - ev->ts_ns;
+	ev->ret = ret;
+	int k = 0;
+#pragma unroll
+	for (int s = 0; s < CP_MAX_SLOTS; s++) {
+		u32 bit = 1u << s;
+		if (!((out8 | out4) & bit) || k >= CP_MAX_OUTS)
+			continue;
+		u64 v = 0;
+		bpf_probe_read_user(&v, (out8 & bit) ? 8 : 4, (void *)ev->args[s]);
+		ev->outs[k++] = v;
+	}
+	events.ringbuf_submit(ev, wakeup_flag());
+	return 0;
+}
+
+#define CP_PROBE(id, nstack, cfg_slot, out8, out4)                        \
+	int cp_enter_##id(struct pt_regs *ctx)                            \
+	{                                                                 \
+		return cp_entry(ctx, id, nstack, cfg_slot);               \
+	}                                                                 \
+	int cp_return_##id(struct pt_regs *ctx)                           \
+	{                                                                 \
+		return cp_exit(ctx, id, out8, out4);                      \
+	}
+
+CP_PROBES

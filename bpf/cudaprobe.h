@@ -1,0 +1,32 @@
+/* Shared between bpf/cudaprobe.bpf.c and its Python mirror in
+ * cudaprobe/event.py (tests/unit/test_event_layout.py checks they agree). */
+#ifndef CUDAPROBE_H
+#define CUDAPROBE_H
+
+#define CP_MAX_SLOTS 12   /* argument words: 6 registers + up to 6 stack words */
+#define CP_REG_SLOTS 6
+#define CP_MAX_OUTS 4     /* out-parameters read at exit */
+#define CP_CFG_WORDS 5    /* launch config struct read at entry (40 bytes) */
+#define CP_COMM_LEN 16
+
+/* indices into the per-CPU `counters` array */
+#define CP_LOST_RINGBUF 0   /* ring buffer full: event dropped */
+#define CP_LOST_PAIRING 1   /* in-flight map full: call not paired */
+#define CP_WAKEUPS 2        /* forced reader wakeups */
+#define CP_NR_COUNTERS 3
+
+/* One completed call (or, read from the in-flight map, one still running). */
+struct cp_event {
+	__u64 ts_ns;        /* entry time, CLOCK_MONOTONIC */
+	__u64 duration_ns;  /* 0 while in flight */
+	__u32 pid;          /* tgid, host pid namespace */
+	__u32 tid;
+	__u32 func_id;      /* index into the probe table built by the loader */
+	__s32 ret;          /* cudaError_t / CUresult */
+	__u64 args[CP_MAX_SLOTS];
+	__u64 outs[CP_MAX_OUTS];
+	__u64 cfg[CP_CFG_WORDS];
+	char comm[CP_COMM_LEN];
+};
+
+#endif

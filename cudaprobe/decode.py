@@ -1,0 +1,219 @@
+"""Decode raw events into calls: pure Python, no root, no bcc."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .catalogue import ArgKind, Function
+from .cuda_errors import error_name
+from .event import RawEvent
+
+MEMCPY_KINDS = {
+    0: "HostToHost",
+    1: "HostToDevice",
+    2: "DeviceToHost",
+    3: "DeviceToDevice",
+    4: "Default",
+}
+
+IN_FLIGHT = "in-flight"
+
+# (pid, address) -> name, or None when unknown; supplied by the kernel-name resolver
+Symbolizer = Callable[[int, int], "str | None"]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One probed symbol: a catalogue function under the name it is exported as."""
+
+    func_id: int
+    symbol: str
+    function: Function
+
+
+@dataclass
+class Call:
+    """One traced call, with the keys of the JSONL schema."""
+
+    time_ms: float
+    ts_ns: int
+    pid: int
+    tid: int
+    process: str
+    event: str
+    api: str
+    category: str
+    duration_ns: int | None
+    ret: int | None
+    ret_name: str | None
+    args: dict[str, Any]
+    details: str
+
+    @property
+    def in_flight(self) -> bool:
+        return self.duration_ns is None
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.ret)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in JSONL_KEYS}
+
+
+JSONL_KEYS = (
+    "time_ms", "ts_ns", "pid", "tid", "process", "event", "api", "category",
+    "duration_ns", "ret", "ret_name", "args", "details",
+)
+
+
+def humanize_bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024.0
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def humanize_ns(ns: int) -> str:
+    if ns < 1_000:
+        return f"{ns}ns"
+    if ns < 1_000_000:
+        return f"{ns / 1e3:.1f}µs"
+    if ns < 1_000_000_000:
+        return f"{ns / 1e6:.2f}ms"
+    return f"{ns / 1e9:.2f}s"
+
+
+def _s32(v: int) -> int:
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+def _hex(v: int) -> str:
+    return f"{v:#x}"
+
+
+def _f32(v: int) -> float:
+    return round(struct.unpack("<f", struct.pack("<I", v & 0xFFFFFFFF))[0], 6)
+
+
+def _dim3(lo: int, hi: int) -> list[int]:
+    return [lo & 0xFFFFFFFF, lo >> 32, hi & 0xFFFFFFFF]
+
+
+def _dim3_text(d: list[int]) -> str:
+    return f"({d[0]},{d[1]},{d[2]})"
+
+
+def _decode_arg(
+    kind: ArgKind, words: tuple[int, ...], slot: int, out: int | None
+) -> tuple[Any, str]:
+    """Return (JSON value, DETAILS text) for one argument."""
+    v = words[slot]
+    if kind in (ArgKind.PTR, ArgKind.STREAM, ArgKind.EVENT, ArgKind.HANDLE, ArgKind.FUNC):
+        return _hex(v), _hex(v)
+    if kind is ArgKind.SIZE:
+        return v, humanize_bytes(v)
+    if kind in (ArgKind.COUNT, ArgKind.UINT):
+        v &= 0xFFFFFFFFFFFFFFFF if kind is ArgKind.COUNT else 0xFFFFFFFF
+        return v, str(v)
+    if kind is ArgKind.INT:
+        v = _s32(v)
+        return v, str(v)
+    if kind is ArgKind.FLAGS:
+        v &= 0xFFFFFFFF
+        return v, _hex(v)
+    if kind is ArgKind.MEMCPY_KIND:
+        name = MEMCPY_KINDS.get(v & 0xFFFFFFFF, str(_s32(v)))
+        return name, name
+    if kind is ArgKind.DIM3:
+        d = _dim3(v, words[slot + 1])
+        return d, _dim3_text(d)
+    assert out is not None, kind
+    if kind in (ArgKind.OUT_PTR, ArgKind.OUT_HANDLE):
+        return _hex(out), _hex(out)
+    if kind is ArgKind.OUT_SIZE:
+        return out, humanize_bytes(out)
+    if kind is ArgKind.OUT_INT:
+        out = _s32(out)
+        return out, str(out)
+    if kind is ArgKind.OUT_FLOAT:
+        f = _f32(out)
+        return f, f"{f:g}"
+    raise ValueError(f"no decoder for {kind}")
+
+
+def _launch_config(cfg: tuple[int, ...]) -> dict[str, Any]:
+    """Fields of a cudaLaunchConfig_t: gridDim, blockDim (dim3 each), smem, stream."""
+    w0, w1, w2 = cfg[0], cfg[1], cfg[2]
+    grid = [w0 & 0xFFFFFFFF, w0 >> 32, w1 & 0xFFFFFFFF]
+    block = [w1 >> 32, w2 & 0xFFFFFFFF, w2 >> 32]
+    return {"gridDim": grid, "blockDim": block, "dynamicSmemBytes": cfg[3], "stream": _hex(cfg[4])}
+
+
+def decode_args(
+    function: Function, raw: RawEvent, pid: int, symbolize: Symbolizer | None
+) -> tuple[dict[str, Any], str]:
+    args: dict[str, Any] = {}
+    parts: list[str] = []
+    for arg, slot in zip(function.args, function.slots):
+        if arg.kind is ArgKind.LAUNCH_CONFIG:
+            args[arg.name] = _hex(raw.args[slot])
+            cfg = _launch_config(raw.cfg)
+            args.update(cfg)
+            parts.append(
+                f"grid={_dim3_text(cfg['gridDim'])} block={_dim3_text(cfg['blockDim'])} "
+                f"smem={humanize_bytes(cfg['dynamicSmemBytes'])} stream={cfg['stream']}"
+            )
+            continue
+        idx = function.out_index.get(arg.name)
+        out = raw.outs[idx] if idx is not None else None
+        value, text = _decode_arg(arg.kind, raw.args, slot, out)
+        args[arg.name] = value
+        if arg.kind is ArgKind.FUNC and symbolize is not None:
+            name = symbolize(pid, raw.args[slot])
+            if name:
+                args["func_name"] = name
+                text = f"{text} {name}"
+        parts.append(f"{arg.name}={text}")
+    return args, " ".join(parts)
+
+
+def decode_event(
+    raw: RawEvent,
+    probes: list[Probe],
+    t0_ns: int,
+    symbolize: Symbolizer | None = None,
+    in_flight: bool = False,
+) -> Call:
+    """Turn one raw event into a Call. `probes[raw.func_id]` names the function."""
+    if not 0 <= raw.func_id < len(probes):
+        raise ValueError(f"event for unknown probe id {raw.func_id}")
+    probe = probes[raw.func_id]
+    fn = probe.function
+    args, details = decode_args(fn, raw, raw.pid, symbolize)
+    if in_flight:
+        duration, ret, ret_name = None, None, None
+        details = f"{details} (still running when the trace ended)".lstrip()
+    else:
+        duration, ret, ret_name = raw.duration_ns, raw.ret, error_name(fn.api, raw.ret)
+    return Call(
+        time_ms=round((raw.ts_ns - t0_ns) / 1e6, 3),
+        ts_ns=raw.ts_ns,
+        pid=raw.pid,
+        tid=raw.tid,
+        process=raw.comm,
+        event=probe.symbol,
+        api=fn.api,
+        category=fn.category,
+        duration_ns=duration,
+        ret=ret,
+        ret_name=ret_name,
+        args=args,
+        details=details,
+    )

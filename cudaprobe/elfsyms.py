@@ -1,0 +1,111 @@
+"""ELF symbol tables: where each function lives in a library or executable.
+
+Reads both .dynsym and .symtab (static cudart's symbols may be local), and
+gives the file offset that a uprobe is attached at. Results are cached per
+file (path, inode, mtime).
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import os
+from dataclasses import dataclass
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+from .errors import LibraryNotFound
+
+EM_X86_64 = "EM_X86_64"
+
+
+@dataclass(frozen=True)
+class ElfSymbols:
+    path: str
+    is_pie_or_shared: bool
+    # symbol name (without @version) -> address to attach at: a file offset
+    # for shared objects and PIEs, the virtual address for ET_EXEC (what
+    # bcc's attach_uprobe(addr=...) expects)
+    functions: dict[str, int]
+    # sorted (vaddr, size, name) of all defined functions, for address lookups
+    by_address: tuple[tuple[int, int, str], ...]
+
+    def name_at(self, vaddr: int) -> str | None:
+        """The function whose [start, start+size) holds `vaddr` (link-time address)."""
+        i = bisect.bisect_right(self.by_address, (vaddr, float("inf"), "")) - 1
+        if i >= 0:
+            start, size, name = self.by_address[i]
+            if start <= vaddr < start + max(size, 1):
+                return name
+        return None
+
+
+def check_elf(path: str) -> None:
+    """Raise LibraryNotFound with the reason when `path` is not a usable x86-64 ELF."""
+    if not os.path.exists(path):
+        raise LibraryNotFound(path)
+    if os.path.isdir(path):
+        raise LibraryNotFound(path, "is a directory without CUDA libraries")
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+            if magic != b"\x7fELF":
+                raise LibraryNotFound(path, "not an ELF file")
+            f.seek(0)
+            machine = ELFFile(f).header["e_machine"]
+    except PermissionError as e:
+        raise LibraryNotFound(path, f"cannot read it ({e.strerror})") from None
+    except ELFError as e:
+        raise LibraryNotFound(path, f"malformed ELF ({e})") from None
+    if machine != EM_X86_64:
+        raise LibraryNotFound(path, f"built for {machine}, not x86-64")
+
+
+def read_symbols(path: str) -> ElfSymbols:
+    st = os.stat(path)
+    return _read_symbols(os.path.realpath(path), st.st_ino, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _read_symbols(path: str, _ino: int, _mtime: int) -> ElfSymbols:
+    check_elf(path)
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        etype = elf.header["e_type"]
+        loads = [
+            (s["p_vaddr"], s["p_memsz"], s["p_offset"])
+            for s in elf.iter_segments()
+            if s["p_type"] == "PT_LOAD"
+        ]
+        functions: dict[str, int] = {}
+        spans: dict[int, tuple[int, str]] = {}
+        for section_name in (".dynsym", ".symtab"):
+            section = elf.get_section_by_name(section_name)
+            if section is None:
+                continue
+            for sym in section.iter_symbols():
+                if sym["st_info"]["type"] not in ("STT_FUNC", "STT_GNU_IFUNC"):
+                    continue
+                if sym["st_shndx"] == "SHN_UNDEF" or not sym["st_value"]:
+                    continue
+                name = sym.name.split("@", 1)[0]
+                vaddr = sym["st_value"]
+                spans.setdefault(vaddr, (sym["st_size"], name))
+                if name in functions:
+                    continue
+                if etype == "ET_EXEC":
+                    functions[name] = vaddr
+                else:
+                    off = _file_offset(loads, vaddr)
+                    if off is not None:
+                        functions[name] = off
+    by_address = tuple(sorted((a, s, n) for a, (s, n) in spans.items()))
+    return ElfSymbols(path, etype != "ET_EXEC", functions, by_address)
+
+
+def _file_offset(loads: list[tuple[int, int, int]], vaddr: int) -> int | None:
+    for p_vaddr, p_memsz, p_offset in loads:
+        if p_vaddr <= vaddr < p_vaddr + p_memsz:
+            return vaddr - p_vaddr + p_offset
+    return None

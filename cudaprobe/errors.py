@@ -1,0 +1,91 @@
+"""One error hierarchy: every failure a user can cause or meet.
+
+The CLI prints `cudaprobe: <message>` on stderr and exits with `exit_code`
+(traceback only with -v). Each error carries what the user needs to fix it.
+"""
+
+from __future__ import annotations
+
+
+class CudaprobeError(Exception):
+    """Base class; `str()` is the one line shown to the user."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.fix})" if self.fix else self.message
+
+
+class NotRoot(CudaprobeError):
+    def __init__(self, what: str = "tracing") -> None:
+        super().__init__(
+            f"{what} needs root (CAP_BPF and CAP_PERFMON)", fix="run it with sudo"
+        )
+
+
+class BccMissing(CudaprobeError):
+    def __init__(self, detail: str) -> None:
+        super().__init__(
+            f"the bcc Python module is not importable: {detail}",
+            fix="apt-get install python3-bpfcc bpfcc-tools, and run cudaprobe with the "
+            "system python3 or a venv made with --system-site-packages",
+        )
+
+
+class LibraryNotFound(CudaprobeError):
+    def __init__(self, path: str, why: str = "no such file") -> None:
+        super().__init__(f"CUDA library {path!r}: {why}")
+        self.path = path
+
+
+class SymbolMissing(CudaprobeError):
+    def __init__(self, where: str, wanted: list[str]) -> None:
+        shown = ", ".join(wanted[:5]) + (" ..." if len(wanted) > 5 else "")
+        super().__init__(f"{where} defines none of the selected functions ({shown})")
+
+
+class UnknownEvent(CudaprobeError):
+    def __init__(self, name: str, suggestions: list[str]) -> None:
+        hint = f"did you mean {', '.join(suggestions)}?" if suggestions else None
+        super().__init__(
+            f"unknown event or category {name!r}",
+            fix=hint or "see `cudaprobe list` for functions and categories",
+        )
+
+
+class ProcessGone(CudaprobeError):
+    def __init__(self, pid: int, why: str = "no such process") -> None:
+        super().__init__(f"pid {pid}: {why}")
+        self.pid = pid
+
+
+class CommandNotFound(CudaprobeError):
+    def __init__(self, command: str) -> None:
+        super().__init__(f"command not found: {command!r}")
+
+
+class OutputError(CudaprobeError):
+    pass
+
+
+class UsageError(CudaprobeError):
+    pass
+
+
+class BpfError(CudaprobeError):
+    """bcc failed to compile, load or attach; translated from bcc's bare Exception."""
+
+    def __init__(self, what: str, detail: str, fix: str | None = None) -> None:
+        detail = " ".join(detail.split())
+        if len(detail) > 300:
+            detail = detail[:300] + "..."
+        super().__init__(f"{what}: {detail}", fix=fix)
+
+
+class EnvironmentProblem(CudaprobeError):
+    pass

@@ -1,0 +1,69 @@
+"""Selecting functions and matching them to the symbols libraries export."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from .catalogue import CATEGORIES, FUNCTIONS, Function
+from .decode import Probe
+from .elfsyms import read_symbols
+from .errors import SymbolMissing, UnknownEvent
+
+
+def select_functions(events: list[str] | None, apis: set[str] | None = None) -> list[Function]:
+    """Catalogue functions named by --events (function names or categories)."""
+    pool = [f for f in FUNCTIONS if apis is None or f.api in apis]
+    if not events:
+        return pool
+    by_name = {f.name: f for f in pool}
+    by_symbol = {s: f for f in pool for s in f.symbols}
+    chosen: dict[str, Function] = {}
+    for item in (e.strip() for spec in events for e in spec.split(",")):
+        if not item:
+            continue
+        if item in CATEGORIES:
+            chosen.update((f.name, f) for f in pool if f.category == item)
+        elif item in by_symbol:
+            f = by_symbol[item]
+            chosen[f.name] = f
+        else:
+            choices = list(CATEGORIES) + list(by_name)
+            raise UnknownEvent(item, difflib.get_close_matches(item, choices, n=3, cutoff=0.6))
+    return [f for f in pool if f.name in chosen]
+
+
+@dataclass(frozen=True)
+class Attachment:
+    probe: Probe
+    path: str
+    address: int  # what bcc's attach_uprobe(addr=) takes for this file
+
+
+@dataclass
+class ProbePlan:
+    probes: list[Probe]
+    attachments: list[Attachment]
+    # base symbols of selected functions that no library defines (said loudly)
+    not_found: list[str]
+
+
+def plan_probes(functions: list[Function], libraries: list[str]) -> ProbePlan:
+    """One probe per exported symbol (base name and variants), attached in every library."""
+    tables = [read_symbols(path) for path in libraries]
+    probes: list[Probe] = []
+    attachments: list[Attachment] = []
+    not_found: list[str] = []
+    for fn in functions:
+        for symbol in fn.symbols:
+            where = [(t.path, t.functions[symbol]) for t in tables if symbol in t.functions]
+            if not where:
+                if symbol == fn.name:
+                    not_found.append(symbol)
+                continue
+            probe = Probe(len(probes), symbol, fn)
+            probes.append(probe)
+            attachments += [Attachment(probe, path, addr) for path, addr in where]
+    if not probes:
+        raise SymbolMissing(", ".join(libraries), [f.name for f in functions])
+    return ProbePlan(probes, attachments, not_found)

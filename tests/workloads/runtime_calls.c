@@ -1,0 +1,81 @@
+/* A workload for integration tests: calls the CUDA runtime with known
+ * arguments, ITER times, and prints one JSON line per call with what it passed
+ * and what the call returned and wrote to its out-parameters, so tests can
+ * compare cudaprobe's decoded events against the truth.
+ * Usage: runtime_calls [ITER] [THREADS] [SLEEP_MS_BEFORE_START]
+ */
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static int iterations = 1;
+
+void fake_kernel(float *a) { (void)a; }
+
+static void *run(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < iterations; i++) {
+		int count = 42;
+		cudaError_t r = cudaGetDeviceCount(&count);
+		printf("{\"event\":\"cudaGetDeviceCount\",\"ret\":%d,\"count\":%d}\n", r, count);
+
+		void *p = (void *)0xdead0000;
+		size_t size = (size_t)1 << 20;
+		r = cudaMalloc(&p, size);
+		printf("{\"event\":\"cudaMalloc\",\"ret\":%d,\"devPtr\":\"%#lx\",\"size\":%zu}\n",
+		       r, (unsigned long)(uintptr_t)p, size);
+
+		r = cudaMemcpy((void *)0x1000, (void *)0x2000, 4096, cudaMemcpyHostToDevice);
+		printf("{\"event\":\"cudaMemcpy\",\"ret\":%d}\n", r);
+
+		r = cudaMemcpyAsync((void *)0x3000, (void *)0x4000, 123, cudaMemcpyDeviceToHost,
+				    (cudaStream_t)0x5000);
+		printf("{\"event\":\"cudaMemcpyAsync\",\"ret\":%d}\n", r);
+
+		r = cudaMemset((void *)0x6000, 7, 256);
+		printf("{\"event\":\"cudaMemset\",\"ret\":%d}\n", r);
+
+		dim3 grid = {4, 2, 1}, block = {256, 1, 1};
+		float *dev = (float *)0x9000;
+		void *kargs[] = {&dev};
+		r = cudaLaunchKernel((const void *)fake_kernel, grid, block, kargs, 1024,
+				     (cudaStream_t)0x7000);
+		printf("{\"event\":\"cudaLaunchKernel\",\"ret\":%d,\"func\":\"%#lx\"}\n", r,
+		       (unsigned long)(uintptr_t)fake_kernel);
+
+		cudaStream_t s = (cudaStream_t)0x5eed;
+		r = cudaStreamCreate(&s);
+		printf("{\"event\":\"cudaStreamCreate\",\"ret\":%d,\"pStream\":\"%#lx\"}\n", r,
+		       (unsigned long)(uintptr_t)s);
+
+		float ms = 1.5f;
+		r = cudaEventElapsedTime(&ms, (cudaEvent_t)0xe1, (cudaEvent_t)0xe2);
+		printf("{\"event\":\"cudaEventElapsedTime\",\"ret\":%d,\"ms\":%g}\n", r, ms);
+
+		r = cudaFree((void *)0x8000);
+		printf("{\"event\":\"cudaFree\",\"ret\":%d}\n", r);
+
+		r = cudaDeviceSynchronize();
+		printf("{\"event\":\"cudaDeviceSynchronize\",\"ret\":%d}\n", r);
+	}
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	iterations = argc > 1 ? atoi(argv[1]) : 1;
+	int threads = argc > 2 ? atoi(argv[2]) : 1;
+	if (argc > 3)
+		usleep(atoi(argv[3]) * 1000);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	pthread_t t[64];
+	for (int i = 0; i < threads && i < 64; i++)
+		pthread_create(&t[i], NULL, run, NULL);
+	for (int i = 0; i < threads && i < 64; i++)
+		pthread_join(t[i], NULL);
+	return 0;
+}
