@@ -64,6 +64,8 @@ int main() {
 
     const dim3 block(256);
     const dim3 grid((n + block.x - 1) / block.x);
+    // The first launch also loads the module (CUDA loads kernels lazily), so the time
+    // measured here is mostly that, not the addition.
     CHECK(cudaEventRecord(start, stream));
     vecAdd<<<grid, block, 0, stream>>>(d_a, d_b, d_c, n);
     CHECK(cudaGetLastError());  // a launch reports its error here, not through a return value
