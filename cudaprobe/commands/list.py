@@ -1,0 +1,34 @@
+"""cudaprobe list: the catalogue of traceable functions."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..catalogue import DRIVER, RUNTIME
+from ..probes import select_functions
+
+
+@click.command("list")
+@click.option("-e", "--events", multiple=True, metavar="LIST",
+              help="Only these functions or categories, comma-separated.")
+@click.option("--api", type=click.Choice(["runtime", "driver", "all"]), default="all",
+              help="Which API's functions.")
+def list_command(events, api) -> None:
+    """List the CUDA functions cudaprobe can trace, with their arguments.
+
+    \b
+    Examples:
+      cudaprobe list
+      cudaprobe list -e memory,transfer
+    """
+    apis = {RUNTIME, DRIVER} if api == "all" else {api}
+    table = Table(show_edge=False)
+    for col in ("FUNCTION", "API", "CATEGORY", "ARGUMENTS", "VARIANTS"):
+        table.add_column(col)
+    for fn in select_functions(list(events), apis):
+        args = ", ".join(f"{a.name}:{a.kind.value}" for a in fn.args)
+        table.add_row(Text(fn.name), fn.api, fn.category, Text(args), " ".join(fn.variants))
+    Console(highlight=False).print(table)

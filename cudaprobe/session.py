@@ -1,0 +1,115 @@
+"""A trace session: attach, stream decoded calls to a reporter, stop, summarize.
+
+Stop conditions: a stop signal, --duration elapsed, or the launched command
+exiting. Teardown always drains the ring buffer, reports calls still in
+flight, prints the summary and detaches, in that order.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from rich.console import Console
+
+from .bpfprog import Settings
+from .decode import Call, Symbolizer, decode_event
+from .event import RawEvent
+from .launch import LaunchedCommand
+from .probes import ProbePlan
+from .reporters import Reporter
+from .signals import StopRequest
+from .summary import Summary
+from .tracer import Tracer
+
+POLL_MS = 100
+
+
+@dataclass
+class SessionOptions:
+    duration: float | None = None
+    command: list[str] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)
+    symbolize: Symbolizer | None = None
+
+
+class TraceSession:
+    def __init__(self, plan: ProbePlan, settings: Settings, reporter: Reporter,
+                 summary_console: Console | None, options: SessionOptions) -> None:
+        self.plan = plan
+        self.settings = settings
+        self.reporter = reporter
+        # where the human summary goes when the reporter itself does not show it
+        self.summary_console = summary_console
+        self.options = options
+        self.summary = Summary(libraries=sorted({a.path for a in plan.attachments}),
+                               not_found=plan.not_found)
+        self.decode_errors = 0
+        self._t0 = 0
+
+    def _decode(self, raws: list[RawEvent], in_flight: bool = False) -> list[Call]:
+        calls = []
+        for raw in raws:
+            try:
+                calls.append(decode_event(raw, self.plan.probes, self._t0,
+                                          self.options.symbolize, in_flight=in_flight))
+            except ValueError:
+                self.decode_errors += 1
+        return calls
+
+    def _emit(self, raws: list[RawEvent]) -> None:
+        calls = self._decode(raws)
+        if calls:
+            self.summary.add(calls)
+            self.reporter.calls(calls)
+
+    def run(self) -> int:
+        """Trace until stopped; returns the exit status for cudaprobe."""
+        command = LaunchedCommand(self.options.command) if self.options.command else None
+        started = time.monotonic()
+        try:
+            with StopRequest() as stop, Tracer(self.plan, self.settings) as tracer:
+                for pid in self.options.pids + ([command.pid] if command else []):
+                    tracer.add_target(pid)
+                self._t0 = time.monotonic_ns()
+                self.summary.attach_s = tracer.attach_seconds
+                self.reporter.start()
+                if command:
+                    command.release()
+                deadline = started + self.options.duration if self.options.duration else None
+                while not stop.requested:
+                    self._emit(tracer.poll(POLL_MS))
+                    if command and command.wait() is not None:
+                        break
+                    if deadline and time.monotonic() >= deadline:
+                        break
+                self._finish(tracer, started)
+        except BaseException:
+            if command and command.exit_status is None and command._release_fd >= 0:
+                command.abandon()
+            raise
+        return _command_status(command) if command else 0
+
+    def _finish(self, tracer: Tracer, started: float) -> None:
+        self._emit(tracer.drain())
+        in_flight = self._decode(tracer.in_flight(), in_flight=True)
+        in_flight.sort(key=lambda c: c.ts_ns)
+        self.summary.in_flight = in_flight
+        if in_flight:
+            self.reporter.calls(in_flight)
+        lost = tracer.counters()
+        lost["decode_errors"] = self.decode_errors
+        self.summary.lost = lost
+        self.summary.duration_s = time.monotonic() - started
+        self.reporter.finish(self.summary)
+        if self.summary_console is not None:
+            self.summary.render(self.summary_console)
+
+
+def _command_status(command: LaunchedCommand, grace_s: float = 1.0) -> int:
+    """The command's exit status; if we were stopped first, give it a moment to
+    finish (Ctrl-C reaches it too), else report 130 and leave it running."""
+    deadline = time.monotonic() + grace_s
+    while (status := command.wait()) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return 130 if status is None else status

@@ -1,0 +1,32 @@
+"""SIGINT, SIGTERM and SIGHUP all stop tracing the same way; a second signal
+while stopping is ignored rather than raising in the middle of teardown."""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class StopRequest:
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._saved: dict[int, object] = {}
+
+    def __enter__(self) -> StopRequest:
+        for sig in STOP_SIGNALS:
+            self._saved[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        if self.signal is None:
+            self.signal = signum
+
+    @property
+    def requested(self) -> bool:
+        return self.signal is not None
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._saved.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
