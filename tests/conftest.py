@@ -1,0 +1,76 @@
+"""Shared fixtures: repo paths, the real CUDA libraries, workloads built on demand."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+WORKLOADS = REPO / "tests" / "workloads"
+WORKLOAD_BIN = WORKLOADS / "bin"
+CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+NVCC = CUDA_HOME / "bin" / "nvcc"
+
+
+def libcudart_path() -> Path | None:
+    for p in sorted((CUDA_HOME / "lib64").glob("libcudart.so.*")):
+        return p.resolve()
+    return None
+
+
+def libcuda_path() -> Path | None:
+    """Debian's libcuda1 extracted by scripts/setup (see .deps/libcuda.path)."""
+    marker = REPO / ".deps" / "libcuda.path"
+    if marker.is_file():
+        p = Path(marker.read_text().strip())
+        if p.exists():
+            return p
+    return None
+
+
+@pytest.fixture(scope="session")
+def libcudart() -> Path:
+    p = libcudart_path()
+    if p is None:
+        pytest.skip(f"no libcudart.so.* under {CUDA_HOME}/lib64 (CUDA toolkit missing)")
+    return p
+
+
+@pytest.fixture(scope="session")
+def libcuda() -> Path:
+    p = libcuda_path()
+    if p is None:
+        pytest.skip("libcuda not extracted: run scripts/setup")
+    return p
+
+
+def build_workload(source: str, out_name: str | None = None, extra: list[str] | None = None) -> Path:
+    """Compile tests/workloads/SOURCE into tests/workloads/bin (cached by mtime).
+
+    .c files build with gcc against the shared libcudart; .cu files with nvcc
+    (add ["-cudart=shared"] in `extra` for the shared runtime).
+    """
+    src = WORKLOADS / source
+    extra = extra or []
+    out = WORKLOAD_BIN / (out_name or src.stem)
+    if out.exists() and out.stat().st_mtime >= src.stat().st_mtime:
+        return out
+    WORKLOAD_BIN.mkdir(parents=True, exist_ok=True)
+    lib64 = str(CUDA_HOME / "lib64")
+    if src.suffix == ".c":
+        cmd = ["gcc", "-O1", "-g", f"-I{CUDA_HOME}/include", "-o", str(out), str(src),
+               f"-L{lib64}", "-lcudart", "-lpthread", f"-Wl,-rpath,{lib64}", "-ldl", *extra]
+    else:
+        if not NVCC.exists():
+            pytest.skip(f"nvcc not found at {NVCC}")
+        cmd = [str(NVCC), "-O1", "-g", "-o", str(out), str(src), *extra]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return out
+
+
+def cudaprobe_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "cudaprobe", *args]

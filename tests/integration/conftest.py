@@ -1,0 +1,52 @@
+"""Integration tests attach real uprobes: they need root and bcc."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ..conftest import cudaprobe_cmd
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(pytest.mark.root)
+
+
+@pytest.fixture(autouse=True)
+def _needs_root_and_bcc() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("integration tests attach uprobes: run as root")
+    try:
+        import bcc  # noqa: F401, PLC0415
+    except ImportError:
+        pytest.skip("bcc is not importable (apt-get install python3-bpfcc)")
+
+
+def run_cudaprobe(*args: str, timeout: float = 120, check: bool = False,
+                  **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cudaprobe_cmd(*args), capture_output=True, text=True,
+                          timeout=timeout, check=check, **kw)
+
+
+def trace_jsonl(tmp_path: Path, *args: str, command: list[str] | None = None,
+                timeout: float = 120) -> tuple[list[dict], dict, subprocess.CompletedProcess]:
+    """Run `cudaprobe trace -o calls.jsonl ARGS -- COMMAND`; returns (calls, summary, proc)."""
+    out = tmp_path / "calls.jsonl"
+    argv = ["trace", "-o", str(out), *args]
+    if command:
+        argv += ["--", *command]
+    proc = run_cudaprobe(*argv, timeout=timeout)
+    assert out.exists(), proc.stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert lines and "summary" in lines[-1], proc.stderr
+    return lines[:-1], lines[-1]["summary"], proc
+
+
+def expected_calls(stdout: str) -> list[dict]:
+    """The JSON lines a workload printed about the calls it made."""
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]

@@ -1,0 +1,87 @@
+"""cudaprobe trace on the toolkit's real libcudart, with workloads built here.
+
+Without a GPU every runtime call returns cudaErrorInsufficientDriver (35), but
+the probes fire on the real library with real arguments, which is what these
+tests check against what the workload itself printed.
+"""
+
+from __future__ import annotations
+
+import collections
+
+from ..conftest import build_workload
+from .conftest import expected_calls, trace_jsonl
+
+
+def test_every_call_decoded_as_the_workload_made_it(tmp_path, libcudart):
+    exe = build_workload("runtime_calls.c")
+    calls, summary, proc = trace_jsonl(tmp_path, "--lib", str(libcudart),
+                                       command=[str(exe), "3"])
+    assert proc.returncode == 0, proc.stderr
+    truth = expected_calls(proc.stdout)
+    assert [c["event"] for c in calls] == [t["event"] for t in truth]
+    assert summary["calls"] == len(truth) == 30
+    assert summary["lost_total"] == 0
+    child_pids = {c["pid"] for c in calls}
+    assert len(child_pids) == 1
+    for call, t in zip(calls, truth):
+        assert call["ret"] == t["ret"]
+        assert call["ret_name"] == ("cudaSuccess" if t["ret"] == 0 else "cudaErrorInsufficientDriver")
+        assert call["api"] == "runtime"
+        assert call["duration_ns"] > 0
+        assert call["tid"] == call["pid"] + 1  # the workload's one worker thread
+        assert call["process"] == "runtime_calls"
+    by_event = {c["event"]: c for c in calls[:10]}
+    first = {t["event"]: t for t in truth[:10]}
+    assert by_event["cudaMalloc"]["args"] == {"devPtr": first["cudaMalloc"]["devPtr"],
+                                              "size": 1 << 20}
+    assert by_event["cudaMalloc"]["category"] == "memory"
+    assert by_event["cudaGetDeviceCount"]["args"] == {"count": first["cudaGetDeviceCount"]["count"]}
+    assert by_event["cudaMemcpy"]["args"] == {"dst": "0x1000", "src": "0x2000", "count": 4096,
+                                              "kind": "HostToDevice"}
+    assert by_event["cudaMemcpy"]["details"] == (
+        "dst=0x1000 src=0x2000 count=4.0 KiB kind=HostToDevice")
+    assert by_event["cudaMemcpyAsync"]["args"] == {
+        "dst": "0x3000", "src": "0x4000", "count": 123, "kind": "DeviceToHost",
+        "stream": "0x5000"}
+    assert by_event["cudaMemset"]["args"] == {"devPtr": "0x6000", "value": 7, "count": 256}
+    launch = by_event["cudaLaunchKernel"]["args"]
+    assert launch["func"] == first["cudaLaunchKernel"]["func"]
+    assert launch["gridDim"] == [4, 2, 1] and launch["blockDim"] == [256, 1, 1]
+    # sharedMem and stream are the 7th and 8th argument words: read from the stack
+    assert launch["sharedMem"] == 1024 and launch["stream"] == "0x7000"
+    assert by_event["cudaStreamCreate"]["args"] == {"pStream": first["cudaStreamCreate"]["pStream"]}
+    assert by_event["cudaEventElapsedTime"]["args"] == {
+        "ms": first["cudaEventElapsedTime"]["ms"], "start": "0xe1", "end": "0xe2"}
+    assert by_event["cudaFree"]["args"] == {"devPtr": "0x8000"}
+
+
+def test_threads_pair_entry_and_exit_correctly(tmp_path, libcudart):
+    exe = build_workload("runtime_calls.c")
+    calls, summary, proc = trace_jsonl(tmp_path, "--lib", str(libcudart),
+                                       command=[str(exe), "200", "4"])
+    assert proc.returncode == 0, proc.stderr
+    assert summary["lost_total"] == 0
+    per_tid = collections.defaultdict(list)
+    for c in calls:
+        per_tid[c["tid"]].append(c)
+    assert len(per_tid) == 4
+    order = ["cudaGetDeviceCount", "cudaMalloc", "cudaMemcpy", "cudaMemcpyAsync", "cudaMemset",
+             "cudaLaunchKernel", "cudaStreamCreate", "cudaEventElapsedTime", "cudaFree",
+             "cudaDeviceSynchronize"]
+    for tid_calls in per_tid.values():
+        assert len(tid_calls) == 2000
+        # each thread's sequence is exactly the workload's loop, with its own arguments
+        assert [c["event"] for c in tid_calls] == order * 200
+        mallocs = [c for c in tid_calls if c["event"] == "cudaMalloc"]
+        assert all(c["args"]["size"] == 1 << 20 for c in mallocs)
+        assert all(c["ts_ns"] < n["ts_ns"] for c, n in zip(tid_calls, tid_calls[1:]))
+
+
+def test_events_filter_and_exit_status(tmp_path, libcudart):
+    exe = build_workload("runtime_calls.c")
+    calls, _summary, proc = trace_jsonl(tmp_path, "--lib", str(libcudart), "-e",
+                                        "transfer,cudaFree", command=[str(exe), "2"])
+    assert proc.returncode == 0, proc.stderr
+    assert collections.Counter(c["event"] for c in calls) == {
+        "cudaMemcpy": 2, "cudaMemcpyAsync": 2, "cudaFree": 2}
