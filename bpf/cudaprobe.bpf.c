@@ -1,17 +1,26 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * cudaprobe: one uprobe + uretprobe pair per traced CUDA function.
+ * cudaprobe: entry/exit probes on CUDA API functions.
  *
- * Entry stores the call's arguments in `inflight`, keyed by (tid, function),
+ * Entry stores the call's arguments in `inflight`, keyed by (tid, probe id),
  * so a traced call nested inside another traced call pairs correctly. Exit
  * looks the entry up, reads out-parameters, and emits one event per completed
  * call into the ring buffer. Wakeups are batched: the reader drains the ring
  * on a timer and is only woken early every CP_WAKEUP_EVERY events per CPU.
  *
+ * What each probe captures comes from the `probes` map (struct
+ * cp_probe_cfg), filled by the loader from the catalogue. Two ways to attach:
+ *   - cp_enter / cp_return, attached with uprobe_multi links (Linux >= 6.6):
+ *     the probe id is the link's per-offset cookie. One link per library, so
+ *     detaching costs one RCU grace period instead of one per probe.
+ *   - CP_PROBES (older kernels): one program pair per probe, with the id as a
+ *     constant: CP_PROBE(id) CP_PROBE(id) ...
+ *
  * Settings come in as -D cflags (see cudaprobe/bpfprog.py):
- *   CP_PROBES        the probe table: CP_PROBE(id, nstack, cfg_slot, out8, out4) ...
+ *   CP_PROBES        per-probe programs for the perf-event fallback
  *   CP_RINGBUF_PAGES ring buffer size in pages
  *   CP_MAX_INFLIGHT  capacity of the entry/exit pairing map
+ *   CP_WAKEUP_EVERY  force a reader wakeup every N events per CPU
  *   CP_FILTER_PID    only trace processes in `targets` (and their children)
  *   CP_ERRORS_ONLY   only emit calls that returned non-zero
  */
@@ -29,6 +38,7 @@
 #endif
 
 BPF_RINGBUF_OUTPUT(events, CP_RINGBUF_PAGES);
+BPF_ARRAY(probes, struct cp_probe_cfg, CP_MAX_PROBES);
 BPF_HASH(inflight, u64, struct cp_event, CP_MAX_INFLIGHT);
 BPF_PERCPU_ARRAY(counters, u64, CP_NR_COUNTERS);
 BPF_PERCPU_ARRAY(submitted, u64, 1);
@@ -57,13 +67,12 @@ static __always_inline void count(int idx)
 		(*c)++;
 }
 
-static __always_inline u64 pairing_key(u64 pid_tgid, u32 func_id)
+static __always_inline u64 pairing_key(u64 pid_tgid, u32 probe_id)
 {
-	return (pid_tgid << 32) | func_id;	/* tid in the high half */
+	return (pid_tgid << 32) | probe_id;	/* tid in the high half */
 }
 
-static __always_inline int cp_entry(struct pt_regs *ctx, u32 func_id,
-				    u32 nstack, int cfg_slot)
+static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
 {
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	u32 tgid = pid_tgid >> 32;
@@ -71,15 +80,17 @@ static __always_inline int cp_entry(struct pt_regs *ctx, u32 func_id,
 	if (!targets.lookup(&tgid))
 		return 0;
 #endif
+	int idx = probe_id;
+	struct cp_probe_cfg *cfg = probes.lookup(&idx);
 	int zero = 0;
 	struct cp_event *e = scratch.lookup(&zero);
-	if (!e)
+	if (!cfg || !e)
 		return 0;
 	__builtin_memset(e, 0, sizeof(*e));
 	e->ts_ns = bpf_ktime_get_ns();
 	e->pid = tgid;
 	e->tid = (u32)pid_tgid;
-	e->func_id = func_id;
+	e->func_id = probe_id;
 	e->args[0] = PT_REGS_PARM1(ctx);
 	e->args[1] = PT_REGS_PARM2(ctx);
 	e->args[2] = PT_REGS_PARM3(ctx);
@@ -87,13 +98,17 @@ static __always_inline int cp_entry(struct pt_regs *ctx, u32 func_id,
 	e->args[4] = PT_REGS_PARM5(ctx);
 	e->args[5] = PT_REGS_PARM6(ctx);
 	/* stack arguments start above the return address */
+	u32 nstack = cfg->nstack;
+	if (nstack > CP_MAX_SLOTS - CP_REG_SLOTS)
+		nstack = CP_MAX_SLOTS - CP_REG_SLOTS;
 	if (nstack > 0)
 		bpf_probe_read_user(&e->args[CP_REG_SLOTS], nstack * 8,
 				    (void *)(PT_REGS_SP(ctx) + 8));
-	if (cfg_slot >= 0)
+	s32 cfg_slot = cfg->cfg_slot;
+	if (cfg_slot >= 0 && cfg_slot < CP_MAX_SLOTS)
 		bpf_probe_read_user(e->cfg, sizeof(e->cfg), (void *)e->args[cfg_slot]);
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	u64 key = pairing_key(pid_tgid, func_id);
+	u64 key = pairing_key(pid_tgid, probe_id);
 	if (inflight.update(&key, e))
 		count(CP_LOST_PAIRING);
 	return 0;
@@ -110,10 +125,9 @@ static __always_inline u64 wakeup_flag(void)
 	return BPF_RB_NO_WAKEUP;
 }
 
-static __always_inline int cp_exit(struct pt_regs *ctx, u32 func_id,
-				   u32 out8, u32 out4)
+static __always_inline int cp_exit(struct pt_regs *ctx, u32 probe_id)
 {
-	u64 key = pairing_key(bpf_get_current_pid_tgid(), func_id);
+	u64 key = pairing_key(bpf_get_current_pid_tgid(), probe_id);
 	struct cp_event *entry = inflight.lookup(&key);
 	if (!entry)
 		return 0;	/* filtered out, or entered before we attached */
@@ -124,6 +138,8 @@ static __always_inline int cp_exit(struct pt_regs *ctx, u32 func_id,
 		return 0;
 	}
 #endif
+	int idx = probe_id;
+	struct cp_probe_cfg *cfg = probes.lookup(&idx);
 	struct cp_event *ev = events.ringbuf_reserve(sizeof(struct cp_event));
 	if (!ev) {
 		count(CP_LOST_RINGBUF);
@@ -134,6 +150,7 @@ static __always_inline int cp_exit(struct pt_regs *ctx, u32 func_id,
 	inflight.delete(&key);
 	ev->duration_ns = bpf_ktime_get_ns() - ev->ts_ns;
 	ev->ret = ret;
+	u32 out8 = cfg ? cfg->out8 : 0, out4 = cfg ? cfg->out4 : 0;
 	int k = 0;
 #pragma unroll
 	for (int s = 0; s < CP_MAX_SLOTS; s++) {
@@ -148,14 +165,20 @@ static __always_inline int cp_exit(struct pt_regs *ctx, u32 func_id,
 	return 0;
 }
 
-#define CP_PROBE(id, nstack, cfg_slot, out8, out4)                        \
-	int cp_enter_##id(struct pt_regs *ctx)                            \
-	{                                                                 \
-		return cp_entry(ctx, id, nstack, cfg_slot);               \
-	}                                                                 \
-	int cp_return_##id(struct pt_regs *ctx)                           \
-	{                                                                 \
-		return cp_exit(ctx, id, out8, out4);                      \
-	}
+/* uprobe_multi programs: the probe id is the attach cookie */
+int cp_enter(struct pt_regs *ctx)
+{
+	return cp_entry(ctx, (u32)bpf_get_attach_cookie(ctx));
+}
 
+int cp_return(struct pt_regs *ctx)
+{
+	return cp_exit(ctx, (u32)bpf_get_attach_cookie(ctx));
+}
+
+#ifdef CP_PROBES
+#define CP_PROBE(id)                                                      \
+	int cp_enter_##id(struct pt_regs *ctx) { return cp_entry(ctx, id); } \
+	int cp_return_##id(struct pt_regs *ctx) { return cp_exit(ctx, id); }
 CP_PROBES
+#endif

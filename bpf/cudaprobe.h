@@ -15,6 +15,16 @@
 #define CP_WAKEUPS 2        /* forced reader wakeups */
 #define CP_NR_COUNTERS 3
 
+/* Per-probe settings, filled by the loader from the catalogue (map `probes`). */
+struct cp_probe_cfg {
+	__u32 nstack;    /* argument words to read from the stack at entry */
+	__s32 cfg_slot;  /* slot holding a launch-config pointer read at entry, or -1 */
+	__u32 out8;      /* bitmask of slots that point at 8-byte out-parameters */
+	__u32 out4;      /* bitmask of slots that point at 4-byte out-parameters */
+};
+
+#define CP_MAX_PROBES 1024
+
 /* One completed call (or, read from the in-flight map, one still running). */
 struct cp_event {
 	__u64 ts_ns;        /* entry time, CLOCK_MONOTONIC */

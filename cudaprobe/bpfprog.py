@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import uprobe_multi
 from .decode import Probe
 
 SOURCE_NAME = "cudaprobe.bpf.c"
@@ -20,6 +22,17 @@ def bpf_dir() -> Path:
     raise FileNotFoundError(f"{SOURCE_NAME} is not installed next to {here}")
 
 
+ATTACH_MODES = ("multi", "perf")
+
+
+def default_attach() -> str:
+    """uprobe_multi where the kernel has it; CUDAPROBE_ATTACH=perf|multi overrides."""
+    forced = os.environ.get("CUDAPROBE_ATTACH")
+    if forced in ATTACH_MODES:
+        return forced
+    return "multi" if uprobe_multi.supported() else "perf"
+
+
 @dataclass(frozen=True)
 class Settings:
     ringbuf_pages: int = 4096  # 16 MiB with 4 KiB pages
@@ -27,24 +40,24 @@ class Settings:
     wakeup_every: int = 1024
     filter_pid: bool = False
     errors_only: bool = False
+    # "multi": uprobe_multi links (Linux >= 6.6); "perf": one perf event per probe
+    attach: str = field(default_factory=lambda: default_attach())
 
 
-def probe_table(probes: list[Probe]) -> str:
-    """The CP_PROBES X-macro: one CP_PROBE(id, nstack, cfg_slot, out8, out4) per probe."""
-    return " ".join(
-        f"CP_PROBE({p.func_id},{p.function.stack_words},{p.function.config_slot},"
-        f"{p.function.out_mask(8):#x},{p.function.out_mask(4):#x})"
-        for p in probes
-    )
+def probe_config(probe: Probe) -> tuple[int, int, int, int]:
+    """struct cp_probe_cfg for one probe: (nstack, cfg_slot, out8, out4)."""
+    fn = probe.function
+    return fn.stack_words, fn.config_slot, fn.out_mask(8), fn.out_mask(4)
 
 
 def defines(probes: list[Probe], settings: Settings) -> dict[str, str]:
     d = {
-        "CP_PROBES": probe_table(probes),
         "CP_RINGBUF_PAGES": str(settings.ringbuf_pages),
         "CP_MAX_INFLIGHT": str(settings.max_inflight),
         "CP_WAKEUP_EVERY": str(settings.wakeup_every),
     }
+    if settings.attach == "perf":
+        d["CP_PROBES"] = " ".join(f"CP_PROBE({p.func_id})" for p in probes)
     if settings.filter_pid:
         d["CP_FILTER_PID"] = "1"
     if settings.errors_only:
@@ -70,4 +83,7 @@ def render(probes: list[Probe], settings: Settings) -> str:
     src = (bpf_dir() / SOURCE_NAME).read_text()
     header = (bpf_dir() / HEADER_NAME).read_text()
     src = src.replace(f'#include "{HEADER_NAME}"', f"/* {HEADER_NAME} */\n{header}")
-    return "\n".join(lines) + "\n\n" + src
+    table = ["", "/* the `probes` map, as the loader fills it: id: {nstack, cfg_slot, out8, out4} */"]
+    table += [f"/* {p.func_id:3d} {p.symbol}: {{{', '.join(map(str, probe_config(p)))}}} */"
+              for p in probes]
+    return "\n".join(lines) + "\n\n" + src + "\n".join(table) + "\n"

@@ -24,10 +24,10 @@ EM_X86_64 = "EM_X86_64"
 class ElfSymbols:
     path: str
     is_pie_or_shared: bool
-    # symbol name (without @version) -> address to attach at: a file offset
-    # for shared objects and PIEs, the virtual address for ET_EXEC (what
-    # bcc's attach_uprobe(addr=...) expects)
+    # symbol name (without @version) -> file offset, where a uprobe attaches
     functions: dict[str, int]
+    # symbol name -> link-time virtual address
+    vaddrs: dict[str, int]
     # sorted (vaddr, size, name) of all defined functions, for address lookups
     by_address: tuple[tuple[int, int, str], ...]
 
@@ -79,6 +79,7 @@ def _read_symbols(path: str, _ino: int, _mtime: int) -> ElfSymbols:
             if s["p_type"] == "PT_LOAD"
         ]
         functions: dict[str, int] = {}
+        vaddrs: dict[str, int] = {}
         spans: dict[int, tuple[int, str]] = {}
         for section_name in (".dynsym", ".symtab"):
             section = elf.get_section_by_name(section_name)
@@ -94,14 +95,12 @@ def _read_symbols(path: str, _ino: int, _mtime: int) -> ElfSymbols:
                 spans.setdefault(vaddr, (sym["st_size"], name))
                 if name in functions:
                     continue
-                if etype == "ET_EXEC":
-                    functions[name] = vaddr
-                else:
-                    off = _file_offset(loads, vaddr)
-                    if off is not None:
-                        functions[name] = off
+                off = _file_offset(loads, vaddr)
+                if off is not None:
+                    functions[name] = off
+                    vaddrs[name] = vaddr
     by_address = tuple(sorted((a, s, n) for a, (s, n) in spans.items()))
-    return ElfSymbols(path, etype != "ET_EXEC", functions, by_address)
+    return ElfSymbols(path, etype != "ET_EXEC", functions, vaddrs, by_address)
 
 
 def _file_offset(loads: list[tuple[int, int, int]], vaddr: int) -> int | None:

@@ -37,7 +37,9 @@ def select_functions(events: list[str] | None, apis: set[str] | None = None) -> 
 class Attachment:
     probe: Probe
     path: str
-    address: int  # what bcc's attach_uprobe(addr=) takes for this file
+    offset: int  # file offset of the symbol
+    vaddr: int  # its link-time address (bcc's perf-event attach wants it for ET_EXEC)
+    is_pie_or_shared: bool
 
 
 @dataclass
@@ -56,14 +58,15 @@ def plan_probes(functions: list[Function], libraries: list[str]) -> ProbePlan:
     not_found: list[str] = []
     for fn in functions:
         for symbol in fn.symbols:
-            where = [(t.path, t.functions[symbol]) for t in tables if symbol in t.functions]
+            where = [t for t in tables if symbol in t.functions]
             if not where:
                 if symbol == fn.name:
                     not_found.append(symbol)
                 continue
             probe = Probe(len(probes), symbol, fn)
             probes.append(probe)
-            attachments += [Attachment(probe, path, addr) for path, addr in where]
+            attachments += [Attachment(probe, t.path, t.functions[symbol], t.vaddrs[symbol],
+                                       t.is_pie_or_shared) for t in where]
     if not probes:
         raise SymbolMissing(", ".join(libraries), [f.name for f in functions])
     return ProbePlan(probes, attachments, not_found)

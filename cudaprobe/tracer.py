@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any
 
-from . import bpfprog
+from . import bpfprog, uprobe_multi
 from .errors import BccMissing, BpfError, NotRoot
 from .event import (
     EVENT_SIZE,
@@ -42,8 +42,9 @@ class Tracer:
         self._bpf: Any = None
         self._pending: list[bytes] = []
         self.malformed = 0  # events of the wrong size (userspace loss)
-        self.attached: list[str] = []  # "symbol@path" of attached probes
+        self.attached: list[str] = []  # library paths probed
         self.attach_seconds = 0.0
+        self._links: list[int] = []  # uprobe_multi link fds
 
     def __enter__(self) -> Tracer:
         if os.geteuid() != 0:
@@ -70,19 +71,55 @@ class Tracer:
 
     def _attach_all(self) -> None:
         start = time.monotonic()
+        probes = self._bpf["probes"]
+        for p in self.plan.probes:
+            probes[probes.Key(p.func_id)] = probes.Leaf(*bpfprog.probe_config(p))
+        if self.settings.attach == "multi":
+            self._attach_multi()
+        else:
+            self._attach_perf()
+        self.attached = sorted({a.path for a in self.plan.attachments})
+        self.attach_seconds = time.monotonic() - start
+
+    def _attach_multi(self) -> None:
+        kprobe = self._bpf.KPROBE
+        by_path: dict[str, list] = {}
         for a in self.plan.attachments:
+            by_path.setdefault(a.path, []).append(a)
+        for fn_name, retprobe in ((b"cp_enter", False), (b"cp_return", True)):
+            try:
+                fn = self._bpf.load_func(fn_name, kprobe,
+                                         attach_type=uprobe_multi.BPF_TRACE_UPROBE_MULTI)
+            except Exception as e:
+                raise BpfError("loading the BPF program failed", str(e)) from None
+            for path, atts in by_path.items():
+                try:
+                    fd = uprobe_multi.create_link(fn.fd, path, [a.offset for a in atts],
+                                                  [a.probe.func_id for a in atts], retprobe)
+                except OSError as e:
+                    raise BpfError(f"attaching {len(atts)} uprobes to {path}", e.strerror,
+                                   fix="set CUDAPROBE_ATTACH=perf on kernels without "
+                                       "uprobe_multi") from None
+                self._links.append(fd)
+
+    def _attach_perf(self) -> None:
+        for a in self.plan.attachments:
+            addr = a.offset if a.is_pie_or_shared else a.vaddr
             for kind, fn in (("uprobe", f"cp_enter_{a.probe.func_id}"),
                              ("uretprobe", f"cp_return_{a.probe.func_id}")):
                 attach = getattr(self._bpf, f"attach_{kind}")
                 try:
-                    attach(name=a.path.encode(), addr=a.address, fn_name=fn.encode())
+                    attach(name=a.path.encode(), addr=addr, fn_name=fn.encode())
                 except Exception as e:
                     raise BpfError(f"attaching {kind} to {a.probe.symbol} in {a.path}",
                                    str(e)) from None
-            self.attached.append(f"{a.probe.symbol}@{a.path}")
-        self.attach_seconds = time.monotonic() - start
 
     def close(self) -> None:
+        """Detach everything; safe to call twice."""
+        links, self._links = self._links, []
+        for fd in links:
+            with contextlib.suppress(OSError):
+                os.close(fd)
         if self._bpf is not None:
             bpf, self._bpf = self._bpf, None
             with contextlib.suppress(Exception):

@@ -6,7 +6,6 @@ import os
 import sys
 
 import click
-from rich.console import Console
 
 from .. import bpfprog, environment
 from ..catalogue import DRIVER, RUNTIME
@@ -15,6 +14,7 @@ from ..libs import discover_libraries, resolve_lib_arg
 from ..output import open_output
 from ..probes import plan_probes, select_functions
 from ..reporters import FORMATS, REPORTERS, choose_format
+from ..reporters.table import make_console
 from ..session import SessionOptions, TraceSession
 
 APIS = {"runtime": {RUNTIME}, "driver": {DRIVER}, "all": {RUNTIME, DRIVER}}
@@ -76,7 +76,7 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
         click.echo(bpfprog.render(plan.probes, settings))
         return
     stream = open_output(output, force)
-    err = Console(stderr=True, highlight=False)
+    err = make_console(sys.stderr)
     for note in environment.prepare():
         err.print(f"cudaprobe: {note}", style="dim")
     reporter = REPORTERS[fmt](stream)
