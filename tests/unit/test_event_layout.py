@@ -1,0 +1,65 @@
+"""The Python mirror of struct cp_event must match bpf/cudaprobe.h byte for byte."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from cudaprobe import catalogue, event
+from cudaprobe.bpfprog import bpf_dir
+
+PROBE = r"""
+#include <stddef.h>
+#include <stdio.h>
+#include <linux/types.h>
+#include "cudaprobe.h"
+#define F(name) printf("%s %zu\n", #name, offsetof(struct cp_event, name));
+int main(void) {
+    printf("size %zu\n", sizeof(struct cp_event));
+    F(ts_ns) F(duration_ns) F(pid) F(tid) F(func_id) F(ret) F(args) F(outs) F(cfg) F(comm)
+    printf("CP_MAX_SLOTS %d\nCP_MAX_OUTS %d\nCP_CFG_WORDS %d\nCP_COMM_LEN %d\n",
+           CP_MAX_SLOTS, CP_MAX_OUTS, CP_CFG_WORDS, CP_COMM_LEN);
+    printf("CP_LOST_RINGBUF %d\nCP_LOST_PAIRING %d\nCP_WAKEUPS %d\nCP_NR_COUNTERS %d\n",
+           CP_LOST_RINGBUF, CP_LOST_PAIRING, CP_WAKEUPS, CP_NR_COUNTERS);
+    printf("cfg_size %zu\n", sizeof(struct cp_probe_cfg));
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def c_layout(tmp_path_factory) -> dict[str, int]:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    d = tmp_path_factory.mktemp("layout")
+    (d / "probe.c").write_text(PROBE)
+    subprocess.run([cc, f"-I{bpf_dir()}", "-o", str(d / "probe"), str(d / "probe.c")],
+                   check=True, capture_output=True)
+    out = subprocess.run([str(d / "probe")], check=True, capture_output=True, text=True).stdout
+    return {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+
+
+def test_size_and_offsets_match_header(c_layout):
+    assert c_layout["size"] == event.EVENT_SIZE
+    for name, offset in event.FIELD_OFFSETS.items():
+        assert c_layout[name] == offset, name
+
+
+def test_constants_match_header(c_layout):
+    assert c_layout["CP_MAX_SLOTS"] == event.MAX_SLOTS == catalogue.MAX_SLOTS
+    assert c_layout["CP_MAX_OUTS"] == event.MAX_OUTS == catalogue.MAX_OUTS
+    assert c_layout["CP_CFG_WORDS"] == event.CFG_WORDS
+    assert c_layout["CP_COMM_LEN"] == event.COMM_LEN
+    assert c_layout["CP_LOST_RINGBUF"] == event.LOST_RINGBUF
+    assert c_layout["CP_LOST_PAIRING"] == event.LOST_PAIRING
+    assert c_layout["CP_WAKEUPS"] == event.WAKEUPS
+    assert c_layout["CP_NR_COUNTERS"] == event.NR_COUNTERS
+    assert c_layout["cfg_size"] == 16
+
+
+def test_unpack_rejects_short_data():
+    with pytest.raises(ValueError):
+        event.unpack_event(b"\0" * (event.EVENT_SIZE - 1))

@@ -1,0 +1,42 @@
+"""A non-editable install ships bpf/ as package data and finds it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from ..conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                        "-q", "-w", str(out), str(REPO)], capture_output=True, text=True,
+                       timeout=300)
+    if p.returncode != 0:
+        pytest.skip(f"cannot build a wheel here: {p.stderr.strip()[-200:]}")
+    return next(out.glob("cudaprobe-*.whl"))
+
+
+def test_wheel_contains_bpf_sources_and_entry_point(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "cudaprobe/bpf/cudaprobe.bpf.c" in names
+    assert "cudaprobe/bpf/cudaprobe.h" in names
+    entry = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "cudaprobe = cudaprobe.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
+
+
+def test_installed_package_finds_its_bpf_dir(wheel, tmp_path):
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
+                    str(target), str(wheel)], check=True, capture_output=True, timeout=300)
+    code = "import cudaprobe.bpfprog as b; print(b.bpf_dir())"
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                       text=True, env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == str(target / "cudaprobe" / "bpf")

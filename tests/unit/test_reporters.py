@@ -1,0 +1,91 @@
+"""Reporters render to an injected stream; the format follows --format or -o."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from cudaprobe import catalogue, event
+from cudaprobe.decode import JSONL_KEYS, Probe, decode_event
+from cudaprobe.errors import UsageError
+from cudaprobe.reporters import REPORTERS, choose_format
+from cudaprobe.reporters.table import TableReporter, make_console
+from cudaprobe.summary import Summary
+
+
+def calls():
+    probes = [Probe(0, "cudaMalloc", catalogue.BY_NAME["cudaMalloc"]),
+              Probe(1, "cudaLaunchKernel_ptsz", catalogue.BY_NAME["cudaLaunchKernel"])]
+    out = []
+    for fid, args, outs, ret, comm in [
+        (0, (0x10, 4096), (0x7F0000000000,), 0, b"train"),
+        (1, (0x401000, 1 | (1 << 32), 1, 32 | (1 << 32), 1, 0, 0, 0), (), 35, b"tr[ai]n"),
+    ]:
+        a = list(args) + [0] * (event.MAX_SLOTS - len(args))
+        o = list(outs) + [0] * (event.MAX_OUTS - len(outs))
+        data = event.EVENT_STRUCT.pack(5_000_000, 41_200, 7, 8, fid, ret, *a, *o,
+                                       *[0] * event.CFG_WORDS, comm)
+        out.append(decode_event(event.unpack_event(data), probes, 0))
+    return out
+
+
+def summary_for(cs):
+    s = Summary(libraries=["/lib/libcudart.so.13"])
+    s.add(cs)
+    s.lost = {"ringbuf_full": 0, "pairing_map_full": 0, "wakeups": 3}
+    return s
+
+
+def test_jsonl_lines_and_trailer():
+    buf = io.StringIO()
+    r = REPORTERS["jsonl"](buf)
+    cs = calls()
+    r.start()
+    r.calls(cs)
+    r.finish(summary_for(cs))
+    lines = [json.loads(x) for x in buf.getvalue().splitlines()]
+    assert [tuple(x) for x in lines[:2]] == [JSONL_KEYS, JSONL_KEYS]
+    assert lines[0]["args"] == {"devPtr": "0x7f0000000000", "size": 4096}
+    assert lines[1]["event"] == "cudaLaunchKernel_ptsz" and lines[1]["ret"] == 35
+    trailer = lines[2]["summary"]
+    assert trailer["calls"] == 2 and trailer["lost_total"] == 0
+    assert trailer["by_event"]["cudaLaunchKernel_ptsz"]["errors"] == {
+        "cudaErrorInsufficientDriver": 1}
+
+
+def test_csv_has_jsonl_columns():
+    buf = io.StringIO()
+    r = REPORTERS["csv"](buf)
+    r.start()
+    r.calls(calls())
+    rows = list(csv.reader(io.StringIO(buf.getvalue())))
+    assert tuple(rows[0]) == JSONL_KEYS
+    assert json.loads(rows[1][JSONL_KEYS.index("args")])["size"] == 4096
+
+
+def test_table_rows_and_summary_escape_markup():
+    buf = io.StringIO()
+    r = TableReporter(buf, console=make_console(buf))
+    cs = calls()
+    r.start()
+    r.calls(cs)
+    r.finish(summary_for(cs))
+    text = buf.getvalue()
+    header = text.splitlines()[0].split()
+    assert header == ["TIME(ms)", "PROCESS", "PID", "TID", "EVENT", "LATENCY", "RESULT", "DETAILS"]
+    assert "tr[ai]n" in text  # rich markup in names is not interpreted
+    assert "41.2µs" in text and "cudaErrorInsufficientDriver" in text
+    assert "devPtr=0x7f0000000000 size=4.0 KiB" in text
+    assert "2 calls in" in text and "0 lost" in text
+
+
+def test_format_choice():
+    assert choose_format(None, None) == "table"
+    assert choose_format(None, "out.jsonl") == "jsonl"
+    assert choose_format(None, "out.CSV") == "csv"
+    assert choose_format("csv", "out.jsonl") == "csv"
+    with pytest.raises(UsageError):
+        choose_format("xml", None)
