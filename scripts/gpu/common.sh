@@ -1,0 +1,16 @@
+# Sourced by scripts/gpu/check-*.sh on the GPU machine (the device tool's
+# Ubuntu VM): bcc/bpftrace from the carried kit, pyelftools from carried
+# wheels, results under $OUT.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+source .gpukit/env.sh
+if [ -d .whl ] && [ ! -e /tmp/site/.done ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
+    && touch /tmp/site/.done
+fi
+export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/cudaprobe-gpu-out}
+mkdir -p "$OUT" build
+TORCH_PY=/opt/torch/.venv/bin/python
+cudaprobe() { python3 -m cudaprobe "$@"; }
