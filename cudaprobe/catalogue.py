@@ -3,6 +3,10 @@
 This is the single source of truth. The BPF probe table, the decoders, the
 bpftrace exporter, `cudaprobe list` and the docs are all derived from it.
 
+A function is reported under the symbol it is probed at: the versioned symbol
+that the headers' #define selects (cuMemAlloc -> cuMemAlloc_v2), or a
+per-thread-stream variant of it (cuMemcpyHtoD_v2_ptds).
+
 Each argument has a *kind* that says how it is captured and decoded. Argument
 *slots* are the x86-64 System V integer argument words: slots 0-5 are the
 registers rdi, rsi, rdx, rcx, r8, r9; slot 6 onwards are read from the stack
@@ -22,7 +26,8 @@ MAX_OUTS = 4
 RUNTIME = "runtime"
 DRIVER = "driver"
 
-CATEGORIES = ("memory", "transfer", "kernel", "stream", "event", "device", "sync")
+CATEGORIES = ("memory", "transfer", "kernel", "stream", "event", "device", "sync", "context",
+              "module")
 
 
 class ArgKind(enum.Enum):
@@ -33,15 +38,23 @@ class ArgKind(enum.Enum):
     COUNT = "count"  # size_t element count / dimension
     INT = "int"  # int
     UINT = "uint"  # unsigned int
+    UINT8 = "uint8"  # unsigned char (cuMemsetD8's value)
+    UINT16 = "uint16"  # unsigned short (cuMemsetD16's value)
+    SIZE32 = "size32"  # unsigned int byte count (the driver's sharedMemBytes)
     FLAGS = "flags"  # unsigned int bit flags, shown in hex
     MEMCPY_KIND = "memcpy_kind"  # enum cudaMemcpyKind
     DIM3 = "dim3"  # dim3 by value: two slots
+    # one unsigned int of a grid/block shape (driver launches pass x, y, z
+    # separately); `<stem>X`, `<stem>Y`, `<stem>Z` are decoded together as `<stem>`
+    DIM = "dim"
     STREAM = "stream"  # cudaStream_t / CUstream handle
     EVENT = "event"  # cudaEvent_t / CUevent handle
     HANDLE = "handle"  # other opaque handle (graph exec, ...)
     FUNC = "func"  # kernel host stub address
+    CU_FUNCTION = "cu_function"  # CUfunction / CUkernel handle
     LAUNCH_CONFIG = "launch_config"  # const cudaLaunchConfig_t *, read at entry
-    OUT_PTR = "out_ptr"  # void ** written by the call
+    CU_LAUNCH_CONFIG = "cu_launch_config"  # const CUlaunchConfig *, read at entry
+    OUT_PTR = "out_ptr"  # void ** or CUdeviceptr * (8 bytes) written by the call
     OUT_HANDLE = "out_handle"  # cudaStream_t * / cudaEvent_t * written by the call
     OUT_SIZE = "out_size"  # size_t * written by the call
     OUT_INT = "out_int"  # int * written by the call
@@ -57,6 +70,8 @@ OUT_KINDS = {
 }
 # out-parameters whose target is 4 bytes wide (the rest are 8)
 OUT4_KINDS = {ArgKind.OUT_INT, ArgKind.OUT_FLOAT}
+# pointers to a launch configuration struct, copied (CFG_WORDS words) at entry
+CONFIG_KINDS = {ArgKind.LAUNCH_CONFIG, ArgKind.CU_LAUNCH_CONFIG}
 
 
 @dataclass(frozen=True)
@@ -79,9 +94,13 @@ class Function:
     api: str  # RUNTIME or DRIVER
     category: str
     args: tuple[Arg, ...]
-    # Versioned/per-thread-stream variants, probed where the library exports
-    # them and skipped quietly where it does not.
+    # Per-thread-stream variants (suffixes of `symbol`), probed where the
+    # library exports them and skipped quietly where it does not.
     variants: tuple[str, ...] = ()
+    # ABI version suffix that the headers' #define maps `name` to (cuMemAlloc
+    # -> cuMemAlloc_v2). The versioned symbol is the one probed and reported:
+    # the unversioned one is the legacy ABI, with a different signature.
+    version: str = ""
     slots: tuple[int, ...] = field(init=False, repr=False)
     out_index: dict[str, int] = field(init=False, repr=False, compare=False)
 
@@ -111,8 +130,13 @@ class Function:
         return max(0, self.words - REGISTER_SLOTS)
 
     @property
+    def symbol(self) -> str:
+        """The exported symbol that `name` resolves to in the headers."""
+        return self.name + self.version
+
+    @property
     def symbols(self) -> tuple[str, ...]:
-        return (self.name, *(self.name + v for v in self.variants))
+        return (self.symbol, *(self.symbol + v for v in self.variants))
 
     def out_mask(self, width: int) -> int:
         """Bitmask of slots that are out-pointers to `width`-byte values."""
@@ -126,7 +150,7 @@ class Function:
     def config_slot(self) -> int:
         """Slot of a launch-config pointer read at entry, or -1."""
         for arg, slot in zip(self.args, self.slots):
-            if arg.kind is ArgKind.LAUNCH_CONFIG:
+            if arg.kind in CONFIG_KINDS:
                 return slot
         return -1
 
@@ -140,7 +164,8 @@ PTSZ = ("_ptsz",)
 PTDS = ("_ptds",)
 
 
-def _rt(name: str, category: str, *args: tuple[str, ArgKind], variants: tuple[str, ...] = ()) -> Function:
+def _rt(name: str, category: str, *args: tuple[str, ArgKind],
+        variants: tuple[str, ...] = ()) -> Function:
     return Function(name, RUNTIME, category, _args(*args), variants)
 
 
@@ -155,9 +180,10 @@ RUNTIME_FUNCTIONS: tuple[Function, ...] = (
     _rt("cudaMallocAsync", "memory", ("devPtr", K.OUT_PTR), ("size", K.SIZE), ("hStream", K.STREAM),
         variants=PTSZ),
     _rt("cudaFreeAsync", "memory", ("devPtr", K.PTR), ("hStream", K.STREAM), variants=PTSZ),
-    _rt("cudaMallocPitch", "memory", ("devPtr", K.OUT_PTR), ("pitch", K.OUT_SIZE), ("width", K.SIZE),
-        ("height", K.COUNT)),
-    _rt("cudaMemset", "memory", ("devPtr", K.PTR), ("value", K.INT), ("count", K.SIZE), variants=PTDS),
+    _rt("cudaMallocPitch", "memory", ("devPtr", K.OUT_PTR), ("pitch", K.OUT_SIZE),
+        ("width", K.SIZE), ("height", K.COUNT)),
+    _rt("cudaMemset", "memory", ("devPtr", K.PTR), ("value", K.INT), ("count", K.SIZE),
+        variants=PTDS),
     _rt("cudaMemsetAsync", "memory", ("devPtr", K.PTR), ("value", K.INT), ("count", K.SIZE),
         ("stream", K.STREAM), variants=PTSZ),
     _rt("cudaMemGetInfo", "memory", ("free", K.OUT_SIZE), ("total", K.OUT_SIZE)),
@@ -191,8 +217,8 @@ RUNTIME_FUNCTIONS: tuple[Function, ...] = (
     _rt("cudaStreamCreateWithPriority", "stream", ("pStream", K.OUT_HANDLE), ("flags", K.FLAGS),
         ("priority", K.INT)),
     _rt("cudaStreamDestroy", "stream", ("stream", K.STREAM)),
-    _rt("cudaStreamWaitEvent", "stream", ("stream", K.STREAM), ("event", K.EVENT), ("flags", K.FLAGS),
-        variants=PTSZ),
+    _rt("cudaStreamWaitEvent", "stream", ("stream", K.STREAM), ("event", K.EVENT),
+        ("flags", K.FLAGS), variants=PTSZ),
     _rt("cudaStreamQuery", "stream", ("stream", K.STREAM), variants=PTSZ),
     # event
     _rt("cudaEventCreate", "event", ("event", K.OUT_HANDLE)),
@@ -213,6 +239,121 @@ RUNTIME_FUNCTIONS: tuple[Function, ...] = (
     _rt("cudaDeviceSynchronize", "sync"),
 )
 
-FUNCTIONS: tuple[Function, ...] = RUNTIME_FUNCTIONS
 
+
+def _drv(name: str, category: str, *args: tuple[str, ArgKind], version: str = "",
+         variants: tuple[str, ...] = ()) -> Function:
+    return Function(name, DRIVER, category, _args(*args), variants, version)
+
+
+V2 = "_v2"
+# driver launches: CUfunction, then grid and block as three unsigned ints each
+_GRID_BLOCK = (("gridDimX", K.DIM), ("gridDimY", K.DIM), ("gridDimZ", K.DIM),
+               ("blockDimX", K.DIM), ("blockDimY", K.DIM), ("blockDimZ", K.DIM))
+
+# Versions are what CUDA 13's cuda.h #defines each name to, and what libcuda
+# exports (checked against the 535 driver by tests/unit/test_catalogue_headers.py).
+DRIVER_FUNCTIONS: tuple[Function, ...] = (
+    # device
+    _drv("cuInit", "device", ("Flags", K.FLAGS)),
+    _drv("cuDriverGetVersion", "device", ("driverVersion", K.OUT_INT)),
+    _drv("cuDeviceGet", "device", ("device", K.OUT_INT), ("ordinal", K.INT)),
+    _drv("cuDeviceGetCount", "device", ("count", K.OUT_INT)),
+    # context: CUDA <= 12 headers call cuCtxCreate_v2, CUDA 13 headers cuCtxCreate_v4
+    _drv("cuCtxCreate", "context", ("pctx", K.OUT_HANDLE), ("flags", K.FLAGS), ("dev", K.INT),
+         version=V2),
+    _drv("cuCtxCreate", "context", ("pctx", K.OUT_HANDLE), ("ctxCreateParams", K.PTR),
+         ("flags", K.FLAGS), ("dev", K.INT), version="_v4"),
+    _drv("cuCtxDestroy", "context", ("ctx", K.HANDLE), version=V2),
+    _drv("cuDevicePrimaryCtxRetain", "context", ("pctx", K.OUT_HANDLE), ("dev", K.INT)),
+    _drv("cuDevicePrimaryCtxRelease", "context", ("dev", K.INT), version=V2),
+    # memory
+    _drv("cuMemAlloc", "memory", ("dptr", K.OUT_PTR), ("bytesize", K.SIZE), version=V2),
+    _drv("cuMemFree", "memory", ("dptr", K.PTR), version=V2),
+    _drv("cuMemAllocHost", "memory", ("pp", K.OUT_PTR), ("bytesize", K.SIZE), version=V2),
+    _drv("cuMemFreeHost", "memory", ("p", K.PTR)),
+    _drv("cuMemHostAlloc", "memory", ("pp", K.OUT_PTR), ("bytesize", K.SIZE), ("Flags", K.FLAGS)),
+    _drv("cuMemAllocManaged", "memory", ("dptr", K.OUT_PTR), ("bytesize", K.SIZE),
+         ("flags", K.FLAGS)),
+    _drv("cuMemAllocPitch", "memory", ("dptr", K.OUT_PTR), ("pPitch", K.OUT_SIZE),
+         ("WidthInBytes", K.SIZE), ("Height", K.COUNT), ("ElementSizeBytes", K.UINT), version=V2),
+    _drv("cuMemAllocAsync", "memory", ("dptr", K.OUT_PTR), ("bytesize", K.SIZE),
+         ("hStream", K.STREAM), variants=PTSZ),
+    _drv("cuMemFreeAsync", "memory", ("dptr", K.PTR), ("hStream", K.STREAM), variants=PTSZ),
+    _drv("cuMemsetD8", "memory", ("dstDevice", K.PTR), ("uc", K.UINT8), ("N", K.COUNT),
+         version=V2, variants=PTDS),
+    _drv("cuMemsetD16", "memory", ("dstDevice", K.PTR), ("us", K.UINT16), ("N", K.COUNT),
+         version=V2, variants=PTDS),
+    _drv("cuMemsetD32", "memory", ("dstDevice", K.PTR), ("ui", K.UINT), ("N", K.COUNT),
+         version=V2, variants=PTDS),
+    _drv("cuMemsetD8Async", "memory", ("dstDevice", K.PTR), ("uc", K.UINT8), ("N", K.COUNT),
+         ("hStream", K.STREAM), variants=PTSZ),
+    _drv("cuMemsetD16Async", "memory", ("dstDevice", K.PTR), ("us", K.UINT16), ("N", K.COUNT),
+         ("hStream", K.STREAM), variants=PTSZ),
+    _drv("cuMemsetD32Async", "memory", ("dstDevice", K.PTR), ("ui", K.UINT), ("N", K.COUNT),
+         ("hStream", K.STREAM), variants=PTSZ),
+    # transfer
+    _drv("cuMemcpy", "transfer", ("dst", K.PTR), ("src", K.PTR), ("ByteCount", K.SIZE),
+         variants=PTDS),
+    _drv("cuMemcpyAsync", "transfer", ("dst", K.PTR), ("src", K.PTR), ("ByteCount", K.SIZE),
+         ("hStream", K.STREAM), variants=PTSZ),
+    _drv("cuMemcpyHtoD", "transfer", ("dstDevice", K.PTR), ("srcHost", K.PTR),
+         ("ByteCount", K.SIZE), version=V2, variants=PTDS),
+    _drv("cuMemcpyDtoH", "transfer", ("dstHost", K.PTR), ("srcDevice", K.PTR),
+         ("ByteCount", K.SIZE), version=V2, variants=PTDS),
+    _drv("cuMemcpyDtoD", "transfer", ("dstDevice", K.PTR), ("srcDevice", K.PTR),
+         ("ByteCount", K.SIZE), version=V2, variants=PTDS),
+    _drv("cuMemcpyHtoDAsync", "transfer", ("dstDevice", K.PTR), ("srcHost", K.PTR),
+         ("ByteCount", K.SIZE), ("hStream", K.STREAM), version=V2, variants=PTSZ),
+    _drv("cuMemcpyDtoHAsync", "transfer", ("dstHost", K.PTR), ("srcDevice", K.PTR),
+         ("ByteCount", K.SIZE), ("hStream", K.STREAM), version=V2, variants=PTSZ),
+    _drv("cuMemcpyDtoDAsync", "transfer", ("dstDevice", K.PTR), ("srcDevice", K.PTR),
+         ("ByteCount", K.SIZE), ("hStream", K.STREAM), version=V2, variants=PTSZ),
+    # kernel: 11 argument words, blockDimZ onwards on the stack
+    _drv("cuLaunchKernel", "kernel", ("f", K.CU_FUNCTION), *_GRID_BLOCK,
+         ("sharedMemBytes", K.SIZE32), ("hStream", K.STREAM), ("kernelParams", K.PTR),
+         ("extra", K.PTR), variants=PTSZ),
+    _drv("cuLaunchKernelEx", "kernel", ("config", K.CU_LAUNCH_CONFIG), ("f", K.CU_FUNCTION),
+         ("kernelParams", K.PTR), ("extra", K.PTR), variants=PTSZ),
+    _drv("cuLaunchCooperativeKernel", "kernel", ("f", K.CU_FUNCTION), *_GRID_BLOCK,
+         ("sharedMemBytes", K.SIZE32), ("hStream", K.STREAM), ("kernelParams", K.PTR),
+         variants=PTSZ),
+    _drv("cuGraphLaunch", "kernel", ("hGraphExec", K.HANDLE), ("hStream", K.STREAM),
+         variants=PTSZ),
+    # module
+    _drv("cuModuleLoad", "module", ("module", K.OUT_HANDLE), ("fname", K.PTR)),
+    _drv("cuModuleLoadData", "module", ("module", K.OUT_HANDLE), ("image", K.PTR)),
+    _drv("cuModuleLoadDataEx", "module", ("module", K.OUT_HANDLE), ("image", K.PTR),
+         ("numOptions", K.UINT), ("options", K.PTR), ("optionValues", K.PTR)),
+    _drv("cuModuleUnload", "module", ("hmod", K.HANDLE)),
+    _drv("cuModuleGetFunction", "module", ("hfunc", K.OUT_HANDLE), ("hmod", K.HANDLE),
+         ("name", K.PTR)),
+    _drv("cuLibraryLoadData", "module", ("library", K.OUT_HANDLE), ("code", K.PTR),
+         ("jitOptions", K.PTR), ("jitOptionsValues", K.PTR), ("numJitOptions", K.UINT),
+         ("libraryOptions", K.PTR), ("libraryOptionValues", K.PTR),
+         ("numLibraryOptions", K.UINT)),
+    _drv("cuLibraryGetKernel", "module", ("pKernel", K.OUT_HANDLE), ("library", K.HANDLE),
+         ("name", K.PTR)),
+    _drv("cuKernelGetFunction", "module", ("pFunc", K.OUT_HANDLE), ("kernel", K.CU_FUNCTION)),
+    # stream
+    _drv("cuStreamCreate", "stream", ("phStream", K.OUT_HANDLE), ("Flags", K.FLAGS)),
+    _drv("cuStreamDestroy", "stream", ("hStream", K.STREAM), version=V2),
+    _drv("cuStreamWaitEvent", "stream", ("hStream", K.STREAM), ("hEvent", K.EVENT),
+         ("Flags", K.FLAGS), variants=PTSZ),
+    # event
+    _drv("cuEventCreate", "event", ("phEvent", K.OUT_HANDLE), ("Flags", K.FLAGS)),
+    _drv("cuEventRecord", "event", ("hEvent", K.EVENT), ("hStream", K.STREAM), variants=PTSZ),
+    _drv("cuEventDestroy", "event", ("hEvent", K.EVENT), version=V2),
+    # sync
+    _drv("cuCtxSynchronize", "sync"),
+    _drv("cuStreamSynchronize", "sync", ("hStream", K.STREAM), variants=PTSZ),
+    _drv("cuEventSynchronize", "sync", ("hEvent", K.EVENT)),
+)
+
+FUNCTIONS: tuple[Function, ...] = RUNTIME_FUNCTIONS + DRIVER_FUNCTIONS
+
+# exported symbol (without variant suffix) -> function; unique
+BY_SYMBOL: dict[str, Function] = {f.symbol: f for f in FUNCTIONS}
+# header name -> function; where one name has several ABI versions
+# (cuCtxCreate_v2, _v4) this holds the newest, as the current headers declare it
 BY_NAME: dict[str, Function] = {f.name: f for f in FUNCTIONS}

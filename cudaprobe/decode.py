@@ -110,17 +110,31 @@ def _dim3_text(d: list[int]) -> str:
     return f"({d[0]},{d[1]},{d[2]})"
 
 
+# unsigned integer kinds -> the bits of the argument word they use
+_UNSIGNED_MASKS = {
+    ArgKind.COUNT: 0xFFFFFFFFFFFFFFFF,
+    ArgKind.UINT: 0xFFFFFFFF,
+    ArgKind.UINT16: 0xFFFF,
+    ArgKind.UINT8: 0xFF,
+}
+_HEX_KINDS = (ArgKind.PTR, ArgKind.STREAM, ArgKind.EVENT, ArgKind.HANDLE, ArgKind.FUNC,
+              ArgKind.CU_FUNCTION)
+
+
 def _decode_arg(
     kind: ArgKind, words: tuple[int, ...], slot: int, out: int | None
 ) -> tuple[Any, str]:
     """Return (JSON value, DETAILS text) for one argument."""
     v = words[slot]
-    if kind in (ArgKind.PTR, ArgKind.STREAM, ArgKind.EVENT, ArgKind.HANDLE, ArgKind.FUNC):
+    if kind in _HEX_KINDS:
         return _hex(v), _hex(v)
     if kind is ArgKind.SIZE:
         return v, humanize_bytes(v)
-    if kind in (ArgKind.COUNT, ArgKind.UINT):
-        v &= 0xFFFFFFFFFFFFFFFF if kind is ArgKind.COUNT else 0xFFFFFFFF
+    if kind is ArgKind.SIZE32:
+        v &= 0xFFFFFFFF
+        return v, humanize_bytes(v)
+    if kind in _UNSIGNED_MASKS:
+        v &= _UNSIGNED_MASKS[kind]
         return v, str(v)
     if kind is ArgKind.INT:
         v = _s32(v)
@@ -148,12 +162,33 @@ def _decode_arg(
     raise ValueError(f"no decoder for {kind}")
 
 
-def _launch_config(cfg: tuple[int, ...]) -> dict[str, Any]:
-    """Fields of a cudaLaunchConfig_t: gridDim, blockDim (dim3 each), smem, stream."""
+def _grid_block(cfg: tuple[int, ...]) -> tuple[list[int], list[int]]:
+    """Six unsigned ints at the start of both config structs: grid x,y,z, block x,y,z."""
     w0, w1, w2 = cfg[0], cfg[1], cfg[2]
-    grid = [w0 & 0xFFFFFFFF, w0 >> 32, w1 & 0xFFFFFFFF]
-    block = [w1 >> 32, w2 & 0xFFFFFFFF, w2 >> 32]
+    return ([w0 & 0xFFFFFFFF, w0 >> 32, w1 & 0xFFFFFFFF],
+            [w1 >> 32, w2 & 0xFFFFFFFF, w2 >> 32])
+
+
+def _launch_config(cfg: tuple[int, ...]) -> dict[str, Any]:
+    """Fields of a cudaLaunchConfig_t: gridDim, blockDim (dim3 each), size_t smem, stream."""
+    grid, block = _grid_block(cfg)
     return {"gridDim": grid, "blockDim": block, "dynamicSmemBytes": cfg[3], "stream": _hex(cfg[4])}
+
+
+def _cu_launch_config(cfg: tuple[int, ...]) -> dict[str, Any]:
+    """Fields of a CUlaunchConfig: six unsigned ints, unsigned int sharedMemBytes (then
+    4 bytes of padding), hStream at byte 32."""
+    grid, block = _grid_block(cfg)
+    return {"gridDim": grid, "blockDim": block, "sharedMemBytes": cfg[3] & 0xFFFFFFFF,
+            "hStream": _hex(cfg[4])}
+
+
+# config kind -> decoder of the CFG_WORDS words read at entry; each returns
+# gridDim, blockDim, shared memory bytes and stream, in that order
+_CONFIG_DECODERS = {
+    ArgKind.LAUNCH_CONFIG: _launch_config,
+    ArgKind.CU_LAUNCH_CONFIG: _cu_launch_config,
+}
 
 
 def decode_args(
@@ -162,14 +197,21 @@ def decode_args(
     args: dict[str, Any] = {}
     parts: list[str] = []
     for arg, slot in zip(function.args, function.slots):
-        if arg.kind is ArgKind.LAUNCH_CONFIG:
+        if arg.kind in _CONFIG_DECODERS:
             args[arg.name] = _hex(raw.args[slot])
-            cfg = _launch_config(raw.cfg)
+            cfg = _CONFIG_DECODERS[arg.kind](raw.cfg)
             args.update(cfg)
-            parts.append(
-                f"grid={_dim3_text(cfg['gridDim'])} block={_dim3_text(cfg['blockDim'])} "
-                f"smem={humanize_bytes(cfg['dynamicSmemBytes'])} stream={cfg['stream']}"
-            )
+            grid, block, smem, stream = cfg.values()
+            parts.append(f"grid={_dim3_text(grid)} block={_dim3_text(block)} "
+                         f"smem={humanize_bytes(smem)} stream={stream}")
+            continue
+        if arg.kind is ArgKind.DIM:
+            # gridDimX, gridDimY, gridDimZ -> gridDim: [x, y, z], as the runtime's dim3
+            stem, axis = arg.name[:-1], "XYZ".index(arg.name[-1])
+            dims = args.setdefault(stem, [0, 0, 0])
+            dims[axis] = raw.args[slot] & 0xFFFFFFFF
+            if axis == 2:
+                parts.append(f"{stem}={_dim3_text(dims)}")
             continue
         idx = function.out_index.get(arg.name)
         out = raw.outs[idx] if idx is not None else None

@@ -9,6 +9,7 @@ from .catalogue import CATEGORIES, FUNCTIONS, Function
 from .decode import Probe
 from .elfsyms import read_symbols
 from .errors import SymbolMissing, UnknownEvent
+from .libs import api_of
 
 
 def select_functions(events: list[str] | None, apis: set[str] | None = None) -> list[Function]:
@@ -16,21 +17,23 @@ def select_functions(events: list[str] | None, apis: set[str] | None = None) -> 
     pool = [f for f in FUNCTIONS if apis is None or f.api in apis]
     if not events:
         return pool
-    by_name = {f.name: f for f in pool}
-    by_symbol = {s: f for f in pool for s in f.symbols}
-    chosen: dict[str, Function] = {}
+    # a header name selects every ABI version of it (cuCtxCreate: _v2 and _v4)
+    by_name: dict[str, list[Function]] = {}
+    for f in pool:
+        by_name.setdefault(f.name, []).append(f)
+    by_symbol = {s: [f] for f in pool for s in f.symbols}
+    chosen: set[str] = set()
     for item in (e.strip() for spec in events for e in spec.split(",")):
         if not item:
             continue
         if item in CATEGORIES:
-            chosen.update((f.name, f) for f in pool if f.category == item)
-        elif item in by_symbol:
-            f = by_symbol[item]
-            chosen[f.name] = f
+            chosen.update(f.symbol for f in pool if f.category == item)
+        elif item in by_symbol or item in by_name:
+            chosen.update(f.symbol for f in by_symbol.get(item) or by_name[item])
         else:
             choices = list(CATEGORIES) + list(by_name)
             raise UnknownEvent(item, difflib.get_close_matches(item, choices, n=3, cutoff=0.6))
-    return [f for f in pool if f.name in chosen]
+    return [f for f in pool if f.symbol in chosen]
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,9 @@ class ProbePlan:
 def plan_probes(functions: list[Function], libraries: list[str]) -> ProbePlan:
     """One probe per exported symbol (base name and variants), attached in every library."""
     tables = [read_symbols(path) for path in libraries]
+    # not finding the driver API in libcudart is no news: only say so for an API
+    # that one of the libraries provides, or when one's API is unknown (an executable)
+    apis = {api_of(path) for path in libraries}
     probes: list[Probe] = []
     attachments: list[Attachment] = []
     not_found: list[str] = []
@@ -60,7 +66,7 @@ def plan_probes(functions: list[Function], libraries: list[str]) -> ProbePlan:
         for symbol in fn.symbols:
             where = [t for t in tables if symbol in t.functions]
             if not where:
-                if symbol == fn.name:
+                if symbol == fn.symbol and (fn.api in apis or None in apis):
                     not_found.append(symbol)
                 continue
             probe = Probe(len(probes), symbol, fn)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from ..catalogue import DRIVER, RUNTIME
 from ..probes import select_functions
+from ..reporters.table import make_console
 
 
 @click.command("list")
@@ -26,9 +28,9 @@ def list_command(events, api) -> None:
     """
     apis = {RUNTIME, DRIVER} if api == "all" else {api}
     table = Table(show_edge=False)
-    for col in ("FUNCTION", "API", "CATEGORY", "ARGUMENTS", "VARIANTS"):
+    for col in ("FUNCTION", "API", "CATEGORY", "ARGUMENTS", "SYMBOLS PROBED"):
         table.add_column(col)
     for fn in select_functions(list(events), apis):
         args = ", ".join(f"{a.name}:{a.kind.value}" for a in fn.args)
-        table.add_row(Text(fn.name), fn.api, fn.category, Text(args), " ".join(fn.variants))
-    Console(highlight=False).print(table)
+        table.add_row(Text(fn.name), fn.api, fn.category, Text(args), " ".join(fn.symbols))
+    make_console(sys.stdout).print(table)
