@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 from .catalogue import ArgKind, Function
 from .cuda_errors import error_name
+from .demangle import shorten
 from .event import RawEvent
 
 MEMCPY_KINDS = {
@@ -220,8 +221,8 @@ def decode_args(
         if arg.kind is ArgKind.FUNC and symbolize is not None:
             name = symbolize(pid, raw.args[slot])
             if name:
-                args["func_name"] = name
-                text = f"{text} {name}"
+                args["func_name"] = name  # whole in JSONL; shortened in DETAILS
+                text = f"{text} {shorten(name)}"
         parts.append(f"{arg.name}={text}")
     return args, " ".join(parts)
 

@@ -30,6 +30,15 @@ class ElfSymbols:
     vaddrs: dict[str, int]
     # sorted (vaddr, size, name) of all defined functions, for address lookups
     by_address: tuple[tuple[int, int, str], ...]
+    # (p_vaddr, p_memsz, p_offset) of each PT_LOAD segment
+    loads: tuple[tuple[int, int, int], ...] = ()
+
+    def vaddr_of(self, file_offset: int) -> int | None:
+        """The link-time address loaded from `file_offset`, as the PT_LOAD segments map it."""
+        for p_vaddr, p_memsz, p_offset in self.loads:
+            if p_offset <= file_offset < p_offset + p_memsz:
+                return file_offset - p_offset + p_vaddr
+        return None
 
     def name_at(self, vaddr: int) -> str | None:
         """The function whose [start, start+size) holds `vaddr` (link-time address)."""
@@ -100,7 +109,7 @@ def _read_symbols(path: str, _ino: int, _mtime: int) -> ElfSymbols:
                     functions[name] = off
                     vaddrs[name] = vaddr
     by_address = tuple(sorted((a, s, n) for a, (s, n) in spans.items()))
-    return ElfSymbols(path, etype != "ET_EXEC", functions, vaddrs, by_address)
+    return ElfSymbols(path, etype != "ET_EXEC", functions, vaddrs, by_address, tuple(loads))
 
 
 def _file_offset(loads: list[tuple[int, int, int]], vaddr: int) -> int | None:

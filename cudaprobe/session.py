@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from rich.console import Console
 
@@ -31,6 +32,9 @@ class SessionOptions:
     command: list[str] = field(default_factory=list)
     pids: list[int] = field(default_factory=list)
     symbolize: Symbolizer | None = None
+    # called with each event's pid before it is decoded: a symbolizer that reads
+    # /proc/PID/maps wants to see the process while it still runs
+    see_process: Callable[[int], None] | None = None
 
 
 class TraceSession:
@@ -50,6 +54,8 @@ class TraceSession:
     def _decode(self, raws: list[RawEvent], in_flight: bool = False) -> list[Call]:
         calls = []
         for raw in raws:
+            if self.options.see_process is not None:
+                self.options.see_process(raw.pid)
             try:
                 calls.append(decode_event(raw, self.plan.probes, self._t0,
                                           self.options.symbolize, in_flight=in_flight))

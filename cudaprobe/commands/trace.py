@@ -16,6 +16,7 @@ from ..probes import plan_probes, select_functions
 from ..reporters import FORMATS, REPORTERS, choose_format
 from ..reporters.table import make_console
 from ..session import SessionOptions, TraceSession
+from ..symbolize import KernelSymbolizer
 
 APIS = {"runtime": {RUNTIME}, "driver": {DRIVER}, "all": {RUNTIME, DRIVER}}
 
@@ -86,8 +87,10 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
         summary_console = err
     err.print(f"cudaprobe: tracing {len(plan.probes)} functions in "
               f"{', '.join(sorted({a.path for a in plan.attachments}))}", style="dim")
+    kernels = KernelSymbolizer()
     session = TraceSession(plan, settings, reporter, summary_console,
-                           SessionOptions(duration=duration, command=list(command)))
+                           SessionOptions(duration=duration, command=list(command),
+                                          symbolize=kernels, see_process=kernels.see))
     try:
         status = session.run()
     finally:

@@ -1,0 +1,137 @@
+"""Kernel names for runtime launches: demangling, shortening, maps, load bias."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cudaprobe.demangle import demangle, shorten
+from cudaprobe.symbolize import KernelSymbolizer, Mapping, find_mapping, parse_maps
+
+TORCH_FILL = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+              "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, "
+              "at::detail::Array<char*, 1>)")
+
+MAPS = """\
+55d4c0a00000-55d4c0a01000 r--p 00000000 fd:01 1234 /opt/app/bin/app
+55d4c0a01000-55d4c0a05000 r-xp 00001000 fd:01 1234 /opt/app/bin/app
+55d4c1000000-55d4c1021000 rw-p 00000000 00:00 0 [heap]
+7f0000000000-7f0000100000 r-xp 00020000 fd:01 99 /usr/lib/libk.so (deleted)
+7f1000000000-7f1000200000 r-xp 00010000 fd:01 77 /usr/lib/x86_64-linux-gnu/libkern.so
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]
+"""
+
+
+@pytest.mark.parametrize("mangled,name", [
+    ("_Z6vecAddPKfS0_Pfi", "vecAdd(float const*, float const*, float*, int)"),
+    ("_Z5scaleIfEvPT_S0_i", "void scale<float>(float*, float, int)"),
+    ("_ZN12_GLOBAL__N_16kernelEv", "(anonymous namespace)::kernel()"),
+    ("vecAdd", "vecAdd"),  # extern "C": not mangled
+    ("_Znot_valid", "_Znot_valid"),
+])
+def test_demangle(mangled, name):
+    assert demangle(mangled) == name
+
+
+@pytest.mark.parametrize("full,short", [
+    ("vecAdd(float const*, float const*, float*, int)",
+     "vecAdd(float const*, float const*, float*, int)"),  # fits: whole
+    (TORCH_FILL, "at::native::vectorized_elementwise_kernel<…>"),
+    ("void ns::long_kernel_name_that_is_long_enough<int>(float const*, float const*, int) const",
+     "ns::long_kernel_name_that_is_long_enough<int>"),
+    ("void (anonymous namespace)::softmax_warp_forward<float, float, 10>(float*, float const*, "
+     "int, int, int)", "(anonymous namespace)::softmax_warp_forward<…>"),
+])
+def test_shorten(full, short):
+    assert shorten(full) == short
+
+
+def test_parse_maps_keeps_executable_files_only():
+    maps = parse_maps(MAPS)
+    assert maps == [
+        Mapping(0x55D4C0A01000, 0x55D4C0A05000, 0x1000, "/opt/app/bin/app"),
+        Mapping(0x7F1000000000, 0x7F1000200000, 0x10000, "/usr/lib/x86_64-linux-gnu/libkern.so"),
+    ]
+    assert find_mapping(maps, 0x55D4C0A04FFF).path == "/opt/app/bin/app"
+    assert find_mapping(maps, 0x55D4C0A05000) is None
+    assert find_mapping(maps, 0x7F1000000123).offset == 0x10000
+    assert find_mapping(maps, 0x1000) is None
+
+
+def test_resolves_a_shared_library_function_in_this_process():
+    """libc is mapped with a load bias: the address must go through maps and PT_LOAD."""
+    libc = ctypes.CDLL(None)
+    address = ctypes.cast(libc.qsort, ctypes.c_void_p).value
+    sym = KernelSymbolizer()
+    assert sym(os.getpid(), address) == "qsort"
+    assert sym(os.getpid(), 0x10) is None
+
+
+CXX_PROGRAM = r"""
+#include <cstdio>
+#include <unistd.h>
+namespace k {
+template <typename T> void scale(T *x, T a, int n) { for (int i = 0; i < n; i++) x[i] *= a; }
+}
+template void k::scale<float>(float *, float, int);
+int main() {
+    printf("%p\n", (void *)&k::scale<float>);
+    fflush(stdout);
+    char c; return read(0, &c, 1) < 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def cxx_programs(tmp_path_factory) -> dict[str, Path]:
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not found")
+    d = tmp_path_factory.mktemp("sym")
+    src = d / "prog.cpp"
+    src.write_text(CXX_PROGRAM)
+    out = {}
+    for flavour, flags in (("pie", ["-fPIE", "-pie"]), ("exec", ["-no-pie"])):
+        exe = d / f"prog_{flavour}"
+        subprocess.run(["g++", "-O0", *flags, "-o", str(exe), str(src)], check=True)
+        out[flavour] = exe
+    return out
+
+
+@pytest.mark.parametrize("flavour", ["pie", "exec"])
+def test_resolves_a_template_in_a_running_executable_after_it_exits(cxx_programs, flavour):
+    proc = subprocess.Popen([str(cxx_programs[flavour])], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        address = int(proc.stdout.readline(), 16)
+        sym = KernelSymbolizer()
+        sym.see(proc.pid)  # first event: maps read while it runs
+    finally:
+        proc.communicate("x")
+    assert proc.returncode == 0
+    # decoded after the process exited: from the maps captured by see()
+    assert sym(proc.pid, address) == "void k::scale<float>(float*, float, int)"
+    assert sym(proc.pid, address + 1) == "void k::scale<float>(float*, float, int)"
+
+
+def test_unknown_process_gives_no_name(tmp_path):
+    sym = KernelSymbolizer(proc=str(tmp_path))
+    sym.see(12345)
+    assert sym(12345, 0x401000) is None
+
+
+def test_maps_are_read_again_for_an_address_mapped_later(tmp_path):
+    """A library dlopen'ed after the first event: the address is in no map seen then."""
+    libc = ctypes.CDLL(None)
+    address = ctypes.cast(libc.qsort, ctypes.c_void_p).value
+    (tmp_path / "7").mkdir()
+    maps = tmp_path / "7" / "maps"
+    maps.write_text("")
+    sym = KernelSymbolizer(proc=str(tmp_path))
+    sym.see(7)
+    maps.write_text(Path("/proc/self/maps").read_text())
+    assert sym(7, address) == "qsort"
