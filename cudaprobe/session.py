@@ -1,26 +1,33 @@
 """A trace session: attach, stream decoded calls to a reporter, stop, summarize.
 
-Stop conditions: a stop signal, --duration elapsed, or the launched command
-exiting. Teardown always drains the ring buffer, reports calls still in
-flight, prints the summary and detaches, in that order.
+Stop conditions: a stop signal, --duration elapsed, the launched command
+exiting, or every --pid target exiting. While tracing processes (--pid,
+--comm, -- COMMAND), a Follower attaches the CUDA objects they load.
+Teardown always drains the ring buffer, reports calls still in flight, prints
+the summary and detaches, in that order.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 from rich.console import Console
 
+from . import STARTED
 from .bpfprog import Settings
 from .decode import Call, Symbolizer, decode_event
 from .event import RawEvent
+from .follow import Follower
+from .handles import KernelHandles
 from .launch import LaunchedCommand
 from .probes import ProbePlan
 from .reporters import Reporter
 from .signals import StopRequest
 from .summary import Summary
+from .targets import Targets
 from .tracer import Tracer
 
 POLL_MS = 100
@@ -35,6 +42,10 @@ class SessionOptions:
     # called with each event's pid before it is decoded: a symbolizer that reads
     # /proc/PID/maps wants to see the process while it still runs
     see_process: Callable[[int], None] | None = None
+    # processes to follow (--pid, --comm, -- COMMAND), and where to say what happens to them
+    targets: Targets | None = None
+    notify: Callable[[str], None] = lambda message: print(f"cudaprobe: {message}",
+                                                          file=sys.stderr)
 
 
 class TraceSession:
@@ -49,6 +60,7 @@ class TraceSession:
         self.summary = Summary(libraries=sorted({a.path for a in plan.attachments}),
                                not_found=plan.not_found)
         self.decode_errors = 0
+        self.kernel_handles = KernelHandles()  # driver launches' kernel names, as made
         self._t0 = 0
 
     def _decode(self, raws: list[RawEvent], in_flight: bool = False) -> list[Call]:
@@ -58,7 +70,8 @@ class TraceSession:
                 self.options.see_process(raw.pid)
             try:
                 calls.append(decode_event(raw, self.plan.probes, self._t0,
-                                          self.options.symbolize, in_flight=in_flight))
+                                          self.options.symbolize, in_flight=in_flight,
+                                          handles=self.kernel_handles))
             except ValueError:
                 self.decode_errors += 1
         return calls
@@ -79,6 +92,11 @@ class TraceSession:
                     tracer.add_target(pid)
                 self._t0 = time.monotonic_ns()
                 self.summary.attach_s = tracer.attach_seconds
+                self.summary.startup_s = time.monotonic() - STARTED
+                follower = None
+                if self.options.targets is not None:
+                    follower = Follower(self.options.targets, tracer, self.plan, self.summary,
+                                        self.options.notify)
                 self.reporter.start()
                 if command:
                     command.release()
@@ -86,6 +104,9 @@ class TraceSession:
                 while not stop.requested:
                     self._emit(tracer.poll(POLL_MS))
                     if command and command.wait() is not None:
+                        break
+                    if follower and follower.step():
+                        self.options.notify("every traced pid has exited: stopping")
                         break
                     if deadline and time.monotonic() >= deadline:
                         break

@@ -29,6 +29,7 @@ class Summary:
     lost: dict[str, int] = field(default_factory=dict)
     duration_s: float = 0.0
     attach_s: float = 0.0
+    startup_s: float = 0.0
     exit_status: int | None = None
 
     def add(self, calls: list[Call]) -> None:
@@ -60,6 +61,8 @@ class Summary:
             "lost": {k: v for k, v in self.lost.items() if k != "wakeups"},
             "lost_total": self.total_lost,
             "duration_s": round(self.duration_s, 3),
+            "attach_s": round(self.attach_s, 3),
+            "startup_s": round(self.startup_s, 3),
             "libraries": self.libraries,
             "not_found": self.not_found,
         }

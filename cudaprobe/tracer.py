@@ -6,7 +6,7 @@ bcc raises bare `Exception`s; they are translated into BpfError here.
 from __future__ import annotations
 
 import contextlib
-import ctypes
+import mmap
 import os
 import time
 from typing import Any
@@ -14,15 +14,17 @@ from typing import Any
 from . import bpfprog, uprobe_multi
 from .errors import BccMissing, BpfError, NotRoot
 from .event import (
-    EVENT_SIZE,
     LOST_PAIRING,
     LOST_RINGBUF,
     NR_COUNTERS,
+    RECORD_STRUCT,
     WAKEUPS,
     RawEvent,
+    from_record,
     unpack_event,
 )
-from .probes import ProbePlan
+from .probes import Attachment, ProbePlan
+from .ringbuf import RingBuffer
 
 
 def import_bcc() -> Any:
@@ -40,8 +42,7 @@ class Tracer:
         self.plan = plan
         self.settings = settings
         self._bpf: Any = None
-        self._pending: list[bytes] = []
-        self.malformed = 0  # events of the wrong size (userspace loss)
+        self._ring: RingBuffer | None = None
         self.attached: list[str] = []  # library paths probed
         self.attach_seconds = 0.0
         self._links: list[int] = []  # uprobe_multi link fds
@@ -60,7 +61,10 @@ class Tracer:
                            fix="run `cudaprobe doctor`") from None
         try:
             self._attach_all()
-            self._bpf["events"].open_ring_buffer(self._on_event)
+            if not self.settings.stats:  # stats mode aggregates in maps: no events
+                self._ring = RingBuffer(self._bpf["events"].map_fd,
+                                        self.settings.ringbuf_pages * mmap.PAGESIZE,
+                                        RECORD_STRUCT)
         except BaseException:
             self.close()
             raise
@@ -74,39 +78,55 @@ class Tracer:
         probes = self._bpf["probes"]
         for p in self.plan.probes:
             probes[probes.Key(p.func_id)] = probes.Leaf(*bpfprog.probe_config(p))
-        if self.settings.attach == "multi":
-            self._attach_multi()
-        else:
-            self._attach_perf()
-        self.attached = sorted({a.path for a in self.plan.attachments})
-        self.attach_seconds = time.monotonic() - start
-
-    def _attach_multi(self) -> None:
-        kprobe = self._bpf.KPROBE
-        by_path: dict[str, list] = {}
+        by_path: dict[str, list[Attachment]] = {}
         for a in self.plan.attachments:
             by_path.setdefault(a.path, []).append(a)
-        for fn_name, retprobe in ((b"cp_enter", False), (b"cp_return", True)):
-            try:
-                fn = self._bpf.load_func(fn_name, kprobe,
-                                         attach_type=uprobe_multi.BPF_TRACE_UPROBE_MULTI)
-            except Exception as e:
-                raise BpfError("loading the BPF program failed", str(e)) from None
-            for path, atts in by_path.items():
+        for path, atts in by_path.items():
+            self.attach_library(path, atts)
+        self.attach_seconds = time.monotonic() - start
+
+    def attach_library(self, path: str, attachments: list[Attachment]) -> None:
+        """Probe `attachments`, all in `path`: at start, or later while tracing.
+
+        Their probe ids must be in the plan, whose `probes` map was filled at
+        load time. Return probes go in first: a call entered between the two
+        attaches then has no entry to pair with, rather than an entry that
+        never completes and shows as in flight forever.
+        """
+        if self.settings.attach == "multi":
+            self._attach_multi(path, attachments)
+        else:
+            self._attach_perf(attachments)
+        self.attached.append(path)
+
+    def _attach_multi(self, path: str, atts: list[Attachment]) -> None:
+        links = []
+        try:
+            for fn_name, retprobe in ((b"cp_return", True), (b"cp_enter", False)):
+                try:  # bcc loads each program once and hands the same one back after
+                    fn = self._bpf.load_func(fn_name, self._bpf.KPROBE,
+                                             attach_type=uprobe_multi.BPF_TRACE_UPROBE_MULTI)
+                except Exception as e:
+                    raise BpfError("loading the BPF program failed", str(e)) from None
                 try:
-                    fd = uprobe_multi.create_link(fn.fd, path, [a.offset for a in atts],
-                                                  [a.probe.func_id for a in atts], retprobe)
+                    links.append(uprobe_multi.create_link(
+                        fn.fd, path, [a.offset for a in atts], [a.probe.func_id for a in atts],
+                        retprobe))
                 except OSError as e:
                     raise BpfError(f"attaching {len(atts)} uprobes to {path}", e.strerror,
                                    fix="set CUDAPROBE_ATTACH=perf on kernels without "
                                        "uprobe_multi") from None
-                self._links.append(fd)
+        except BpfError:
+            for fd in links:
+                os.close(fd)
+            raise
+        self._links += links
 
-    def _attach_perf(self) -> None:
-        for a in self.plan.attachments:
+    def _attach_perf(self, atts: list[Attachment]) -> None:
+        for a in atts:
             addr = a.offset if a.is_pie_or_shared else a.vaddr
-            for kind, fn in (("uprobe", f"cp_enter_{a.probe.func_id}"),
-                             ("uretprobe", f"cp_return_{a.probe.func_id}")):
+            for kind, fn in (("uretprobe", f"cp_return_{a.probe.func_id}"),
+                             ("uprobe", f"cp_enter_{a.probe.func_id}")):
                 attach = getattr(self._bpf, f"attach_{kind}")
                 try:
                     attach(name=a.path.encode(), addr=addr, fn_name=fn.encode())
@@ -116,6 +136,9 @@ class Tracer:
 
     def close(self) -> None:
         """Detach everything; safe to call twice."""
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
         links, self._links = self._links, []
         for fd in links:
             with contextlib.suppress(OSError):
@@ -130,34 +153,59 @@ class Tracer:
         targets = self._bpf["targets"]
         targets[targets.Key(pid)] = targets.Leaf(1)
 
-    def _on_event(self, _ctx: Any, data: Any, size: int) -> int:
-        self._pending.append(ctypes.string_at(data, size))
-        return 0
+    def remove_target(self, pid: int) -> None:
+        targets = self._bpf["targets"]
+        with contextlib.suppress(KeyError):
+            del targets[targets.Key(pid)]
 
-    def _take(self) -> list[RawEvent]:
-        pending, self._pending = self._pending, []
-        out = []
-        for data in pending:
-            if len(data) != EVENT_SIZE:
-                self.malformed += 1
-                continue
-            out.append(unpack_event(data))
-        return out
+    def target_pids(self) -> list[int]:
+        """Processes traced now: those added, their children, --comm execs."""
+        return [key.value for key in self._bpf["targets"].keys()]
+
+    def set_comm(self, name: str) -> None:
+        """Processes that exec under `name` become targets (Settings.filter_comm)."""
+        table = self._bpf["comm_filter"]
+        leaf = table.Leaf()
+        leaf.name = name.encode()[:15]
+        table[table.Key(0)] = leaf
 
     def poll(self, timeout_ms: int) -> list[RawEvent]:
         """Wait up to timeout_ms for a forced wakeup, then drain the ring buffer."""
-        self._bpf.ring_buffer_poll(timeout_ms)
-        self._bpf.ring_buffer_consume()
-        return self._take()
+        if self._ring.available() == 0:
+            self._ring.wait(timeout_ms)
+        return self.drain()
 
     def drain(self) -> list[RawEvent]:
-        self._bpf.ring_buffer_consume()
-        return self._take()
+        return [from_record(rec) for rec in self._ring.consume()]
 
     def in_flight(self) -> list[RawEvent]:
         """Calls entered but not returned: read from the pairing map."""
         table = self._bpf["inflight"]
         return [unpack_event(bytes(v)) for _k, v in table.items()]
+
+    def read_stats(self) -> dict[int, list[tuple[int, ...]]]:
+        """CP_STATS: probe id -> one struct cp_stat per CPU, as a flat tuple
+        (count, total_ns, min_ns, max_ns, errors_unkeyed, *hist, *hist_ns)."""
+        table = self._bpf["stats"]
+        out = {}
+        for p in self.plan.probes:
+            per_cpu = table[table.Key(p.func_id)]
+            out[p.func_id] = [(v.count, v.total_ns, v.min_ns, v.max_ns, v.errors_unkeyed,
+                               *v.hist, *v.hist_ns) for v in per_cpu]
+        return out
+
+    def read_errors(self) -> dict[tuple[int, int], int]:
+        """CP_STATS: (probe id, return code) -> failed calls, summed over CPUs."""
+        return {(k.probe_id, k.ret): sum(v) for k, v in self._bpf["stat_errors"].items()}
+
+    def user_stack(self, stack_id: int) -> list[int]:
+        """CP_STACKS: the addresses of a recorded user stack, innermost first."""
+        if stack_id < 0:
+            return []
+        try:
+            return list(self._bpf["stacks"].walk(stack_id))
+        except KeyError:  # evicted, or never stored
+            return []
 
     def counters(self) -> dict[str, int]:
         table = self._bpf["counters"]
@@ -166,5 +214,5 @@ class Tracer:
             "ringbuf_full": totals[LOST_RINGBUF],
             "pairing_map_full": totals[LOST_PAIRING],
             "wakeups": totals[WAKEUPS],
-            "malformed": self.malformed,
+            "malformed": self._ring.malformed if self._ring else 0,
         }

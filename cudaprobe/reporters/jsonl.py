@@ -9,13 +9,17 @@ from ..summary import Summary
 from .base import Reporter
 
 
+# one encoder for all lines: json.dumps(..., separators=...) builds a new one per call
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
+                           check_circular=False).encode
+
+
 class JsonlReporter(Reporter):
     name = "jsonl"
     extensions = (".jsonl", ".ndjson", ".json")
 
     def calls(self, calls: list[Call]) -> None:
-        dumps = json.dumps
-        self.stream.write("".join(dumps(c.to_dict(), separators=(",", ":")) + "\n" for c in calls))
+        self.stream.write("".join([_encode(c.to_dict()) + "\n" for c in calls]))
 
     def finish(self, summary: Summary) -> None:
         self.stream.write(json.dumps({"summary": summary.to_dict()}, separators=(",", ":")) + "\n")

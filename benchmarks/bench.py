@@ -1,0 +1,225 @@
+"""Side-by-side overhead benchmark of cudaprobe (run by scripts/bench, as root).
+
+Every configuration runs the same workload (benchmarks/bench_loop.c: cudaMalloc
+in a loop against the real libcudart; it fails fast without a GPU, so the
+loop measures call + probe cost) in each repetition, interleaved, so ratios
+come from one run on one (noisy, shared) machine:
+
+  untraced        the workload alone
+  floor           bpftrace, count-only uprobe + uretprobe on cudaMalloc: the
+                  least any tracer that reports results pays per call
+  trace-jsonl/csv/table   cudaprobe trace -o FILE in each format
+  stats           cudaprobe stats (in-kernel aggregation), when present
+  export          the script from `cudaprobe export bpftrace`, when present
+
+Reported: ns/call (min and median over repetitions), ratio of the median to
+the floor's, events recorded vs calls made, cudaprobe's own CPU seconds, and
+the time from start to probes attached. Then two scenarios: a paced rate
+(default 200k calls/s for 30 s) under `trace`, for loss and CPU, and two
+threads at full speed, for loss and pairing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+LOOP_SRC = REPO / "benchmarks" / "bench_loop.c"
+LOOP_BIN = REPO / "benchmarks" / "bin" / "bench_loop"
+CUDA = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+
+
+def build_loop() -> Path:
+    if not LOOP_BIN.exists() or LOOP_BIN.stat().st_mtime < LOOP_SRC.stat().st_mtime:
+        LOOP_BIN.parent.mkdir(exist_ok=True)
+        subprocess.run(["gcc", "-O2", f"-I{CUDA}/include", "-o", str(LOOP_BIN), str(LOOP_SRC),
+                        f"-L{CUDA}/lib64", "-lcudart", "-lpthread",
+                        f"-Wl,-rpath,{CUDA}/lib64"], check=True)
+    return LOOP_BIN
+
+
+def cudaprobe(*args: str) -> list[str]:
+    return [sys.executable, "-m", "cudaprobe", *args]
+
+
+def has_command(*words: str) -> bool:
+    p = subprocess.run(cudaprobe(*words, "--help"), capture_output=True, text=True)
+    return p.returncode == 0
+
+
+def run_measured(argv: list[str], timeout: float) -> tuple[subprocess.CompletedProcess, float]:
+    """Run argv; returns the process and the CPU seconds it and its children used."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return p, cpu
+
+
+def workload_result(stdout: str) -> dict:
+    for line in stdout.splitlines():
+        if line.startswith('{"calls"'):
+            return json.loads(line)
+    raise RuntimeError(f"workload printed no result: {stdout[-300:]!r}")
+
+
+class Bench:
+    def __init__(self, lib: str, loop: Path, tmp: Path) -> None:
+        self.lib = lib
+        self.loop = loop
+        self.tmp = tmp
+
+    def workload(self, calls: int, threads: int = 1, rate: int = 0) -> list[str]:
+        return [str(self.loop), str(calls), str(threads), str(rate)]
+
+    def untraced(self, w: list[str]) -> dict:
+        p, _ = run_measured(w, 600)
+        return {"result": workload_result(p.stdout), "events": None, "tracer_cpu_s": 0.0}
+
+    def floor(self, w: list[str]) -> dict:
+        prog = (f'uprobe:"{self.lib}":cudaMalloc /pid == cpid/ {{ @entries = count(); }} '
+                f'uretprobe:"{self.lib}":cudaMalloc /pid == cpid/ {{ @returns = count(); }}')
+        p, cpu = run_measured(["bpftrace", "-e", prog, "-c", " ".join(w)], 600)
+        res = workload_result(p.stdout)
+        m = re.search(r"@returns: (\d+)", p.stdout)
+        return {"result": res, "events": int(m.group(1)) if m else None,
+                "tracer_cpu_s": cpu - res["cpu_s"]}
+
+    def trace(self, w: list[str], fmt: str) -> dict:
+        out = self.tmp / f"calls.{ {'table': 'txt'}.get(fmt, fmt) }"
+        t0 = time.monotonic()
+        p, cpu = run_measured(cudaprobe("trace", "--lib", self.lib, "-e", "cudaMalloc", "-f", fmt,
+                                        "-o", str(out), "--force", "--", *w), 600)
+        wall = time.monotonic() - t0
+        res = workload_result(p.stdout)
+        events, lost, attach = None, None, None
+        if fmt == "jsonl":
+            lines = out.read_text().splitlines()
+            summary = json.loads(lines[-1])["summary"]
+            events, lost = len(lines) - 1, summary["lost_total"]
+            attach = summary.get("startup_s")
+        elif fmt == "csv":
+            events = sum(1 for _ in out.open()) - 1
+        m = re.search(r"(\d+) calls in [\d.]+s, \d+ still in flight, (\d+) lost", p.stderr)
+        if m:
+            events = events if events is not None else int(m.group(1))
+            lost = int(m.group(2))
+        return {"result": res, "events": events, "lost": lost, "startup_s": attach,
+                "tracer_cpu_s": cpu - res["cpu_s"], "wall_s": wall}
+
+    def stats(self, w: list[str]) -> dict:
+        p, cpu = run_measured(cudaprobe("stats", "--lib", self.lib, "-e", "cudaMalloc", "--json",
+                                        "--", *w), 600)
+        res = workload_result(p.stdout)
+        m = re.search(r'"count":\s*(\d+)', p.stdout)
+        return {"result": res, "events": int(m.group(1)) if m else None,
+                "tracer_cpu_s": cpu - res["cpu_s"]}
+
+    def export(self, w: list[str]) -> dict:
+        script = self.tmp / "cuda_events.bt"
+        subprocess.run(cudaprobe("export", "bpftrace", "--lib", self.lib, "-e", "cudaMalloc",
+                                 "-o", str(script), "--force"), check=True, capture_output=True)
+        p, cpu = run_measured(["bpftrace", str(script), "-c", " ".join(w)], 600)
+        res = workload_result(p.stdout)
+        events = sum(1 for line in p.stdout.splitlines() if "cudaMalloc" in line)
+        return {"result": res, "events": events, "tracer_cpu_s": cpu - res["cpu_s"]}
+
+
+def overhead(bench: Bench, calls: int, reps: int) -> dict:
+    configs = {"untraced": bench.untraced, "floor": bench.floor}
+    for fmt in ("jsonl", "csv", "table"):
+        configs[f"trace-{fmt}"] = lambda w, fmt=fmt: bench.trace(w, fmt)
+    if has_command("stats"):
+        configs["stats"] = bench.stats
+    if has_command("export", "bpftrace"):
+        configs["export"] = bench.export
+    runs: dict[str, list[dict]] = {name: [] for name in configs}
+    for _ in range(reps):
+        for name, fn in configs.items():  # interleaved: each repetition runs all
+            runs[name].append(fn(bench.workload(calls)))
+    floor_median = statistics.median(r["result"]["ns_per_call"] for r in runs["floor"])
+    rows = {}
+    for name, rs in runs.items():
+        ns = [r["result"]["ns_per_call"] for r in rs]
+        rows[name] = {
+            "ns_per_call_min": min(ns), "ns_per_call_median": statistics.median(ns),
+            "ratio_to_floor": round(statistics.median(ns) / floor_median, 2),
+            "calls": rs[0]["result"]["calls"],
+            "events": [r["events"] for r in rs],
+            "lost": [r.get("lost") for r in rs],
+            "tracer_cpu_s": round(statistics.median(r["tracer_cpu_s"] for r in rs), 3),
+            "startup_s": rs[0].get("startup_s"),
+        }
+    return rows
+
+
+def paced(bench: Bench, rate: int, seconds: int) -> dict:
+    r = bench.trace(bench.workload(rate * seconds, 1, rate), "jsonl")
+    wall = r["wall_s"]
+    return {"rate": rate, "seconds": seconds, "calls": r["result"]["calls"],
+            "events": r["events"], "lost": r["lost"],
+            "achieved_rate": round(r["result"]["measured_calls"]
+                                   / (r["result"]["elapsed_ns"] / 1e9)),
+            "tracer_cpu_s": round(r["tracer_cpu_s"], 2),
+            "tracer_cores": round(r["tracer_cpu_s"] / wall, 2)}
+
+
+def threads(bench: Bench, calls: int) -> dict:
+    out = bench.tmp / "calls.jsonl"
+    r = bench.trace(bench.workload(calls, 2), "jsonl")
+    per_tid: dict[int, int] = {}
+    for line in out.read_text().splitlines()[:-1]:
+        call = json.loads(line)
+        per_tid[call["tid"]] = per_tid.get(call["tid"], 0) + 1
+    return {"calls": r["result"]["calls"], "events": r["events"], "lost": r["lost"],
+            "events_per_thread": sorted(per_tid.values()),
+            "ns_per_call": r["result"]["ns_per_call"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lib", default=str(next((CUDA / "lib64").glob("libcudart.so.*"))))
+    ap.add_argument("--calls", type=int, default=200_000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rate", type=int, default=200_000)
+    ap.add_argument("--seconds", type=int, default=30)
+    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    args = ap.parse_args()
+    if os.geteuid() != 0 or not shutil.which("bpftrace"):
+        print("bench: needs root and bpftrace (run scripts/setup)", file=sys.stderr)
+        return 2
+    lib = os.path.realpath(args.lib)
+    with tempfile.TemporaryDirectory() as tmp:
+        bench = Bench(lib, build_loop(), Path(tmp))
+        results = {
+            "machine": {"kernel": os.uname().release, "cpus": os.cpu_count(), "lib": lib},
+            "overhead": overhead(bench, args.calls, args.reps),
+            "paced": paced(bench, args.rate, args.seconds),
+            "two_threads": threads(bench, args.calls),
+        }
+    print(f"{'config':<12} {'min ns':>8} {'median':>8} {'x floor':>8} {'calls':>8} "
+          f"{'events':>22} {'lost':>16} {'cpu s':>7}")
+    for name, r in results["overhead"].items():
+        print(f"{name:<12} {r['ns_per_call_min']:>8.0f} {r['ns_per_call_median']:>8.0f} "
+              f"{r['ratio_to_floor']:>8.2f} {r['calls']:>8} {str(r['events']):>22} "
+              f"{str(r['lost']):>16} {r['tracer_cpu_s']:>7}")
+    print("paced:", json.dumps(results["paced"]))
+    print("two threads:", json.dumps(results["two_threads"]))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
