@@ -42,6 +42,9 @@ BPF_ARRAY(probes, struct cp_probe_cfg, CP_MAX_PROBES);
 BPF_HASH(inflight, u64, struct cp_event, CP_MAX_INFLIGHT);
 BPF_PERCPU_ARRAY(counters, u64, CP_NR_COUNTERS);
 BPF_PERCPU_ARRAY(submitted, u64, 1);
+/* processes that have had an event: the first one wakes the reader at once, so
+ * that it reads /proc/PID/maps (kernel names) while the process still runs */
+BPF_TABLE("lru_hash", u32, u8, seen_procs, 16384);
 BPF_PERCPU_ARRAY(scratch, struct cp_event, 1);
 
 #ifdef CP_FILTER_PID
@@ -106,7 +109,10 @@ static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
 				    (void *)(PT_REGS_SP(ctx) + 8));
 	s32 cfg_slot = cfg->cfg_slot;
 	if (cfg_slot >= 0 && cfg_slot < CP_MAX_SLOTS)
-		bpf_probe_read_user(e->cfg, sizeof(e->cfg), (void *)e->args[cfg_slot]);
+		bpf_probe_read_user(e->cfg, CP_CONFIG_BYTES, (void *)e->args[cfg_slot]);
+	s32 str_slot = cfg->str_slot;	/* a kernel name, before the call makes its handle */
+	if (str_slot >= 0 && str_slot < CP_MAX_SLOTS)
+		bpf_probe_read_user_str(e->cfg, sizeof(e->cfg), (void *)e->args[str_slot]);
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	u64 key = pairing_key(pid_tgid, probe_id);
 	if (inflight.update(&key, e))
@@ -114,8 +120,14 @@ static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
 	return 0;
 }
 
-static __always_inline u64 wakeup_flag(void)
+static __always_inline u64 wakeup_flag(u32 tgid)
 {
+	u8 one = 1;
+	if (!seen_procs.lookup(&tgid)) {
+		seen_procs.update(&tgid, &one);
+		count(CP_WAKEUPS);
+		return BPF_RB_FORCE_WAKEUP;
+	}
 	int zero = 0;
 	u64 *n = submitted.lookup(&zero);
 	if (n && ((*n)++ % CP_WAKEUP_EVERY) == CP_WAKEUP_EVERY - 1) {
@@ -161,7 +173,7 @@ static __always_inline int cp_exit(struct pt_regs *ctx, u32 probe_id)
 		bpf_probe_read_user(&v, (out8 & bit) ? 8 : 4, (void *)ev->args[s]);
 		ev->outs[k++] = v;
 	}
-	events.ringbuf_submit(ev, wakeup_flag());
+	events.ringbuf_submit(ev, wakeup_flag(ev->pid));
 	return 0;
 }
 

@@ -6,7 +6,8 @@
 #define CP_MAX_SLOTS 12   /* argument words: 6 registers + up to 6 stack words */
 #define CP_REG_SLOTS 6
 #define CP_MAX_OUTS 4     /* out-parameters read at exit */
-#define CP_CFG_WORDS 5    /* launch config struct read at entry (40 bytes) */
+#define CP_CFG_WORDS 16   /* copied at entry: a launch config struct, or a C string */
+#define CP_CONFIG_BYTES 40  /* the launch config structs' fields up to the stream */
 #define CP_COMM_LEN 16
 
 /* indices into the per-CPU `counters` array */
@@ -21,6 +22,7 @@ struct cp_probe_cfg {
 	__s32 cfg_slot;  /* slot holding a launch-config pointer read at entry, or -1 */
 	__u32 out8;      /* bitmask of slots that point at 8-byte out-parameters */
 	__u32 out4;      /* bitmask of slots that point at 4-byte out-parameters */
+	__s32 str_slot;  /* slot holding a C string copied at entry into `cfg`, or -1 */
 };
 
 #define CP_MAX_PROBES 1024
@@ -35,7 +37,7 @@ struct cp_event {
 	__s32 ret;          /* cudaError_t / CUresult */
 	__u64 args[CP_MAX_SLOTS];
 	__u64 outs[CP_MAX_OUTS];
-	__u64 cfg[CP_CFG_WORDS];
+	__u64 cfg[CP_CFG_WORDS];  /* launch config (cfg_slot), or NUL-terminated string (str_slot) */
 	char comm[CP_COMM_LEN];
 };
 

@@ -44,10 +44,10 @@ class Settings:
     attach: str = field(default_factory=lambda: default_attach())
 
 
-def probe_config(probe: Probe) -> tuple[int, int, int, int]:
-    """struct cp_probe_cfg for one probe: (nstack, cfg_slot, out8, out4)."""
+def probe_config(probe: Probe) -> tuple[int, int, int, int, int]:
+    """struct cp_probe_cfg for one probe: (nstack, cfg_slot, out8, out4, str_slot)."""
     fn = probe.function
-    return fn.stack_words, fn.config_slot, fn.out_mask(8), fn.out_mask(4)
+    return fn.stack_words, fn.config_slot, fn.out_mask(8), fn.out_mask(4), fn.string_slot
 
 
 def defines(probes: list[Probe], settings: Settings) -> dict[str, str]:
@@ -83,7 +83,8 @@ def render(probes: list[Probe], settings: Settings) -> str:
     src = (bpf_dir() / SOURCE_NAME).read_text()
     header = (bpf_dir() / HEADER_NAME).read_text()
     src = src.replace(f'#include "{HEADER_NAME}"', f"/* {HEADER_NAME} */\n{header}")
-    table = ["", "/* the `probes` map, as the loader fills it: id: {nstack, cfg_slot, out8, out4} */"]
+    table = ["", "/* the `probes` map, as the loader fills it: "
+                 "id: {nstack, cfg_slot, out8, out4, str_slot} */"]
     table += [f"/* {p.func_id:3d} {p.symbol}: {{{', '.join(map(str, probe_config(p)))}}} */"
               for p in probes]
     return "\n".join(lines) + "\n\n" + src + "\n".join(table) + "\n"

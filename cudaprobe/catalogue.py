@@ -51,11 +51,15 @@ class ArgKind(enum.Enum):
     EVENT = "event"  # cudaEvent_t / CUevent handle
     HANDLE = "handle"  # other opaque handle (graph exec, ...)
     FUNC = "func"  # kernel host stub address
-    CU_FUNCTION = "cu_function"  # CUfunction / CUkernel handle
+    CU_FUNCTION = "cu_function"  # CUfunction / CUkernel handle, named where its making was seen
+    CSTRING = "cstring"  # const char *, copied at entry (a kernel or file name)
     LAUNCH_CONFIG = "launch_config"  # const cudaLaunchConfig_t *, read at entry
     CU_LAUNCH_CONFIG = "cu_launch_config"  # const CUlaunchConfig *, read at entry
     OUT_PTR = "out_ptr"  # void ** or CUdeviceptr * (8 bytes) written by the call
     OUT_HANDLE = "out_handle"  # cudaStream_t * / cudaEvent_t * written by the call
+    # CUfunction * / CUkernel * written by the call, named by the call's CSTRING
+    # or CU_FUNCTION argument (see handles.py)
+    OUT_FUNCTION = "out_function"
     OUT_SIZE = "out_size"  # size_t * written by the call
     OUT_INT = "out_int"  # int * written by the call
     OUT_FLOAT = "out_float"  # float * written by the call
@@ -64,6 +68,7 @@ class ArgKind(enum.Enum):
 OUT_KINDS = {
     ArgKind.OUT_PTR,
     ArgKind.OUT_HANDLE,
+    ArgKind.OUT_FUNCTION,
     ArgKind.OUT_SIZE,
     ArgKind.OUT_INT,
     ArgKind.OUT_FLOAT,
@@ -117,6 +122,12 @@ class Function:
             raise ValueError(f"{self.name}: {nxt} argument words > {MAX_SLOTS}")
         if len(out_index) > MAX_OUTS:
             raise ValueError(f"{self.name}: more than {MAX_OUTS} out-parameters")
+        # the BPF event has one buffer for what is copied at entry, and one func_name
+        copied = [a for a in self.args if a.kind in CONFIG_KINDS or a.kind is ArgKind.CSTRING]
+        if len(copied) > 1:
+            raise ValueError(f"{self.name}: more than one argument copied at entry")
+        if sum(a.kind in (ArgKind.FUNC, ArgKind.CU_FUNCTION) for a in self.args) > 1:
+            raise ValueError(f"{self.name}: more than one kernel argument")
         object.__setattr__(self, "slots", tuple(slots))
         object.__setattr__(self, "out_index", out_index)
 
@@ -151,6 +162,14 @@ class Function:
         """Slot of a launch-config pointer read at entry, or -1."""
         for arg, slot in zip(self.args, self.slots):
             if arg.kind in CONFIG_KINDS:
+                return slot
+        return -1
+
+    @property
+    def string_slot(self) -> int:
+        """Slot of a C string copied at entry, or -1."""
+        for arg, slot in zip(self.args, self.slots):
+            if arg.kind is ArgKind.CSTRING:
                 return slot
         return -1
 
@@ -321,20 +340,20 @@ DRIVER_FUNCTIONS: tuple[Function, ...] = (
     _drv("cuGraphLaunch", "kernel", ("hGraphExec", K.HANDLE), ("hStream", K.STREAM),
          variants=PTSZ),
     # module
-    _drv("cuModuleLoad", "module", ("module", K.OUT_HANDLE), ("fname", K.PTR)),
+    _drv("cuModuleLoad", "module", ("module", K.OUT_HANDLE), ("fname", K.CSTRING)),
     _drv("cuModuleLoadData", "module", ("module", K.OUT_HANDLE), ("image", K.PTR)),
     _drv("cuModuleLoadDataEx", "module", ("module", K.OUT_HANDLE), ("image", K.PTR),
          ("numOptions", K.UINT), ("options", K.PTR), ("optionValues", K.PTR)),
     _drv("cuModuleUnload", "module", ("hmod", K.HANDLE)),
-    _drv("cuModuleGetFunction", "module", ("hfunc", K.OUT_HANDLE), ("hmod", K.HANDLE),
-         ("name", K.PTR)),
+    _drv("cuModuleGetFunction", "module", ("hfunc", K.OUT_FUNCTION), ("hmod", K.HANDLE),
+         ("name", K.CSTRING)),
     _drv("cuLibraryLoadData", "module", ("library", K.OUT_HANDLE), ("code", K.PTR),
          ("jitOptions", K.PTR), ("jitOptionsValues", K.PTR), ("numJitOptions", K.UINT),
          ("libraryOptions", K.PTR), ("libraryOptionValues", K.PTR),
          ("numLibraryOptions", K.UINT)),
-    _drv("cuLibraryGetKernel", "module", ("pKernel", K.OUT_HANDLE), ("library", K.HANDLE),
-         ("name", K.PTR)),
-    _drv("cuKernelGetFunction", "module", ("pFunc", K.OUT_HANDLE), ("kernel", K.CU_FUNCTION)),
+    _drv("cuLibraryGetKernel", "module", ("pKernel", K.OUT_FUNCTION), ("library", K.HANDLE),
+         ("name", K.CSTRING)),
+    _drv("cuKernelGetFunction", "module", ("pFunc", K.OUT_FUNCTION), ("kernel", K.CU_FUNCTION)),
     # stream
     _drv("cuStreamCreate", "stream", ("phStream", K.OUT_HANDLE), ("Flags", K.FLAGS)),
     _drv("cuStreamDestroy", "stream", ("hStream", K.STREAM), version=V2),

@@ -8,8 +8,9 @@ from typing import Any, Callable
 
 from .catalogue import ArgKind, Function
 from .cuda_errors import error_name
-from .demangle import shorten
+from .demangle import demangle, shorten
 from .event import RawEvent
+from .handles import NAME_KEY, UNKNOWN_WHY, KernelHandles
 
 MEMCPY_KINDS = {
     0: "HostToHost",
@@ -150,7 +151,7 @@ def _decode_arg(
         d = _dim3(v, words[slot + 1])
         return d, _dim3_text(d)
     assert out is not None, kind
-    if kind in (ArgKind.OUT_PTR, ArgKind.OUT_HANDLE):
+    if kind in (ArgKind.OUT_PTR, ArgKind.OUT_HANDLE, ArgKind.OUT_FUNCTION):
         return _hex(out), _hex(out)
     if kind is ArgKind.OUT_SIZE:
         return out, humanize_bytes(out)
@@ -184,6 +185,14 @@ def _cu_launch_config(cfg: tuple[int, ...]) -> dict[str, Any]:
             "hStream": _hex(cfg[4])}
 
 
+def _cstring(buffer: tuple[int, ...]) -> str:
+    """A string copied at entry into the event's cfg words (NUL-terminated there;
+    one that filled the buffer was cut short, and says so with a trailing …)."""
+    data = b"".join(w.to_bytes(8, "little") for w in buffer)
+    text = data.split(b"\0", 1)[0]
+    return text.decode("utf-8", "replace") + ("…" if len(text) >= len(data) - 1 else "")
+
+
 # config kind -> decoder of the CFG_WORDS words read at entry; each returns
 # gridDim, blockDim, shared memory bytes and stream, in that order
 _CONFIG_DECODERS = {
@@ -193,7 +202,8 @@ _CONFIG_DECODERS = {
 
 
 def decode_args(
-    function: Function, raw: RawEvent, pid: int, symbolize: Symbolizer | None
+    function: Function, raw: RawEvent, pid: int, symbolize: Symbolizer | None,
+    handles: KernelHandles | None = None,
 ) -> tuple[dict[str, Any], str]:
     args: dict[str, Any] = {}
     parts: list[str] = []
@@ -214,6 +224,10 @@ def decode_args(
             if axis == 2:
                 parts.append(f"{stem}={_dim3_text(dims)}")
             continue
+        if arg.kind is ArgKind.CSTRING:
+            args[arg.name] = text = _cstring(raw.cfg)
+            parts.append(f"{arg.name}={shorten(demangle(text))}")
+            continue
         idx = function.out_index.get(arg.name)
         out = raw.outs[idx] if idx is not None else None
         value, text = _decode_arg(arg.kind, raw.args, slot, out)
@@ -221,8 +235,15 @@ def decode_args(
         if arg.kind is ArgKind.FUNC and symbolize is not None:
             name = symbolize(pid, raw.args[slot])
             if name:
-                args["func_name"] = name  # whole in JSONL; shortened in DETAILS
+                args[NAME_KEY] = name  # whole in JSONL; shortened in DETAILS
                 text = f"{text} {shorten(name)}"
+        if arg.kind is ArgKind.CU_FUNCTION and handles is not None:
+            name = handles.name(pid, raw.args[slot])
+            if name:
+                args[NAME_KEY] = demangle(name)
+                text = f"{text} {shorten(args[NAME_KEY])}"
+            else:
+                text = f"{text} ({UNKNOWN_WHY})"
         parts.append(f"{arg.name}={text}")
     return args, " ".join(parts)
 
@@ -233,13 +254,19 @@ def decode_event(
     t0_ns: int,
     symbolize: Symbolizer | None = None,
     in_flight: bool = False,
+    handles: KernelHandles | None = None,
 ) -> Call:
-    """Turn one raw event into a Call. `probes[raw.func_id]` names the function."""
+    """Turn one raw event into a Call. `probes[raw.func_id]` names the function.
+
+    With `handles`, driver kernel handles are named, and the ones this call
+    made are recorded: decode a process's events in the order they came."""
     if not 0 <= raw.func_id < len(probes):
         raise ValueError(f"event for unknown probe id {raw.func_id}")
     probe = probes[raw.func_id]
     fn = probe.function
-    args, details = decode_args(fn, raw, raw.pid, symbolize)
+    args, details = decode_args(fn, raw, raw.pid, symbolize, handles)
+    if handles is not None and not in_flight and raw.ret == 0:
+        handles.learn(fn, raw.pid, args)
     if in_flight:
         duration, ret, ret_name = None, None, None
         details = f"{details} (still running when the trace ended)".lstrip()

@@ -13,10 +13,10 @@ def probes():
 
 def test_probe_config_from_catalogue():
     p = probes()
-    assert bpfprog.probe_config(p[0]) == (0, -1, 0b1, 0)  # devPtr: 8-byte out
-    assert bpfprog.probe_config(p[1]) == (2, -1, 0, 0)  # sharedMem, stream on the stack
-    assert bpfprog.probe_config(p[2]) == (0, 0, 0, 0)  # config pointer in slot 0
-    assert bpfprog.probe_config(p[3]) == (0, -1, 0, 0b1)  # float out-parameter
+    assert bpfprog.probe_config(p[0]) == (0, -1, 0b1, 0, -1)  # devPtr: 8-byte out
+    assert bpfprog.probe_config(p[1]) == (2, -1, 0, 0, -1)  # sharedMem, stream on the stack
+    assert bpfprog.probe_config(p[2]) == (0, 0, 0, 0, -1)  # config pointer in slot 0
+    assert bpfprog.probe_config(p[3]) == (0, -1, 0, 0b1, -1)  # float out-parameter
 
 
 def test_multi_mode_needs_no_per_probe_programs():
@@ -39,7 +39,7 @@ def test_render_is_the_compiled_program():
     assert "#define CP_FILTER_PID 1" in text
     assert "struct cp_event {" in text  # header inlined
     assert "int cp_enter(struct pt_regs *ctx)" in text
-    assert "1 cudaLaunchKernel: {2, -1, 0, 0}" in text
+    assert "1 cudaLaunchKernel: {2, -1, 0, 0, -1}" in text
 
 
 def test_attach_mode_override(monkeypatch):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from cudaprobe import catalogue, event
 from cudaprobe.decode import Probe, decode_event
+from cudaprobe.handles import KernelHandles
 
 GARBAGE = 0xDEAD_BEEF_0000_0000  # upper half of a stack word holding an unsigned int
 
@@ -13,7 +16,7 @@ def raw(symbol: str, args=(), outs=(), cfg=(), ret=0):
     o = list(outs) + [0] * (event.MAX_OUTS - len(outs))
     c = list(cfg) + [0] * (event.CFG_WORDS - len(cfg))
     data = event.EVENT_STRUCT.pack(5_000, 700, 42, 43, 0, ret, *a, *o, *c, b"drv")
-    fn = next(f for f in catalogue.DRIVER_FUNCTIONS if symbol in f.symbols)
+    fn = next(f for f in catalogue.FUNCTIONS if symbol in f.symbols)
     return event.unpack_event(data), [Probe(0, symbol, fn)]
 
 
@@ -62,6 +65,73 @@ def test_memset_values_use_only_their_width():
     assert decode_event(r, probes, 0).args["us"] == 0x1234
     r, probes = raw("cuMemsetD32_v2_ptds", args=(0x1000, GARBAGE | 0xFFFFFFFF, 4))
     assert decode_event(r, probes, 0).args["ui"] == 0xFFFFFFFF
+
+
+def cstring_words(text: bytes) -> tuple[int, ...]:
+    """A string as the BPF program copies it into the event's cfg words."""
+    data = text[: 8 * event.CFG_WORDS - 1].ljust(8 * event.CFG_WORDS, b"\0")
+    return tuple(int.from_bytes(data[i : i + 8], "little") for i in range(0, len(data), 8))
+
+
+@pytest.mark.parametrize("fn", catalogue.FUNCTIONS, ids=lambda f: f.symbol)
+def test_every_function_decodes(fn):
+    r, probes = raw(fn.symbol, ret=1)
+    decode_event(r, probes, 0, handles=KernelHandles())
+
+
+def test_driver_launch_named_by_the_handle_module_get_function_made():
+    handles = KernelHandles()
+    name = cstring_words(b"_Z6vecAddPKfS0_Pfi")
+    r, probes = raw("cuModuleGetFunction", args=(0x7FFC0000, 0x30D0, 0x5000), outs=(0xF001,),
+                    cfg=name)
+    c = decode_event(r, probes, 0, handles=handles)
+    assert c.args == {"hfunc": "0xf001", "hmod": "0x30d0", "name": "_Z6vecAddPKfS0_Pfi"}
+    assert c.details == ("hfunc=0xf001 hmod=0x30d0 "
+                         "name=vecAdd(float const*, float const*, float*, int)")
+    launch = (0xF001, 4, 1, 1, 256, 1, 1, 0, 0, 0, 0)
+    r, probes = raw("cuLaunchKernel", args=launch)
+    c = decode_event(r, probes, 0, handles=handles)
+    assert c.args["func_name"] == "vecAdd(float const*, float const*, float*, int)"
+    assert c.details.startswith("f=0xf001 vecAdd(float const*, float const*, float*, int) grid")
+    # the same handle value in another process is another handle
+    r, probes = raw("cuLaunchKernel", args=launch)
+    assert decode_event(r._replace(pid=99), probes, 0, handles=handles).args.get(
+        "func_name") is None
+
+
+def test_unknown_and_failed_handles_say_why():
+    handles = KernelHandles()
+    r, probes = raw("cuModuleGetFunction", args=(0x7FFC0000, 0x30D0, 0x5000), outs=(0xF002,),
+                    cfg=cstring_words(b"vecAdd"), ret=3)
+    assert decode_event(r, probes, 0, handles=handles).ret_name == "CUDA_ERROR_NOT_INITIALIZED"
+    r, probes = raw("cuLaunchKernelEx", args=(0x9000, 0xF002, 0, 0))
+    c = decode_event(r, probes, 0, handles=handles)
+    assert "func_name" not in c.args
+    assert "f=0xf002 (name unknown: not made by a traced call" in c.details
+
+
+def test_kernel_handles_pass_their_name_to_functions():
+    handles = KernelHandles()
+    r, probes = raw("cuLibraryGetKernel", args=(0x7FFC0000, 0x11B0, 0x5000), outs=(0x4E10,),
+                    cfg=cstring_words(b"_Z5scaleIfEvPT_S0_i"))
+    decode_event(r, probes, 0, handles=handles)
+    r, probes = raw("cuKernelGetFunction", args=(0x7FFC0008, 0x4E10), outs=(0xF003,))
+    c = decode_event(r, probes, 0, handles=handles)
+    assert c.args == {"pFunc": "0xf003", "kernel": "0x4e10",
+                      "func_name": "void scale<float>(float*, float, int)"}
+    for handle in (0xF003, 0x4E10):  # a CUkernel may be launched as a CUfunction
+        r, probes = raw("cuLaunchCooperativeKernel", args=(handle, 1, 1, 1, 1, 1, 1, 0, 0, 0))
+        c = decode_event(r, probes, 0, handles=handles)
+        assert c.args["func_name"] == "void scale<float>(float*, float, int)"
+
+
+def test_strings_cut_short_by_the_buffer_say_so():
+    long_name = b"k" * 300
+    r, probes = raw("cuModuleGetFunction", args=(1, 2, 3), outs=(4,), cfg=cstring_words(long_name))
+    name = decode_event(r, probes, 0).args["name"]
+    assert name == "k" * (8 * event.CFG_WORDS - 1) + "…"
+    r, probes = raw("cuModuleLoad", args=(1, 0), outs=(4,), cfg=cstring_words(b""))
+    assert decode_event(r, probes, 0).args["fname"] == ""
 
 
 def test_out_parameters_of_driver_types():
