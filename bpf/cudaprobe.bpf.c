@@ -22,6 +22,8 @@
  *   CP_MAX_INFLIGHT  capacity of the entry/exit pairing map
  *   CP_WAKEUP_EVERY  force a reader wakeup every N events per CPU
  *   CP_FILTER_PID    only trace processes in `targets` (and their children)
+ *   CP_FILTER_COMM   with CP_FILTER_PID: a process that execs under the name
+ *                    in `comm_filter` joins `targets` (--comm)
  *   CP_ERRORS_ONLY   only emit calls that returned non-zero
  */
 #include <uapi/linux/ptrace.h>
@@ -61,6 +63,38 @@ TRACEPOINT_PROBE(sched, sched_process_fork)
 	targets.update(&child, &one);
 	return 0;
 }
+
+#ifdef CP_FILTER_COMM
+/* A process exec'ing under the wanted name is a target before its first call.
+ * The comm is the one exec has just set (from the file name). Processes that
+ * already run, or rename themselves, are added by the loader's /proc scan. The
+ * process's name, not the thread's: PyTorch names its worker threads. */
+struct cp_comm {
+	char name[CP_COMM_LEN];
+};
+BPF_ARRAY(comm_filter, struct cp_comm, 1);
+
+TRACEPOINT_PROBE(sched, sched_process_exec)
+{
+	int zero = 0;
+	struct cp_comm *want = comm_filter.lookup(&zero);
+	char comm[CP_COMM_LEN];
+	if (!want)
+		return 0;
+	bpf_get_current_comm(comm, sizeof(comm));
+#pragma unroll
+	for (int i = 0; i < CP_COMM_LEN; i++) {
+		if (comm[i] != want->name[i])
+			return 0;
+		if (comm[i] == 0)
+			break;
+	}
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	u8 one = 1;
+	targets.update(&tgid, &one);
+	return 0;
+}
+#endif
 #endif
 
 static __always_inline void count(int idx)

@@ -39,6 +39,7 @@ class Settings:
     max_inflight: int = 16384
     wakeup_every: int = 1024
     filter_pid: bool = False
+    filter_comm: bool = False  # with filter_pid: exec under the --comm name joins `targets`
     errors_only: bool = False
     # "multi": uprobe_multi links (Linux >= 6.6); "perf": one perf event per probe
     attach: str = field(default_factory=lambda: default_attach())
@@ -60,6 +61,8 @@ def defines(probes: list[Probe], settings: Settings) -> dict[str, str]:
         d["CP_PROBES"] = " ".join(f"CP_PROBE({p.func_id})" for p in probes)
     if settings.filter_pid:
         d["CP_FILTER_PID"] = "1"
+        if settings.filter_comm:
+            d["CP_FILTER_COMM"] = "1"
     if settings.errors_only:
         d["CP_ERRORS_ONLY"] = "1"
     return d

@@ -72,8 +72,11 @@ def check_elf(path: str) -> None:
 
 
 def read_symbols(path: str) -> ElfSymbols:
+    """The symbols of `path`, opened as given: not through os.path.realpath, which
+    would turn /proc/PID/root/lib/x.so (a file in the process's mount namespace)
+    into /lib/x.so here."""
     st = os.stat(path)
-    return _read_symbols(os.path.realpath(path), st.st_ino, st.st_mtime_ns)
+    return _read_symbols(path, st.st_ino, st.st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=64)

@@ -64,6 +64,22 @@ class ProcessGone(CudaprobeError):
         self.pid = pid
 
 
+class CudaNotMapped(CudaprobeError):
+    """--pid targets that map no object defining a traced function."""
+
+    # named in the message, where selected, before the count of the rest
+    LANDMARKS = ("cudaLaunchKernel", "cudaMalloc", "cuLaunchKernel", "cuMemAlloc_v2")
+
+    def __init__(self, processes: str, files: int, symbols: list[str]) -> None:
+        shown = [s for s in self.LANDMARKS if s in symbols] or symbols[:3]
+        super().__init__(
+            f"{processes} not using CUDA: none of the {files} files mapped defines "
+            f"{', '.join(shown)} or any other of the {len(symbols)} traced symbols "
+            "(as libcudart, libcuda, or a runtime linked in statically would)",
+            fix="add --wait to attach when it loads CUDA",
+        )
+
+
 class CommandNotFound(CudaprobeError):
     def __init__(self, command: str) -> None:
         super().__init__(f"command not found: {command!r}")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from .catalogue import CATEGORIES, FUNCTIONS, Function
 from .decode import Probe
-from .elfsyms import read_symbols
+from .elfsyms import ElfSymbols, read_symbols
 from .errors import SymbolMissing, UnknownEvent
 from .libs import api_of
 
@@ -53,26 +53,42 @@ class ProbePlan:
     not_found: list[str]
 
 
-def plan_probes(functions: list[Function], libraries: list[str]) -> ProbePlan:
-    """One probe per exported symbol (base name and variants), attached in every library."""
+def attachments_in(probes: list[Probe], path: str) -> list[Attachment]:
+    """Where `path` defines the probes' symbols: one attachment per symbol it has."""
+    return _attachments(probes, read_symbols(path))
+
+
+def _attachments(probes: list[Probe], table: ElfSymbols) -> list[Attachment]:
+    return [Attachment(p, table.path, table.functions[p.symbol], table.vaddrs[p.symbol],
+                       table.is_pie_or_shared) for p in probes if p.symbol in table.functions]
+
+
+def plan_probes(functions: list[Function], libraries: list[str],
+                every_symbol: bool = False) -> ProbePlan:
+    """One probe per exported symbol (base name and variants), attached in every library.
+
+    With `every_symbol`, every symbol of the functions gets a probe id, defined
+    in `libraries` or not, so that a library found later (a traced process's
+    dlopen) is attached with `attachments_in` and no new BPF program; finding
+    nothing yet is then no error.
+    """
     tables = [read_symbols(path) for path in libraries]
-    # not finding the driver API in libcudart is no news: only say so for an API
-    # that one of the libraries provides, or when one's API is unknown (an executable)
-    apis = {api_of(path) for path in libraries}
-    probes: list[Probe] = []
-    attachments: list[Attachment] = []
-    not_found: list[str] = []
-    for fn in functions:
-        for symbol in fn.symbols:
-            where = [t for t in tables if symbol in t.functions]
-            if not where:
-                if symbol == fn.symbol and (fn.api in apis or None in apis):
-                    not_found.append(symbol)
-                continue
-            probe = Probe(len(probes), symbol, fn)
-            probes.append(probe)
-            attachments += [Attachment(probe, t.path, t.functions[symbol], t.vaddrs[symbol],
-                                       t.is_pie_or_shared) for t in where]
-    if not probes:
+    defined = {s for t in tables for s in t.functions}
+    symbols = [(s, fn) for fn in functions for s in fn.symbols if every_symbol or s in defined]
+    probes = [Probe(i, symbol, fn) for i, (symbol, fn) in enumerate(symbols)]
+    attachments = [a for t in tables for a in _attachments(probes, t)]
+    if not attachments and not every_symbol:
         raise SymbolMissing(", ".join(libraries), [f.name for f in functions])
-    return ProbePlan(probes, attachments, not_found)
+    return ProbePlan(probes, attachments, missing_symbols(functions, libraries, defined))
+
+
+def missing_symbols(functions: list[Function], libraries: list[str],
+                    defined: set[str]) -> list[str]:
+    """Symbols of `functions` that none of `libraries` defines, worth saying.
+
+    Not finding the driver API in libcudart is no news: only say so for an API
+    that one of the libraries provides, or when one's API is unknown (an executable).
+    """
+    apis = {api_of(path) for path in libraries}
+    return [fn.symbol for fn in functions
+            if fn.symbol not in defined and (fn.api in apis or None in apis)]
