@@ -25,6 +25,13 @@
  *   CP_FILTER_COMM   with CP_FILTER_PID: a process that execs under the name
  *                    in `comm_filter` joins `targets` (--comm)
  *   CP_ERRORS_ONLY   only emit calls that returned non-zero
+ *   CP_STATS         aggregate in the kernel instead of emitting events: the
+ *                    exit path updates `stats` and `stat_errors`, entry keeps
+ *                    only the time (cudaprobe stats)
+ *   CP_STATS_PROBES  entries of `stats`: the number of probes (per-CPU
+ *                    values: sized to what is probed, not CP_MAX_PROBES)
+ *   CP_STACKS        record each call's user stack in `stacks`
+ *   CP_MAX_STACKS    capacity of `stacks`
  */
 #include <uapi/linux/ptrace.h>
 #include "cudaprobe.h"
@@ -38,8 +45,19 @@
 #ifndef CP_WAKEUP_EVERY
 #define CP_WAKEUP_EVERY 1024
 #endif
+#ifndef CP_MAX_STACKS
+#define CP_MAX_STACKS 16384
+#endif
 
+#ifdef CP_STATS
+BPF_PERCPU_ARRAY(stats, struct cp_stat, CP_STATS_PROBES);
+BPF_PERCPU_HASH(stat_errors, struct cp_error_key, u64, CP_MAX_PROBES * 16);
+#else
 BPF_RINGBUF_OUTPUT(events, CP_RINGBUF_PAGES);
+#endif
+#ifdef CP_STACKS
+BPF_STACK_TRACE(stacks, CP_MAX_STACKS);
+#endif
 BPF_ARRAY(probes, struct cp_probe_cfg, CP_MAX_PROBES);
 BPF_HASH(inflight, u64, struct cp_event, CP_MAX_INFLIGHT);
 BPF_PERCPU_ARRAY(counters, u64, CP_NR_COUNTERS);
@@ -128,6 +146,7 @@ static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
 	e->pid = tgid;
 	e->tid = (u32)pid_tgid;
 	e->func_id = probe_id;
+#ifndef CP_STATS	/* aggregates need only the entry time */
 	e->args[0] = PT_REGS_PARM1(ctx);
 	e->args[1] = PT_REGS_PARM2(ctx);
 	e->args[2] = PT_REGS_PARM3(ctx);
@@ -148,12 +167,65 @@ static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
 	if (str_slot >= 0 && str_slot < CP_MAX_SLOTS)
 		bpf_probe_read_user_str(e->cfg, sizeof(e->cfg), (void *)e->args[str_slot]);
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	/* at entry the return address is on top of the stack: the exact call
+	 * site, which a frame-pointer walk from here would skip */
+	bpf_probe_read_user(&e->caller, sizeof(e->caller), (void *)PT_REGS_SP(ctx));
+#ifdef CP_STACKS
+	e->stack_id = stacks.get_stackid(ctx, BPF_F_USER_STACK);
+#else
+	e->stack_id = -1;
+#endif
+#endif	/* !CP_STATS */
 	u64 key = pairing_key(pid_tgid, probe_id);
 	if (inflight.update(&key, e))
 		count(CP_LOST_PAIRING);
 	return 0;
 }
 
+#ifdef CP_STATS
+/* floor(log2(v)), clamped to the last histogram slot */
+static __always_inline u32 log2_slot(u64 v)
+{
+	u32 r = 0;
+	if (v >> 32) { v >>= 32; r += 32; }
+	if (v >> 16) { v >>= 16; r += 16; }
+	if (v >> 8) { v >>= 8; r += 8; }
+	if (v >> 4) { v >>= 4; r += 4; }
+	if (v >> 2) { v >>= 2; r += 2; }
+	if (v >> 1) r += 1;
+	return r < CP_HIST_SLOTS ? r : CP_HIST_SLOTS - 1;
+}
+
+/* Per-CPU values, but a preempted uprobe program can share its CPU with
+ * another task's run of it: counts are atomic, min/max best effort. */
+static __always_inline void aggregate(u32 probe_id, u64 ns, s32 ret)
+{
+	int idx = probe_id;
+	struct cp_stat *s = stats.lookup(&idx);
+	if (!s)
+		return;
+	__sync_fetch_and_add(&s->count, 1);
+	__sync_fetch_and_add(&s->total_ns, ns);
+	if (ns < s->min_ns || s->min_ns == 0)
+		s->min_ns = ns;
+	if (ns > s->max_ns)
+		s->max_ns = ns;
+	u32 slot = log2_slot(ns);
+	if (slot < CP_HIST_SLOTS) {	/* always: bounds the index for the verifier */
+		__sync_fetch_and_add(&s->hist[slot], 1);
+		__sync_fetch_and_add(&s->hist_ns[slot], ns);
+	}
+	if (ret == 0)
+		return;
+	struct cp_error_key ekey = {.probe_id = probe_id, .ret = ret};
+	u64 zero = 0;
+	u64 *n = stat_errors.lookup_or_try_init(&ekey, &zero);
+	if (n)
+		__sync_fetch_and_add(n, 1);
+	else
+		__sync_fetch_and_add(&s->errors_unkeyed, 1);
+}
+#else
 static __always_inline u64 wakeup_flag(u32 tgid)
 {
 	u8 one = 1;
@@ -170,6 +242,7 @@ static __always_inline u64 wakeup_flag(u32 tgid)
 	}
 	return BPF_RB_NO_WAKEUP;
 }
+#endif	/* CP_STATS */
 
 static __always_inline int cp_exit(struct pt_regs *ctx, u32 probe_id)
 {
@@ -178,6 +251,11 @@ static __always_inline int cp_exit(struct pt_regs *ctx, u32 probe_id)
 	if (!entry)
 		return 0;	/* filtered out, or entered before we attached */
 	s32 ret = (s32)PT_REGS_RC(ctx);
+#ifdef CP_STATS
+	aggregate(probe_id, bpf_ktime_get_ns() - entry->ts_ns, ret);
+	inflight.delete(&key);
+	return 0;
+#else
 #ifdef CP_ERRORS_ONLY
 	if (ret == 0) {
 		inflight.delete(&key);
@@ -209,6 +287,7 @@ static __always_inline int cp_exit(struct pt_regs *ctx, u32 probe_id)
 	}
 	events.ringbuf_submit(ev, wakeup_flag(ev->pid));
 	return 0;
+#endif	/* CP_STATS */
 }
 
 /* uprobe_multi programs: the probe id is the attach cookie */

@@ -39,6 +39,30 @@ struct cp_event {
 	__u64 outs[CP_MAX_OUTS];
 	__u64 cfg[CP_CFG_WORDS];  /* launch config (cfg_slot), or NUL-terminated string (str_slot) */
 	char comm[CP_COMM_LEN];
+	__u64 caller;       /* return address at entry: the call site, frame pointers or not */
+	__s64 stack_id;     /* user stack in the `stacks` map (CP_STACKS), else -1 */
+};
+
+/* CP_STATS: per-probe aggregates (per-CPU map `stats`, indexed by probe id).
+ * hist[k] counts calls of [2^k, 2^(k+1)) ns (k = 0 also holds 0 and 1 ns;
+ * the last slot everything longer) and hist_ns[k] sums their durations, so
+ * that percentiles can be placed around each slot's mean. */
+#define CP_HIST_SLOTS 48
+
+struct cp_stat {
+	__u64 count;
+	__u64 total_ns;
+	__u64 min_ns;       /* valid where count > 0 */
+	__u64 max_ns;
+	__u64 errors_unkeyed;  /* failed calls not counted in `stat_errors` (map full) */
+	__u64 hist[CP_HIST_SLOTS];
+	__u64 hist_ns[CP_HIST_SLOTS];
+};
+
+/* key of the per-CPU `stat_errors` map: calls per (probe, non-zero return code) */
+struct cp_error_key {
+	__u32 probe_id;
+	__s32 ret;
 };
 
 #endif

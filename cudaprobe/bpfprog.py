@@ -41,6 +41,8 @@ class Settings:
     filter_pid: bool = False
     filter_comm: bool = False  # with filter_pid: exec under the --comm name joins `targets`
     errors_only: bool = False
+    stats: bool = False  # aggregate in the kernel (cudaprobe stats) instead of emitting events
+    stacks: bool = False  # record user stacks (cudaprobe memory --stacks)
     # "multi": uprobe_multi links (Linux >= 6.6); "perf": one perf event per probe
     attach: str = field(default_factory=lambda: default_attach())
 
@@ -65,6 +67,11 @@ def defines(probes: list[Probe], settings: Settings) -> dict[str, str]:
             d["CP_FILTER_COMM"] = "1"
     if settings.errors_only:
         d["CP_ERRORS_ONLY"] = "1"
+    if settings.stats:
+        d["CP_STATS"] = "1"
+        d["CP_STATS_PROBES"] = str(max(1, len(probes)))
+    if settings.stacks:
+        d["CP_STACKS"] = "1"
     return d
 
 

@@ -9,6 +9,7 @@ import click
 
 from . import __version__
 from .commands.list import list_command
+from .commands.stats import stats_command
 from .commands.trace import trace_command
 from .errors import CudaprobeError
 
@@ -46,3 +47,4 @@ def main(ctx: click.Context, verbose: bool) -> None:
 
 main.add_command(trace_command)
 main.add_command(list_command)
+main.add_command(stats_command)

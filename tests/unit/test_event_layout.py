@@ -19,6 +19,7 @@ PROBE = r"""
 int main(void) {
     printf("size %zu\n", sizeof(struct cp_event));
     F(ts_ns) F(duration_ns) F(pid) F(tid) F(func_id) F(ret) F(args) F(outs) F(cfg) F(comm)
+    F(caller) F(stack_id)
     printf("CP_MAX_SLOTS %d\nCP_MAX_OUTS %d\nCP_CFG_WORDS %d\nCP_COMM_LEN %d\n",
            CP_MAX_SLOTS, CP_MAX_OUTS, CP_CFG_WORDS, CP_COMM_LEN);
     printf("CP_LOST_RINGBUF %d\nCP_LOST_PAIRING %d\nCP_WAKEUPS %d\nCP_NR_COUNTERS %d\n",

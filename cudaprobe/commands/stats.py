@@ -1,0 +1,108 @@
+"""cudaprobe stats: per-function counts, latency percentiles and errors, counted in the kernel."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from .. import bpfprog, environment
+from ..errors import NotRoot
+from ..output import open_output
+from ..probes import plan_probes, select_functions
+from ..reporters.table import make_console
+from ..stats import SORT_KEYS
+from ..stats_compare import (
+    DEFAULT_MIN_CALLS,
+    DEFAULT_THRESHOLD,
+    REGRESSION_EXIT,
+    compare,
+    load_report,
+    render_changes,
+)
+from ..stats_session import StatsOptions, run_stats
+from ..stats_view import render_stats
+from .options import probe_options
+from .trace import APIS, resolve_libraries
+
+
+@click.command("stats", context_settings={"show_default": True})
+@probe_options(events="Functions or categories to count, comma-separated "
+                      "(see `cudaprobe list`). Default: all.")
+@click.option("--sort", type=click.Choice(sorted(SORT_KEYS)), default="total",
+              help="Order of the rows (largest first; `name` alphabetical).")
+@click.option("-i", "--interval", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Also print the table (cumulative) every SECONDS.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Write the report as JSON (schema: docs/stats.md); implied by -o FILE.json.")
+@click.option("-o", "--output", metavar="FILE", help="Write the report to FILE (created 0600).")
+@click.option("--force", is_flag=True, help="Overwrite an existing -o FILE.")
+@click.option("--compare", "baseline", metavar="BASELINE.json",
+              help=f"Compare with an earlier --json report; exit {REGRESSION_EXIT} if a "
+                   "function's count or p50 moved more than --threshold.")
+@click.option("--threshold", type=click.FloatRange(min=0), default=DEFAULT_THRESHOLD,
+              metavar="PERCENT", help="How far a count or p50 may move under --compare.")
+@click.option("--min-calls", type=click.IntRange(min=1), default=DEFAULT_MIN_CALLS,
+              metavar="N", help="Compare p50 only where both runs made at least N calls.")
+def stats_command(libs, events, api, duration, dump_bpf, command, sort, interval, as_json,
+                  output, force, baseline, threshold, min_calls) -> None:
+    """Count CUDA calls in the kernel: per function, calls, total, avg, min, max
+    and p50/p95/p99 latency, and failed calls by error name. The table is
+    sorted by total time. Percentiles are estimated from log2 latency buckets
+    (within a factor of 2). The kernel keeps the counts, so the cost to
+    cudaprobe does not grow with the call rate.
+
+    With `-- COMMAND`, start COMMAND, count only it (and its children), and
+    exit with its exit status; else count every process until Ctrl-C or
+    --duration. With --compare, exit 3 when something moved (a failing
+    COMMAND's status wins); 2 is cudaprobe's own errors.
+
+    \b
+    Examples:
+      sudo cudaprobe stats -- ./my_app
+      sudo cudaprobe stats --interval 5 -e memory,transfer
+      sudo cudaprobe stats --json -o api.json -- python train.py
+      sudo cudaprobe stats --compare api.json -- python train.py
+    """
+    apis = APIS[api]
+    functions = select_functions(list(events), apis)
+    settings = bpfprog.Settings(filter_pid=bool(command), stats=True)
+    if not dump_bpf and os.geteuid() != 0:
+        raise NotRoot()
+    plan = plan_probes(functions, resolve_libraries(libs, apis))
+    if dump_bpf:
+        click.echo(bpfprog.render(plan.probes, settings))
+        return
+    before = load_report(baseline) if baseline else None
+    as_json = as_json or bool(output and output.endswith(".json"))
+    stream = open_output(output, force)
+    # the table goes to stdout, unless the JSON does
+    human = make_console(sys.stderr if as_json and stream is sys.stdout else sys.stdout)
+    err = make_console(sys.stderr)
+    for note in environment.prepare():
+        err.print(f"cudaprobe: {note}", style="dim")
+    err.print(f"cudaprobe: counting {len(plan.probes)} functions in "
+              f"{', '.join(sorted({a.path for a in plan.attachments}))}", style="dim")
+    report, status = run_stats(plan, settings, StatsOptions(
+        command=list(command), duration=duration, interval=interval, sort=sort), human)
+    render_stats(report, human, sort)
+    document = report.to_dict(sort)
+    changes = None
+    if before is not None:
+        changes = compare(before, document, threshold, min_calls)
+        render_changes(changes, human, baseline, threshold)
+        document["compare"] = {"baseline": baseline, "threshold_percent": threshold,
+                               "min_calls": min_calls, "moved": [c.to_dict() for c in changes]}
+    if output or as_json:
+        if as_json:
+            stream.write(json.dumps(document, indent=2) + "\n")
+        else:
+            render_stats(report, make_console(stream), sort)
+        if stream is not sys.stdout:
+            stream.close()
+    if not status and changes:
+        status = REGRESSION_EXIT
+    if status:
+        sys.exit(status)

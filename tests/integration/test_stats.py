@@ -1,0 +1,109 @@
+"""cudaprobe stats on the toolkit's real libcudart: in-kernel counts, errors and
+histograms against what the workload did. Without a GPU every call fails with
+cudaErrorInsufficientDriver (35), which is the error histogram to check."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from ..conftest import build_workload
+from .conftest import run_cudaprobe
+
+LOOP = ["cudaGetDeviceCount", "cudaMalloc", "cudaMemcpy", "cudaMemcpyAsync", "cudaMemset",
+        "cudaLaunchKernel", "cudaStreamCreate", "cudaEventElapsedTime", "cudaFree",
+        "cudaDeviceSynchronize"]
+
+
+def stats_json(tmp_path, name: str, *args: str, command: list[str]) -> tuple[dict, subprocess.
+                                                                               CompletedProcess]:
+    out = tmp_path / name
+    proc = run_cudaprobe("stats", "-o", str(out), *args, "--", *command)
+    assert out.exists(), proc.stderr
+    return json.loads(out.read_text()), proc
+
+
+def check_histogram(f: dict) -> None:
+    """The kernel's buckets agree with its own count, min, max and sums."""
+    hist = f["histogram"]
+    assert sum(b["count"] for b in hist) == f["count"]
+    assert sum(b["total_ns"] for b in hist) == f["total_ns"]
+    for b in hist:
+        assert b["hi_ns"] == 2 * max(b["lo_ns"], 1)
+        assert b["lo_ns"] * b["count"] <= b["total_ns"] < b["hi_ns"] * b["count"]
+    assert hist[0]["lo_ns"] <= f["min_ns"] < hist[0]["hi_ns"]
+    assert hist[-1]["lo_ns"] <= f["max_ns"] < hist[-1]["hi_ns"]
+    assert f["min_ns"] <= f["p50_ns"] <= f["p95_ns"] <= f["p99_ns"] <= f["max_ns"]
+    assert f["min_ns"] <= f["avg_ns"] <= f["max_ns"] and f["min_ns"] > 0
+
+
+def test_exact_counts_errors_and_histograms(tmp_path, libcudart):
+    exe = build_workload("runtime_calls.c")
+    report, proc = stats_json(tmp_path, "stats.json", "--lib", str(libcudart),
+                              command=[str(exe), "25", "3"])
+    assert proc.returncode == 0, proc.stderr
+    assert report["cudaprobe"] == "stats" and report["schema"] == 1
+    assert report["lost_total"] == 0 and report["in_flight"] == 0
+    by_event = {f["event"]: f for f in report["functions"]}
+    assert set(by_event) == set(LOOP)
+    assert report["calls"] == 25 * 3 * len(LOOP)
+    for name, f in by_event.items():
+        assert f["count"] == 75, name
+        assert f["api"] == "runtime"
+        assert f["errors"] == {"cudaErrorInsufficientDriver": 75} and f["failed"] == 75
+        check_histogram(f)
+    # sorted by total time, largest first
+    totals = [f["total_ns"] for f in report["functions"]]
+    assert totals == sorted(totals, reverse=True)
+    # the table went to stdout, after the workload's own lines
+    assert "cudaErrorInsufficientDriver x75" in proc.stdout and "P99" in proc.stdout
+
+
+def test_events_filter_sort_and_exit_status(tmp_path, libcudart):
+    exe = build_workload("runtime_calls.c")
+    report, proc = stats_json(tmp_path, "mem.json", "--lib", str(libcudart), "-e",
+                              "cudaMalloc,cudaFree", "--sort", "name", command=[str(exe), "4"])
+    assert proc.returncode == 0, proc.stderr
+    assert [(f["event"], f["count"]) for f in report["functions"]] == [("cudaFree", 4),
+                                                                      ("cudaMalloc", 4)]
+    proc = run_cudaprobe("stats", "--lib", str(libcudart), "--", "sh", "-c", "exit 7")
+    assert proc.returncode == 7, proc.stderr
+
+
+def test_compare_flags_moved_counts(tmp_path, libcudart):
+    exe = build_workload("runtime_calls.c")
+    base, proc = stats_json(tmp_path, "base.json", "--lib", str(libcudart), "-e", "memory",
+                            command=[str(exe), "10"])
+    assert proc.returncode == 0, proc.stderr
+    # same workload: nothing moved (p50 left out: its noise is not what this tests)
+    _same, proc = stats_json(tmp_path, "same.json", "--lib", str(libcudart), "-e", "memory",
+                             "--compare", str(tmp_path / "base.json"), "--min-calls", "1000000",
+                             command=[str(exe), "10"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "no count or p50 moved" in proc.stdout
+    # 13 loops instead of 10: every count moved by 30%
+    moved, proc = stats_json(tmp_path, "moved.json", "--lib", str(libcudart), "-e", "memory",
+                             "--compare", str(tmp_path / "base.json"), "--min-calls", "1000000",
+                             command=[str(exe), "13"])
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert moved["compare"]["moved"] == [
+        {"event": e, "metric": "count", "before": 10, "after": 13, "percent": 30.0}
+        for e in ("cudaFree", "cudaMalloc", "cudaMemset")]
+    assert moved["compare"]["threshold_percent"] == 20
+    _loose, proc = stats_json(tmp_path, "loose.json", "--lib", str(libcudart), "-e", "memory",
+                              "--compare", str(tmp_path / "base.json"), "--threshold", "30",
+                              "--min-calls", "1000000", command=[str(exe), "13"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert base["calls"] == 30
+
+
+def test_interval_prints_cumulative_tables(tmp_path, libcudart):
+    exe = build_workload("runtime_calls.c")
+    # the workload sleeps 1.5 s before its calls: the first tables are empty
+    proc = run_cudaprobe("stats", "--lib", str(libcudart), "-e", "cudaMalloc", "--interval",
+                         "0.5", "--", str(exe), "3", "1", "1500")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("cudaprobe stats, ") >= 2
+    assert proc.stdout.count("cudaprobe stats: ") == 1  # the final table
+    assert proc.stdout.rstrip().endswith("0 lost")
+    assert "cudaMalloc │     3" in proc.stdout.split("cudaprobe stats: ")[1]
