@@ -242,7 +242,7 @@ def decode_args(
             if name:
                 args[NAME_KEY] = demangle(name)
                 text = f"{text} {shorten(args[NAME_KEY])}"
-            else:
+            elif raw.args[slot]:  # (NULL is no kernel at all)
                 text = f"{text} ({UNKNOWN_WHY})"
         parts.append(f"{arg.name}={text}")
     return args, " ".join(parts)

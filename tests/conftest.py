@@ -48,18 +48,20 @@ def libcuda() -> Path:
     return p
 
 
-def build_workload(source: str, out_name: str | None = None, extra: list[str] | None = None) -> Path:
+def build_workload(source: str, out_name: str | None = None,
+                   extra: list[str] | None = None) -> Path:
     """Compile tests/workloads/SOURCE into tests/workloads/bin (cached by mtime).
 
     .c files build with gcc against the shared libcudart; .cu files with nvcc
-    (add ["-cudart=shared"] in `extra` for the shared runtime).
+    (add ["-cudart=shared"] in `extra` for the shared runtime). `out_name` may
+    name a subdirectory of bin (a library that must keep its soname as file name).
     """
     src = WORKLOADS / source
     extra = extra or []
     out = WORKLOAD_BIN / (out_name or src.stem)
     if out.exists() and out.stat().st_mtime >= src.stat().st_mtime:
         return out
-    WORKLOAD_BIN.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     lib64 = str(CUDA_HOME / "lib64")
     if src.suffix == ".c":
         cmd = ["gcc", "-O1", "-g", f"-I{CUDA_HOME}/include", "-o", str(out), str(src),
