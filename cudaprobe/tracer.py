@@ -6,12 +6,13 @@ bcc raises bare `Exception`s; they are translated into BpfError here.
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import time
 from typing import Any
 
-from . import bpfprog, uprobe_multi
+from . import bpfprog, perf_uprobe, uprobe_multi
 from .errors import BccMissing, BpfError, NotRoot
 from .event import (
     LOST_PAIRING,
@@ -25,6 +26,11 @@ from .event import (
 )
 from .probes import Attachment, ProbePlan
 from .ringbuf import RingBuffer
+
+# EINVAL at attach: almost always another tracer's uprobe at the same address
+# with a different reference-counter offset (see perf_uprobe.py)
+REF_CTR_HINT = ("if dmesg says 'ref_ctr_offset mismatch', another tracer (a bcc Python tool) "
+                "holds uprobes on these functions: stop it and retry")
 
 
 def import_bcc() -> Any:
@@ -113,9 +119,10 @@ class Tracer:
                         fn.fd, path, [a.offset for a in atts], [a.probe.func_id for a in atts],
                         retprobe))
                 except OSError as e:
+                    fix = REF_CTR_HINT if e.errno == errno.EINVAL else (
+                        "set CUDAPROBE_ATTACH=perf on kernels without uprobe_multi")
                     raise BpfError(f"attaching {len(atts)} uprobes to {path}", e.strerror,
-                                   fix="set CUDAPROBE_ATTACH=perf on kernels without "
-                                       "uprobe_multi") from None
+                                   fix=fix) from None
         except BpfError:
             for fd in links:
                 os.close(fd)
@@ -127,12 +134,11 @@ class Tracer:
             addr = a.offset if a.is_pie_or_shared else a.vaddr
             for kind, fn in (("uretprobe", f"cp_return_{a.probe.func_id}"),
                              ("uprobe", f"cp_enter_{a.probe.func_id}")):
-                attach = getattr(self._bpf, f"attach_{kind}")
                 try:
-                    attach(name=a.path.encode(), addr=addr, fn_name=fn.encode())
-                except Exception as e:
+                    perf_uprobe.attach(self._bpf, fn, a.path, addr, kind == "uretprobe")
+                except OSError as e:
                     raise BpfError(f"attaching {kind} to {a.probe.symbol} in {a.path}",
-                                   str(e)) from None
+                                   e.strerror, fix=REF_CTR_HINT) from None
 
     def close(self) -> None:
         """Detach everything; safe to call twice."""
