@@ -87,8 +87,9 @@ def missing_symbols(functions: list[Function], libraries: list[str],
     """Symbols of `functions` that none of `libraries` defines, worth saying.
 
     Not finding the driver API in libcudart is no news: only say so for an API
-    that one of the libraries provides, or when one's API is unknown (an executable).
+    that one of the libraries is named for, or defines some of (an executable
+    with the runtime linked in statically provides the runtime API only).
     """
     apis = {api_of(path) for path in libraries}
-    return [fn.symbol for fn in functions
-            if fn.symbol not in defined and (fn.api in apis or None in apis)]
+    apis |= {fn.api for fn in functions if any(s in defined for s in fn.symbols)}
+    return [fn.symbol for fn in functions if fn.symbol not in defined and fn.api in apis]

@@ -16,6 +16,7 @@ import pytest
 from cudaprobe import catalogue
 from cudaprobe.catalogue import ArgKind
 from cudaprobe.elfsyms import read_symbols
+from cudaprobe.probes import missing_symbols
 
 from ..conftest import CUDA_HOME, libcuda_path
 
@@ -136,3 +137,12 @@ def test_header_parser_reads_multiline_declarations():
         catalogue.DRIVER)["cuLaunchKernel"]
     assert ("devPtr", "size") in declarations(catalogue.RUNTIME)["cudaMalloc"]
 
+
+
+def test_missing_symbols_only_for_apis_the_libraries_provide():
+    fns = [catalogue.BY_SYMBOL[s] for s in ("cudaMalloc", "cudaFree", "cuMemAlloc_v2")]
+    # an executable with static cudart that defines cudaMalloc only
+    assert missing_symbols(fns, ["/opt/app"], {"cudaMalloc"}) == ["cudaFree"]
+    assert missing_symbols(fns, ["/x/libcuda.so.1"], {"cudaMalloc"}) == ["cudaFree",
+                                                                         "cuMemAlloc_v2"]
+    assert missing_symbols(fns, ["/x/libcudart.so.13"], {"cudaMalloc", "cudaFree"}) == []
