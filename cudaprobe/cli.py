@@ -8,6 +8,7 @@ import traceback
 import click
 
 from . import __version__
+from .commands.export import export_group
 from .commands.list import list_command
 from .commands.stats import stats_command
 from .commands.trace import trace_command
@@ -48,3 +49,4 @@ def main(ctx: click.Context, verbose: bool) -> None:
 main.add_command(trace_command)
 main.add_command(list_command)
 main.add_command(stats_command)
+main.add_command(export_group)
