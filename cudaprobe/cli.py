@@ -10,6 +10,7 @@ import click
 from . import __version__
 from .commands.export import export_group
 from .commands.list import list_command
+from .commands.memory import memory_command
 from .commands.stats import stats_command
 from .commands.trace import trace_command
 from .errors import CudaprobeError
@@ -49,4 +50,5 @@ def main(ctx: click.Context, verbose: bool) -> None:
 main.add_command(trace_command)
 main.add_command(list_command)
 main.add_command(stats_command)
+main.add_command(memory_command)
 main.add_command(export_group)

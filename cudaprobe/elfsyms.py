@@ -42,11 +42,16 @@ class ElfSymbols:
 
     def name_at(self, vaddr: int) -> str | None:
         """The function whose [start, start+size) holds `vaddr` (link-time address)."""
+        found = self.function_at(vaddr)
+        return found[0] if found else None
+
+    def function_at(self, vaddr: int) -> tuple[str, int] | None:
+        """(name, start address) of the function that holds `vaddr`."""
         i = bisect.bisect_right(self.by_address, (vaddr, float("inf"), "")) - 1
         if i >= 0:
             start, size, name = self.by_address[i]
             if start <= vaddr < start + max(size, 1):
-                return name
+                return name, start
         return None
 
 

@@ -87,7 +87,8 @@ class KernelSymbolizer:
         except (OSError, ELFError, CudaprobeError):
             return None
 
-    def _resolve(self, pid: int, address: int) -> str | None:
+    def mapping_of(self, pid: int, address: int) -> Mapping | None:
+        """The file mapping of `pid` that holds `address`."""
         self.see(pid)
         mapping = find_mapping(self._maps[pid], address)
         if mapping is None:  # mapped since we looked, if the process still runs
@@ -95,6 +96,10 @@ class KernelSymbolizer:
             if fresh:
                 self._maps[pid] = fresh
                 mapping = find_mapping(fresh, address)
+        return mapping
+
+    def _resolve(self, pid: int, address: int) -> str | None:
+        mapping = self.mapping_of(pid, address)
         if mapping is None:
             return None
         symbols = self._symbols(mapping.path)

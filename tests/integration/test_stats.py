@@ -9,16 +9,17 @@ import subprocess
 
 from ..conftest import build_workload
 from .conftest import run_cudaprobe
+from .memstub import build_memstub, stub_env
 
 LOOP = ["cudaGetDeviceCount", "cudaMalloc", "cudaMemcpy", "cudaMemcpyAsync", "cudaMemset",
         "cudaLaunchKernel", "cudaStreamCreate", "cudaEventElapsedTime", "cudaFree",
         "cudaDeviceSynchronize"]
 
 
-def stats_json(tmp_path, name: str, *args: str, command: list[str]) -> tuple[dict, subprocess.
-                                                                               CompletedProcess]:
+def stats_json(tmp_path, name: str, *args: str, command: list[str],
+               env=None) -> tuple[dict, subprocess.CompletedProcess]:
     out = tmp_path / name
-    proc = run_cudaprobe("stats", "-o", str(out), *args, "--", *command)
+    proc = run_cudaprobe("stats", "-o", str(out), *args, "--", *command, env=env)
     assert out.exists(), proc.stderr
     return json.loads(out.read_text()), proc
 
@@ -107,3 +108,24 @@ def test_interval_prints_cumulative_tables(tmp_path, libcudart):
     assert proc.stdout.count("cudaprobe stats: ") == 1  # the final table
     assert proc.stdout.rstrip().endswith("0 lost")
     assert "cudaMalloc │     3" in proc.stdout.split("cudaprobe stats: ")[1]
+
+
+def test_latency_buckets_of_calls_of_known_length(tmp_path):
+    """On the memstub runtime cudaStreamSynchronize sleeps as long as it is told:
+    100 calls of at least 700 us and 10 of at least 20 ms. Lower bounds only:
+    how much longer a sleep takes is up to the machine."""
+    stub = build_memstub()
+    exe = build_workload("sync_sleeps.c")
+    report, proc = stats_json(tmp_path, "sleeps.json", "--lib", str(stub / "libcudart.so.13"),
+                              "-e", "cudaStreamSynchronize",
+                              command=[str(exe), "700", "100", "20000", "10"], env=stub_env())
+    assert proc.returncode == 0, proc.stderr
+    [f] = report["functions"]
+    assert f["count"] == 110 and f["failed"] == 0 and f["errors"] == {}
+    check_histogram(f)
+    short, long = 700_000, 20_000_000
+    assert f["min_ns"] >= short and f["max_ns"] >= long
+    assert sum(b["count"] for b in f["histogram"] if b["hi_ns"] > long) >= 10
+    assert f["histogram"][0]["lo_ns"] >= 1 << (short.bit_length() - 1)  # slot of 700 us
+    assert short <= f["p50_ns"] and long <= f["p95_ns"] <= f["p99_ns"]
+    assert f["total_ns"] >= 100 * short + 10 * long

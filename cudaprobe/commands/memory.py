@@ -1,0 +1,96 @@
+"""cudaprobe memory: CUDA allocations and frees per process, live bytes, and leaks at exit."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from .. import bpfprog, environment
+from ..errors import NotRoot
+from ..memory_session import MemoryOptions, MemorySession
+from ..memory_view import render_exit, render_processes, render_summary, to_dict
+from ..memtrack import memory_functions
+from ..output import open_output
+from ..probes import plan_probes
+from ..reporters.table import make_console
+from .options import probe_options
+from .trace import APIS, resolve_libraries
+
+
+@click.command("memory", context_settings={"show_default": True})
+@probe_options(events=None)
+@click.option("--stacks", is_flag=True,
+              help="Record each allocation's user stack: callers under the call site "
+                   "(needs frame pointers in the calling code).")
+@click.option("-i", "--interval", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Show live bytes per process every SECONDS.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Write the report as JSON (schema: docs/memory.md); implied by -o FILE.json.")
+@click.option("-o", "--output", metavar="FILE", help="Write the report to FILE (created 0600).")
+@click.option("--force", is_flag=True, help="Overwrite an existing -o FILE.")
+def memory_command(libs, api, duration, dump_bpf, command, stacks, interval, as_json, output,
+                   force) -> None:
+    """Track CUDA memory: allocations and frees at the runtime and driver layers
+    (a cudaMalloc that the driver serves as cuMemAlloc_v2 counts once), by
+    kind: device, host-pinned, managed, async-pool. Live and peak bytes per
+    process; when a process exits, the allocations it never freed, biggest
+    first, grouped by call site. Failed allocations and frees change nothing;
+    memory freed by cudaDeviceReset or cuCtxDestroy is reported as freed
+    implicitly.
+
+    With `-- COMMAND`, start COMMAND, track only it (and its children), and
+    exit with its exit status; else track every process until Ctrl-C or
+    --duration.
+
+    \b
+    Examples:
+      sudo cudaprobe memory -- ./my_app
+      sudo cudaprobe memory --stacks --interval 5 -- python train.py
+      sudo cudaprobe memory --json -o memory.json -- ./my_app
+    """
+    apis = APIS[api]
+    settings = bpfprog.Settings(filter_pid=bool(command), stacks=stacks)
+    if not dump_bpf and os.geteuid() != 0:
+        raise NotRoot()
+    plan = plan_probes(memory_functions(apis), resolve_libraries(libs, apis))
+    if dump_bpf:
+        click.echo(bpfprog.render(plan.probes, settings))
+        return
+    as_json = as_json or bool(output and output.endswith(".json"))
+    stream = open_output(output, force)
+    # the human report goes to stdout, unless the JSON does
+    human = make_console(sys.stderr if as_json and stream is sys.stdout else sys.stdout)
+    err = make_console(sys.stderr)
+    for note in environment.prepare():
+        err.print(f"cudaprobe: {note}", style="dim")
+    libraries = sorted({a.path for a in plan.attachments})
+    err.print(f"cudaprobe: tracking {len(plan.probes)} memory functions in "
+              f"{', '.join(libraries)}", style="dim")
+    session: MemorySession
+
+    def live(s: MemorySession) -> None:
+        running = [p for p in s.accounting.processes.values() if not p.exited]
+        if running:
+            render_processes(running, human, "live CUDA memory")
+
+    session = MemorySession(plan, settings, MemoryOptions(
+        command=list(command), duration=duration, interval=interval, stacks=stacks),
+        on_exit=lambda p: render_exit(p, human, session.ms), on_interval=live)
+    status = session.run()
+    processes = list(session.accounting.processes.values())
+    render_summary(processes, session.lost, session.in_flight, session.duration_s, human)
+    if output or as_json:
+        if as_json:
+            stream.write(json.dumps(to_dict(processes, session.lost, session.in_flight,
+                                            session.duration_s, libraries, session.ms),
+                                    indent=2) + "\n")
+        else:
+            for p in processes:
+                render_exit(p, make_console(stream), session.ms)
+        if stream is not sys.stdout:
+            stream.close()
+    if status:
+        sys.exit(status)

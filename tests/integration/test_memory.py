@@ -1,0 +1,109 @@
+"""cudaprobe memory with real uprobes: on the toolkit's libcudart, where no
+allocation succeeds without a GPU, and on the memstub libraries, where they
+do, so that frees, leaks, call sites, nesting and implicit frees show."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..conftest import build_workload
+from .conftest import expected_calls, run_cudaprobe
+from .memstub import build_memstub, stub_env
+
+LINGER_MS = "300"  # a process that exits within ~1 ms of its first call may lose its names
+
+
+def memory_json(tmp_path: Path, *args: str, command: list[str], env=None) -> tuple[dict, object]:
+    out = tmp_path / "memory.json"
+    proc = run_cudaprobe("memory", "-o", str(out), *args, "--", *command, env=env)
+    assert out.exists(), proc.stderr
+    return json.loads(out.read_text()), proc
+
+
+def test_real_library_failed_calls_allocate_nothing(tmp_path, libcudart):
+    exe = build_workload("runtime_calls.c")
+    report, proc = memory_json(tmp_path, "--lib", str(libcudart), command=[str(exe), "7", "2"])
+    assert proc.returncode == 0, proc.stderr
+    assert report["cudaprobe"] == "memory" and report["lost_total"] == 0
+    [p] = report["processes"]
+    assert p["process"] == "runtime_calls" and p["exited"]
+    # each loop: cudaMalloc and cudaFree(0x8000), both failing with 35
+    assert (p["failed_allocations"], p["failed_frees"]) == (14, 14)
+    assert p["bytes_failed"] == 14 << 20
+    assert (p["allocations"], p["frees"], p["unknown_frees"]) == (0, 0, 0)
+    assert p["leaks"] == [] and p["peak_bytes"]["total"] == 0 and p["timeline"] == []
+
+
+def test_leak_report_names_the_leaked_allocations(tmp_path):
+    stub = build_memstub()
+    exe = build_workload("leak_two.cu", extra=["-cudart=shared", "-Xcompiler",
+                                               "-fno-omit-frame-pointer"])
+    report, proc = memory_json(tmp_path, "--lib", str(stub), "--stacks",
+                               command=[str(exe), LINGER_MS], env=stub_env())
+    assert proc.returncode == 0, proc.stderr
+    truth = {t["site"]: t for t in expected_calls(proc.stdout)}
+    [p] = report["processes"]
+    assert p["exited"] and report["lost_total"] == 0
+    assert (p["allocations"], p["frees"]) == (3, 1)
+    assert (p["failed_allocations"], p["failed_frees"], p["unknown_frees"]) == (1, 1, 0)
+    # both layers probed: cudaMalloc's own cuMemAlloc_v2 and so on counted once
+    assert p["nested_driver_calls"] == 6
+    assert p["peak_bytes"]["total"] == sum(t["size"] for t in truth.values())
+    leaks = [(g["site"][0].split("(")[0], g["event"], g["kind"], g["ended_by"],
+              [(a["ptr"], a["size"]) for a in g["allocations"]]) for g in p["leaks"]]
+    assert leaks == [  # biggest first
+        ("alloc_weights", "cudaMalloc", "device", "process exit",
+         [(truth["alloc_weights"]["ptr"], 3 << 20)]),
+        ("alloc_staging", "cudaMallocHost", "host-pinned", "process exit",
+         [(truth["alloc_staging"]["ptr"], 256 << 10)]),
+    ]
+    for g in p["leaks"]:
+        assert g["site"][0].endswith(f" ({exe.name})")
+        assert g["site"][1].startswith("main+0x")  # --stacks: the caller's caller
+    assert "2 allocations never freed, 3.2 MiB" in proc.stdout
+    assert "alloc_weights(unsigned long)+0x" in proc.stdout
+
+
+def test_every_kind_both_layers_and_implicit_frees(tmp_path):
+    stub = build_memstub()
+    exe = build_workload("memory_mix.c", extra=[f"-L{stub}", "-l:libcuda.so.1"])
+    report, proc = memory_json(tmp_path, "--lib", str(stub), command=[str(exe), LINGER_MS],
+                               env=stub_env())
+    assert proc.returncode == 0, proc.stderr
+    truth = expected_calls(proc.stdout)
+    [p] = report["processes"]
+    assert (p["allocations"], p["frees"], p["failed_allocations"], p["failed_frees"]) == (7, 3,
+                                                                                         1, 1)
+    # every runtime call here is served by one driver call; cuMemAlloc_v2 is the program's own
+    assert p["nested_driver_calls"] == 12
+    assert p["bytes_allocated"] == sum(t["size"] for t in truth)
+    reset_victims = [t for t in truth if t["call"] in ("cuMemAlloc_v2", "cudaMallocManaged",
+                                                       "cudaMallocPitch")]
+    [reset] = p["implicit_frees"]
+    assert (reset["by"], reset["allocations"]) == ("cudaDeviceReset", 3)
+    assert reset["bytes"] == sum(t["size"] for t in reset_victims) == (6 << 20) + 10240
+    ended = {a["ptr"]: (g["ended_by"], g["kind"], g["event"], a["size"])
+             for g in p["leaks"] for a in g["allocations"]}
+    last = truth[-1]
+    assert ended == {
+        **{t["ptr"]: ("cudaDeviceReset", t["kind"], t["call"], t["size"]) for t in reset_victims},
+        last["ptr"]: ("process exit", "device", "cudaMalloc", 64 << 10)}
+    # live bytes over time: the peak is before the reset, and it ends at zero
+    a, d, m, s, pitched, h, _z = (t["size"] for t in truth)
+    assert p["peak_bytes"]["total"] == a + d + m + max(s, pitched + h)
+    assert p["peak_bytes"]["async-pool"] == s and p["peak_bytes"]["managed"] == m
+    assert p["timeline"][-1][1] == 0 and p["timeline"][-2][1] == 64 << 10
+    assert "cudaDeviceReset at" in proc.stdout and "freed 3 allocations" in proc.stdout
+
+
+def test_runtime_only_counts_the_runtime_calls(tmp_path):
+    stub = build_memstub()
+    exe = build_workload("memory_mix.c", extra=[f"-L{stub}", "-l:libcuda.so.1"])
+    report, proc = memory_json(tmp_path, "--lib", str(stub / "libcudart.so.13"), "--api",
+                               "runtime", command=[str(exe), LINGER_MS], env=stub_env())
+    assert proc.returncode == 0, proc.stderr
+    [p] = report["processes"]
+    # the direct cuMemAlloc_v2 is not seen, so the reset frees two allocations
+    assert p["nested_driver_calls"] == 0 and p["allocations"] == 6
+    assert [(f["by"], f["allocations"]) for f in p["implicit_frees"]] == [("cudaDeviceReset", 2)]
