@@ -232,8 +232,13 @@ def decode_args(
         out = raw.outs[idx] if idx is not None else None
         value, text = _decode_arg(arg.kind, raw.args, slot, out)
         args[arg.name] = value
-        if arg.kind is ArgKind.FUNC and symbolize is not None:
-            name = symbolize(pid, raw.args[slot])
+        if arg.kind is ArgKind.FUNC:
+            name = symbolize(pid, raw.args[slot]) if symbolize is not None else None
+            if not name and handles is not None:
+                # CUDA 12+ <<<>>> passes a cudaKernel_t (a CUkernel), not the host
+                # stub: named by the traced cuLibraryGetKernel that made it
+                handle_name = handles.name(pid, raw.args[slot])
+                name = demangle(handle_name) if handle_name else None
             if name:
                 args[NAME_KEY] = name  # whole in JSONL; shortened in DETAILS
                 text = f"{text} {shorten(name)}"

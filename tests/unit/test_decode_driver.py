@@ -144,3 +144,17 @@ def test_out_parameters_of_driver_types():
         "ElementSizeBytes": 4}
     r, probes = raw("cuDriverGetVersion", args=(0x7FFC0000,), outs=(12020,))
     assert decode_event(r, probes, 0).details == "driverVersion=12020"
+
+
+def test_runtime_launch_of_a_kernel_handle_named_by_cu_library_get_kernel():
+    # CUDA 12+ <<<>>> passes cudaLaunchKernel a cudaKernel_t (a CUkernel), not a
+    # host stub: seen on an H200, func == the pKernel cuLibraryGetKernel wrote
+    handles = KernelHandles()
+    r, probes = raw("cuLibraryGetKernel", args=(0x7FFC0000, 0x30D0, 0x5000), outs=(0xAB00,),
+                    cfg=cstring_words(b"_Z6vecAddPKfS0_Pfi"))
+    decode_event(r, probes, 0, handles=handles)
+    launch = (0xAB00, 4 | (1 << 32), 1, 256 | (1 << 32), 1, 0x7FF0, 0, 0)
+    r, probes = raw("cudaLaunchKernel", args=launch)
+    c = decode_event(r, probes, 0, symbolize=lambda pid, addr: None, handles=handles)
+    assert c.args["func_name"] == "vecAdd(float const*, float const*, float*, int)"
+    assert c.details.startswith("func=0xab00 vecAdd(float const*, float const*, float*, int)")
