@@ -1,0 +1,196 @@
+"""Processes that tests start and keep running: a workload, and cudaprobe beside it.
+
+Both are read line by line on a thread, so a test can wait for "iteration 20"
+or for cudaprobe's "attached to pid N" without sleeping for a guessed time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from ..conftest import CUDA_HOME, NVCC, WORKLOAD_BIN, WORKLOADS, build_workload, cudaprobe_cmd
+
+WAIT_S = 60
+
+# tests/workloads/cuda_loop.c: the calls of one iteration I, in order, and
+# where each carries I (cudaGetDeviceCount carries none)
+LOOP_ORDER = ["cudaGetDeviceCount", "cudaMalloc", "cudaMemset", "cudaLaunchKernel", "cudaFree"]
+
+
+def build_loop(variant: str) -> Path:
+    """cuda_loop.c as `shared` (gcc, libcudart.so), `static` (nvcc's default:
+    the runtime linked in) or `dlopen` (no CUDA linked; dlopen on a stdin line)."""
+    if variant == "shared":
+        return build_workload("cuda_loop.c", "loop_shared")
+    src, out = WORKLOADS / "cuda_loop.c", WORKLOAD_BIN / f"loop_{variant}"
+    if out.exists() and out.stat().st_mtime >= src.stat().st_mtime:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if variant == "static":
+        cmd = [str(NVCC), "-O1", "-g", "-o", str(out), str(src)]
+    else:
+        cmd = ["gcc", "-O1", "-g", "-DLATE_DLOPEN", f"-I{CUDA_HOME}/include", "-o", str(out),
+               str(src), "-ldl"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return out
+
+
+class Lines:
+    """The lines a stream gives, collected on a thread."""
+
+    def __init__(self, stream) -> None:
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            with self._cond:
+                self.lines.append(line.rstrip("\n"))
+                self._cond.notify_all()
+        with self._cond:
+            self.lines.append(None)  # end of stream
+            self._cond.notify_all()
+
+    def wait_for(self, predicate, what: str, timeout: float = WAIT_S) -> str:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            seen = 0
+            while True:
+                for line in self.lines[seen:]:
+                    if line is None:
+                        raise AssertionError(f"stream ended before {what}: {self.text()}")
+                    if predicate(line):
+                        return line
+                seen = len(self.lines)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"timed out waiting for {what}: {self.text()}")
+                self._cond.wait(left)
+
+    def text(self) -> str:
+        self._thread.join(timeout=0)
+        return "\n".join(line for line in list(self.lines) if line is not None)
+
+
+class Loop:
+    """A running cuda_loop (possibly under a prefix: unshare, cudaprobe -- ...).
+
+    Its stdin stays open until stop(), which makes it finish the iteration it
+    is in and exit: the last iteration it printed is then the last it ran.
+    """
+
+    def __init__(self, argv: list, env: dict | None = None) -> None:
+        self.proc = subprocess.Popen([str(a) for a in argv], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=env)
+        self.out = Lines(self.proc.stdout)
+        self.pid = self._value("pid")  # as the workload sees itself
+
+    def _value(self, key: str, at_least: int = 0) -> int:
+        line = self.out.wait_for(
+            lambda s: s.startswith("{") and json.loads(s).get(key, -1) >= at_least,
+            f'{{"{key}": >= {at_least}}}')
+        return json.loads(line)[key]
+
+    def wait_iter(self, n: int) -> int:
+        return self._value("iter", n)
+
+    @property
+    def iteration(self) -> int:
+        iters = [json.loads(s)["iter"] for s in list(self.out.lines)
+                 if s and s.startswith('{"iter"')]
+        return iters[-1] if iters else -1
+
+    def send(self, line: str) -> None:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def stop(self) -> int:
+        """End the run; returns the last iteration it ran."""
+        self.proc.stdin.close()
+        assert self.proc.wait(timeout=WAIT_S) == 0, self.out.text()
+        self.out._thread.join(timeout=WAIT_S)
+        return self.iteration
+
+
+class Tracing:
+    """`cudaprobe trace -o calls.jsonl ARGS` running in the background."""
+
+    def __init__(self, tmp_path: Path, *args: str, name: str = "calls.jsonl") -> None:
+        self.output = tmp_path / name
+        self.proc = subprocess.Popen(cudaprobe_cmd("trace", "-o", str(self.output), *args),
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+        self.err = Lines(self.proc.stderr)
+
+    def wait_for(self, text: str) -> str:
+        return self.err.wait_for(lambda s: text in s, repr(text))
+
+    def finish(self, timeout: float = WAIT_S) -> tuple[list[dict], dict, str]:
+        """Wait for cudaprobe to end by itself; returns (calls, summary, stderr)."""
+        assert self.proc.wait(timeout=timeout) == 0, self.err.text()
+        self.err._thread.join(timeout=WAIT_S)
+        return read_jsonl(self.output) + (self.err.text(),)
+
+    def interrupt(self) -> tuple[list[dict], dict, str]:
+        self.proc.send_signal(2)
+        return self.finish()
+
+
+def read_jsonl(path: Path) -> tuple[list[dict], dict]:
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert rows and "summary" in rows[-1]
+    return rows[:-1], rows[-1]["summary"]
+
+
+def iteration_of(call: dict) -> int | None:
+    args = call["args"]
+    return {
+        "cudaMalloc": lambda: args["size"] - 4096,
+        "cudaMemset": lambda: args["value"],
+        "cudaLaunchKernel": lambda: args["gridDim"][0] - 1,
+        "cudaFree": lambda: int(args["devPtr"], 16) - 0x8000,
+    }.get(call["event"], lambda: None)()
+
+
+def check_iterations(calls: list[dict], last: int) -> int:
+    """The calls are whole iterations of cuda_loop, in order, each once, from the
+    first traced to `last` (the first may lack the calls made before attach).
+    Returns the first iteration traced."""
+    assert calls, "no calls traced"
+    events = [c["event"] for c in calls]
+    start = LOOP_ORDER.index(events[0])
+    cycles = (start + len(events) + len(LOOP_ORDER) - 1) // len(LOOP_ORDER)
+    assert events == (LOOP_ORDER * cycles)[start:start + len(events)]
+    n = len(LOOP_ORDER)
+    k0, i0 = next((k, iteration_of(c)) for k, c in enumerate(calls) if iteration_of(c) is not None)
+    first = i0 - (start + k0) // n  # the iteration calls[0] belongs to
+    for k, call in enumerate(calls):
+        i = iteration_of(call)
+        assert i is None or i == first + (start + k) // n, call
+    assert events[-1] == "cudaFree" and iteration_of(calls[-1]) == last
+    return first
+
+
+def host_pid_of(parent: int, comm: str, timeout: float = WAIT_S) -> int:
+    """The pid, as seen here, of the descendant of `parent` named `comm`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        todo = [parent]
+        while todo:
+            pid = todo.pop()
+            try:
+                if Path(f"/proc/{pid}/comm").read_text().strip() == comm:
+                    return pid
+                for task in os.listdir(f"/proc/{pid}/task"):
+                    todo += map(int, Path(f"/proc/{pid}/task/{task}/children").read_text().split())
+            except FileNotFoundError:
+                continue
+        time.sleep(0.05)
+    raise AssertionError(f"no process named {comm} under pid {parent}")

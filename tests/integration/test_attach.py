@@ -1,0 +1,205 @@
+"""Attaching to processes already running: --pid, --comm, static runtimes,
+several libcudart copies, late dlopen, mount and pid namespaces.
+
+The workload (tests/workloads/cuda_loop.c) passes its iteration number in
+the arguments, so each test checks that the trace holds whole iterations, in
+order, each once, from where it attached to the last one the workload ran.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from elftools.elf.elffile import ELFFile
+
+from ..conftest import cudaprobe_cmd
+from .conftest import run_cudaprobe
+from .running import Loop, Tracing, build_loop, check_iterations, host_pid_of, read_jsonl
+
+MORE = 20  # iterations the workload runs once cudaprobe said it is attached
+
+
+def traced_since_attach(calls: list[dict], last: int) -> int:
+    """check_iterations, and that all MORE iterations after the attach are there
+    (the one under way when cudaprobe said so may be its first)."""
+    first = check_iterations(calls, last)
+    assert last - first >= MORE - 1, (first, last)
+    return first
+
+
+def by_pid(calls: list[dict]) -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = {}
+    for c in calls:
+        out.setdefault(c["pid"], []).append(c)
+    return out
+
+
+def attach_and_run(tmp_path, loops: list[Loop], *args: str) -> tuple[Tracing, list[int]]:
+    """Attach with `trace ARGS` once every loop has run a few iterations, let
+    each run MORE more, and stop them; returns cudaprobe, still running, and
+    the last iteration of each loop."""
+    for loop in loops:
+        loop.wait_iter(3)
+    tracing = Tracing(tmp_path, *args)
+    tracing.wait_for("attached to")
+    for loop in loops:
+        loop.wait_iter(loop.iteration + MORE)
+    return tracing, [loop.stop() for loop in loops]
+
+
+def test_pid_attaches_mid_run_and_ends_with_the_process(tmp_path, libcudart):
+    loop = Loop([build_loop("shared"), "5"])
+    tracing, (last,) = attach_and_run(tmp_path, [loop], "--pid", str(loop.pid))
+    calls, summary, err = tracing.finish()
+    assert traced_since_attach(calls, last) >= 3
+    assert summary["calls"] == len(calls) and summary["lost_total"] == 0
+    assert summary["libraries"] == [str(libcudart)]
+    assert {(c["pid"], c["tid"], c["process"]) for c in calls} == {(loop.pid, loop.pid,
+                                                                   "loop_shared")}
+    assert f"pid {loop.pid} (loop_shared) exited" in err
+    assert "every traced pid has exited: stopping" in err
+
+
+def test_static_runtime_found_in_the_executable_by_pid(tmp_path):
+    exe = build_loop("static")
+    with open(exe, "rb") as f:  # nvcc's static runtime: the symbols are in .symtab only
+        dynsym = ELFFile(f).get_section_by_name(".dynsym")
+        assert dynsym is None or not dynsym.get_symbol_by_name("cudaMalloc")
+    loop = Loop([exe, "5"])
+    tracing, (last,) = attach_and_run(tmp_path, [loop], "--pid", str(loop.pid))
+    calls, summary, err = tracing.finish()
+    traced_since_attach(calls, last)
+    assert summary["libraries"] == [str(exe)]
+    assert f"in {exe}" in err.splitlines()[0]
+    assert all(c["ret_name"] == "cudaErrorInsufficientDriver" for c in calls)
+
+
+@pytest.mark.parametrize("lib_arg", [False, True], ids=["found", "--lib"])
+def test_static_runtime_with_command_traced_from_its_first_call(tmp_path, lib_arg):
+    exe = build_loop("static")
+    args = ["--lib", str(exe)] if lib_arg else []
+    output = tmp_path / "calls.jsonl"
+    loop = Loop([*cudaprobe_cmd("trace", "-o", str(output)), *args, "--", exe, "2"])
+    loop.wait_iter(30)
+    last = loop.stop()
+    calls, summary = read_jsonl(output)
+    assert check_iterations(calls, last) == 0
+    assert calls[0]["event"] == "cudaGetDeviceCount"
+    assert str(exe) in summary["libraries"]
+
+
+def test_two_processes_with_their_own_libcudart(tmp_path, libcudart):
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    shutil.copy(libcudart, copy / "libcudart.so.13")
+    exe = build_loop("shared")
+    a = Loop([exe, "5"], env={**os.environ, "LD_LIBRARY_PATH": str(copy)})
+    b = Loop([exe, "5"])
+    assert str(copy / "libcudart.so.13") in open(f"/proc/{a.pid}/maps").read()
+    tracing, lasts = attach_and_run(tmp_path, [a, b], "--pid", str(a.pid), "--pid", str(b.pid))
+    calls, summary, err = tracing.finish()
+    per_pid = by_pid(calls)
+    assert set(per_pid) == {a.pid, b.pid}
+    for loop, last in zip((a, b), lasts):
+        traced_since_attach(per_pid[loop.pid], last)
+    assert summary["libraries"] == sorted([str(copy / "libcudart.so.13"), str(libcudart)])
+    assert summary["lost_total"] == 0
+    assert "they have exited" in err and err.count(" exited") >= 2
+
+
+def private_libcudart(tmp_path, libcudart) -> str:
+    """A copy no default search finds: only the process's own dlopen() names it."""
+    path = tmp_path / "private" / "libcudart.so.13"
+    path.parent.mkdir()
+    shutil.copy(libcudart, path)
+    return str(path)
+
+
+def test_pid_not_using_cuda_yet_is_an_error_and_wait_picks_up_dlopen(tmp_path, libcudart):
+    lib = private_libcudart(tmp_path, libcudart)
+    loop = Loop([build_loop("dlopen"), "5", "1000000", lib])
+    refused = run_cudaprobe("trace", "--pid", str(loop.pid), timeout=60)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert f"pid {loop.pid} (loop_dlopen) is not using CUDA" in refused.stderr
+    assert "cudaLaunchKernel" in refused.stderr and "--wait" in refused.stderr
+
+    tracing = Tracing(tmp_path, "--pid", str(loop.pid), "--wait")
+    tracing.wait_for("attached to")
+    loop.send("go")
+    tracing.wait_for(f"maps {lib}: ")
+    loop.wait_iter(loop.iteration + MORE)
+    last = loop.stop()
+    calls, summary, _err = tracing.finish()
+    traced_since_attach(calls, last)
+    assert summary["libraries"] == [lib]
+
+
+def test_comm_traces_present_and_future_processes_of_that_name_only(tmp_path):
+    exe = build_loop("shared")
+    named, other = tmp_path / "cp_comm_loop", tmp_path / "cp_other_loop"
+    shutil.copy(exe, named)
+    shutil.copy(exe, other)
+    present = Loop([named, "5"])
+    present.wait_iter(3)
+    tracing = Tracing(tmp_path, "--comm", "cp_comm_loop")
+    tracing.wait_for("following every process named 'cp_comm_loop'")
+    future, stranger = Loop([named, "5"]), Loop([other, "5"])
+    for loop in (present, future, stranger):
+        loop.wait_iter(loop.iteration + MORE)
+    lasts = [loop.stop() for loop in (present, future, stranger)]
+    calls, _summary, _err = tracing.interrupt()
+    per_pid = by_pid(calls)
+    assert set(per_pid) == {present.pid, future.pid}
+    assert check_iterations(per_pid[present.pid], lasts[0]) >= 3
+    # it exec'd under the name after attach: a target before its first call
+    assert check_iterations(per_pid[future.pid], lasts[1]) == 0
+    assert per_pid[future.pid][0]["event"] == "cudaGetDeviceCount"
+
+
+def test_comm_picks_up_a_library_loaded_after_attach(tmp_path, libcudart):
+    lib = private_libcudart(tmp_path, libcudart)
+    named = tmp_path / "cp_late_loop"
+    shutil.copy(build_loop("dlopen"), named)
+    tracing = Tracing(tmp_path, "--comm", "cp_late_loop")
+    tracing.wait_for("following every process named")
+    loop = Loop([named, "5", "1000000", lib])  # like `import torch` in a python traced by name
+    loop.send("go")
+    tracing.wait_for(f"pid {loop.pid} (cp_late_loop) maps {lib}: ")
+    loop.wait_iter(loop.iteration + MORE)
+    last = loop.stop()
+    calls, summary, _err = tracing.interrupt()
+    traced_since_attach(calls, last)
+    assert lib in summary["libraries"]
+
+
+def test_process_in_other_mount_and_pid_namespaces(tmp_path, libcudart):
+    hidden = tmp_path / "ns"  # a tmpfs there, seen only inside the namespace
+    hidden.mkdir()
+    script = (f"mount -t tmpfs none {hidden} && cp {libcudart} {hidden}/ && "
+              f"LD_LIBRARY_PATH={hidden} exec {build_loop('shared')} 5")
+    loop = Loop(["unshare", "-m", "-p", "--fork", "--mount-proc", "sh", "-c", script])
+    host_pid = host_pid_of(loop.proc.pid, "loop_shared")
+    assert loop.pid == 1 and host_pid != 1
+    assert not (hidden / "libcudart.so.13").exists()
+    tracing, (last,) = attach_and_run(tmp_path, [loop], "--pid", str(host_pid))
+    calls, summary, err = tracing.finish()
+    traced_since_attach(calls, last)
+    assert {c["pid"] for c in calls} == {host_pid}  # host pids, not the namespace's
+    assert summary["libraries"] == [f"/proc/{host_pid}/root{hidden}/libcudart.so.13"]
+    assert f"pid {host_pid} (loop_shared) exited" in err
+
+
+def test_pid_that_does_not_exist_is_one_line(tmp_path):
+    pid = int(open("/proc/sys/kernel/pid_max").read()) - 1
+    while os.path.exists(f"/proc/{pid}"):
+        pid -= 1
+    p = run_cudaprobe("trace", "--pid", str(pid))
+    assert p.returncode == 2
+    assert p.stderr == f"cudaprobe: pid {pid}: no such process\n"
+
+
+def test_pid_with_command_is_a_usage_error():
+    p = run_cudaprobe("trace", "--pid", "1", "--", "true")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--pid" in p.stderr

@@ -1,0 +1,149 @@
+"""Finding CUDA code in processes and files, without root or BPF: procmaps,
+elfscan, targets, and probe ids planned for libraries found later."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from cudaprobe import elfscan, procmaps
+from cudaprobe.catalogue import FUNCTIONS, RUNTIME
+from cudaprobe.errors import CudaNotMapped, ProcessGone
+from cudaprobe.probes import attachments_in, plan_probes
+from cudaprobe.targets import Targets
+
+from ..conftest import build_workload
+
+RUNTIME_SYMBOLS = [s for f in FUNCTIONS if f.api == RUNTIME for s in f.symbols]
+PATTERN = elfscan.name_pattern(RUNTIME_SYMBOLS)
+
+
+def test_defines_any_tells_definitions_from_imports(libcudart):
+    exe = build_workload("cuda_loop.c", "loop_shared")  # imports cudaMalloc, defines none
+    assert elfscan.defines_any(str(libcudart), PATTERN)
+    assert not elfscan.defines_any(str(exe), PATTERN)
+    assert not elfscan.defines_any(sys.executable, PATTERN)
+    assert not elfscan.defines_any(__file__, PATTERN)  # not ELF
+    assert not elfscan.defines_any("/nonexistent", PATTERN)
+
+
+def test_defines_any_finds_local_symbols_of_a_static_runtime(tmp_path):
+    src = tmp_path / "static.c"
+    # a local (static) function named like a runtime entry point: .symtab only
+    src.write_text("static int cudaMalloc(void **p, unsigned long n) { return (int)n; }\n"
+                   "int main(void) { return cudaMalloc(0, 0); }\n")
+    exe = tmp_path / "static"
+    subprocess.run(["gcc", "-O0", "-o", str(exe), str(src)], check=True)
+    assert elfscan.defines_any(str(exe), PATTERN)
+    subprocess.run(["strip", str(exe)], check=True)
+    assert not elfscan.defines_any(str(exe), PATTERN)
+
+
+def test_interpreter_of_executables_only(libcudart):
+    assert "ld-linux" in elfscan.interpreter(os.path.realpath(sys.executable))
+    assert elfscan.interpreter(str(libcudart)) is None
+    assert elfscan.interpreter(__file__) is None
+
+
+def test_read_maps_of_self_has_the_interpreter_once():
+    files = procmaps.read_maps(os.getpid())
+    python = os.stat(os.path.realpath(sys.executable))
+    mine = [f for f in files if f.identity == (python.st_dev, python.st_ino)]
+    assert len(mine) == 1 and mine[0].host_path == mine[0].path  # same mount namespace
+    assert len({f.identity for f in files}) == len(files)
+
+
+def test_threads_belong_to_their_process():
+    ready, done = threading.Event(), threading.Event()
+    tid = []
+
+    def worker() -> None:
+        tid.append(threading.get_native_id())
+        ready.set()
+        done.wait()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    ready.wait()
+    try:
+        assert procmaps.thread_group(tid[0]) == os.getpid() != tid[0]
+    finally:
+        done.set()
+        t.join()
+    assert os.getpid() in procmaps.pids_named(procmaps.process_name(os.getpid()))
+
+
+def test_gone_process_is_process_gone():
+    p = subprocess.Popen(["true"])
+    p.wait()
+    with pytest.raises(ProcessGone):
+        procmaps.read_maps(p.pid)
+    with pytest.raises(ProcessGone, match=f"pid {p.pid}: no such process"):
+        Targets(RUNTIME_SYMBOLS, [p.pid])
+
+
+def test_targets_find_the_runtime_a_process_maps_once(libcudart):
+    exe = build_workload("cuda_loop.c", "loop_shared")
+    loop = subprocess.Popen([str(exe), "20"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        loop.stdout.readline()  # {"pid": ...}: libraries are mapped
+        targets = Targets(RUNTIME_SYMBOLS, [loop.pid])
+        found, gone = targets.scan([loop.pid])
+        assert [o.host_path for o in found] == [str(libcudart)] and gone == []
+        assert found[0].where == str(libcudart)
+        assert targets.scan([loop.pid]) == ([], [])  # probed already
+        assert targets.exited() == []
+    finally:
+        loop.stdin.close()
+        loop.wait()
+    assert targets.exited() == [loop.pid]
+    assert targets.scan([loop.pid]) == ([], [loop.pid])
+    targets.close()
+
+
+def test_command_objects_are_the_static_runtime_or_the_linked_library(libcudart, tmp_path):
+    shared = build_workload("cuda_loop.c", "loop_shared")
+    assert Targets(RUNTIME_SYMBOLS).command_objects(str(shared)) == [str(libcudart)]
+    targets = Targets(RUNTIME_SYMBOLS)
+    targets.attached_up_front([str(libcudart)])
+    assert targets.command_objects(str(shared)) == []
+    assert Targets(RUNTIME_SYMBOLS).command_objects("no-such-command") == []
+
+
+def test_not_mapped_error_is_one_line_naming_what_was_looked_for():
+    with subprocess.Popen(["sleep", "10"]) as sleeper:
+        while procmaps.process_name(sleeper.pid) != "sleep":  # vfork: Popen may return first
+            time.sleep(0.01)
+        try:
+            targets = Targets(RUNTIME_SYMBOLS, [sleeper.pid])
+            assert targets.scan([sleeper.pid])[0] == []
+            err = targets.not_mapped_error()
+        finally:
+            sleeper.kill()
+    assert isinstance(err, CudaNotMapped)
+    text = str(err)
+    assert "\n" not in text
+    assert text.startswith(f"pid {sleeper.pid} (sleep) is not using CUDA: none of the ")
+    assert "cudaLaunchKernel, cudaMalloc" in text and f"{len(set(RUNTIME_SYMBOLS))}" in text
+    assert text.endswith("(add --wait to attach when it loads CUDA)")
+
+
+def test_every_symbol_plan_numbers_probes_for_libraries_found_later(libcudart):
+    functions = [f for f in FUNCTIONS if f.api == RUNTIME]
+    found_only = plan_probes(functions, [str(libcudart)])
+    every = plan_probes(functions, [str(libcudart)], every_symbol=True)
+    assert [p.symbol for p in every.probes] == [s for f in functions for s in f.symbols]
+    assert [p.func_id for p in every.probes] == list(range(len(every.probes)))
+    assert {a.probe.symbol for a in every.attachments} == {p.symbol for p in found_only.probes}
+    assert len(every.attachments) == len(found_only.attachments)
+    empty = plan_probes(functions, [], every_symbol=True)  # --comm, nothing running yet
+    assert empty.attachments == [] and len(empty.probes) == len(every.probes)
+    later = attachments_in(empty.probes, str(libcudart))
+    assert [(a.probe.func_id, a.offset) for a in later] == [
+        (a.probe.func_id, a.offset) for a in every.attachments]
