@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .errors import ProcessGone
+from .errors import CudaprobeError, ProcessGone
 
 DELETED = " (deleted)"
 
@@ -32,6 +32,13 @@ def _read(pid: int, name: str) -> str:
             return f.read()
     except (FileNotFoundError, ProcessLookupError):
         raise ProcessGone(pid) from None
+    except PermissionError:  # another user's process (--dump-bpf runs without root)
+        raise _not_ours(pid, name) from None
+
+
+def _not_ours(pid: int, name: str) -> CudaprobeError:
+    return CudaprobeError(f"pid {pid}: cannot read /proc/{pid}/{name}: permission denied",
+                          fix="run it with sudo")
 
 
 def process_name(pid: int) -> str:
@@ -75,6 +82,8 @@ def same_mount_namespace(pid: int) -> bool:
         return os.stat(f"/proc/{pid}/ns/mnt").st_ino == os.stat("/proc/self/ns/mnt").st_ino
     except FileNotFoundError:
         raise ProcessGone(pid) from None
+    except PermissionError:
+        raise _not_ours(pid, "ns/mnt") from None
 
 
 def read_maps(pid: int) -> list[MappedFile]:

@@ -164,11 +164,11 @@ def check_iterations(calls: list[dict], last: int) -> int:
     first traced to `last` (the first may lack the calls made before attach).
     Returns the first iteration traced."""
     assert calls, "no calls traced"
+    n = len(LOOP_ORDER)
     events = [c["event"] for c in calls]
     start = LOOP_ORDER.index(events[0])
-    cycles = (start + len(events) + len(LOOP_ORDER) - 1) // len(LOOP_ORDER)
+    cycles = (start + len(events) + n - 1) // n
     assert events == (LOOP_ORDER * cycles)[start:start + len(events)]
-    n = len(LOOP_ORDER)
     k0, i0 = next((k, iteration_of(c)) for k, c in enumerate(calls) if iteration_of(c) is not None)
     first = i0 - (start + k0) // n  # the iteration calls[0] belongs to
     for k, call in enumerate(calls):

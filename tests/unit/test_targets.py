@@ -17,7 +17,7 @@ from cudaprobe.errors import CudaNotMapped, ProcessGone
 from cudaprobe.probes import attachments_in, plan_probes
 from cudaprobe.targets import Targets
 
-from ..conftest import build_workload
+from ..conftest import build_workload, cudaprobe_cmd
 
 RUNTIME_SYMBOLS = [s for f in FUNCTIONS if f.api == RUNTIME for s in f.symbols]
 PATTERN = elfscan.name_pattern(RUNTIME_SYMBOLS)
@@ -147,3 +147,12 @@ def test_every_symbol_plan_numbers_probes_for_libraries_found_later(libcudart):
     later = attachments_in(empty.probes, str(libcudart))
     assert [(a.probe.func_id, a.offset) for a in later] == [
         (a.probe.func_id, a.offset) for a in every.attachments]
+
+
+def test_another_users_process_without_root_is_one_line():
+    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                        *cudaprobe_cmd("trace", "--dump-bpf", "--pid", "1")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert p.stderr == ("cudaprobe: pid 1: cannot read /proc/1/ns/mnt: permission denied "
+                        "(run it with sudo)\n")
