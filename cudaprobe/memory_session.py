@@ -20,6 +20,7 @@ from .event import RawEvent
 from .memtrack import MemCall, MemoryAccounting, ProcessMemory
 from .probes import ProbePlan
 from .runner import ProbeRun
+from .targets import Targets
 from .tracer import Tracer
 
 POLL_MS = 100
@@ -31,7 +32,8 @@ HOLD_S = 0.25
 @dataclass
 class MemoryOptions:
     command: list[str] = field(default_factory=list)
-    pids: list[int] = field(default_factory=list)
+    targets: Targets | None = None  # processes followed (--pid, --comm, -- COMMAND)
+    notify: Callable[[str], None] = print
     duration: float | None = None
     interval: float | None = None  # show live bytes this often
     stacks: bool = False
@@ -61,12 +63,13 @@ class MemorySession:
         self.in_flight = 0
         self.decode_errors = 0
         self.duration_s = 0.0
+        self.libraries: list[str] = []
         self.t0_ns = 0
 
     def run(self) -> int:
         """Trace until stopped; returns the exit status for cudaprobe."""
-        with ProbeRun(self.plan, self.settings, self.options.command, self.options.pids,
-                      self.options.duration) as run:
+        with ProbeRun(self.plan, self.settings, self.options.command, self.options.duration,
+                      self.options.targets, self.options.notify) as run:
             self.t0_ns = time.monotonic_ns()
             next_report = time.monotonic() + (self.options.interval or 0)
             while run.running():
@@ -79,6 +82,7 @@ class MemorySession:
             self.lost = {k: v for k, v in run.tracer.counters().items() if k != "wakeups"}
             self.lost["decode_errors"] = self.decode_errors
             self.duration_s = run.elapsed_s
+            self.libraries = run.probed.libraries
         # detached and drained: no more calls can come from those that have exited
         self._exits(self._gone(), time.monotonic_ns())
         self.accounting.settle()

@@ -2,21 +2,27 @@
 events on their own schedule (stats, memory).
 
 Entering starts `-- COMMAND` held before exec, compiles and attaches, puts the
-command's pid (and any others) in the filter map, then lets the command run.
-`running()` says whether to go on: not after a stop signal (SIGINT, SIGTERM
-and SIGHUP alike), --duration, or the command's exit. Leaving detaches, with
-the stop signals still caught, so a second Ctrl-C during teardown is ignored.
+command's pid in the filter map, then lets the command run. With Targets
+(--pid, --comm, -- COMMAND), trace's Follower adds their pids and probes the
+CUDA code they load later. `running()` says whether to go on: not after a
+stop signal (SIGINT, SIGTERM and SIGHUP alike), --duration, the command's
+exit, or the exit of every --pid. Leaving detaches, with the stop signals
+still caught, so a second Ctrl-C during teardown is ignored.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+from typing import Callable
 
 from .bpfprog import Settings
+from .follow import Follower
 from .launch import LaunchedCommand
 from .probes import ProbePlan
 from .signals import StopRequest
+from .summary import Summary
+from .targets import Targets
 from .tracer import Tracer
 
 STEP_S = 0.1  # how often running() is checked while sleeping
@@ -24,12 +30,19 @@ STEP_S = 0.1  # how often running() is checked while sleeping
 
 class ProbeRun:
     def __init__(self, plan: ProbePlan, settings: Settings, command: list[str] | None = None,
-                 pids: list[int] | None = None, duration: float | None = None) -> None:
+                 duration: float | None = None, targets: Targets | None = None,
+                 notify: Callable[[str], None] = print) -> None:
         self.plan = plan
         self.settings = settings
         self.argv = list(command or [])
-        self.pids = list(pids or [])
         self.duration = duration
+        self.targets = targets
+        self.notify = notify
+        # the libraries probed, those found later too (the Follower keeps it up to date)
+        self.probed = Summary(libraries=sorted({a.path for a in plan.attachments}),
+                              not_found=plan.not_found)
+        self._follower: Follower | None = None
+        self._all_exited = False
         self.command: LaunchedCommand | None = None
         self._released = False
         self.tracer: Tracer
@@ -42,8 +55,11 @@ class ProbeRun:
             self.command = LaunchedCommand(self.argv) if self.argv else None
             self._stack.enter_context(self._stop)
             self.tracer = self._stack.enter_context(Tracer(self.plan, self.settings))
-            for pid in self.pids + ([self.command.pid] if self.command else []):
-                self.tracer.add_target(pid)
+            if self.command:
+                self.tracer.add_target(self.command.pid)
+            if self.targets is not None:
+                self._follower = Follower(self.targets, self.tracer, self.plan, self.probed,
+                                          self.notify)
         except BaseException:
             self._close()
             raise
@@ -66,9 +82,13 @@ class ProbeRun:
         return time.monotonic() - self.started
 
     def running(self) -> bool:
-        if self._stop.requested:
+        if self._stop.requested or self._all_exited:
             return False
         if self.command is not None and self.command.wait() is not None:
+            return False
+        if self._follower is not None and self._follower.step():
+            self.notify("every traced pid has exited: stopping")
+            self._all_exited = True
             return False
         return not (self.duration and self.elapsed_s >= self.duration)
 

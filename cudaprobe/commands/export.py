@@ -12,7 +12,7 @@ from ..export_bpftrace import ExportOptions, render_script
 from ..output import open_output
 from ..probes import plan_probes, select_functions
 from ..targets import Targets, initial_libraries
-from .trace import APIS, resolve_libraries
+from .options import APIS, resolve_libraries
 
 
 @click.group("export")

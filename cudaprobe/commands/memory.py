@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import click
+from rich.text import Text
 
 from .. import bpfprog, environment
-from ..errors import NotRoot
 from ..memory_session import MemoryOptions, MemorySession
 from ..memory_view import render_exit, render_processes, render_summary, to_dict
 from ..memtrack import memory_functions
 from ..output import open_output
-from ..probes import plan_probes
 from ..reporters.table import make_console
-from .options import probe_options
-from .trace import APIS, resolve_libraries
+from .options import APIS, plan_targets, probe_options
 
 
 @click.command("memory", context_settings={"show_default": True})
@@ -31,8 +28,8 @@ from .trace import APIS, resolve_libraries
               help="Write the report as JSON (schema: docs/memory.md); implied by -o FILE.json.")
 @click.option("-o", "--output", metavar="FILE", help="Write the report to FILE (created 0600).")
 @click.option("--force", is_flag=True, help="Overwrite an existing -o FILE.")
-def memory_command(libs, api, duration, dump_bpf, command, stacks, interval, as_json, output,
-                   force) -> None:
+def memory_command(libs, api, duration, dump_bpf, pids, comm, wait, command, stacks, interval,
+                   as_json, output, force) -> None:
     """Track CUDA memory: allocations and frees at the runtime and driver layers
     (a cudaMalloc that the driver serves as cuMemAlloc_v2 counts once), by
     kind: device, host-pinned, managed, async-pool. Live and peak bytes per
@@ -42,20 +39,21 @@ def memory_command(libs, api, duration, dump_bpf, command, stacks, interval, as_
     implicitly.
 
     With `-- COMMAND`, start COMMAND, track only it (and its children), and
-    exit with its exit status; else track every process until Ctrl-C or
-    --duration.
+    exit with its exit status. With --pid or --comm, attach to processes
+    already running (what they allocated before is not known: its frees
+    count as unknown); --pid stops when they have exited. Else track every
+    process until Ctrl-C or --duration.
 
     \b
     Examples:
       sudo cudaprobe memory -- ./my_app
+      sudo cudaprobe memory --pid 31337 --interval 5
       sudo cudaprobe memory --stacks --interval 5 -- python train.py
       sudo cudaprobe memory --json -o memory.json -- ./my_app
     """
     apis = APIS[api]
-    settings = bpfprog.Settings(filter_pid=bool(command), stacks=stacks)
-    if not dump_bpf and os.geteuid() != 0:
-        raise NotRoot()
-    plan = plan_probes(memory_functions(apis), resolve_libraries(libs, apis))
+    plan, settings, targets = plan_targets(memory_functions(apis), libs, apis, pids, comm, wait,
+                                           command, dump_bpf, stacks=stacks)
     if dump_bpf:
         click.echo(bpfprog.render(plan.probes, settings))
         return
@@ -64,11 +62,15 @@ def memory_command(libs, api, duration, dump_bpf, command, stacks, interval, as_
     # the human report goes to stdout, unless the JSON does
     human = make_console(sys.stderr if as_json and stream is sys.stdout else sys.stdout)
     err = make_console(sys.stderr)
-    for note in environment.prepare():
-        err.print(f"cudaprobe: {note}", style="dim")
-    libraries = sorted({a.path for a in plan.attachments})
-    err.print(f"cudaprobe: tracking {len(plan.probes)} memory functions in "
-              f"{', '.join(libraries)}", style="dim")
+    def notify(message: str) -> None:
+        err.print(Text(f"cudaprobe: {message}", style="dim"))
+
+    for note in environment.prepare() + (targets.notes if targets else []):
+        notify(note)
+    paths = sorted({a.path for a in plan.attachments})
+    notify(f"tracking {len({a.probe.func_id for a in plan.attachments})} memory functions in "
+           f"{', '.join(paths)}" if paths else "no CUDA code mapped yet: probes go in as it "
+           "is loaded")
     session: MemorySession
 
     def live(s: MemorySession) -> None:
@@ -77,15 +79,20 @@ def memory_command(libs, api, duration, dump_bpf, command, stacks, interval, as_
             render_processes(running, human, "live CUDA memory")
 
     session = MemorySession(plan, settings, MemoryOptions(
-        command=list(command), duration=duration, interval=interval, stacks=stacks),
+        command=list(command), targets=targets, notify=notify, duration=duration,
+        interval=interval, stacks=stacks),
         on_exit=lambda p: render_exit(p, human, session.ms), on_interval=live)
-    status = session.run()
+    try:
+        status = session.run()
+    finally:
+        if targets is not None:
+            targets.close()
     processes = list(session.accounting.processes.values())
     render_summary(processes, session.lost, session.in_flight, session.duration_s, human)
     if output or as_json:
         if as_json:
             stream.write(json.dumps(to_dict(processes, session.lost, session.in_flight,
-                                            session.duration_s, libraries, session.ms),
+                                            session.duration_s, session.libraries, session.ms),
                                     indent=2) + "\n")
         else:
             for p in processes:

@@ -1,13 +1,30 @@
-"""Options that stats and memory share with trace: which libraries, functions and
-API to probe, and `-- COMMAND`."""
+"""What the probing commands share: which libraries, functions and API to
+probe, and which processes: `-- COMMAND`, --pid, --comm."""
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 import click
 
-from .trace import APIS
+from .. import bpfprog
+from ..catalogue import DRIVER, RUNTIME, Function
+from ..errors import LibraryNotFound, NotRoot, UsageError
+from ..libs import discover_libraries, resolve_lib_arg
+from ..probes import ProbePlan, plan_probes
+from ..targets import Targets, initial_libraries
+
+APIS = {"runtime": {RUNTIME}, "driver": {DRIVER}, "all": {RUNTIME, DRIVER}}
+
+
+def resolve_libraries(libs: tuple[str, ...], apis: set[str]) -> list[str]:
+    if libs:
+        return sorted({p for arg in libs for p in resolve_lib_arg(arg)})
+    found = discover_libraries(apis)
+    if not found:
+        raise LibraryNotFound("(default search)", "no libcudart/libcuda found; name one with --lib")
+    return found
 
 
 def probe_options(events: str | None) -> Callable[[Callable], Callable]:
@@ -27,6 +44,15 @@ def probe_options(events: str | None) -> Callable[[Callable], Callable]:
                      metavar="SECONDS", help="Stop after this many seconds."),
         click.option("--dump-bpf", is_flag=True,
                      help="Print the BPF program and exit (no root needed)."),
+        click.option("-p", "--pid", "pids", multiple=True, type=click.IntRange(min=1),
+                     metavar="PID",
+                     help="Attach to this running process (its threads and children too), "
+                          "probing the CUDA code it maps; stop when it exits. Repeatable."),
+        click.option("--comm", metavar="NAME",
+                     help="Follow every process named NAME (as in /proc/PID/comm), running "
+                          "now or started later."),
+        click.option("--wait", is_flag=True,
+                     help="With --pid: attach even if the process maps no CUDA code yet."),
         click.argument("command", nargs=-1, type=click.UNPROCESSED),
     ]
 
@@ -36,3 +62,28 @@ def probe_options(events: str | None) -> Callable[[Callable], Callable]:
         return f
 
     return decorate
+
+
+def plan_targets(functions: list[Function], libs: tuple[str, ...], apis: set[str],
+                 pids: tuple[int, ...], comm: str | None, wait: bool, command: tuple[str, ...],
+                 dump_bpf: bool, **settings: bool) -> tuple[ProbePlan, bpfprog.Settings,
+                                                            Targets | None]:
+    """The probes, the BPF settings (`settings` added) and, when following processes
+    (-- COMMAND, --pid, --comm), the Targets whose CUDA code is probed."""
+    if command and (pids or comm):
+        raise UsageError("-- COMMAND selects the process it starts: leave out --pid and --comm")
+    if wait and not pids:
+        raise UsageError("--wait goes with --pid")
+    follow = bool(command or pids or comm)
+    config = bpfprog.Settings(filter_pid=follow, filter_comm=comm is not None, **settings)
+    if not dump_bpf and os.geteuid() != 0:
+        raise NotRoot()
+    targets = None
+    if follow:
+        targets = Targets([s for f in functions for s in f.symbols], pids, comm,
+                          discover=not libs)
+        libraries = resolve_libraries(libs, apis) if libs else initial_libraries(
+            targets, apis, list(command), wait)
+    else:
+        libraries = resolve_libraries(libs, apis)
+    return plan_probes(functions, libraries, every_symbol=follow), config, targets

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import click
+from rich.text import Text
 
 from .. import bpfprog, environment
-from ..errors import NotRoot
 from ..output import open_output
-from ..probes import plan_probes, select_functions
+from ..probes import select_functions
 from ..reporters.table import make_console
 from ..stats import SORT_KEYS
 from ..stats_compare import (
@@ -24,8 +23,7 @@ from ..stats_compare import (
 )
 from ..stats_session import StatsOptions, run_stats
 from ..stats_view import render_stats
-from .options import probe_options
-from .trace import APIS, resolve_libraries
+from .options import APIS, plan_targets, probe_options
 
 
 @click.command("stats", context_settings={"show_default": True})
@@ -46,8 +44,8 @@ from .trace import APIS, resolve_libraries
               metavar="PERCENT", help="How far a count or p50 may move under --compare.")
 @click.option("--min-calls", type=click.IntRange(min=1), default=DEFAULT_MIN_CALLS,
               metavar="N", help="Compare p50 only where both runs made at least N calls.")
-def stats_command(libs, events, api, duration, dump_bpf, command, sort, interval, as_json,
-                  output, force, baseline, threshold, min_calls) -> None:
+def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, command, sort,
+                  interval, as_json, output, force, baseline, threshold, min_calls) -> None:
     """Count CUDA calls in the kernel: per function, calls, total, avg, min, max
     and p50/p95/p99 latency, and failed calls by error name. The table is
     sorted by total time. Percentiles are estimated from log2 latency buckets
@@ -55,23 +53,23 @@ def stats_command(libs, events, api, duration, dump_bpf, command, sort, interval
     cudaprobe does not grow with the call rate.
 
     With `-- COMMAND`, start COMMAND, count only it (and its children), and
-    exit with its exit status; else count every process until Ctrl-C or
-    --duration. With --compare, exit 3 when something moved (a failing
-    COMMAND's status wins); 2 is cudaprobe's own errors.
+    exit with its exit status. With --pid or --comm, attach to processes
+    already running; --pid stops when they have exited. Else count every
+    process until Ctrl-C or --duration. With --compare, exit 3 when something
+    moved (a failing COMMAND's status wins); 2 is cudaprobe's own errors.
 
     \b
     Examples:
       sudo cudaprobe stats -- ./my_app
+      sudo cudaprobe stats --pid 31337 --interval 5
       sudo cudaprobe stats --interval 5 -e memory,transfer
       sudo cudaprobe stats --json -o api.json -- python train.py
       sudo cudaprobe stats --compare api.json -- python train.py
     """
     apis = APIS[api]
     functions = select_functions(list(events), apis)
-    settings = bpfprog.Settings(filter_pid=bool(command), stats=True)
-    if not dump_bpf and os.geteuid() != 0:
-        raise NotRoot()
-    plan = plan_probes(functions, resolve_libraries(libs, apis))
+    plan, settings, targets = plan_targets(functions, libs, apis, pids, comm, wait, command,
+                                           dump_bpf, stats=True)
     if dump_bpf:
         click.echo(bpfprog.render(plan.probes, settings))
         return
@@ -81,12 +79,22 @@ def stats_command(libs, events, api, duration, dump_bpf, command, sort, interval
     # the table goes to stdout, unless the JSON does
     human = make_console(sys.stderr if as_json and stream is sys.stdout else sys.stdout)
     err = make_console(sys.stderr)
-    for note in environment.prepare():
-        err.print(f"cudaprobe: {note}", style="dim")
-    err.print(f"cudaprobe: counting {len(plan.probes)} functions in "
-              f"{', '.join(sorted({a.path for a in plan.attachments}))}", style="dim")
-    report, status = run_stats(plan, settings, StatsOptions(
-        command=list(command), duration=duration, interval=interval, sort=sort), human)
+    def notify(message: str) -> None:
+        err.print(Text(f"cudaprobe: {message}", style="dim"))
+
+    for note in environment.prepare() + (targets.notes if targets else []):
+        notify(note)
+    paths = sorted({a.path for a in plan.attachments})
+    notify(f"counting {len({a.probe.func_id for a in plan.attachments})} functions in "
+           f"{', '.join(paths)}" if paths else "no CUDA code mapped yet: probes go in as it "
+           "is loaded")
+    try:
+        report, status = run_stats(plan, settings, StatsOptions(
+            command=list(command), targets=targets, notify=notify, duration=duration,
+            interval=interval, sort=sort), human)
+    finally:
+        if targets is not None:
+            targets.close()
     render_stats(report, human, sort)
     document = report.to_dict(sort)
     changes = None

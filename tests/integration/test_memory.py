@@ -5,6 +5,7 @@ do, so that frees, leaks, call sites, nesting and implicit frees show."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from ..conftest import build_workload
@@ -16,7 +17,8 @@ LINGER_MS = "300"  # a process that exits within ~1 ms of its first call may los
 
 def memory_json(tmp_path: Path, *args: str, command: list[str], env=None) -> tuple[dict, object]:
     out = tmp_path / "memory.json"
-    proc = run_cudaprobe("memory", "-o", str(out), *args, "--", *command, env=env)
+    proc = run_cudaprobe("memory", "-o", str(out), *args, *(["--", *command] if command else []),
+                         env=env)
     assert out.exists(), proc.stderr
     return json.loads(out.read_text()), proc
 
@@ -107,3 +109,28 @@ def test_runtime_only_counts_the_runtime_calls(tmp_path):
     # the direct cuMemAlloc_v2 is not seen, so the reset frees two allocations
     assert p["nested_driver_calls"] == 0 and p["allocations"] == 6
     assert [(f["by"], f["allocations"]) for f in p["implicit_frees"]] == [("cudaDeviceReset", 2)]
+
+
+def test_attach_to_a_running_process(tmp_path):
+    stub = build_memstub()
+    exe = build_workload("leak_two.cu", extra=["-cudart=shared", "-Xcompiler",
+                                               "-fno-omit-frame-pointer"])
+    # it waits 3 s before its first call: time for cudaprobe to attach
+    app = subprocess.Popen([str(exe), LINGER_MS, "3000"], env=stub_env(), text=True,
+                           stdout=subprocess.PIPE)
+    try:
+        assert app.stdout.readline() == "waiting\n"
+        report, proc = memory_json(tmp_path, "--pid", str(app.pid), command=[])
+        out, _ = app.communicate(timeout=30)
+    finally:
+        app.kill()
+    # no --lib: what the process maps (the memstub libraries) is probed; it stops by itself
+    assert proc.returncode == 0, proc.stderr
+    assert "every traced pid has exited" in proc.stderr
+    assert sorted(report["libraries"]) == [str(stub / "libcuda.so.1"),
+                                           str(stub / "libcudart.so.13")]
+    [p] = report["processes"]
+    truth = {t["site"]: t for t in expected_calls(out)}
+    assert p["pid"] == app.pid and p["exited"] and p["nested_driver_calls"] == 6
+    assert sorted((a["ptr"], a["size"]) for g in p["leaks"] for a in g["allocations"]) == sorted(
+        (t["ptr"], t["size"]) for t in truth.values() if not t["freed"])

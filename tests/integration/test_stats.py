@@ -129,3 +129,20 @@ def test_latency_buckets_of_calls_of_known_length(tmp_path):
     assert f["histogram"][0]["lo_ns"] >= 1 << (short.bit_length() - 1)  # slot of 700 us
     assert short <= f["p50_ns"] and long <= f["p95_ns"] <= f["p99_ns"]
     assert f["total_ns"] >= 100 * short + 10 * long
+
+
+def test_attach_to_a_running_process(tmp_path, libcudart):
+    exe = build_workload("runtime_calls.c")
+    # 4 loops after 3 s: time for cudaprobe to attach
+    app = subprocess.Popen([str(exe), "4", "1", "3000"], stdout=subprocess.DEVNULL)
+    try:
+        out = tmp_path / "pid.json"
+        proc = run_cudaprobe("stats", "--pid", str(app.pid), "--lib", str(libcudart), "-o",
+                             str(out))
+        app.wait(timeout=30)
+    finally:
+        app.kill()
+    assert proc.returncode == 0, proc.stderr
+    assert "every traced pid has exited" in proc.stderr
+    report = json.loads(out.read_text())
+    assert {f["event"]: f["count"] for f in report["functions"]} == dict.fromkeys(LOOP, 4)

@@ -2,7 +2,8 @@
 // sizes and call sites. Also a free that fails and an allocation that fails,
 // which change nothing. Prints one JSON line per allocation it made (the
 // truth the tests and the GPU check compare the leak report with).
-// Usage: leak_two [LINGER_MS]  (LINGER_MS: sleep before exiting)
+// Usage: leak_two [LINGER_MS [DELAY_MS]]  (sleep LINGER_MS before exiting,
+// DELAY_MS before the first call: time to attach with --pid)
 // Host code only: it runs on the CUDA runtime, or on tests/workloads/memstub_*
 // where there is no GPU. Build: nvcc -cudart=shared -g -Xcompiler -fno-omit-frame-pointer
 #include <cuda_runtime_api.h>
@@ -48,7 +49,12 @@ __attribute__((noinline)) void *alloc_staging(size_t size)
 int main(int argc, char **argv)
 {
 	int linger_ms = argc > 1 ? atoi(argv[1]) : 0;
+	int delay_ms = argc > 2 ? atoi(argv[2]) : 0;
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (delay_ms > 0) {
+		printf("waiting\n");
+		usleep(delay_ms * 1000);
+	}
 	size_t weights_size = 3 << 20, scratch_size = 1 << 20, staging_size = 256 << 10;
 	void *weights = alloc_weights(weights_size);
 	void *scratch = alloc_scratch(scratch_size);
