@@ -14,6 +14,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 
+from . import cleanup
 from .errors import EnvironmentProblem
 
 TRACEFS = "/sys/kernel/tracing"
@@ -79,7 +80,8 @@ def current_headers() -> HeaderSource | None:
         source = os.path.join(_modules_dir(), "source")
         real = os.path.realpath(build)
         exact = os.uname().release in os.path.basename(real)
-        return HeaderSource(real, os.path.realpath(source) if os.path.isdir(source) else real, exact)
+        source = os.path.realpath(source) if os.path.isdir(source) else real
+        return HeaderSource(real, source, exact)
     return None
 
 
@@ -115,5 +117,7 @@ def ensure_kernel_headers() -> str | None:
 
 
 def prepare() -> list[str]:
-    """Everything tracing needs from the machine; returns notes for the user."""
-    return [n for n in (ensure_tracefs(), ensure_kernel_headers()) if n]
+    """Everything tracing needs from the machine; returns notes for the user.
+    Stale uprobe_events entries are removed once tracefs is there."""
+    notes = [ensure_tracefs(), cleanup.remove_stale_uprobe_events(), ensure_kernel_headers()]
+    return [n for n in notes if n]

@@ -15,16 +15,25 @@ import signal
 from .errors import CommandNotFound
 
 
+def resolve_command(argv: list[str]) -> str:
+    """The executable `argv` would run (looked up in PATH as execvp does), or
+    CommandNotFound: checked before anything is attached or written."""
+    if not argv or not argv[0]:
+        raise CommandNotFound("")
+    exe = argv[0]
+    found = shutil.which(exe) if os.sep not in exe else exe
+    if not found or not os.access(found, os.X_OK) or os.path.isdir(found):
+        raise CommandNotFound(exe)
+    return found
+
+
 class LaunchedCommand:
     def __init__(self, argv: list[str]) -> None:
-        if not argv:
-            raise CommandNotFound("")
+        found = resolve_command(argv)
         exe = argv[0]
-        found = shutil.which(exe) if os.sep not in exe else exe
-        if not found or not os.access(found, os.X_OK) or os.path.isdir(found):
-            raise CommandNotFound(exe)
         self.argv = argv
         self.exit_status: int | None = None
+        self.released = False  # whether it was let run
         read_end, self._release_fd = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:  # child: wait for the go, then exec
@@ -47,6 +56,7 @@ class LaunchedCommand:
         os.write(self._release_fd, b"g")
         os.close(self._release_fd)
         self._release_fd = -1
+        self.released = True
 
     def abandon(self) -> None:
         """Never released (attach failed): the child exits without running anything."""

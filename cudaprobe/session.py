@@ -3,12 +3,15 @@
 Stop conditions: a stop signal, --duration elapsed, the launched command
 exiting, or every --pid target exiting. While tracing processes (--pid,
 --comm, -- COMMAND), a Follower attaches the CUDA objects they load.
-Teardown always drains the ring buffer, reports calls still in flight, prints
-the summary and detaches, in that order.
+Teardown detaches the probes, drains the ring buffer, reports calls still in
+flight and prints the summary, in that order; stop signals that arrive
+meanwhile are ignored. A launched command is never killed: if tracing stops
+first, it keeps running and cudaprobe says so.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -31,6 +34,7 @@ from .targets import Targets
 from .tracer import Tracer
 
 POLL_MS = 100
+COMMAND_GRACE_S = 0.3  # after a stop signal, for the command to exit too (Ctrl-C)
 
 
 @dataclass
@@ -98,7 +102,9 @@ class TraceSession:
                     follower = Follower(self.options.targets, tracer, self.plan, self.summary,
                                         self.options.notify)
                 self.reporter.start()
-                if command:
+                if command and stop.requested:  # stopped while attaching: never run it
+                    command.abandon()
+                elif command:
                     command.release()
                 deadline = started + self.options.duration if self.options.duration else None
                 while not stop.requested:
@@ -110,12 +116,36 @@ class TraceSession:
                         break
                     if deadline and time.monotonic() >= deadline:
                         break
+                if command and stop.requested:
+                    self._await_command(tracer, command)
+                tracer.detach()  # first, so that the drain below leaves nothing unread
                 self._finish(tracer, started)
         except BaseException:
             if command and command.exit_status is None and command._release_fd >= 0:
                 command.abandon()
             raise
-        return _command_status(command) if command else 0
+        return self._exit_status(command, stop.signal) if command else 0
+
+    def _await_command(self, tracer: Tracer, command: LaunchedCommand) -> None:
+        """Ctrl-C reaches the command too: trace its last calls while it exits."""
+        deadline = time.monotonic() + COMMAND_GRACE_S
+        while command.wait() is None and time.monotonic() < deadline:
+            self._emit(tracer.poll(20))
+
+    def _exit_status(self, command: LaunchedCommand, signum: int | None) -> int:
+        """The command's exit status; if tracing stopped first, say what became
+        of it and return 128+N for stop signal N (124 for --duration, as timeout(1))."""
+        status = command.wait()
+        name = command.argv[0]
+        why = f"stopped by {signal.Signals(signum).name}" if signum else "--duration is over"
+        if not command.released:
+            self.options.notify(f"{why} before {name} was started: it did not run")
+        elif status is None:
+            self.options.notify(f"{why}: {name} (pid {command.pid}) keeps running, "
+                                "no longer traced")
+        else:
+            return status
+        return 128 + signum if signum else 124
 
     def _finish(self, tracer: Tracer, started: float) -> None:
         self._emit(tracer.drain())
@@ -131,12 +161,3 @@ class TraceSession:
         self.reporter.finish(self.summary)
         if self.summary_console is not None:
             self.summary.render(self.summary_console)
-
-
-def _command_status(command: LaunchedCommand, grace_s: float = 1.0) -> int:
-    """The command's exit status; if we were stopped first, give it a moment to
-    finish (Ctrl-C reaches it too), else report 130 and leave it running."""
-    deadline = time.monotonic() + grace_s
-    while (status := command.wait()) is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return 130 if status is None else status

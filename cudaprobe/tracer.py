@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-from . import bpfprog, perf_uprobe, uprobe_multi
+from . import bpfprog, cleanup, perf_uprobe, uprobe_multi
 from .errors import BccMissing, BpfError, NotRoot
 from .event import (
     LOST_PAIRING,
@@ -140,15 +140,25 @@ class Tracer:
                     raise BpfError(f"attaching {kind} to {a.probe.symbol} in {a.path}",
                                    e.strerror, fix=REF_CTR_HINT) from None
 
+    def detach(self) -> None:
+        """Stop the probes; the maps and ring buffer stay readable until close()."""
+        links, self._links = self._links, []
+        for fd in reversed(links):  # entry probes first: calls under way still complete
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        perf = sorted(self._bpf.uprobe_fds.items() if self._bpf is not None else [],
+                      key=lambda probe: not probe[0].startswith(b"p_"))  # entries first
+        # bcc would close these one by one, 0.1 s each: a child process does it
+        if perf and cleanup.close_in_background([fd for _name, fd in perf]):
+            for name, _fd in perf:
+                self._bpf._del_uprobe_fd(name)
+
     def close(self) -> None:
         """Detach everything; safe to call twice."""
+        self.detach()
         if self._ring is not None:
             self._ring.close()
             self._ring = None
-        links, self._links = self._links, []
-        for fd in links:
-            with contextlib.suppress(OSError):
-                os.close(fd)
         if self._bpf is not None:
             bpf, self._bpf = self._bpf, None
             with contextlib.suppress(Exception):

@@ -1,0 +1,255 @@
+"""Stopping cudaprobe never harms the traced program and leaves nothing behind.
+
+Signals go to a real `cudaprobe trace -- steady_calls` subprocess. The test
+process makes itself a child subreaper, so the workload, orphaned when
+cudaprobe exits first, becomes its child: its exit status can then be
+checked after cudaprobe is gone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from cudaprobe.cleanup import remove_uprobe_events
+
+from ..conftest import build_workload, cudaprobe_cmd
+
+PR_SET_CHILD_SUBREAPER = 36
+UPROBE_EVENTS = Path("/sys/kernel/tracing/uprobe_events")
+MODES = ("multi", "perf")
+
+
+@pytest.fixture
+def subreaper():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    yield
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+    _reap_all()
+
+
+def _reap_all() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def uprobe_events() -> str:
+    return UPROBE_EVENTS.read_text() if UPROBE_EVENTS.exists() else ""
+
+
+def wait_closers_gone(timeout: float = 60) -> None:
+    """The perf fallback's background closer (cleanup.CLOSER_NAME) ends once
+    every probe is closed; only then is the kernel's state final."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _reap_all()  # it is our child too, once orphaned: a zombie until reaped
+        names = []
+        for p in Path("/proc").glob("[0-9]*/comm"):
+            try:
+                names.append(p.read_text().strip())
+            except OSError:
+                continue
+        if "cudaprobe-close" not in names:
+            return
+        time.sleep(0.2)
+    raise AssertionError("the background closer of perf probes is still running")
+
+
+class Trace:
+    """`cudaprobe trace -o calls.jsonl ARGS -- steady_calls LOOPS 1000 EXIT`, running."""
+
+    def __init__(self, tmp: Path, libcudart: Path, mode: str, catalogue: bool = False,
+                 new_session: bool = False) -> None:
+        self.out = tmp / "calls.jsonl"
+        self.stdout = tmp / "stdout.txt"
+        self.stderr = tmp / "stderr.txt"
+        exe = build_workload("steady_calls.c")
+        # the workload's functions only, unless the whole catalogue is wanted:
+        # 116 perf probes take 10 s to attach
+        events = [] if catalogue else ["-e", "cudaGetDeviceCount,cudaMalloc,cudaFree"]
+        argv = cudaprobe_cmd("trace", "--lib", str(libcudart), *events, "-o", str(self.out),
+                             "--", str(exe), "0", "1000", "0")
+        env = dict(os.environ, CUDAPROBE_ATTACH=mode)
+        with open(self.stdout, "w") as so, open(self.stderr, "w") as se:
+            self.proc = subprocess.Popen(argv, stdout=so, stderr=se, env=env,
+                                         start_new_session=new_session)
+
+    def wait_started(self, timeout: float = 120) -> None:
+        """Until the workload runs: it is released only once the probes are in."""
+        deadline = time.monotonic() + timeout
+        while "argv[0]" not in self.stdout.read_text():
+            assert self.proc.poll() is None, self.stderr.read_text()
+            assert time.monotonic() < deadline, "the workload never started"
+            time.sleep(0.05)
+        time.sleep(0.5)  # some calls to trace
+
+    def workload_pid(self) -> int:
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
+        (pid,) = map(int, children.split())
+        return pid
+
+    def wait(self, timeout: float = 30) -> tuple[int, float]:
+        start = time.monotonic()
+        rc = self.proc.wait(timeout)
+        return rc, time.monotonic() - start
+
+    def records(self) -> tuple[list[dict], dict]:
+        lines = [json.loads(line) for line in self.out.read_text().splitlines()]
+        assert lines and "summary" in lines[-1], self.stderr.read_text()
+        return lines[:-1], lines[-1]["summary"]
+
+
+def stop_workload(pid: int) -> int:
+    """SIGTERM the (orphaned, now our) workload; its exit status, shell-style."""
+    os.kill(pid, signal.SIGTERM)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+@pytest.mark.parametrize(("sig", "mode"), [(signal.SIGINT, "multi"), (signal.SIGTERM, "multi"),
+                                           (signal.SIGHUP, "multi"), (signal.SIGTERM, "perf")])
+def test_stop_signal_detaches_and_leaves_the_program_running(tmp_path, libcudart, subreaper,
+                                                             mode, sig):
+    """With the whole catalogue probed: in perf mode, detaching one probe at a
+    time would take 12 s."""
+    before = uprobe_events()
+    trace = Trace(tmp_path, libcudart, mode, catalogue=True)
+    trace.wait_started()
+    workload = trace.workload_pid()
+    trace.proc.send_signal(sig)
+    rc, took = trace.wait()
+    err = trace.stderr.read_text()
+    assert rc == 128 + sig, err
+    assert "Traceback" not in err
+    # bound far below the 12 s a one-by-one perf detach takes; measured times
+    # are in docs/reliability.md
+    assert took < 3, f"{took:.2f} s from {sig.name} to exit"
+    assert f"stopped by {sig.name}" in err and f"(pid {workload}) keeps running" in err
+    calls, summary = trace.records()
+    assert summary["calls"] == len(calls) - summary["in_flight"] > 0
+    assert summary["lost_total"] == 0
+    assert {c["pid"] for c in calls} == {workload}
+    # the workload was not touched: it runs on until told to stop, then exits cleanly
+    assert os.path.exists(f"/proc/{workload}")
+    assert stop_workload(workload) == 0
+    assert "stopped by signal 15\nloops=" in trace.stdout.read_text()
+    wait_closers_gone()
+    assert uprobe_events() == before
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_signals_during_teardown_are_ignored(tmp_path, libcudart, subreaper, mode):
+    trace = Trace(tmp_path, libcudart, mode)
+    trace.wait_started()
+    workload = trace.workload_pid()
+    for sig in (signal.SIGINT, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        if trace.proc.poll() is not None:
+            break
+        trace.proc.send_signal(sig)
+        time.sleep(0.05)
+    rc, _took = trace.wait()
+    err = trace.stderr.read_text()
+    assert rc == 128 + signal.SIGINT, err  # the first signal is the one acted on
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    _calls, summary = trace.records()
+    assert summary["calls"] > 0
+    assert stop_workload(workload) == 0
+    wait_closers_gone()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ctrl_c_stops_both_and_every_call_is_traced(tmp_path, libcudart, subreaper, mode):
+    """Ctrl-C signals the whole process group: the workload finishes its loop
+    and exits 0, and its calls up to the last one are in the trace."""
+    trace = Trace(tmp_path, libcudart, mode, new_session=True)
+    trace.wait_started()
+    os.killpg(trace.proc.pid, signal.SIGINT)
+    rc, _took = trace.wait()
+    assert rc == 0, trace.stderr.read_text()  # the workload's own exit status
+    out = trace.stdout.read_text()
+    assert "stopped by signal 2" in out
+    loops = int(out.rsplit("loops=", 1)[1].split()[0])
+    calls, summary = trace.records()
+    assert summary["calls"] == len(calls) == 3 * loops
+    assert summary["in_flight"] == 0 and summary["lost_total"] == 0
+    assert calls[-1]["event"] == "cudaFree"
+    wait_closers_gone()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_kill_9_leaves_the_program_running_unharmed(tmp_path, libcudart, subreaper, mode):
+    before = uprobe_events()
+    trace = Trace(tmp_path, libcudart, mode)
+    trace.wait_started()
+    workload = trace.workload_pid()
+    trace.proc.kill()
+    rc, _took = trace.wait(timeout=120)  # the kernel closes perf probes one by one
+    assert rc == -signal.SIGKILL
+    time.sleep(0.3)
+    assert os.path.exists(f"/proc/{workload}")
+    assert stop_workload(workload) == 0
+    out = trace.stdout.read_text()
+    assert "stopped by signal 15\nloops=" in out and "steady_calls: finished" in (
+        trace.stderr.read_text())
+    assert uprobe_events() == before
+
+
+HOSTILE_ARGS = ["two words", "$(touch /tmp/cudaprobe-pwned)", "; echo no", "'\"", "ünï", "*"]
+
+
+@pytest.mark.parametrize("exit_as", ["0", "3", "255", "sig6"])
+def test_program_output_and_exit_status_are_the_same_traced(tmp_path, libcudart, exit_as):
+    exe = build_workload("steady_calls.c")
+    argv = [str(exe), "50", "0", exit_as, *HOSTILE_ARGS]
+    plain = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    out = tmp_path / "calls.jsonl"
+    traced = subprocess.run(cudaprobe_cmd("trace", "--lib", str(libcudart), "-o", str(out),
+                                          "--", *argv),
+                            capture_output=True, text=True, timeout=120)
+    plain_status = plain.returncode if plain.returncode >= 0 else 128 - plain.returncode
+    assert traced.returncode == plain_status, traced.stderr
+    assert traced.stdout == plain.stdout
+    assert plain.stderr in traced.stderr  # between cudaprobe's own lines
+    assert not os.path.exists("/tmp/cudaprobe-pwned")
+    summary = json.loads(out.read_text().splitlines()[-1])["summary"]
+    assert summary["calls"] == 150
+
+
+def test_stale_bcc_uprobe_events_are_removed_at_start(tmp_path, libcudart):
+    if not UPROBE_EVENTS.exists():
+        pytest.skip("tracefs is not mounted")
+    dead = int(Path("/proc/sys/kernel/pid_max").read_text())  # pids stay below pid_max
+    stale = f"p_cudaprobe_test_0x10_bcc_{dead}"
+    alive = f"p_cudaprobe_test_0x20_bcc_{os.getpid()}"
+    for name, off in ((stale, "0x10"), (alive, "0x20")):
+        fd = os.open(UPROBE_EVENTS, os.O_WRONLY | os.O_APPEND)  # no seek: tracefs refuses it
+        try:
+            os.write(fd, f"p:uprobes/{name} /bin/true:{off}\n".encode())
+        finally:
+            os.close(fd)
+    try:
+        exe = build_workload("steady_calls.c")
+        proc = subprocess.run(cudaprobe_cmd("trace", "--lib", str(libcudart), "-o",
+                                            str(tmp_path / "c.jsonl"), "--", str(exe), "1",
+                                            "0", "0"),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert "removed 1 uprobe_events entries left by crashed bcc tools" in proc.stderr
+        events = uprobe_events()
+        assert stale not in events
+        assert alive in events  # its bcc process still runs: not stale
+    finally:
+        remove_uprobe_events(str(UPROBE_EVENTS), [f"uprobes/{stale}", f"uprobes/{alive}"])
