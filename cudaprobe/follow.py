@@ -38,8 +38,10 @@ class Follower:
         self._defined = {a.probe.symbol for a in plan.attachments}
         self._functions = list(dict.fromkeys(p.function for p in plan.probes))
         self._libraries = sorted({a.path for a in plan.attachments})
-        if targets.comm is not None:
+        if targets.comm is not None:  # the present ones are targets before we say so
             tracer.set_comm(targets.comm)
+            self._add_named()
+            self._next_comm_scan = time.monotonic() + COMM_RESCAN_S
             notify(f"following every process named {targets.comm[:15]!r}, present and future")
         for pid in targets.requested:
             tracer.add_target(pid)
@@ -55,14 +57,17 @@ class Follower:
         now = time.monotonic()
         if now >= self._next_comm_scan:
             self._next_comm_scan = now + COMM_RESCAN_S
-            for pid in self.targets.named_now():
-                if pid not in self._named:
-                    self._named.add(pid)
-                    self.tracer.add_target(pid)
+            self._add_named()
         if now >= self._next_maps_scan:
             self._next_maps_scan = now + MAPS_RESCAN_S
             self._rescan_maps()
         return self.waiting_for_pids and not self.targets.requested
+
+    def _add_named(self) -> None:
+        for pid in self.targets.named_now():
+            if pid not in self._named:
+                self._named.add(pid)
+                self.tracer.add_target(pid)
 
     def _rescan_maps(self) -> None:
         found, gone = self.targets.scan(self.tracer.target_pids())

@@ -117,6 +117,15 @@ def private_libcudart(tmp_path, libcudart) -> str:
     return str(path)
 
 
+def load_late_and_run(loop: Loop, tracing: Tracing, lib: str) -> tuple[int, str]:
+    """Let a `dlopen` loop load `lib`; once cudaprobe has attached it, run MORE
+    iterations and stop. Returns the last iteration and cudaprobe's line about it."""
+    loop.send("go")
+    line = tracing.wait_for(f"maps {lib}: ")
+    loop.wait_iter(loop.iteration + MORE)
+    return loop.stop(), line
+
+
 def test_pid_not_using_cuda_yet_is_an_error_and_wait_picks_up_dlopen(tmp_path, libcudart):
     lib = private_libcudart(tmp_path, libcudart)
     loop = Loop([build_loop("dlopen"), "5", "1000000", lib])
@@ -127,10 +136,7 @@ def test_pid_not_using_cuda_yet_is_an_error_and_wait_picks_up_dlopen(tmp_path, l
 
     tracing = Tracing(tmp_path, "--pid", str(loop.pid), "--wait")
     tracing.wait_for("attached to")
-    loop.send("go")
-    tracing.wait_for(f"maps {lib}: ")
-    loop.wait_iter(loop.iteration + MORE)
-    last = loop.stop()
+    last, _line = load_late_and_run(loop, tracing, lib)
     calls, summary, _err = tracing.finish()
     traced_since_attach(calls, last)
     assert summary["libraries"] == [lib]
@@ -152,7 +158,7 @@ def test_comm_traces_present_and_future_processes_of_that_name_only(tmp_path):
     calls, _summary, _err = tracing.interrupt()
     per_pid = by_pid(calls)
     assert set(per_pid) == {present.pid, future.pid}
-    assert check_iterations(per_pid[present.pid], lasts[0]) >= 3
+    assert traced_since_attach(per_pid[present.pid], lasts[0]) >= 3
     # it exec'd under the name after attach: a target before its first call
     assert check_iterations(per_pid[future.pid], lasts[1]) == 0
     assert per_pid[future.pid][0]["event"] == "cudaGetDeviceCount"
@@ -165,10 +171,8 @@ def test_comm_picks_up_a_library_loaded_after_attach(tmp_path, libcudart):
     tracing = Tracing(tmp_path, "--comm", "cp_late_loop")
     tracing.wait_for("following every process named")
     loop = Loop([named, "5", "1000000", lib])  # like `import torch` in a python traced by name
-    loop.send("go")
-    tracing.wait_for(f"pid {loop.pid} (cp_late_loop) maps {lib}: ")
-    loop.wait_iter(loop.iteration + MORE)
-    last = loop.stop()
+    last, line = load_late_and_run(loop, tracing, lib)
+    assert line.startswith(f"cudaprobe: pid {loop.pid} (cp_late_loop) maps {lib}: ")
     calls, summary, _err = tracing.interrupt()
     traced_since_attach(calls, last)
     assert lib in summary["libraries"]
