@@ -77,13 +77,14 @@ class MemorySession:
                 if self.options.interval and time.monotonic() >= next_report:
                     next_report += self.options.interval
                     self.on_interval(self)
+            run.finish(lambda raws: self._feed(run.tracer, raws))
             self._step(run.tracer, 0)
             self.in_flight = len(run.tracer.in_flight())
             self.lost = {k: v for k, v in run.tracer.counters().items() if k != "wakeups"}
             self.lost["decode_errors"] = self.decode_errors
             self.duration_s = run.elapsed_s
             self.libraries = run.probed.libraries
-        # detached and drained: no more calls can come from those that have exited
+        # detached and drained: no more calls can come
         self._exits(self._gone(), time.monotonic_ns())
         self.accounting.settle()
         return run.exit_status()
@@ -99,11 +100,13 @@ class MemorySession:
 
     def _step(self, tracer: Tracer, timeout_ms: int) -> None:
         gone = self._gone()  # before the drain: all they sent is read below
-        raws = tracer.poll(timeout_ms) if timeout_ms else tracer.drain()
-        self.accounting.feed([c for c in (self._call(tracer, raw) for raw in raws) if c])
+        self._feed(tracer, tracer.poll(timeout_ms) if timeout_ms else tracer.drain())
         now = time.monotonic_ns()
         self._exits(gone, now)
         self.accounting.settle(now)
+
+    def _feed(self, tracer: Tracer, raws: list[RawEvent]) -> None:
+        self.accounting.feed([c for c in (self._call(tracer, raw) for raw in raws) if c])
 
     def _call(self, tracer: Tracer, raw: RawEvent) -> MemCall | None:
         self.sites.see(raw.pid)  # the maps, while the process runs

@@ -23,8 +23,11 @@ def _n(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def _site_text(site: tuple[str, ...]) -> str:
-    return shorten(site[0], 90) if site else "(call site unknown)"
+def _frame_text(frame: str, limit: int = 90) -> str:
+    """`function+0xoff (module)` with a long C++ function shortened; the offset and
+    module kept whole."""
+    name, plus, where = frame.rpartition("+0x")
+    return shorten(name, limit) + plus + where if plus else frame
 
 
 def render_processes(processes: list[ProcessMemory], console: Console, title: str) -> None:
@@ -66,9 +69,9 @@ def render_exit(p: ProcessMemory, console: Console, ms: Ms) -> None:
                          no_wrap=col != "CALL SITE")
     for g in group_by_site(p.ended):
         table.add_row(humanize_bytes(g.bytes), str(len(g.allocations)), g.kind, g.event,
-                      g.ended_by, Text(_site_text(g.site)))
+                      g.ended_by, Text(_frame_text(g.site[0]) if g.site else "(unknown)"))
         for frame in g.site[1:STACK_LINES + 1]:
-            table.add_row("", "", "", "", "", Text("  " + shorten(frame, 88), style="dim"))
+            table.add_row("", "", "", "", "", Text("  " + _frame_text(frame), style="dim"))
     console.print(table)
 
 

@@ -6,8 +6,11 @@ command's pid in the filter map, then lets the command run. With Targets
 (--pid, --comm, -- COMMAND), trace's Follower adds their pids and probes the
 CUDA code they load later. `running()` says whether to go on: not after a
 stop signal (SIGINT, SIGTERM and SIGHUP alike), --duration, the command's
-exit, or the exit of every --pid. Leaving detaches, with the stop signals
-still caught, so a second Ctrl-C during teardown is ignored.
+exit, or the exit of every --pid. Teardown is trace's (session.py): after a
+stop signal a running command gets COMMAND_GRACE_S to exit too, `finish()`
+detaches so that a last read leaves nothing unread, and the exit status says
+what became of the command; the stop signals stay caught until the end, so a
+second Ctrl-C during teardown is ignored.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ import time
 from typing import Callable
 
 from .bpfprog import Settings
+from .event import RawEvent
 from .follow import Follower
 from .launch import LaunchedCommand
 from .probes import ProbePlan
+from .session import COMMAND_GRACE_S, command_exit_status
 from .signals import StopRequest
 from .summary import Summary
 from .targets import Targets
@@ -44,7 +49,6 @@ class ProbeRun:
         self._follower: Follower | None = None
         self._all_exited = False
         self.command: LaunchedCommand | None = None
-        self._released = False
         self.tracer: Tracer
         self.started = 0.0
         self._stop = StopRequest()
@@ -64,9 +68,10 @@ class ProbeRun:
             self._close()
             raise
         self.started = time.monotonic()
-        if self.command:
+        if self.command and self._stop.requested:  # stopped while attaching: never run it
+            self.command.abandon()
+        elif self.command:
             self.command.release()
-            self._released = True
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -74,7 +79,7 @@ class ProbeRun:
 
     def _close(self) -> None:
         self._stack.close()
-        if self.command is not None and not self._released:
+        if self.command is not None and not self.command.released:
             self.command.abandon()  # attach failed: the child exits without running
 
     @property
@@ -98,12 +103,22 @@ class ProbeRun:
         while self.running() and (left := end - time.monotonic()) > 0:
             time.sleep(min(STEP_S, left))
 
-    def exit_status(self, grace_s: float = 1.0) -> int:
-        """The command's exit status, or 0 without one. If we stopped first, it gets
-        a moment to finish (Ctrl-C reaches it too); else 130, and it keeps running."""
+    def finish(self, on_events: Callable[[list[RawEvent]], None] | None = None) -> None:
+        """After the loop: a command still running after a stop signal gets
+        COMMAND_GRACE_S to exit too (its calls go to `on_events` meanwhile); then
+        the probes are detached. The maps and the ring buffer stay readable."""
+        command = self.command
+        if command is not None and command.released and self._stop.requested:
+            deadline = time.monotonic() + COMMAND_GRACE_S
+            while command.wait() is None and time.monotonic() < deadline:
+                if on_events is None:
+                    time.sleep(0.02)
+                else:
+                    on_events(self.tracer.poll(20))
+        self.tracer.detach()
+
+    def exit_status(self) -> int:
+        """The command's exit status, or 0 without one (session.command_exit_status)."""
         if self.command is None:
             return 0
-        deadline = time.monotonic() + grace_s
-        while (status := self.command.wait()) is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return 130 if status is None else status
+        return command_exit_status(self.command, self._stop.signal, self.notify)

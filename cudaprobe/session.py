@@ -124,28 +124,13 @@ class TraceSession:
             if command and command.exit_status is None and command._release_fd >= 0:
                 command.abandon()
             raise
-        return self._exit_status(command, stop.signal) if command else 0
+        return command_exit_status(command, stop.signal, self.options.notify) if command else 0
 
     def _await_command(self, tracer: Tracer, command: LaunchedCommand) -> None:
         """Ctrl-C reaches the command too: trace its last calls while it exits."""
         deadline = time.monotonic() + COMMAND_GRACE_S
         while command.wait() is None and time.monotonic() < deadline:
             self._emit(tracer.poll(20))
-
-    def _exit_status(self, command: LaunchedCommand, signum: int | None) -> int:
-        """The command's exit status; if tracing stopped first, say what became
-        of it and return 128+N for stop signal N (124 for --duration, as timeout(1))."""
-        status = command.wait()
-        name = command.argv[0]
-        why = f"stopped by {signal.Signals(signum).name}" if signum else "--duration is over"
-        if not command.released:
-            self.options.notify(f"{why} before {name} was started: it did not run")
-        elif status is None:
-            self.options.notify(f"{why}: {name} (pid {command.pid}) keeps running, "
-                                "no longer traced")
-        else:
-            return status
-        return 128 + signum if signum else 124
 
     def _finish(self, tracer: Tracer, started: float) -> None:
         self._emit(tracer.drain())
@@ -161,3 +146,19 @@ class TraceSession:
         self.reporter.finish(self.summary)
         if self.summary_console is not None:
             self.summary.render(self.summary_console)
+
+
+def command_exit_status(command: LaunchedCommand, signum: int | None,
+                        notify: Callable[[str], None]) -> int:
+    """The command's exit status; if tracing stopped first, say what became
+    of it and return 128+N for stop signal N (124 for --duration, as timeout(1))."""
+    status = command.wait()
+    name = command.argv[0]
+    why = f"stopped by {signal.Signals(signum).name}" if signum else "--duration is over"
+    if not command.released:
+        notify(f"{why} before {name} was started: it did not run")
+    elif status is None:
+        notify(f"{why}: {name} (pid {command.pid}) keeps running, no longer traced")
+    else:
+        return status
+    return 128 + signum if signum else 124

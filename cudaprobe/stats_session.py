@@ -56,5 +56,6 @@ def run_stats(plan: ProbePlan, settings: Settings, options: StatsOptions,
                 render_stats(report, console, options.sort,
                              title=f"cudaprobe stats, {run.elapsed_s:.0f}s")
                 console.print()
+        run.finish()
         report = snapshot(run.tracer, plan, run.probed, run.elapsed_s)
     return report, run.exit_status()

@@ -5,10 +5,14 @@ do, so that frees, leaks, call sites, nesting and implicit frees show."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import subprocess
+import time
 from pathlib import Path
 
-from ..conftest import build_workload
+from ..conftest import build_workload, cudaprobe_cmd
 from .conftest import expected_calls, run_cudaprobe
 from .memstub import build_memstub, stub_env
 
@@ -134,3 +138,34 @@ def test_attach_to_a_running_process(tmp_path):
     assert p["pid"] == app.pid and p["exited"] and p["nested_driver_calls"] == 6
     assert sorted((a["ptr"], a["size"]) for g in p["leaks"] for a in g["allocations"]) == sorted(
         (t["ptr"], t["size"]) for t in truth.values() if not t["freed"])
+
+
+def test_sigint_detaches_and_reports_what_is_live(tmp_path):
+    stub = build_memstub()
+    exe = build_workload("leak_two.cu", extra=["-cudart=shared", "-Xcompiler",
+                                               "-fno-omit-frame-pointer"])
+    out, log, err = (tmp_path / n for n in ("memory.json", "stdout.txt", "stderr.txt"))
+    # the program lingers 20 s after its calls; SIGINT to cudaprobe alone. Files, not
+    # pipes: the program keeps cudaprobe's stdout open after cudaprobe has exited
+    with open(log, "w") as stdout, open(err, "w") as stderr:
+        proc = subprocess.Popen(cudaprobe_cmd("memory", "--lib", str(stub), "-o", str(out),
+                                              "--", str(exe), "20000"),
+                                env=stub_env(), stdout=stdout, stderr=stderr)
+    try:
+        deadline = time.monotonic() + 60
+        while '"alloc_staging"' not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # past the accounting's hold
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    running = re.search(r"stopped by SIGINT: \S+ \(pid (\d+)\) keeps running", err.read_text())
+    assert running, err.read_text()
+    os.kill(int(running.group(1)), signal.SIGKILL)  # the program cudaprobe left running
+    assert proc.returncode == 130, err.read_text()
+    [p] = json.loads(out.read_text())["processes"]
+    # still running: nothing leaked, two allocations live
+    assert not p["exited"] and p["leaks"] == []
+    assert sorted(a["size"] for g in p["live"] for a in g["allocations"]) == [256 << 10, 3 << 20]
+    assert p["live_bytes"]["total"] == (3 << 20) + (256 << 10)

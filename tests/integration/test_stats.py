@@ -146,3 +146,11 @@ def test_attach_to_a_running_process(tmp_path, libcudart):
     assert "every traced pid has exited" in proc.stderr
     report = json.loads(out.read_text())
     assert {f["event"]: f["count"] for f in report["functions"]} == dict.fromkeys(LOOP, 4)
+
+
+def test_duration_over_leaves_the_command_running(libcudart):
+    # as trace does: never harm the command; say so, and exit 124 as timeout(1)
+    proc = run_cudaprobe("stats", "--lib", str(libcudart), "-d", "0.5", "--", "sleep", "3")
+    assert proc.returncode == 124, proc.stderr
+    assert "--duration is over: sleep (pid" in proc.stderr and "keeps running" in proc.stderr
+    assert "0 calls in" in proc.stdout
