@@ -78,12 +78,14 @@ def render_exit(p: ProcessMemory, console: Console, ms: Ms) -> None:
 def render_summary(processes: list[ProcessMemory], lost: dict[str, int], in_flight: int,
                    duration_s: float, console: Console) -> None:
     render_processes(processes, console, "cudaprobe memory")
-    c = lambda key: sum(p.counts[key] for p in processes)  # noqa: E731
+    c = {key: sum(p.counts[key] for p in processes) for key in (
+        "allocations", "frees", "failed_allocations", "failed_frees", "unknown_frees",
+        "nested_driver_calls")}
     lost_total = sum(lost.values())
-    line = (f"{c('allocations')} allocations, {c('frees')} frees, "
-            f"{c('failed_allocations')} failed allocations, {c('failed_frees')} failed frees, "
-            f"{c('unknown_frees')} frees of memory allocated before tracing; "
-            f"{c('nested_driver_calls')} driver calls counted with their runtime call; "
+    line = (f"{c['allocations']} allocations, {c['frees']} frees, "
+            f"{c['failed_allocations']} failed allocations, {c['failed_frees']} failed frees, "
+            f"{c['unknown_frees']} frees of memory allocated before tracing; "
+            f"{c['nested_driver_calls']} driver calls counted with their runtime call; "
             f"{duration_s:.2f}s, {in_flight} calls in flight, {lost_total} lost")
     if lost_total:
         line += (" (" + ", ".join(f"{k}={v}" for k, v in lost.items() if v) +

@@ -6,15 +6,13 @@ import json
 import sys
 
 import click
-from rich.text import Text
 
-from .. import bpfprog, environment
+from .. import bpfprog
 from ..memory_session import MemoryOptions, MemorySession
 from ..memory_view import render_exit, render_processes, render_summary, to_dict
 from ..memtrack import memory_functions
-from ..output import open_output
 from ..reporters.table import make_console
-from .options import APIS, plan_targets, probe_options
+from .options import APIS, announce, plan_targets, probe_options, report_output
 
 
 @click.command("memory", context_settings={"show_default": True})
@@ -57,20 +55,8 @@ def memory_command(libs, api, duration, dump_bpf, pids, comm, wait, command, sta
     if dump_bpf:
         click.echo(bpfprog.render(plan.probes, settings))
         return
-    as_json = as_json or bool(output and output.endswith(".json"))
-    stream = open_output(output, force)
-    # the human report goes to stdout, unless the JSON does
-    human = make_console(sys.stderr if as_json and stream is sys.stdout else sys.stdout)
-    err = make_console(sys.stderr)
-    def notify(message: str) -> None:
-        err.print(Text(f"cudaprobe: {message}", style="dim"))
-
-    for note in environment.prepare() + (targets.notes if targets else []):
-        notify(note)
-    paths = sorted({a.path for a in plan.attachments})
-    notify(f"tracking {len({a.probe.func_id for a in plan.attachments})} memory functions in "
-           f"{', '.join(paths)}" if paths else "no CUDA code mapped yet: probes go in as it "
-           "is loaded")
+    stream, as_json, human = report_output(output, force, as_json)
+    notify = announce(plan, targets, "tracking memory:")
     session: MemorySession
 
     def live(s: MemorySession) -> None:

@@ -4,15 +4,20 @@ probe, and which processes: `-- COMMAND`, --pid, --comm."""
 from __future__ import annotations
 
 import os
-from typing import Callable
+import sys
+from typing import Callable, TextIO
 
 import click
+from rich.console import Console
+from rich.text import Text
 
-from .. import bpfprog
+from .. import bpfprog, environment
 from ..catalogue import DRIVER, RUNTIME, Function
 from ..errors import LibraryNotFound, NotRoot, UsageError
 from ..libs import discover_libraries, resolve_lib_arg
+from ..output import open_output
 from ..probes import ProbePlan, plan_probes
+from ..reporters.table import make_console
 from ..targets import Targets, initial_libraries
 
 APIS = {"runtime": {RUNTIME}, "driver": {DRIVER}, "all": {RUNTIME, DRIVER}}
@@ -87,3 +92,31 @@ def plan_targets(functions: list[Function], libs: tuple[str, ...], apis: set[str
     else:
         libraries = resolve_libraries(libs, apis)
     return plan_probes(functions, libraries, every_symbol=follow), config, targets
+
+
+def announce(plan: ProbePlan, targets: Targets | None, doing: str) -> Callable[[str], None]:
+    """Make the machine ready and say, on stderr, what that took, what the targets
+    need said, and what is probed (`doing`: "tracing", ...). Returns the function
+    that says further things the same way."""
+    err = make_console(sys.stderr)
+
+    def notify(message: str) -> None:
+        err.print(Text(f"cudaprobe: {message}", style="dim"))
+
+    for note in environment.prepare() + (targets.notes if targets else []):
+        notify(note)
+    paths = sorted({a.path for a in plan.attachments})
+    functions_probed = len({a.probe.func_id for a in plan.attachments})
+    notify(f"{doing} {functions_probed} functions in {', '.join(paths)}" if paths
+           else "no CUDA code mapped yet: probes go in as it is loaded")
+    return notify
+
+
+def report_output(output: str | None, force: bool, as_json: bool) -> tuple[TextIO, bool, Console]:
+    """Where a report goes: the -o stream (stdout without it), whether it is JSON
+    (--json, or FILE.json), and the console for the human report: stdout, unless
+    the JSON goes there."""
+    as_json = as_json or bool(output and output.endswith(".json"))
+    stream = open_output(output, force)
+    return stream, as_json, make_console(
+        sys.stderr if as_json and stream is sys.stdout else sys.stdout)

@@ -6,10 +6,8 @@ import json
 import sys
 
 import click
-from rich.text import Text
 
-from .. import bpfprog, environment
-from ..output import open_output
+from .. import bpfprog
 from ..probes import select_functions
 from ..reporters.table import make_console
 from ..stats import SORT_KEYS
@@ -23,7 +21,7 @@ from ..stats_compare import (
 )
 from ..stats_session import StatsOptions, run_stats
 from ..stats_view import render_stats
-from .options import APIS, plan_targets, probe_options
+from .options import APIS, announce, plan_targets, probe_options, report_output
 
 
 @click.command("stats", context_settings={"show_default": True})
@@ -74,20 +72,8 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
         click.echo(bpfprog.render(plan.probes, settings))
         return
     before = load_report(baseline) if baseline else None
-    as_json = as_json or bool(output and output.endswith(".json"))
-    stream = open_output(output, force)
-    # the table goes to stdout, unless the JSON does
-    human = make_console(sys.stderr if as_json and stream is sys.stdout else sys.stdout)
-    err = make_console(sys.stderr)
-    def notify(message: str) -> None:
-        err.print(Text(f"cudaprobe: {message}", style="dim"))
-
-    for note in environment.prepare() + (targets.notes if targets else []):
-        notify(note)
-    paths = sorted({a.path for a in plan.attachments})
-    notify(f"counting {len({a.probe.func_id for a in plan.attachments})} functions in "
-           f"{', '.join(paths)}" if paths else "no CUDA code mapped yet: probes go in as it "
-           "is loaded")
+    stream, as_json, human = report_output(output, force, as_json)
+    notify = announce(plan, targets, "counting")
     try:
         report, status = run_stats(plan, settings, StatsOptions(
             command=list(command), targets=targets, notify=notify, duration=duration,

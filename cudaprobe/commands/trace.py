@@ -5,16 +5,15 @@ from __future__ import annotations
 import sys
 
 import click
-from rich.text import Text
 
-from .. import bpfprog, environment
+from .. import bpfprog
 from ..output import open_output
 from ..probes import select_functions
 from ..reporters import FORMATS, REPORTERS, choose_format
 from ..reporters.table import make_console
 from ..session import SessionOptions, TraceSession
 from ..symbolize import KernelSymbolizer
-from .options import APIS, plan_targets, probe_options
+from .options import APIS, announce, plan_targets, probe_options
 
 
 @click.command("trace", context_settings={"show_default": True})
@@ -57,24 +56,13 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
         click.echo(bpfprog.render(plan.probes, settings))
         return
     stream = open_output(output, force)
-    err = make_console(sys.stderr)
-    for note in environment.prepare():
-        err.print(f"cudaprobe: {note}", style="dim")
+    notify = announce(plan, targets, "tracing")
     reporter = REPORTERS[fmt](stream)
     # the table shows its own summary; other formats get the human one on stderr
+    err = make_console(sys.stderr)
     summary_console = None if fmt == "table" else err
     if fmt == "table" and stream is not sys.stdout:
         summary_console = err
-
-    def notify(message: str) -> None:
-        err.print(Text(f"cudaprobe: {message}", style="dim"))
-
-    for note in targets.notes if targets else []:
-        notify(note)
-    paths = sorted({a.path for a in plan.attachments})
-    functions_probed = len({a.probe.func_id for a in plan.attachments})
-    notify(f"tracing {functions_probed} functions in {', '.join(paths)}" if paths
-           else "no CUDA code mapped yet: probes go in as it is loaded")
     kernels = KernelSymbolizer()
     session = TraceSession(plan, settings, reporter, summary_console,
                            SessionOptions(duration=duration, command=list(command),
