@@ -124,6 +124,13 @@ def _row_printf(probe: Probe, table: str, fields: list[Field]) -> str:
     return f'printf("{" ".join(specs)}\\n", {", ".join(values)});'
 
 
+def _map_key_string(text: str) -> str:
+    """A string literal for a map key, NUL-padded to a multiple of 8 bytes:
+    bpftrace 0.17 packs keys without alignment, and the verifier rejects the
+    misaligned stores behind a string of another length."""
+    return '"' + text + "\\0" * (-(len(text) + 1) % 8) + '"'
+
+
 def _exit(probe: Probe, paths: list[str], options: ExportOptions) -> list[str]:
     """At return: pair with the entry, print the call (or count it), delete the entry."""
     n, fn, symbol = probe.func_id, probe.function, probe.symbol
@@ -132,8 +139,9 @@ def _exit(probe: Probe, paths: list[str], options: ExportOptions) -> list[str]:
             "$rc = (int32)retval;"]
     words = arg_words(fn)
     if options.summary:
-        body += [f'@calls["{symbol}"] = count();', f'@latency_ns["{symbol}"] = hist($lat_ns);',
-                 f'if ($rc != 0) {{ @errors["{symbol}", $rc, {table}[$rc]] = count(); }}']
+        key = _map_key_string(symbol)
+        body += [f"@calls[{key}] = count();", f"@latency_ns[{key}] = hist($lat_ns);",
+                 f"if ($rc != 0) {{ @errors[{key}, (int64)$rc, {table}[$rc]] = count(); }}"]
     else:
         body.append(f'$rc_unnamed = {table}[$rc] == "" ? $rc : 0;')
         if words:

@@ -1,0 +1,253 @@
+"""The exported script under the real bpftrace, checked against `cudaprobe trace`.
+
+Both run the same workload on a private copy of the toolkit's libcudart, in a
+directory whose name has a space and quotes: uprobes belong to a file, so
+other tests tracing the toolkit's libcudart at the same time cannot add calls
+here (nor hold probes on these functions), and the script must quote the path.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from cudaprobe.export_bpftrace import COLUMNS
+
+from ..conftest import build_workload, libcuda_path
+from .conftest import expected_calls, run_cudaprobe, trace_jsonl
+
+BPFTRACE = shutil.which("bpftrace")
+ORDER = ["cudaGetDeviceCount", "cudaMalloc", "cudaMemcpy", "cudaMemcpyAsync", "cudaMemset",
+         "cudaLaunchKernel", "cudaStreamCreate", "cudaEventElapsedTime", "cudaFree",
+         "cudaDeviceSynchronize"]
+
+
+@pytest.fixture(autouse=True)
+def _needs_bpftrace() -> None:
+    if BPFTRACE is None:
+        pytest.skip("bpftrace is not installed")
+
+
+@pytest.fixture
+def cudart(tmp_path, libcudart, monkeypatch) -> Path:
+    """The private libcudart copy; the workload loads it (LD_LIBRARY_PATH beats RUNPATH)."""
+    where = tmp_path / 'cuda "lib" dir'
+    where.mkdir()
+    lib = where / libcudart.name
+    shutil.copy2(libcudart, lib)
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(where))
+    return lib
+
+
+def export(tmp_path: Path, *args: str, name: str = "cuda_events.bt") -> Path:
+    script = tmp_path / name
+    p = run_cudaprobe("export", "bpftrace", *args, "-o", str(script))
+    assert p.returncode == 0, p.stderr
+    return script
+
+
+# bpftrace 0.17 aborts when usym() looks up a process that exits at that moment
+# (an unchecked read_symlink of /proc/PID/exe; fixed in later versions)
+USYM_EXIT_RACE = "filesystem error: read_symlink"
+
+
+def run_bpftrace(script: Path, command: str, timeout: float = 180
+                 ) -> tuple[str, subprocess.CompletedProcess]:
+    """`bpftrace -o OUT SCRIPT -c COMMAND`: (what the script printed, the process)."""
+    out = script.with_suffix(".out")
+    env = dict(os.environ, BPFTRACE_PERF_RB_PAGES="1024")  # thousands of lines, none lost
+    for _ in range(3):
+        p = subprocess.run([BPFTRACE, "-o", str(out), str(script), "-c", command], env=env,
+                           capture_output=True, text=True, timeout=timeout)
+        if USYM_EXIT_RACE not in p.stderr:
+            break
+    assert p.returncode == 0, p.stderr
+    return out.read_text(), p
+
+
+def parse_rows(output: str) -> list[dict]:
+    """The script's call lines, cut at the banner's column widths, in the order the
+    calls started: bpftrace reads one buffer per CPU, so a thread that moved to
+    another CPU can have its lines printed out of order."""
+    lines = output.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("TIME(ms)"))
+    assert "Lost" not in output, output[-500:]
+    rows, starts, at = [], [], 0
+    for c in COLUMNS:
+        starts.append(at)
+        at += c.width + 1
+    for line in lines[header + 1:]:
+        if not re.match(r" *\d+\.\d{3} ", line):
+            continue
+        cells = [line[a:b].strip() for a, b in zip(starts, starts[1:])] + [line[starts[-1]:]]
+        row = dict(zip([c.title for c in COLUMNS], cells))
+        row["args"] = parse_details(row["DETAILS"])
+        rows.append(row)
+    return sorted(rows, key=lambda r: float(r["TIME(ms)"]))
+
+
+def parse_details(details: str) -> dict[str, str]:
+    """`k=v k=v`; a word without `=` (usym's kernel name) belongs to the value before it."""
+    args: dict[str, str] = {}
+    key = None
+    for word in details.split():
+        if "=" in word:
+            key, value = word.split("=", 1)
+            args[key] = value
+        elif key is not None:
+            args[key] += " " + word
+    return args
+
+
+def as_text(value) -> str:
+    """A JSONL argument value as the script prints it."""
+    if isinstance(value, list):
+        return "(" + ",".join(map(str, value)) + ")"
+    return str(value)
+
+
+def test_script_records_what_trace_records(tmp_path, cudart):
+    exe = build_workload("runtime_calls.c")
+    calls, summary, proc = trace_jsonl(tmp_path, "--lib", str(cudart), command=[str(exe), "3"])
+    assert proc.returncode == 0, proc.stderr
+    assert summary["calls"] == len(calls) == 30
+
+    script = export(tmp_path, "--lib", str(cudart))
+    assert f'uprobe:"{cudart.parent}/'.replace('"lib"', '\\"lib\\"') in script.read_text()
+    output, bt = run_bpftrace(script, f"{exe} 3")
+    truth = expected_calls(bt.stdout)  # what the workload made in the bpftrace run
+    rows = parse_rows(output)
+    assert [r["EVENT"] for r in rows] == [c["event"] for c in calls] == ORDER * 3
+    assert len({r["PID"] for r in rows}) == 1 and rows[0]["PROCESS"] == "runtime_calls"
+    for row, call, made in zip(rows, calls, truth):
+        assert row["RESULT"] == call["ret_name"] == "cudaErrorInsufficientDriver"
+        assert float(row["LAT(us)"]) > 0
+        assert row["args"].keys() == call["args"].keys() - {"func_name"}, row
+        for key, value in call["args"].items():
+            text = row["args"].get(key)
+            if key == "func":  # an address: differs between the two runs (ASLR)
+                address, _, name = text.partition(" ")
+                assert address == made["func"] and name in (address, "fake_kernel"), text
+            elif key == "args":  # the kernel's argument array, on the workload's stack
+                assert re.fullmatch(r"0x7f[0-9a-f]+", text), text
+            elif isinstance(value, float):
+                assert abs(float(text) - value) < 1e-5, (key, text, value)
+            elif key != "func_name":
+                assert text == as_text(value), (call["event"], key, text, value)
+    launch = next(r for r in rows if r["EVENT"] == "cudaLaunchKernel")["args"]
+    # sharedMem and stream are the 7th and 8th argument words: read from the stack
+    assert launch["sharedMem"] == "1024" and launch["stream"] == "0x7000"
+    memcpy = next(r for r in rows if r["EVENT"] == "cudaMemcpy")
+    assert memcpy["DETAILS"] == "dst=0x1000 src=0x2000 count=4096 kind=HostToDevice"
+    # out-parameters are what the call left there (nothing: it failed)
+    elapsed = next(r for r in rows if r["EVENT"] == "cudaEventElapsedTime")["args"]
+    assert elapsed == {"ms": "1.500000", "start": "0xe1", "end": "0xe2"}
+
+
+def test_threads_pair_their_own_calls_and_names_resolve(tmp_path, cudart):
+    exe = build_workload("runtime_calls.c")
+    script = export(tmp_path, "--lib", str(cudart), "-e", ",".join(ORDER))
+    output, _ = run_bpftrace(script, f"{exe} 200 4")
+    per_tid = collections.defaultdict(list)
+    for row in parse_rows(output):
+        per_tid[row["TID"]].append(row)
+    assert len(per_tid) == 4
+    for rows in per_tid.values():
+        assert [r["EVENT"] for r in rows] == ORDER * 200
+        assert {r["args"]["size"] for r in rows if r["EVENT"] == "cudaMalloc"} == {"1048576"}
+        times = [float(r["TIME(ms)"]) for r in rows]
+        assert times == sorted(times)
+    names = [r["args"]["func"].split()[1] for rows in per_tid.values() for r in rows
+             if r["EVENT"] == "cudaLaunchKernel"]
+    # usym() resolves while the process lives: the early launches at least
+    assert "fake_kernel" in names and set(names) <= {"fake_kernel"} | {
+        r["args"]["func"].split()[0] for rows in per_tid.values() for r in rows
+        if r["EVENT"] == "cudaLaunchKernel"}
+
+
+def perf_events(pid: int) -> int:
+    count = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            count += os.readlink(fd) == "anon_inode:[perf_event]"
+        except OSError:  # closed meanwhile
+            pass
+    return count
+
+
+def wait_until_attached(bt: subprocess.Popen, probes: int, timeout: float = 9) -> None:
+    """Until bpftrace holds a perf event per uprobe (and one output buffer per CPU).
+    Its banner is no sign: 0.17 prints it along with the first event."""
+    deadline = time.monotonic() + timeout
+    while perf_events(bt.pid) < probes + os.cpu_count():
+        assert time.monotonic() < deadline and bt.poll() is None, "bpftrace did not attach"
+        time.sleep(0.1)
+
+
+def test_pid_filter_traces_only_that_process(tmp_path, cudart):
+    exe = build_workload("runtime_calls.c")
+    # both call after 10 s: time for the export, and for bpftrace to attach
+    other = subprocess.Popen([str(exe), "2", "1", "10000"], stdout=subprocess.DEVNULL)
+    target = subprocess.Popen([str(exe), "2", "1", "10000"], stdout=subprocess.DEVNULL)
+    bt = None
+    try:
+        time.sleep(0.3)  # let the loader map the copy
+        # few probes: bpftrace attaches them one by one, ~0.1-0.2 s each on some kernels
+        script = export(tmp_path, "--pid", str(target.pid), "-e", "cudaMalloc,cudaMemset")
+        text = script.read_text()
+        # no --lib: the library is the one the process maps
+        assert f"--pid {target.pid}" in text and cudart.name in text and cudart.parent.name in text
+        out = tmp_path / "pid.out"
+        # -B none: the banner reaches the file at once, not when a buffer fills
+        bt = subprocess.Popen([BPFTRACE, "-B", "none", "-o", str(out), str(script)],
+                              stderr=subprocess.DEVNULL)
+        wait_until_attached(bt, len(re.findall(r"^u(?:ret)?probe:", text, re.M)))
+        assert target.wait(timeout=30) == 0 and other.wait(timeout=30) == 0
+        time.sleep(0.5)
+    finally:
+        for p in (other, target):
+            p.kill()
+        if bt is not None:
+            bt.send_signal(signal.SIGINT)
+            bt.wait(timeout=30)
+    rows = parse_rows(out.read_text())
+    assert {r["PID"] for r in rows} == {str(target.pid)}
+    assert collections.Counter(r["EVENT"] for r in rows) == {"cudaMalloc": 2, "cudaMemset": 2}
+
+
+def test_summary_counts_calls_and_errors(tmp_path, cudart):
+    exe = build_workload("runtime_calls.c")
+    script = export(tmp_path, "--lib", str(cudart), "--summary", "-e", "cudaMalloc,transfer")
+    output, _ = run_bpftrace(script, f"{exe} 5")
+    calls = dict(re.findall(r"^@calls\[(\w+)\]: (\d+)$", output, re.M))
+    assert calls == {"cudaMalloc": "5", "cudaMemcpy": "5", "cudaMemcpyAsync": "5"}
+    errors = re.findall(r"^@errors\[(\w+), (\d+), (\w+)\]: (\d+)$", output, re.M)
+    assert sorted(errors) == [(name, "35", "cudaErrorInsufficientDriver", "5")
+                              for name in sorted(calls)]
+    assert output.count("@latency_ns[") == 3 and "|@" in output  # histogram bars
+    assert "@start" not in output and "@runtime_error" not in output
+
+
+def test_the_whole_catalogue_loads_on_this_bpftrace(tmp_path, cudart):
+    """Every function's probes pass the verifier (the BPF stack is 512 bytes)."""
+    libs = ["--lib", str(cudart)]
+    libcuda = libcuda_path()
+    if libcuda is not None:
+        copy = cudart.parent / "libcuda.so.1"
+        shutil.copy2(libcuda, copy)
+        libs += ["--lib", str(copy)]
+    script = export(tmp_path, *libs)
+    text = script.read_text()
+    output, p = run_bpftrace(script, "/usr/bin/true", timeout=400)  # detaching is slow
+    assert re.search(r"^Attaching \d+ probes", p.stdout + p.stderr + output, re.M)
+    assert "Tracing" in output and "Error loading" not in p.stderr
+    if libcuda is not None:
+        assert "cuLaunchKernel" in text and "cudaLaunchKernel" in text
