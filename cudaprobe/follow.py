@@ -70,7 +70,10 @@ class Follower:
                 self.tracer.add_target(pid)
 
     def _rescan_maps(self) -> None:
-        found, gone = self.targets.scan(self.tracer.target_pids())
+        # the processes named by --pid first: a library new to several processes
+        # (a fork shares its parent's maps) is reported as the named one's
+        pids = sorted(self.tracer.target_pids(), key=lambda pid: pid not in self.targets.names)
+        found, gone = self.targets.scan(pids)
         for pid in gone:
             self.tracer.remove_target(pid)
             self._named.discard(pid)
