@@ -46,9 +46,10 @@ def ensure_tracefs() -> str | None:
             check=True, capture_output=True, text=True, timeout=10,
         )
     except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-        detail = getattr(e, "stderr", "") or str(e)
+        # mount(8) adds a second line pointing at dmesg: the first says what failed
+        detail = (getattr(e, "stderr", "") or str(e)).strip().split("\n", 1)[0]
         raise EnvironmentProblem(
-            f"tracefs is not mounted at {TRACEFS} and mounting it failed: {detail.strip()}",
+            f"tracefs is not mounted at {TRACEFS} and mounting it failed: {detail}",
             fix=f"mount -t tracefs nodev {TRACEFS}",
         ) from None
     return f"mounted tracefs at {TRACEFS}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -46,8 +47,15 @@ def _reap_all() -> None:
             return
 
 
-def uprobe_events() -> str:
-    return UPROBE_EVENTS.read_text() if UPROBE_EVENTS.exists() else ""
+def uprobe_events() -> set[str]:
+    return set(UPROBE_EVENTS.read_text().splitlines()) if UPROBE_EVENTS.exists() else set()
+
+
+def left_behind(before: set[str], trace: Trace) -> list[str]:
+    """uprobe_events entries that this trace made and did not remove (other
+    tracers on the machine may come and go meanwhile)."""
+    return [e for e in uprobe_events() - before
+            if f"_bcc_{trace.proc.pid} " in e or "libcudart" in e]
 
 
 def wait_closers_gone(timeout: float = 60) -> None:
@@ -147,7 +155,7 @@ def test_stop_signal_detaches_and_leaves_the_program_running(tmp_path, libcudart
     assert stop_workload(workload) == 0
     assert "stopped by signal 15\nloops=" in trace.stdout.read_text()
     wait_closers_gone()
-    assert uprobe_events() == before
+    assert left_behind(before, trace) == []
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -204,7 +212,7 @@ def test_kill_9_leaves_the_program_running_unharmed(tmp_path, libcudart, subreap
     out = trace.stdout.read_text()
     assert "stopped by signal 15\nloops=" in out and "steady_calls: finished" in (
         trace.stderr.read_text())
-    assert uprobe_events() == before
+    assert left_behind(before, trace) == []
 
 
 HOSTILE_ARGS = ["two words", "$(touch /tmp/cudaprobe-pwned)", "; echo no", "'\"", "ünï", "*"]
@@ -247,8 +255,10 @@ def test_stale_bcc_uprobe_events_are_removed_at_start(tmp_path, libcudart):
                                             "0", "0"),
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
-        assert "removed 1 uprobe_events entries left by crashed bcc tools" in proc.stderr
-        events = uprobe_events()
+        # "1", unless other crashed tools left some too
+        assert re.search(r"removed \d+ uprobe_events entries left by crashed bcc tools",
+                         proc.stderr), proc.stderr
+        events = "\n".join(uprobe_events())
         assert stale not in events
         assert alive in events  # its bcc process still runs: not stale
     finally:
