@@ -66,7 +66,10 @@ class Targets:
                 self.notes.append(f"{pid} is a thread of pid {tgid} ({self.names[tgid]}): "
                                   f"tracing all of {tgid}")
             if tgid not in self.requested:
-                self.requested[tgid] = os.pidfd_open(tgid)
+                try:
+                    self.requested[tgid] = os.pidfd_open(tgid)
+                except ProcessLookupError:
+                    raise ProcessGone(tgid) from None
 
     def close(self) -> None:
         for fd in self.requested.values():
@@ -115,6 +118,7 @@ class Targets:
             except ProcessGone:
                 gone.append(pid)
                 self._vm_pages.pop(pid, None)
+                self._mapped.pop(pid, None)
                 continue
             self._vm_pages[pid] = pages
             self._mapped[pid] = len(files)
