@@ -8,6 +8,7 @@ import traceback
 import click
 
 from . import __version__
+from .commands.doctor import doctor_command
 from .commands.export import export_group
 from .commands.list import list_command
 from .commands.memory import memory_command
@@ -52,3 +53,4 @@ main.add_command(list_command)
 main.add_command(stats_command)
 main.add_command(memory_command)
 main.add_command(export_group)
+main.add_command(doctor_command)
