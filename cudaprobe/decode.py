@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -159,8 +160,8 @@ def _decode_arg(
         out = _s32(out)
         return out, str(out)
     if kind is ArgKind.OUT_FLOAT:
-        f = _f32(out)
-        return f, f"{f:g}"
+        f = _f32(out)  # NaN/inf (a failed call leaves it unset) is no JSON number: null
+        return (f if math.isfinite(f) else None), f"{f:g}"
     raise ValueError(f"no decoder for {kind}")
 
 
