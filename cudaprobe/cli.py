@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import traceback
+from typing import Any, NoReturn
 
 import click
 
@@ -16,18 +17,55 @@ from .commands.stats import stats_command
 from .commands.trace import trace_command
 from .errors import CudaprobeError
 
+NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
 
 class CudaprobeGroup(click.Group):
-    """Turns CudaprobeError into one line on stderr and exit code 2."""
+    """The one error boundary: a CudaprobeError, a usage error (bad option,
+    value or command) and a bug alike become one line on stderr and exit
+    code 2; tracebacks only with -v."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except NO_ARGS_IS_HELP as e:  # bare `cudaprobe`: the help, as before click 8.2
+            click.echo(e.ctx.get_help())
+            rv = 0
+        except click.ClickException as e:
+            where = e.ctx.command_path if getattr(e, "ctx", None) else "cudaprobe"
+            hint = f" (see `{where} --help`)" if isinstance(e, click.UsageError) else ""
+            _fail(" ".join(e.format_message().split()) + hint, 2)
+        except click.Abort:  # Ctrl-C before tracing started
+            _fail("interrupted", 130)
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
         except CudaprobeError as e:
-            if ctx.obj and ctx.obj.get("verbose"):
+            if _verbose(ctx):
                 traceback.print_exc()
-            click.echo(f"cudaprobe: {e}", err=True)
-            sys.exit(e.exit_code)
+            _fail(str(e), e.exit_code)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as e:
+            if _verbose(ctx):
+                traceback.print_exc()
+            detail = " ".join(str(e).split())
+            _fail(f"internal error: {type(e).__name__}: {detail} (a bug: run with -v for "
+                  "the traceback, and report it)", 2)
+
+
+def _verbose(ctx: click.Context) -> bool:
+    """-v, which the group's callback has put in ctx.obj by the time anything fails."""
+    return bool(ctx.obj and ctx.obj.get("verbose"))
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"cudaprobe: {message}", err=True)
+    sys.exit(code)
 
 
 @click.group(cls=CudaprobeGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -81,8 +81,9 @@ class CudaNotMapped(CudaprobeError):
 
 
 class CommandNotFound(CudaprobeError):
-    def __init__(self, command: str) -> None:
-        super().__init__(f"command not found: {command!r}")
+    def __init__(self, command: str, why: str | None = None) -> None:
+        super().__init__(f"cannot run {command!r}: {why}" if why else
+                         f"command not found: {command!r}")
 
 
 class OutputError(CudaprobeError):

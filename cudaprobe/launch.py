@@ -22,8 +22,12 @@ def resolve_command(argv: list[str]) -> str:
         raise CommandNotFound("")
     exe = argv[0]
     found = shutil.which(exe) if os.sep not in exe else exe
-    if not found or not os.access(found, os.X_OK) or os.path.isdir(found):
+    if not found or not os.path.exists(found):
         raise CommandNotFound(exe)
+    if os.path.isdir(found):
+        raise CommandNotFound(exe, "is a directory")
+    if not os.access(found, os.X_OK):
+        raise CommandNotFound(exe, "not executable")
     return found
 
 

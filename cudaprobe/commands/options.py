@@ -13,7 +13,8 @@ from rich.text import Text
 
 from .. import bpfprog, environment
 from ..catalogue import DRIVER, RUNTIME, Function
-from ..errors import LibraryNotFound, NotRoot, UsageError
+from ..errors import LibraryNotFound, NotRoot, SymbolMissing, UsageError
+from ..launch import resolve_command
 from ..libs import discover_libraries, resolve_lib_arg
 from ..output import open_output
 from ..probes import ProbePlan, plan_probes
@@ -83,6 +84,8 @@ def plan_targets(functions: list[Function], libs: tuple[str, ...], apis: set[str
     config = bpfprog.Settings(filter_pid=follow, filter_comm=comm is not None, **settings)
     if not dump_bpf and os.geteuid() != 0:
         raise NotRoot()
+    if command:
+        resolve_command(list(command))  # before anything is attached, said or written
     targets = None
     if follow:
         targets = Targets([s for f in functions for s in f.symbols], pids, comm,
@@ -91,7 +94,10 @@ def plan_targets(functions: list[Function], libs: tuple[str, ...], apis: set[str
             targets, apis, list(command), wait)
     else:
         libraries = resolve_libraries(libs, apis)
-    return plan_probes(functions, libraries, every_symbol=follow), config, targets
+    plan = plan_probes(functions, libraries, every_symbol=follow)
+    if libs and not plan.attachments:  # --lib turns discovery off: nothing is found later
+        raise SymbolMissing(", ".join(libraries), [f.name for f in functions])
+    return plan, config, targets
 
 
 def announce(plan: ProbePlan, targets: Targets | None, doing: str) -> Callable[[str], None]:

@@ -7,13 +7,15 @@ import sys
 import click
 
 from .. import bpfprog
-from ..output import open_output
+from ..output import DEFAULT_MODE, open_output
 from ..probes import select_functions
 from ..reporters import FORMATS, REPORTERS, choose_format
+from ..reporters.capped import SizeCapped
 from ..reporters.table import make_console
 from ..session import SessionOptions, TraceSession
 from ..symbolize import KernelSymbolizer
 from .options import APIS, announce, plan_targets, probe_options
+from .trace_options import STRICT_EXIT, check_conflicts, output_options
 
 
 @click.command("trace", context_settings={"show_default": True})
@@ -24,8 +26,9 @@ from .options import APIS, announce, plan_targets, probe_options
 @click.option("-o", "--output", metavar="FILE", help="Write calls to FILE (created 0600).")
 @click.option("--force", is_flag=True, help="Overwrite an existing -o FILE.")
 @click.option("--errors-only", is_flag=True, help="Only calls that returned an error.")
-def trace_command(libs, events, api, fmt, output, force, duration, errors_only, dump_bpf,
-                  pids, comm, wait, command) -> None:
+@output_options
+def trace_command(libs, events, api, fmt, output, force, duration, errors_only, mode, max_size,
+                  strict, ringbuf_pages, dump_bpf, pids, comm, wait, command) -> None:
     """Trace CUDA API calls: one row per completed call, then a summary.
 
     With `-- COMMAND`, start COMMAND, trace only it (and its children), and
@@ -45,19 +48,25 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
       sudo cudaprobe trace --errors-only
       cudaprobe trace --dump-bpf -e transfer
     """
+    check_conflicts(output, dump_bpf, force=force, mode=mode, duration=duration,
+                    strict=strict, **{"max-size": max_size})
     if output and fmt is None and output != "-":
         fmt = choose_format(None, output)
     fmt = choose_format(fmt, output)
     apis = APIS[api]
     functions = select_functions(list(events), apis)
+    ringbuf_pages = ringbuf_pages or bpfprog.Settings.ringbuf_pages
     plan, settings, targets = plan_targets(functions, libs, apis, pids, comm, wait, command,
-                                           dump_bpf, errors_only=errors_only)
+                                           dump_bpf, errors_only=errors_only,
+                                           ringbuf_pages=ringbuf_pages)
     if dump_bpf:
         click.echo(bpfprog.render(plan.probes, settings))
         return
-    stream = open_output(output, force)
+    stream = open_output(output, force, mode or DEFAULT_MODE)
     notify = announce(plan, targets, "tracing")
     reporter = REPORTERS[fmt](stream)
+    if max_size:
+        reporter = SizeCapped(reporter, stream, max_size, notify)
     # the table shows its own summary; other formats get the human one on stderr
     err = make_console(sys.stderr)
     summary_console = None if fmt == "table" else err
@@ -76,6 +85,10 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
         close = getattr(stream, "close", None)
         if close and stream is not sys.stdout:
             close()
+    lost = session.summary.total_lost
+    if strict and lost:
+        notify(f"{lost} events lost: exit {STRICT_EXIT} (--strict)")
+        sys.exit(STRICT_EXIT)
     if status:
         sys.exit(status)
 
