@@ -29,11 +29,12 @@ from .launch import LaunchedCommand
 from .probes import ProbePlan
 from .reporters import Reporter
 from .signals import StopRequest
-from .summary import Summary
+from .summary import Summary, count_lost, describe_lost
 from .targets import Targets
 from .tracer import Tracer
 
 POLL_MS = 100
+LOSS_REPORT_S = 1.0
 COMMAND_GRACE_S = 0.3  # after a stop signal, for the command to exit too (Ctrl-C)
 
 
@@ -66,6 +67,8 @@ class TraceSession:
         self.decode_errors = 0
         self.kernel_handles = KernelHandles()  # driver launches' kernel names, as made
         self._t0 = 0
+        self._lost_said = 0
+        self._next_loss_check = 0.0
 
     def _decode(self, raws: list[RawEvent], in_flight: bool = False) -> list[Call]:
         calls = []
@@ -109,6 +112,7 @@ class TraceSession:
                 deadline = started + self.options.duration if self.options.duration else None
                 while not stop.requested:
                     self._emit(tracer.poll(POLL_MS))
+                    self._say_losses(tracer)
                     if command and command.wait() is not None:
                         break
                     if follower and follower.step():
@@ -131,6 +135,18 @@ class TraceSession:
         deadline = time.monotonic() + COMMAND_GRACE_S
         while command.wait() is None and time.monotonic() < deadline:
             self._emit(tracer.poll(20))
+
+    def _say_losses(self, tracer: Tracer) -> None:
+        """The live status line: on stderr, at most each second, when more was lost."""
+        now = time.monotonic()
+        if now < self._next_loss_check:
+            return
+        self._next_loss_check = now + LOSS_REPORT_S
+        lost = {**tracer.counters(), "decode_errors": self.decode_errors}
+        total = count_lost(lost)
+        if total > self._lost_said:
+            self._lost_said = total
+            self.options.notify(f"{total} events lost so far ({describe_lost(lost)})")
 
     def _finish(self, tracer: Tracer, started: float) -> None:
         self._emit(tracer.drain())

@@ -12,6 +12,17 @@ from rich.text import Text
 
 from .decode import Call, humanize_ns
 
+NOT_LOST = ("wakeups",)  # counters that sit with the losses but are not any
+
+
+def count_lost(lost: dict[str, int]) -> int:
+    return sum(v for k, v in lost.items() if k not in NOT_LOST)
+
+
+def describe_lost(lost: dict[str, int]) -> str:
+    """`ringbuf_full=12, decode_errors=1`: the causes that happened."""
+    return ", ".join(f"{k}={v}" for k, v in lost.items() if v and k not in NOT_LOST)
+
 
 @dataclass
 class EventStats:
@@ -48,7 +59,7 @@ class Summary:
 
     @property
     def total_lost(self) -> int:
-        return sum(v for k, v in self.lost.items() if k != "wakeups")
+        return count_lost(self.lost)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -82,8 +93,7 @@ class Summary:
         line = (f"{self.total_calls} calls in {self.duration_s:.2f}s, "
                 f"{len(self.in_flight)} still in flight, {lost} lost")
         if lost:
-            detail = ", ".join(f"{k}={v}" for k, v in self.lost.items() if v and k != "wakeups")
-            line += f" ({detail})"
+            line += f" ({describe_lost(self.lost)})"
         console.print(Text(line, style="bold red" if lost else ""))
         if self.not_found:
             console.print(Text("not exported by the traced libraries: " + ", ".join(self.not_found),
