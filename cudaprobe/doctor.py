@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import bpfprog, environment, uprobe_multi
+from . import bpfprog, environment, sweep, uprobe_multi
 from .catalogue import DRIVER, FUNCTIONS, RUNTIME
 from .elfsyms import read_symbols
 from .errors import CudaprobeError
@@ -205,6 +205,16 @@ def check_attach_mode() -> Check:
                  "" if status == OK else "Linux 6.6 or newer")
 
 
+def check_pid_namespace() -> Check:
+    if sweep.host_pids_visible():
+        return Check("pid namespace", OK, "the host's: calls of threads that exit mid-call "
+                     "are swept from the pairing map")
+    return Check("pid namespace", WARN, "one of its own: events carry host pids, which this "
+                 "/proc does not show, so calls of threads that exit mid-call stay in the "
+                 "pairing map (16384 entries) until the trace ends",
+                 "run cudaprobe in the host's pid namespace (docker run --pid=host)")
+
+
 def in_container() -> bool:
     if os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"):
         return True
@@ -284,7 +294,8 @@ def _check_library(path: str) -> Check:
 def run_checks(libs: list[str] | None = None) -> list[Check]:
     return [check_privileges(), check_kernel(), check_kernel_config(), check_btf(),
             check_tracefs(), check_headers(), check_bcc(), check_bpftrace(),
-            check_attach_mode(), check_uretprobe_seccomp(), *check_cuda(libs)]
+            check_attach_mode(), check_pid_namespace(), check_uretprobe_seccomp(),
+            *check_cuda(libs)]
 
 
 def tracing_works(checks: list[Check]) -> bool:

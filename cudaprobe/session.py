@@ -30,6 +30,7 @@ from .probes import ProbePlan
 from .reporters import Reporter
 from .signals import StopRequest
 from .summary import Summary, count_lost, describe_lost
+from .sweep import Sweeper
 from .targets import Targets
 from .tracer import Tracer
 
@@ -66,6 +67,7 @@ class TraceSession:
                                not_found=plan.not_found)
         self.decode_errors = 0
         self.kernel_handles = KernelHandles()  # driver launches' kernel names, as made
+        self.sweeper = Sweeper()
         self._t0 = 0
         self._lost_said = 0
         self._next_loss_check = 0.0
@@ -113,6 +115,7 @@ class TraceSession:
                 while not stop.requested:
                     self._emit(tracer.poll(POLL_MS))
                     self._say_losses(tracer)
+                    self.sweeper.due(tracer)
                     if command and command.wait() is not None:
                         break
                     if follower and follower.step():
@@ -150,6 +153,8 @@ class TraceSession:
 
     def _finish(self, tracer: Tracer, started: float) -> None:
         self._emit(tracer.drain())
+        self.sweeper.now(tracer)  # calls of threads gone are not "still running"
+        self.summary.exited_mid_call = self.sweeper.removed
         in_flight = self._decode(tracer.in_flight(), in_flight=True)
         in_flight.sort(key=lambda c: c.ts_ns)
         self.summary.in_flight = in_flight

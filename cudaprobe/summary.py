@@ -42,6 +42,8 @@ class Summary:
     attach_s: float = 0.0
     startup_s: float = 0.0
     exit_status: int | None = None
+    # calls whose thread exited before they returned (sweep.py): no result to report
+    exited_mid_call: int = 0
 
     def add(self, calls: list[Call]) -> None:
         for c in calls:
@@ -69,6 +71,7 @@ class Summary:
                 for name, s in sorted(self.by_event.items())
             },
             "in_flight": len(self.in_flight),
+            "exited_mid_call": self.exited_mid_call,
             "lost": {k: v for k, v in self.lost.items() if k != "wakeups"},
             "lost_total": self.total_lost,
             "duration_s": round(self.duration_s, 3),
@@ -92,6 +95,8 @@ class Summary:
         lost = self.total_lost
         line = (f"{self.total_calls} calls in {self.duration_s:.2f}s, "
                 f"{len(self.in_flight)} still in flight, {lost} lost")
+        if self.exited_mid_call:
+            line += f", {self.exited_mid_call} ended with their thread"
         if lost:
             line += f" ({describe_lost(self.lost)})"
         console.print(Text(line, style="bold red" if lost else ""))

@@ -10,7 +10,7 @@ import errno
 import mmap
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 from . import bpfprog, cleanup, perf_uprobe, uprobe_multi
 from .errors import BccMissing, BpfError, NotRoot
@@ -198,6 +198,16 @@ class Tracer:
         """Calls entered but not returned: read from the pairing map."""
         table = self._bpf["inflight"]
         return [unpack_event(bytes(v)) for _k, v in table.items()]
+
+    def forget_exited(self, alive: Callable[[int, int], bool]) -> int:
+        """Remove the pairing entries of threads for which `alive(pid, tid)` is
+        false (they exited mid-call: no return probe will take them out)."""
+        table = self._bpf["inflight"]
+        dead = [k for k, v in table.items() if not alive(v.pid, v.tid)]
+        for k in dead:
+            with contextlib.suppress(KeyError):
+                del table[k]
+        return len(dead)
 
     def read_stats(self) -> dict[int, list[tuple[int, ...]]]:
         """CP_STATS: probe id -> one struct cp_stat per CPU, as a flat tuple

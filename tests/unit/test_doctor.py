@@ -113,6 +113,14 @@ def test_headers_exact_fallback_missing(monkeypatch):
     assert check.status == FAIL and "apt-get install linux-headers" in check.fix
 
 
+def test_pid_namespace_of_its_own_is_a_warning(monkeypatch):
+    monkeypatch.setattr(doctor.sweep, "host_pids_visible", lambda: True)
+    assert doctor.check_pid_namespace().status == OK
+    monkeypatch.setattr(doctor.sweep, "host_pids_visible", lambda: False)
+    check = doctor.check_pid_namespace()
+    assert check.status == WARN and "--pid=host" in check.fix
+
+
 def test_tracefs_unmounted_is_a_warning_when_trace_can_mount_it(monkeypatch):
     monkeypatch.setattr(environment, "tracefs_mounted", lambda: False)
     check = doctor.check_tracefs()
@@ -155,8 +163,9 @@ def test_doctor_command_json_agrees_with_its_exit_status():
                           timeout=60)
     report = json.loads(proc.stdout)
     names = [c["name"] for c in report["checks"]]
-    assert names[:10] == ["privileges", "kernel", "kernel config", "BTF", "tracefs",
-                          "kernel headers", "bcc", "bpftrace", "attach", "uretprobe + seccomp"]
+    assert names[:11] == ["privileges", "kernel", "kernel config", "BTF", "tracefs",
+                          "kernel headers", "bcc", "bpftrace", "attach", "pid namespace",
+                          "uretprobe + seccomp"]
     assert all(c["status"] in (OK, WARN, FAIL) for c in report["checks"])
     assert proc.returncode == (0 if report["tracing_works"] else 1)
     assert report["tracing_works"] == all(c["status"] != FAIL for c in report["checks"])
