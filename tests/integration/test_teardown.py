@@ -34,7 +34,20 @@ def subreaper():
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     yield
     libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+    _stop_orphaned_workloads()
     _reap_all()
+
+
+def _stop_orphaned_workloads() -> None:
+    """A test that failed before stopping its workload leaves it to us: our children
+    named steady_calls are the workloads these tests started."""
+    for children in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
+        for pid in map(int, children.read_text().split()):
+            try:
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "steady_calls":
+                    os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
 
 def _reap_all() -> None:
