@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import build_workload, cudaprobe_cmd
+from .steady import steady_trace_argv, trailer
 
 
 def run_in_namespace(setup: str, argv: list[str], env: dict | None = None,
@@ -33,13 +33,7 @@ def run_in_namespace(setup: str, argv: list[str], env: dict | None = None,
 
 
 def short_trace(tmp_path: Path, libcudart: Path, *extra: str) -> list[str]:
-    exe = build_workload("steady_calls.c")
-    return cudaprobe_cmd("trace", "--lib", str(libcudart), *extra, "-o",
-                         str(tmp_path / "calls.jsonl"), "--", str(exe), "20", "0", "0")
-
-
-def trailer(tmp_path: Path) -> str:
-    return (tmp_path / "calls.jsonl").read_text().splitlines()[-1]
+    return steady_trace_argv(tmp_path / "calls.jsonl", libcudart, 20, *extra)
 
 
 RELEASE = os.uname().release
@@ -58,7 +52,7 @@ def test_tracefs_is_mounted_when_missing(tmp_path, libcudart, mode):
     assert proc.returncode == 0, proc.stderr
     assert "cudaprobe: mounted tracefs at /sys/kernel/tracing" in proc.stderr
     assert "Failed to detach" not in proc.stderr and "Traceback" not in proc.stderr
-    assert '"calls":40,' in trailer(tmp_path)
+    assert trailer(tmp_path / "calls.jsonl")["calls"] == 40
 
 
 def test_tracefs_that_cannot_be_mounted_is_one_clear_error(tmp_path, libcudart):
@@ -85,7 +79,7 @@ def test_missing_kernel_headers_fall_back_to_distro_headers(tmp_path, libcudart)
     assert len(notes) == 1
     assert notes[0].startswith(f"cudaprobe: no headers for kernel {RELEASE}: using "
                                "linux-headers-")
-    assert '"calls":60,' in trailer(tmp_path)
+    assert trailer(tmp_path / "calls.jsonl")["calls"] == 60
     # the links went into the namespace's tmpfs, not the machine's /lib/modules
     assert (os.readlink(machine_build) if machine_build.is_symlink() else None) == before
 

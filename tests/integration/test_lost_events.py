@@ -7,34 +7,16 @@ calling as fast as it can make the kernel drop events for certain.
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-from pathlib import Path
 
-from ..conftest import build_workload, cudaprobe_cmd
+from .steady import trace_steady, trailer
 
 EVENTS = "cudaGetDeviceCount,cudaMalloc,cudaFree"
 
 
-def trace_fast(tmp_path: Path, libcudart: Path, loops: int, *args: str,
-               output: str = "calls.jsonl") -> tuple[subprocess.CompletedProcess, Path]:
-    exe = build_workload("steady_calls.c")
-    out = tmp_path / output
-    proc = subprocess.run(cudaprobe_cmd("trace", "--lib", str(libcudart), "-e", EVENTS,
-                                        "-o", str(out), *args, "--", str(exe), str(loops),
-                                        "0", "0"),
-                          capture_output=True, text=True, timeout=300)
-    return proc, out
-
-
-def trailer(out: Path) -> dict:
-    return json.loads(out.read_text().splitlines()[-1])["summary"]
-
-
 def test_every_call_is_traced_or_counted_as_lost(tmp_path, libcudart):
     loops = 300_000
-    proc, out = trace_fast(tmp_path, libcudart, loops, "--ringbuf-pages", "1")
+    proc, out = trace_steady(tmp_path, libcudart, loops, "-e", EVENTS, "--ringbuf-pages", "1")
     assert proc.returncode == 0, proc.stderr  # the command's status: no --strict
     s = trailer(out)
     assert s["lost"]["ringbuf_full"] > 0
@@ -51,7 +33,8 @@ def test_every_call_is_traced_or_counted_as_lost(tmp_path, libcudart):
 
 
 def test_strict_exits_3_when_events_were_lost(tmp_path, libcudart):
-    proc, out = trace_fast(tmp_path, libcudart, 100_000, "--ringbuf-pages", "1", "--strict")
+    proc, out = trace_steady(tmp_path, libcudart, 100_000, "-e", EVENTS, "--ringbuf-pages", "1",
+                             "--strict")
     assert proc.returncode == 3, proc.stderr
     lost = trailer(out)["lost_total"]
     assert lost > 0
@@ -59,7 +42,7 @@ def test_strict_exits_3_when_events_were_lost(tmp_path, libcudart):
 
 
 def test_strict_keeps_the_commands_status_when_nothing_was_lost(tmp_path, libcudart):
-    proc, out = trace_fast(tmp_path, libcudart, 100, "--strict")
+    proc, out = trace_steady(tmp_path, libcudart, 100, "-e", EVENTS, "--strict")
     assert proc.returncode == 0, proc.stderr
     s = trailer(out)
     assert s["lost_total"] == 0 and s["calls"] == 300
@@ -67,8 +50,8 @@ def test_strict_keeps_the_commands_status_when_nothing_was_lost(tmp_path, libcud
 
 
 def test_csv_has_the_losses_in_the_summary_on_stderr(tmp_path, libcudart):
-    proc, out = trace_fast(tmp_path, libcudart, 100_000, "--ringbuf-pages", "1",
-                           output="calls.csv")
+    proc, out = trace_steady(tmp_path, libcudart, 100_000, "-e", EVENTS, "--ringbuf-pages", "1",
+                             output="calls.csv")
     assert proc.returncode == 0, proc.stderr
     rows = out.read_text().splitlines()
     assert rows[0].startswith("time_ms,")

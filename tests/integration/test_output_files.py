@@ -4,23 +4,9 @@ and --max-size caps them (a long run's disk use is bounded)."""
 from __future__ import annotations
 
 import json
-import os
 import stat
-import subprocess
-from pathlib import Path
 
-from ..conftest import build_workload, cudaprobe_cmd
-
-
-def trace_steady(tmp_path: Path, libcudart: Path, loops: int, *args: str,
-                 umask: int | None = None) -> tuple[subprocess.CompletedProcess, Path]:
-    exe = build_workload("steady_calls.c")
-    out = tmp_path / "calls.jsonl"
-    proc = subprocess.run(cudaprobe_cmd("trace", "--lib", str(libcudart), "-o", str(out), *args,
-                                        "--", str(exe), str(loops), "0", "0"),
-                          capture_output=True, text=True, timeout=120,
-                          preexec_fn=None if umask is None else (lambda: os.umask(umask)))
-    return proc, out
+from .steady import trace_steady, trailer
 
 
 def test_max_size_caps_the_file_counts_the_rest_and_keeps_the_trailer(tmp_path, libcudart):
@@ -54,4 +40,4 @@ def test_output_is_private_whatever_the_umask_and_mode_when_asked(tmp_path, libc
     proc, out = trace_steady(tmp_path, libcudart, 10, "--mode", "0640", umask=0o077)
     assert proc.returncode == 0, proc.stderr
     assert stat.S_IMODE(out.stat().st_mode) == 0o640
-    assert json.loads(out.read_text().splitlines()[-1])["summary"]["calls"] == 30
+    assert trailer(out)["calls"] == 30
