@@ -38,6 +38,12 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
     Otherwise trace every process using the libraries, until Ctrl-C or
     --duration.
 
+    cudaprobe never signals COMMAND. Stopped while COMMAND runs on (SIGINT,
+    SIGTERM or SIGHUP sent to cudaprobe alone, or --duration), it says so
+    and exits 128+N for signal N, 124 after --duration; Ctrl-C at a terminal
+    reaches both, and COMMAND's own status is returned. Exit status 2: bad
+    input, said in one line; 3: events were lost and --strict was given.
+
     \b
     Examples:
       sudo cudaprobe trace -- ./my_app --its-args
