@@ -12,7 +12,14 @@ from ..memory_session import MemoryOptions, MemorySession
 from ..memory_view import render_exit, render_processes, render_summary, to_dict
 from ..memtrack import memory_functions
 from ..reporters.table import make_console
-from .options import APIS, announce, plan_targets, probe_options, report_output
+from .options import (
+    APIS,
+    announce,
+    plan_targets,
+    probe_options,
+    report_file_options,
+    report_output,
+)
 
 
 @click.command("memory", context_settings={"show_default": True})
@@ -22,10 +29,7 @@ from .options import APIS, announce, plan_targets, probe_options, report_output
                    "(needs frame pointers in the calling code).")
 @click.option("-i", "--interval", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Show live bytes per process every SECONDS.")
-@click.option("--json", "as_json", is_flag=True,
-              help="Write the report as JSON (schema: docs/memory.md); implied by -o FILE.json.")
-@click.option("-o", "--output", metavar="FILE", help="Write the report to FILE (created 0600).")
-@click.option("--force", is_flag=True, help="Overwrite an existing -o FILE.")
+@report_file_options("docs/memory.md")
 def memory_command(libs, api, duration, dump_bpf, pids, comm, wait, command, stacks, interval,
                    as_json, output, force) -> None:
     """Track CUDA memory: allocations and frees at the runtime and driver layers

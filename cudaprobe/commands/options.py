@@ -118,6 +118,25 @@ def announce(plan: ProbePlan, targets: Targets | None, doing: str) -> Callable[[
     return notify
 
 
+def report_file_options(schema_doc: str) -> Callable[[Callable], Callable]:
+    """--json, -o/--output and --force: the options report_output() takes."""
+    options = [
+        click.option("--json", "as_json", is_flag=True,
+                     help=f"Write the report as JSON (schema: {schema_doc}); "
+                          "implied by -o FILE.json."),
+        click.option("-o", "--output", metavar="FILE",
+                     help="Write the report to FILE (created 0600)."),
+        click.option("--force", is_flag=True, help="Overwrite an existing -o FILE."),
+    ]
+
+    def decorate(f: Callable) -> Callable:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
 def report_output(output: str | None, force: bool, as_json: bool) -> tuple[TextIO, bool, Console]:
     """Where a report goes: the -o stream (stdout without it), whether it is JSON
     (--json, or FILE.json), and the console for the human report: stdout, unless

@@ -21,7 +21,14 @@ from ..stats_compare import (
 )
 from ..stats_session import StatsOptions, run_stats
 from ..stats_view import render_stats
-from .options import APIS, announce, plan_targets, probe_options, report_output
+from .options import (
+    APIS,
+    announce,
+    plan_targets,
+    probe_options,
+    report_file_options,
+    report_output,
+)
 
 
 @click.command("stats", context_settings={"show_default": True})
@@ -31,10 +38,7 @@ from .options import APIS, announce, plan_targets, probe_options, report_output
               help="Order of the rows (largest first; `name` alphabetical).")
 @click.option("-i", "--interval", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Also print the table (cumulative) every SECONDS.")
-@click.option("--json", "as_json", is_flag=True,
-              help="Write the report as JSON (schema: docs/stats.md); implied by -o FILE.json.")
-@click.option("-o", "--output", metavar="FILE", help="Write the report to FILE (created 0600).")
-@click.option("--force", is_flag=True, help="Overwrite an existing -o FILE.")
+@report_file_options("docs/stats.md")
 @click.option("--compare", "baseline", metavar="BASELINE.json",
               help=f"Compare with an earlier --json report; exit {REGRESSION_EXIT} if a "
                    "function's count or p50 moved more than --threshold.")
