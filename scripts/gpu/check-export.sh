@@ -44,22 +44,12 @@ cudaprobe export bpftrace --lib "$DEMO_CUDART" --summary -o "$OUT/export-demo-su
 run_script export-demo-summary "$OUT/export-demo-summary.bt" build/demo
 
 # PyTorch: its own libcudart (pip wheel) and the driver, the busy categories only
-cat > /tmp/export_snippet.py <<'PY'
-import torch
-x = torch.randn(1024, 1024, device="cuda")
-w = torch.randn(1024, 1024, device="cuda", requires_grad=True)
-for _ in range(3):
-    y = (x @ w).relu().sum()
-    y.backward()
-torch.cuda.synchronize()
-print("loss", y.item())
-PY
 cudaprobe export bpftrace --lib "$TORCH_CUDART" --lib "$LIBCUDA" -e memory,transfer,kernel,sync \
   -o "$OUT/export-torch.bt" --force
-run_script export-torch "$OUT/export-torch.bt" "$TORCH_PY /tmp/export_snippet.py"
+run_script export-torch "$OUT/export-torch.bt" "$TORCH_PY scripts/gpu/torch_snippet.py"
 cudaprobe export bpftrace --lib "$TORCH_CUDART" --lib "$LIBCUDA" --summary \
   -o "$OUT/export-torch-summary.bt" --force
-run_script export-torch-summary "$OUT/export-torch-summary.bt" "$TORCH_PY /tmp/export_snippet.py"
+run_script export-torch-summary "$OUT/export-torch-summary.bt" "$TORCH_PY scripts/gpu/torch_snippet.py"
 
 python3 - "$OUT" <<'PY' > "$OUT/export-check.txt" 2>&1
 import collections, json, re, sys

@@ -8,17 +8,7 @@ nvcc -cudart=shared -o build/demo examples/demo.cu
 cudaprobe trace -- build/demo > "$OUT/trace-demo.txt" 2>&1
 echo "exit status: $?" >> "$OUT/trace-demo.txt"
 cudaprobe trace -o "$OUT/trace-demo.jsonl" --force -- build/demo > /dev/null 2>&1
-cat > /tmp/snippet.py <<'PY'
-import torch
-x = torch.randn(1024, 1024, device="cuda")
-w = torch.randn(1024, 1024, device="cuda", requires_grad=True)
-for _ in range(3):
-    y = (x @ w).relu().sum()
-    y.backward()
-torch.cuda.synchronize()
-print("loss", y.item())
-PY
-cudaprobe trace -o "$OUT/trace-torch.jsonl" --force -- "$TORCH_PY" /tmp/snippet.py \
+cudaprobe trace -o "$OUT/trace-torch.jsonl" --force -- "$TORCH_PY" scripts/gpu/torch_snippet.py \
   > "$OUT/trace-torch-stderr.txt" 2>&1
 python3 - "$OUT" <<'PY' > "$OUT/trace-summary.txt"
 import collections, json, sys
