@@ -58,10 +58,6 @@ class Call:
     def in_flight(self) -> bool:
         return self.duration_ns is None
 
-    @property
-    def failed(self) -> bool:
-        return bool(self.ret)
-
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in JSONL_KEYS}
 

@@ -8,7 +8,6 @@ from ..decode import Call
 from ..summary import Summary
 from .base import Reporter
 
-
 # one encoder for all lines: json.dumps(..., separators=...) builds a new one per call
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
                            check_circular=False).encode

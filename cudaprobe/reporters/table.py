@@ -1,5 +1,5 @@
-"""The live table: rows streamed as calls complete, one rich table per batch
-with fixed column widths so batches line up under one header."""
+"""The live table: rows streamed as calls complete, as fixed-width text under
+one header, so every batch lines up; rich renders the header and summary."""
 
 from __future__ import annotations
 
