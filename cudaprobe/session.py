@@ -52,6 +52,8 @@ class SessionOptions:
     targets: Targets | None = None
     notify: Callable[[str], None] = lambda message: print(f"cudaprobe: {message}",
                                                           file=sys.stderr)
+    # given the loss counters (tracer's and decode_errors), cumulative, each second
+    on_counters: Callable[[dict[str, int]], None] | None = None
 
 
 class TraceSession:
@@ -146,6 +148,8 @@ class TraceSession:
             return
         self._next_loss_check = now + LOSS_REPORT_S
         lost = {**tracer.counters(), "decode_errors": self.decode_errors}
+        if self.options.on_counters is not None:
+            self.options.on_counters(lost)
         total = count_lost(lost)
         if total > self._lost_said:
             self._lost_said = total
