@@ -13,6 +13,7 @@ from .commands.doctor import doctor_command
 from .commands.export import export_group
 from .commands.list import list_command
 from .commands.memory import memory_command
+from .commands.serve import serve_command
 from .commands.stats import stats_command
 from .commands.trace import trace_command
 from .errors import CudaprobeError
@@ -90,5 +91,6 @@ main.add_command(trace_command)
 main.add_command(list_command)
 main.add_command(stats_command)
 main.add_command(memory_command)
+main.add_command(serve_command)
 main.add_command(export_group)
 main.add_command(doctor_command)

@@ -1,0 +1,157 @@
+"""serve --prometheus without root: the address, the exposition a scrape gets,
+a port taken, prometheus_client missing."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from cudaprobe import __version__
+from cudaprobe.errors import CudaprobeError, UsageError
+from cudaprobe.metrics import LATENCY_BOUNDS_S, CallMetrics
+from cudaprobe.prometheus import (
+    CannotListen,
+    MetricsServer,
+    _prometheus_client,
+    parse_listen_address,
+)
+
+from ..conftest import cudaprobe_cmd
+from .test_metrics import call
+
+
+@pytest.mark.parametrize("text, address", [
+    ("9464", ("127.0.0.1", 9464)),
+    (":9464", ("127.0.0.1", 9464)),
+    ("0.0.0.0:9464", ("0.0.0.0", 9464)),
+    ("10.1.2.3:80", ("10.1.2.3", 80)),
+    ("localhost:9464", ("localhost", 9464)),
+    ("[::]:9464", ("::", 9464)),
+    ("[::1]:1", ("::1", 1)),
+    ("[]:9464", ("127.0.0.1", 9464)),
+])
+def test_listen_address(text, address):
+    assert parse_listen_address(text) == address
+
+
+@pytest.mark.parametrize("text, says", [
+    ("", "port must be"),
+    (":", "port must be"),
+    ("host:", "port must be"),
+    ("0", "port must be"),
+    ("65536", "port must be"),
+    (":http", "port must be"),
+    ("::1:9464", "in brackets"),
+    ("a:b:9464", "in brackets"),
+    ("[::1]9464", "not [ADDR:]PORT"),
+])
+def test_bad_listen_address_is_one_line(text, says):
+    with pytest.raises(UsageError) as e:
+        parse_listen_address(text)
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(url: str) -> dict[str, object]:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        assert r.status == 200
+        text = r.read().decode()
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def samples(family, name: str) -> dict[tuple, float]:
+    return {tuple(sorted(s.labels.items())): s.value for s in family.samples if s.name == name}
+
+
+def test_a_scrape_gets_every_metric_with_its_labels_and_values():
+    m = CallMetrics(alive=lambda pid: True)
+    m.add([call("cudaMalloc", t=0, dur=2_000, ret=35, size=1 << 20),
+           call("cudaMalloc", t=10, dur=2_000, devPtr="0x1000", size=4096),
+           call("cudaMemcpy", t=20, dur=30_000, count=4096, kind="HostToDevice"),
+           call("cuMemsetD32_v2", t=30, api="driver", N=4)])
+    m.set_lost({"ringbuf_full": 2, "wakeups": 7})
+    with MetricsServer(m, "127.0.0.1", free_port()) as server:
+        assert server.url.startswith("http://127.0.0.1:") and server.url.endswith("/metrics")
+        got = scrape(server.url)
+    assert samples(got["cudaprobe_build_info"], "cudaprobe_build_info") == {
+        (("version", __version__),): 1}
+    assert samples(got["cudaprobe_calls"], "cudaprobe_calls_total") == {
+        (("api", "runtime"), ("function", "cudaMalloc"), ("process", "app")): 2,
+        (("api", "runtime"), ("function", "cudaMemcpy"), ("process", "app")): 1,
+        (("api", "driver"), ("function", "cuMemsetD32_v2"), ("process", "app")): 1}
+    assert samples(got["cudaprobe_call_errors"], "cudaprobe_call_errors_total") == {
+        (("error", "cudaErrorInsufficientDriver"), ("function", "cudaMalloc"),
+         ("process", "app")): 1}
+    hist = got["cudaprobe_call_duration_seconds"]
+    assert hist.type == "histogram"
+    buckets = {dict(k)["le"]: v for k, v in samples(hist, "cudaprobe_call_duration_seconds_bucket")
+               .items() if dict(k)["function"] == "cudaMalloc"}
+    assert len(buckets) == len(LATENCY_BOUNDS_S) + 1
+    # cumulative: both 2 µs calls are under 2.5 µs and every bound above
+    assert buckets["1e-06"] == 0 and buckets["2.5e-06"] == 2 and buckets["+Inf"] == 2
+    count = samples(hist, "cudaprobe_call_duration_seconds_count")
+    assert count[(("api", "runtime"), ("function", "cudaMemcpy"))] == 1
+    assert samples(hist, "cudaprobe_call_duration_seconds_sum")[
+        (("api", "runtime"), ("function", "cudaMalloc"))] == pytest.approx(4e-6)
+    assert samples(got["cudaprobe_memcpy_bytes"], "cudaprobe_memcpy_bytes_total") == {
+        (("api", "runtime"), ("kind", "HostToDevice")): 4096}
+    assert samples(got["cudaprobe_memset_bytes"], "cudaprobe_memset_bytes_total") == {
+        (("api", "driver"),): 16}
+    live = samples(got["cudaprobe_memory_live_bytes"], "cudaprobe_memory_live_bytes")
+    assert live[(("kind", "device"), ("process", "app"))] == 4096
+    assert samples(got["cudaprobe_lost_events"], "cudaprobe_lost_events_total") == {
+        (("cause", "ringbuf_full"),): 2}
+    assert not any(n.startswith(("python_", "process_")) for n in got)  # own registry
+
+
+def test_a_taken_port_is_one_clear_error():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(CannotListen) as e:
+            MetricsServer(CallMetrics(), "127.0.0.1", port)
+    assert str(e.value) == (f"cannot serve metrics on 127.0.0.1:{port}: address already in use "
+                            "(choose another [ADDR:]PORT)")
+    assert e.value.exit_code == 2
+
+
+def test_an_address_not_here_is_one_clear_error():
+    with pytest.raises(CannotListen, match=r"on 192\.0\.2\.1:\d+: "):
+        MetricsServer(CallMetrics(), "192.0.2.1", free_port())  # TEST-NET-1: on no interface
+
+
+def test_prometheus_client_missing_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import fails
+    with pytest.raises(CudaprobeError) as e:
+        _prometheus_client()
+    assert str(e.value) == ("serve --prometheus needs prometheus_client "
+                            "(pip install 'cudaprobe[prometheus]')")
+
+
+def test_the_cli_does_not_import_prometheus_client():
+    code = ("import sys; import cudaprobe.cli; "
+            "sys.exit('prometheus_client' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(cudaprobe_cmd(*args), capture_output=True, text=True, timeout=60)
+
+
+def test_serve_without_an_exporter_or_with_a_bad_address_exits_2():
+    for args, says in ((["serve"], "--prometheus [ADDR:]PORT"),
+                       (["serve", "--prometheus", "::1:9464"], "in brackets")):
+        p = run(*args)
+        assert p.returncode == 2 and says in p.stderr, p.stderr
+        assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
