@@ -2,31 +2,32 @@
 
 from __future__ import annotations
 
-import os
-
 from ..errors import UsageError
 from .base import Reporter
+from .chrome import ChromeReporter
 from .csv import CsvReporter
 from .jsonl import JsonlReporter
 from .table import TableReporter
 
 REPORTERS: dict[str, type[Reporter]] = {
-    r.name: r for r in (TableReporter, JsonlReporter, CsvReporter)
+    r.name: r for r in (TableReporter, JsonlReporter, CsvReporter, ChromeReporter)
 }
 FORMATS = tuple(REPORTERS)
 
 
 def choose_format(fmt: str | None, output: str | None) -> str:
-    """--format wins; else the -o extension; else the table."""
+    """--format wins; else the -o extension (the longest that matches: x.chrome.json
+    is chrome, x.json JSONL); else the table."""
     if fmt:
         if fmt not in REPORTERS:
             raise UsageError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
         return fmt
     if output:
-        ext = os.path.splitext(output)[1].lower()
-        for name, cls in REPORTERS.items():
-            if ext in cls.extensions:
-                return name
+        path = output.lower()
+        matches = [(len(ext), name) for name, cls in REPORTERS.items() for ext in cls.extensions
+                   if path.endswith(ext)]
+        if matches:
+            return max(matches)[1]
     return "table"
 
 
