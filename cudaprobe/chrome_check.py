@@ -67,8 +67,11 @@ class ChromeReport:
                f"{len(self.process_names)} processes, {len(self.tracks)} threads"]
         if self.summary is not None:
             s = self.summary
+            # calls that completed are X slices, the others B (unless --max-size dropped some)
+            same = (s.get("calls"), s.get("in_flight")) == (slices - in_flight, in_flight)
             out.append(f"summary: calls {s.get('calls')}, in_flight {s.get('in_flight')}, "
-                       f"lost_total {s.get('lost_total')}")
+                       f"lost_total {s.get('lost_total')}; the slices "
+                       f"{'match' if same else 'DO NOT match'} it")
         for (pid, tid), t in sorted(self.tracks.items()):
             out.append(f"track pid {pid} ({self.process_names.get(pid)}) tid {tid} "
                        f"({self.thread_names.get((pid, tid))}): {t.slices} slices, "
