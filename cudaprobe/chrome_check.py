@@ -67,8 +67,9 @@ class ChromeReport:
                f"{len(self.process_names)} processes, {len(self.tracks)} threads"]
         if self.summary is not None:
             s = self.summary
-            # calls that completed are X slices, the others B (unless --max-size dropped some)
-            same = (s.get("calls"), s.get("in_flight")) == (slices - in_flight, in_flight)
+            # a slice per call, completed or in flight, less those --max-size left out
+            dropped = (s.get("lost") or {}).get("output_max_size", 0)
+            same = slices == (s.get("calls") or 0) + (s.get("in_flight") or 0) - dropped
             out.append(f"summary: calls {s.get('calls')}, in_flight {s.get('in_flight')}, "
                        f"lost_total {s.get('lost_total')}; the slices "
                        f"{'match' if same else 'DO NOT match'} it")

@@ -36,6 +36,7 @@ def test_one_slice_per_call_on_each_thread(tmp_path, libcudart):
         t["event"] for t in truth)
     assert len(slices) == 60 and report.summary["calls"] == 60
     assert report.summary["lost_total"] == 0 and report.summary["in_flight"] == 0
+    assert report.lines()[1].endswith("the slices match it")
     pid = slices[0]["pid"]
     assert report.process_names == {pid: "runtime_calls"}
     # the workload's two worker threads, each on its track with its own sequence

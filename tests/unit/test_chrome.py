@@ -128,6 +128,7 @@ def test_in_flight_calls_begin_and_never_end():
     done = call("cuCtxSynchronize", 20, 30)
     sync = call("cudaDeviceSynchronize", 10)
     s = Summary()
+    s.add([done])
     s.in_flight = [sync]
     events = render([done], [sync], summary=s)
     b = [e for e in events if e["ph"] == "B"]
@@ -135,6 +136,7 @@ def test_in_flight_calls_begin_and_never_end():
     assert b[0]["args"]["in_flight"] is True and "ret" not in b[0]["args"]
     report = checked(events)
     assert report.tracks[(7, 8)].in_flight == 1 and report.summary["in_flight"] == 1
+    assert "the slices match it" in report.lines()[1]
     # a runtime call still running made the driver call that completed inside it
     assert [(src.name, dst.name) for _, src, dst in report.flows] == [
         ("cudaDeviceSynchronize", "cuCtxSynchronize")]
