@@ -15,6 +15,7 @@ from ..reporters.table import make_console
 from ..session import SessionOptions, TraceSession
 from ..symbolize import KernelSymbolizer
 from .options import APIS, announce, plan_targets, probe_options
+from .otlp_options import otlp_config, otlp_options, with_otlp
 from .trace_options import STRICT_EXIT, check_conflicts, output_options
 
 
@@ -27,8 +28,9 @@ from .trace_options import STRICT_EXIT, check_conflicts, output_options
 @click.option("--force", is_flag=True, help="Overwrite an existing -o FILE.")
 @click.option("--errors-only", is_flag=True, help="Only calls that returned an error.")
 @output_options
+@otlp_options
 def trace_command(libs, events, api, fmt, output, force, duration, errors_only, mode, max_size,
-                  strict, ringbuf_pages, dump_bpf, pids, comm, wait, command) -> None:
+                  strict, ringbuf_pages, dump_bpf, pids, comm, wait, command, **otlp) -> None:
     """Trace CUDA API calls: one row per completed call, then a summary.
 
     With `-- COMMAND`, start COMMAND, trace only it (and its children), and
@@ -52,10 +54,12 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
       sudo cudaprobe trace --comm python3 -e kernel,transfer
       sudo cudaprobe trace -e memory,cudaLaunchKernel -o calls.jsonl -- python train.py
       sudo cudaprobe trace --errors-only
+      sudo cudaprobe trace --otlp http://collector:4318 --otlp-slow 1ms -- python train.py
       cudaprobe trace --dump-bpf -e transfer
     """
     check_conflicts(output, dump_bpf, force=force, mode=mode, duration=duration,
                     strict=strict, **{"max-size": max_size})
+    otlp = otlp_config(**otlp)
     if output and fmt is None and output != "-":
         fmt = choose_format(None, output)
     fmt = choose_format(fmt, output)
@@ -73,6 +77,7 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
     reporter = REPORTERS[fmt](stream)
     if max_size:
         reporter = SizeCapped(reporter, stream, max_size, notify)
+    reporter, on_counters = with_otlp(reporter, otlp, notify)
     # the table shows its own summary; other formats get the human one on stderr
     err = make_console(sys.stderr)
     summary_console = None if fmt == "table" else err
@@ -82,7 +87,8 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
     session = TraceSession(plan, settings, reporter, summary_console,
                            SessionOptions(duration=duration, command=list(command),
                                           symbolize=kernels, see_process=kernels.see,
-                                          targets=targets, notify=notify))
+                                          targets=targets, notify=notify,
+                                          on_counters=on_counters))
     try:
         status = session.run()
     finally:

@@ -1,0 +1,106 @@
+"""--otlp and its options, shared by trace and serve; and the sink they make.
+
+opentelemetry-sdk is an extra (`pip install 'cudaprobe[otlp]'`): it is
+imported only when --otlp is given, and its absence is one line, exit 2,
+before anything is attached.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import click
+
+from ..errors import CudaprobeError, UsageError
+from ..metrics import CallMetrics, MetricsSink
+from ..otlp_model import OtlpConfig, Selection, otlp_endpoints, parse_duration
+from ..reporters.base import Reporter
+from ..reporters.fanout import Fanout
+
+INSTALL = "pip install 'cudaprobe[otlp]'"
+
+
+class Duration(click.ParamType):
+    name = "duration"
+
+    def convert(self, value, param, ctx) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_duration(str(value))
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+def otlp_options(f: Callable) -> Callable:
+    """--otlp ENDPOINT, --otlp-slow, --otlp-sample, --otlp-service, --otlp-no-spans
+    and --otlp-interval: passed on as keyword arguments otlp, otlp_slow ...;
+    otlp_config(**those) makes them one OtlpConfig."""
+    options = [
+        click.option("--otlp", metavar="ENDPOINT",
+                     help="Send a span per call and the metrics over OTLP/HTTP to ENDPOINT, "
+                          "e.g. http://collector:4318 (/v1/traces and /v1/metrics are "
+                          "appended; a URL ending in one of them is taken as it is)."),
+        click.option("--otlp-slow", type=Duration(), metavar="DURATION",
+                     help="Spans only for calls taking at least DURATION (100us, 5ms, 1s), "
+                          "failed calls and calls in flight at the end."),
+        click.option("--otlp-sample", type=click.FloatRange(0, 1), metavar="RATIO",
+                     help="Spans for this fraction of the other calls, drawn at random. "
+                          "Default: 1 (every call), 0 with --otlp-slow."),
+        click.option("--otlp-service", metavar="NAME", default="cudaprobe",
+                     help="The service.name resource attribute."),
+        click.option("--otlp-no-spans", is_flag=True, help="Send the metrics only."),
+        click.option("--otlp-interval", type=click.FloatRange(min=0.1), default=10.0,
+                     metavar="SECONDS", help="Time between metric exports."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def otlp_config(otlp: str | None, otlp_slow: int | None, otlp_sample: float | None,
+                otlp_service: str, otlp_no_spans: bool,
+                otlp_interval: float) -> OtlpConfig | None:
+    """The options as one OtlpConfig, or None without --otlp; checks that the SDK
+    can be imported, so that its absence is said before anything starts."""
+    if otlp is None:
+        given = [name for name, value in (("--otlp-slow", otlp_slow),
+                                          ("--otlp-sample", otlp_sample),
+                                          ("--otlp-no-spans", otlp_no_spans or None))
+                 if value is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)} goes with --otlp ENDPOINT")
+        return None
+    config = OtlpConfig(otlp_endpoints(otlp), Selection(slow_ns=otlp_slow, sample=otlp_sample),
+                        service=otlp_service, spans=not otlp_no_spans, interval_s=otlp_interval)
+    _load_sink()
+    return config
+
+
+def otlp_sink(config: OtlpConfig, notify: Callable[[str], None],
+              metrics: CallMetrics) -> Reporter:
+    """The --otlp sink: spans for the calls it is given, and `metrics`, which
+    the caller feeds (a MetricsSink beside it)."""
+    return _load_sink()(config, notify, metrics)
+
+
+def with_otlp(reporter: Reporter, config: OtlpConfig | None, notify: Callable[[str], None]
+              ) -> tuple[Reporter, Callable[[dict[str, int]], None] | None]:
+    """`reporter`, and beside it the metrics and the --otlp sink when configured;
+    with the session's on_counters, which keeps the metrics' losses current."""
+    if config is None:
+        return reporter, None
+    metrics = CallMetrics()
+    return Fanout(reporter, [MetricsSink(metrics), otlp_sink(config, notify, metrics)]), \
+        metrics.set_lost
+
+
+def _load_sink() -> type[Reporter]:
+    try:
+        from ..reporters.otlp import OtlpSink  # noqa: PLC0415 (the SDK is an extra)
+    except ImportError as e:
+        if not (e.name or "").startswith(("opentelemetry", "google")):
+            raise
+        raise CudaprobeError(f"--otlp needs opentelemetry-sdk and its OTLP/HTTP exporter "
+                             f"({e.name} is missing): {INSTALL}") from None
+    return OtlpSink
