@@ -6,6 +6,7 @@ Pure functions of Calls, so they are unit-tested without the SDK, root or a GPU.
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from dataclasses import dataclass, field
@@ -138,6 +139,7 @@ def call_bytes(call: Call) -> int | None:
     return None
 
 
+@functools.cache  # argument names: catalogue data, a few hundred
 def snake_case(name: str) -> str:
     """devPtr -> dev_ptr, ByteCount -> byte_count, gridDim -> grid_dim."""
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
