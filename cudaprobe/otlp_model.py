@@ -112,6 +112,7 @@ class OtlpConfig:
     selection: Selection = field(default_factory=Selection)
     service: str = "cudaprobe"
     spans: bool = True
+    metrics: bool = True
     interval_s: float = 10.0  # between metric exports
 
 

@@ -33,8 +33,9 @@ class Duration(click.ParamType):
 
 
 def otlp_options(f: Callable) -> Callable:
-    """--otlp ENDPOINT, --otlp-slow, --otlp-sample, --otlp-service, --otlp-no-spans
-    and --otlp-interval: passed on as keyword arguments otlp, otlp_slow ...;
+    """--otlp ENDPOINT, --otlp-slow, --otlp-sample, --otlp-service, --otlp-no-spans,
+    --otlp-no-metrics and --otlp-interval: passed on as keyword arguments otlp,
+    otlp_slow ...;
     otlp_config(**those) makes them one OtlpConfig."""
     options = [
         click.option("--otlp", metavar="ENDPOINT",
@@ -50,6 +51,8 @@ def otlp_options(f: Callable) -> Callable:
         click.option("--otlp-service", metavar="NAME", default="cudaprobe",
                      help="The service.name resource attribute."),
         click.option("--otlp-no-spans", is_flag=True, help="Send the metrics only."),
+        click.option("--otlp-no-metrics", is_flag=True,
+                     help="Send the spans only (for a backend that takes traces only)."),
         click.option("--otlp-interval", type=click.FloatRange(min=0.1), default=10.0,
                      metavar="SECONDS", help="Time between metric exports."),
     ]
@@ -59,29 +62,33 @@ def otlp_options(f: Callable) -> Callable:
 
 
 def otlp_config(otlp: str | None, otlp_slow: int | None, otlp_sample: float | None,
-                otlp_service: str, otlp_no_spans: bool,
+                otlp_service: str, otlp_no_spans: bool, otlp_no_metrics: bool,
                 otlp_interval: float) -> OtlpConfig | None:
     """The options as one OtlpConfig, or None without --otlp; checks that the SDK
     can be imported, so that its absence is said before anything starts."""
     if otlp is None:
         given = [name for name, value in (("--otlp-slow", otlp_slow),
                                           ("--otlp-sample", otlp_sample),
-                                          ("--otlp-no-spans", otlp_no_spans or None))
+                                          ("--otlp-no-spans", otlp_no_spans or None),
+                                          ("--otlp-no-metrics", otlp_no_metrics or None))
                  if value is not None]
         if given:
             raise UsageError(f"{', '.join(given)} goes with --otlp ENDPOINT")
         return None
+    if otlp_no_spans and otlp_no_metrics:
+        raise UsageError("--otlp-no-spans and --otlp-no-metrics leave nothing to send")
     config = OtlpConfig(otlp_endpoints(otlp), Selection(slow_ns=otlp_slow, sample=otlp_sample),
-                        service=otlp_service, spans=not otlp_no_spans, interval_s=otlp_interval)
+                        service=otlp_service, spans=not otlp_no_spans,
+                        metrics=not otlp_no_metrics, interval_s=otlp_interval)
     _load_sink()
     return config
 
 
 def otlp_sink(config: OtlpConfig, notify: Callable[[str], None],
-              metrics: CallMetrics) -> Reporter:
-    """The --otlp sink: spans for the calls it is given, and `metrics`, which
-    the caller feeds (a MetricsSink beside it)."""
-    return _load_sink()(config, notify, metrics)
+              metrics: CallMetrics | None) -> Reporter:
+    """The --otlp sink: spans for the calls it is given, and `metrics` (unless
+    --otlp-no-metrics), which the caller feeds (a MetricsSink beside it)."""
+    return _load_sink()(config, notify, metrics if config.metrics else None)
 
 
 def with_otlp(reporter: Reporter, config: OtlpConfig | None, notify: Callable[[str], None]
@@ -90,6 +97,8 @@ def with_otlp(reporter: Reporter, config: OtlpConfig | None, notify: Callable[[s
     with the session's on_counters, which keeps the metrics' losses current."""
     if config is None:
         return reporter, None
+    if not config.metrics:
+        return Fanout(reporter, [otlp_sink(config, notify, None)]), None
     metrics = CallMetrics()
     return Fanout(reporter, [MetricsSink(metrics), otlp_sink(config, notify, metrics)]), \
         metrics.set_lost

@@ -219,12 +219,18 @@ class OtlpSink(Reporter):
                 parts.append(f"{sum(lost.values())} of {offered} spans not delivered to "
                              f"{self.config.endpoints.traces} ({detail})")
             else:
-                parts.append(f"{d.exported} spans sent to {self.config.endpoints.traces}")
+                parts.append(f"{plural(d.exported, 'span')} sent to "
+                             f"{self.config.endpoints.traces}")
             if self.left_out:
-                parts.append(f"{self.left_out} calls not chosen by --otlp-slow/--otlp-sample")
+                parts.append(f"{plural(self.left_out, 'call')} not chosen by "
+                             "--otlp-slow/--otlp-sample")
         if self._pusher is not None:
             parts.append(self._pusher.outcome())
         return "OTLP: " + "; ".join(parts)
+
+
+def plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 def _span_exporter(sink: OtlpSink) -> OTLPSpanExporter:

@@ -95,6 +95,26 @@ def test_spans_nested_timed_and_failed_as_the_calls_were():
                      f"{r.url}/v1/metrics (1 export)"]
 
 
+def test_spans_only_and_metrics_only():
+    t0 = time.monotonic_ns()
+    calls = [call("cudaFree", t0, 100)]
+    with OtlpReceiver() as r:
+        notes: list[str] = []
+        sink = otlp_options.otlp_sink(OtlpConfig(otlp_endpoints(r.url), metrics=False),
+                                      notes.append, CallMetrics())
+        sink.start()
+        sink.calls(calls)
+        sink.finish(Summary())
+        assert len(r.spans()) == 1 and r.requests["/v1/metrics"] == []
+        assert notes == [f"OTLP: 1 span sent to {r.url}/v1/traces"]
+        run_sink(r.url, calls, notes, spans=False)
+        assert len(r.spans()) == 1 and len(r.requests["/v1/metrics"]) == 1
+    p = subprocess.run(cudaprobe_cmd("trace", "--dump-bpf", "--otlp", "c:4318", "--otlp-no-spans",
+                                     "--otlp-no-metrics"), capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2 and "leave nothing to send" in p.stderr
+
+
 def test_slow_selection_leaves_out_fast_calls_and_says_how_many():
     t0 = time.monotonic_ns()
     calls = [call("cudaFree", t0 + i * 1000, 100) for i in range(5)]
@@ -132,7 +152,8 @@ def test_missing_sdk_is_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace", None)
     with pytest.raises(CudaprobeError, match=r"--otlp needs opentelemetry-sdk .* pip install "
                                              r"'cudaprobe\[otlp\]'"):
-        otlp_options.otlp_config("http://c:4318", None, None, "cudaprobe", False, 10.0)
+        otlp_options.otlp_config("http://c:4318", None, None, "cudaprobe", otlp_no_spans=False,
+                                 otlp_no_metrics=False, otlp_interval=10.0)
 
 
 def test_cli_without_the_sdk_and_with_stray_options():
