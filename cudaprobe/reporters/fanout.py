@@ -30,6 +30,8 @@ class Fanout(Reporter):
             sink.calls(calls)
 
     def finish(self, summary: Summary) -> None:
-        for sink in self.sinks:
-            sink.finish(summary)
-        self.primary.finish(summary)
+        try:
+            for sink in self.sinks:
+                sink.finish(summary)
+        finally:  # a sink that fails leaves the output whole
+            self.primary.finish(summary)

@@ -67,8 +67,11 @@ class ExportErrors(logging.Handler):
 
     @classmethod
     def install(cls) -> ExportErrors:
+        """In place of the previous sink's, if any."""
         handler = cls()
         logger = logging.getLogger("opentelemetry")
+        for old in [h for h in logger.handlers if isinstance(h, cls)]:
+            logger.removeHandler(old)
         logger.addHandler(handler)
         logger.propagate = False
         return handler
