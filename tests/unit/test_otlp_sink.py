@@ -168,3 +168,20 @@ def test_cli_without_the_sdk_and_with_stray_options():
     p = subprocess.run(cudaprobe_cmd("trace", "--otlp", "c:4318", "--otlp-slow", "5 min"),
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "not a duration" in p.stderr
+
+
+def test_fanout_finishes_the_output_even_when_a_sink_fails():
+    class Broken(MetricsSink):
+        def finish(self, summary: Summary) -> None:
+            summary.lost["broken"] = 1
+            raise RuntimeError("sink bug")
+
+    out = io.StringIO()
+    fan = Fanout(JsonlReporter(out), [Broken(CallMetrics())])
+    fan.start()
+    fan.calls([call("cudaFree", 1, 1)])
+    with pytest.raises(RuntimeError, match="sink bug"):
+        fan.finish(Summary(lost={}))
+    assert fan.name == "jsonl"
+    assert out.getvalue().splitlines()[-1].startswith('{"summary"')
+    assert '"broken": 1' in out.getvalue() or '"broken":1' in out.getvalue()
