@@ -223,13 +223,19 @@ class CallMetrics:
 
 
 class MetricsSink(Reporter):
-    """The Reporter a TraceSession feeds: calls go to the metrics, not to a stream."""
+    """The Reporter a TraceSession feeds: calls go to the metrics, not to a stream.
+    `on_start` is called once the probes are attached."""
 
     name = "metrics"
 
-    def __init__(self, metrics: CallMetrics) -> None:
+    def __init__(self, metrics: CallMetrics, on_start: Callable[[], None] | None = None) -> None:
         super().__init__(stream=None)  # type: ignore[arg-type]
         self.metrics = metrics
+        self.on_start = on_start
+
+    def start(self) -> None:
+        if self.on_start is not None:
+            self.on_start()
 
     def calls(self, calls: list[Call]) -> None:
         self.metrics.add(calls)

@@ -54,8 +54,10 @@ def serve_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
     try:
         with MetricsServer(metrics, *address) as server:
             notify = announce(plan, targets, "counting")
-            notify(f"serving Prometheus metrics on {server.url}")
-            session = TraceSession(plan, settings, MetricsSink(metrics), make_console(sys.stderr),
+            # said once the probes are in: from then on, what is scraped is being counted
+            sink = MetricsSink(metrics, lambda: notify(f"serving Prometheus metrics on "
+                                                       f"{server.url}"))
+            session = TraceSession(plan, settings, sink, make_console(sys.stderr),
                                    SessionOptions(duration=duration, command=list(command),
                                                   targets=targets, notify=notify,
                                                   on_counters=metrics.set_lost))

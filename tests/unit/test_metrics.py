@@ -157,8 +157,10 @@ def test_process_labels_are_capped_and_the_rest_is_other():
 
 def test_lost_counters_keep_the_causes_not_the_wakeups():
     m = metrics()
-    sink = MetricsSink(m)
+    started = []
+    sink = MetricsSink(m, lambda: started.append(True))
     sink.start()
+    assert started == [True]
     m.set_lost({"ringbuf_full": 3, "wakeups": 90, "decode_errors": 0})
     assert m.snapshot(now_ns=S).lost == {"ringbuf_full": 3, "decode_errors": 0}
     sink.calls([call("cudaFree")])

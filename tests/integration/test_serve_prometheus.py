@@ -1,0 +1,193 @@
+"""cudaprobe serve --prometheus scraped by a real Prometheus server (Debian's
+`prometheus`), asked with PromQL over its HTTP API.
+
+Each test's serve probes the toolkit's real libcudart (every call fails with
+35 here: errors are counted too) and the memstub libraries (allocations
+succeed: live bytes show), following one process name (--comm) that only
+that test's workload runs under: what other tests and benchmarks do with the
+same libraries meanwhile is not even sent by the kernel.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from ..conftest import build_workload, cudaprobe_cmd
+from .conftest import expected_calls
+from .memstub import build_memstub, stub_env
+from .running import Lines
+
+PROMETHEUS = Path("/usr/bin/prometheus")
+WAIT_S = 30
+LOOPS, THREADS = 4, 2  # runtime_calls: 10 calls a loop, each thread
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def renamed(exe: Path, tmp_path: Path, name: str) -> Path:
+    """A copy of `exe` that runs under `name` (its comm, and so its process label)."""
+    copy = tmp_path / name
+    shutil.copy2(exe, copy)
+    return copy
+
+
+def stop(proc: subprocess.Popen) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.wait()
+
+
+class Prometheus:
+    """/usr/bin/prometheus scraping one target each second, in tmp_path."""
+
+    def __init__(self, tmp_path: Path, target: str) -> None:
+        config = tmp_path / "prometheus.yml"
+        config.write_text(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+            "scrape_configs:\n  - job_name: cudaprobe\n"
+            f"    static_configs:\n      - targets: ['{target}']\n")
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self.log = tmp_path / "prometheus.log"
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                [str(PROMETHEUS), f"--config.file={config}",
+                 f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                 f"--web.listen-address={self.url[len('http://'):]}"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log.read_text()
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"prometheus not ready: {self.log.read_text()}")
+
+    def query(self, promql: str) -> dict[tuple, float]:
+        """An instant query: each series' labels (sorted, __name__ left out) -> value."""
+        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+        with urllib.request.urlopen(url, timeout=10) as r:
+            body = json.load(r)
+        assert body["status"] == "success", body
+        return {tuple(sorted((k, v) for k, v in s["metric"].items() if k != "__name__")):
+                float(s["value"][1]) for s in body["data"]["result"]}
+
+    def value(self, promql: str) -> float | None:
+        result = self.query(promql)
+        assert len(result) <= 1, result
+        return next(iter(result.values()), None)
+
+    def wait_for(self, promql: str, expected: float | None) -> None:
+        """Until a scrape has brought what `expected` says (None: no series)."""
+        deadline = time.monotonic() + WAIT_S
+        while (got := self.value(promql)) != expected:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{promql} = {got}, not {expected}")
+            time.sleep(0.25)
+
+
+@pytest.fixture
+def served(tmp_path, libcudart):
+    """serve --prometheus (real libcudart and the memstub libraries), and Prometheus."""
+    if not PROMETHEUS.exists():
+        pytest.skip("no /usr/bin/prometheus: run scripts/setup")
+    target = f"127.0.0.1:{free_port()}"
+    name = f"prom{secrets.token_hex(5)}"  # 14 characters: comm keeps 15
+    serve = subprocess.Popen(
+        cudaprobe_cmd("serve", "--prometheus", target, "--comm", name, "--lib", str(libcudart),
+                      "--lib", str(build_memstub()), "-d", "120"),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    err = Lines(serve.stderr)
+    prometheus = None
+    try:
+        err.wait_for(lambda s: f"serving Prometheus metrics on http://{target}/metrics" in s,
+                     "serving", timeout=WAIT_S)
+        prometheus = Prometheus(tmp_path, target)
+        prometheus.wait_for('up{job="cudaprobe"}', 1)  # its first scrape: seconds after ready
+        yield prometheus, serve, err, name
+    finally:
+        if prometheus is not None:
+            stop(prometheus.proc)
+        stop(serve)
+
+
+def test_prometheus_scrapes_the_exact_counts(tmp_path, served):
+    prometheus, serve, err, name = served
+    exe = renamed(build_workload("runtime_calls.c"), tmp_path, name)
+    run = subprocess.run([str(exe), str(LOOPS), str(THREADS)], capture_output=True, text=True,
+                         timeout=WAIT_S, check=True)
+    truth = expected_calls(run.stdout)
+    assert len(truth) == LOOPS * THREADS * 10
+    process = f'process="{exe.name}"'
+    prometheus.wait_for(f"sum(cudaprobe_calls_total{{{process}}})", len(truth))
+
+    assert prometheus.value("count(cudaprobe_build_info)") == 1
+    assert prometheus.value(
+        f'sum(cudaprobe_calls_total{{function="cudaMalloc",{process}}})') == LOOPS * THREADS
+    by_function = prometheus.query(f"sum by (function) (cudaprobe_calls_total{{{process}}})")
+    assert by_function == {(("function", e),): n for e, n in
+                           collections.Counter(t["event"] for t in truth).items()}
+    errors = prometheus.query(
+        f"sum by (function, error) (cudaprobe_call_errors_total{{{process}}})")
+    assert errors == {(("error", "cudaErrorInsufficientDriver"), ("function", e)): n for e, n in
+                      collections.Counter(t["event"] for t in truth if t["ret"]).items()}
+    assert prometheus.value(f'sum(cudaprobe_calls_total{{api="runtime",{process}}})') == len(truth)
+    # the histogram has no process label: --comm keeps other processes' calls out of it
+    for series in ('cudaprobe_call_duration_seconds_count{function="cudaMalloc"}',
+                   'cudaprobe_call_duration_seconds_bucket{function="cudaMalloc",le="+Inf"}'):
+        assert prometheus.value(series) == LOOPS * THREADS
+    median = prometheus.value("histogram_quantile(0.5, sum by (le) ("
+                              'cudaprobe_call_duration_seconds_bucket{function="cudaMalloc"}))')
+    assert 0 < median <= 10  # seconds: within the buckets' bounds
+    assert prometheus.value("sum(cudaprobe_lost_events_total)") == 0
+
+    assert stop(serve) == 0, err.text()
+    err._thread.join(timeout=WAIT_S)
+    assert ", 0 lost" in err.text()
+
+
+def test_live_bytes_while_a_process_holds_memory_and_gone_when_it_exits(tmp_path, served):
+    prometheus, _, _, name = served
+    stub = build_memstub()
+    exe = renamed(build_workload("memory_mix.c", extra=[f"-L{stub}", "-l:libcuda.so.1"]),
+                  tmp_path, name)
+    # allocates, frees, resets the device, allocates 64 KiB it never frees, then sleeps
+    app = subprocess.Popen([str(exe), "4000"], env=stub_env(), stdout=subprocess.PIPE,
+                           text=True)
+    try:
+        live = f'cudaprobe_memory_live_bytes{{process="{exe.name}",kind="device"}}'
+        prometheus.wait_for(live, 64 << 10)  # counted once, though both APIs are probed
+        kinds = prometheus.query(f'cudaprobe_memory_live_bytes{{process="{exe.name}"}}')
+        assert {dict(k)["kind"]: v for k, v in kinds.items()} == {
+            "device": 64 << 10, "managed": 0, "async-pool": 0, "host-pinned": 0}
+        assert app.wait(timeout=WAIT_S) == 0
+        prometheus.wait_for(live, None)  # its process has exited: the series goes
+    finally:
+        app.kill()
+        app.wait()
