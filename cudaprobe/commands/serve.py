@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import click
@@ -11,9 +12,11 @@ from ..errors import UsageError
 from ..metrics import CallMetrics, MetricsSink
 from ..probes import select_functions
 from ..prometheus import MetricsServer, parse_listen_address
+from ..reporters.fanout import Fanout
 from ..reporters.table import make_console
 from ..session import SessionOptions, TraceSession
 from .options import APIS, announce, plan_targets, probe_options
+from .otlp_options import otlp_config, otlp_options, otlp_sink
 
 
 @click.command("serve", context_settings={"show_default": True})
@@ -22,8 +25,9 @@ from .options import APIS, announce, plan_targets, probe_options
 @click.option("--prometheus", "prometheus_at", metavar="[ADDR:]PORT",
               help="Serve Prometheus metrics on http://ADDR:PORT/metrics. ADDR: 127.0.0.1 "
                    "unless given (0.0.0.0 for every IPv4 address, [::] for every address).")
+@otlp_options
 def serve_command(libs, events, api, duration, dump_bpf, pids, comm, wait, command,
-                  prometheus_at) -> None:
+                  prometheus_at, **otlp) -> None:
     """Count CUDA API calls and serve them as metrics: calls, errors and
     latency per function, bytes copied, live allocated bytes, lost events
     (docs/prometheus.md).
@@ -32,17 +36,21 @@ def serve_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
     found in the usual places (what `trace` probes by default): the node
     daemon's use (docs/fleet.md). Runs until SIGINT or SIGTERM, --duration,
     or the exit of `-- COMMAND` (or of every --pid). Exit status 2: bad input,
-    or the address is taken.
+    or the address is taken. With --otlp, the metrics (and spans, as trace
+    --otlp sends them) are pushed to an OpenTelemetry collector (docs/otlp.md).
 
     \b
     Examples:
       sudo cudaprobe serve --prometheus :9464
       sudo cudaprobe serve --prometheus 0.0.0.0:9464 --api driver
       sudo cudaprobe serve --prometheus :9464 --comm python3 -e memory,transfer,kernel
+      sudo cudaprobe serve --otlp http://collector:4318 --otlp-slow 1ms
     """
     address = parse_listen_address(prometheus_at) if prometheus_at else None
-    if address is None and not dump_bpf:
-        raise UsageError("serve needs somewhere to serve: --prometheus [ADDR:]PORT")
+    otlp = otlp_config(**otlp)
+    if address is None and otlp is None and not dump_bpf:
+        raise UsageError("serve needs somewhere to serve: --prometheus [ADDR:]PORT "
+                         "or --otlp ENDPOINT")
     apis = APIS[api]
     functions = select_functions(list(events), apis)
     plan, settings, targets = plan_targets(functions, libs, apis, pids, comm, wait, command,
@@ -52,11 +60,13 @@ def serve_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
         return
     metrics = CallMetrics()
     try:
-        with MetricsServer(metrics, *address) as server:
+        with MetricsServer(metrics, *address) if address else contextlib.nullcontext() as server:
             notify = announce(plan, targets, "counting")
             # said once the probes are in: from then on, what is scraped is being counted
-            sink = MetricsSink(metrics, lambda: notify(f"serving Prometheus metrics on "
-                                                       f"{server.url}"))
+            serving = server and (lambda: notify(f"serving Prometheus metrics on {server.url}"))
+            sink = MetricsSink(metrics, serving or None)
+            if otlp is not None:
+                sink = Fanout(sink, [otlp_sink(otlp, notify, metrics)])
             session = TraceSession(plan, settings, sink, make_console(sys.stderr),
                                    SessionOptions(duration=duration, command=list(command),
                                                   targets=targets, notify=notify,
