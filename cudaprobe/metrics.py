@@ -13,7 +13,7 @@ any exporter's types; an exporter only names and labels what it holds:
 - `latency[(function, api)]`: a `Histogram` of call durations: `counts[i]`
   calls with duration <= `LATENCY_BOUNDS_S[i]` and above the bound before it,
   the last one above every bound (OTLP's explicit-bucket layout; Prometheus
-  wants the running sum), plus the sum in seconds and the count.
+  wants the running sum), plus the sum (`sum_ns`, exact; `sum_s`) and the count.
 - `memcpy_bytes[(kind, api)]`: bytes copied by successful copies, by direction
   (`HostToDevice`, `DeviceToHost`, `DeviceToDevice`, `HostToHost`, `Default`:
   the direction inferred by unified addressing, cudaMemcpyDefault or cuMemcpy).
@@ -95,11 +95,15 @@ _BY_SYMBOL: dict[str, Function] = {s: f for f in FUNCTIONS for s in f.symbols}
 @dataclass
 class Histogram:
     counts: list[int] = field(default_factory=lambda: [0] * (len(_BOUNDS_NS) + 1))
-    sum_s: float = 0.0
+    sum_ns: int = 0  # exact: a float sum of microseconds drifts over a long run
     count: int = 0
 
+    @property
+    def sum_s(self) -> float:
+        return self.sum_ns / 1e9
+
     def copy(self) -> Histogram:
-        return Histogram(list(self.counts), self.sum_s, self.count)
+        return Histogram(list(self.counts), self.sum_ns, self.count)
 
 
 @dataclass
@@ -158,7 +162,7 @@ class CallMetrics:
                 if hist is None:
                     hist = self._latency[key[:2]] = Histogram()
                 hist.counts[bisect.bisect_left(_BOUNDS_NS, c.duration_ns)] += 1
-                hist.sum_s += c.duration_ns / 1e9
+                hist.sum_ns += c.duration_ns
                 hist.count += 1
                 last_ns = max(last_ns, c.ts_ns + c.duration_ns)
                 function = _BY_SYMBOL.get(c.event)
