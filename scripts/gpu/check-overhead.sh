@@ -1,25 +1,91 @@
 #!/usr/bin/env bash
-# GPU overhead check (issue 8): a launch-bound loop (empty kernel, 200k
-# launches) untraced, under `cudaprobe trace` (JSONL to a file), under
-# `cudaprobe stats`, and under Nsight Systems if it is installed; 3 rounds,
-# interleaved. Events recorded vs launches made come from the JSONL trailer.
+# GPU overhead check (issue 8), 3 rounds, configurations interleaved per round:
+#  1. launch-bound loop (benchmarks/launch_loop.cu: empty kernel, $N launches):
+#     untraced, `cudaprobe trace -e kernel -o x.jsonl`, `cudaprobe stats -e
+#     kernel`, and Nsight Systems (`nsys profile -t cuda`) if found. Events vs
+#     launches from the JSONL trailer.
+#  2. PyTorch training loop (benchmarks/torch_train.py under $TORCH_PY):
+#     untraced, `cudaprobe trace -o x.jsonl` (every function), `cudaprobe
+#     stats`, and nsys if found: ms/step. The traced cudaLaunchKernel count is
+#     checked against CUPTI's count of one step (--count-launches, untraced run).
+# Results: $OUT/overhead.txt (one line per run) and $OUT/overhead-summary.txt.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 N=${N:-200000}
+STEPS=${STEPS:-300}
+WARMUP=${WARMUP:-30}
 nvcc -O2 -cudart=shared -o build/launch_loop benchmarks/launch_loop.cu
-NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+
+find_nsys() {
+  command -v nsys && return
+  local c
+  for c in /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys \
+           /opt/nvidia/nsight-systems*/*/bin/nsys /usr/lib/nsight-systems*/bin/nsys \
+           /usr/lib/nsight-systems*/nsys /usr/local/cuda*/nsight-systems*/bin/nsys; do
+    [ -x "$c" ] && { echo "$c"; return; }
+  done
+}
+NSYS=$(find_nsys)
+
 log="$OUT/overhead.txt"; : > "$log"
+trailer() {  # events and losses from a JSONL trailer; $2: also this event's count
+  tail -1 "$1" | python3 -c '
+import json, sys
+s = json.load(sys.stdin)["summary"]
+name = sys.argv[1] if len(sys.argv) > 1 else ""
+n = sum(v["calls"] for k, v in s["by_event"].items() if name and k.startswith(name))
+print("events", s["calls"], "lost", s["lost_total"], *(["events_" + name, n] if name else []))
+' ${2:-}
+}
+json_line() { grep -m1 '^{' ; }
+
 for round in 1 2 3; do
-  echo "round $round untraced $(build/launch_loop $N)" >> "$log"
-  r=$(cudaprobe trace -e kernel -o /tmp/oh.jsonl --force -- build/launch_loop $N 2>/dev/null)
-  echo "round $round trace-jsonl $r $(tail -1 /tmp/oh.jsonl | python3 -c 'import json,sys; s=json.load(sys.stdin)["summary"]; print("events", s["calls"], "lost", s["lost_total"])')" >> "$log"
-  if cudaprobe stats --help >/dev/null 2>&1; then
-    r=$(cudaprobe stats -e kernel -- build/launch_loop $N 2>/dev/null | grep launches)
-    echo "round $round stats $r" >> "$log"
-  fi
+  echo "round $round launch untraced $(build/launch_loop "$N")" >> "$log"
+  r=$(cudaprobe trace -e kernel -o /tmp/oh.jsonl --force -- build/launch_loop "$N" 2>/dev/null)
+  echo "round $round launch trace-jsonl $r $(trailer /tmp/oh.jsonl)" >> "$log"
+  r=$(cudaprobe stats -e kernel -- build/launch_loop "$N" 2>/dev/null | grep launches)
+  echo "round $round launch stats $r" >> "$log"
   if [ -n "$NSYS" ]; then
-    r=$("$NSYS" profile -t cuda -o /tmp/nsys-$round --force-overwrite true build/launch_loop $N 2>/dev/null | grep launches)
-    echo "round $round nsys $r" >> "$log"
+    r=$("$NSYS" profile -t cuda -o "/tmp/nsys-launch-$round" --force-overwrite true \
+        build/launch_loop "$N" 2>/dev/null | grep launches)
+    echo "round $round launch nsys $r" >> "$log"
   fi
 done
-echo "nsys: ${NSYS:-not installed}" >> "$log"
-cat "$log"
+
+if [ -x "$TORCH_PY" ]; then
+  T=(benchmarks/torch_train.py --steps "$STEPS" --warmup "$WARMUP")
+  echo "torch count $("$TORCH_PY" "${T[@]}" --count-launches 2>/dev/null | json_line)" >> "$log"
+  for round in 1 2 3; do
+    echo "round $round torch untraced $("$TORCH_PY" "${T[@]}" 2>/dev/null | json_line)" >> "$log"
+    r=$(cudaprobe trace -o /tmp/torch.jsonl --force -- "$TORCH_PY" "${T[@]}" 2>/dev/null | json_line)
+    echo "round $round torch trace-jsonl $r $(trailer /tmp/torch.jsonl cudaLaunchKernel)" >> "$log"
+    r=$(cudaprobe stats -- "$TORCH_PY" "${T[@]}" 2>/dev/null | json_line)
+    echo "round $round torch stats $r" >> "$log"
+    if [ -n "$NSYS" ]; then
+      r=$("$NSYS" profile -t cuda -o "/tmp/nsys-torch-$round" --force-overwrite true \
+          "$TORCH_PY" "${T[@]}" 2>/dev/null | json_line)
+      echo "round $round torch nsys $r" >> "$log"
+    fi
+  done
+else
+  echo "torch: $TORCH_PY not found" >> "$log"
+fi
+echo "nsys: ${NSYS:-not found (looked on PATH, /usr/local/cuda*/bin, /opt/nvidia/nsight-systems*, /usr/lib/nsight-systems*)}" >> "$log"
+
+# medians per configuration, and the slowdown against untraced
+python3 - "$log" > "$OUT/overhead-summary.txt" <<'EOF'
+import json, re, statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"round \d+ (\w+) ([\w-]+) (\{.*?\})", line)
+    if m:
+        runs.setdefault((m[1], m[2]), []).append(json.loads(m[3]))
+for (work, key) in (("launch", "us_per_launch"), ("torch", "ms_per_step")):
+    base = [r[key] for r in runs.get((work, "untraced"), [])]
+    for (w, config), rs in runs.items():
+        if w != work:
+            continue
+        vals = [r[key] for r in rs]
+        slow = (f"{statistics.median(vals) / statistics.median(base) - 1:+.1%}" if base else "")
+        print(f"{work:<7} {config:<11} {key} {vals} median {statistics.median(vals)} {slow}")
+EOF
+cat "$log" "$OUT/overhead-summary.txt"
