@@ -12,6 +12,11 @@ come from one run on one (noisy, shared) machine:
   stats           cudaprobe stats (in-kernel aggregation), when present
   export          the script from `cudaprobe export bpftrace`, when present
 
+The library is a private copy of libcudart (same bytes, its own inode),
+which the workload loads through LD_LIBRARY_PATH: uprobes belong to an
+inode, so probes that other tracers on the machine hold on the toolkit's
+library (a test suite running next to the bench) do not trap our calls.
+
 Reported: ns/call (min and median over repetitions), ratio of the median to
 the floor's, events recorded vs calls made, cudaprobe's own CPU seconds, and
 the time from start to probes attached. Then two scenarios: a paced rate
@@ -56,6 +61,16 @@ def cudaprobe(*args: str) -> list[str]:
 def has_command(*words: str) -> bool:
     p = subprocess.run(cudaprobe(*words, "--help"), capture_output=True, text=True)
     return p.returncode == 0
+
+
+def private_copy(lib: str, tmp: Path) -> str:
+    """A copy of `lib` under tmp/lib/, with the same file name (its soname)."""
+    d = tmp / "lib"
+    d.mkdir()
+    copy = d / Path(lib).name
+    shutil.copy2(lib, copy)
+    os.environ["LD_LIBRARY_PATH"] = str(d)  # the workloads, through bpftrace -c and cudaprobe --
+    return str(copy)
 
 
 def run_measured(argv: list[str], timeout: float) -> tuple[subprocess.CompletedProcess, float]:
@@ -199,11 +214,12 @@ def main() -> int:
     if os.geteuid() != 0 or not shutil.which("bpftrace"):
         print("bench: needs root and bpftrace (run scripts/setup)", file=sys.stderr)
         return 2
-    lib = os.path.realpath(args.lib)
     with tempfile.TemporaryDirectory() as tmp:
+        lib = private_copy(os.path.realpath(args.lib), Path(tmp))
         bench = Bench(lib, build_loop(), Path(tmp))
         results = {
-            "machine": {"kernel": os.uname().release, "cpus": os.cpu_count(), "lib": lib},
+            "machine": {"kernel": os.uname().release, "cpus": os.cpu_count(),
+                        "lib": os.path.realpath(args.lib), "probed_copy": lib},
             "overhead": overhead(bench, args.calls, args.reps),
             "paced": paced(bench, args.rate, args.seconds),
             "two_threads": threads(bench, args.calls),

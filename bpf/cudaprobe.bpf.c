@@ -8,6 +8,14 @@
  * call into the ring buffer. Wakeups are batched: the reader drains the ring
  * on a timer and is only woken early every CP_WAKEUP_EVERY events per CPU.
  *
+ * Cost per call is what this file is shaped by (BENCHMARKS.md). A hash
+ * update plus delete per call cost ~0.5 us (bucket lock, free list), so a
+ * (tid, probe) entry is made once and then reused: entry fills it in place,
+ * exit sets its ts_ns to 0. Entries of threads gone are removed by the
+ * loader's sweep (cudaprobe/sweep.py). Entry writes only what the probe
+ * uses (no memset of the whole record), and exit copies into the ring only
+ * the bytes the probe has: CP_EVENT_SHORT unless it copies at entry.
+ *
  * What each probe captures comes from the `probes` map (struct
  * cp_probe_cfg), filled by the loader from the catalogue. Two ways to attach:
  *   - cp_enter / cp_return, attached with uprobe_multi links (Linux >= 6.6):
@@ -31,6 +39,7 @@
  *   CP_STATS_PROBES  entries of `stats`: the number of probes (per-CPU
  *                    values: sized to what is probed, not CP_MAX_PROBES)
  *   CP_STACKS        record each call's user stack in `stacks`
+ *   CP_CALLER        record each call's return address (cudaprobe memory)
  *   CP_MAX_STACKS    capacity of `stacks`
  */
 #include <uapi/linux/ptrace.h>
@@ -59,13 +68,22 @@ BPF_RINGBUF_OUTPUT(events, CP_RINGBUF_PAGES);
 BPF_STACK_TRACE(stacks, CP_MAX_STACKS);
 #endif
 BPF_ARRAY(probes, struct cp_probe_cfg, CP_MAX_PROBES);
+#ifdef CP_STATS
+BPF_HASH(inflight, u64, struct cp_stamp, CP_MAX_INFLIGHT);
+#else
 BPF_HASH(inflight, u64, struct cp_event, CP_MAX_INFLIGHT);
+#endif
 BPF_PERCPU_ARRAY(counters, u64, CP_NR_COUNTERS);
 BPF_PERCPU_ARRAY(submitted, u64, 1);
 /* processes that have had an event: the first one wakes the reader at once, so
  * that it reads /proc/PID/maps (kernel names) while the process still runs */
 BPF_TABLE("lru_hash", u32, u8, seen_procs, 16384);
-BPF_PERCPU_ARRAY(scratch, struct cp_event, 1);
+/* all zero, never written: the initial value of a new `inflight` entry */
+#ifdef CP_STATS
+BPF_PERCPU_ARRAY(zeroed, struct cp_stamp, 1);
+#else
+BPF_PERCPU_ARRAY(zeroed, struct cp_event, 1);
+#endif
 
 #ifdef CP_FILTER_PID
 BPF_HASH(targets, u32, u8, 65536);
@@ -127,6 +145,23 @@ static __always_inline u64 pairing_key(u64 pid_tgid, u32 probe_id)
 	return (pid_tgid << 32) | probe_id;	/* tid in the high half */
 }
 
+/* The `inflight` entry of this thread and probe, made on its first call. */
+static __always_inline void *pairing_entry(u64 key)
+{
+	void *e = inflight.lookup(&key);
+	if (e)
+		return e;
+	int zero = 0;
+	void *init = zeroed.lookup(&zero);
+	if (!init)
+		return 0;
+	inflight.insert(&key, init);
+	e = inflight.lookup(&key);
+	if (!e)
+		count(CP_LOST_PAIRING);	/* the map is full */
+	return e;
+}
+
 static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
 {
 	u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -135,18 +170,24 @@ static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
 	if (!targets.lookup(&tgid))
 		return 0;
 #endif
+#ifdef CP_STATS	/* aggregates need only the entry time */
+	struct cp_stamp *s = pairing_entry(pairing_key(pid_tgid, probe_id));
+	if (!s)
+		return 0;
+	s->pid = tgid;
+	s->tid = (u32)pid_tgid;
+	s->ts_ns = bpf_ktime_get_ns();
+#else
 	int idx = probe_id;
 	struct cp_probe_cfg *cfg = probes.lookup(&idx);
-	int zero = 0;
-	struct cp_event *e = scratch.lookup(&zero);
-	if (!cfg || !e)
+	if (!cfg)
 		return 0;
-	__builtin_memset(e, 0, sizeof(*e));
-	e->ts_ns = bpf_ktime_get_ns();
+	struct cp_event *e = pairing_entry(pairing_key(pid_tgid, probe_id));
+	if (!e)
+		return 0;
 	e->pid = tgid;
 	e->tid = (u32)pid_tgid;
 	e->func_id = probe_id;
-#ifndef CP_STATS	/* aggregates need only the entry time */
 	e->args[0] = PT_REGS_PARM1(ctx);
 	e->args[1] = PT_REGS_PARM2(ctx);
 	e->args[2] = PT_REGS_PARM3(ctx);
@@ -167,18 +208,18 @@ static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
 	if (str_slot >= 0 && str_slot < CP_MAX_SLOTS)
 		bpf_probe_read_user_str(e->cfg, sizeof(e->cfg), (void *)e->args[str_slot]);
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
+#ifdef CP_CALLER
 	/* at entry the return address is on top of the stack: the exact call
 	 * site, which a frame-pointer walk from here would skip */
 	bpf_probe_read_user(&e->caller, sizeof(e->caller), (void *)PT_REGS_SP(ctx));
+#endif
 #ifdef CP_STACKS
 	e->stack_id = stacks.get_stackid(ctx, BPF_F_USER_STACK);
 #else
 	e->stack_id = -1;
 #endif
-#endif	/* !CP_STATS */
-	u64 key = pairing_key(pid_tgid, probe_id);
-	if (inflight.update(&key, e))
-		count(CP_LOST_PAIRING);
+	e->ts_ns = bpf_ktime_get_ns();	/* last: the entry is complete */
+#endif	/* CP_STATS */
 	return 0;
 }
 
@@ -242,39 +283,11 @@ static __always_inline u64 wakeup_flag(u32 tgid)
 	}
 	return BPF_RB_NO_WAKEUP;
 }
-#endif	/* CP_STATS */
 
-static __always_inline int cp_exit(struct pt_regs *ctx, u32 probe_id)
+
+/* Out-parameters: read at exit, the call has written them. */
+static __always_inline void read_outs(struct cp_event *ev, u32 out8, u32 out4)
 {
-	u64 key = pairing_key(bpf_get_current_pid_tgid(), probe_id);
-	struct cp_event *entry = inflight.lookup(&key);
-	if (!entry)
-		return 0;	/* filtered out, or entered before we attached */
-	s32 ret = (s32)PT_REGS_RC(ctx);
-#ifdef CP_STATS
-	aggregate(probe_id, bpf_ktime_get_ns() - entry->ts_ns, ret);
-	inflight.delete(&key);
-	return 0;
-#else
-#ifdef CP_ERRORS_ONLY
-	if (ret == 0) {
-		inflight.delete(&key);
-		return 0;
-	}
-#endif
-	int idx = probe_id;
-	struct cp_probe_cfg *cfg = probes.lookup(&idx);
-	struct cp_event *ev = events.ringbuf_reserve(sizeof(struct cp_event));
-	if (!ev) {
-		count(CP_LOST_RINGBUF);
-		inflight.delete(&key);
-		return 0;
-	}
-	__builtin_memcpy(ev, entry, sizeof(*ev));
-	inflight.delete(&key);
-	ev->duration_ns = bpf_ktime_get_ns() - ev->ts_ns;
-	ev->ret = ret;
-	u32 out8 = cfg ? cfg->out8 : 0, out4 = cfg ? cfg->out4 : 0;
 	int k = 0;
 #pragma unroll
 	for (int s = 0; s < CP_MAX_SLOTS; s++) {
@@ -285,9 +298,57 @@ static __always_inline int cp_exit(struct pt_regs *ctx, u32 probe_id)
 		bpf_probe_read_user(&v, (out8 & bit) ? 8 : 4, (void *)ev->args[s]);
 		ev->outs[k++] = v;
 	}
+}
+
+/* Copy the finished call into the ring: its first `size` bytes (a constant,
+ * once inlined: the verifier wants one for the reserve). */
+static __always_inline void submit(struct cp_event *entry, u32 size, u64 now, s32 ret,
+				   u32 out8, u32 out4)
+{
+	struct cp_event *ev = events.ringbuf_reserve(size);
+	if (!ev) {
+		count(CP_LOST_RINGBUF);
+		return;
+	}
+	__builtin_memcpy(ev, entry, size);
+	ev->duration_ns = now - ev->ts_ns;
+	ev->ret = ret;
+	read_outs(ev, out8, out4);
 	events.ringbuf_submit(ev, wakeup_flag(ev->pid));
-	return 0;
+}
 #endif	/* CP_STATS */
+
+static __always_inline int cp_exit(struct pt_regs *ctx, u32 probe_id)
+{
+	u64 key = pairing_key(bpf_get_current_pid_tgid(), probe_id);
+#ifdef CP_STATS
+	struct cp_stamp *entry = inflight.lookup(&key);
+#else
+	struct cp_event *entry = inflight.lookup(&key);
+#endif
+	if (!entry || !entry->ts_ns)
+		return 0;	/* filtered out, or entered before we attached */
+	u64 now = bpf_ktime_get_ns();
+	s32 ret = (s32)PT_REGS_RC(ctx);
+#ifdef CP_STATS
+	aggregate(probe_id, now - entry->ts_ns, ret);
+#else
+#ifdef CP_ERRORS_ONLY
+	if (ret == 0) {
+		entry->ts_ns = 0;
+		return 0;
+	}
+#endif
+	int idx = probe_id;
+	struct cp_probe_cfg *cfg = probes.lookup(&idx);
+	u32 out8 = cfg ? cfg->out8 : 0, out4 = cfg ? cfg->out4 : 0;
+	if (cfg && (cfg->cfg_slot >= 0 || cfg->str_slot >= 0))
+		submit(entry, sizeof(struct cp_event), now, ret, out8, out4);
+	else
+		submit(entry, CP_EVENT_SHORT, now, ret, out8, out4);
+#endif	/* CP_STATS */
+	entry->ts_ns = 0;	/* done: the entry waits for this thread's next call */
+	return 0;
 }
 
 /* uprobe_multi programs: the probe id is the attach cookie */

@@ -27,7 +27,11 @@ struct cp_probe_cfg {
 
 #define CP_MAX_PROBES 1024
 
-/* One completed call (or, read from the in-flight map, one still running). */
+/* One completed call. The entry probe fills it in place in `inflight` (one
+ * entry per thread and probe, kept between calls: ts_ns == 0 there means
+ * the thread is not in that call), the exit probe copies it into the ring
+ * buffer: whole for probes that copy a launch config or a string at entry,
+ * else only its first CP_EVENT_SHORT bytes (`cfg` is last for that). */
 struct cp_event {
 	__u64 ts_ns;        /* entry time, CLOCK_MONOTONIC */
 	__u64 duration_ns;  /* 0 while in flight */
@@ -35,12 +39,21 @@ struct cp_event {
 	__u32 tid;
 	__u32 func_id;      /* index into the probe table built by the loader */
 	__s32 ret;          /* cudaError_t / CUresult */
+	char comm[CP_COMM_LEN];
+	__u64 caller;       /* CP_CALLER: return address at entry, the call site; else 0 */
+	__s64 stack_id;     /* user stack in the `stacks` map (CP_STACKS), else -1 */
 	__u64 args[CP_MAX_SLOTS];
 	__u64 outs[CP_MAX_OUTS];
 	__u64 cfg[CP_CFG_WORDS];  /* launch config (cfg_slot), or NUL-terminated string (str_slot) */
-	char comm[CP_COMM_LEN];
-	__u64 caller;       /* return address at entry: the call site, frame pointers or not */
-	__s64 stack_id;     /* user stack in the `stacks` map (CP_STACKS), else -1 */
+};
+
+#define CP_EVENT_SHORT __builtin_offsetof(struct cp_event, cfg)
+
+/* CP_STATS: what entry keeps in `inflight` (ts_ns == 0: not in that call) */
+struct cp_stamp {
+	__u64 ts_ns;
+	__u32 pid;
+	__u32 tid;
 };
 
 /* CP_STATS: per-probe aggregates (per-CPU map `stats`, indexed by probe id).

@@ -43,6 +43,7 @@ class Settings:
     errors_only: bool = False
     stats: bool = False  # aggregate in the kernel (cudaprobe stats) instead of emitting events
     stacks: bool = False  # record user stacks (cudaprobe memory --stacks)
+    callers: bool = False  # record each call's return address (cudaprobe memory)
     # "multi": uprobe_multi links (Linux >= 6.6); "perf": one perf event per probe
     attach: str = field(default_factory=lambda: default_attach())
 
@@ -72,6 +73,8 @@ def defines(probes: list[Probe], settings: Settings) -> dict[str, str]:
         d["CP_STATS_PROBES"] = str(max(1, len(probes)))
     if settings.stacks:
         d["CP_STACKS"] = "1"
+    if settings.callers:
+        d["CP_CALLER"] = "1"
     return d
 
 

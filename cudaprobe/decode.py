@@ -7,7 +7,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .catalogue import ArgKind, Function
+from .catalogue import OUT_KINDS, ArgKind, Function
 from .cuda_errors import error_name
 from .demangle import demangle, shorten
 from .event import RawEvent
@@ -36,23 +36,63 @@ class Probe:
     function: Function
 
 
-@dataclass
 class Call:
-    """One traced call, with the keys of the JSONL schema."""
+    """One traced call, with the keys of the JSONL schema as attributes.
 
-    time_ms: float
-    ts_ns: int
-    pid: int
-    tid: int
-    process: str
-    event: str
-    api: str
-    category: str
-    duration_ns: int | None
-    ret: int | None
-    ret_name: str | None
-    args: dict[str, Any]
-    details: str
+    `args` and `details` may be decoded on first use: the trace hot path
+    (decoders.py) makes calls with a `lazy` (decoder, record) pair, since
+    most reporters need one or neither of them. Either can be assigned."""
+
+    __slots__ = ("time_ms", "ts_ns", "pid", "tid", "process", "event", "api", "category",
+                 "duration_ns", "ret", "ret_name", "_args", "_details", "lazy")
+
+    def __init__(self, time_ms: float, ts_ns: int, pid: int, tid: int, process: str, event: str,
+                 api: str, category: str, duration_ns: int | None, ret: int | None,
+                 ret_name: str | None, args: dict[str, Any] | None = None,
+                 details: str | None = None, lazy: Any = None) -> None:
+        self.time_ms = time_ms
+        self.ts_ns = ts_ns
+        self.pid = pid
+        self.tid = tid
+        self.process = process
+        self.event = event
+        self.api = api
+        self.category = category
+        self.duration_ns = duration_ns
+        self.ret = ret
+        self.ret_name = ret_name
+        self._args = args
+        self._details = details
+        # (decoder, record): decoder.args_details(record) -> (args, details)
+        self.lazy = lazy
+
+    def _decode(self) -> None:
+        decoder, record = self.lazy
+        args, details = decoder.args_details(record)
+        if self._args is None:
+            self._args = args
+        if self._details is None:
+            self._details = details
+
+    @property
+    def args(self) -> dict[str, Any]:
+        if self._args is None:
+            self._decode()
+        return self._args
+
+    @args.setter
+    def args(self, value: dict[str, Any]) -> None:
+        self._args = value
+
+    @property
+    def details(self) -> str:
+        if self._details is None:
+            self._decode()
+        return self._details
+
+    @details.setter
+    def details(self, value: str) -> None:
+        self._details = value
 
     @property
     def in_flight(self) -> bool:
@@ -60,6 +100,14 @@ class Call:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in JSONL_KEYS}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Call) and self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass it was
+
+    def __repr__(self) -> str:
+        return "Call(" + ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items()) + ")"
 
 
 JSONL_KEYS = (
@@ -109,56 +157,81 @@ def _dim3_text(d: list[int]) -> str:
     return f"({d[0]},{d[1]},{d[2]})"
 
 
-# unsigned integer kinds -> the bits of the argument word they use
-_UNSIGNED_MASKS = {
-    ArgKind.COUNT: 0xFFFFFFFFFFFFFFFF,
-    ArgKind.UINT: 0xFFFFFFFF,
-    ArgKind.UINT16: 0xFFFF,
-    ArgKind.UINT8: 0xFF,
+def _hex_value(v: int) -> tuple[str, str]:
+    h = f"{v:#x}"
+    return h, h
+
+
+def _size_value(v: int) -> tuple[int, str]:
+    return v, humanize_bytes(v)
+
+
+def _unsigned(mask: int) -> Callable[[int], tuple[int, str]]:
+    def value(v: int) -> tuple[int, str]:
+        v &= mask
+        return v, str(v)
+    return value
+
+
+def _int_value(v: int) -> tuple[int, str]:
+    v = _s32(v)
+    return v, str(v)
+
+
+def _flags_value(v: int) -> tuple[int, str]:
+    v &= 0xFFFFFFFF
+    return v, _hex(v)
+
+
+def _memcpy_kind_value(v: int) -> tuple[str, str]:
+    name = MEMCPY_KINDS.get(v & 0xFFFFFFFF, str(_s32(v)))
+    return name, name
+
+
+def _float_value(v: int) -> tuple[float | None, str]:
+    f = _f32(v)  # NaN/inf (a failed call leaves it unset) is no JSON number: null
+    return (f if math.isfinite(f) else None), f"{f:g}"
+
+
+# kind -> (JSON value, DETAILS text) of the one word it reads: the argument word,
+# or for OUT_* kinds the value read at exit. DIM3 reads two words (_decode_arg).
+WORD_DECODERS: dict[ArgKind, Callable[[int], tuple[Any, str]]] = {
+    **dict.fromkeys((ArgKind.PTR, ArgKind.STREAM, ArgKind.EVENT, ArgKind.HANDLE, ArgKind.FUNC,
+                     ArgKind.CU_FUNCTION, ArgKind.OUT_PTR, ArgKind.OUT_HANDLE,
+                     ArgKind.OUT_FUNCTION), _hex_value),
+    ArgKind.SIZE: _size_value,
+    ArgKind.OUT_SIZE: _size_value,
+    ArgKind.SIZE32: lambda v: _size_value(v & 0xFFFFFFFF),
+    ArgKind.COUNT: _unsigned(0xFFFFFFFFFFFFFFFF),
+    ArgKind.UINT: _unsigned(0xFFFFFFFF),
+    ArgKind.UINT16: _unsigned(0xFFFF),
+    ArgKind.UINT8: _unsigned(0xFF),
+    ArgKind.INT: _int_value,
+    ArgKind.OUT_INT: _int_value,
+    ArgKind.FLAGS: _flags_value,
+    ArgKind.MEMCPY_KIND: _memcpy_kind_value,
+    ArgKind.OUT_FLOAT: _float_value,
 }
-_HEX_KINDS = (ArgKind.PTR, ArgKind.STREAM, ArgKind.EVENT, ArgKind.HANDLE, ArgKind.FUNC,
-              ArgKind.CU_FUNCTION)
+
+
+def _dim3_value(lo: int, hi: int) -> tuple[list[int], str]:
+    d = _dim3(lo, hi)
+    return d, _dim3_text(d)
 
 
 def _decode_arg(
     kind: ArgKind, words: tuple[int, ...], slot: int, out: int | None
 ) -> tuple[Any, str]:
     """Return (JSON value, DETAILS text) for one argument."""
-    v = words[slot]
-    if kind in _HEX_KINDS:
-        return _hex(v), _hex(v)
-    if kind is ArgKind.SIZE:
-        return v, humanize_bytes(v)
-    if kind is ArgKind.SIZE32:
-        v &= 0xFFFFFFFF
-        return v, humanize_bytes(v)
-    if kind in _UNSIGNED_MASKS:
-        v &= _UNSIGNED_MASKS[kind]
-        return v, str(v)
-    if kind is ArgKind.INT:
-        v = _s32(v)
-        return v, str(v)
-    if kind is ArgKind.FLAGS:
-        v &= 0xFFFFFFFF
-        return v, _hex(v)
-    if kind is ArgKind.MEMCPY_KIND:
-        name = MEMCPY_KINDS.get(v & 0xFFFFFFFF, str(_s32(v)))
-        return name, name
     if kind is ArgKind.DIM3:
-        d = _dim3(v, words[slot + 1])
-        return d, _dim3_text(d)
-    assert out is not None, kind
-    if kind in (ArgKind.OUT_PTR, ArgKind.OUT_HANDLE, ArgKind.OUT_FUNCTION):
-        return _hex(out), _hex(out)
-    if kind is ArgKind.OUT_SIZE:
-        return out, humanize_bytes(out)
-    if kind is ArgKind.OUT_INT:
-        out = _s32(out)
-        return out, str(out)
-    if kind is ArgKind.OUT_FLOAT:
-        f = _f32(out)  # NaN/inf (a failed call leaves it unset) is no JSON number: null
-        return (f if math.isfinite(f) else None), f"{f:g}"
-    raise ValueError(f"no decoder for {kind}")
+        return _dim3_value(words[slot], words[slot + 1])
+    decode = WORD_DECODERS.get(kind)
+    if decode is None:
+        raise ValueError(f"no decoder for {kind}")
+    if kind in OUT_KINDS:
+        assert out is not None, kind
+        return decode(out)
+    return decode(words[slot])
 
 
 def _grid_block(cfg: tuple[int, ...]) -> tuple[list[int], list[int]]:

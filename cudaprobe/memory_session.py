@@ -79,7 +79,7 @@ class MemorySession:
                     self.on_interval(self)
             run.finish(lambda raws: self._feed(run.tracer, raws))
             self._step(run.tracer, 0)
-            self.in_flight = len(run.tracer.in_flight())
+            self.in_flight = run.tracer.in_flight_count()
             self.lost = {k: v for k, v in run.tracer.counters().items() if k != "wakeups"}
             self.lost["decode_errors"] = self.decode_errors
             self.duration_s = run.elapsed_s

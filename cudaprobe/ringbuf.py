@@ -1,9 +1,10 @@
 """A BPF ring buffer consumer in Python, over the map's mmap.
 
-bcc calls a ctypes callback per record (about 1-2 µs each). Our records all
-have the same size, and the kernel maps the data area twice in a row, so the
-records between the consumer and producer positions are one contiguous slice:
-a batch is read with one copy and one struct.iter_unpack.
+bcc calls a ctypes callback per record (about 1-2 µs each). The kernel maps
+the data area twice in a row, so the records between the consumer and
+producer positions are one contiguous slice: a batch is read with one copy,
+then each record unpacked by the struct of its length (our records come in a
+few fixed sizes).
 
 Layout (kernel/bpf/ringbuf.c): page 0 holds consumer_pos (we write it), page 1
 producer_pos, then the data pages, mapped twice. Each record has an 8-byte
@@ -24,13 +25,13 @@ POS = struct.Struct("<Q")
 
 
 class RingBuffer:
-    def __init__(self, map_fd: int, size: int, record: struct.Struct) -> None:
-        """`record` is the header + event layout; every event must be that size."""
+    def __init__(self, map_fd: int, size: int, records: list[struct.Struct]) -> None:
+        """`records`: the layouts of header + event, one per event size; a record
+        of another size is counted as malformed."""
         page = mmap.PAGESIZE
         self.size = size
         self.mask = size - 1
-        self.record = record
-        self.event_len = record.size - HEADER.size
+        self.by_length = {r.size - HEADER.size: r.unpack_from for r in records}
         self._consumer = mmap.mmap(map_fd, page, mmap.MAP_SHARED,
                                    mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
         self._data = mmap.mmap(map_fd, page + 2 * size, mmap.MAP_SHARED, mmap.PROT_READ,
@@ -50,7 +51,7 @@ class RingBuffer:
         return prod - cons
 
     def consume(self) -> list[tuple]:
-        """All committed records, as flat tuples of `record` (header first)."""
+        """All committed records, as flat tuples of their layout."""
         cons = POS.unpack_from(self._consumer, 0)[0]
         prod = POS.unpack_from(self._data, 0)[0]
         if prod <= cons:
@@ -58,19 +59,21 @@ class RingBuffer:
         start = self._page + (cons & self.mask)
         blob = self._data[start : start + (prod - cons)]
         out: list[tuple] = []
-        unpack, event_len = self.record.unpack_from, self.event_len
+        by_length, header = self.by_length, HEADER.unpack_from
+        append = out.append
         pos, end = 0, len(blob)
-        while pos + HEADER.size <= end:
-            length = HEADER.unpack_from(blob, pos)[0]
+        while pos + 8 <= end:
+            length = header(blob, pos)[0]
             if length & BUSY:
                 break  # reserved, not yet submitted: resume here next time
             real = length & ~(BUSY | DISCARD)
             if not length & DISCARD:
-                if real == event_len:
-                    out.append(unpack(blob, pos))
+                unpack = by_length.get(real)
+                if unpack is not None:
+                    append(unpack(blob, pos))
                 else:
                     self.malformed += 1
-            pos += (real + HEADER.size + 7) & ~7
+            pos += (real + 15) & ~7  # the header, the event, 8-byte aligned
         self._advance(cons + pos)
         return out
 

@@ -22,6 +22,7 @@ from rich.console import Console
 from . import STARTED
 from .bpfprog import Settings
 from .decode import Call, Symbolizer, decode_event
+from .decoders import RecordDecoder
 from .event import RawEvent
 from .follow import Follower
 from .handles import KernelHandles
@@ -67,28 +68,33 @@ class TraceSession:
         self.options = options
         self.summary = Summary(libraries=sorted({a.path for a in plan.attachments}),
                                not_found=plan.not_found)
-        self.decode_errors = 0
+        self._in_flight_errors = 0
+        self._records: RecordDecoder | None = None  # made once t0 is known
         self.kernel_handles = KernelHandles()  # driver launches' kernel names, as made
         self.sweeper = Sweeper()
         self._t0 = 0
         self._lost_said = 0
         self._next_loss_check = 0.0
 
-    def _decode(self, raws: list[RawEvent], in_flight: bool = False) -> list[Call]:
+    @property
+    def decode_errors(self) -> int:
+        return self._in_flight_errors + (self._records.errors if self._records else 0)
+
+    def _in_flight(self, raws: list[RawEvent]) -> list[Call]:
         calls = []
         for raw in raws:
             if self.options.see_process is not None:
                 self.options.see_process(raw.pid)
             try:
                 calls.append(decode_event(raw, self.plan.probes, self._t0,
-                                          self.options.symbolize, in_flight=in_flight,
+                                          self.options.symbolize, in_flight=True,
                                           handles=self.kernel_handles))
             except ValueError:
-                self.decode_errors += 1
+                self._in_flight_errors += 1
         return calls
 
-    def _emit(self, raws: list[RawEvent]) -> None:
-        calls = self._decode(raws)
+    def _emit(self, records: list[tuple]) -> None:
+        calls = self._records.calls(records)
         if calls:
             self.summary.add(calls)
             self.reporter.calls(calls)
@@ -102,6 +108,8 @@ class TraceSession:
                 for pid in self.options.pids + ([command.pid] if command else []):
                     tracer.add_target(pid)
                 self._t0 = time.monotonic_ns()
+                self._records = RecordDecoder(self.plan.probes, self._t0, self.options.symbolize,
+                                              self.kernel_handles, self.options.see_process)
                 self.summary.attach_s = tracer.attach_seconds
                 self.summary.startup_s = time.monotonic() - STARTED
                 follower = None
@@ -115,7 +123,7 @@ class TraceSession:
                     command.release()
                 deadline = started + self.options.duration if self.options.duration else None
                 while not stop.requested:
-                    self._emit(tracer.poll(POLL_MS))
+                    self._emit(tracer.poll_records(POLL_MS))
                     self._say_losses(tracer)
                     self.sweeper.due(tracer)
                     if command and command.wait() is not None:
@@ -139,7 +147,7 @@ class TraceSession:
         """Ctrl-C reaches the command too: trace its last calls while it exits."""
         deadline = time.monotonic() + COMMAND_GRACE_S
         while command.wait() is None and time.monotonic() < deadline:
-            self._emit(tracer.poll(20))
+            self._emit(tracer.poll_records(20))
 
     def _say_losses(self, tracer: Tracer) -> None:
         """The live status line: on stderr, at most each second, when more was lost."""
@@ -156,10 +164,10 @@ class TraceSession:
             self.options.notify(f"{total} events lost so far ({describe_lost(lost)})")
 
     def _finish(self, tracer: Tracer, started: float) -> None:
-        self._emit(tracer.drain())
+        self._emit(tracer.drain_records())
         self.sweeper.now(tracer)  # calls of threads gone are not "still running"
         self.summary.exited_mid_call = self.sweeper.removed
-        in_flight = self._decode(tracer.in_flight(), in_flight=True)
+        in_flight = self._in_flight(tracer.in_flight())
         in_flight.sort(key=lambda c: c.ts_ns)
         self.summary.in_flight = in_flight
         if in_flight:

@@ -38,7 +38,7 @@ def snapshot(tracer: Tracer, plan: ProbePlan, probed: Summary,
         duration_s=elapsed_s,
         libraries=probed.libraries,
         not_found=probed.not_found,
-        in_flight=len(tracer.in_flight()),
+        in_flight=tracer.in_flight_count(),
         lost={"pairing_map_full": counters["pairing_map_full"]},
     )
 

@@ -19,6 +19,7 @@ from .event import (
     LOST_RINGBUF,
     NR_COUNTERS,
     RECORD_STRUCT,
+    SHORT_RECORD_STRUCT,
     WAKEUPS,
     RawEvent,
     from_record,
@@ -70,7 +71,7 @@ class Tracer:
             if not self.settings.stats:  # stats mode aggregates in maps: no events
                 self._ring = RingBuffer(self._bpf["events"].map_fd,
                                         self.settings.ringbuf_pages * mmap.PAGESIZE,
-                                        RECORD_STRUCT)
+                                        [RECORD_STRUCT, SHORT_RECORD_STRUCT])
         except BaseException:
             self.close()
             raise
@@ -187,27 +188,40 @@ class Tracer:
 
     def poll(self, timeout_ms: int) -> list[RawEvent]:
         """Wait up to timeout_ms for a forced wakeup, then drain the ring buffer."""
-        if self._ring.available() == 0:
-            self._ring.wait(timeout_ms)
-        return self.drain()
+        return [from_record(rec) for rec in self.poll_records(timeout_ms)]
 
     def drain(self) -> list[RawEvent]:
         return [from_record(rec) for rec in self._ring.consume()]
 
+    def poll_records(self, timeout_ms: int) -> list[tuple]:
+        """poll(), as flat record tuples (event.R_* indices), for decode.RecordDecoder."""
+        if self._ring.available() == 0:
+            self._ring.wait(timeout_ms)
+        return self._ring.consume()
+
+    def drain_records(self) -> list[tuple]:
+        return self._ring.consume()
+
     def in_flight(self) -> list[RawEvent]:
-        """Calls entered but not returned: read from the pairing map."""
+        """Calls entered but not returned: read from the pairing map, whose entries
+        stay between calls with ts_ns 0. (Trace mode; see in_flight_count.)"""
         table = self._bpf["inflight"]
-        return [unpack_event(bytes(v)) for _k, v in table.items()]
+        return [unpack_event(bytes(v)) for _k, v in table.items() if v.ts_ns]
+
+    def in_flight_count(self) -> int:
+        return sum(1 for v in self._bpf["inflight"].values() if v.ts_ns)
 
     def forget_exited(self, alive: Callable[[int, int], bool]) -> int:
         """Remove the pairing entries of threads for which `alive(pid, tid)` is
-        false (they exited mid-call: no return probe will take them out)."""
+        false: they exited, mid-call or not (the map keeps one entry per thread
+        and probe between calls). An entry not yet filled in (tid 0) is left.
+        Returns how many were in a call (no return probe will end them)."""
         table = self._bpf["inflight"]
-        dead = [k for k, v in table.items() if not alive(v.pid, v.tid)]
-        for k in dead:
+        dead = [(k, v.ts_ns) for k, v in table.items() if v.tid and not alive(v.pid, v.tid)]
+        for k, _ts in dead:
             with contextlib.suppress(KeyError):
                 del table[k]
-        return len(dead)
+        return sum(1 for _k, ts in dead if ts)  # those that were in a call
 
     def read_stats(self) -> dict[int, list[tuple[int, ...]]]:
         """CP_STATS: probe id -> one struct cp_stat per CPU, as a flat tuple

@@ -55,7 +55,8 @@ def memory_command(libs, api, duration, dump_bpf, pids, comm, wait, command, sta
     """
     apis = APIS[api]
     plan, settings, targets = plan_targets(memory_functions(apis), libs, apis, pids, comm, wait,
-                                           command, dump_bpf, stacks=stacks)
+                                           command, dump_bpf, stacks=stacks,
+                                           callers=True)
     if dump_bpf:
         click.echo(bpfprog.render(plan.probes, settings))
         return

@@ -20,7 +20,8 @@ def raw(fn_name: str, args=(), outs=(), cfg=(), ret=0, func_id=0, comm=b"app"):
     a = list(args) + [0] * (event.MAX_SLOTS - len(args))
     o = list(outs) + [0] * (event.MAX_OUTS - len(outs))
     c = list(cfg) + [0] * (event.CFG_WORDS - len(cfg))
-    data = event.EVENT_STRUCT.pack(2_000_000, 1500, 42, 43, func_id, ret, *a, *o, *c, comm, 0, -1)
+    data = event.pack_event(event.from_values((2_000_000, 1500, 42, 43, func_id, ret, *a, *o, *c,
+                                                 comm, 0, -1)))
     return event.unpack_event(data), [Probe(0, fn_name, catalogue.BY_NAME[fn_name])]
 
 

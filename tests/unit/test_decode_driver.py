@@ -15,7 +15,8 @@ def raw(symbol: str, args=(), outs=(), cfg=(), ret=0):
     a = list(args) + [0] * (event.MAX_SLOTS - len(args))
     o = list(outs) + [0] * (event.MAX_OUTS - len(outs))
     c = list(cfg) + [0] * (event.CFG_WORDS - len(cfg))
-    data = event.EVENT_STRUCT.pack(5_000, 700, 42, 43, 0, ret, *a, *o, *c, b"drv", 0, -1)
+    data = event.pack_event(event.from_values((5_000, 700, 42, 43, 0, ret, *a, *o, *c, b"drv", 0,
+                                               -1)))
     fn = next(f for f in catalogue.FUNCTIONS if symbol in f.symbols)
     return event.unpack_event(data), [Probe(0, symbol, fn)]
 

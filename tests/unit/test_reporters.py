@@ -26,8 +26,8 @@ def calls():
     ]:
         a = list(args) + [0] * (event.MAX_SLOTS - len(args))
         o = list(outs) + [0] * (event.MAX_OUTS - len(outs))
-        data = event.EVENT_STRUCT.pack(5_000_000, 41_200, 7, 8, fid, ret, *a, *o,
-                                       *[0] * event.CFG_WORDS, comm, 0, -1)
+        data = event.pack_event(event.from_values((5_000_000, 41_200, 7, 8, fid, ret, *a, *o,
+                                                   *[0] * event.CFG_WORDS, comm, 0, -1)))
         out.append(decode_event(event.unpack_event(data), probes, 0))
     return out
 

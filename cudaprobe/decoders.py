@@ -1,0 +1,212 @@
+"""The trace hot path: ring buffer records -> Calls, with per-probe decoders
+compiled once from the catalogue when the session starts.
+
+decode.decode_event takes a RawEvent and walks the function's argument
+kinds for every event (~10 µs each in CPython). Here each probe gets a
+ProbeDecoder built at plan time: its constant fields (symbol, api,
+category), a cache of return-code names, and one closure per argument that
+reads the record word it needs. Calls are made with only the cheap fields;
+`args` and `details` are decoded when a reporter first asks (the table
+wants only details, the summary neither), and JSONL is written from the
+record by `json_line` without the intermediate dict of `Call.to_dict`.
+
+Probes whose decoding has side effects or needs the process (kernel names
+of launches, handles a call makes, strings and launch configs copied at
+entry) are decoded at once by decode.decode_event, in arrival order, as
+before: their names must be looked up before a later event changes them.
+"""
+
+from __future__ import annotations
+
+import json
+from json.encoder import encode_basestring
+from typing import Any, Callable
+
+from .catalogue import OUT_KINDS, ArgKind
+from .cuda_errors import error_name
+from .decode import WORD_DECODERS, Call, Probe, Symbolizer, _dim3_value, decode_event
+from .event import (
+    R_ARGS,
+    R_COMM,
+    R_DURATION,
+    R_FUNC_ID,
+    R_OUTS,
+    R_PID,
+    R_RET,
+    R_TID,
+    R_TS,
+    comm_text,
+    from_record,
+)
+from .handles import KernelHandles
+
+# kinds a ProbeDecoder decodes from the record's words alone; the others take
+# decode_event's path (see the module docstring)
+SIMPLE_KINDS = set(WORD_DECODERS) - {ArgKind.FUNC, ArgKind.CU_FUNCTION, ArgKind.OUT_FUNCTION}
+SIMPLE_KINDS.add(ArgKind.DIM3)
+
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
+                           check_circular=False).encode
+
+
+
+def _json_list(value: list[int]) -> str:
+    return "[" + ",".join(map(str, value)) + "]"
+
+
+def _json_float(value: float | None) -> str:
+    return "null" if value is None else repr(value)
+
+
+# kinds whose JSON value is a string: pointers and handles in hex, memcpy kind names
+STRING_KINDS = {ArgKind.PTR, ArgKind.STREAM, ArgKind.EVENT, ArgKind.HANDLE, ArgKind.OUT_PTR,
+                ArgKind.OUT_HANDLE, ArgKind.MEMCPY_KIND}
+
+
+# kind -> its JSON value as text, as json.dumps writes it (the kinds' values are
+# ints, strings, lists of ints, or a float or None)
+def _json_of(kind: ArgKind) -> Callable[[Any], str]:
+    if kind is ArgKind.DIM3:
+        return _json_list
+    if kind is ArgKind.OUT_FLOAT:
+        return _json_float
+    if kind in STRING_KINDS:
+        return encode_basestring
+    return str  # SIZE, COUNT, INT, FLAGS, ...: ints
+
+
+class ArgField:
+    """One argument of a probe: where its word is in the record, how it decodes."""
+
+    __slots__ = ("name", "index", "decode", "json_key", "json_of", "text_key")
+
+    def __init__(self, name: str, kind: ArgKind, index: int) -> None:
+        self.name = name
+        self.index = index
+        if kind is ArgKind.DIM3:
+            self.decode = lambda rec: _dim3_value(rec[index], rec[index + 1])
+        else:
+            word = WORD_DECODERS[kind]
+            self.decode = lambda rec: word(rec[index])
+        self.json_key = encode_basestring(name) + ":"
+        self.json_of = _json_of(kind)
+        self.text_key = name + "="
+
+
+class ProbeDecoder:
+    """What one probe's records decode to, built from its catalogue entry."""
+
+    def __init__(self, probe: Probe) -> None:
+        fn = probe.function
+        self.probe = probe
+        self.event, self.api, self.category = probe.symbol, fn.api, fn.category
+        self.simple = all(arg.kind in SIMPLE_KINDS for arg in fn.args)
+        self.fields: list[ArgField] = []
+        if self.simple:
+            for arg, slot in zip(fn.args, fn.slots):
+                index = (R_OUTS + fn.out_index[arg.name] if arg.kind in OUT_KINDS
+                         else R_ARGS + slot)
+                self.fields.append(ArgField(arg.name, arg.kind, index))
+        # the JSONL line from "event" to "duration_ns": the same for every call
+        self.json_event = (f',"event":{encode_basestring(self.event)},"api":"{self.api}",'
+                           f'"category":"{self.category}","duration_ns":')
+        self._ret_names: dict[int, tuple[str, str]] = {}
+
+    def ret_name(self, ret: int) -> tuple[str, str]:
+        """(name, name as JSON) of a return code."""
+        named = self._ret_names.get(ret)
+        if named is None:
+            name = error_name(self.api, ret)
+            named = self._ret_names[ret] = (name, encode_basestring(name))
+        return named
+
+    def args_details(self, rec: tuple) -> tuple[dict[str, Any], str]:
+        args = {}
+        parts = []
+        for f in self.fields:
+            value, text = f.decode(rec)
+            args[f.name] = value
+            parts.append(f.text_key + text)
+        return args, " ".join(parts)
+
+    def json_details(self, rec: tuple) -> tuple[str, str]:
+        """(`args` as JSON text, details) of a record."""
+        values = []
+        parts = []
+        for f in self.fields:
+            value, text = f.decode(rec)
+            values.append(f.json_key + f.json_of(value))
+            parts.append(f.text_key + text)
+        return "{" + ",".join(values) + "}", " ".join(parts)
+
+
+class RecordDecoder:
+    """Decodes batches of ring buffer records (event.R_* tuples) into Calls."""
+
+    def __init__(self, probes: list[Probe], t0_ns: int, symbolize: Symbolizer | None = None,
+                 handles: KernelHandles | None = None,
+                 see_process: Callable[[int], None] | None = None) -> None:
+        self.probes = probes
+        self.decoders = [ProbeDecoder(p) for p in probes]
+        self.t0_ns = t0_ns
+        self.symbolize = symbolize
+        self.handles = handles
+        self.see_process = see_process
+        self._seen: set[int] = set()
+        self._comms: dict[bytes, tuple[str, str]] = {}  # comm -> (text, as JSON)
+        self.errors = 0  # records that could not be decoded (unknown probe id)
+
+    def _comm(self, raw: bytes) -> tuple[str, str]:
+        named = self._comms.get(raw)
+        if named is None:
+            text = comm_text(raw)
+            named = self._comms[raw] = (text, encode_basestring(text))
+        return named
+
+    def calls(self, records: list[tuple]) -> list[Call]:
+        out: list[Call] = []
+        append = out.append
+        decoders, ndecoders, t0 = self.decoders, len(self.decoders), self.t0_ns
+        comms, seen = self._comms, self._seen
+        for rec in records:
+            pid = rec[R_PID]
+            if pid not in seen:
+                seen.add(pid)
+                if self.see_process is not None:
+                    self.see_process(pid)  # a process's first event: read its maps now
+            fid = rec[R_FUNC_ID]
+            if not 0 <= fid < ndecoders:
+                self.errors += 1
+                continue
+            d = decoders[fid]
+            if not d.simple:
+                try:
+                    append(decode_event(from_record(rec), self.probes, t0, self.symbolize,
+                                        handles=self.handles))
+                except ValueError:
+                    self.errors += 1
+                continue
+            ret = rec[R_RET]
+            comm = comms.get(rec[R_COMM]) or self._comm(rec[R_COMM])
+            ts = rec[R_TS]
+            append(Call(round((ts - t0) / 1e6, 3), ts, pid, rec[R_TID], comm[0], d.event,
+                        d.api, d.category, rec[R_DURATION], ret, d.ret_name(ret)[0],
+                        lazy=(d, rec)))
+        return out
+
+
+def json_line(call: Call) -> str:
+    """The call's JSONL line (no newline), as json.dumps(call.to_dict()) writes
+    it, formatted directly for calls from a ProbeDecoder."""
+    lazy = call.lazy
+    if lazy is None or call.duration_ns is None or call.event is not lazy[0].event:
+        return _encode(call.to_dict())
+    d, rec = lazy
+    if call._args is None and call._details is None:
+        args, details = d.json_details(rec)
+    else:  # decoded already, or assigned
+        args, details = _encode(call.args), call.details
+    return (f'{{"time_ms":{call.time_ms!r},"ts_ns":{call.ts_ns},"pid":{call.pid},'
+            f'"tid":{call.tid},"process":{encode_basestring(call.process)}{d.json_event}'
+            f'{call.duration_ns},"ret":{call.ret},"ret_name":{encode_basestring(call.ret_name)},'
+            f'"args":{args},"details":{encode_basestring(details)}}}')

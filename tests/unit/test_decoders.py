@@ -1,0 +1,113 @@
+"""The trace hot path (decoders.py) must give what decode_event gives, and
+its JSONL lines must be what json.dumps of the call writes, byte for byte."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cudaprobe.catalogue import FUNCTIONS
+from cudaprobe.decode import Call, Probe, decode_event
+from cudaprobe.decoders import ProbeDecoder, RecordDecoder, json_line
+from cudaprobe.event import (
+    CFG_WORDS,
+    MAX_OUTS,
+    MAX_SLOTS,
+    RECORD_STRUCT,
+    SHORT_RECORD_STRUCT,
+    from_record,
+)
+from cudaprobe.handles import KernelHandles
+from cudaprobe.reporters.jsonl import JsonlReporter
+
+PROBES = [Probe(i, s, fn) for i, (s, fn) in
+          enumerate((s, fn) for fn in FUNCTIONS for s in fn.symbols)]
+SPECIAL = [0, 1, 0x7FC00000, 0x80000000, 0xFFFFFFFF, 1 << 63, (1 << 64) - 1,
+           0x0000000300000002, 4 << 20]
+U64 = st.one_of(st.integers(min_value=0, max_value=(1 << 64) - 1), st.sampled_from(SPECIAL))
+T0 = 1_000_000
+
+
+def dumps(call: Call) -> str:
+    return json.dumps(call.to_dict(), separators=(",", ":"), ensure_ascii=False)
+
+
+def record(func_id: int, words: list[int], ret: int = 35, comm: bytes = b"tr\xc3\xa4in\"x",
+           short: bool = True) -> tuple:
+    """A record as the ring buffer reader unpacks it."""
+    layout = SHORT_RECORD_STRUCT if short else RECORD_STRUCT
+    n = MAX_SLOTS + MAX_OUTS + (0 if short else CFG_WORDS)
+    values = (5_000_123, 41_200, 7, 8, func_id, ret, comm, 0, -1,
+              *(words * n)[:n])
+    return layout.unpack(layout.pack(*values))
+
+
+def both_ways(rec: tuple) -> tuple[Call, Call]:
+    fast = RecordDecoder(PROBES, T0, handles=KernelHandles()).calls([rec])[0]
+    slow = decode_event(from_record(rec), PROBES, T0, handles=KernelHandles())
+    return fast, slow
+
+
+def test_every_probe_decodes_as_decode_event_does():
+    for probe in PROBES:
+        for words in ([0], [1, 2, 3], SPECIAL, [4 << 20, 1]):
+            for short in (True, False):
+                fast, slow = both_ways(record(probe.func_id, list(words), short=short))
+                assert fast.to_dict() == slow.to_dict(), probe.symbol
+                assert json_line(fast) == dumps(slow), probe.symbol
+
+
+@given(st.sampled_from(PROBES), st.lists(U64, min_size=1, max_size=8),
+       st.integers(-(1 << 31), (1 << 31) - 1))
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+def test_arbitrary_words_decode_as_decode_event_does(probe, words, ret):
+    fast, slow = both_ways(record(probe.func_id, words, ret=ret))
+    assert fast.to_dict() == slow.to_dict()
+    line = json_line(fast)
+    assert line == dumps(slow)
+    json.loads(line)
+
+
+def test_cudamalloc_is_decoded_lazily_from_its_record():
+    malloc = next(p for p in PROBES if p.symbol == "cudaMalloc")
+    assert ProbeDecoder(malloc).simple
+    call = RecordDecoder(PROBES, T0).calls([record(malloc.func_id, [0x10, 64])])[0]
+    assert call._args is None and call._details is None  # nothing decoded yet
+    assert call.event == "cudaMalloc" and call.ret_name == "cudaErrorInsufficientDriver"
+    assert call.time_ms == 4.0 and call.process == 'träin"x'
+    assert call.details == "devPtr=0x10 size=64 B"
+    assert call.args == {"devPtr": "0x10", "size": 64}
+
+
+def test_assigned_args_and_details_are_what_jsonl_writes():
+    malloc = next(p for p in PROBES if p.symbol == "cudaMalloc")
+    call = RecordDecoder(PROBES, T0).calls([record(malloc.func_id, [0x10, 64])])[0]
+    call.details = "changed"
+    call.args = {"x": 1}
+    assert json.loads(json_line(call))["details"] == "changed"
+    assert json.loads(json_line(call))["args"] == {"x": 1}
+
+
+def test_unknown_probe_ids_are_counted_not_raised():
+    decoder = RecordDecoder(PROBES, T0)
+    assert decoder.calls([record(len(PROBES), [1]), record(-1 & 0xFFFFFFFF, [1])]) == []
+    assert decoder.errors == 2
+
+
+def test_processes_are_seen_once_before_their_first_call():
+    seen = []
+    decoder = RecordDecoder(PROBES, T0, see_process=seen.append)
+    decoder.calls([record(0, [1]), record(1, [1])])
+    assert seen == [7]
+
+
+def test_jsonl_reporter_writes_the_same_lines_as_before(tmp_path):
+    recs = [record(p.func_id, SPECIAL) for p in PROBES]
+    calls = RecordDecoder(PROBES, T0, handles=KernelHandles()).calls(recs)
+    out = io.StringIO()
+    JsonlReporter(out).calls(calls)
+    slow = [decode_event(from_record(r), PROBES, T0, handles=KernelHandles()) for r in recs]
+    assert out.getvalue() == "".join(dumps(c) + "\n" for c in slow)
