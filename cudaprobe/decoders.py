@@ -110,15 +110,13 @@ class ProbeDecoder:
         # the JSONL line from "event" to "duration_ns": the same for every call
         self.json_event = (f',"event":{encode_basestring(self.event)},"api":"{self.api}",'
                            f'"category":"{self.category}","duration_ns":')
-        self._ret_names: dict[int, tuple[str, str]] = {}
+        self.ret_names: dict[int, str] = {}  # return code -> name, as met
 
-    def ret_name(self, ret: int) -> tuple[str, str]:
-        """(name, name as JSON) of a return code."""
-        named = self._ret_names.get(ret)
-        if named is None:
-            name = error_name(self.api, ret)
-            named = self._ret_names[ret] = (name, encode_basestring(name))
-        return named
+    def ret_name(self, ret: int) -> str:
+        name = self.ret_names.get(ret)
+        if name is None:
+            name = self.ret_names[ret] = error_name(self.api, ret)
+        return name
 
     def args_details(self, rec: tuple) -> tuple[dict[str, Any], str]:
         args = {}
@@ -153,15 +151,12 @@ class RecordDecoder:
         self.handles = handles
         self.see_process = see_process
         self._seen: set[int] = set()
-        self._comms: dict[bytes, tuple[str, str]] = {}  # comm -> (text, as JSON)
+        self._comms: dict[bytes, str] = {}  # the kernel's comm -> its text
         self.errors = 0  # records that could not be decoded (unknown probe id)
 
-    def _comm(self, raw: bytes) -> tuple[str, str]:
-        named = self._comms.get(raw)
-        if named is None:
-            text = comm_text(raw)
-            named = self._comms[raw] = (text, encode_basestring(text))
-        return named
+    def _comm(self, raw: bytes) -> str:
+        text = self._comms[raw] = comm_text(raw)
+        return text
 
     def calls(self, records: list[tuple]) -> list[Call]:
         out: list[Call] = []
@@ -187,11 +182,11 @@ class RecordDecoder:
                     self.errors += 1
                 continue
             ret = rec[R_RET]
-            comm = comms.get(rec[R_COMM]) or self._comm(rec[R_COMM])
             ts = rec[R_TS]
-            append(Call(round((ts - t0) / 1e6, 3), ts, pid, rec[R_TID], comm[0], d.event,
-                        d.api, d.category, rec[R_DURATION], ret, d.ret_name(ret)[0],
-                        lazy=(d, rec)))
+            append(Call(round((ts - t0) / 1e6, 3), ts, pid, rec[R_TID],
+                        comms.get(rec[R_COMM]) or self._comm(rec[R_COMM]), d.event, d.api,
+                        d.category, rec[R_DURATION], ret,
+                        d.ret_names.get(ret) or d.ret_name(ret), None, None, (d, rec)))
         return out
 
 
