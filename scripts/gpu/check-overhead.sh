@@ -20,7 +20,8 @@ find_nsys() {
   local c
   for c in /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys \
            /opt/nvidia/nsight-systems*/*/bin/nsys /usr/lib/nsight-systems*/bin/nsys \
-           /usr/lib/nsight-systems*/nsys /usr/local/cuda*/nsight-systems*/bin/nsys; do
+           /usr/lib/nsight-systems*/nsys /usr/local/cuda*/nsight-systems*/bin/nsys \
+           /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys; do
     [ -x "$c" ] && { echo "$c"; return; }
   done
 }
@@ -69,7 +70,7 @@ if [ -x "$TORCH_PY" ]; then
 else
   echo "torch: $TORCH_PY not found" >> "$log"
 fi
-echo "nsys: ${NSYS:-not found (looked on PATH, /usr/local/cuda*/bin, /opt/nvidia/nsight-systems*, /usr/lib/nsight-systems*)}" >> "$log"
+echo "nsys: ${NSYS:-not found (looked on PATH, /usr/local/cuda*/bin, /opt/nvidia/nsight-systems*, /usr/lib/nsight-systems*, nsight-compute's host dir)}" >> "$log"
 
 # medians per configuration, and the slowdown against untraced
 python3 - "$log" > "$OUT/overhead-summary.txt" <<'EOF'
