@@ -39,12 +39,36 @@ print("events", s["calls"], "lost", s["lost_total"], *(["events_" + name, n] if 
 }
 json_line() { grep -m1 '^{' ; }
 
+# the floor: what the uprobe + uretprobe traps alone cost, with a count-only bpftrace
+# program on the same functions (two layers: cudaLaunchKernel and the cuLaunchKernel
+# it calls; one layer: cudaLaunchKernel only)
+CUDART=$(ldd build/launch_loop | awk '/libcudart/{print $3}')
+LIBCUDA=${LIBCUDA:-/usr/local/nvidia/lib64/libcuda.so.1}
+[ -e "$LIBCUDA" ] || LIBCUDA=$(ldconfig -p | awk '/libcuda\.so\.1 /{print $NF; exit}')
+floor_prog() {  # $@: probe specs
+  local entry="" ret="" p
+  for p in "$@"; do entry+="${entry:+,}uprobe:$p"; ret+="${ret:+,}uretprobe:$p"; done
+  echo "$entry { @entries = count(); } $ret { @returns = count(); }"
+}
+FLOOR2=$(floor_prog "$CUDART:cudaLaunchKernel" "$LIBCUDA:cuLaunchKernel")
+FLOOR1=$(floor_prog "$CUDART:cudaLaunchKernel")
+launch() { build/launch_loop "$N" | grep -m1 launches; }
 for round in 1 2 3; do
-  echo "round $round launch untraced $(build/launch_loop "$N")" >> "$log"
+  echo "round $round launch untraced $(launch)" >> "$log"
+  r=$(bpftrace -e "$FLOOR2" -c "build/launch_loop $N" 2>/dev/null | grep -m1 launches)
+  echo "round $round launch floor-2layers $r" >> "$log"
+  r=$(bpftrace -e "$FLOOR1" -c "build/launch_loop $N" 2>/dev/null | grep -m1 launches)
+  echo "round $round launch floor-runtime $r" >> "$log"
   r=$(cudaprobe trace -e kernel -o /tmp/oh.jsonl --force -- build/launch_loop "$N" 2>/dev/null)
   echo "round $round launch trace-jsonl $r $(trailer /tmp/oh.jsonl)" >> "$log"
+  r=$(cudaprobe trace --api runtime -e cudaLaunchKernel -o /tmp/oh1.jsonl --force \
+      -- build/launch_loop "$N" 2>/dev/null)
+  echo "round $round launch trace-runtime $r $(trailer /tmp/oh1.jsonl)" >> "$log"
   r=$(cudaprobe stats -e kernel -- build/launch_loop "$N" 2>/dev/null | grep launches)
   echo "round $round launch stats $r" >> "$log"
+  r=$(cudaprobe stats --api runtime -e cudaLaunchKernel -- build/launch_loop "$N" 2>/dev/null \
+      | grep launches)
+  echo "round $round launch stats-runtime $r" >> "$log"
   if [ -n "$NSYS" ]; then
     r=$("$NSYS" profile -t cuda -o "/tmp/nsys-launch-$round" --force-overwrite true \
         build/launch_loop "$N" 2>/dev/null | grep launches)
@@ -52,7 +76,7 @@ for round in 1 2 3; do
   fi
 done
 
-if [ -x "$TORCH_PY" ]; then
+if [ "${TORCH:-1}" = 1 ] && [ -x "$TORCH_PY" ]; then
   T=(benchmarks/torch_train.py --steps "$STEPS" --warmup "$WARMUP")
   echo "torch count $("$TORCH_PY" "${T[@]}" --count-launches 2>/dev/null | json_line)" >> "$log"
   for round in 1 2 3; do
@@ -70,7 +94,7 @@ if [ -x "$TORCH_PY" ]; then
 else
   echo "torch: $TORCH_PY not found" >> "$log"
 fi
-echo "nsys: ${NSYS:-not found (looked on PATH, /usr/local/cuda*/bin, /opt/nvidia/nsight-systems*, /usr/lib/nsight-systems*, nsight-compute's host dir)}" >> "$log"
+echo "nsys: ${NSYS:-not found (looked on PATH, /usr/local/cuda*/bin, /opt/nvidia/nsight-systems*, /usr/lib/nsight-systems*, the Nsight Compute host dir)}" >> "$log"
 
 # medians per configuration, and the slowdown against untraced
 python3 - "$log" > "$OUT/overhead-summary.txt" <<'EOF'
