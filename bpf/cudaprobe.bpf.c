@@ -13,8 +13,10 @@
  * (tid, probe) entry is made once and then reused: entry fills it in place,
  * exit sets its ts_ns to 0. Entries of threads gone are removed by the
  * loader's sweep (cudaprobe/sweep.py). Entry writes only what the probe
- * uses (no memset of the whole record), and exit copies into the ring only
- * the bytes the probe has: CP_EVENT_SHORT unless it copies at entry.
+ * uses (no memset of the whole record); exit completes the entry in place
+ * (duration, return code, out-parameters after the argument words) and
+ * copies into the ring only the bytes the probe has (cp_probe_cfg.size),
+ * with bpf_ringbuf_output, which takes a size known only at run time.
  *
  * What each probe captures comes from the `probes` map (struct
  * cp_probe_cfg), filled by the loader from the catalogue. Two ways to attach:
@@ -188,25 +190,29 @@ static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
 	e->pid = tgid;
 	e->tid = (u32)pid_tgid;
 	e->func_id = probe_id;
-	e->args[0] = PT_REGS_PARM1(ctx);
-	e->args[1] = PT_REGS_PARM2(ctx);
-	e->args[2] = PT_REGS_PARM3(ctx);
-	e->args[3] = PT_REGS_PARM4(ctx);
-	e->args[4] = PT_REGS_PARM5(ctx);
-	e->args[5] = PT_REGS_PARM6(ctx);
+	e->nargs = cfg->nargs;
+	e->nouts = cfg->nouts;
+	/* all six: cheaper than a branch; words past nargs are overwritten by the
+	 * out-parameters at exit, or not copied into the ring */
+	e->words[0] = PT_REGS_PARM1(ctx);
+	e->words[1] = PT_REGS_PARM2(ctx);
+	e->words[2] = PT_REGS_PARM3(ctx);
+	e->words[3] = PT_REGS_PARM4(ctx);
+	e->words[4] = PT_REGS_PARM5(ctx);
+	e->words[5] = PT_REGS_PARM6(ctx);
 	/* stack arguments start above the return address */
 	u32 nstack = cfg->nstack;
 	if (nstack > CP_MAX_SLOTS - CP_REG_SLOTS)
 		nstack = CP_MAX_SLOTS - CP_REG_SLOTS;
 	if (nstack > 0)
-		bpf_probe_read_user(&e->args[CP_REG_SLOTS], nstack * 8,
+		bpf_probe_read_user(&e->words[CP_REG_SLOTS], nstack * 8,
 				    (void *)(PT_REGS_SP(ctx) + 8));
 	s32 cfg_slot = cfg->cfg_slot;
 	if (cfg_slot >= 0 && cfg_slot < CP_MAX_SLOTS)
-		bpf_probe_read_user(e->cfg, CP_CONFIG_BYTES, (void *)e->args[cfg_slot]);
+		bpf_probe_read_user(e->cfg, CP_CONFIG_BYTES, (void *)e->words[cfg_slot]);
 	s32 str_slot = cfg->str_slot;	/* a kernel name, before the call makes its handle */
 	if (str_slot >= 0 && str_slot < CP_MAX_SLOTS)
-		bpf_probe_read_user_str(e->cfg, sizeof(e->cfg), (void *)e->args[str_slot]);
+		bpf_probe_read_user_str(e->cfg, sizeof(e->cfg), (void *)e->words[str_slot]);
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 #ifdef CP_CALLER
 	/* at entry the return address is on top of the stack: the exact call
@@ -285,36 +291,36 @@ static __always_inline u64 wakeup_flag(u32 tgid)
 }
 
 
-/* Out-parameters: read at exit, the call has written them. */
-static __always_inline void read_outs(struct cp_event *ev, u32 out8, u32 out4)
+/* Out-parameters: read at exit, the call has written them; stored after the
+ * argument words (slot s < nargs <= nargs + k: no pointer is overwritten). */
+static __always_inline void read_outs(struct cp_event *e, u32 out8, u32 out4, u32 nargs)
 {
-	int k = 0;
+	u32 k = nargs;
 #pragma unroll
 	for (int s = 0; s < CP_MAX_SLOTS; s++) {
 		u32 bit = 1u << s;
-		if (!((out8 | out4) & bit) || k >= CP_MAX_OUTS)
+		if (!((out8 | out4) & bit) || k >= CP_MAX_WORDS)
 			continue;
 		u64 v = 0;
-		bpf_probe_read_user(&v, (out8 & bit) ? 8 : 4, (void *)ev->args[s]);
-		ev->outs[k++] = v;
+		bpf_probe_read_user(&v, (out8 & bit) ? 8 : 4, (void *)e->words[s]);
+		e->words[k++] = v;
 	}
 }
 
-/* Copy the finished call into the ring: its first `size` bytes (a constant,
- * once inlined: the verifier wants one for the reserve). */
-static __always_inline void submit(struct cp_event *entry, u32 size, u64 now, s32 ret,
-				   u32 out8, u32 out4)
+/* Complete the call in its pairing entry, then copy its first cfg->size
+ * bytes into the ring. */
+static __always_inline void submit(struct cp_event *e, struct cp_probe_cfg *cfg, u64 now,
+				   s32 ret)
 {
-	struct cp_event *ev = events.ringbuf_reserve(size);
-	if (!ev) {
+	e->duration_ns = now - e->ts_ns;
+	e->ret = ret;
+	if (cfg->out8 | cfg->out4)
+		read_outs(e, cfg->out8, cfg->out4, e->nargs);
+	u32 size = cfg->size;
+	if (size > sizeof(struct cp_event))
+		size = sizeof(struct cp_event);
+	if (events.ringbuf_output(e, size, wakeup_flag(e->pid)) < 0)
 		count(CP_LOST_RINGBUF);
-		return;
-	}
-	__builtin_memcpy(ev, entry, size);
-	ev->duration_ns = now - ev->ts_ns;
-	ev->ret = ret;
-	read_outs(ev, out8, out4);
-	events.ringbuf_submit(ev, wakeup_flag(ev->pid));
 }
 #endif	/* CP_STATS */
 
@@ -341,11 +347,8 @@ static __always_inline int cp_exit(struct pt_regs *ctx, u32 probe_id)
 #endif
 	int idx = probe_id;
 	struct cp_probe_cfg *cfg = probes.lookup(&idx);
-	u32 out8 = cfg ? cfg->out8 : 0, out4 = cfg ? cfg->out4 : 0;
-	if (cfg && (cfg->cfg_slot >= 0 || cfg->str_slot >= 0))
-		submit(entry, sizeof(struct cp_event), now, ret, out8, out4);
-	else
-		submit(entry, CP_EVENT_SHORT, now, ret, out8, out4);
+	if (cfg)
+		submit(entry, cfg, now, ret);
 #endif	/* CP_STATS */
 	entry->ts_ns = 0;	/* done: the entry waits for this thread's next call */
 	return 0;

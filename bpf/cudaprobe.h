@@ -23,31 +23,41 @@ struct cp_probe_cfg {
 	__u32 out8;      /* bitmask of slots that point at 8-byte out-parameters */
 	__u32 out4;      /* bitmask of slots that point at 4-byte out-parameters */
 	__s32 str_slot;  /* slot holding a C string copied at entry into `cfg`, or -1 */
+	__u16 nargs;     /* argument words the probe has (registers, then stack) */
+	__u16 nouts;     /* out-parameters it reads at exit */
+	__u32 size;      /* bytes of struct cp_event it puts in the ring: CP_EVENT_SIZE(nargs
+			  * + nouts), or the whole event where it copies at entry */
 };
 
 #define CP_MAX_PROBES 1024
 
 /* One completed call. The entry probe fills it in place in `inflight` (one
  * entry per thread and probe, kept between calls: ts_ns == 0 there means
- * the thread is not in that call), the exit probe copies it into the ring
- * buffer: whole for probes that copy a launch config or a string at entry,
- * else only its first CP_EVENT_SHORT bytes (`cfg` is last for that). */
+ * the thread is not in that call), the exit probe completes it there and
+ * copies its first `size` bytes (cp_probe_cfg) into the ring buffer: the
+ * header and the words the probe has, args[0..nargs) then outs[0..nouts)
+ * (cudaMalloc: 64 + 3 * 8 bytes), or the whole event for probes that copy
+ * a launch config or a string at entry (`cfg` is last for that). */
+#define CP_MAX_WORDS (CP_MAX_SLOTS + CP_MAX_OUTS)
+
 struct cp_event {
 	__u64 ts_ns;        /* entry time, CLOCK_MONOTONIC */
-	__u64 duration_ns;  /* 0 while in flight */
+	__u64 duration_ns;  /* set at exit */
 	__u32 pid;          /* tgid, host pid namespace */
 	__u32 tid;
-	__u32 func_id;      /* index into the probe table built by the loader */
+	__u16 func_id;      /* index into the probe table built by the loader */
+	__u8 nargs;         /* words[0..nargs): the argument words */
+	__u8 nouts;         /* words[nargs..nargs+nouts): out-parameters read at exit */
 	__s32 ret;          /* cudaError_t / CUresult */
 	char comm[CP_COMM_LEN];
 	__u64 caller;       /* CP_CALLER: return address at entry, the call site; else 0 */
 	__s64 stack_id;     /* user stack in the `stacks` map (CP_STACKS), else -1 */
-	__u64 args[CP_MAX_SLOTS];
-	__u64 outs[CP_MAX_OUTS];
+	__u64 words[CP_MAX_WORDS];
 	__u64 cfg[CP_CFG_WORDS];  /* launch config (cfg_slot), or NUL-terminated string (str_slot) */
 };
 
-#define CP_EVENT_SHORT __builtin_offsetof(struct cp_event, cfg)
+#define CP_EVENT_HEAD __builtin_offsetof(struct cp_event, words)
+#define CP_EVENT_SIZE(nwords) (CP_EVENT_HEAD + 8 * (nwords))
 
 /* CP_STATS: what entry keeps in `inflight` (ts_ns == 0: not in that call) */
 struct cp_stamp {

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import uprobe_multi
+from . import event, uprobe_multi
 from .decode import Probe
 
 SOURCE_NAME = "cudaprobe.bpf.c"
@@ -48,10 +48,12 @@ class Settings:
     attach: str = field(default_factory=lambda: default_attach())
 
 
-def probe_config(probe: Probe) -> tuple[int, int, int, int, int]:
-    """struct cp_probe_cfg for one probe: (nstack, cfg_slot, out8, out4, str_slot)."""
+def probe_config(probe: Probe) -> tuple[int, ...]:
+    """struct cp_probe_cfg for one probe: (nstack, cfg_slot, out8, out4, str_slot,
+    nargs, nouts, size)."""
     fn = probe.function
-    return fn.stack_words, fn.config_slot, fn.out_mask(8), fn.out_mask(4), fn.string_slot
+    return (fn.stack_words, fn.config_slot, fn.out_mask(8), fn.out_mask(4), fn.string_slot,
+            fn.words, len(fn.out_index), event.record_size(fn))
 
 
 def defines(probes: list[Probe], settings: Settings) -> dict[str, str]:
@@ -97,7 +99,7 @@ def render(probes: list[Probe], settings: Settings) -> str:
     header = (bpf_dir() / HEADER_NAME).read_text()
     src = src.replace(f'#include "{HEADER_NAME}"', f"/* {HEADER_NAME} */\n{header}")
     table = ["", "/* the `probes` map, as the loader fills it: "
-                 "id: {nstack, cfg_slot, out8, out4, str_slot} */"]
+                 "id: {nstack, cfg_slot, out8, out4, str_slot, nargs, nouts, size} */"]
     table += [f"/* {p.func_id:3d} {p.symbol}: {{{', '.join(map(str, probe_config(p)))}}} */"
               for p in probes]
     return "\n".join(lines) + "\n\n" + src + "\n".join(table) + "\n"

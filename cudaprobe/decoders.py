@@ -26,15 +26,14 @@ from .catalogue import OUT_KINDS, ArgKind
 from .cuda_errors import error_name
 from .decode import WORD_DECODERS, Call, Probe, Symbolizer, _dim3_value, decode_event
 from .event import (
-    R_ARGS,
     R_COMM,
     R_DURATION,
     R_FUNC_ID,
-    R_OUTS,
     R_PID,
     R_RET,
     R_TID,
     R_TS,
+    R_WORDS,
     comm_text,
     from_record,
 )
@@ -104,8 +103,9 @@ class ProbeDecoder:
         self.fields: list[ArgField] = []
         if self.simple:
             for arg, slot in zip(fn.args, fn.slots):
-                index = (R_OUTS + fn.out_index[arg.name] if arg.kind in OUT_KINDS
-                         else R_ARGS + slot)
+                # the record's words: the arguments, then the out-parameters
+                index = (R_WORDS + fn.words + fn.out_index[arg.name] if arg.kind in OUT_KINDS
+                         else R_WORDS + slot)
                 self.fields.append(ArgField(arg.name, arg.kind, index))
         # the JSONL line from "event" to "duration_ns": the same for every call
         self.json_event = (f',"event":{encode_basestring(self.event)},"api":"{self.api}",'

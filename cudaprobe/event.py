@@ -5,14 +5,14 @@ checks that this layout (size and every offset) matches it.
 
 Two views of an event: `RawEvent`, a named tuple (read from the in-flight
 map, built by tests), and the flat *record* tuple the ring buffer reader
-unpacks (`RECORD_STRUCT`, `SHORT_RECORD_STRUCT`), which the trace hot path
+unpacks (`RECORD_STRUCTS`, one per length), which the trace hot path
 decodes without building a RawEvent (decoders.py: RecordDecoder).
 """
 
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 MAX_SLOTS = 12
 MAX_OUTS = 4
@@ -25,13 +25,16 @@ LOST_PAIRING = 1
 WAKEUPS = 2
 NR_COUNTERS = 3
 
-# struct cp_event, in declaration order; `cfg` is last so that events of probes
-# which copy nothing at entry can end before it (CP_EVENT_SHORT)
-_HEAD_FORMAT = f"QQIIIi{COMM_LEN}sQq{MAX_SLOTS}Q{MAX_OUTS}Q"
-EVENT_FORMAT = f"<{_HEAD_FORMAT}{CFG_WORDS}Q"
+# struct cp_event, in declaration order. `words` holds a probe's argument words
+# then its out-parameters (nargs and nouts in the header); ring buffer records
+# carry only those (record_size), or the whole event with `cfg` for probes that
+# copy a launch config or a string at entry.
+MAX_WORDS = MAX_SLOTS + MAX_OUTS
+_HEAD_FORMAT = f"QQIIHBBi{COMM_LEN}sQq"
+HEAD_SIZE = struct.calcsize(f"<{_HEAD_FORMAT}")  # CP_EVENT_HEAD
+EVENT_FORMAT = f"<{_HEAD_FORMAT}{MAX_WORDS + CFG_WORDS}Q"
 EVENT_STRUCT = struct.Struct(EVENT_FORMAT)
 EVENT_SIZE = EVENT_STRUCT.size
-SHORT_EVENT_SIZE = struct.calcsize(f"<{_HEAD_FORMAT}")  # CP_EVENT_SHORT
 
 # field name -> byte offset, in declaration order (checked against the C header)
 FIELD_OFFSETS = {
@@ -40,23 +43,33 @@ FIELD_OFFSETS = {
     "pid": 16,
     "tid": 20,
     "func_id": 24,
+    "nargs": 26,
+    "nouts": 27,
     "ret": 28,
     "comm": 32,
     "caller": 32 + COMM_LEN,
     "stack_id": 40 + COMM_LEN,
-    "args": 48 + COMM_LEN,
-    "outs": 48 + COMM_LEN + 8 * MAX_SLOTS,
-    "cfg": 48 + COMM_LEN + 8 * (MAX_SLOTS + MAX_OUTS),
+    "words": 48 + COMM_LEN,
+    "cfg": 48 + COMM_LEN + 8 * MAX_WORDS,
 }
 
+
+def record_size(fn: Any) -> int:
+    """Bytes of struct cp_event that a catalogue.Function's calls put in the ring
+    (cp_probe_cfg.size): all of it where something is copied at entry."""
+    if fn.config_slot >= 0 or fn.string_slot >= 0:
+        return EVENT_SIZE
+    return HEAD_SIZE + 8 * (fn.words + len(fn.out_index))
+
+
 # A ring buffer record: the kernel's 8-byte header (length, page offset), skipped,
-# then the event, whole or short. Indices into the unpacked tuple:
-RECORD_STRUCT = struct.Struct(f"<8x{_HEAD_FORMAT}{CFG_WORDS}Q")
-SHORT_RECORD_STRUCT = struct.Struct(f"<8x{_HEAD_FORMAT}")
-R_TS, R_DURATION, R_PID, R_TID, R_FUNC_ID, R_RET, R_COMM, R_CALLER, R_STACK_ID = range(9)
-R_ARGS = 9
-R_OUTS = R_ARGS + MAX_SLOTS
-R_CFG = R_OUTS + MAX_OUTS  # absent from short records
+# then the event's first HEAD_SIZE + 8 * n bytes, n = 0 .. MAX_WORDS + CFG_WORDS.
+# Indices into the unpacked tuple (the same for EVENT_STRUCT's):
+RECORD_STRUCTS = [struct.Struct(f"<8x{_HEAD_FORMAT}{n}Q") for n in range(MAX_WORDS + CFG_WORDS + 1)]
+(R_TS, R_DURATION, R_PID, R_TID, R_FUNC_ID, R_NARGS, R_NOUTS, R_RET, R_COMM, R_CALLER,
+ R_STACK_ID) = range(11)
+R_WORDS = 11
+R_CFG = R_WORDS + MAX_WORDS  # present in whole records only
 
 
 class RawEvent(NamedTuple):
@@ -89,8 +102,10 @@ def unpack_event(data: bytes) -> RawEvent:
 
 
 def pack_event(raw: RawEvent) -> bytes:
-    """The bytes of struct cp_event for `raw` (tests, and the fuzzers)."""
-    return EVENT_STRUCT.pack(raw.ts_ns, raw.duration_ns, raw.pid, raw.tid, raw.func_id, raw.ret,
+    """The bytes of struct cp_event for `raw` (tests, and the fuzzers): all
+    MAX_SLOTS argument words, then all MAX_OUTS out-parameters."""
+    return EVENT_STRUCT.pack(raw.ts_ns, raw.duration_ns, raw.pid, raw.tid, raw.func_id,
+                             MAX_SLOTS, MAX_OUTS, raw.ret,
                              raw.comm.encode() if isinstance(raw.comm, str) else raw.comm,
                              raw.caller, raw.stack_id, *raw.args, *raw.outs, *raw.cfg)
 
@@ -105,9 +120,18 @@ def from_values(v: tuple) -> RawEvent:
                     v[-1])
 
 
+def _padded(words: tuple, n: int) -> tuple:
+    return words + (0,) * (n - len(words)) if len(words) < n else words
+
+
 def from_record(rec: tuple) -> RawEvent:
-    """A RawEvent from a record tuple (RECORD_STRUCT or SHORT_RECORD_STRUCT, or
-    EVENT_STRUCT's values)."""
+    """A RawEvent from a record tuple (RECORD_STRUCTS, or EVENT_STRUCT's values):
+    the words it has, the rest zero."""
+    nargs = min(rec[R_NARGS], MAX_SLOTS)
+    nouts = min(rec[R_NOUTS], MAX_OUTS)
+    args = _padded(rec[R_WORDS : R_WORDS + nargs], MAX_SLOTS)
+    outs = _padded(rec[R_WORDS + nargs : R_WORDS + nargs + nouts], MAX_OUTS)
     cfg = rec[R_CFG : R_CFG + CFG_WORDS] if len(rec) > R_CFG else NO_CFG
-    return RawEvent(*rec[:6], rec[R_ARGS:R_OUTS], rec[R_OUTS:R_CFG], cfg, comm_text(rec[R_COMM]),
-                    rec[R_CALLER], rec[R_STACK_ID])
+    return RawEvent(rec[R_TS], rec[R_DURATION], rec[R_PID], rec[R_TID], rec[R_FUNC_ID],
+                    rec[R_RET], args, outs, cfg, comm_text(rec[R_COMM]), rec[R_CALLER],
+                    rec[R_STACK_ID])

@@ -17,9 +17,9 @@ from .errors import BccMissing, BpfError, NotRoot
 from .event import (
     LOST_PAIRING,
     LOST_RINGBUF,
+    MAX_OUTS,
     NR_COUNTERS,
-    RECORD_STRUCT,
-    SHORT_RECORD_STRUCT,
+    RECORD_STRUCTS,
     WAKEUPS,
     RawEvent,
     from_record,
@@ -71,7 +71,7 @@ class Tracer:
             if not self.settings.stats:  # stats mode aggregates in maps: no events
                 self._ring = RingBuffer(self._bpf["events"].map_fd,
                                         self.settings.ringbuf_pages * mmap.PAGESIZE,
-                                        [RECORD_STRUCT, SHORT_RECORD_STRUCT])
+                                        RECORD_STRUCTS)
         except BaseException:
             self.close()
             raise
@@ -204,9 +204,11 @@ class Tracer:
 
     def in_flight(self) -> list[RawEvent]:
         """Calls entered but not returned: read from the pairing map, whose entries
-        stay between calls with ts_ns 0. (Trace mode; see in_flight_count.)"""
+        stay between calls with ts_ns 0. (Trace mode; see in_flight_count.) Their
+        out-parameters are not read yet: the words there are a past call's."""
         table = self._bpf["inflight"]
-        return [unpack_event(bytes(v)) for _k, v in table.items() if v.ts_ns]
+        return [unpack_event(bytes(v))._replace(outs=(0,) * MAX_OUTS)
+                for _k, v in table.items() if v.ts_ns]
 
     def in_flight_count(self) -> int:
         return sum(1 for v in self._bpf["inflight"].values() if v.ts_ns)

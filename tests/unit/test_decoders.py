@@ -16,8 +16,8 @@ from cudaprobe.event import (
     CFG_WORDS,
     MAX_OUTS,
     MAX_SLOTS,
-    RECORD_STRUCT,
-    SHORT_RECORD_STRUCT,
+    MAX_WORDS,
+    RECORD_STRUCTS,
     from_record,
 )
 from cudaprobe.handles import KernelHandles
@@ -37,10 +37,17 @@ def dumps(call: Call) -> str:
 
 def record(func_id: int, words: list[int], ret: int = 35, comm: bytes = b"tr\xc3\xa4in\"x",
            short: bool = True) -> tuple:
-    """A record as the ring buffer reader unpacks it."""
-    layout = SHORT_RECORD_STRUCT if short else RECORD_STRUCT
-    n = MAX_SLOTS + MAX_OUTS + (0 if short else CFG_WORDS)
-    values = (5_000_123, 41_200, 7, 8, func_id, ret, comm, 0, -1,
+    """A record as the ring buffer reader unpacks it: the probe's words only
+    (short), or the whole event, as the kernel writes it for probes that copy
+    at entry."""
+    if 0 <= func_id < len(PROBES):
+        fn = PROBES[func_id].function
+        nargs, nouts = fn.words, len(fn.out_index)
+    else:
+        nargs, nouts = MAX_SLOTS, MAX_OUTS
+    n = nargs + nouts if short else MAX_WORDS + CFG_WORDS
+    layout = RECORD_STRUCTS[n]
+    values = (5_000_123, 41_200, 7, 8, func_id, nargs, nouts, ret, comm, 0, -1,
               *(words * n)[:n])
     return layout.unpack(layout.pack(*values))
 
@@ -93,7 +100,7 @@ def test_assigned_args_and_details_are_what_jsonl_writes():
 
 def test_unknown_probe_ids_are_counted_not_raised():
     decoder = RecordDecoder(PROBES, T0)
-    assert decoder.calls([record(len(PROBES), [1]), record(-1 & 0xFFFFFFFF, [1])]) == []
+    assert decoder.calls([record(len(PROBES), [1]), record(0xFFFF, [1])]) == []
     assert decoder.errors == 2
 
 

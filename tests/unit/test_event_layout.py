@@ -18,8 +18,9 @@ PROBE = r"""
 #define F(name) printf("%s %zu\n", #name, offsetof(struct cp_event, name));
 int main(void) {
     printf("size %zu\n", sizeof(struct cp_event));
-    F(ts_ns) F(duration_ns) F(pid) F(tid) F(func_id) F(ret) F(args) F(outs) F(cfg) F(comm)
-    F(caller) F(stack_id)
+    F(ts_ns) F(duration_ns) F(pid) F(tid) F(func_id) F(nargs) F(nouts) F(ret) F(words) F(cfg)
+    F(comm) F(caller) F(stack_id)
+    printf("CP_EVENT_HEAD %zu\n", (size_t)CP_EVENT_HEAD);
     printf("CP_MAX_SLOTS %d\nCP_MAX_OUTS %d\nCP_CFG_WORDS %d\nCP_COMM_LEN %d\n",
            CP_MAX_SLOTS, CP_MAX_OUTS, CP_CFG_WORDS, CP_COMM_LEN);
     printf("CP_LOST_RINGBUF %d\nCP_LOST_PAIRING %d\nCP_WAKEUPS %d\nCP_NR_COUNTERS %d\n",
@@ -58,9 +59,30 @@ def test_constants_match_header(c_layout):
     assert c_layout["CP_LOST_PAIRING"] == event.LOST_PAIRING
     assert c_layout["CP_WAKEUPS"] == event.WAKEUPS
     assert c_layout["CP_NR_COUNTERS"] == event.NR_COUNTERS
-    assert c_layout["cfg_size"] == 20
+    assert c_layout["cfg_size"] == 28
+    assert c_layout["CP_EVENT_HEAD"] == event.HEAD_SIZE
 
 
 def test_unpack_rejects_short_data():
     with pytest.raises(ValueError):
         event.unpack_event(b"\0" * (event.EVENT_SIZE - 1))
+
+
+def test_records_carry_only_the_words_a_probe_has():
+    malloc = catalogue.BY_NAME["cudaMalloc"]  # devPtr (out), size
+    assert event.record_size(malloc) == event.HEAD_SIZE + 3 * 8
+    launch = catalogue.BY_NAME["cudaLaunchKernelExC"]  # copies its config at entry
+    assert event.record_size(launch) == event.EVENT_SIZE
+    for fn in catalogue.FUNCTIONS:
+        size = event.record_size(fn)
+        assert event.RECORD_STRUCTS[(size - event.HEAD_SIZE) // 8].size == 8 + size
+
+
+def test_a_record_decodes_its_outs_after_its_argument_words():
+    n = 3
+    rec = event.RECORD_STRUCTS[n].unpack(event.RECORD_STRUCTS[n].pack(
+        5, 6, 7, 8, 9, 2, 1, 35, b"x", 0, -1, 0x10, 64, 0xABC))
+    raw = event.from_record(rec)
+    assert raw.args == (0x10, 64) + (0,) * (event.MAX_SLOTS - 2)
+    assert raw.outs == (0xABC, 0, 0, 0)
+    assert raw.cfg == event.NO_CFG and raw.func_id == 9 and raw.ret == 35
