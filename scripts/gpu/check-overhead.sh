@@ -4,9 +4,12 @@
 #     untraced, `cudaprobe trace -e kernel -o x.jsonl`, `cudaprobe stats -e
 #     kernel`, and Nsight Systems (`nsys profile -t cuda`) if found. Events vs
 #     launches from the JSONL trailer.
-#  2. PyTorch training loop (benchmarks/torch_train.py under $TORCH_PY):
-#     untraced, `cudaprobe trace -o x.jsonl` (every function), `cudaprobe
-#     stats`, and nsys if found: ms/step. The traced cudaLaunchKernel count is
+#     Also the floor: bpftrace count-only uprobe + uretprobe on the same
+#     functions, and the runtime layer alone (--api runtime).
+#  2. PyTorch training loops (benchmarks/torch_train.py under $TORCH_PY), a
+#     launch-bound one and a GPU-bound one: untraced, `cudaprobe trace -o
+#     x.jsonl` (every function; and --api runtime), `cudaprobe stats`, and nsys
+#     if found: ms/step. The traced cudaLaunchKernel count is
 #     checked against CUPTI's count of one step (--count-launches, untraced run).
 # Results: $OUT/overhead.txt (one line per run) and $OUT/overhead-summary.txt.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -76,23 +79,35 @@ for round in 1 2 3; do
   fi
 done
 
-if [ "${TORCH:-1}" = 1 ] && [ -x "$TORCH_PY" ]; then
-  T=(benchmarks/torch_train.py --steps "$STEPS" --warmup "$WARMUP")
-  echo "torch count $("$TORCH_PY" "${T[@]}" --count-launches 2>/dev/null | json_line)" >> "$log"
+# two PyTorch loops: "torch", a small MLP whose steps are bound by kernel launches
+# (the worst case for a per-call tracer), and "torchbig", a GPU-bound one (width
+# 2048, batch 4096: ~15 ms of GPU work per step, launches hidden behind it)
+torch_loop() {  # $1: workload name, then torch_train.py's arguments
+  local work=$1 round r; shift
+  local T=(benchmarks/torch_train.py "$@")
+  echo "$work count $("$TORCH_PY" "${T[@]}" --count-launches 2>/dev/null | json_line)" >> "$log"
   for round in 1 2 3; do
-    echo "round $round torch untraced $("$TORCH_PY" "${T[@]}" 2>/dev/null | json_line)" >> "$log"
+    echo "round $round $work untraced $("$TORCH_PY" "${T[@]}" 2>/dev/null | json_line)" >> "$log"
     r=$(cudaprobe trace -o /tmp/torch.jsonl --force -- "$TORCH_PY" "${T[@]}" 2>/dev/null | json_line)
-    echo "round $round torch trace-jsonl $r $(trailer /tmp/torch.jsonl cudaLaunchKernel)" >> "$log"
+    echo "round $round $work trace-jsonl $r $(trailer /tmp/torch.jsonl cudaLaunchKernel)" >> "$log"
+    [ "$round" = 1 ] && tail -1 /tmp/torch.jsonl > "$OUT/$work-trace-summary.json"
+    r=$(cudaprobe trace --api runtime -o /tmp/torch1.jsonl --force -- "$TORCH_PY" "${T[@]}" \
+        2>/dev/null | json_line)
+    echo "round $round $work trace-runtime $r $(trailer /tmp/torch1.jsonl cudaLaunchKernel)" >> "$log"
     r=$(cudaprobe stats -- "$TORCH_PY" "${T[@]}" 2>/dev/null | json_line)
-    echo "round $round torch stats $r" >> "$log"
+    echo "round $round $work stats $r" >> "$log"
     if [ -n "$NSYS" ]; then
-      r=$("$NSYS" profile -t cuda -o "/tmp/nsys-torch-$round" --force-overwrite true \
+      r=$("$NSYS" profile -t cuda -o "/tmp/nsys-$work-$round" --force-overwrite true \
           "$TORCH_PY" "${T[@]}" 2>/dev/null | json_line)
-      echo "round $round torch nsys $r" >> "$log"
+      echo "round $round $work nsys $r" >> "$log"
     fi
   done
+}
+if [ "${TORCH:-1}" = 1 ] && [ -x "$TORCH_PY" ]; then
+  torch_loop torch --steps "$STEPS" --warmup "$WARMUP"
+  torch_loop torchbig --steps 100 --warmup 10 --width 2048 --batch 4096
 else
-  echo "torch: $TORCH_PY not found" >> "$log"
+  echo "torch: skipped (TORCH=0 or no $TORCH_PY)" >> "$log"
 fi
 echo "nsys: ${NSYS:-not found (looked on PATH, /usr/local/cuda*/bin, /opt/nvidia/nsight-systems*, /usr/lib/nsight-systems*, the Nsight Compute host dir)}" >> "$log"
 
@@ -104,13 +119,14 @@ for line in open(sys.argv[1]):
     m = re.match(r"round \d+ (\w+) ([\w-]+) (\{.*?\})", line)
     if m:
         runs.setdefault((m[1], m[2]), []).append(json.loads(m[3]))
-for (work, key) in (("launch", "us_per_launch"), ("torch", "ms_per_step")):
+for (work, key) in (("launch", "us_per_launch"), ("torch", "ms_per_step"),
+                    ("torchbig", "ms_per_step")):
     base = [r[key] for r in runs.get((work, "untraced"), [])]
     for (w, config), rs in runs.items():
         if w != work:
             continue
         vals = [r[key] for r in rs]
         slow = (f"{statistics.median(vals) / statistics.median(base) - 1:+.1%}" if base else "")
-        print(f"{work:<7} {config:<11} {key} {vals} median {statistics.median(vals)} {slow}")
+        print(f"{work:<8} {config:<14} {key} {vals} median {statistics.median(vals)} {slow}")
 EOF
 cat "$log" "$OUT/overhead-summary.txt"
