@@ -29,9 +29,6 @@ from .libs import api_of, discover_libraries, resolve_lib_arg
 OK, WARN, FAIL = "ok", "warn", "fail"
 MIN_KERNEL = (5, 8)  # BPF ring buffer
 CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
-# x86-64 uretprobes return through the uretprobe() syscall from 6.11 on, which
-# seccomp filters deny, killing the process with SIGSYS; 6.14 exempted it
-URETPROBE_SYSCALL = ((6, 11), (6, 14))
 KERNEL_CONFIG = ("CONFIG_BPF_SYSCALL", "CONFIG_PERF_EVENTS", "CONFIG_UPROBES",
                  "CONFIG_UPROBE_EVENTS", "CONFIG_BPF_EVENTS")
 BCC_TESTED = (0, 26)
@@ -46,24 +43,11 @@ class Check:
     details: dict[str, Any] = field(default_factory=dict)  # more, for --json
 
 
-def kernel_version(release: str | None = None) -> tuple[int, int]:
-    m = re.match(r"(\d+)\.(\d+)", release or os.uname().release)
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
-
-
-def _status_field(name: str, pid: str = "self") -> str | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(name + ":"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
+kernel_version = environment.kernel_version
 
 
 def check_privileges() -> Check:
-    caps = int(_status_field("CapEff") or "0", 16)
+    caps = int(environment.status_field("CapEff") or "0", 16)
     have = [name for name, bit in (("CAP_BPF", CAP_BPF), ("CAP_PERFMON", CAP_PERFMON),
                                    ("CAP_SYS_ADMIN", CAP_SYS_ADMIN)) if caps >> bit & 1]
     euid = os.geteuid()
@@ -228,28 +212,22 @@ def in_container() -> bool:
         return False
 
 
-def filtered_processes() -> int:
-    """Processes running under a seccomp filter now."""
-    return sum(_status_field("Seccomp", pid) == "2" for pid in os.listdir("/proc")
-               if pid.isdigit())
-
-
 def check_uretprobe_seccomp() -> Check:
     name = "uretprobe + seccomp"
     release = os.uname().release
-    low, high = URETPROBE_SYSCALL
-    if os.uname().machine != "x86_64" or not low <= kernel_version() < high:
+    if not environment.uretprobes_kill_filtered():
         return Check(name, OK, f"Linux {release} is not affected (6.11 to 6.13 are)")
     fix = ("Linux 6.14+, or a stable kernel with \"seccomp: passthrough uretprobe system call "
            "without filtering\"; else run traced containers with seccomp=unconfined")
     hazard = (f"on Linux {release} a process under a seccomp filter is killed by SIGSYS when "
               "a traced call returns")
-    if _status_field("Seccomp") == "2":
+    if environment.seccomp_filtered():
         return Check(name, FAIL, hazard + ": cudaprobe runs under one, and so would "
                      "-- COMMAND", fix)
     where = "in a container" if in_container() else "on the host"
-    return Check(name, WARN, f"{hazard}; {filtered_processes()} processes {where} run under "
-                 "one now (containers, systemd SystemCallFilter=)", fix)
+    filtered = environment.filtered_processes()
+    return Check(name, WARN, f"{hazard}; {filtered} processes {where} run under one now "
+                 "(containers, systemd SystemCallFilter=)", fix)
 
 
 def _version_of(path: str) -> str:

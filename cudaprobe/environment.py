@@ -18,6 +18,9 @@ from . import cleanup
 from .errors import EnvironmentProblem
 
 TRACEFS = "/sys/kernel/tracing"
+# x86-64 uretprobes return through the uretprobe() syscall from 6.11 on, which
+# seccomp filters deny, killing the process with SIGSYS; 6.14 exempted it
+URETPROBE_SYSCALL = ((6, 11), (6, 14))
 HEADER_FLAVOURS = ("amd64", "generic", "cloud-amd64")
 
 
@@ -120,5 +123,48 @@ def ensure_kernel_headers() -> str | None:
 def prepare() -> list[str]:
     """Everything tracing needs from the machine; returns notes for the user.
     Stale uprobe_events entries are removed once tracefs is there."""
-    notes = [ensure_tracefs(), cleanup.remove_stale_uprobe_events(), ensure_kernel_headers()]
+    notes = [ensure_tracefs(), cleanup.remove_stale_uprobe_events(), ensure_kernel_headers(),
+             seccomp_warning()]
     return [n for n in notes if n]
+
+
+def kernel_version(release: str | None = None) -> tuple[int, int]:
+    m = re.match(r"(\d+)\.(\d+)", release or os.uname().release)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def status_field(name: str, pid: int | str = "self") -> str | None:
+    """A field of /proc/PID/status, or None."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(name + ":"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def uretprobes_kill_filtered() -> bool:
+    """True on kernels where a process under a seccomp filter is killed by SIGSYS
+    when a uretprobe fires in it (x86-64, Linux 6.11 to 6.13 without the fix)."""
+    low, high = URETPROBE_SYSCALL
+    return os.uname().machine == "x86_64" and low <= kernel_version() < high
+
+
+def seccomp_filtered(pid: int | str = "self") -> bool:
+    return status_field("Seccomp", pid) == "2"
+
+
+def filtered_processes() -> int:
+    """Processes running under a seccomp filter now."""
+    return sum(seccomp_filtered(pid) for pid in os.listdir("/proc") if pid.isdigit())
+
+
+def seccomp_warning() -> str | None:
+    """The hazard, said before tracing starts, where this kernel has it."""
+    if not uretprobes_kill_filtered():
+        return None
+    return (f"WARNING: on Linux {os.uname().release} a traced process under a seccomp filter "
+            f"is killed by SIGSYS when a probed call returns ({filtered_processes()} run under "
+            "one now); `cudaprobe doctor` says what fixes it")

@@ -64,6 +64,17 @@ class ProcessGone(CudaprobeError):
         self.pid = pid
 
 
+class SeccompHazard(CudaprobeError):
+    """A --pid target that this kernel's uretprobes would kill."""
+
+    def __init__(self, pid: int, name: str, release: str) -> None:
+        super().__init__(
+            f"pid {pid} ({name}) runs under a seccomp filter: on Linux {release} it would be "
+            "killed by SIGSYS when a probed call returns, so it is not traced (Linux 6.14+ "
+            "fixes it; see `cudaprobe doctor`)")
+        self.pid = pid
+
+
 class CudaNotMapped(CudaprobeError):
     """--pid targets that map no object defining a traced function."""
 

@@ -21,7 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .elfscan import defines_any, interpreter, name_pattern
-from .errors import CudaNotMapped, ProcessGone
+from .environment import seccomp_filtered, uretprobes_kill_filtered
+from .errors import CudaNotMapped, ProcessGone, SeccompHazard
 from .libs import discover_libraries
 from .procmaps import MappedFile, pids_named, process_name, read_maps, thread_group, vm_pages
 
@@ -62,6 +63,8 @@ class Targets:
         for pid in pids:
             tgid = thread_group(pid)
             self.names[tgid] = process_name(tgid)
+            if uretprobes_kill_filtered() and seccomp_filtered(tgid):
+                raise SeccompHazard(tgid, self.names[tgid], os.uname().release)
             if tgid != pid:
                 self.notes.append(f"{pid} is a thread of pid {tgid} ({self.names[tgid]}): "
                                   f"tracing all of {tgid}")

@@ -26,7 +26,7 @@ def fake_uname(monkeypatch, release: str, machine: str = "x86_64") -> None:
 
 
 def fake_status(monkeypatch, **fields: str) -> None:
-    monkeypatch.setattr(doctor, "_status_field", lambda name, pid="self": fields.get(name))
+    monkeypatch.setattr(environment, "status_field", lambda name, pid="self": fields.get(name))
 
 
 ALL_CAPS = "000001ffffffffff"
@@ -88,7 +88,7 @@ def test_this_machines_kernel_config_is_read():
 def test_uretprobe_seccomp_hazard(monkeypatch, release, seccomp, status):
     fake_uname(monkeypatch, release)
     fake_status(monkeypatch, Seccomp=seccomp)
-    monkeypatch.setattr(doctor, "filtered_processes", lambda: 3)
+    monkeypatch.setattr(environment, "filtered_processes", lambda: 3)
     check = doctor.check_uretprobe_seccomp()
     assert check.status == status
     if status != OK:
@@ -180,3 +180,12 @@ def test_doctor_as_an_unprivileged_user_says_so_and_fails():
     assert proc.returncode == 1, proc.stderr
     assert "uid 65534, not root" in proc.stdout
     assert "tracing will not work: fix privileges" in proc.stdout
+
+
+def test_trace_warns_of_the_seccomp_hazard_before_attaching(monkeypatch):
+    fake_uname(monkeypatch, "6.12.9")
+    monkeypatch.setattr(environment, "filtered_processes", lambda: 4)
+    warning = environment.seccomp_warning()
+    assert "killed by SIGSYS" in warning and "4 run under one now" in warning
+    fake_uname(monkeypatch, "6.14.1")
+    assert environment.seccomp_warning() is None

@@ -13,7 +13,7 @@ import pytest
 
 from cudaprobe import elfscan, procmaps
 from cudaprobe.catalogue import FUNCTIONS, RUNTIME
-from cudaprobe.errors import CudaNotMapped, ProcessGone
+from cudaprobe.errors import CudaNotMapped, ProcessGone, SeccompHazard
 from cudaprobe.probes import attachments_in, plan_probes
 from cudaprobe.targets import Targets
 
@@ -156,3 +156,21 @@ def test_another_users_process_without_root_is_one_line():
     assert p.returncode == 2
     assert p.stderr == ("cudaprobe: pid 1: cannot read /proc/1/ns/mnt: permission denied "
                         "(run it with sudo)\n")
+
+
+def test_pid_under_seccomp_is_refused_where_uretprobes_would_kill_it(monkeypatch):
+    """Linux 6.11-6.13: a uretprobe kills a process under a seccomp filter with
+    SIGSYS; such a --pid target is refused before anything is attached."""
+    from cudaprobe import targets as targets_module  # noqa: PLC0415 - patched here
+
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        monkeypatch.setattr(targets_module, "seccomp_filtered", lambda pid: pid == proc.pid)
+        Targets(["cudaMalloc"], pids=[proc.pid]).close()  # this kernel: not affected
+        monkeypatch.setattr(targets_module, "uretprobes_kill_filtered", lambda: True)
+        with pytest.raises(SeccompHazard, match=rf"pid {proc.pid} \(sleep\) runs under a "
+                                                r"seccomp filter.*SIGSYS.*not traced"):
+            Targets(["cudaMalloc"], pids=[proc.pid])
+    finally:
+        proc.kill()
+        proc.wait()
