@@ -19,6 +19,7 @@ before: their names must be looked up before a later event changes them.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from json.encoder import encode_basestring
 from typing import Any, Callable
 
@@ -38,6 +39,7 @@ from .event import (
     from_record,
 )
 from .handles import KernelHandles
+from .summary import Summary
 
 # kinds a ProbeDecoder decodes from the record's words alone; the others take
 # decode_event's path (see the module docstring)
@@ -92,6 +94,30 @@ class ArgField:
         self.text_key = name + "="
 
 
+def _compile_json_tail(fields: list[tuple[str, ArgKind, int]]) -> Callable[[tuple], str]:
+    """ProbeDecoder.json_details, then `,"details":...}` and a newline, as
+    straight-line code made for one probe's (name, kind, record index) list.
+    Generated rather than a loop over ArgFields: the loop, its lists and joins
+    were half the cost of a JSONL line. Only repr()s of catalogue names and
+    ints go into the source."""
+    ns: dict[str, Any] = {"enc": encode_basestring}
+    body, args, details = [], [], []
+    for k, (name, kind, index) in enumerate(fields):
+        if kind is ArgKind.DIM3:
+            ns[f"w{k}"] = _dim3_value
+            body.append(f"    v{k}, t{k} = w{k}(rec[{index}], rec[{index + 1}])")
+        else:
+            ns[f"w{k}"] = WORD_DECODERS[kind]
+            body.append(f"    v{k}, t{k} = w{k}(rec[{index}])")
+        ns[f"j{k}"] = _json_of(kind)
+        args.append(f"{(',' if k else '') + encode_basestring(name) + ':'!r} + j{k}(v{k})")
+        details.append(f"{(' ' if k else '') + name + '='!r} + t{k}")
+    ret = " + ".join(["'{'", *args, repr('},"details":'), f"enc({' + '.join(details) or repr('')})",
+                      repr("}\n")])
+    exec("\n".join(["def json_tail(rec):", *body, f"    return {ret}"]), ns)  # noqa: S102
+    return ns["json_tail"]
+
+
 class ProbeDecoder:
     """What one probe's records decode to, built from its catalogue entry."""
 
@@ -107,16 +133,28 @@ class ProbeDecoder:
                 index = (R_WORDS + fn.words + fn.out_index[arg.name] if arg.kind in OUT_KINDS
                          else R_WORDS + slot)
                 self.fields.append(ArgField(arg.name, arg.kind, index))
+            # the end of its JSONL line: `args`, `details` and the newline
+            self.json_tail = _compile_json_tail([(a.name, a.kind, f.index)
+                                                 for a, f in zip(fn.args, self.fields)])
         # the JSONL line from "event" to "duration_ns": the same for every call
         self.json_event = (f',"event":{encode_basestring(self.event)},"api":"{self.api}",'
                            f'"category":"{self.category}","duration_ns":')
         self.ret_names: dict[int, str] = {}  # return code -> name, as met
+        self.ret_json: dict[int, str] = {}  # return code -> its name as JSON text
+        # RecordDecoder.jsonl's calls since its summary was last told
+        self.tally_calls = 0
+        self.tally_ns = 0
+        self.tally_errors: dict[int, int] = {}  # return code -> calls
 
     def ret_name(self, ret: int) -> str:
         name = self.ret_names.get(ret)
         if name is None:
             name = self.ret_names[ret] = error_name(self.api, ret)
         return name
+
+    def ret_name_json(self, ret: int) -> str:
+        text = self.ret_json[ret] = encode_basestring(self.ret_name(ret))
+        return text
 
     def args_details(self, rec: tuple) -> tuple[dict[str, Any], str]:
         args = {}
@@ -138,6 +176,7 @@ class ProbeDecoder:
         return "{" + ",".join(values) + "}", " ".join(parts)
 
 
+
 class RecordDecoder:
     """Decodes batches of ring buffer records (event.R_* tuples) into Calls."""
 
@@ -152,11 +191,78 @@ class RecordDecoder:
         self.see_process = see_process
         self._seen: set[int] = set()
         self._comms: dict[bytes, str] = {}  # the kernel's comm -> its text
+        self._comms_json: dict[bytes, str] = {}  # the kernel's comm -> its text as JSON
         self.errors = 0  # records that could not be decoded (unknown probe id)
 
     def _comm(self, raw: bytes) -> str:
         text = self._comms[raw] = comm_text(raw)
         return text
+
+    def _comm_json(self, raw: bytes) -> str:
+        text = self._comms_json[raw] = encode_basestring(comm_text(raw))
+        return text
+
+    def _see(self, pid: int) -> None:
+        self._seen.add(pid)
+        if self.see_process is not None:
+            self.see_process(pid)  # a process's first event: read its maps now
+
+    def _decode_whole(self, rec: tuple) -> Call | None:
+        try:
+            return decode_event(from_record(rec), self.probes, self.t0_ns, self.symbolize,
+                                handles=self.handles)
+        except ValueError:
+            self.errors += 1
+            return None
+
+    def jsonl(self, records: list[tuple], summary: Summary) -> str:
+        """A batch's JSONL lines, each with its newline, as JsonlReporter writes
+        the Calls of `calls(records)`, and the batch added to `summary`: without
+        a Call per record, where the file is all that is made of them."""
+        lines: list[str] = []
+        append = lines.append
+        decoders, ndecoders, t0 = self.decoders, len(self.decoders), self.t0_ns
+        comms, seen = self._comms_json, self._seen
+        for rec in records:
+            pid = rec[R_PID]
+            if pid not in seen:
+                self._see(pid)
+            fid = rec[R_FUNC_ID]
+            if fid >= ndecoders:  # (unsigned)
+                self.errors += 1
+                continue
+            d = decoders[fid]
+            if not d.simple:
+                call = self._decode_whole(rec)
+                if call is not None:
+                    summary.add([call])
+                    append(json_line(call) + "\n")
+                continue
+            ts = rec[R_TS]
+            duration = rec[R_DURATION]
+            ret = rec[R_RET]
+            d.tally_calls += 1
+            d.tally_ns += duration
+            if ret:
+                d.tally_errors[ret] = d.tally_errors.get(ret, 0) + 1
+            comm = rec[R_COMM]
+            append(f'{{"time_ms":{round((ts - t0) / 1e6, 3)!r},"ts_ns":{ts},"pid":{pid},'
+                   f'"tid":{rec[R_TID]},"process":{comms.get(comm) or self._comm_json(comm)}'
+                   f'{d.json_event}{duration},"ret":{ret},"ret_name":'
+                   f'{d.ret_json.get(ret) or d.ret_name_json(ret)},"args":{d.json_tail(rec)}')
+        self._tell(summary)
+        return "".join(lines)
+
+    def _tell(self, summary: Summary) -> None:
+        """Add what jsonl() tallied to the summary, as Summary.add would have."""
+        for d in self.decoders:
+            if d.tally_calls:
+                errors: Counter[str] = Counter()
+                for ret, n in d.tally_errors.items():
+                    errors[d.ret_name(ret)] += n
+                summary.add_counts(d.event, d.tally_calls, d.tally_ns, errors)
+                d.tally_calls = d.tally_ns = 0
+                d.tally_errors = {}
 
     def calls(self, records: list[tuple]) -> list[Call]:
         out: list[Call] = []
@@ -166,20 +272,16 @@ class RecordDecoder:
         for rec in records:
             pid = rec[R_PID]
             if pid not in seen:
-                seen.add(pid)
-                if self.see_process is not None:
-                    self.see_process(pid)  # a process's first event: read its maps now
+                self._see(pid)
             fid = rec[R_FUNC_ID]
-            if not 0 <= fid < ndecoders:
+            if fid >= ndecoders:  # (unsigned)
                 self.errors += 1
                 continue
             d = decoders[fid]
             if not d.simple:
-                try:
-                    append(decode_event(from_record(rec), self.probes, t0, self.symbolize,
-                                        handles=self.handles))
-                except ValueError:
-                    self.errors += 1
+                call = self._decode_whole(rec)
+                if call is not None:
+                    append(call)
                 continue
             ret = rec[R_RET]
             ts = rec[R_TS]

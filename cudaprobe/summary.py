@@ -55,6 +55,15 @@ class Summary:
             if c.ret:
                 st.errors[c.ret_name] += 1
 
+    def add_counts(self, event: str, calls: int, total_ns: int, errors: dict[str, int]) -> None:
+        """What add() counts, for calls tallied elsewhere (decoders.RecordDecoder.jsonl)."""
+        st = self.by_event.get(event)
+        if st is None:
+            st = self.by_event[event] = EventStats()
+        st.calls += calls
+        st.total_ns += total_ns
+        st.errors.update(errors)
+
     @property
     def total_calls(self) -> int:
         return sum(s.calls for s in self.by_event.values())

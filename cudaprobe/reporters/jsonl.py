@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ..decode import Call
-from ..decoders import json_line
+from ..decoders import RecordDecoder, json_line
 from ..summary import Summary
 from .base import Reporter
 
@@ -16,6 +16,12 @@ class JsonlReporter(Reporter):
 
     def calls(self, calls: list[Call]) -> None:
         self.stream.write("".join([json_line(c) + "\n" for c in calls]))
+
+    def write_records(self, decoder: RecordDecoder, records: list[tuple],
+                      summary: Summary) -> None:
+        """What calls() writes for decoder.calls(records), made from the records
+        (the session's fast path: no Call per event when only the file wants them)."""
+        self.stream.write(decoder.jsonl(records, summary))
 
     def finish(self, summary: Summary) -> None:
         self.stream.write(json.dumps({"summary": summary.to_dict()}, separators=(",", ":")) + "\n")

@@ -22,6 +22,7 @@ from cudaprobe.event import (
 )
 from cudaprobe.handles import KernelHandles
 from cudaprobe.reporters.jsonl import JsonlReporter
+from cudaprobe.summary import Summary
 
 PROBES = [Probe(i, s, fn) for i, (s, fn) in
           enumerate((s, fn) for fn in FUNCTIONS for s in fn.symbols)]
@@ -118,3 +119,33 @@ def test_jsonl_reporter_writes_the_same_lines_as_before(tmp_path):
     JsonlReporter(out).calls(calls)
     slow = [decode_event(from_record(r), PROBES, T0, handles=KernelHandles()) for r in recs]
     assert out.getvalue() == "".join(dumps(c) + "\n" for c in slow)
+
+
+def test_jsonl_from_records_is_what_the_reporter_writes_of_calls():
+    recs = [record(p.func_id, words, ret=ret) for p in PROBES
+            for words, ret in ((SPECIAL, 35), ([1, 2, 3], 0), ([0], 2))]
+    recs.append(record(len(PROBES), [1]))  # unknown probe: counted, not written
+    by_calls, by_records = Summary(), Summary()
+    calls_decoder = RecordDecoder(PROBES, T0, handles=KernelHandles())
+    calls = calls_decoder.calls(recs)
+    by_calls.add(calls)
+    out = io.StringIO()
+    JsonlReporter(out).calls(calls)
+    records_decoder = RecordDecoder(PROBES, T0, handles=KernelHandles())
+    text = records_decoder.jsonl(recs[:50], by_records) + records_decoder.jsonl(recs[50:],
+                                                                                  by_records)
+    assert text == out.getvalue()
+    assert by_records.to_dict() == by_calls.to_dict()
+    assert records_decoder.errors == calls_decoder.errors == 1
+
+
+@given(st.lists(st.tuples(st.sampled_from(PROBES), st.lists(U64, min_size=1, max_size=8),
+                          st.integers(-(1 << 31), (1 << 31) - 1)), max_size=20))
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
+def test_arbitrary_records_write_the_same_jsonl_both_ways(batch):
+    recs = [record(p.func_id, words, ret=ret) for p, words, ret in batch]
+    calls = RecordDecoder(PROBES, T0, handles=KernelHandles()).calls(recs)
+    summary = Summary()
+    text = RecordDecoder(PROBES, T0, handles=KernelHandles()).jsonl(recs, summary)
+    assert text == "".join(dumps(c) + "\n" for c in calls)
+    assert summary.total_calls == len(calls)
