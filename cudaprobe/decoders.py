@@ -94,12 +94,14 @@ class ArgField:
         self.text_key = name + "="
 
 
-def _compile_json_tail(fields: list[tuple[str, ArgKind, int]]) -> Callable[[tuple], str]:
-    """ProbeDecoder.json_details, then `,"details":...}` and a newline, as
-    straight-line code made for one probe's (name, kind, record index) list.
-    Generated rather than a loop over ArgFields: the loop, its lists and joins
-    were half the cost of a JSONL line. Only repr()s of catalogue names and
-    ints go into the source."""
+def _compile_formatters(fields: list[tuple[str, ArgKind, int]]
+                        ) -> tuple[Callable[[tuple], str], Callable[[tuple], tuple[str, str]]]:
+    """(json_tail, json_details) of one probe, from its (name, kind, record
+    index) list: json_details(rec) is (`args` as JSON text, details);
+    json_tail(rec) is `{args},"details":...}` and a newline, the end of its
+    JSONL line. Generated as straight-line code rather than a loop over
+    ArgFields: the loop, its lists and joins were half the cost of a line.
+    Only repr()s of catalogue names and ints go into the source."""
     ns: dict[str, Any] = {"enc": encode_basestring}
     body, args, details = [], [], []
     for k, (name, kind, index) in enumerate(fields):
@@ -112,10 +114,14 @@ def _compile_json_tail(fields: list[tuple[str, ArgKind, int]]) -> Callable[[tupl
         ns[f"j{k}"] = _json_of(kind)
         args.append(f"{(',' if k else '') + encode_basestring(name) + ':'!r} + j{k}(v{k})")
         details.append(f"{(' ' if k else '') + name + '='!r} + t{k}")
-    ret = " + ".join(["'{'", *args, repr('},"details":'), f"enc({' + '.join(details) or repr('')})",
-                      repr("}\n")])
-    exec("\n".join(["def json_tail(rec):", *body, f"    return {ret}"]), ns)  # noqa: S102
-    return ns["json_tail"]
+    args_text = " + ".join(["'{'", *args, "'}'"])
+    details_text = " + ".join(details) or repr("")
+    details_key, end = repr(',"details":'), repr("}\n")
+    tail = f"{args_text} + {details_key} + enc({details_text}) + {end}"
+    exec("\n".join(["def json_tail(rec):", *body, f"    return {tail}",  # noqa: S102
+                     "def json_details(rec):", *body, f"    return {args_text}, {details_text}"]),
+         ns)
+    return ns["json_tail"], ns["json_details"]
 
 
 class ProbeDecoder:
@@ -133,9 +139,8 @@ class ProbeDecoder:
                 index = (R_WORDS + fn.words + fn.out_index[arg.name] if arg.kind in OUT_KINDS
                          else R_WORDS + slot)
                 self.fields.append(ArgField(arg.name, arg.kind, index))
-            # the end of its JSONL line: `args`, `details` and the newline
-            self.json_tail = _compile_json_tail([(a.name, a.kind, f.index)
-                                                 for a, f in zip(fn.args, self.fields)])
+            self.json_tail, self.json_details = _compile_formatters(
+                [(a.name, a.kind, f.index) for a, f in zip(fn.args, self.fields)])
         # the JSONL line from "event" to "duration_ns": the same for every call
         self.json_event = (f',"event":{encode_basestring(self.event)},"api":"{self.api}",'
                            f'"category":"{self.category}","duration_ns":')
@@ -164,17 +169,6 @@ class ProbeDecoder:
             args[f.name] = value
             parts.append(f.text_key + text)
         return args, " ".join(parts)
-
-    def json_details(self, rec: tuple) -> tuple[str, str]:
-        """(`args` as JSON text, details) of a record."""
-        values = []
-        parts = []
-        for f in self.fields:
-            value, text = f.decode(rec)
-            values.append(f.json_key + f.json_of(value))
-            parts.append(f.text_key + text)
-        return "{" + ",".join(values) + "}", " ".join(parts)
-
 
 
 class RecordDecoder:
@@ -253,8 +247,46 @@ class RecordDecoder:
         self._tell(summary)
         return "".join(lines)
 
+    def csv_rows(self, records: list[tuple], summary: Summary,
+                 row_of_call: Callable[[Call], list]) -> list:
+        """A batch's CSV rows (JSONL_KEYS, `args` as JSON text), as CsvReporter
+        writes the Calls of `calls(records)`, and the batch added to `summary`;
+        `row_of_call` makes the rows of the records decoded whole."""
+        rows: list = []
+        append = rows.append
+        decoders, ndecoders, t0 = self.decoders, len(self.decoders), self.t0_ns
+        comms, seen = self._comms, self._seen
+        for rec in records:
+            pid = rec[R_PID]
+            if pid not in seen:
+                self._see(pid)
+            fid = rec[R_FUNC_ID]
+            if fid >= ndecoders:  # (unsigned)
+                self.errors += 1
+                continue
+            d = decoders[fid]
+            if not d.simple:
+                call = self._decode_whole(rec)
+                if call is not None:
+                    summary.add([call])
+                    append(row_of_call(call))
+                continue
+            ts = rec[R_TS]
+            duration = rec[R_DURATION]
+            ret = rec[R_RET]
+            d.tally_calls += 1
+            d.tally_ns += duration
+            if ret:
+                d.tally_errors[ret] = d.tally_errors.get(ret, 0) + 1
+            comm = rec[R_COMM]
+            append((round((ts - t0) / 1e6, 3), ts, pid, rec[R_TID],
+                    comms.get(comm) or self._comm(comm), d.event, d.api, d.category, duration,
+                    ret, d.ret_names.get(ret) or d.ret_name(ret), *d.json_details(rec)))
+        self._tell(summary)
+        return rows
+
     def _tell(self, summary: Summary) -> None:
-        """Add what jsonl() tallied to the summary, as Summary.add would have."""
+        """Add what jsonl() and csv_rows() tallied to the summary, as Summary.add would have."""
         for d in self.decoders:
             if d.tally_calls:
                 errors: Counter[str] = Counter()

@@ -21,6 +21,7 @@ from cudaprobe.event import (
     from_record,
 )
 from cudaprobe.handles import KernelHandles
+from cudaprobe.reporters.csv import CsvReporter
 from cudaprobe.reporters.jsonl import JsonlReporter
 from cudaprobe.summary import Summary
 
@@ -149,3 +150,22 @@ def test_arbitrary_records_write_the_same_jsonl_both_ways(batch):
     text = RecordDecoder(PROBES, T0, handles=KernelHandles()).jsonl(recs, summary)
     assert text == "".join(dumps(c) + "\n" for c in calls)
     assert summary.total_calls == len(calls)
+
+
+def test_csv_from_records_is_what_the_reporter_writes_of_calls():
+    recs = [record(p.func_id, words, ret=ret) for p in PROBES
+            for words, ret in ((SPECIAL, 35), ([1, 2, 3], 0), ([0], 2))]
+    by_calls, by_records = Summary(), Summary()
+    calls = RecordDecoder(PROBES, T0, handles=KernelHandles()).calls(recs)
+    by_calls.add(calls)
+    slow, fast = io.StringIO(), io.StringIO()
+    reporter = CsvReporter(slow)
+    reporter.start()
+    reporter.calls(calls)
+    reporter = CsvReporter(fast)
+    reporter.start()
+    decoder = RecordDecoder(PROBES, T0, handles=KernelHandles())
+    reporter.write_records(decoder, recs[:40], by_records)
+    reporter.write_records(decoder, recs[40:], by_records)
+    assert fast.getvalue() == slow.getvalue()
+    assert by_records.to_dict() == by_calls.to_dict()
