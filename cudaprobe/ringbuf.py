@@ -10,6 +10,12 @@ Layout (kernel/bpf/ringbuf.c): page 0 holds consumer_pos (we write it), page 1
 producer_pos, then the data pages, mapped twice. Each record has an 8-byte
 header: u32 length with BUSY (bit 31) and DISCARD (bit 30) flags, u32 page
 offset; records are 8-byte aligned.
+
+The two positions are read and written as whole 8-byte words, through
+memoryviews cast to "Q": struct's "<Q" reads and writes them a byte at a
+time, and the kernel, which reads consumer_pos on every reserve, then saw
+torn values (a position far behind or ahead: "ring full") and dropped about
+8 events a second at 200k/s with the ring nearly empty.
 """
 
 from __future__ import annotations
@@ -21,7 +27,6 @@ import struct
 BUSY = 1 << 31
 DISCARD = 1 << 30
 HEADER = struct.Struct("<II")
-POS = struct.Struct("<Q")
 
 
 class RingBuffer:
@@ -37,6 +42,8 @@ class RingBuffer:
         self._data = mmap.mmap(map_fd, page + 2 * size, mmap.MAP_SHARED, mmap.PROT_READ,
                                offset=page)
         self._page = page
+        self._consumer_pos = memoryview(self._consumer)[:8].cast("Q")
+        self._producer_pos = memoryview(self._data)[:8].cast("Q")
         self._poll = select.poll()
         self._poll.register(map_fd, select.POLLIN)
         self.malformed = 0
@@ -46,14 +53,12 @@ class RingBuffer:
         self._poll.poll(timeout_ms)
 
     def available(self) -> int:
-        cons = POS.unpack_from(self._consumer, 0)[0]
-        prod = POS.unpack_from(self._data, 0)[0]
-        return prod - cons
+        return self._producer_pos[0] - self._consumer_pos[0]
 
     def consume(self) -> list[tuple]:
         """All committed records, as flat tuples of their layout."""
-        cons = POS.unpack_from(self._consumer, 0)[0]
-        prod = POS.unpack_from(self._data, 0)[0]
+        cons = self._consumer_pos[0]
+        prod = self._producer_pos[0]
         if prod <= cons:
             return []
         start = self._page + (cons & self.mask)
@@ -78,8 +83,10 @@ class RingBuffer:
         return out
 
     def _advance(self, cons: int) -> None:
-        POS.pack_into(self._consumer, 0, cons)
+        self._consumer_pos[0] = cons
 
     def close(self) -> None:
+        self._consumer_pos.release()
+        self._producer_pos.release()
         self._consumer.close()
         self._data.close()
