@@ -165,6 +165,9 @@ def test_pid_under_seccomp_is_refused_where_uretprobes_would_kill_it(monkeypatch
 
     proc = subprocess.Popen(["sleep", "30"])
     try:
+        deadline = time.monotonic() + 5
+        while procmaps.process_name(proc.pid) != "sleep" and time.monotonic() < deadline:
+            time.sleep(0.01)  # until it has exec'd: the message names it
         monkeypatch.setattr(targets_module, "seccomp_filtered", lambda pid: pid == proc.pid)
         Targets(["cudaMalloc"], pids=[proc.pid]).close()  # this kernel: not affected
         monkeypatch.setattr(targets_module, "uretprobes_kill_filtered", lambda: True)
