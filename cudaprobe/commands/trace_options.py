@@ -1,5 +1,5 @@
 """trace's options for output files and loss: --strict, --max-size, --mode, and
-the hidden --ringbuf-pages; with the checks for options that conflict."""
+--ringbuf-pages; with the checks for options that conflict."""
 
 from __future__ import annotations
 
@@ -61,8 +61,10 @@ def output_options(f: Callable) -> Callable:
         click.option("--strict", is_flag=True,
                      help=f"Exit {STRICT_EXIT} if any event was lost (ring buffer full, "
                           "pairing map full, --max-size reached, ...)."),
-        # for tests and experts: 4096 pages (16 MiB) unless told
-        click.option("--ringbuf-pages", type=PowerOfTwo(), hidden=True),
+        click.option("--ringbuf-pages", type=PowerOfTwo(), metavar="PAGES",
+                     help="Size of the ring buffer between the probes and cudaprobe, in 4 KiB "
+                          "pages, a power of two; kernel memory, ~96 bytes a call. A bigger "
+                          "ring absorbs longer bursts.  [default: 4096 (16 MiB)]"),
     ]):
         f = option(f)
     return f

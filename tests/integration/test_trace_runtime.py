@@ -28,7 +28,8 @@ def test_every_call_decoded_as_the_workload_made_it(tmp_path, libcudart):
     assert len(tids) == 1 and tids != {calls[0]["pid"]}
     for call, t in zip(calls, truth):
         assert call["ret"] == t["ret"]
-        assert call["ret_name"] == ("cudaSuccess" if t["ret"] == 0 else "cudaErrorInsufficientDriver")
+        expected = "cudaSuccess" if t["ret"] == 0 else "cudaErrorInsufficientDriver"
+        assert call["ret_name"] == expected
         assert call["api"] == "runtime"
         assert call["duration_ns"] > 0
         assert call["process"] == "runtime_calls"

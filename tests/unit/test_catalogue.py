@@ -7,7 +7,8 @@ import pytest
 from cudaprobe import catalogue
 from cudaprobe.catalogue import ArgKind
 
-REQUIRED_RUNTIME = """cudaMalloc cudaFree cudaMallocHost cudaFreeHost cudaHostAlloc cudaMallocManaged
+REQUIRED_RUNTIME = """cudaMalloc cudaFree cudaMallocHost cudaFreeHost cudaHostAlloc
+cudaMallocManaged
 cudaMallocAsync cudaFreeAsync cudaMallocPitch cudaMemcpy cudaMemcpyAsync cudaMemcpy2D
 cudaMemcpy2DAsync cudaMemcpyPeer cudaMemcpyPeerAsync cudaMemset cudaMemsetAsync cudaMemGetInfo
 cudaLaunchKernel cudaLaunchKernelExC cudaLaunchCooperativeKernel cudaGraphLaunch cudaStreamCreate
@@ -58,4 +59,5 @@ def test_out_parameter_widths():
 def test_dim3_straddling_registers_is_rejected():
     args = tuple(catalogue.Arg(f"a{i}", ArgKind.PTR) for i in range(5))
     with pytest.raises(ValueError, match="straddles"):
-        catalogue.Function("f", catalogue.RUNTIME, "kernel", args + (catalogue.Arg("d", ArgKind.DIM3),))
+        catalogue.Function("f", catalogue.RUNTIME, "kernel",
+                           args + (catalogue.Arg("d", ArgKind.DIM3),))

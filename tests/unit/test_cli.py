@@ -46,7 +46,8 @@ def test_not_root_is_one_line():
                         *cudaprobe_cmd("trace", "-d", "1")],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
-    assert p.stderr == "cudaprobe: tracing needs root (CAP_BPF and CAP_PERFMON) (run it with sudo)\n"
+    assert p.stderr == ("cudaprobe: tracing needs root (CAP_BPF and CAP_PERFMON) "
+                        "(run it with sudo)\n")
 
 
 def test_bad_format_and_missing_lib():
