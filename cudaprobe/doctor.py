@@ -43,7 +43,6 @@ class Check:
     details: dict[str, Any] = field(default_factory=dict)  # more, for --json
 
 
-kernel_version = environment.kernel_version
 
 
 def check_privileges() -> Check:
@@ -66,7 +65,7 @@ def check_kernel() -> Check:
     if u.machine != "x86_64":
         return Check("kernel", FAIL, found, "cudaprobe reads x86-64 registers and ELF: "
                      "run it on x86-64")
-    if kernel_version() < MIN_KERNEL:
+    if environment.kernel_version() < MIN_KERNEL:
         return Check("kernel", FAIL, found, "the BPF ring buffer needs Linux 5.8 or newer")
     return Check("kernel", OK, found)
 

@@ -92,6 +92,24 @@ MEMSETS: dict[str, tuple[str, int]] = {
 _BY_SYMBOL: dict[str, Function] = {s: f for f in FUNCTIONS for s in f.symbols}
 
 
+def _copy(name: str, args: dict) -> tuple[str, int] | None:
+    copy = COPIES.get(name)
+    if copy is None:
+        return None
+    sizes, kind = copy
+    n = 1
+    for arg in sizes:
+        n *= int(args.get(arg) or 0)
+    return args.get(kind, kind), n
+
+
+def copy_of(call: Call) -> tuple[str, int] | None:
+    """A copy's direction and bytes, as `memcpy_bytes` counts them; None for a
+    call that is not a copy."""
+    function = _BY_SYMBOL.get(call.event)
+    return _copy(function.name, call.args) if function is not None else None
+
+
 @dataclass
 class Histogram:
     counts: list[int] = field(default_factory=lambda: [0] * (len(_BOUNDS_NS) + 1))
@@ -182,13 +200,10 @@ class CallMetrics:
                     self._forget_exited(last_ns)
 
     def _count_bytes(self, name: str, c: Call) -> None:
-        copy = COPIES.get(name)
+        copy = _copy(name, c.args)
         if copy is not None:
-            sizes, kind = copy
-            n = 1
-            for arg in sizes:
-                n *= int(c.args.get(arg) or 0)
-            key = (c.args.get(kind, kind), c.api)
+            kind, n = copy
+            key = (kind, c.api)
             self._memcpy[key] = self._memcpy.get(key, 0) + n
             return
         memset = MEMSETS.get(name)

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from .decode import Call
 from .errors import UsageError
+from .metrics import copy_of
 from .nesting import CallTree
 
 TRACES_PATH = "/v1/traces"
@@ -23,9 +24,6 @@ METRICS_PATH = "/v1/metrics"
 # results that say "not yet", not "failed": polling stream and event queries
 NOT_ERRORS = frozenset({"cudaErrorNotReady", "CUDA_ERROR_NOT_READY"})
 
-# copies without a kind argument: their names say the direction
-_NAMED_KINDS = (("HtoD", "HostToDevice"), ("DtoH", "DeviceToHost"), ("DtoD", "DeviceToDevice"),
-                 ("Peer", "DeviceToDevice"))
 _BYTES_ARGS = ("count", "ByteCount", "size", "bytesize")
 _DURATION_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
@@ -116,21 +114,8 @@ class OtlpConfig:
     interval_s: float = 10.0  # between metric exports
 
 
-def memcpy_kind(call: Call) -> str | None:
-    """A copy's direction: its `kind` argument, else what the function's name says."""
-    kind = call.args.get("kind")
-    if isinstance(kind, str):
-        return kind
-    if call.category != "transfer":
-        return None
-    for part, name in _NAMED_KINDS:
-        if part in call.event:
-            return name
-    return "Default"  # cuMemcpy(Async): the direction follows from the pointers
-
-
 def call_bytes(call: Call) -> int | None:
-    """Bytes moved, set or allocated, where an argument says so."""
+    """Bytes set or allocated, where an argument says so."""
     args = call.args
     if "width" in args and "height" in args:  # cudaMemcpy2D*: rows of width bytes
         return args["width"] * args["height"]
@@ -165,13 +150,13 @@ def span_attributes(call: Call) -> dict[str, AttributeValue]:
             attrs["cuda.result.name"] = call.ret_name
         if is_error(call):
             attrs["error.type"] = call.ret_name or str(call.ret)
-    nbytes = call_bytes(call)
-    if call.category == "transfer":
-        attrs["cuda.memcpy.kind"] = memcpy_kind(call)
+    copy = copy_of(call)  # direction and bytes as the metrics count them
+    if copy is not None:
+        attrs["cuda.memcpy.kind"], attrs["cuda.memcpy.bytes"] = copy
+    elif call.category == "memory":
+        nbytes = call_bytes(call)
         if nbytes is not None:
-            attrs["cuda.memcpy.bytes"] = nbytes
-    elif call.category == "memory" and nbytes is not None:
-        attrs["cuda.memory.bytes"] = nbytes
+            attrs["cuda.memory.bytes"] = nbytes
     if "func_name" in call.args:
         attrs["cuda.kernel.name"] = call.args["func_name"]
     for name, value in call.args.items():

@@ -12,6 +12,8 @@ import ctypes
 import os
 import struct
 
+from .environment import kernel_version
+
 SYS_BPF = 321  # x86-64
 BPF_LINK_CREATE = 28
 BPF_TRACE_UPROBE_MULTI = 48
@@ -24,12 +26,7 @@ _libc.syscall.restype = ctypes.c_long
 
 def supported() -> bool:
     """uprobe_multi links exist from Linux 6.6 on."""
-    release = os.uname().release.split("-", 1)[0].split(".")
-    try:
-        major, minor = int(release[0]), int(release[1])
-    except (IndexError, ValueError):
-        return False
-    return (major, minor) >= (6, 6)
+    return kernel_version() >= (6, 6)
 
 
 def create_link(prog_fd: int, path: str, offsets: list[int], cookies: list[int],
