@@ -189,7 +189,7 @@ def _memcpy_kind_value(v: int) -> tuple[str, str]:
 
 
 def _float_value(v: int) -> tuple[float | None, str]:
-    f = _f32(v)  # NaN/inf (a failed call leaves it unset) is no JSON number: null
+    f = _f32(v)  # NaN/inf (which no call should write) is no JSON number: null
     return (f if math.isfinite(f) else None), f"{f:g}"
 
 
@@ -219,10 +219,17 @@ def _dim3_value(lo: int, hi: int) -> tuple[list[int], str]:
     return d, _dim3_text(d)
 
 
+# (JSON value, DETAILS text) of an out-parameter that was not read: the call
+# failed (CUDA leaves it unspecified; strace leaves a failed syscall's out-
+# parameters undecoded too), or was still running when the trace ended
+NOT_READ: tuple[None, str] = (None, "-")
+
+
 def _decode_arg(
-    kind: ArgKind, words: tuple[int, ...], slot: int, out: int | None
+    kind: ArgKind, words: tuple[int, ...], slot: int, outs: tuple[int, ...], out: int | None
 ) -> tuple[Any, str]:
-    """Return (JSON value, DETAILS text) for one argument."""
+    """Return (JSON value, DETAILS text) for one argument; `out`: its index in
+    `outs` for an out-parameter, which is NOT_READ where `outs` is shorter."""
     if kind is ArgKind.DIM3:
         return _dim3_value(words[slot], words[slot + 1])
     decode = WORD_DECODERS.get(kind)
@@ -230,7 +237,7 @@ def _decode_arg(
         raise ValueError(f"no decoder for {kind}")
     if kind in OUT_KINDS:
         assert out is not None, kind
-        return decode(out)
+        return decode(outs[out]) if out < len(outs) else NOT_READ
     return decode(words[slot])
 
 
@@ -298,9 +305,8 @@ def decode_args(
             args[arg.name] = text = _cstring(raw.cfg)
             parts.append(f"{arg.name}={shorten(demangle(text))}")
             continue
-        idx = function.out_index.get(arg.name)
-        out = raw.outs[idx] if idx is not None else None
-        value, text = _decode_arg(arg.kind, raw.args, slot, out)
+        value, text = _decode_arg(arg.kind, raw.args, slot, raw.outs,
+                                  function.out_index.get(arg.name))
         args[arg.name] = value
         if arg.kind is ArgKind.FUNC:
             name = symbolize(pid, raw.args[slot]) if symbolize is not None else None

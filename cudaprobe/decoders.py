@@ -25,11 +25,20 @@ from typing import Any, Callable
 
 from .catalogue import OUT_KINDS, ArgKind
 from .cuda_errors import error_name
-from .decode import WORD_DECODERS, Call, Probe, Symbolizer, _dim3_value, decode_event
+from .decode import (
+    NOT_READ,
+    WORD_DECODERS,
+    Call,
+    Probe,
+    Symbolizer,
+    _dim3_value,
+    decode_event,
+)
 from .event import (
     R_COMM,
     R_DURATION,
     R_FUNC_ID,
+    R_NOUTS,
     R_PID,
     R_RET,
     R_TID,
@@ -79,18 +88,20 @@ def _json_of(kind: ArgKind) -> Callable[[Any], str]:
 class ArgField:
     """One argument of a probe: where its word is in the record, how it decodes."""
 
-    __slots__ = ("name", "index", "decode", "json_key", "json_of", "text_key")
+    __slots__ = ("name", "index", "decode", "text_key")
 
     def __init__(self, name: str, kind: ArgKind, index: int) -> None:
         self.name = name
         self.index = index
         if kind is ArgKind.DIM3:
             self.decode = lambda rec: _dim3_value(rec[index], rec[index + 1])
+        elif kind in OUT_KINDS:
+            word = WORD_DECODERS[kind]
+            # nouts 0: not read (and not in a short record at all)
+            self.decode = lambda rec: word(rec[index]) if rec[R_NOUTS] else NOT_READ
         else:
             word = WORD_DECODERS[kind]
             self.decode = lambda rec: word(rec[index])
-        self.json_key = encode_basestring(name) + ":"
-        self.json_of = _json_of(kind)
         self.text_key = name + "="
 
 
@@ -101,26 +112,50 @@ def _compile_formatters(fields: list[tuple[str, ArgKind, int]]
     json_tail(rec) is `{args},"details":...}` and a newline, the end of its
     JSONL line. Generated as straight-line code rather than a loop over
     ArgFields: the loop, its lists and joins were half the cost of a line.
+    A probe with out-parameters gets one test of the record's nouts and two
+    returns: the out-parameters decoded, or all of them not read (NOT_READ,
+    written as constants: null in `args`, `-` in details).
     Only repr()s of catalogue names and ints go into the source."""
     ns: dict[str, Any] = {"enc": encode_basestring}
-    body, args, details = [], [], []
+    body, outs = [], []  # lines decoding the arguments, the out-parameters
+    args, details = [], []  # each argument's text: out-parameters read
+    args_unread, details_unread = [], []  # ... out-parameters not read
     for k, (name, kind, index) in enumerate(fields):
+        json_key = (',' if k else '') + encode_basestring(name) + ':'
+        text_key = (' ' if k else '') + name + '='
         if kind is ArgKind.DIM3:
             ns[f"w{k}"] = _dim3_value
             body.append(f"    v{k}, t{k} = w{k}(rec[{index}], rec[{index + 1}])")
         else:
             ns[f"w{k}"] = WORD_DECODERS[kind]
-            body.append(f"    v{k}, t{k} = w{k}(rec[{index}])")
+            (outs if kind in OUT_KINDS else body).append(f"    v{k}, t{k} = w{k}(rec[{index}])")
         ns[f"j{k}"] = _json_of(kind)
-        args.append(f"{(',' if k else '') + encode_basestring(name) + ':'!r} + j{k}(v{k})")
-        details.append(f"{(' ' if k else '') + name + '='!r} + t{k}")
-    args_text = " + ".join(["'{'", *args, "'}'"])
-    details_text = " + ".join(details) or repr("")
+        args.append(f"{json_key!r} + j{k}(v{k})")
+        details.append(f"{text_key!r} + t{k}")
+        if kind in OUT_KINDS:
+            args_unread.append(repr(json_key + _encode(NOT_READ[0])))
+            details_unread.append(repr(text_key + NOT_READ[1]))
+        else:
+            args_unread.append(args[-1])
+            details_unread.append(details[-1])
     details_key, end = repr(',"details":'), repr("}\n")
-    tail = f"{args_text} + {details_key} + enc({details_text}) + {end}"
-    exec("\n".join(["def json_tail(rec):", *body, f"    return {tail}",  # noqa: S102
-                     "def json_details(rec):", *body, f"    return {args_text}, {details_text}"]),
-         ns)
+
+    def returns(arg_texts: list[str], detail_texts: list[str], indent: str) -> tuple[str, str]:
+        args_text = " + ".join(["'{'", *arg_texts, "'}'"])
+        details_text = " + ".join(detail_texts) or repr("")
+        return (f"{indent}return {args_text} + {details_key} + enc({details_text}) + {end}",
+                f"{indent}return {args_text}, {details_text}")
+
+    if outs:  # read at exit only when the call returned 0: the record's nouts says
+        read = [f"    if rec[{R_NOUTS}]:", *("    " + line for line in outs)]
+        tail_read, pair_read = returns(args, details, "        ")
+        tail_unread, pair_unread = returns(args_unread, details_unread, "    ")
+        tail = "\n".join([*read, tail_read, tail_unread])
+        pair = "\n".join([*read, pair_read, pair_unread])
+    else:
+        tail, pair = returns(args, details, "    ")
+    exec("\n".join(["def json_tail(rec):", *body, tail,  # noqa: S102
+                     "def json_details(rec):", *body, pair]), ns)
     return ns["json_tail"], ns["json_details"]
 
 

@@ -28,7 +28,9 @@ NR_COUNTERS = 3
 # struct cp_event, in declaration order. `words` holds a probe's argument words
 # then its out-parameters (nargs and nouts in the header); ring buffer records
 # carry only those (record_size), or the whole event with `cfg` for probes that
-# copy a launch config or a string at entry.
+# copy a launch config or a string at entry. The out-parameters are read only
+# when the call returned 0: a failed call's record has nouts 0 and no out words
+# (a whole event keeps the words, unread).
 MAX_WORDS = MAX_SLOTS + MAX_OUTS
 _HEAD_FORMAT = f"QQIIHBBi{COMM_LEN}sQq"
 HEAD_SIZE = struct.calcsize(f"<{_HEAD_FORMAT}")  # CP_EVENT_HEAD
@@ -56,7 +58,8 @@ FIELD_OFFSETS = {
 
 def record_size(fn: Any) -> int:
     """Bytes of struct cp_event that a catalogue.Function's calls put in the ring
-    (cp_probe_cfg.size): all of it where something is copied at entry."""
+    (cp_probe_cfg.size): all of it where something is copied at entry. A failed
+    call's record is 8 bytes shorter per out-parameter, except a whole one."""
     if fn.config_slot >= 0 or fn.string_slot >= 0:
         return EVENT_SIZE
     return HEAD_SIZE + 8 * (fn.words + len(fn.out_index))
@@ -103,11 +106,13 @@ def unpack_event(data: bytes) -> RawEvent:
 
 def pack_event(raw: RawEvent) -> bytes:
     """The bytes of struct cp_event for `raw` (tests, and the fuzzers): all
-    MAX_SLOTS argument words, then all MAX_OUTS out-parameters."""
+    MAX_SLOTS argument words, then all MAX_OUTS out-parameters, zero-padded;
+    nouts says none were read where `raw.outs` is empty (a failed call)."""
     return EVENT_STRUCT.pack(raw.ts_ns, raw.duration_ns, raw.pid, raw.tid, raw.func_id,
-                             MAX_SLOTS, MAX_OUTS, raw.ret,
+                             MAX_SLOTS, MAX_OUTS if raw.outs else 0, raw.ret,
                              raw.comm.encode() if isinstance(raw.comm, str) else raw.comm,
-                             raw.caller, raw.stack_id, *raw.args, *raw.outs, *raw.cfg)
+                             raw.caller, raw.stack_id, *raw.args, *_padded(raw.outs, MAX_OUTS),
+                             *raw.cfg)
 
 
 def from_values(v: tuple) -> RawEvent:
@@ -126,11 +131,12 @@ def _padded(words: tuple, n: int) -> tuple:
 
 def from_record(rec: tuple) -> RawEvent:
     """A RawEvent from a record tuple (RECORD_STRUCTS, or EVENT_STRUCT's values):
-    the words it has, the rest zero."""
+    the words it has, the rest zero; `outs` empty where the kernel read none
+    (nouts 0: the call failed, and CUDA does not say what it leaves there)."""
     nargs = min(rec[R_NARGS], MAX_SLOTS)
     nouts = min(rec[R_NOUTS], MAX_OUTS)
     args = _padded(rec[R_WORDS : R_WORDS + nargs], MAX_SLOTS)
-    outs = _padded(rec[R_WORDS + nargs : R_WORDS + nargs + nouts], MAX_OUTS)
+    outs = _padded(rec[R_WORDS + nargs : R_WORDS + nargs + nouts], MAX_OUTS) if nouts else ()
     cfg = rec[R_CFG : R_CFG + CFG_WORDS] if len(rec) > R_CFG else NO_CFG
     return RawEvent(rec[R_TS], rec[R_DURATION], rec[R_PID], rec[R_TID], rec[R_FUNC_ID],
                     rec[R_RET], args, outs, cfg, comm_text(rec[R_COMM]), rec[R_CALLER],

@@ -41,6 +41,7 @@ class KernelHandles:
             return
         for arg in function.args:
             if arg.kind is ArgKind.OUT_FUNCTION:
-                handle = int(args[arg.name], 16)
+                value = args.get(arg.name)  # None: not read (nouts 0)
+                handle = int(value, 16) if value else 0
                 if handle:
                     self._names[(pid, handle)] = name

@@ -34,13 +34,14 @@ def run_cudaprobe(*args: str, timeout: float = 120, check: bool = False,
 
 
 def trace_jsonl(tmp_path: Path, *args: str, command: list[str] | None = None,
-                timeout: float = 120) -> tuple[list[dict], dict, subprocess.CompletedProcess]:
+                timeout: float = 120, env: dict[str, str] | None = None,
+                ) -> tuple[list[dict], dict, subprocess.CompletedProcess]:
     """Run `cudaprobe trace -o calls.jsonl ARGS -- COMMAND`; returns (calls, summary, proc)."""
     out = tmp_path / "calls.jsonl"
     argv = ["trace", "-o", str(out), *args]
     if command:
         argv += ["--", *command]
-    proc = run_cudaprobe(*argv, timeout=timeout)
+    proc = run_cudaprobe(*argv, timeout=timeout, env=env)
     assert out.exists(), proc.stderr
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert lines and "summary" in lines[-1], proc.stderr

@@ -138,6 +138,8 @@ def test_script_records_what_trace_records(tmp_path, cudart):
                 assert address == made["func"] and name in (address, "fake_kernel"), text
             elif key == "args":  # the kernel's argument array, on the workload's stack
                 assert re.fullmatch(r"0x7f[0-9a-f]+", text), text
+            elif value is None:  # a failed call's out-parameter: trace does not read it,
+                assert call["ret"] != 0 and text, (key, text)  # the script prints it anyway
             elif isinstance(value, float):
                 assert abs(float(text) - value) < 1e-5, (key, text, value)
             elif key != "func_name":
@@ -147,9 +149,11 @@ def test_script_records_what_trace_records(tmp_path, cudart):
     assert launch["sharedMem"] == "1024" and launch["stream"] == "0x7000"
     memcpy = next(r for r in rows if r["EVENT"] == "cudaMemcpy")
     assert memcpy["DETAILS"] == "dst=0x1000 src=0x2000 count=4096 kind=HostToDevice"
-    # out-parameters are what the call left there (nothing: it failed)
+    # the script prints out-parameters whatever the call returned: here what the
+    # workload left there (the call failed); trace has them null
     elapsed = next(r for r in rows if r["EVENT"] == "cudaEventElapsedTime")["args"]
     assert elapsed == {"ms": "1.500000", "start": "0xe1", "end": "0xe2"}
+    assert next(c for c in calls if c["event"] == "cudaEventElapsedTime")["args"]["ms"] is None
 
 
 def test_threads_pair_their_own_calls_and_names_resolve(tmp_path, cudart):

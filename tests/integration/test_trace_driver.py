@@ -57,22 +57,34 @@ def test_real_libcuda_calls_decoded_as_made(tmp_path, libcuda):
     for call, t in zip(calls, truth):
         assert call["ret"] == t["ret"] and call["ret_name"] == names[t["ret"]], call
         assert call["api"] == "driver" and call["process"] == "driver_calls"
-        # out-parameters are read at exit: what the library left there, even on failure
+        # out-parameters are read at exit when the call succeeded: what it wrote;
+        # a failed call's are not read (null), not what was left in memory
         for key in ("dptr", "pctx", "module", "hfunc", "library", "pKernel", "pFunc",
                     "phStream", "phEvent"):
             if key in t:
-                assert call["args"][key] == hexed(t[key]), (call, key)
+                expected = hexed(t[key]) if t["ret"] == 0 else None
+                assert call["args"][key] == expected, (call, key)
+                if t["ret"]:
+                    assert f"{key}=-" in call["details"].split(), call
     first = by_event(truth)
     c = by_event(calls)
+
+    def written(event: str, key: str, value=None):
+        """What `event` wrote to `key` (its printed value, or `value`), if it succeeded."""
+        t = first[event]
+        return (t[key] if value is None else value) if t["ret"] == 0 else None
+
     assert c["cuInit"]["ret_name"] == "CUDA_ERROR_NO_DEVICE"
+    assert first["cuDriverGetVersion"]["ret"] == 0  # needs no device: its out-parameter read
     assert c["cuDriverGetVersion"]["args"] == {
         "driverVersion": first["cuDriverGetVersion"]["driverVersion"]}
-    assert c["cuDeviceGet"]["args"] == {"device": 7, "ordinal": 0}  # failed: left as it was
-    assert c["cuCtxCreate_v2"]["args"] == {"pctx": "0xc0", "flags": 4, "dev": 0}
+    assert c["cuDeviceGet"]["args"] == {"device": written("cuDeviceGet", "device"), "ordinal": 0}
+    assert c["cuCtxCreate_v2"]["args"] == {"pctx": written("cuCtxCreate_v2", "pctx", "0xc0"),
+                                           "flags": 4, "dev": 0}
     assert c["cuMemAlloc_v2"]["args"]["bytesize"] == 1 << 20
     pitch = c["cuMemAllocPitch_v2"]["args"]
     assert (pitch["pPitch"], pitch["WidthInBytes"], pitch["Height"],
-            pitch["ElementSizeBytes"]) == (first["cuMemAllocPitch_v2"]["pPitch"], 1000, 10, 4)
+            pitch["ElementSizeBytes"]) == (written("cuMemAllocPitch_v2", "pPitch"), 1000, 10, 4)
     assert c["cuMemcpyHtoD_v2"]["args"] == {"dstDevice": "0x1000", "srcHost": "0x2000",
                                             "ByteCount": 4096}
     assert c["cuMemcpyDtoHAsync_v2"]["args"] == {"dstHost": "0x3000", "srcDevice": "0x4000",
@@ -81,8 +93,9 @@ def test_real_libcuda_calls_decoded_as_made(tmp_path, libcuda):
     assert c["cuMemsetD32_v2"]["args"]["ui"] == 0xFFFFFFFE
     assert c["cuModuleLoadData"]["args"]["image"] == hexed(first["cuModuleLoadData"]["image"])
     # the name is copied at entry, whatever the call then does
-    assert c["cuModuleGetFunction"]["args"] == {"hfunc": "0xf00d", "hmod": "0x0",
-                                                "name": "_Z6vecAddPKfS0_Pfi"}
+    assert c["cuModuleGetFunction"]["args"] == {
+        "hfunc": written("cuModuleGetFunction", "hfunc", "0xf00d"), "hmod": "0x0",
+        "name": "_Z6vecAddPKfS0_Pfi"}
     assert c["cuModuleGetFunction"]["details"].endswith(f"name={VECADD}")
     launch = c["cuLaunchKernel"]
     # f and grid/block x,y in registers; block z, smem, stream, params, extra on the stack
@@ -108,6 +121,16 @@ def test_launches_named_by_the_handles_made_before(tmp_path, libcuda, fake_libcu
     assert proc.returncode == 0, proc.stderr
     assert summary["lost_total"] == 0
     assert all(c["ret_name"] == "CUDA_SUCCESS" for c in calls)
+    # every call succeeded: every out-parameter is read, as the library wrote it
+    truth = expected_calls(proc.stdout)
+    assert [c["event"] for c in calls] == [t["event"] for t in truth]
+    for call, t in zip(calls, truth):
+        for key in ("dptr", "pctx", "module", "hfunc", "library", "pKernel", "pFunc",
+                    "phStream", "phEvent"):
+            if key in t:
+                assert call["args"][key] == hexed(t[key]), (call, key)
+        if "driverVersion" in t:
+            assert call["args"]["driverVersion"] == t["driverVersion"]
     launches = [c for c in calls if c["category"] == "kernel"]
     assert [(c["event"], c["args"]["f"], c["args"].get("func_name")) for c in launches] == [
         ("cuLaunchKernel", "0xf0000001", VECADD),  # cuModuleGetFunction's handle

@@ -11,6 +11,7 @@ import collections
 
 from ..conftest import build_workload
 from .conftest import expected_calls, trace_jsonl
+from .memstub import build_memstub, stub_env
 
 
 def test_every_call_decoded_as_the_workload_made_it(tmp_path, libcudart):
@@ -35,10 +36,20 @@ def test_every_call_decoded_as_the_workload_made_it(tmp_path, libcudart):
         assert call["process"] == "runtime_calls"
     by_event = {c["event"]: c for c in calls[:10]}
     first = {t["event"]: t for t in truth[:10]}
-    assert by_event["cudaMalloc"]["args"] == {"devPtr": first["cudaMalloc"]["devPtr"],
+
+    def written(event: str, key: str):
+        """An out-parameter is read when the call succeeded; a failed call's is null
+        (here, without a GPU, all of them: test_out_parameters_read_when_... reads them)."""
+        t = first[event]
+        return t[key] if t["ret"] == 0 else None
+
+    assert by_event["cudaMalloc"]["args"] == {"devPtr": written("cudaMalloc", "devPtr"),
                                               "size": 1 << 20}
+    if first["cudaMalloc"]["ret"]:  # not what was left in memory (the workload's 0xdead0000)
+        assert by_event["cudaMalloc"]["details"] == "devPtr=- size=1.0 MiB"
     assert by_event["cudaMalloc"]["category"] == "memory"
-    assert by_event["cudaGetDeviceCount"]["args"] == {"count": first["cudaGetDeviceCount"]["count"]}
+    assert by_event["cudaGetDeviceCount"]["args"] == {
+        "count": written("cudaGetDeviceCount", "count")}
     assert by_event["cudaMemcpy"]["args"] == {"dst": "0x1000", "src": "0x2000", "count": 4096,
                                               "kind": "HostToDevice"}
     assert by_event["cudaMemcpy"]["details"] == (
@@ -52,10 +63,44 @@ def test_every_call_decoded_as_the_workload_made_it(tmp_path, libcudart):
     assert launch["gridDim"] == [4, 2, 1] and launch["blockDim"] == [256, 1, 1]
     # sharedMem and stream are the 7th and 8th argument words: read from the stack
     assert launch["sharedMem"] == 1024 and launch["stream"] == "0x7000"
-    assert by_event["cudaStreamCreate"]["args"] == {"pStream": first["cudaStreamCreate"]["pStream"]}
+    assert by_event["cudaStreamCreate"]["args"] == {
+        "pStream": written("cudaStreamCreate", "pStream")}
     assert by_event["cudaEventElapsedTime"]["args"] == {
-        "ms": first["cudaEventElapsedTime"]["ms"], "start": "0xe1", "end": "0xe2"}
+        "ms": written("cudaEventElapsedTime", "ms"), "start": "0xe1", "end": "0xe2"}
     assert by_event["cudaFree"]["args"] == {"devPtr": "0x8000"}
+
+
+# memory_mix's runtime allocations -> the argument that gets the pointer
+POINTER_ARG = {"cudaMalloc": "devPtr", "cudaMallocManaged": "devPtr", "cudaMallocAsync": "devPtr",
+               "cudaMallocPitch": "devPtr", "cudaHostAlloc": "pHost"}
+
+
+def test_out_parameters_read_when_the_call_succeeded(tmp_path):
+    """On the memstub libraries allocations succeed: each pointer (and the pitch)
+    in the trace is the one the workload got. Its one failing allocation (1 << 50
+    bytes) has devPtr null: a failed call's out-parameters are not read."""
+    stub = build_memstub()
+    exe = build_workload("memory_mix.c", extra=[f"-L{stub}", "-l:libcuda.so.1"])
+    calls, summary, proc = trace_jsonl(tmp_path, "--lib", str(stub), "--api", "runtime",
+                                       "-e", ",".join(POINTER_ARG),
+                                       command=[str(exe), "300"], env=stub_env())
+    assert proc.returncode == 0, proc.stderr
+    assert summary["lost_total"] == 0
+    truth = [t for t in expected_calls(proc.stdout) if t["call"] in POINTER_ARG]
+    done = [c for c in calls if c["ret"] == 0]
+    assert [c["event"] for c in done] == [t["call"] for t in truth]
+    assert len(truth) == 6
+    for call, t in zip(done, truth):
+        name = POINTER_ARG[t["call"]]
+        assert call["args"][name] == hex(int(t["ptr"], 16)), call
+        assert call["details"].startswith(f"{name}={call['args'][name]} "), call
+    pitched = next(c for c in done if c["event"] == "cudaMallocPitch")
+    assert pitched["args"]["pitch"] * 10 == next(
+        t["size"] for t in truth if t["call"] == "cudaMallocPitch")
+    [failed] = [c for c in calls if c["ret"] != 0]
+    assert failed["event"] == "cudaMalloc" and failed["ret_name"] == "cudaErrorMemoryAllocation"
+    assert failed["args"] == {"devPtr": None, "size": 1 << 50}
+    assert failed["details"] == "devPtr=- size=1024.0 TiB"
 
 
 def test_threads_pair_entry_and_exit_correctly(tmp_path, libcudart):

@@ -25,11 +25,13 @@ FUNC_ID = {p.symbol: p.func_id for p in PROBES}
 def call(symbol, start_us, end_us=None, pid=7, tid=8, comm=b"train", ret=0, args=(),
          symbolize=None):
     """A call decoded from a raw event: starting start_us after attach, ending at
-    end_us (None: still running)."""
+    end_us (None: still running); out-parameters read (zero) if it returned 0."""
     a = list(args) + [0] * (event.MAX_SLOTS - len(args))
     dur = 0 if end_us is None else round((end_us - start_us) * 1000)
     raw = event.from_values((T0 + round(start_us * 1000), dur, pid, tid, FUNC_ID[symbol], ret,
                              *a, *[0] * event.MAX_OUTS, *[0] * event.CFG_WORDS, comm, 0, -1))
+    if end_us is None or ret:
+        raw = raw._replace(outs=())
     return decode_event(raw, PROBES, T0, symbolize, in_flight=end_us is None)
 
 
@@ -134,6 +136,10 @@ def test_in_flight_calls_begin_and_never_end():
     b = [e for e in events if e["ph"] == "B"]
     assert len(b) == 1 and "dur" not in b[0] and not [e for e in events if e["ph"] == "E"]
     assert b[0]["args"]["in_flight"] is True and "ret" not in b[0]["args"]
+    running = call("cudaMalloc", 40, args=(0x7FFC0000, 64))
+    b = next(e for e in render([running]) if e["ph"] == "B")
+    assert b["args"]["devPtr"] is None  # not written yet: not read
+    assert b["args"]["details"].startswith("devPtr=- size=64 B")
     report = checked(events)
     assert report.tracks[(7, 8)].in_flight == 1 and report.summary["in_flight"] == 1
     assert "the slices match it" in report.lines()[1]

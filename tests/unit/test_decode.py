@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 
 import pytest
@@ -17,11 +18,12 @@ from cudaprobe.decode import (
 
 
 def raw(fn_name: str, args=(), outs=(), cfg=(), ret=0, func_id=0, comm=b"app"):
+    """An event as the kernel writes it: out-parameters read only when ret is 0."""
     a = list(args) + [0] * (event.MAX_SLOTS - len(args))
     o = list(outs) + [0] * (event.MAX_OUTS - len(outs))
     c = list(cfg) + [0] * (event.CFG_WORDS - len(cfg))
-    data = event.pack_event(event.from_values((2_000_000, 1500, 42, 43, func_id, ret, *a, *o, *c,
-                                                 comm, 0, -1)))
+    r = event.from_values((2_000_000, 1500, 42, 43, func_id, ret, *a, *o, *c, comm, 0, -1))
+    data = event.pack_event(r if ret == 0 else r._replace(outs=()))
     return event.unpack_event(data), [Probe(0, fn_name, catalogue.BY_NAME[fn_name])]
 
 
@@ -87,6 +89,30 @@ def test_out_parameters():
     c = decode_event(r, probes, 0)
     assert c.args == {"free": 3 << 30, "total": 80 << 30}
     assert c.details == "free=3.0 GiB total=80.0 GiB"
+
+
+def test_out_parameters_of_failed_calls_were_not_read():
+    """As strace leaves a failed syscall's out-parameters undecoded: null, `-`."""
+    r, probes = raw("cudaMalloc", args=(0x7FFC0000, 64), outs=(0x677F9A5F,), ret=35)
+    assert r.outs == ()
+    c = decode_event(r, probes, 0)
+    assert c.args == {"devPtr": None, "size": 64}
+    assert c.details == "devPtr=- size=64 B"
+    assert json.dumps(c.to_dict()["args"]) == '{"devPtr": null, "size": 64}'
+    r, probes = raw("cudaMemGetInfo", args=(1, 2), outs=(3, 4), ret=35)
+    c = decode_event(r, probes, 0)
+    assert c.args == {"free": None, "total": None} and c.details == "free=- total=-"
+    r, probes = raw("cudaEventElapsedTime", args=(0x7FFC0000, 0xE1, 0xE2), ret=600)
+    c = decode_event(r, probes, 0)
+    assert c.args == {"ms": None, "start": "0xe1", "end": "0xe2"}
+    assert c.details == "ms=- start=0xe1 end=0xe2"
+
+
+def test_in_flight_calls_out_parameters_were_not_read():
+    r, probes = raw("cudaStreamCreate", args=(0x7FFC0000,), outs=(0x5000,))
+    c = decode_event(r._replace(outs=()), probes, 0, in_flight=True)  # as Tracer.in_flight
+    assert c.args == {"pStream": None}
+    assert c.details == "pStream=- (still running when the trace ended)"
 
 
 def test_signed_and_flag_arguments():

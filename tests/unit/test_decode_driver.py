@@ -12,11 +12,12 @@ GARBAGE = 0xDEAD_BEEF_0000_0000  # upper half of a stack word holding an unsigne
 
 
 def raw(symbol: str, args=(), outs=(), cfg=(), ret=0):
+    """An event as the kernel writes it: out-parameters read only when ret is 0."""
     a = list(args) + [0] * (event.MAX_SLOTS - len(args))
     o = list(outs) + [0] * (event.MAX_OUTS - len(outs))
     c = list(cfg) + [0] * (event.CFG_WORDS - len(cfg))
-    data = event.pack_event(event.from_values((5_000, 700, 42, 43, 0, ret, *a, *o, *c, b"drv", 0,
-                                               -1)))
+    r = event.from_values((5_000, 700, 42, 43, 0, ret, *a, *o, *c, b"drv", 0, -1))
+    data = event.pack_event(r if ret == 0 else r._replace(outs=()))
     fn = next(f for f in catalogue.FUNCTIONS if symbol in f.symbols)
     return event.unpack_event(data), [Probe(0, symbol, fn)]
 
@@ -26,8 +27,8 @@ def test_versioned_symbol_is_the_event_and_results_are_curesult_names():
     c = decode_event(r, probes, 0)
     assert c.event == "cuMemAlloc_v2" and c.api == "driver" and c.category == "memory"
     assert c.ret_name == "CUDA_ERROR_NOT_INITIALIZED"
-    assert c.args == {"dptr": "0x7f0000200000", "bytesize": 1 << 20}
-    assert c.details == "dptr=0x7f0000200000 bytesize=1.0 MiB"
+    assert c.args == {"dptr": None, "bytesize": 1 << 20}  # failed: dptr not read
+    assert c.details == "dptr=- bytesize=1.0 MiB"
     r, probes = raw("cuInit", args=(0,), ret=100)
     assert decode_event(r, probes, 0).ret_name == "CUDA_ERROR_NO_DEVICE"
     r, probes = raw("cuInit", args=(0,), ret=0)
@@ -104,11 +105,23 @@ def test_unknown_and_failed_handles_say_why():
     handles = KernelHandles()
     r, probes = raw("cuModuleGetFunction", args=(0x7FFC0000, 0x30D0, 0x5000), outs=(0xF002,),
                     cfg=cstring_words(b"vecAdd"), ret=3)
-    assert decode_event(r, probes, 0, handles=handles).ret_name == "CUDA_ERROR_NOT_INITIALIZED"
+    c = decode_event(r, probes, 0, handles=handles)
+    assert c.ret_name == "CUDA_ERROR_NOT_INITIALIZED" and c.args["hfunc"] is None
+    assert c.details.startswith("hfunc=- hmod=0x30d0")
     r, probes = raw("cuLaunchKernelEx", args=(0x9000, 0xF002, 0, 0))
     c = decode_event(r, probes, 0, handles=handles)
     assert "func_name" not in c.args
     assert "f=0xf002 (name unknown: not made by a traced call" in c.details
+
+
+def test_handles_not_read_are_not_learned():
+    """A call that succeeded with its out-parameters unread (not something the
+    kernel writes today) names no handle, and raises nothing."""
+    handles = KernelHandles()
+    fn = catalogue.BY_NAME["cuModuleGetFunction"]
+    handles.learn(fn, 42, {"hfunc": None, "hmod": "0x30d0", "name": "vecAdd"})
+    handles.learn(fn, 42, {"hfunc": "0x0", "hmod": "0x30d0", "name": "vecAdd"})
+    assert handles._names == {}
 
 
 def test_kernel_handles_pass_their_name_to_functions():
@@ -145,6 +158,12 @@ def test_out_parameters_of_driver_types():
         "ElementSizeBytes": 4}
     r, probes = raw("cuDriverGetVersion", args=(0x7FFC0000,), outs=(12020,))
     assert decode_event(r, probes, 0).details == "driverVersion=12020"
+    r, probes = raw("cuMemAllocPitch_v2", args=(0x7FFC0000, 0x7FFC0008, 1000, 10, 4),
+                    outs=(0x7F0000400000, 1024), ret=2)
+    c = decode_event(r, probes, 0)
+    assert c.args == {"dptr": None, "pPitch": None, "WidthInBytes": 1000, "Height": 10,
+                      "ElementSizeBytes": 4}
+    assert c.details.startswith("dptr=- pPitch=- WidthInBytes=1000 B")
 
 
 def test_runtime_launch_of_a_kernel_handle_named_by_cu_library_get_kernel():

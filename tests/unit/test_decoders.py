@@ -17,6 +17,7 @@ from cudaprobe.event import (
     MAX_OUTS,
     MAX_SLOTS,
     MAX_WORDS,
+    R_WORDS,
     RECORD_STRUCTS,
     from_record,
 )
@@ -38,15 +39,18 @@ def dumps(call: Call) -> str:
 
 
 def record(func_id: int, words: list[int], ret: int = 35, comm: bytes = b"tr\xc3\xa4in\"x",
-           short: bool = True) -> tuple:
+           short: bool = True, read: bool | None = None) -> tuple:
     """A record as the ring buffer reader unpacks it: the probe's words only
     (short), or the whole event, as the kernel writes it for probes that copy
-    at entry."""
+    at entry. Out-parameters `read` (by default: when ret is 0, as the kernel
+    does), or not: nouts 0, and a short record ends before them."""
     if 0 <= func_id < len(PROBES):
         fn = PROBES[func_id].function
         nargs, nouts = fn.words, len(fn.out_index)
     else:
         nargs, nouts = MAX_SLOTS, MAX_OUTS
+    if not (ret == 0 if read is None else read):
+        nouts = 0
     n = nargs + nouts if short else MAX_WORDS + CFG_WORDS
     layout = RECORD_STRUCTS[n]
     values = (5_000_123, 41_200, 7, 8, func_id, nargs, nouts, ret, comm, 0, -1,
@@ -64,20 +68,44 @@ def test_every_probe_decodes_as_decode_event_does():
     for probe in PROBES:
         for words in ([0], [1, 2, 3], SPECIAL, [4 << 20, 1]):
             for short in (True, False):
-                fast, slow = both_ways(record(probe.func_id, list(words), short=short))
-                assert fast.to_dict() == slow.to_dict(), probe.symbol
-                assert json_line(fast) == dumps(slow), probe.symbol
+                for ret in (0, 35):
+                    rec = record(probe.func_id, list(words), ret=ret, short=short)
+                    fast, slow = both_ways(rec)
+                    assert fast.to_dict() == slow.to_dict(), probe.symbol
+                    assert json_line(fast) == dumps(slow), probe.symbol
 
 
 @given(st.sampled_from(PROBES), st.lists(U64, min_size=1, max_size=8),
-       st.integers(-(1 << 31), (1 << 31) - 1))
+       st.integers(-(1 << 31), (1 << 31) - 1), st.booleans(), st.booleans())
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
-def test_arbitrary_words_decode_as_decode_event_does(probe, words, ret):
-    fast, slow = both_ways(record(probe.func_id, words, ret=ret))
+def test_arbitrary_words_decode_as_decode_event_does(probe, words, ret, short, read):
+    fast, slow = both_ways(record(probe.func_id, words, ret=ret, short=short, read=read))
     assert fast.to_dict() == slow.to_dict()
     line = json_line(fast)
     assert line == dumps(slow)
     json.loads(line)
+
+
+def test_out_parameters_not_read_are_null_and_dash_every_way():
+    """nouts 0 (a failed call): the short record has no out words to index."""
+    for probe in PROBES:
+        fn = probe.function
+        if not fn.out_index:
+            continue
+        for short in (True, False):
+            rec = record(probe.func_id, SPECIAL, ret=35, short=short)
+            if short:
+                assert len(rec) == R_WORDS + fn.words
+            fast, slow = both_ways(rec)
+            for call in (fast, slow):
+                for name in fn.out_index:
+                    assert call.args[name] is None, (probe.symbol, name)
+                    assert f"{name}=-" in call.details.split(), (probe.symbol, name)
+            assert fast.to_dict() == slow.to_dict(), probe.symbol
+            assert json_line(fast) == dumps(slow), probe.symbol
+            if ProbeDecoder(probe).simple:
+                args, _details = ProbeDecoder(probe).json_details(rec)
+                assert all(json.loads(args)[name] is None for name in fn.out_index)
 
 
 def test_cudamalloc_is_decoded_lazily_from_its_record():
@@ -87,8 +115,13 @@ def test_cudamalloc_is_decoded_lazily_from_its_record():
     assert call._args is None and call._details is None  # nothing decoded yet
     assert call.event == "cudaMalloc" and call.ret_name == "cudaErrorInsufficientDriver"
     assert call.time_ms == 4.0 and call.process == 'träin"x'
-    assert call.details == "devPtr=0x10 size=64 B"
+    assert call.details == "devPtr=- size=64 B"  # failed: devPtr not read
+    assert call.args == {"devPtr": None, "size": 64}
+    call = RecordDecoder(PROBES, T0).calls([record(malloc.func_id, [0x10, 64], ret=0)])[0]
+    assert call.ret_name == "cudaSuccess"
+    assert call.details == "devPtr=0x10 size=64 B"  # the words: size, then devPtr
     assert call.args == {"devPtr": "0x10", "size": 64}
+    assert json.loads(json_line(call))["args"] == {"devPtr": "0x10", "size": 64}
 
 
 def test_assigned_args_and_details_are_what_jsonl_writes():
@@ -124,7 +157,7 @@ def test_jsonl_reporter_writes_the_same_lines_as_before(tmp_path):
 
 def test_jsonl_from_records_is_what_the_reporter_writes_of_calls():
     recs = [record(p.func_id, words, ret=ret) for p in PROBES
-            for words, ret in ((SPECIAL, 35), ([1, 2, 3], 0), ([0], 2))]
+            for words, ret in ((SPECIAL, 35), ([1, 2, 3], 0), ([0], 2), (SPECIAL, 0))]
     recs.append(record(len(PROBES), [1]))  # unknown probe: counted, not written
     by_calls, by_records = Summary(), Summary()
     calls_decoder = RecordDecoder(PROBES, T0, handles=KernelHandles())
@@ -141,10 +174,12 @@ def test_jsonl_from_records_is_what_the_reporter_writes_of_calls():
 
 
 @given(st.lists(st.tuples(st.sampled_from(PROBES), st.lists(U64, min_size=1, max_size=8),
-                          st.integers(-(1 << 31), (1 << 31) - 1)), max_size=20))
+                          st.integers(-(1 << 31), (1 << 31) - 1), st.booleans(),
+                          st.booleans()), max_size=20))
 @settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
 def test_arbitrary_records_write_the_same_jsonl_both_ways(batch):
-    recs = [record(p.func_id, words, ret=ret) for p, words, ret in batch]
+    recs = [record(p.func_id, words, ret=ret, short=short, read=read)
+            for p, words, ret, short, read in batch]
     calls = RecordDecoder(PROBES, T0, handles=KernelHandles()).calls(recs)
     summary = Summary()
     text = RecordDecoder(PROBES, T0, handles=KernelHandles()).jsonl(recs, summary)
@@ -154,7 +189,7 @@ def test_arbitrary_records_write_the_same_jsonl_both_ways(batch):
 
 def test_csv_from_records_is_what_the_reporter_writes_of_calls():
     recs = [record(p.func_id, words, ret=ret) for p in PROBES
-            for words, ret in ((SPECIAL, 35), ([1, 2, 3], 0), ([0], 2))]
+            for words, ret in ((SPECIAL, 35), ([1, 2, 3], 0), ([0], 2), (SPECIAL, 0))]
     by_calls, by_records = Summary(), Summary()
     calls = RecordDecoder(PROBES, T0, handles=KernelHandles()).calls(recs)
     by_calls.add(calls)

@@ -86,3 +86,29 @@ def test_a_record_decodes_its_outs_after_its_argument_words():
     assert raw.args == (0x10, 64) + (0,) * (event.MAX_SLOTS - 2)
     assert raw.outs == (0xABC, 0, 0, 0)
     assert raw.cfg == event.NO_CFG and raw.func_id == 9 and raw.ret == 35
+
+
+def test_a_failed_calls_record_has_no_out_words():
+    """nouts 0: the kernel read none (the call failed); the record ends after its
+    argument words, and the event has no outs at all, not zeros."""
+    n = 2
+    rec = event.RECORD_STRUCTS[n].unpack(event.RECORD_STRUCTS[n].pack(
+        5, 6, 7, 8, 9, 2, 0, 35, b"x", 0, -1, 0x10, 64))
+    raw = event.from_record(rec)
+    assert raw.args == (0x10, 64) + (0,) * (event.MAX_SLOTS - 2)
+    assert raw.outs == () and raw.ret == 35
+    # a whole record keeps the out words, unread: nouts 0 says so
+    whole = list(event.EVENT_STRUCT.unpack(event.pack_event(raw._replace(outs=(0xABC,)))))
+    assert event.from_record(tuple(whole)).outs == (0xABC, 0, 0, 0)
+    whole[event.R_NOUTS] = 0
+    assert event.from_record(tuple(whole)).outs == ()
+
+
+def test_packed_events_say_whether_their_outs_were_read():
+    raw = event.RawEvent(1, 2, 3, 4, 5, 0, (7,) * event.MAX_SLOTS, (0xABC,), event.NO_CFG, "x")
+    data = event.pack_event(raw)
+    assert data[event.FIELD_OFFSETS["nouts"]] == event.MAX_OUTS
+    assert event.unpack_event(data).outs == (0xABC, 0, 0, 0)
+    data = event.pack_event(raw._replace(ret=35, outs=()))
+    assert data[event.FIELD_OFFSETS["nouts"]] == 0
+    assert event.unpack_event(data).outs == ()

@@ -76,7 +76,9 @@ def raw_events(draw):
         func_id=draw(st.one_of(st.integers(0, len(PROBES) - 1), U32)),
         ret=draw(S32),
         args=tuple(draw(st.lists(U64, min_size=MAX_SLOTS, max_size=MAX_SLOTS))),
-        outs=tuple(draw(st.lists(U64, min_size=MAX_OUTS, max_size=MAX_OUTS))),
+        # none: not read (a failed call's, or one still running)
+        outs=tuple(draw(st.one_of(st.just([]),
+                                  st.lists(U64, min_size=MAX_OUTS, max_size=MAX_OUTS)))),
         cfg=tuple(draw(st.lists(U64, min_size=CFG_WORDS, max_size=CFG_WORDS))),
         comm=draw(st.text(max_size=COMM_LEN)),
         **{f: draw(U64 if i == 0 else S64) for i, f in
@@ -100,5 +102,6 @@ def test_every_probe_with_each_extreme_value_in_every_word():
     argument, out-parameter and config word set to each SPECIAL pattern."""
     for value in SPECIAL:
         for probe in PROBES:
-            decode_all_ways(RawEvent(1, 2, 3, 4, probe.func_id, -1, (value,) * MAX_SLOTS,
-                                     (value,) * MAX_OUTS, (value,) * CFG_WORDS, "x"))
+            for outs in ((value,) * MAX_OUTS, ()):
+                decode_all_ways(RawEvent(1, 2, 3, 4, probe.func_id, -1, (value,) * MAX_SLOTS,
+                                         outs, (value,) * CFG_WORDS, "x"))

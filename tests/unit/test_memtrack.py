@@ -91,6 +91,17 @@ def test_failed_calls_allocate_and_free_nothing():
     assert [a.ptr for a in p.ended] == [0xA000]
 
 
+def test_failed_allocations_out_parameters_not_read():
+    """A failed call's out-parameters are None (not read): the pointer, and
+    cudaMallocPitch's pitch, which its size is counted from."""
+    acct = run([call("cudaMalloc", 100, ret=2, devPtr=None, size=4096),
+                call("cudaMallocPitch", 200, ret=2, devPtr=None, pitch=None, width=100,
+                     height=8)])
+    p = acct.processes[PID]
+    assert p.counts["failed_allocations"] == 2 and p.counts["bytes_failed"] == 4096
+    assert p.counts["allocations"] == 0 and p.ended == []
+
+
 def test_driver_call_inside_runtime_call_counts_once():
     # cudaMalloc [100, 200] on TID serves itself with cuMemAlloc_v2 [150, 170]:
     # the driver call returns (and arrives) first

@@ -110,6 +110,15 @@ def test_allocation_and_launch_attributes():
     assert "cuda.arg.func_name" not in k
 
 
+def test_out_parameters_not_read_are_left_out():
+    """A failed call's out-parameters are None: no attribute, not an empty value."""
+    m = span_attributes(call("cudaMalloc", ret=2, ret_name="cudaErrorMemoryAllocation",
+                             devPtr=None, size=64))
+    assert "cuda.arg.dev_ptr" not in m and m["cuda.arg.size"] == 64
+    assert m["cuda.memory.bytes"] == 64 and m["error.type"] == "cudaErrorMemoryAllocation"
+    assert None not in m.values()
+
+
 def test_not_ready_is_no_error_and_in_flight_has_no_result():
     q = span_attributes(call("cudaStreamQuery", ret=600, ret_name="cudaErrorNotReady"))
     assert q["cuda.result.code"] == 600 and "error.type" not in q

@@ -82,6 +82,40 @@ def test_table_rows_and_summary_escape_markup():
     assert "2 calls in" in text and "0 lost" in text
 
 
+def failed_malloc():
+    """cudaMalloc that returned 2: the kernel did not read devPtr (nouts 0)."""
+    probes = [Probe(0, "cudaMalloc", catalogue.BY_NAME["cudaMalloc"])]
+    a = [0x7FFC0000, 64] + [0] * (event.MAX_SLOTS - 2)
+    raw = event.from_values((5_000_000, 41_200, 7, 8, 0, 2, *a, *[0x677F9A5F] * event.MAX_OUTS,
+                             *[0] * event.CFG_WORDS, b"train", 0, -1))
+    return decode_event(event.unpack_event(event.pack_event(raw._replace(outs=()))), probes, 0)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "chrome", "table"])
+def test_out_parameters_not_read_are_null_or_dash_in_every_format(fmt):
+    buf = io.StringIO()
+    r = TableReporter(buf, console=make_console(buf)) if fmt == "table" else REPORTERS[fmt](buf)
+    c = failed_malloc()
+    r.start()
+    r.calls([c])
+    r.finish(summary_for([c]))
+    text = buf.getvalue()
+    assert "677f9a5f" not in text.lower()
+    if fmt == "jsonl":
+        line = json.loads(text.splitlines()[0])
+        assert line["args"] == {"devPtr": None, "size": 64}
+        assert line["details"] == "devPtr=- size=64 B"
+    elif fmt == "csv":
+        row = list(csv.reader(io.StringIO(text)))[1]
+        assert row[JSONL_KEYS.index("args")] == '{"devPtr":null,"size":64}'
+        assert row[JSONL_KEYS.index("details")] == "devPtr=- size=64 B"
+    elif fmt == "chrome":
+        x = next(e for e in json.loads(text) if e["ph"] == "X")
+        assert x["args"]["devPtr"] is None and x["args"]["details"] == "devPtr=- size=64 B"
+    else:
+        assert "devPtr=- size=64 B" in text
+
+
 def test_format_choice():
     assert choose_format(None, None) == "table"
     assert choose_format(None, "out.jsonl") == "jsonl"
