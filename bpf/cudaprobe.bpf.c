@@ -9,14 +9,22 @@
  * on a timer and is only woken early every CP_WAKEUP_EVERY events per CPU.
  *
  * Cost per call is what this file is shaped by (BENCHMARKS.md). A hash
- * update plus delete per call cost ~0.5 us (bucket lock, free list), so a
- * (tid, probe) entry is made once and then reused: entry fills it in place,
- * exit sets its ts_ns to 0. Entries of threads gone are removed by the
- * loader's sweep (cudaprobe/sweep.py). Entry writes only what the probe
- * uses (no memset of the whole record); exit completes the entry in place
- * (duration, return code, out-parameters after the argument words) and
- * copies into the ring only the bytes the probe has (cp_probe_cfg.size),
+ * update plus delete per call cost ~0.5 us (bucket lock, free list), and even
+ * a lookup ~40 ns, so pairing entries are made once and reused: entry fills
+ * one in place, exit sets its ts_ns to 0. A thread owns one of
+ * CP_PAIR_THREADS slots (its tid modulo), claimed at its first call with a
+ * compare-and-swap in `owners`; its entries are then at fixed places in the
+ * array `owned` (slot * CP_PAIR_PROBES + probe id), found without a hash
+ * lookup, and the pid filter is not looked up again for it. A thread whose
+ * slot another thread holds uses the `inflight` hash, keyed by (tid, probe
+ * id), as every thread once did. Slots and entries of threads gone are
+ * freed by the loader's sweep (cudaprobe/sweep.py). Entry writes only what
+ * the probe uses (no memset of the whole record); exit completes the entry
+ * in place (duration, return code, out-parameters after the argument words)
+ * and copies into the ring only the bytes the probe has (cp_probe_cfg.size),
  * with bpf_ringbuf_output, which takes a size known only at run time.
+ * Out-parameters are read only when the call returned 0: a failed call does
+ * not set them (its record has nouts = 0 and no out words).
  *
  * What each probe captures comes from the `probes` map (struct
  * cp_probe_cfg), filled by the loader from the catalogue. Two ways to attach:
@@ -29,7 +37,9 @@
  * Settings come in as -D cflags (see cudaprobe/bpfprog.py):
  *   CP_PROBES        per-probe programs for the perf-event fallback
  *   CP_RINGBUF_PAGES ring buffer size in pages
- *   CP_MAX_INFLIGHT  capacity of the entry/exit pairing map
+ *   CP_MAX_INFLIGHT  capacity of the `inflight` pairing hash
+ *   CP_PAIR_THREADS  thread slots of `owners` (a power of 2)
+ *   CP_PAIR_PROBES   probes (ids 0..n-1): each slot's entries in `owned`
  *   CP_WAKEUP_EVERY  force a reader wakeup every N events per CPU
  *   CP_FILTER_PID    only trace processes in `targets` (and their children)
  *   CP_FILTER_COMM   with CP_FILTER_PID: a process that execs under the name
@@ -59,6 +69,12 @@
 #ifndef CP_MAX_STACKS
 #define CP_MAX_STACKS 16384
 #endif
+#ifndef CP_PAIR_THREADS
+#define CP_PAIR_THREADS 64
+#endif
+#ifndef CP_PAIR_PROBES
+#define CP_PAIR_PROBES 1
+#endif
 
 #ifdef CP_STATS
 BPF_PERCPU_ARRAY(stats, struct cp_stat, CP_STATS_PROBES);
@@ -71,21 +87,20 @@ BPF_STACK_TRACE(stacks, CP_MAX_STACKS);
 #endif
 BPF_ARRAY(probes, struct cp_probe_cfg, CP_MAX_PROBES);
 #ifdef CP_STATS
-BPF_HASH(inflight, u64, struct cp_stamp, CP_MAX_INFLIGHT);
+#define cp_entry_t struct cp_stamp
 #else
-BPF_HASH(inflight, u64, struct cp_event, CP_MAX_INFLIGHT);
+#define cp_entry_t struct cp_event
 #endif
+BPF_HASH(inflight, u64, cp_entry_t, CP_MAX_INFLIGHT);
+BPF_ARRAY(owners, struct cp_owner, CP_PAIR_THREADS);
+BPF_ARRAY(owned, cp_entry_t, CP_PAIR_THREADS * CP_PAIR_PROBES);
 BPF_PERCPU_ARRAY(counters, u64, CP_NR_COUNTERS);
 BPF_PERCPU_ARRAY(submitted, u64, 1);
 /* processes that have had an event: the first one wakes the reader at once, so
  * that it reads /proc/PID/maps (kernel names) while the process still runs */
 BPF_TABLE("lru_hash", u32, u8, seen_procs, 16384);
 /* all zero, never written: the initial value of a new `inflight` entry */
-#ifdef CP_STATS
-BPF_PERCPU_ARRAY(zeroed, struct cp_stamp, 1);
-#else
-BPF_PERCPU_ARRAY(zeroed, struct cp_event, 1);
-#endif
+BPF_PERCPU_ARRAY(zeroed, cp_entry_t, 1);
 
 #ifdef CP_FILTER_PID
 BPF_HASH(targets, u32, u8, 65536);
@@ -148,13 +163,13 @@ static __always_inline u64 pairing_key(u64 pid_tgid, u32 probe_id)
 }
 
 /* The `inflight` entry of this thread and probe, made on its first call. */
-static __always_inline void *pairing_entry(u64 key)
+static __always_inline cp_entry_t *hashed_entry(u64 key)
 {
-	void *e = inflight.lookup(&key);
+	cp_entry_t *e = inflight.lookup(&key);
 	if (e)
 		return e;
 	int zero = 0;
-	void *init = zeroed.lookup(&zero);
+	cp_entry_t *init = zeroed.lookup(&zero);
 	if (!init)
 		return 0;
 	inflight.insert(&key, init);
@@ -164,16 +179,71 @@ static __always_inline void *pairing_entry(u64 key)
 	return e;
 }
 
+static __always_inline u32 owner_slot(u64 pid_tgid)
+{
+	return (u32)pid_tgid & (CP_PAIR_THREADS - 1);
+}
+
+/* This probe's entry in the slot's part of `owned`, or 0 */
+static __always_inline cp_entry_t *owned_entry(u32 slot, u32 probe_id)
+{
+	if (probe_id >= CP_PAIR_PROBES)
+		return 0;
+	u32 idx = slot * CP_PAIR_PROBES + probe_id;
+	return owned.lookup(&idx);
+}
+
+/* Entry side: the entry this call fills, the thread's own or a hashed one.
+ * *first is set on the call that claims a slot: its event wakes the reader.
+ * A thread met here for the first time passes the pid filter first. */
+static __always_inline cp_entry_t *pairing_entry(u64 pid_tgid, u32 probe_id, int *first)
+{
+	u32 slot = owner_slot(pid_tgid);
+	struct cp_owner *o = owners.lookup(&slot);
+	if (!o)
+		return 0;
+	if (o->pid_tgid == pid_tgid)
+		return owned_entry(slot, probe_id);
+#ifdef CP_FILTER_PID
+	u32 tgid = pid_tgid >> 32;
+	if (!targets.lookup(&tgid))
+		return 0;
+#endif
+	if (o->pid_tgid == 0 && probe_id < CP_PAIR_PROBES &&
+	    __sync_val_compare_and_swap(&o->pid_tgid, 0, pid_tgid) == 0) {
+		*first = 1;
+		return owned_entry(slot, probe_id);
+	}
+	return hashed_entry(pairing_key(pid_tgid, probe_id));
+}
+
+/* Exit side: the entry of the call returning, or 0 (filtered out, or entered
+ * before the probes were attached). A thread may have a call in the hash
+ * from before it owned a slot. */
+static __always_inline cp_entry_t *paired_entry(u64 pid_tgid, u32 probe_id,
+						 struct cp_owner **mine)
+{
+	u32 slot = owner_slot(pid_tgid);
+	struct cp_owner *o = owners.lookup(&slot);
+	if (o && o->pid_tgid == pid_tgid) {
+		cp_entry_t *e = owned_entry(slot, probe_id);
+		if (e && e->ts_ns) {
+			*mine = o;
+			return e;
+		}
+	}
+	u64 key = pairing_key(pid_tgid, probe_id);
+	cp_entry_t *e = inflight.lookup(&key);
+	return e && e->ts_ns ? e : 0;
+}
+
 static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
 {
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	u32 tgid = pid_tgid >> 32;
-#ifdef CP_FILTER_PID
-	if (!targets.lookup(&tgid))
-		return 0;
-#endif
+	int first = 0;
 #ifdef CP_STATS	/* aggregates need only the entry time */
-	struct cp_stamp *s = pairing_entry(pairing_key(pid_tgid, probe_id));
+	struct cp_stamp *s = pairing_entry(pid_tgid, probe_id, &first);
 	if (!s)
 		return 0;
 	s->pid = tgid;
@@ -184,9 +254,10 @@ static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
 	struct cp_probe_cfg *cfg = probes.lookup(&idx);
 	if (!cfg)
 		return 0;
-	struct cp_event *e = pairing_entry(pairing_key(pid_tgid, probe_id));
+	struct cp_event *e = pairing_entry(pid_tgid, probe_id, &first);
 	if (!e)
 		return 0;
+	e->duration_ns = first;	/* until exit: 1 on a thread's first call */
 	e->pid = tgid;
 	e->tid = (u32)pid_tgid;
 	e->func_id = probe_id;
@@ -264,6 +335,18 @@ static __always_inline void aggregate(u32 probe_id, u64 ns, s32 ret)
 	}
 	if (ret == 0)
 		return;
+	/* the first CP_ERR_SLOTS codes in the probe's own record, claimed with a
+	 * compare-and-swap; any more in the `stat_errors` hash */
+#pragma unroll
+	for (int i = 0; i < CP_ERR_SLOTS; i++) {
+		s64 code = s->err_ret[i];
+		if (code == 0)
+			code = __sync_val_compare_and_swap(&s->err_ret[i], 0, ret) ?: ret;
+		if (code == ret) {
+			__sync_fetch_and_add(&s->err_count[i], 1);
+			return;
+		}
+	}
 	struct cp_error_key ekey = {.probe_id = probe_id, .ret = ret};
 	u64 zero = 0;
 	u64 *n = stat_errors.lookup_or_try_init(&ekey, &zero);
@@ -273,10 +356,16 @@ static __always_inline void aggregate(u32 probe_id, u64 ns, s32 ret)
 		__sync_fetch_and_add(&s->errors_unkeyed, 1);
 }
 #else
-static __always_inline u64 wakeup_flag(u32 tgid)
+/* A process's first event wakes the reader at once: a thread's first call
+ * (first), or for threads without a slot their process's first event. */
+static __always_inline u64 wakeup_flag(u32 tgid, int first, int owner)
 {
 	u8 one = 1;
-	if (!seen_procs.lookup(&tgid)) {
+	if (first) {
+		count(CP_WAKEUPS);
+		return BPF_RB_FORCE_WAKEUP;
+	}
+	if (!owner && !seen_procs.lookup(&tgid)) {
 		seen_procs.update(&tgid, &one);
 		count(CP_WAKEUPS);
 		return BPF_RB_FORCE_WAKEUP;
@@ -310,29 +399,33 @@ static __always_inline void read_outs(struct cp_event *e, u32 out8, u32 out4, u3
 /* Complete the call in its pairing entry, then copy its first cfg->size
  * bytes into the ring. */
 static __always_inline void submit(struct cp_event *e, struct cp_probe_cfg *cfg, u64 now,
-				   s32 ret)
+				   s32 ret, int owner)
 {
+	int first = e->duration_ns == 1;
 	e->duration_ns = now - e->ts_ns;
 	e->ret = ret;
-	if (cfg->out8 | cfg->out4)
-		read_outs(e, cfg->out8, cfg->out4, e->nargs);
-	u32 size = cfg->size;
+	u64 size = cfg->size;
+	if (ret == 0) {
+		if (cfg->out8 | cfg->out4)
+			read_outs(e, cfg->out8, cfg->out4, e->nargs);
+	} else if (e->nouts) {	/* not set by a failed call: not read, not sent */
+		e->nouts = 0;
+		if (size < sizeof(struct cp_event))
+			size -= 8 * cfg->nouts;
+	}
 	if (size > sizeof(struct cp_event))
 		size = sizeof(struct cp_event);
-	if (events.ringbuf_output(e, size, wakeup_flag(e->pid)) < 0)
+	asm volatile("" : "+r"(size));	/* the bounded register is the one passed on */
+	if (events.ringbuf_output(e, size, wakeup_flag(e->pid, first, owner)) < 0)
 		count(CP_LOST_RINGBUF);
 }
 #endif	/* CP_STATS */
 
 static __always_inline int cp_exit(struct pt_regs *ctx, u32 probe_id)
 {
-	u64 key = pairing_key(bpf_get_current_pid_tgid(), probe_id);
-#ifdef CP_STATS
-	struct cp_stamp *entry = inflight.lookup(&key);
-#else
-	struct cp_event *entry = inflight.lookup(&key);
-#endif
-	if (!entry || !entry->ts_ns)
+	struct cp_owner *owner = 0;
+	cp_entry_t *entry = paired_entry(bpf_get_current_pid_tgid(), probe_id, &owner);
+	if (!entry)
 		return 0;	/* filtered out, or entered before we attached */
 	u64 now = bpf_ktime_get_ns();
 	s32 ret = (s32)PT_REGS_RC(ctx);
@@ -348,7 +441,7 @@ static __always_inline int cp_exit(struct pt_regs *ctx, u32 probe_id)
 	int idx = probe_id;
 	struct cp_probe_cfg *cfg = probes.lookup(&idx);
 	if (cfg)
-		submit(entry, cfg, now, ret);
+		submit(entry, cfg, now, ret, owner != 0);
 #endif	/* CP_STATS */
 	entry->ts_ns = 0;	/* done: the entry waits for this thread's next call */
 	return 0;

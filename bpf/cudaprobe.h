@@ -59,6 +59,11 @@ struct cp_event {
 #define CP_EVENT_HEAD __builtin_offsetof(struct cp_event, words)
 #define CP_EVENT_SIZE(nwords) (CP_EVENT_HEAD + 8 * (nwords))
 
+/* A thread's pairing slot (map `owners`): which thread holds it, 0 when free */
+struct cp_owner {
+	__u64 pid_tgid;
+};
+
 /* CP_STATS: what entry keeps in `inflight` (ts_ns == 0: not in that call) */
 struct cp_stamp {
 	__u64 ts_ns;
@@ -71,6 +76,7 @@ struct cp_stamp {
  * the last slot everything longer) and hist_ns[k] sums their durations, so
  * that percentiles can be placed around each slot's mean. */
 #define CP_HIST_SLOTS 48
+#define CP_ERR_SLOTS 4  /* return codes counted in struct cp_stat, per CPU */
 
 struct cp_stat {
 	__u64 count;
@@ -80,9 +86,12 @@ struct cp_stat {
 	__u64 errors_unkeyed;  /* failed calls not counted in `stat_errors` (map full) */
 	__u64 hist[CP_HIST_SLOTS];
 	__u64 hist_ns[CP_HIST_SLOTS];
+	__s64 err_ret[CP_ERR_SLOTS];    /* the first non-zero return codes met, 0: free */
+	__u64 err_count[CP_ERR_SLOTS];  /* calls that returned err_ret[i] */
 };
 
-/* key of the per-CPU `stat_errors` map: calls per (probe, non-zero return code) */
+/* key of the per-CPU `stat_errors` map: calls per (probe, non-zero return code)
+ * for codes past the CP_ERR_SLOTS that struct cp_stat holds */
 struct cp_error_key {
 	__u32 probe_id;
 	__s32 ret;

@@ -56,11 +56,34 @@ def probe_config(probe: Probe) -> tuple[int, ...]:
             fn.words, len(fn.out_index), event.record_size(fn))
 
 
+PAIR_BYTES = 8 << 20  # at most, for the per-thread pairing entries (`owned`)
+PAIR_THREADS = 64  # thread slots at most (their tid modulo): a power of 2
+STAMP_SIZE = 16  # struct cp_stamp, what `stats` keeps per call
+
+
+def pair_threads(nprobes: int, entry_size: int) -> int:
+    """Thread slots of the pairing array: PAIR_THREADS, or fewer (a power of 2,
+    at least 1) where its entries, one per slot and probe, would pass PAIR_BYTES.
+    CUDAPROBE_PAIR_THREADS=N (a power of 2, at most PAIR_THREADS) makes it N: with
+    1, every thread but one pairs through the hash (tests use it)."""
+    forced = os.environ.get("CUDAPROBE_PAIR_THREADS", "")
+    if forced.isdigit() and 0 < int(forced) <= PAIR_THREADS and not int(forced) & (int(forced) - 1):
+        return int(forced)
+    n = PAIR_THREADS
+    while n > 1 and n * nprobes * entry_size > PAIR_BYTES:
+        n //= 2
+    return n
+
+
 def defines(probes: list[Probe], settings: Settings) -> dict[str, str]:
+    nprobes = max(1, len(probes))
+    entry_size = STAMP_SIZE if settings.stats else event.EVENT_SIZE
     d = {
         "CP_RINGBUF_PAGES": str(settings.ringbuf_pages),
         "CP_MAX_INFLIGHT": str(settings.max_inflight),
         "CP_WAKEUP_EVERY": str(settings.wakeup_every),
+        "CP_PAIR_THREADS": str(pair_threads(nprobes, entry_size)),
+        "CP_PAIR_PROBES": str(nprobes),
     }
     if settings.attach == "perf":
         d["CP_PROBES"] = " ".join(f"CP_PROBE({p.func_id})" for p in probes)
@@ -72,7 +95,7 @@ def defines(probes: list[Probe], settings: Settings) -> dict[str, str]:
         d["CP_ERRORS_ONLY"] = "1"
     if settings.stats:
         d["CP_STATS"] = "1"
-        d["CP_STATS_PROBES"] = str(max(1, len(probes)))
+        d["CP_STATS_PROBES"] = str(nprobes)
     if settings.stacks:
         d["CP_STACKS"] = "1"
     if settings.callers:

@@ -17,7 +17,6 @@ from .errors import BccMissing, BpfError, NotRoot
 from .event import (
     LOST_PAIRING,
     LOST_RINGBUF,
-    MAX_OUTS,
     NR_COUNTERS,
     RECORD_STRUCTS,
     WAKEUPS,
@@ -53,6 +52,7 @@ class Tracer:
         self.attached: list[str] = []  # library paths probed
         self.attach_seconds = 0.0
         self._links: list[int] = []  # uprobe_multi link fds
+        self._pair_threads = int(bpfprog.defines(plan.probes, settings)["CP_PAIR_THREADS"])
 
     def __enter__(self) -> Tracer:
         if os.geteuid() != 0:
@@ -202,28 +202,62 @@ class Tracer:
     def drain_records(self) -> list[tuple]:
         return self._ring.consume()
 
+    def _owned_slots(self) -> list[tuple[int, int, int]]:
+        """(slot, pid, tid) of the pairing slots that threads hold (`owners`)."""
+        owners = self._bpf["owners"]
+        held = []
+        for slot in range(self._pair_threads):
+            pid_tgid = owners[owners.Key(slot)].pid_tgid
+            if pid_tgid:
+                held.append((slot, pid_tgid >> 32, pid_tgid & 0xFFFFFFFF))
+        return held
+
+    def _entries(self) -> list[Any]:
+        """The pairing entries in a call now: those of held slots in `owned`,
+        then the hashed ones (`inflight`)."""
+        owned, n = self._bpf["owned"], len(self.plan.probes)
+        found = []
+        for slot, _pid, _tid in self._owned_slots():
+            for idx in range(slot * n, (slot + 1) * n):
+                entry = owned[owned.Key(idx)]
+                if entry.ts_ns:
+                    found.append(entry)
+        found += [v for v in self._bpf["inflight"].values() if v.ts_ns]
+        return found
+
     def in_flight(self) -> list[RawEvent]:
-        """Calls entered but not returned: read from the pairing map, whose entries
-        stay between calls with ts_ns 0. (Trace mode; see in_flight_count.) Their
-        out-parameters are not read yet: the words there are a past call's."""
-        table = self._bpf["inflight"]
-        return [unpack_event(bytes(v))._replace(outs=(0,) * MAX_OUTS)
-                for _k, v in table.items() if v.ts_ns]
+        """Calls entered but not returned: the pairing entries, which stay between
+        calls with ts_ns 0. (Trace mode; see in_flight_count.) Their
+        out-parameters are not read yet: none are given."""
+        return [unpack_event(bytes(v))._replace(outs=()) for v in self._entries()]
 
     def in_flight_count(self) -> int:
-        return sum(1 for v in self._bpf["inflight"].values() if v.ts_ns)
+        return len(self._entries())
 
     def forget_exited(self, alive: Callable[[int, int], bool]) -> int:
-        """Remove the pairing entries of threads for which `alive(pid, tid)` is
-        false: they exited, mid-call or not (the map keeps one entry per thread
-        and probe between calls). An entry not yet filled in (tid 0) is left.
-        Returns how many were in a call (no return probe will end them)."""
+        """Free the pairing slots and remove the hashed pairing entries of threads
+        for which `alive(pid, tid)` is false: they exited, mid-call or not (each
+        thread keeps an entry per probe between calls). A hashed entry not yet
+        filled in (tid 0) is left. Returns how many were in a call (no return
+        probe will end them)."""
+        mid_call = 0
+        owners, owned, n = self._bpf["owners"], self._bpf["owned"], len(self.plan.probes)
+        for slot, pid, tid in self._owned_slots():
+            if alive(pid, tid):
+                continue
+            for idx in range(slot * n, (slot + 1) * n):
+                entry = owned[owned.Key(idx)]
+                if entry.ts_ns:  # so that the slot's next thread does not pair with it
+                    mid_call += 1
+                    entry.ts_ns = 0
+                    owned[owned.Key(idx)] = entry
+            owners[owners.Key(slot)] = owners.Leaf(0)
         table = self._bpf["inflight"]
         dead = [(k, v.ts_ns) for k, v in table.items() if v.tid and not alive(v.pid, v.tid)]
         for k, _ts in dead:
             with contextlib.suppress(KeyError):
                 del table[k]
-        return sum(1 for _k, ts in dead if ts)  # those that were in a call
+        return mid_call + sum(1 for _k, ts in dead if ts)  # those that were in a call
 
     def read_stats(self) -> dict[int, list[tuple[int, ...]]]:
         """CP_STATS: probe id -> one struct cp_stat per CPU, as a flat tuple
@@ -237,8 +271,18 @@ class Tracer:
         return out
 
     def read_errors(self) -> dict[tuple[int, int], int]:
-        """CP_STATS: (probe id, return code) -> failed calls, summed over CPUs."""
-        return {(k.probe_id, k.ret): sum(v) for k, v in self._bpf["stat_errors"].items()}
+        """CP_STATS: (probe id, return code) -> failed calls, summed over CPUs: the
+        codes each probe's per-CPU record holds, then the `stat_errors` hash's."""
+        errors: dict[tuple[int, int], int] = {}
+        table = self._bpf["stats"]
+        for p in self.plan.probes:
+            for v in table[table.Key(p.func_id)]:
+                for ret, n in zip(v.err_ret, v.err_count):
+                    if ret:
+                        errors[p.func_id, ret] = errors.get((p.func_id, ret), 0) + n
+        for k, v in self._bpf["stat_errors"].items():
+            errors[k.probe_id, k.ret] = errors.get((k.probe_id, k.ret), 0) + sum(v)
+        return errors
 
     def user_stack(self, stack_id: int) -> list[int]:
         """CP_STACKS: the addresses of a recorded user stack, innermost first."""

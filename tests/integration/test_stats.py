@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+from cudaprobe.cuda_errors import error_name
+
 from ..conftest import build_workload
 from .conftest import run_cudaprobe
 from .memstub import build_memstub, stub_env
@@ -154,3 +156,17 @@ def test_duration_over_leaves_the_command_running(libcudart):
     assert proc.returncode == 124, proc.stderr
     assert "--duration is over: sleep (pid" in proc.stderr and "keeps running" in proc.stderr
     assert "0 calls in" in proc.stdout
+
+
+def test_every_return_code_counted_past_the_codes_a_record_holds(tmp_path):
+    """Six error codes of one function: the first four met are counted in the
+    probe's own per-CPU record, the other two in the `stat_errors` hash."""
+    exe = build_workload("error_codes.c")
+    report, proc = stats_json(tmp_path, "stats.json", "--lib", str(exe),
+                              command=[str(exe), "70", "7"])
+    assert proc.returncode == 0, proc.stderr
+    made = {t["code"]: t["calls"] for t in map(json.loads, proc.stdout.splitlines()[:7])}
+    assert made == dict.fromkeys(range(7), 10)
+    [f] = report["functions"]
+    assert f["count"] == 70 and f["failed"] == 60
+    assert f["errors"] == {error_name("runtime", code): 10 for code in range(1, 7)}

@@ -8,6 +8,9 @@ tests check against what the workload itself printed.
 from __future__ import annotations
 
 import collections
+import os
+
+import pytest
 
 from ..conftest import build_workload
 from .conftest import expected_calls, trace_jsonl
@@ -103,10 +106,14 @@ def test_out_parameters_read_when_the_call_succeeded(tmp_path):
     assert failed["details"] == "devPtr=- size=1024.0 TiB"
 
 
-def test_threads_pair_entry_and_exit_correctly(tmp_path, libcudart):
+# "slots": each thread pairs its calls in a slot of its own; "hash": one slot
+# (CUDAPROBE_PAIR_THREADS=1), so three of the four threads pair in the hash
+@pytest.mark.parametrize("pair_threads", ["64", "1"], ids=["slots", "hash"])
+def test_threads_pair_entry_and_exit_correctly(tmp_path, libcudart, pair_threads):
     exe = build_workload("runtime_calls.c")
     calls, summary, proc = trace_jsonl(tmp_path, "--lib", str(libcudart),
-                                       command=[str(exe), "200", "4"])
+                                       command=[str(exe), "200", "4"],
+                                       env={**os.environ, "CUDAPROBE_PAIR_THREADS": pair_threads})
     assert proc.returncode == 0, proc.stderr
     assert summary["lost_total"] == 0
     per_tid = collections.defaultdict(list)

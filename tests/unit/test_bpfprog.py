@@ -47,3 +47,23 @@ def test_attach_mode_override(monkeypatch):
     assert bpfprog.Settings().attach == "perf"
     monkeypatch.setenv("CUDAPROBE_ATTACH", "multi")
     assert bpfprog.Settings().attach == "multi"
+
+
+def test_pairing_slots_fit_their_memory_budget(monkeypatch):
+    monkeypatch.delenv("CUDAPROBE_PAIR_THREADS", raising=False)
+    # trace: 320-byte entries; 4 probes * 64 slots is 80 KiB
+    d = bpfprog.defines(probes(), bpfprog.Settings(attach="multi"))
+    assert (d["CP_PAIR_THREADS"], d["CP_PAIR_PROBES"]) == ("64", "4")
+    # 1000 probes: 64 slots would be 20 MB, so 16 slots (5 MB), a power of 2
+    assert bpfprog.pair_threads(1000, 320) == 16
+    assert 16 * 1000 * 320 <= bpfprog.PAIR_BYTES < 32 * 1000 * 320
+    assert bpfprog.pair_threads(1000, bpfprog.STAMP_SIZE) == 64  # stats: 16-byte stamps
+    assert bpfprog.pair_threads(10**6, 320) == 1  # never none: the hash takes the rest
+
+
+def test_pairing_slots_override(monkeypatch):
+    monkeypatch.setenv("CUDAPROBE_PAIR_THREADS", "1")
+    assert bpfprog.pair_threads(4, 320) == 1
+    for bad in ("3", "0", "128", "x", "-1"):  # not a power of 2 up to 64: the default
+        monkeypatch.setenv("CUDAPROBE_PAIR_THREADS", bad)
+        assert bpfprog.pair_threads(4, 320) == 64

@@ -213,9 +213,10 @@ LAYOUT = r"""
 #include <linux/types.h>
 #include "cudaprobe.h"
 int main(void) {
-    printf("%zu %zu %zu %zu %d %zu\n", sizeof(struct cp_stat), offsetof(struct cp_stat, hist),
-           offsetof(struct cp_stat, hist_ns), offsetof(struct cp_stat, errors_unkeyed),
-           CP_HIST_SLOTS, sizeof(struct cp_error_key));
+    printf("%zu %zu %zu %zu %d %zu %zu %zu %d\n", sizeof(struct cp_stat),
+           offsetof(struct cp_stat, hist), offsetof(struct cp_stat, hist_ns),
+           offsetof(struct cp_stat, errors_unkeyed), CP_HIST_SLOTS, sizeof(struct cp_error_key),
+           offsetof(struct cp_stat, err_ret), offsetof(struct cp_stat, err_count), CP_ERR_SLOTS);
     return 0;
 }
 """
@@ -229,8 +230,11 @@ def test_stat_struct_matches_header(tmp_path):
     subprocess.run([cc, f"-I{bpf_dir()}", "-o", str(tmp_path / "layout"),
                     str(tmp_path / "layout.c")], check=True, capture_output=True)
     out = subprocess.run([str(tmp_path / "layout")], check=True, capture_output=True, text=True)
-    size, hist, hist_ns, unkeyed, slots, key = map(int, out.stdout.split())
+    size, hist, hist_ns, unkeyed, slots, key, err_ret, err_count, err_slots = map(
+        int, out.stdout.split())
     assert slots == HIST_SLOTS
     assert (hist, unkeyed) == (8 * SCALARS, 8 * (SCALARS - 1))
-    assert hist_ns == hist + 8 * HIST_SLOTS and size == hist_ns + 8 * HIST_SLOTS
+    # the return codes after the histogram: read by name (Tracer.read_errors), not by offset
+    assert hist_ns == hist + 8 * HIST_SLOTS and err_ret == hist_ns + 8 * HIST_SLOTS
+    assert err_count == err_ret + 8 * err_slots and size == err_count + 8 * err_slots
     assert key == 8
