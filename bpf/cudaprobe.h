@@ -59,9 +59,13 @@ struct cp_event {
 #define CP_EVENT_HEAD __builtin_offsetof(struct cp_event, words)
 #define CP_EVENT_SIZE(nwords) (CP_EVENT_HEAD + 8 * (nwords))
 
-/* A thread's pairing slot (map `owners`): which thread holds it, 0 when free */
+/* A thread's pairing slot (map `owners`): which thread holds it, 0 when free,
+ * and (trace) its name, taken when it claims the slot and kept up to date by
+ * the task_rename tracepoint; comm_seq is odd while that writes it. */
 struct cp_owner {
 	__u64 pid_tgid;
+	__u64 comm_seq;
+	char comm[CP_COMM_LEN];
 };
 
 /* CP_STATS: what entry keeps in `inflight` (ts_ns == 0: not in that call) */

@@ -139,3 +139,19 @@ def test_events_filter_and_exit_status(tmp_path, libcudart):
     assert proc.returncode == 0, proc.stderr
     assert collections.Counter(c["event"] for c in calls) == {
         "cudaMemcpy": 2, "cudaMemcpyAsync": 2, "cudaFree": 2}
+
+
+@pytest.mark.parametrize("pair_threads", ["64", "1"], ids=["slots", "hash"])
+def test_process_names_follow_renames_and_exec(tmp_path, libcudart, pair_threads):
+    """A thread's name is kept with its pairing slot (not read at every call):
+    renames by the thread itself, by another thread, and by exec show in the
+    next call, as the thread's name was when it made it."""
+    exe = build_workload("renames.c")
+    calls, summary, proc = trace_jsonl(tmp_path, "--lib", str(libcudart),
+                                       "-e", "cudaGetDeviceCount", command=[str(exe)],
+                                       env={**os.environ, "CUDAPROBE_PAIR_THREADS": pair_threads})
+    assert proc.returncode == 0, proc.stderr
+    truth = expected_calls(proc.stdout)
+    assert [t["comm"] for t in truth] == ["renames", "renamed", "renamed", "other", "renames"]
+    assert summary["lost_total"] == 0
+    assert [(c["tid"], c["process"]) for c in calls] == [(t["tid"], t["comm"]) for t in truth]
