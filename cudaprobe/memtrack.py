@@ -44,10 +44,13 @@ class Role:
     kind: str | None = None  # what an ALLOC allocates
     pointer: str | None = None  # the argument holding the pointer (an out-parameter for ALLOC)
     size: tuple[str, ...] = ()  # arguments whose product is the size in bytes
+    # what a failed call asked for, where `size` has an out-parameter (a pitch),
+    # which a failed call does not set: width x height, a lower bound
+    asked: tuple[str, ...] = ()
 
 
-def _alloc(kind: str, pointer: str, *size: str) -> Role:
-    return Role(ALLOC, kind, pointer, size)
+def _alloc(kind: str, pointer: str, *size: str, asked: tuple[str, ...] = ()) -> Role:
+    return Role(ALLOC, kind, pointer, size, asked)
 
 
 def _free(pointer: str) -> Role:
@@ -57,7 +60,7 @@ def _free(pointer: str) -> Role:
 # catalogue function name -> what it does to memory
 ROLES: dict[str, Role] = {
     "cudaMalloc": _alloc(DEVICE, "devPtr", "size"),
-    "cudaMallocPitch": _alloc(DEVICE, "devPtr", "pitch", "height"),
+    "cudaMallocPitch": _alloc(DEVICE, "devPtr", "pitch", "height", asked=("width", "height")),
     "cudaMallocHost": _alloc(PINNED, "ptr", "size"),
     "cudaHostAlloc": _alloc(PINNED, "pHost", "size"),
     "cudaMallocManaged": _alloc(MANAGED, "devPtr", "size"),
@@ -67,7 +70,8 @@ ROLES: dict[str, Role] = {
     "cudaFreeAsync": _free("devPtr"),
     "cudaDeviceReset": Role(RELEASE_ALL),
     "cuMemAlloc": _alloc(DEVICE, "dptr", "bytesize"),
-    "cuMemAllocPitch": _alloc(DEVICE, "dptr", "pPitch", "Height"),
+    "cuMemAllocPitch": _alloc(DEVICE, "dptr", "pPitch", "Height",
+                              asked=("WidthInBytes", "Height")),
     "cuMemAllocHost": _alloc(PINNED, "pp", "bytesize"),
     "cuMemHostAlloc": _alloc(PINNED, "pp", "bytesize"),
     "cuMemAllocManaged": _alloc(MANAGED, "dptr", "bytesize"),
@@ -277,7 +281,7 @@ class MemoryAccounting:
                 proc.free(ptr, call.end_ns)
             return
         size = 1
-        for name in role.size:
+        for name in (role.asked or role.size) if call.ret != 0 else role.size:
             size *= int(call.args.get(name) or 0)
         if call.ret != 0:
             proc.counts["failed_allocations"] += 1

@@ -93,12 +93,13 @@ def test_failed_calls_allocate_and_free_nothing():
 
 def test_failed_allocations_out_parameters_not_read():
     """A failed call's out-parameters are None (not read): the pointer, and
-    cudaMallocPitch's pitch, which its size is counted from."""
+    cudaMallocPitch's pitch, which its size is counted from; a failed pitched
+    allocation counts width x height, what it asked for at least."""
     acct = run([call("cudaMalloc", 100, ret=2, devPtr=None, size=4096),
                 call("cudaMallocPitch", 200, ret=2, devPtr=None, pitch=None, width=100,
                      height=8)])
     p = acct.processes[PID]
-    assert p.counts["failed_allocations"] == 2 and p.counts["bytes_failed"] == 4096
+    assert p.counts["failed_allocations"] == 2 and p.counts["bytes_failed"] == 4096 + 800
     assert p.counts["allocations"] == 0 and p.ended == []
 
 
