@@ -95,6 +95,13 @@ def workload_result(stdout: str) -> dict:
     raise RuntimeError(f"workload printed no result: {stdout[-300:]!r}")
 
 
+def floor_program(lib: str, func: str) -> str:
+    """The floor: a bpftrace count-only uprobe + uretprobe on `func` in `lib`,
+    for the command bpftrace starts (-c)."""
+    return (f'uprobe:"{lib}":{func} /pid == cpid/ {{ @entries = count(); }} '
+            f'uretprobe:"{lib}":{func} /pid == cpid/ {{ @returns = count(); }}')
+
+
 class Bench:
     def __init__(self, lib: str, loop: Path, tmp: Path, func: str = "cudaMalloc") -> None:
         self.lib = lib
@@ -110,9 +117,8 @@ class Bench:
         return {"result": workload_result(p.stdout), "events": None, "tracer_cpu_s": 0.0}
 
     def floor(self, w: list[str]) -> dict:
-        prog = (f'uprobe:"{self.lib}":{self.func} /pid == cpid/ {{ @entries = count(); }} '
-                f'uretprobe:"{self.lib}":{self.func} /pid == cpid/ {{ @returns = count(); }}')
-        p, cpu = run_measured(["bpftrace", "-e", prog, "-c", " ".join(w)], 600)
+        p, cpu = run_measured(["bpftrace", "-e", floor_program(self.lib, self.func),
+                               "-c", " ".join(w)], 600)
         res = workload_result(p.stdout)
         m = re.search(r"@returns: (\d+)", p.stdout)
         return {"result": res, "events": int(m.group(1)) if m else None,

@@ -71,10 +71,8 @@ def main() -> int:
                bench.private_copy(os.path.realpath(next((bench.CUDA / "lib64").glob(
                    "libcudart.so.*"))), Path(tmp)))
         w = [str(loop), str(CALLS), "1", str(RATE), args.func]
-        floor = (f'uprobe:"{lib}":{args.func} /pid == cpid/ {{ @e = count(); }} '
-                 f'uretprobe:"{lib}":{args.func} /pid == cpid/ {{ @r = count(); }}')
         configs = {
-            "floor": ["bpftrace", "-e", floor, "-c", " ".join(w)],
+            "floor": ["bpftrace", "-e", bench.floor_program(lib, args.func), "-c", " ".join(w)],
             "trace": bench.cudaprobe("trace", "--lib", lib, "-e", args.func, "-o",
                                      f"{tmp}/calls.jsonl", "--force", "--", *w),
             "stats": bench.cudaprobe("stats", "--lib", lib, "-e", args.func, "--", *w),

@@ -268,7 +268,7 @@ static __always_inline int owner_comm(struct cp_owner *o, struct cp_event *e)
 TRACEPOINT_PROBE(task, task_rename)
 {
 	u32 tid = args->pid;
-	u32 slot = tid & (CP_PAIR_THREADS - 1);
+	u32 slot = owner_slot(tid);
 	struct cp_owner *o = owners.lookup(&slot);
 	if (!o || (u32)o->pid_tgid != tid)
 		return 0;

@@ -212,16 +212,17 @@ class Tracer:
                 held.append((slot, pid_tgid >> 32, pid_tgid & 0xFFFFFFFF))
         return held
 
+    def _calls_in_slot(self, slot: int) -> list[tuple[Any, Any]]:
+        """(key, entry) of the slot's pairing entries in `owned` that are in a call."""
+        owned, n = self._bpf["owned"], len(self.plan.probes)
+        keys = (owned.Key(idx) for idx in range(slot * n, (slot + 1) * n))
+        return [(k, e) for k, e in ((k, owned[k]) for k in keys) if e.ts_ns]
+
     def _entries(self) -> list[Any]:
         """The pairing entries in a call now: those of held slots in `owned`,
         then the hashed ones (`inflight`)."""
-        owned, n = self._bpf["owned"], len(self.plan.probes)
-        found = []
-        for slot, _pid, _tid in self._owned_slots():
-            for idx in range(slot * n, (slot + 1) * n):
-                entry = owned[owned.Key(idx)]
-                if entry.ts_ns:
-                    found.append(entry)
+        found = [e for slot, _pid, _tid in self._owned_slots()
+                 for _k, e in self._calls_in_slot(slot)]
         found += [v for v in self._bpf["inflight"].values() if v.ts_ns]
         return found
 
@@ -241,16 +242,14 @@ class Tracer:
         filled in (tid 0) is left. Returns how many were in a call (no return
         probe will end them)."""
         mid_call = 0
-        owners, owned, n = self._bpf["owners"], self._bpf["owned"], len(self.plan.probes)
+        owners, owned = self._bpf["owners"], self._bpf["owned"]
         for slot, pid, tid in self._owned_slots():
             if alive(pid, tid):
                 continue
-            for idx in range(slot * n, (slot + 1) * n):
-                entry = owned[owned.Key(idx)]
-                if entry.ts_ns:  # so that the slot's next thread does not pair with it
-                    mid_call += 1
-                    entry.ts_ns = 0
-                    owned[owned.Key(idx)] = entry
+            for key, entry in self._calls_in_slot(slot):
+                mid_call += 1
+                entry.ts_ns = 0  # so that the slot's next thread does not pair with it
+                owned[key] = entry
             owners[owners.Key(slot)] = owners.Leaf(0)
         table = self._bpf["inflight"]
         dead = [(k, v.ts_ns) for k, v in table.items() if v.tid and not alive(v.pid, v.tid)]
