@@ -1,3 +1,3 @@
-from .cli import main
+from cudaprobe.cli import main
 
 main(prog_name="cudaprobe")

@@ -8,15 +8,15 @@ from typing import Any, NoReturn
 
 import click
 
-from . import __version__
-from .commands.doctor import doctor_command
-from .commands.export import export_group
-from .commands.list import list_command
-from .commands.memory import memory_command
-from .commands.serve import serve_command
-from .commands.stats import stats_command
-from .commands.trace import trace_command
-from .errors import CudaprobeError
+from cudaprobe import __version__
+from cudaprobe.commands.doctor import doctor_command
+from cudaprobe.commands.export import export_group
+from cudaprobe.commands.list import list_command
+from cudaprobe.commands.memory import memory_command
+from cudaprobe.commands.serve import serve_command
+from cudaprobe.commands.stats import stats_command
+from cudaprobe.commands.trace import trace_command
+from cudaprobe.errors import CudaprobeError
 
 NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 

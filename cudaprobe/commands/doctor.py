@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from ..doctor import render, run_checks, to_json, tracing_works
-from ..reporters.table import make_console
+from cudaprobe.output.table import make_console
+from cudaprobe.sessions.doctor import render, run_checks, to_json, tracing_works
 
 
 @click.command("doctor")

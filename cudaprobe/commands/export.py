@@ -7,12 +7,12 @@ import shlex
 
 import click
 
-from ..errors import CudaNotMapped, CudaprobeError, NotRoot
-from ..export_bpftrace import ExportOptions, render_script
-from ..output import open_output
-from ..probes import plan_probes, select_functions
-from ..targets import Targets, initial_libraries
-from .options import APIS, resolve_libraries
+from cudaprobe.commands.options import APIS, resolve_libraries
+from cudaprobe.errors import CudaNotMapped, CudaprobeError, NotRoot
+from cudaprobe.output.bpftrace import ExportOptions, render_script
+from cudaprobe.output.files import open_output
+from cudaprobe.probe.plan import plan_probes, select_functions
+from cudaprobe.targets.selection import Targets, initial_libraries
 
 
 @click.group("export")

@@ -8,9 +8,9 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from ..catalogue import DRIVER, RUNTIME
-from ..probes import select_functions
-from ..reporters.table import make_console
+from cudaprobe.catalogue.functions import DRIVER, RUNTIME
+from cudaprobe.output.table import make_console
+from cudaprobe.probe.plan import select_functions
 
 
 @click.command("list")

@@ -7,12 +7,8 @@ import sys
 
 import click
 
-from .. import bpfprog
-from ..memory_session import MemoryOptions, MemorySession
-from ..memory_view import render_exit, render_processes, render_summary, to_dict
-from ..memtrack import memory_functions
-from ..reporters.table import make_console
-from .options import (
+from cudaprobe.analysis.memtrack import memory_functions
+from cudaprobe.commands.options import (
     APIS,
     announce,
     plan_targets,
@@ -20,6 +16,10 @@ from .options import (
     report_file_options,
     report_output,
 )
+from cudaprobe.output.memory_view import render_exit, render_processes, render_summary, to_dict
+from cudaprobe.output.table import make_console
+from cudaprobe.probe import bpfprog
+from cudaprobe.sessions.memory import MemoryOptions, MemorySession
 
 
 @click.command("memory", context_settings={"show_default": True})

@@ -11,15 +11,16 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from .. import bpfprog, environment
-from ..catalogue import DRIVER, RUNTIME, Function
-from ..errors import LibraryNotFound, NotRoot, SymbolMissing, UsageError
-from ..launch import resolve_command
-from ..libs import discover_libraries, resolve_lib_arg
-from ..output import open_output
-from ..probes import ProbePlan, plan_probes
-from ..reporters.table import make_console
-from ..targets import Targets, initial_libraries
+from cudaprobe.catalogue.functions import DRIVER, RUNTIME, Function
+from cudaprobe.errors import LibraryNotFound, NotRoot, SymbolMissing, UsageError
+from cudaprobe.output.files import open_output
+from cudaprobe.output.table import make_console
+from cudaprobe.probe import bpfprog
+from cudaprobe.probe.plan import ProbePlan, plan_probes
+from cudaprobe.probe.tracer import prepare_machine
+from cudaprobe.targets.launch import resolve_command
+from cudaprobe.targets.libs import discover_libraries, resolve_lib_arg
+from cudaprobe.targets.selection import Targets, initial_libraries
 
 APIS = {"runtime": {RUNTIME}, "driver": {DRIVER}, "all": {RUNTIME, DRIVER}}
 
@@ -109,7 +110,7 @@ def announce(plan: ProbePlan, targets: Targets | None, doing: str) -> Callable[[
     def notify(message: str) -> None:
         err.print(Text(f"cudaprobe: {message}", style="dim"))
 
-    for note in environment.prepare() + (targets.notes if targets else []):
+    for note in prepare_machine() + (targets.notes if targets else []):
         notify(note)
     paths = sorted({a.path for a in plan.attachments})
     functions_probed = len({a.probe.func_id for a in plan.attachments})

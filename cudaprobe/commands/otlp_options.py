@@ -11,11 +11,12 @@ from typing import Callable
 
 import click
 
-from ..errors import CudaprobeError, UsageError
-from ..metrics import CallMetrics, MetricsSink
-from ..otlp_model import OtlpConfig, Selection, otlp_endpoints, parse_duration
-from ..reporters.base import Reporter
-from ..reporters.fanout import Fanout
+from cudaprobe.analysis.metrics import CallMetrics
+from cudaprobe.errors import CudaprobeError, UsageError
+from cudaprobe.output.base import Reporter
+from cudaprobe.output.fanout import Fanout
+from cudaprobe.output.metrics_sink import MetricsSink
+from cudaprobe.output.otlp_model import OtlpConfig, Selection, otlp_endpoints, parse_duration
 
 INSTALL = "pip install 'cudaprobe[otlp]'"
 
@@ -106,7 +107,7 @@ def with_otlp(reporter: Reporter, config: OtlpConfig | None, notify: Callable[[s
 
 def _load_sink() -> type[Reporter]:
     try:
-        from ..reporters.otlp import OtlpSink  # noqa: PLC0415 (the SDK is an extra)
+        from cudaprobe.output.otlp import OtlpSink  # noqa: PLC0415 (the SDK is an extra)
     except ImportError as e:
         if not (e.name or "").startswith(("opentelemetry", "google")):
             raise

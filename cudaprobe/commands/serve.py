@@ -7,16 +7,17 @@ import sys
 
 import click
 
-from .. import bpfprog
-from ..errors import UsageError
-from ..metrics import CallMetrics, MetricsSink
-from ..probes import select_functions
-from ..prometheus import MetricsServer, parse_listen_address
-from ..reporters.fanout import Fanout
-from ..reporters.table import make_console
-from ..session import SessionOptions, TraceSession
-from .options import APIS, announce, plan_targets, probe_options
-from .otlp_options import otlp_config, otlp_options, otlp_sink
+from cudaprobe.analysis.metrics import CallMetrics
+from cudaprobe.commands.options import APIS, announce, plan_targets, probe_options
+from cudaprobe.commands.otlp_options import otlp_config, otlp_options, otlp_sink
+from cudaprobe.errors import UsageError
+from cudaprobe.output.fanout import Fanout
+from cudaprobe.output.metrics_sink import MetricsSink
+from cudaprobe.output.prometheus import MetricsServer, parse_listen_address
+from cudaprobe.output.table import make_console
+from cudaprobe.probe import bpfprog
+from cudaprobe.probe.plan import select_functions
+from cudaprobe.sessions.trace import SessionOptions, TraceSession
 
 
 @click.command("serve", context_settings={"show_default": True})

@@ -7,11 +7,8 @@ import sys
 
 import click
 
-from .. import bpfprog
-from ..probes import select_functions
-from ..reporters.table import make_console
-from ..stats import SORT_KEYS
-from ..stats_compare import (
+from cudaprobe.analysis.stats import SORT_KEYS
+from cudaprobe.analysis.stats_compare import (
     DEFAULT_MIN_CALLS,
     DEFAULT_THRESHOLD,
     REGRESSION_EXIT,
@@ -19,9 +16,7 @@ from ..stats_compare import (
     load_report,
     render_changes,
 )
-from ..stats_session import StatsOptions, run_stats
-from ..stats_view import render_stats
-from .options import (
+from cudaprobe.commands.options import (
     APIS,
     announce,
     plan_targets,
@@ -29,6 +24,11 @@ from .options import (
     report_file_options,
     report_output,
 )
+from cudaprobe.output.stats_view import render_stats
+from cudaprobe.output.table import make_console
+from cudaprobe.probe import bpfprog
+from cudaprobe.probe.plan import select_functions
+from cudaprobe.sessions.stats import StatsOptions, run_stats
 
 
 @click.command("stats", context_settings={"show_default": True})

@@ -6,17 +6,17 @@ import sys
 
 import click
 
-from .. import bpfprog
-from ..output import DEFAULT_MODE, open_output
-from ..probes import select_functions
-from ..reporters import FORMATS, REPORTERS, choose_format
-from ..reporters.capped import SizeCapped
-from ..reporters.table import make_console
-from ..session import SessionOptions, TraceSession
-from ..symbolize import KernelSymbolizer
-from .options import APIS, announce, plan_targets, probe_options
-from .otlp_options import otlp_config, otlp_options, with_otlp
-from .trace_options import STRICT_EXIT, check_conflicts, output_options
+from cudaprobe.commands.options import APIS, announce, plan_targets, probe_options
+from cudaprobe.commands.otlp_options import otlp_config, otlp_options, with_otlp
+from cudaprobe.commands.trace_options import STRICT_EXIT, check_conflicts, output_options
+from cudaprobe.decode.symbolize import KernelSymbolizer
+from cudaprobe.output.capped import SizeCapped
+from cudaprobe.output.files import DEFAULT_MODE, open_output
+from cudaprobe.output.formats import FORMATS, REPORTERS, choose_format
+from cudaprobe.output.table import make_console
+from cudaprobe.probe import bpfprog
+from cudaprobe.probe.plan import select_functions
+from cudaprobe.sessions.trace import SessionOptions, TraceSession
 
 
 @click.command("trace", context_settings={"show_default": True})

@@ -8,7 +8,7 @@ from typing import Callable
 
 import click
 
-from ..errors import UsageError
+from cudaprobe.errors import UsageError
 
 STRICT_EXIT = 3  # --strict and events were lost
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

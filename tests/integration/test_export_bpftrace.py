@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from cudaprobe.export_bpftrace import COLUMNS
+from cudaprobe.output.bpftrace import COLUMNS
 
 from ..conftest import build_workload, libcuda_path
 from .conftest import expected_calls, run_cudaprobe, trace_jsonl

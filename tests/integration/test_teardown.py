@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from cudaprobe.cleanup import remove_uprobe_events
+from cudaprobe.probe.cleanup import remove_uprobe_events
 
 from ..conftest import build_workload, cudaprobe_cmd
 

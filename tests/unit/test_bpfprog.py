@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from cudaprobe import bpfprog, catalogue
-from cudaprobe.decode import Probe
+from cudaprobe.catalogue import functions as catalogue
+from cudaprobe.probe import bpfprog
+from cudaprobe.probe.plan import Probe
 
 
 def probes():

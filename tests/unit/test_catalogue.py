@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cudaprobe import catalogue
-from cudaprobe.catalogue import ArgKind
+from cudaprobe.catalogue import functions as catalogue
+from cudaprobe.catalogue.functions import ArgKind
 
 REQUIRED_RUNTIME = """cudaMalloc cudaFree cudaMallocHost cudaFreeHost cudaHostAlloc
 cudaMallocManaged

@@ -13,10 +13,10 @@ from functools import cache
 
 import pytest
 
-from cudaprobe import catalogue
-from cudaprobe.catalogue import ArgKind
-from cudaprobe.elfsyms import read_symbols
-from cudaprobe.probes import missing_symbols
+from cudaprobe.catalogue import functions as catalogue
+from cudaprobe.catalogue.functions import ArgKind
+from cudaprobe.probe.plan import missing_symbols
+from cudaprobe.targets.elfsyms import read_symbols
 
 from ..conftest import CUDA_HOME, libcuda_path
 

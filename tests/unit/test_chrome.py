@@ -1,5 +1,5 @@
 """--format chrome: Chrome Trace Event JSON rendered to a StringIO and checked
-with cudaprobe.chrome_check, which the GPU check uses too."""
+with cudaprobe.output.chrome_check, which the GPU check uses too."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ import json
 
 import pytest
 
-from cudaprobe import catalogue, chrome_check, event
-from cudaprobe.decode import Probe, decode_event
-from cudaprobe.reporters import REPORTERS, choose_format
-from cudaprobe.reporters import chrome as chrome_reporter
-from cudaprobe.summary import Summary
+from cudaprobe.analysis.summary import Summary
+from cudaprobe.catalogue import functions as catalogue
+from cudaprobe.decode.calls import decode_event
+from cudaprobe.output import chrome as chrome_reporter
+from cudaprobe.output import chrome_check
+from cudaprobe.output.formats import REPORTERS, choose_format
+from cudaprobe.probe import event
+from cudaprobe.probe.plan import Probe
 
 T0 = 5_000_000_000  # the attach time, CLOCK_MONOTONIC ns
 PROBES = [Probe(i, symbol, catalogue.BY_NAME[name]) for i, (symbol, name) in enumerate([

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from cudaprobe import cleanup
+from cudaprobe.probe import cleanup
 
 EVENTS = """\
 p:uprobes/p__usr_lib_libcudart_so_0x1234_bcc_4242 /usr/lib/libcudart.so:0x0000000000001234

@@ -11,8 +11,8 @@ from types import ModuleType
 
 import pytest
 
-from cudaprobe import cuda_errors
-from cudaprobe.cuda_errors import DRIVER_ERRORS, RUNTIME_ERRORS, error_name
+from cudaprobe.catalogue import cuda_errors
+from cudaprobe.catalogue.cuda_errors import DRIVER_ERRORS, RUNTIME_ERRORS, error_name
 
 GENERATOR = Path(__file__).resolve().parents[2] / "scripts" / "gen-cuda-errors"
 CUDA_INCLUDE_DIR = Path("/usr/local/cuda/include")

@@ -7,14 +7,10 @@ import struct
 
 import pytest
 
-from cudaprobe import catalogue, event
-from cudaprobe.decode import (
-    JSONL_KEYS,
-    Probe,
-    decode_event,
-    humanize_bytes,
-    humanize_ns,
-)
+from cudaprobe.catalogue import functions as catalogue
+from cudaprobe.decode.calls import JSONL_KEYS, decode_event, humanize_bytes, humanize_ns
+from cudaprobe.probe import event
+from cudaprobe.probe.plan import Probe
 
 
 def raw(fn_name: str, args=(), outs=(), cfg=(), ret=0, func_id=0, comm=b"app"):

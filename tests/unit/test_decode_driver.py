@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from cudaprobe import catalogue, event
-from cudaprobe.decode import Probe, decode_event
-from cudaprobe.handles import KernelHandles
+from cudaprobe.catalogue import functions as catalogue
+from cudaprobe.decode.calls import decode_event
+from cudaprobe.decode.handles import KernelHandles
+from cudaprobe.probe import event
+from cudaprobe.probe.plan import Probe
 
 GARBAGE = 0xDEAD_BEEF_0000_0000  # upper half of a stack word holding an unsigned int
 

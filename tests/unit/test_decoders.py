@@ -9,10 +9,14 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cudaprobe.catalogue import FUNCTIONS
-from cudaprobe.decode import Call, Probe, decode_event
-from cudaprobe.decoders import ProbeDecoder, RecordDecoder, json_line
-from cudaprobe.event import (
+from cudaprobe.analysis.summary import Summary
+from cudaprobe.catalogue.functions import FUNCTIONS
+from cudaprobe.decode.calls import Call, decode_event
+from cudaprobe.decode.handles import KernelHandles
+from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, json_line
+from cudaprobe.output.csv import CsvReporter
+from cudaprobe.output.jsonl import JsonlReporter
+from cudaprobe.probe.event import (
     CFG_WORDS,
     MAX_OUTS,
     MAX_SLOTS,
@@ -21,10 +25,7 @@ from cudaprobe.event import (
     RECORD_STRUCTS,
     from_record,
 )
-from cudaprobe.handles import KernelHandles
-from cudaprobe.reporters.csv import CsvReporter
-from cudaprobe.reporters.jsonl import JsonlReporter
-from cudaprobe.summary import Summary
+from cudaprobe.probe.plan import Probe
 
 PROBES = [Probe(i, s, fn) for i, (s, fn) in
           enumerate((s, fn) for fn in FUNCTIONS for s in fn.symbols)]

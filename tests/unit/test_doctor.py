@@ -12,8 +12,9 @@ from collections import namedtuple
 import pytest
 from rich.console import Console
 
-from cudaprobe import doctor, environment
-from cudaprobe.doctor import FAIL, OK, WARN
+from cudaprobe.sessions import doctor
+from cudaprobe.sessions.doctor import FAIL, OK, WARN
+from cudaprobe.targets import environment
 
 from ..conftest import cudaprobe_cmd
 

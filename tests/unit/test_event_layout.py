@@ -7,8 +7,9 @@ import subprocess
 
 import pytest
 
-from cudaprobe import catalogue, event
-from cudaprobe.bpfprog import bpf_dir
+from cudaprobe.catalogue import functions as catalogue
+from cudaprobe.probe import event
+from cudaprobe.probe.bpfprog import bpf_dir
 
 PROBE = r"""
 #include <stddef.h>

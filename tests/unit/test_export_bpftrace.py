@@ -20,11 +20,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from cudaprobe import probes as probes_module
-from cudaprobe.bpftrace_fields import arg_field
-from cudaprobe.catalogue import FUNCTIONS, Arg, ArgKind
+from cudaprobe.catalogue.functions import FUNCTIONS, Arg, ArgKind
 from cudaprobe.errors import UsageError
-from cudaprobe.export_bpftrace import (
+from cudaprobe.output.bpftrace import (
     _HEADER,
     COLUMNS,
     ExportOptions,
@@ -32,7 +30,9 @@ from cudaprobe.export_bpftrace import (
     quote_probe_path,
     render_script,
 )
-from cudaprobe.probes import plan_probes, select_functions
+from cudaprobe.output.bpftrace_fields import arg_field
+from cudaprobe.probe import plan as probes_module
+from cudaprobe.probe.plan import plan_probes, select_functions
 
 from ..conftest import cudaprobe_cmd, libcudart_path
 

@@ -14,9 +14,11 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cudaprobe.catalogue import FUNCTIONS
-from cudaprobe.decode import Probe, decode_event
-from cudaprobe.event import (
+from cudaprobe.catalogue.functions import FUNCTIONS
+from cudaprobe.decode.calls import decode_event
+from cudaprobe.decode.handles import KernelHandles
+from cudaprobe.output.table import TableReporter
+from cudaprobe.probe.event import (
     CFG_WORDS,
     COMM_LEN,
     EVENT_SIZE,
@@ -26,8 +28,7 @@ from cudaprobe.event import (
     RawEvent,
     unpack_event,
 )
-from cudaprobe.handles import KernelHandles
-from cudaprobe.reporters.table import TableReporter
+from cudaprobe.probe.plan import Probe
 
 PROBES = [Probe(i, s, fn) for i, (s, fn) in
           enumerate((s, fn) for fn in FUNCTIONS for s in fn.symbols)]

@@ -7,8 +7,8 @@ import json
 
 from rich.console import Console
 
-from cudaprobe.memory_view import process_dict, render_exit, render_summary, to_dict
-from cudaprobe.memtrack import MemCall, MemoryAccounting
+from cudaprobe.analysis.memtrack import MemCall, MemoryAccounting
+from cudaprobe.output.memory_view import process_dict, render_exit, render_summary, to_dict
 
 TORCH_SITE = ("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc("
               "signed char, unsigned long, CUstream_st*)+0x1a4 (libc10_cuda.so)",

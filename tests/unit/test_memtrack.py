@@ -3,9 +3,7 @@ freed, leaked, and how leaks are grouped. No root, no BPF."""
 
 from __future__ import annotations
 
-from cudaprobe import catalogue
-from cudaprobe.catalogue import ArgKind
-from cudaprobe.memtrack import (
+from cudaprobe.analysis.memtrack import (
     ALLOC,
     DEVICE,
     MANAGED,
@@ -17,6 +15,8 @@ from cudaprobe.memtrack import (
     group_by_site,
     memory_functions,
 )
+from cudaprobe.catalogue import functions as catalogue
+from cudaprobe.catalogue.functions import ArgKind
 
 MiB = 1 << 20
 PID, TID = 100, 101

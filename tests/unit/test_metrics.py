@@ -3,18 +3,12 @@ direction, live bytes, the process cap. No root, no exporter."""
 
 from __future__ import annotations
 
-from cudaprobe.catalogue import FUNCTIONS
-from cudaprobe.decode import Call
-from cudaprobe.memtrack import ROLES
-from cudaprobe.metrics import (
-    COPIES,
-    LATENCY_BOUNDS_S,
-    MEMSETS,
-    OTHER,
-    CallMetrics,
-    MetricsSink,
-)
-from cudaprobe.summary import Summary
+from cudaprobe.analysis.memtrack import ROLES
+from cudaprobe.analysis.metrics import COPIES, LATENCY_BOUNDS_S, MEMSETS, OTHER, CallMetrics
+from cudaprobe.analysis.summary import Summary
+from cudaprobe.catalogue.functions import FUNCTIONS
+from cudaprobe.decode.calls import Call
+from cudaprobe.output.metrics_sink import MetricsSink
 
 MiB = 1 << 20
 S = 1_000_000_000

@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from cudaprobe.decode import Call
+from cudaprobe.decode.calls import Call
+from cudaprobe.decode.nesting import CallTree, Nesting
 from cudaprobe.errors import UsageError
-from cudaprobe.nesting import CallTree, Nesting
-from cudaprobe.otlp_model import (
+from cudaprobe.output.otlp_model import (
     Selection,
     otlp_endpoints,
     parse_duration,

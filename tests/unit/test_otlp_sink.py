@@ -12,15 +12,16 @@ import time
 
 import pytest
 
+from cudaprobe.analysis.metrics import CallMetrics
+from cudaprobe.analysis.summary import Summary
 from cudaprobe.commands import otlp_options
-from cudaprobe.decode import Call
+from cudaprobe.decode.calls import Call
 from cudaprobe.errors import CudaprobeError
-from cudaprobe.metrics import CallMetrics, MetricsSink
-from cudaprobe.otlp_model import OtlpConfig, Selection, otlp_endpoints
-from cudaprobe.reporters import otlp
-from cudaprobe.reporters.fanout import Fanout
-from cudaprobe.reporters.jsonl import JsonlReporter
-from cudaprobe.summary import Summary
+from cudaprobe.output import otlp
+from cudaprobe.output.fanout import Fanout
+from cudaprobe.output.jsonl import JsonlReporter
+from cudaprobe.output.metrics_sink import MetricsSink
+from cudaprobe.output.otlp_model import OtlpConfig, Selection, otlp_endpoints
 
 from ..conftest import cudaprobe_cmd
 from ..otlp_receiver import OtlpReceiver, attributes
@@ -148,7 +149,7 @@ def test_a_collector_that_never_answers_costs_counted_spans_not_a_hang(monkeypat
 
 
 def test_missing_sdk_is_one_line(monkeypatch):
-    monkeypatch.delitem(sys.modules, "cudaprobe.reporters.otlp")
+    monkeypatch.delitem(sys.modules, "cudaprobe.output.otlp")
     monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace", None)
     with pytest.raises(CudaprobeError, match=r"--otlp needs opentelemetry-sdk .* pip install "
                                              r"'cudaprobe\[otlp\]'"):

@@ -35,7 +35,7 @@ def test_installed_package_finds_its_bpf_dir(wheel, tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
                     str(target), str(wheel)], check=True, capture_output=True, timeout=300)
-    code = "import cudaprobe.bpfprog as b; print(b.bpf_dir())"
+    code = "import cudaprobe.probe.bpfprog as b; print(b.bpf_dir())"
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                        text=True, env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"})
     assert p.returncode == 0, p.stderr

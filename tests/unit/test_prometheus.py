@@ -12,9 +12,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cudaprobe import __version__
+from cudaprobe.analysis.metrics import LATENCY_BOUNDS_S, CallMetrics
 from cudaprobe.errors import CudaprobeError, UsageError
-from cudaprobe.metrics import LATENCY_BOUNDS_S, CallMetrics
-from cudaprobe.prometheus import (
+from cudaprobe.output.prometheus import (
     CannotListen,
     MetricsServer,
     _prometheus_client,

@@ -8,12 +8,14 @@ import json
 
 import pytest
 
-from cudaprobe import catalogue, event
-from cudaprobe.decode import JSONL_KEYS, Probe, decode_event
+from cudaprobe.analysis.summary import Summary
+from cudaprobe.catalogue import functions as catalogue
+from cudaprobe.decode.calls import JSONL_KEYS, decode_event
 from cudaprobe.errors import UsageError
-from cudaprobe.reporters import REPORTERS, choose_format
-from cudaprobe.reporters.table import TableReporter, make_console
-from cudaprobe.summary import Summary
+from cudaprobe.output.formats import REPORTERS, choose_format
+from cudaprobe.output.table import TableReporter, make_console
+from cudaprobe.probe import event
+from cudaprobe.probe.plan import Probe
 
 
 def calls():

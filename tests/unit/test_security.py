@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cudaprobe.errors import OutputError
-from cudaprobe.output import LazyOutputFile, check_output_path, open_output
+from cudaprobe.output.files import LazyOutputFile, check_output_path, open_output
 
 PACKAGE = Path(__file__).resolve().parents[2] / "cudaprobe"
 SUBPROCESS_CALLS = {"run", "Popen", "call", "check_call", "check_output", "getoutput",

@@ -11,11 +11,7 @@ import subprocess
 import pytest
 from rich.console import Console
 
-from cudaprobe import bpfprog, catalogue
-from cudaprobe.bpfprog import bpf_dir
-from cudaprobe.decode import Probe
-from cudaprobe.errors import UsageError
-from cudaprobe.stats import (
+from cudaprobe.analysis.stats import (
     HIST_SLOTS,
     SCALARS,
     SORT_KEYS,
@@ -27,8 +23,13 @@ from cudaprobe.stats import (
     slot_bounds,
     slot_of,
 )
-from cudaprobe.stats_compare import Change, compare, load_report, render_changes
-from cudaprobe.stats_view import render_stats
+from cudaprobe.analysis.stats_compare import Change, compare, load_report, render_changes
+from cudaprobe.catalogue import functions as catalogue
+from cudaprobe.errors import UsageError
+from cudaprobe.output.stats_view import render_stats
+from cudaprobe.probe import bpfprog
+from cudaprobe.probe.bpfprog import bpf_dir
+from cudaprobe.probe.plan import Probe
 
 
 def cpu_value(durations: list[int], unkeyed: int = 0) -> tuple[int, ...]:

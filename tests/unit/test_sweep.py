@@ -7,7 +7,7 @@ import subprocess
 import threading
 import time
 
-from cudaprobe import sweep
+from cudaprobe.probe import sweep
 
 
 class FakeTracer:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cudaprobe.demangle import demangle, shorten
-from cudaprobe.symbolize import KernelSymbolizer, Mapping, find_mapping, parse_maps
+from cudaprobe.decode.demangle import demangle, shorten
+from cudaprobe.decode.symbolize import KernelSymbolizer, Mapping, find_mapping, parse_maps
 
 TORCH_FILL = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
               "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, "

@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from cudaprobe import elfscan, procmaps
-from cudaprobe.catalogue import FUNCTIONS, RUNTIME
+from cudaprobe.catalogue.functions import FUNCTIONS, RUNTIME
 from cudaprobe.errors import CudaNotMapped, ProcessGone, SeccompHazard
-from cudaprobe.probes import attachments_in, plan_probes
-from cudaprobe.targets import Targets
+from cudaprobe.probe.plan import attachments_in, plan_probes
+from cudaprobe.targets import elfscan, procmaps
+from cudaprobe.targets.selection import Targets
 
 from ..conftest import build_workload, cudaprobe_cmd
 
@@ -161,7 +161,7 @@ def test_another_users_process_without_root_is_one_line():
 def test_pid_under_seccomp_is_refused_where_uretprobes_would_kill_it(monkeypatch):
     """Linux 6.11-6.13: a uretprobe kills a process under a seccomp filter with
     SIGSYS; such a --pid target is refused before anything is attached."""
-    from cudaprobe import targets as targets_module  # noqa: PLC0415 - patched here
+    from cudaprobe.targets import selection as targets_module  # noqa: PLC0415 - patched here
 
     proc = subprocess.Popen(["sleep", "30"])
     try:

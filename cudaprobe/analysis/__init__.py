@@ -1,0 +1,6 @@
+"""Calls to numbers: the end-of-trace summary, per-function statistics from
+the kernel maps and their comparison, memory accounting, and the metrics any
+exporter reads.
+
+May import: decode, probe, targets, catalogue.
+"""

@@ -1,0 +1,240 @@
+"""What a stream of completed calls counts, for any metrics exporter.
+
+`CallMetrics` is fed decoded Calls (through `MetricsSink`, a Reporter that a
+TraceSession drives) and the tracer's loss counters; exporters read
+`snapshot()`, a consistent copy taken under one lock, from their own thread
+(a Prometheus scrape, an OpenTelemetry periodic reader). It knows nothing of
+any exporter's types; an exporter only names and labels what it holds:
+
+- `calls[(function, api, process)]`: completed calls (in-flight ones at the
+  end are not counted: they have no result).
+- `errors[(function, error, process)]`: calls that returned non-zero, by
+  result name (`cudaErrorMemoryAllocation`, `CUDA_ERROR_OUT_OF_MEMORY`).
+- `latency[(function, api)]`: a `Histogram` of call durations: `counts[i]`
+  calls with duration <= `LATENCY_BOUNDS_S[i]` and above the bound before it,
+  the last one above every bound (OTLP's explicit-bucket layout; Prometheus
+  wants the running sum), plus the sum (`sum_ns`, exact; `sum_s`) and the count.
+- `memcpy_bytes[(kind, api)]`: bytes copied by successful copies, by direction
+  (`HostToDevice`, `DeviceToHost`, `DeviceToDevice`, `HostToHost`, `Default`:
+  the direction inferred by unified addressing, cudaMemcpyDefault or cuMemcpy).
+  A runtime copy is carried out by driver copies: with both APIs probed, sum
+  one api, not both.
+- `memset_bytes[api]`: bytes set by successful memsets.
+- `live_bytes[(process, kind)]`: memory allocated and not yet freed, by
+  process and memtrack kind (device, host-pinned, managed, async-pool),
+  counted once across the two APIs as `cudaprobe memory` counts it
+  (memtrack.py); it lags by `HOLD_S`, and a process's entries go when it exits.
+- `lost[cause]`: events lost, as the summary counts them.
+
+Every counter is cumulative since the start. Labels are bounded: `function`
+is the symbol as called (catalogue data, as trace's EVENT column), `error` a
+result name, `kind` a fixed set, and `process` the calling thread's comm,
+capped at `MAX_PROCESSES` names, later ones counted as `other`. No pointers,
+pids or tids.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Callable
+
+from cudaprobe.analysis.memtrack import KINDS, ROLES, MemCall, MemoryAccounting
+from cudaprobe.analysis.summary import NOT_LOST
+from cudaprobe.catalogue.functions import FUNCTIONS, Function
+from cudaprobe.decode.calls import Call
+from cudaprobe.targets.procmaps import process_alive
+
+# 1 µs (cudaGetDevice) to 10 s (a synchronize waiting on a long kernel)
+LATENCY_BOUNDS_S = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3,
+                    5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_BOUNDS_NS = tuple(round(b * 1e9) for b in LATENCY_BOUNDS_S)
+MAX_PROCESSES = 64
+OTHER = "other"
+HOLD_S = 0.25  # as memory_session: a driver allocation waits for the runtime call it is in
+EXIT_CHECK_NS = 1_000_000_000  # how often, at most, fed calls look for exited processes
+
+# catalogue name -> (arguments whose product is the byte count, the direction: a
+# memcpy kind name, or the argument holding it)
+COPIES: dict[str, tuple[tuple[str, ...], str]] = {
+    "cudaMemcpy": (("count",), "kind"),
+    "cudaMemcpyAsync": (("count",), "kind"),
+    "cudaMemcpy2D": (("width", "height"), "kind"),
+    "cudaMemcpy2DAsync": (("width", "height"), "kind"),
+    "cudaMemcpyPeer": (("count",), "DeviceToDevice"),
+    "cudaMemcpyPeerAsync": (("count",), "DeviceToDevice"),
+    "cuMemcpy": (("ByteCount",), "Default"),
+    "cuMemcpyAsync": (("ByteCount",), "Default"),
+    "cuMemcpyHtoD": (("ByteCount",), "HostToDevice"),
+    "cuMemcpyHtoDAsync": (("ByteCount",), "HostToDevice"),
+    "cuMemcpyDtoH": (("ByteCount",), "DeviceToHost"),
+    "cuMemcpyDtoHAsync": (("ByteCount",), "DeviceToHost"),
+    "cuMemcpyDtoD": (("ByteCount",), "DeviceToDevice"),
+    "cuMemcpyDtoDAsync": (("ByteCount",), "DeviceToDevice"),
+}
+# catalogue name -> (the element count argument, bytes per element)
+MEMSETS: dict[str, tuple[str, int]] = {
+    "cudaMemset": ("count", 1),
+    "cudaMemsetAsync": ("count", 1),
+    "cuMemsetD8": ("N", 1),
+    "cuMemsetD8Async": ("N", 1),
+    "cuMemsetD16": ("N", 2),
+    "cuMemsetD16Async": ("N", 2),
+    "cuMemsetD32": ("N", 4),
+    "cuMemsetD32Async": ("N", 4),
+}
+
+# every probed symbol (versions and variants too) -> its catalogue function
+_BY_SYMBOL: dict[str, Function] = {s: f for f in FUNCTIONS for s in f.symbols}
+
+
+def _copy(name: str, args: dict) -> tuple[str, int] | None:
+    copy = COPIES.get(name)
+    if copy is None:
+        return None
+    sizes, kind = copy
+    n = 1
+    for arg in sizes:
+        n *= int(args.get(arg) or 0)
+    return args.get(kind, kind), n
+
+
+def copy_of(call: Call) -> tuple[str, int] | None:
+    """A copy's direction and bytes, as `memcpy_bytes` counts them; None for a
+    call that is not a copy."""
+    function = _BY_SYMBOL.get(call.event)
+    return _copy(function.name, call.args) if function is not None else None
+
+
+@dataclass
+class Histogram:
+    counts: list[int] = field(default_factory=lambda: [0] * (len(_BOUNDS_NS) + 1))
+    sum_ns: int = 0  # exact: a float sum of microseconds drifts over a long run
+    count: int = 0
+
+    @property
+    def sum_s(self) -> float:
+        return self.sum_ns / 1e9
+
+    def copy(self) -> Histogram:
+        return Histogram(list(self.counts), self.sum_ns, self.count)
+
+
+@dataclass
+class Snapshot:
+    calls: dict[tuple[str, str, str], int]
+    errors: dict[tuple[str, str, str], int]
+    latency: dict[tuple[str, str], Histogram]
+    memcpy_bytes: dict[tuple[str, str], int]
+    memset_bytes: dict[str, int]
+    live_bytes: dict[tuple[str, str], int]
+    lost: dict[str, int]
+
+
+class CallMetrics:
+    """Feed with `add(calls)` and `set_lost(counters)`; read with `snapshot()`.
+
+    `alive(pid)` says whether a process still runs (its live bytes go when not)."""
+
+    def __init__(self, max_processes: int = MAX_PROCESSES,
+                 alive: Callable[[int], bool] = process_alive) -> None:
+        self.max_processes = max_processes
+        self.alive = alive
+        self._lock = threading.Lock()
+        self._processes: set[str] = set()
+        self._calls: dict[tuple[str, str, str], int] = {}
+        self._errors: dict[tuple[str, str, str], int] = {}
+        self._latency: dict[tuple[str, str], Histogram] = {}
+        self._memcpy: dict[tuple[str, str], int] = {}
+        self._memset: dict[str, int] = {}
+        self._lost: dict[str, int] = {}
+        self._memory = MemoryAccounting(int(HOLD_S * 1e9))
+        self._next_exit_check = 0
+
+    def process_label(self, comm: str) -> str:
+        """comm as a label value: the first `max_processes` names seen, then `other`."""
+        if comm in self._processes:
+            return comm
+        if len(self._processes) < self.max_processes:
+            self._processes.add(comm)
+            return comm
+        return OTHER
+
+    def add(self, calls: Iterable[Call]) -> None:
+        memory, last_ns = [], 0
+        with self._lock:
+            for c in calls:
+                if c.duration_ns is None:
+                    continue
+                process = self.process_label(c.process)
+                key = (c.event, c.api, process)
+                self._calls[key] = self._calls.get(key, 0) + 1
+                if c.ret:
+                    err = (c.event, c.ret_name or str(c.ret), process)
+                    self._errors[err] = self._errors.get(err, 0) + 1
+                hist = self._latency.get(key[:2])
+                if hist is None:
+                    hist = self._latency[key[:2]] = Histogram()
+                hist.counts[bisect.bisect_left(_BOUNDS_NS, c.duration_ns)] += 1
+                hist.sum_ns += c.duration_ns
+                hist.count += 1
+                last_ns = max(last_ns, c.ts_ns + c.duration_ns)
+                function = _BY_SYMBOL.get(c.event)
+                if function is None:
+                    continue
+                if function.name in ROLES:
+                    memory.append(MemCall(c.ts_ns, c.duration_ns, c.pid, c.tid, c.process,
+                                          c.event, c.ret or 0, c.args))
+                elif c.ret == 0:
+                    self._count_bytes(function.name, c)
+            if memory:
+                self._memory.feed(memory)
+            if last_ns:  # without scrapes too, what is held is applied and exits are seen
+                self._memory.settle(last_ns)
+                if last_ns >= self._next_exit_check:
+                    self._next_exit_check = last_ns + EXIT_CHECK_NS
+                    self._forget_exited(last_ns)
+
+    def _count_bytes(self, name: str, c: Call) -> None:
+        copy = _copy(name, c.args)
+        if copy is not None:
+            kind, n = copy
+            key = (kind, c.api)
+            self._memcpy[key] = self._memcpy.get(key, 0) + n
+            return
+        memset = MEMSETS.get(name)
+        if memset is not None:
+            arg, width = memset
+            self._memset[c.api] = self._memset.get(c.api, 0) + int(c.args.get(arg) or 0) * width
+
+    def _forget_exited(self, now_ns: int) -> None:
+        """Processes gone: what they held is no longer live, and they are no longer kept."""
+        for pid in self._memory.running():
+            if not self.alive(pid):
+                self._memory.process_exited(pid, now_ns)
+        for pid in [p for p, m in self._memory.processes.items() if m.exited]:
+            del self._memory.processes[pid]
+
+    def set_lost(self, counters: dict[str, int]) -> None:
+        """The tracer's counters (cumulative), with decode_errors: the loss causes kept."""
+        with self._lock:
+            self._lost = {k: v for k, v in counters.items() if k not in NOT_LOST}
+
+    def snapshot(self, now_ns: int | None = None) -> Snapshot:
+        now_ns = time.monotonic_ns() if now_ns is None else now_ns
+        with self._lock:
+            self._memory.settle(now_ns)
+            self._forget_exited(now_ns)
+            live: dict[tuple[str, str], int] = {}
+            for proc in self._memory.processes.values():
+                process = self.process_label(proc.process)
+                for kind in KINDS:
+                    live[(process, kind)] = live.get((process, kind), 0) + proc.live_bytes[kind]
+            return Snapshot(
+                calls=dict(self._calls), errors=dict(self._errors),
+                latency={k: h.copy() for k, h in self._latency.items()},
+                memcpy_bytes=dict(self._memcpy), memset_bytes=dict(self._memset),
+                live_bytes=live, lost=dict(self._lost))

@@ -1,0 +1,183 @@
+"""Per-function call statistics, aggregated in the kernel (the CP_STATS maps).
+
+The BPF program keeps, per probe and per CPU, a count, total, min and max
+duration, and a log2 histogram: slot k counts calls that took [2^k, 2^(k+1))
+ns (slot 0 also holds 0 and 1 ns; the last slot everything longer) and sums
+their durations. Failed calls are counted per (probe, return code). Reading
+the maps costs the same whatever the call rate; this module turns what was
+read into a report.
+
+Percentiles are estimated from the histogram: the slot holding the wanted
+rank is found exactly; inside it, its calls are taken as spread evenly around
+the slot's mean, as widely as the slot (and the observed min and max) allow.
+An estimate is off by less than the width of its slot, a factor of 2 at worst,
+and much less where a slot's calls cluster, as API latencies do.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from cudaprobe.catalogue.cuda_errors import error_name
+from cudaprobe.probe.plan import Probe
+
+HIST_SLOTS = 48  # CP_HIST_SLOTS in bpf/cudaprobe.h
+SCALARS = 5  # count, total_ns, min_ns, max_ns, errors_unkeyed: then the histogram
+SCHEMA = 1
+PERCENTILES = (50, 95, 99)
+PERCENTILE_NOTE = "p50/p95/p99 estimated from log2 latency buckets, within 2x"
+
+
+def slot_of(ns: int) -> int:
+    """The histogram slot of a duration, as the BPF program computes it."""
+    return min(max(ns, 1).bit_length() - 1, HIST_SLOTS - 1)
+
+
+def slot_bounds(k: int) -> tuple[int, int]:
+    """[lo, hi) in ns of histogram slot k (the last slot is open-ended)."""
+    return (0 if k == 0 else 1 << k), 1 << (k + 1)
+
+
+def percentile(hist: list[int], hist_ns: list[int], q: float, min_ns: int,
+               max_ns: int) -> int:
+    """The q-th percentile (0 < q <= 100) of the durations in `hist`, estimated."""
+    n = sum(hist)
+    if n == 0:
+        return 0
+    rank = max(1, math.ceil(q / 100 * n))
+    below = 0
+    for k, c in enumerate(hist):
+        if c and below + c >= rank:
+            lo, hi = slot_bounds(k)
+            lo, hi = max(lo, min_ns), min(hi, max_ns)
+            mean = min(max(hist_ns[k] / c, lo), hi)
+            half = min(mean - lo, hi - mean)
+            return round(mean - half + (rank - below - 0.5) / c * 2 * half)
+        below += c
+    return max_ns
+
+
+@dataclass
+class FunctionStats:
+    event: str  # the probed symbol, as trace names it
+    api: str
+    category: str
+    count: int = 0
+    total_ns: int = 0
+    min_ns: int = 0
+    max_ns: int = 0
+    hist: list[int] = field(default_factory=lambda: [0] * HIST_SLOTS)
+    hist_ns: list[int] = field(default_factory=lambda: [0] * HIST_SLOTS)  # durations per slot
+    errors: dict[str, int] = field(default_factory=dict)  # return-code name -> calls
+    errors_unkeyed: int = 0  # failed calls whose code the full error map could not hold
+
+    @property
+    def avg_ns(self) -> int:
+        return self.total_ns // self.count if self.count else 0
+
+    @property
+    def failed(self) -> int:
+        return sum(self.errors.values()) + self.errors_unkeyed
+
+    def p(self, q: float) -> int:
+        return percentile(self.hist, self.hist_ns, q, self.min_ns, self.max_ns)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "event": self.event, "api": self.api, "category": self.category,
+            "count": self.count, "total_ns": self.total_ns, "avg_ns": self.avg_ns,
+            "min_ns": self.min_ns, "max_ns": self.max_ns,
+        }
+        d.update({f"p{q}_ns": self.p(q) for q in PERCENTILES})
+        d["failed"] = self.failed
+        d["errors"] = dict(sorted(self.errors.items(), key=lambda kv: -kv[1]))
+        d["histogram"] = [{"lo_ns": slot_bounds(k)[0], "hi_ns": slot_bounds(k)[1], "count": c,
+                           "total_ns": self.hist_ns[k]} for k, c in enumerate(self.hist) if c]
+        return d
+
+
+def combine_cpus(per_cpu: list[tuple[int, ...]]) -> FunctionStats:
+    """Sum one probe's per-CPU `struct cp_stat`s, flattened as Tracer.read_stats gives
+    them: (count, total_ns, min_ns, max_ns, errors_unkeyed, *hist, *hist_ns)."""
+    s = FunctionStats("", "", "")
+    mins = []
+    for v in per_cpu:
+        if not v[0]:
+            continue
+        s.count += v[0]
+        s.total_ns += v[1]
+        mins.append(v[2])
+        s.max_ns = max(s.max_ns, v[3])
+        s.errors_unkeyed += v[4]
+        for k in range(HIST_SLOTS):
+            s.hist[k] += v[SCALARS + k]
+            s.hist_ns[k] += v[SCALARS + HIST_SLOTS + k]
+    s.min_ns = min(mins, default=0)
+    return s
+
+
+def collect(probes: list[Probe], raw_stats: dict[int, list[tuple[int, ...]]],
+            raw_errors: dict[tuple[int, int], int]) -> list[FunctionStats]:
+    """FunctionStats for every probe that saw a call, from what Tracer.read_stats
+    and Tracer.read_errors returned."""
+    out = []
+    for probe in probes:
+        s = combine_cpus(raw_stats.get(probe.func_id, []))
+        if not s.count:
+            continue
+        fn = probe.function
+        s.event, s.api, s.category = probe.symbol, fn.api, fn.category
+        for (func_id, ret), n in raw_errors.items():
+            if func_id == probe.func_id and n:
+                name = error_name(fn.api, ret)
+                s.errors[name] = s.errors.get(name, 0) + n
+        out.append(s)
+    return out
+
+
+SORT_KEYS = {
+    "total": lambda s: -s.total_ns,
+    "count": lambda s: -s.count,
+    "avg": lambda s: -s.avg_ns,
+    "min": lambda s: -s.min_ns,
+    "max": lambda s: -s.max_ns,
+    "p50": lambda s: -s.p(50),
+    "p95": lambda s: -s.p(95),
+    "p99": lambda s: -s.p(99),
+    "errors": lambda s: -s.failed,
+    "name": lambda s: s.event,
+}
+
+
+@dataclass
+class StatsReport:
+    functions: list[FunctionStats]
+    duration_s: float = 0.0
+    libraries: list[str] = field(default_factory=list)
+    not_found: list[str] = field(default_factory=list)
+    in_flight: int = 0  # calls entered but not returned when the report was made
+    lost: dict[str, int] = field(default_factory=dict)
+
+    def sorted(self, key: str = "total") -> list[FunctionStats]:
+        return sorted(self.functions, key=lambda s: (SORT_KEYS[key](s), s.event))
+
+    @property
+    def total_calls(self) -> int:
+        return sum(s.count for s in self.functions)
+
+    def to_dict(self, sort: str = "total") -> dict[str, Any]:
+        return {
+            "cudaprobe": "stats",
+            "schema": SCHEMA,
+            "duration_s": round(self.duration_s, 3),
+            "calls": self.total_calls,
+            "percentiles": PERCENTILE_NOTE,
+            "functions": [s.to_dict() for s in self.sorted(sort)],
+            "in_flight": self.in_flight,
+            "lost": self.lost,
+            "lost_total": sum(self.lost.values()),
+            "libraries": self.libraries,
+            "not_found": self.not_found,
+        }

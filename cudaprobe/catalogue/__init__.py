@@ -1,0 +1,5 @@
+"""What can be traced: every CUDA function as data (functions.py) and the
+names of return codes (cuda_errors.py, generated from the toolkit headers).
+
+The bottom of the data path: imports nothing of cudaprobe but `errors`.
+"""

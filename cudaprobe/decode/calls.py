@@ -1,0 +1,353 @@
+"""Decode raw events into calls: pure Python, no root, no bcc."""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import Any, Callable
+
+from cudaprobe.catalogue.cuda_errors import error_name
+from cudaprobe.catalogue.functions import MEMCPY_KINDS, OUT_KINDS, ArgKind, Function
+from cudaprobe.decode.demangle import demangle, shorten
+from cudaprobe.decode.handles import NAME_KEY, UNKNOWN_WHY, KernelHandles
+from cudaprobe.probe.event import RawEvent
+from cudaprobe.probe.plan import Probe
+
+IN_FLIGHT = "in-flight"
+
+# (pid, address) -> name, or None when unknown; supplied by the kernel-name resolver
+Symbolizer = Callable[[int, int], "str | None"]
+
+
+class Call:
+    """One traced call, with the keys of the JSONL schema as attributes.
+
+    `args` and `details` may be decoded on first use: the trace hot path
+    (decoders.py) makes calls with a `lazy` (decoder, record) pair, since
+    most reporters need one or neither of them. Either can be assigned."""
+
+    __slots__ = ("time_ms", "ts_ns", "pid", "tid", "process", "event", "api", "category",
+                 "duration_ns", "ret", "ret_name", "_args", "_details", "lazy")
+
+    def __init__(self, time_ms: float, ts_ns: int, pid: int, tid: int, process: str, event: str,
+                 api: str, category: str, duration_ns: int | None, ret: int | None,
+                 ret_name: str | None, args: dict[str, Any] | None = None,
+                 details: str | None = None, lazy: Any = None) -> None:
+        self.time_ms = time_ms
+        self.ts_ns = ts_ns
+        self.pid = pid
+        self.tid = tid
+        self.process = process
+        self.event = event
+        self.api = api
+        self.category = category
+        self.duration_ns = duration_ns
+        self.ret = ret
+        self.ret_name = ret_name
+        self._args = args
+        self._details = details
+        # (decoder, record): decoder.args_details(record) -> (args, details)
+        self.lazy = lazy
+
+    def _decode(self) -> None:
+        decoder, record = self.lazy
+        args, details = decoder.args_details(record)
+        if self._args is None:
+            self._args = args
+        if self._details is None:
+            self._details = details
+
+    @property
+    def args(self) -> dict[str, Any]:
+        if self._args is None:
+            self._decode()
+        return self._args
+
+    @args.setter
+    def args(self, value: dict[str, Any]) -> None:
+        self._args = value
+
+    @property
+    def details(self) -> str:
+        if self._details is None:
+            self._decode()
+        return self._details
+
+    @details.setter
+    def details(self, value: str) -> None:
+        self._details = value
+
+    @property
+    def in_flight(self) -> bool:
+        return self.duration_ns is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in JSONL_KEYS}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Call) and self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass it was
+
+    def __repr__(self) -> str:
+        return "Call(" + ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items()) + ")"
+
+
+JSONL_KEYS = (
+    "time_ms", "ts_ns", "pid", "tid", "process", "event", "api", "category",
+    "duration_ns", "ret", "ret_name", "args", "details",
+)
+
+
+def humanize_bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024.0
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def humanize_ns(ns: int) -> str:
+    if ns < 1_000:
+        return f"{ns}ns"
+    if ns < 1_000_000:
+        return f"{ns / 1e3:.1f}µs"
+    if ns < 1_000_000_000:
+        return f"{ns / 1e6:.2f}ms"
+    return f"{ns / 1e9:.2f}s"
+
+
+def _s32(v: int) -> int:
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+def _hex(v: int) -> str:
+    return f"{v:#x}"
+
+
+def _f32(v: int) -> float:
+    return round(struct.unpack("<f", struct.pack("<I", v & 0xFFFFFFFF))[0], 6)
+
+
+def _dim3(lo: int, hi: int) -> list[int]:
+    return [lo & 0xFFFFFFFF, lo >> 32, hi & 0xFFFFFFFF]
+
+
+def _dim3_text(d: list[int]) -> str:
+    return f"({d[0]},{d[1]},{d[2]})"
+
+
+def _hex_value(v: int) -> tuple[str, str]:
+    h = f"{v:#x}"
+    return h, h
+
+
+def _size_value(v: int) -> tuple[int, str]:
+    return v, humanize_bytes(v)
+
+
+def _unsigned(mask: int) -> Callable[[int], tuple[int, str]]:
+    def value(v: int) -> tuple[int, str]:
+        v &= mask
+        return v, str(v)
+    return value
+
+
+def _int_value(v: int) -> tuple[int, str]:
+    v = _s32(v)
+    return v, str(v)
+
+
+def _flags_value(v: int) -> tuple[int, str]:
+    v &= 0xFFFFFFFF
+    return v, _hex(v)
+
+
+def _memcpy_kind_value(v: int) -> tuple[str, str]:
+    name = MEMCPY_KINDS.get(v & 0xFFFFFFFF, str(_s32(v)))
+    return name, name
+
+
+def _float_value(v: int) -> tuple[float | None, str]:
+    f = _f32(v)  # NaN/inf (which no call should write) is no JSON number: null
+    return (f if math.isfinite(f) else None), f"{f:g}"
+
+
+# kind -> (JSON value, DETAILS text) of the one word it reads: the argument word,
+# or for OUT_* kinds the value read at exit. DIM3 reads two words (_decode_arg).
+WORD_DECODERS: dict[ArgKind, Callable[[int], tuple[Any, str]]] = {
+    **dict.fromkeys((ArgKind.PTR, ArgKind.STREAM, ArgKind.EVENT, ArgKind.HANDLE, ArgKind.FUNC,
+                     ArgKind.CU_FUNCTION, ArgKind.OUT_PTR, ArgKind.OUT_HANDLE,
+                     ArgKind.OUT_FUNCTION), _hex_value),
+    ArgKind.SIZE: _size_value,
+    ArgKind.OUT_SIZE: _size_value,
+    ArgKind.SIZE32: lambda v: _size_value(v & 0xFFFFFFFF),
+    ArgKind.COUNT: _unsigned(0xFFFFFFFFFFFFFFFF),
+    ArgKind.UINT: _unsigned(0xFFFFFFFF),
+    ArgKind.UINT16: _unsigned(0xFFFF),
+    ArgKind.UINT8: _unsigned(0xFF),
+    ArgKind.INT: _int_value,
+    ArgKind.OUT_INT: _int_value,
+    ArgKind.FLAGS: _flags_value,
+    ArgKind.MEMCPY_KIND: _memcpy_kind_value,
+    ArgKind.OUT_FLOAT: _float_value,
+}
+
+
+def _dim3_value(lo: int, hi: int) -> tuple[list[int], str]:
+    d = _dim3(lo, hi)
+    return d, _dim3_text(d)
+
+
+# (JSON value, DETAILS text) of an out-parameter that was not read: the call
+# failed (CUDA leaves it unspecified; strace leaves a failed syscall's out-
+# parameters undecoded too), or was still running when the trace ended
+NOT_READ: tuple[None, str] = (None, "-")
+
+
+def _decode_arg(
+    kind: ArgKind, words: tuple[int, ...], slot: int, outs: tuple[int, ...], out: int | None
+) -> tuple[Any, str]:
+    """Return (JSON value, DETAILS text) for one argument; `out`: its index in
+    `outs` for an out-parameter, which is NOT_READ where `outs` is shorter."""
+    if kind is ArgKind.DIM3:
+        return _dim3_value(words[slot], words[slot + 1])
+    decode = WORD_DECODERS.get(kind)
+    if decode is None:
+        raise ValueError(f"no decoder for {kind}")
+    if kind in OUT_KINDS:
+        assert out is not None, kind
+        return decode(outs[out]) if out < len(outs) else NOT_READ
+    return decode(words[slot])
+
+
+def _grid_block(cfg: tuple[int, ...]) -> tuple[list[int], list[int]]:
+    """Six unsigned ints at the start of both config structs: grid x,y,z, block x,y,z."""
+    w0, w1, w2 = cfg[0], cfg[1], cfg[2]
+    return ([w0 & 0xFFFFFFFF, w0 >> 32, w1 & 0xFFFFFFFF],
+            [w1 >> 32, w2 & 0xFFFFFFFF, w2 >> 32])
+
+
+def _launch_config(cfg: tuple[int, ...]) -> dict[str, Any]:
+    """Fields of a cudaLaunchConfig_t: gridDim, blockDim (dim3 each), size_t smem, stream."""
+    grid, block = _grid_block(cfg)
+    return {"gridDim": grid, "blockDim": block, "dynamicSmemBytes": cfg[3], "stream": _hex(cfg[4])}
+
+
+def _cu_launch_config(cfg: tuple[int, ...]) -> dict[str, Any]:
+    """Fields of a CUlaunchConfig: six unsigned ints, unsigned int sharedMemBytes (then
+    4 bytes of padding), hStream at byte 32."""
+    grid, block = _grid_block(cfg)
+    return {"gridDim": grid, "blockDim": block, "sharedMemBytes": cfg[3] & 0xFFFFFFFF,
+            "hStream": _hex(cfg[4])}
+
+
+def _cstring(buffer: tuple[int, ...]) -> str:
+    """A string copied at entry into the event's cfg words (NUL-terminated there;
+    one that filled the buffer was cut short, and says so with a trailing …)."""
+    data = b"".join(w.to_bytes(8, "little") for w in buffer)
+    text = data.split(b"\0", 1)[0]
+    return text.decode("utf-8", "replace") + ("…" if len(text) >= len(data) - 1 else "")
+
+
+# config kind -> decoder of the CFG_WORDS words read at entry; each returns
+# gridDim, blockDim, shared memory bytes and stream, in that order
+_CONFIG_DECODERS = {
+    ArgKind.LAUNCH_CONFIG: _launch_config,
+    ArgKind.CU_LAUNCH_CONFIG: _cu_launch_config,
+}
+
+
+def decode_args(
+    function: Function, raw: RawEvent, pid: int, symbolize: Symbolizer | None,
+    handles: KernelHandles | None = None,
+) -> tuple[dict[str, Any], str]:
+    args: dict[str, Any] = {}
+    parts: list[str] = []
+    for arg, slot in zip(function.args, function.slots):
+        if arg.kind in _CONFIG_DECODERS:
+            args[arg.name] = _hex(raw.args[slot])
+            cfg = _CONFIG_DECODERS[arg.kind](raw.cfg)
+            args.update(cfg)
+            grid, block, smem, stream = cfg.values()
+            parts.append(f"grid={_dim3_text(grid)} block={_dim3_text(block)} "
+                         f"smem={humanize_bytes(smem)} stream={stream}")
+            continue
+        if arg.kind is ArgKind.DIM:
+            # gridDimX, gridDimY, gridDimZ -> gridDim: [x, y, z], as the runtime's dim3
+            stem, axis = arg.name[:-1], "XYZ".index(arg.name[-1])
+            dims = args.setdefault(stem, [0, 0, 0])
+            dims[axis] = raw.args[slot] & 0xFFFFFFFF
+            if axis == 2:
+                parts.append(f"{stem}={_dim3_text(dims)}")
+            continue
+        if arg.kind is ArgKind.CSTRING:
+            args[arg.name] = text = _cstring(raw.cfg)
+            parts.append(f"{arg.name}={shorten(demangle(text))}")
+            continue
+        value, text = _decode_arg(arg.kind, raw.args, slot, raw.outs,
+                                  function.out_index.get(arg.name))
+        args[arg.name] = value
+        if arg.kind is ArgKind.FUNC:
+            name = symbolize(pid, raw.args[slot]) if symbolize is not None else None
+            if not name and handles is not None:
+                # CUDA 12+ <<<>>> passes a cudaKernel_t (a CUkernel), not the host
+                # stub: named by the traced cuLibraryGetKernel that made it
+                handle_name = handles.name(pid, raw.args[slot])
+                name = demangle(handle_name) if handle_name else None
+            if name:
+                args[NAME_KEY] = name  # whole in JSONL; shortened in DETAILS
+                text = f"{text} {shorten(name)}"
+        if arg.kind is ArgKind.CU_FUNCTION and handles is not None:
+            name = handles.name(pid, raw.args[slot])
+            if name:
+                args[NAME_KEY] = demangle(name)
+                text = f"{text} {shorten(args[NAME_KEY])}"
+            elif raw.args[slot]:  # (NULL is no kernel at all)
+                text = f"{text} ({UNKNOWN_WHY})"
+        parts.append(f"{arg.name}={text}")
+    return args, " ".join(parts)
+
+
+def decode_event(
+    raw: RawEvent,
+    probes: list[Probe],
+    t0_ns: int,
+    symbolize: Symbolizer | None = None,
+    in_flight: bool = False,
+    handles: KernelHandles | None = None,
+) -> Call:
+    """Turn one raw event into a Call. `probes[raw.func_id]` names the function.
+
+    With `handles`, driver kernel handles are named, and the ones this call
+    made are recorded: decode a process's events in the order they came."""
+    if not 0 <= raw.func_id < len(probes):
+        raise ValueError(f"event for unknown probe id {raw.func_id}")
+    probe = probes[raw.func_id]
+    fn = probe.function
+    args, details = decode_args(fn, raw, raw.pid, symbolize, handles)
+    if handles is not None and not in_flight and raw.ret == 0:
+        handles.learn(fn, raw.pid, args)
+    if in_flight:
+        duration, ret, ret_name = None, None, None
+        details = f"{details} (still running when the trace ended)".lstrip()
+    else:
+        duration, ret, ret_name = raw.duration_ns, raw.ret, error_name(fn.api, raw.ret)
+    return Call(
+        time_ms=round((raw.ts_ns - t0_ns) / 1e6, 3),
+        ts_ns=raw.ts_ns,
+        pid=raw.pid,
+        tid=raw.tid,
+        process=raw.comm,
+        event=probe.symbol,
+        api=fn.api,
+        category=fn.category,
+        duration_ns=duration,
+        ret=ret,
+        ret_name=ret_name,
+        args=args,
+        details=details,
+    )

@@ -1,0 +1,144 @@
+"""Chrome Trace Event JSON (ui.perfetto.dev, chrome://tracing), streamed.
+
+The JSON array format, one event per line, written as calls come and never
+held in memory: a file cut short (cudaprobe killed) still opens, since the
+closing `]` is optional in that format. Per call one complete event ("X") on
+the track of its pid/tid, with the decoded arguments, result and DETAILS as
+args; a call still running at the end is a begin event ("B") that never
+ends. Process and thread names are metadata ("M") events, written the first
+time a pid or tid is seen. The summary is the last event: a global instant
+("i", "s": "g") named "cudaprobe summary" (the array format has no room for
+`otherData`).
+
+Runtime -> driver flows: calls arrive as they complete, so the driver calls
+a runtime call made (same thread, inside its interval) arrive before it. The
+last PENDING_PER_THREAD driver calls of each thread are kept (start and end
+only); when a runtime call arrives, those that ended after it started are its
+children, and each top-level one gets a flow ("s" inside the runtime call,
+"f" just before the driver call, binding to the next slice) from it.
+Timestamps are µs since the probes were attached, at ns precision.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from typing import Any
+
+from cudaprobe.analysis.summary import Summary
+from cudaprobe.catalogue.functions import DRIVER, RUNTIME
+from cudaprobe.decode.calls import Call
+from cudaprobe.output.base import Reporter
+
+PENDING_PER_THREAD = 256  # driver calls kept per thread, waiting for their runtime call
+MAX_THREADS = 4096  # threads with pending driver calls; the oldest thread is forgotten
+SUMMARY_EVENT = "cudaprobe summary"
+FLOW_CATEGORY = "runtime_to_driver"
+# keys the reporter adds next to the decoded arguments (tests check no argument has one)
+RESULT_KEYS = ("ret", "ret_name", "details", "in_flight")
+
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
+                           check_circular=False).encode
+
+
+def _us(ns: int) -> float:
+    return ns / 1000
+
+
+class ChromeReporter(Reporter):
+    name = "chrome"
+    # `.json` alone is JSONL; these double extensions are matched first
+    extensions = (".chrome.json", ".perfetto.json")
+
+    def start(self) -> None:
+        self._sep = ""
+        self._origin: int | None = None  # CLOCK_MONOTONIC ns at attach, from the first call
+        self._processes: set[int] = set()
+        self._threads: set[tuple[int, int]] = set()
+        # tid -> (start ns, end ns, event) of its latest driver calls, in completion order
+        self._pending: dict[int, deque[tuple[int, int, str]]] = {}
+        self._next_flow = 1
+        self._last_ns = 0
+        self.stream.write("[\n")
+
+    def _emit(self, out: list[str], event: dict[str, Any]) -> None:
+        out.append(self._sep + _encode(event))
+        self._sep = ",\n"
+
+    def calls(self, calls: list[Call]) -> None:
+        out: list[str] = []
+        for c in calls:
+            if self._origin is None:
+                # time_ms is ms since attach to the µs: the origin to within 0.5 µs
+                self._origin = c.ts_ns - round(c.time_ms * 1e6)
+            self._name_track(out, c)
+            self._emit(out, self._slice(c))
+            if c.api == DRIVER:
+                if c.duration_ns is not None:
+                    self._remember(c)
+            elif c.api == RUNTIME:
+                self._flows(out, c)
+        if out:
+            self.stream.write("".join(out))
+
+    def _name_track(self, out: list[str], c: Call) -> None:
+        if c.pid not in self._processes:
+            self._processes.add(c.pid)
+            self._emit(out, {"name": "process_name", "ph": "M", "pid": c.pid, "tid": c.tid,
+                             "args": {"name": c.process}})
+        if (c.pid, c.tid) not in self._threads:
+            self._threads.add((c.pid, c.tid))
+            self._emit(out, {"name": "thread_name", "ph": "M", "pid": c.pid, "tid": c.tid,
+                             "args": {"name": c.process}})
+
+    def _slice(self, c: Call) -> dict[str, Any]:
+        ts = c.ts_ns - self._origin
+        args = dict(c.args)
+        if c.duration_ns is None:  # never ended: shown as running to the end of the trace
+            args["in_flight"] = True
+            event = {"name": c.event, "cat": f"{c.api},{c.category}", "ph": "B", "ts": _us(ts)}
+            self._last_ns = max(self._last_ns, ts)
+        else:
+            args["ret"] = c.ret
+            args["ret_name"] = c.ret_name
+            event = {"name": c.event, "cat": f"{c.api},{c.category}", "ph": "X", "ts": _us(ts),
+                     "dur": _us(c.duration_ns)}
+            self._last_ns = max(self._last_ns, ts + c.duration_ns)
+        args["details"] = c.details
+        event.update(pid=c.pid, tid=c.tid, args=args)
+        return event
+
+    def _remember(self, c: Call) -> None:
+        pending = self._pending.get(c.tid)
+        if pending is None:
+            if len(self._pending) >= MAX_THREADS:
+                del self._pending[next(iter(self._pending))]
+            pending = self._pending[c.tid] = deque(maxlen=PENDING_PER_THREAD)
+        pending.append((c.ts_ns, c.ts_ns + c.duration_ns, c.event))
+
+    def _flows(self, out: list[str], c: Call) -> None:
+        """Flows to the driver calls this runtime call made: on one thread calls
+        complete in order, so its children are the latest pending ones that
+        ended after it started."""
+        pending = self._pending.get(c.tid)
+        outer_start = None  # start of the last top-level child taken (children of it are not)
+        while pending and pending[-1][1] > c.ts_ns:
+            start, end, event = pending.pop()
+            if outer_start is not None and end > outer_start:
+                continue  # a driver call made by a driver call
+            outer_start = start
+            name, flow_id = f"{c.event} -> {event}", self._next_flow
+            self._next_flow += 1
+            # the start, 1 ns into the runtime call (before any child), binds to it; the
+            # end, 1 ns before the driver call, binds to the next slice: the driver call
+            for ph, ns in (("s", c.ts_ns + 1), ("f", start - 1)):
+                self._emit(out, {"name": name, "cat": FLOW_CATEGORY, "ph": ph, "id": flow_id,
+                                 "ts": _us(ns - self._origin), "pid": c.pid, "tid": c.tid})
+
+    def finish(self, summary: Summary) -> None:
+        event = {"name": SUMMARY_EVENT, "ph": "i", "s": "g", "ts": _us(self._last_ns),
+                 "args": summary.to_dict()}
+        out: list[str] = []
+        self._emit(out, event)
+        self.stream.write("".join(out) + "\n]\n")
+        super().finish(summary)

@@ -1,0 +1,143 @@
+"""What `cudaprobe memory` shows: live bytes per process, leak reports at exit,
+the final summary, and the JSON document (schema: docs/memory.md)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from cudaprobe.analysis.memtrack import (
+    KINDS,
+    PROCESS_EXIT,
+    Allocation,
+    ProcessMemory,
+    group_by_site,
+)
+from cudaprobe.decode.calls import humanize_bytes
+from cudaprobe.decode.demangle import shorten
+
+SCHEMA = 1
+STACK_LINES = 8  # callers shown under a leak's call site in the table (JSON has all)
+
+Ms = Callable[[int], float]  # monotonic ns -> ms since tracing began
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _frame_text(frame: str, limit: int = 90) -> str:
+    """`function+0xoff (module)` with a long C++ function shortened; the offset and
+    module kept whole."""
+    name, plus, where = frame.rpartition("+0x")
+    return shorten(name, limit) + plus + where if plus else frame
+
+
+def render_processes(processes: list[ProcessMemory], console: Console, title: str) -> None:
+    table = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
+    for col in ("PID", "PROCESS", *(k.upper() for k in KINDS), "LIVE", "PEAK", "ALLOCS",
+                "FREES", "FAILED", "STATE"):
+        table.add_column(col, justify="left" if col in ("PROCESS", "STATE") else "right")
+    for p in sorted(processes, key=lambda p: p.pid):
+        c = p.counts
+        failed = c["failed_allocations"] + c["failed_frees"]
+        table.add_row(str(p.pid), Text(p.process),
+                      *(humanize_bytes(p.live_bytes[k]) for k in KINDS),
+                      humanize_bytes(p.live_total), humanize_bytes(p.peak_total),
+                      str(c["allocations"]), str(c["frees"]),
+                      Text(str(failed), style="red" if failed else ""),
+                      "exited" if p.exited else "running")
+    console.print(table)
+
+
+def render_exit(p: ProcessMemory, console: Console, ms: Ms) -> None:
+    """The leak report of a process that exited."""
+    leaked = [a for a in p.ended if a.ended_by == PROCESS_EXIT]
+    head = (f"pid {p.pid} ({p.process}) exited: peak {humanize_bytes(p.peak_total)}, "
+            f"{_n(p.counts['allocations'], 'allocation')}, {_n(p.counts['frees'], 'free')}")
+    console.print(Text(head, style="bold"))
+    for by, ts, n, size in p.implicit:
+        console.print(Text(f"  {by} at {ms(ts):.3f} ms freed {_n(n, 'allocation')} "
+                           f"({humanize_bytes(size)}) without a free call"))
+    if not p.ended:
+        console.print("  no leaks: nothing was left allocated")
+        return
+    total = sum(a.size for a in leaked)
+    console.print(Text(f"  {_n(len(leaked), 'allocation')} never freed, "
+                       f"{humanize_bytes(total)}; {len(p.ended) - len(leaked)} freed only "
+                       "implicitly", style="red"))
+    table = Table(show_edge=False, header_style="bold", box=None, padding=(0, 1))
+    for col in ("BYTES", "COUNT", "KIND", "FUNCTION", "ENDED BY", "CALL SITE"):
+        table.add_column(col, justify="right" if col in ("BYTES", "COUNT") else "left",
+                         no_wrap=col != "CALL SITE")
+    for g in group_by_site(p.ended):
+        table.add_row(humanize_bytes(g.bytes), str(len(g.allocations)), g.kind, g.event,
+                      g.ended_by, Text(_frame_text(g.site[0]) if g.site else "(unknown)"))
+        for frame in g.site[1:STACK_LINES + 1]:
+            table.add_row("", "", "", "", "", Text("  " + _frame_text(frame), style="dim"))
+    console.print(table)
+
+
+def render_summary(processes: list[ProcessMemory], lost: dict[str, int], in_flight: int,
+                   duration_s: float, console: Console) -> None:
+    render_processes(processes, console, "cudaprobe memory")
+    c = {key: sum(p.counts[key] for p in processes) for key in (
+        "allocations", "frees", "failed_allocations", "failed_frees", "unknown_frees",
+        "nested_driver_calls")}
+    lost_total = sum(lost.values())
+    line = (f"{c['allocations']} allocations, {c['frees']} frees, "
+            f"{c['failed_allocations']} failed allocations, {c['failed_frees']} failed frees, "
+            f"{c['unknown_frees']} frees of memory allocated before tracing; "
+            f"{c['nested_driver_calls']} driver calls counted with their runtime call; "
+            f"{duration_s:.2f}s, {in_flight} calls in flight, {lost_total} lost")
+    if lost_total:
+        line += (" (" + ", ".join(f"{k}={v}" for k, v in lost.items() if v) +
+                 ": the accounting misses those calls)")
+    console.print(Text(line, style="bold red" if lost_total else ""))
+
+
+def _allocation(a: Allocation, ms: Ms) -> dict[str, Any]:
+    return {"ptr": f"{a.ptr:#x}", "size": a.size, "at_ms": ms(a.ts_ns), "tid": a.tid}
+
+
+def process_dict(p: ProcessMemory, ms: Ms) -> dict[str, Any]:
+    counts = {k: p.counts[k] for k in (
+        "allocations", "frees", "failed_allocations", "failed_frees", "unknown_frees",
+        "nested_driver_calls", "bytes_allocated", "bytes_freed", "bytes_failed", "replaced")}
+
+    def groups(allocations: list[Allocation]) -> list[dict[str, Any]]:
+        return [{"site": list(g.site), "event": g.event, "kind": g.kind,
+                 "ended_by": g.ended_by or None, "count": len(g.allocations), "bytes": g.bytes,
+                 "allocations": [_allocation(a, ms) for a in g.allocations]}
+                for g in group_by_site(allocations)]
+
+    return {
+        "pid": p.pid,
+        "process": p.process,
+        "exited": p.exited,
+        **counts,
+        "live_bytes": {**p.live_bytes, "total": p.live_total},
+        "peak_bytes": {**p.peak_bytes, "total": p.peak_total, "at_ms": ms(p.peak_ns)},
+        "timeline": [[ms(ts), n] for ts, n in p.timeline],
+        "implicit_frees": [{"by": by, "at_ms": ms(ts), "allocations": n, "bytes": size}
+                           for by, ts, n, size in p.implicit],
+        "leaks": groups(p.ended),
+        "live": groups(list(p.live.values())),
+    }
+
+
+def to_dict(processes: list[ProcessMemory], lost: dict[str, int], in_flight: int,
+            duration_s: float, libraries: list[str], ms: Ms) -> dict[str, Any]:
+    return {
+        "cudaprobe": "memory",
+        "schema": SCHEMA,
+        "duration_s": round(duration_s, 3),
+        "processes": [process_dict(p, ms) for p in sorted(processes, key=lambda p: p.pid)],
+        "in_flight": in_flight,
+        "lost": lost,
+        "lost_total": sum(lost.values()),
+        "libraries": libraries,
+    }

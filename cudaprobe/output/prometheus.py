@@ -1,0 +1,173 @@
+"""The metrics of metrics.py as Prometheus metrics, served over HTTP.
+
+A collector turns each scrape into one `CallMetrics.snapshot()`, in its own
+CollectorRegistry (not prometheus_client's global one, which would add the
+Python process's own metrics). prometheus_client is imported only here and
+only when serving: `trace` and the rest work without it.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+import socket
+import threading
+from collections.abc import Iterator
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from cudaprobe import __version__
+from cudaprobe.analysis.metrics import LATENCY_BOUNDS_S, CallMetrics
+from cudaprobe.errors import CudaprobeError, UsageError
+
+DEFAULT_HOST = "127.0.0.1"
+_ADDRESS = re.compile(r"(?:(?P<host>\[[^\]]*\]|[^:\[\]]*):)?(?P<port>[^:]*)")
+
+
+class CannotListen(CudaprobeError):
+    def __init__(self, where: str, why: str) -> None:
+        super().__init__(f"cannot serve metrics on {where}: {why}",
+                         fix="choose another [ADDR:]PORT")
+
+
+def parse_listen_address(text: str) -> tuple[str, int]:
+    """`[ADDR:]PORT` -> (host, port): "9464" and ":9464" are 127.0.0.1:9464,
+    "0.0.0.0:9464" every IPv4 address, "[::]:9464" every address."""
+    m = _ADDRESS.fullmatch(text.strip())
+    if m is None:
+        hint = " (an IPv6 address goes in brackets: [::1]:9464)" if text.count(":") > 1 else ""
+        raise UsageError(f"--prometheus {text!r} is not [ADDR:]PORT, such as :9464 or "
+                         f"0.0.0.0:9464{hint}")
+    host = (m.group("host") or "").strip("[]") or DEFAULT_HOST
+    port = m.group("port")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise UsageError(f"--prometheus {text!r}: the port must be a number from 1 to 65535")
+    return host, int(port)
+
+
+def show_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _prometheus_client() -> Any:
+    try:
+        import prometheus_client  # noqa: PLC0415 - optional: only serve --prometheus needs it
+    except ImportError:
+        raise CudaprobeError("serve --prometheus needs prometheus_client",
+                             fix="pip install 'cudaprobe[prometheus]'") from None
+    return prometheus_client
+
+
+class CallCollector:
+    """A prometheus_client collector over one CallMetrics."""
+
+    def __init__(self, metrics: CallMetrics) -> None:
+        self.metrics = metrics
+
+    def describe(self) -> list:
+        return []  # nothing to collect at registration
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import (  # noqa: PLC0415
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+            InfoMetricFamily,
+        )
+        from prometheus_client.utils import floatToGoString  # noqa: PLC0415
+
+        snap = self.metrics.snapshot()
+        yield InfoMetricFamily("cudaprobe_build", "cudaprobe's version.",
+                               value={"version": __version__})
+        calls = CounterMetricFamily("cudaprobe_calls", "CUDA API calls completed.",
+                                    labels=["function", "api", "process"])
+        for labels, n in sorted(snap.calls.items()):
+            calls.add_metric(labels, n)
+        yield calls
+        errors = CounterMetricFamily("cudaprobe_call_errors",
+                                     "CUDA API calls that returned an error, by result name.",
+                                     labels=["function", "error", "process"])
+        for labels, n in sorted(snap.errors.items()):
+            errors.add_metric(labels, n)
+        yield errors
+        latency = HistogramMetricFamily("cudaprobe_call_duration_seconds",
+                                        "CUDA API call latency, entry to return.",
+                                        labels=["function", "api"])
+        les = [floatToGoString(b) for b in LATENCY_BOUNDS_S] + ["+Inf"]
+        for labels, h in sorted(snap.latency.items()):
+            running, buckets = 0, []
+            for le, n in zip(les, h.counts):
+                running += n
+                buckets.append((le, running))
+            latency.add_metric(labels, buckets, h.sum_s)
+        yield latency
+        copied = CounterMetricFamily("cudaprobe_memcpy_bytes",
+                                     "Bytes copied by successful memcpy calls, by direction.",
+                                     labels=["kind", "api"])
+        for labels, n in sorted(snap.memcpy_bytes.items()):
+            copied.add_metric(labels, n)
+        yield copied
+        memset = CounterMetricFamily("cudaprobe_memset_bytes",
+                                     "Bytes set by successful memset calls.", labels=["api"])
+        for api, n in sorted(snap.memset_bytes.items()):
+            memset.add_metric([api], n)
+        yield memset
+        live = GaugeMetricFamily("cudaprobe_memory_live_bytes",
+                                 "CUDA memory allocated and not freed, by running process.",
+                                 labels=["process", "kind"])
+        for labels, n in sorted(snap.live_bytes.items()):
+            live.add_metric(labels, n)
+        yield live
+        lost = CounterMetricFamily("cudaprobe_lost_events",
+                                   "Traced calls lost before they were counted, by cause.",
+                                   labels=["cause"])
+        for cause, n in sorted(snap.lost.items()):
+            lost.add_metric([cause], n)
+        yield lost
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        """No line per scrape."""
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class MetricsServer:
+    """/metrics of `metrics` on host:port, on a thread, until close()."""
+
+    def __init__(self, metrics: CallMetrics, host: str, port: int) -> None:
+        client = _prometheus_client()
+        registry = client.CollectorRegistry(auto_describe=False)
+        registry.register(CallCollector(metrics))
+        where = show_address(host, port)
+        try:
+            family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        except socket.gaierror as e:
+            raise CannotListen(where, (e.strerror or str(e)).lower()) from None
+        server_class = type("Server", (_ThreadingServer,), {"address_family": family})
+        try:
+            self.server = make_server(host, port, client.make_wsgi_app(registry),
+                                      server_class, _QuietHandler)
+        except OSError as e:
+            why = "address already in use" if e.errno == errno.EADDRINUSE else (
+                e.strerror or str(e)).lower()
+            raise CannotListen(where, why) from None
+        self.url = f"http://{where}/metrics"
+        self._thread = threading.Thread(target=self.server.serve_forever, name="metrics",
+                                        daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join()
+
+    def __enter__(self) -> MetricsServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

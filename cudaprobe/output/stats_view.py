@@ -1,0 +1,40 @@
+"""The stats table, built with rich and printed to an injected console."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from cudaprobe.analysis.stats import PERCENTILE_NOTE, PERCENTILES, StatsReport
+from cudaprobe.decode.calls import humanize_ns
+
+COLUMNS = ("EVENT", "CALLS", "TOTAL", "AVG", "MIN", "MAX", *(f"P{q}" for q in PERCENTILES),
+           "ERRORS")
+
+
+def render_stats(report: StatsReport, console: Console, sort: str = "total",
+                 title: str = "cudaprobe stats") -> None:
+    table = Table(title=f"{title}: {PERCENTILE_NOTE}", title_justify="left", show_edge=False,
+                  header_style="bold")
+    for col in COLUMNS:
+        table.add_column(col, justify="left" if col in ("EVENT", "ERRORS") else "right")
+    for s in report.sorted(sort):
+        errors = ", ".join(f"{name} x{n}" for name, n in
+                           sorted(s.errors.items(), key=lambda kv: -kv[1]))
+        if s.errors_unkeyed:
+            errors += f"{', ' if errors else ''}unknown code x{s.errors_unkeyed}"
+        table.add_row(Text(s.event), str(s.count), humanize_ns(s.total_ns), humanize_ns(s.avg_ns),
+                      humanize_ns(s.min_ns), humanize_ns(s.max_ns),
+                      *(humanize_ns(s.p(q)) for q in PERCENTILES),
+                      Text(errors, style="red" if errors else ""))
+    console.print(table)
+    lost = sum(report.lost.values())
+    line = (f"{report.total_calls} calls in {report.duration_s:.2f}s, "
+            f"{report.in_flight} still in flight, {lost} lost")
+    if lost:
+        line += " (" + ", ".join(f"{k}={v}" for k, v in report.lost.items() if v) + ")"
+    console.print(Text(line, style="bold red" if lost else ""))
+    if report.not_found:
+        console.print(Text("not exported by the traced libraries: " + ", ".join(report.not_found),
+                           style="dim"))

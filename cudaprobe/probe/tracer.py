@@ -1,0 +1,312 @@
+"""Compiling, attaching and reading the BPF program; the one place bcc is used.
+
+bcc raises bare `Exception`s; they are translated into BpfError here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import mmap
+import os
+import time
+from typing import Any, Callable
+
+from cudaprobe.errors import BccMissing, BpfError, NotRoot
+from cudaprobe.probe import bpfprog, cleanup, perf_uprobe, uprobe_multi
+from cudaprobe.probe.event import (
+    LOST_PAIRING,
+    LOST_RINGBUF,
+    NR_COUNTERS,
+    RECORD_STRUCTS,
+    WAKEUPS,
+    RawEvent,
+    from_record,
+    unpack_event,
+)
+from cudaprobe.probe.plan import Attachment, ProbePlan
+from cudaprobe.probe.ringbuf import RingBuffer
+from cudaprobe.targets import environment
+
+# EINVAL at attach: almost always another tracer's uprobe at the same address
+# with a different reference-counter offset (see perf_uprobe.py)
+REF_CTR_HINT = ("if dmesg says 'ref_ctr_offset mismatch', another tracer (a bcc Python tool) "
+                "holds uprobes on these functions: stop it and retry")
+
+
+def prepare_machine() -> list[str]:
+    """Everything tracing needs from the machine; returns notes for the user.
+    Stale uprobe_events entries are removed once tracefs is there."""
+    notes = [environment.ensure_tracefs(), cleanup.remove_stale_uprobe_events(),
+             environment.ensure_kernel_headers(), environment.seccomp_warning()]
+    return [n for n in notes if n]
+
+
+def import_bcc() -> Any:
+    try:
+        import bcc  # noqa: PLC0415 - imported at run time: not on PyPI
+    except ImportError as e:
+        raise BccMissing(str(e)) from None
+    return bcc
+
+
+class Tracer:
+    """Owns the BPF object: `with Tracer(plan, settings) as t: t.poll(...)`."""
+
+    def __init__(self, plan: ProbePlan, settings: bpfprog.Settings) -> None:
+        self.plan = plan
+        self.settings = settings
+        self._bpf: Any = None
+        self._ring: RingBuffer | None = None
+        self.attached: list[str] = []  # library paths probed
+        self.attach_seconds = 0.0
+        self._links: list[int] = []  # uprobe_multi link fds
+        self._pair_threads = int(bpfprog.defines(plan.probes, settings)["CP_PAIR_THREADS"])
+
+    def __enter__(self) -> Tracer:
+        if os.geteuid() != 0:
+            raise NotRoot()
+        bcc = import_bcc()
+        try:
+            self._bpf = bcc.BPF(
+                src_file=bpfprog.source_path().encode(),
+                cflags=bpfprog.cflags(self.plan.probes, self.settings),
+            )
+        except Exception as e:  # bcc: compile errors are printed above by clang
+            raise BpfError("compiling the BPF program failed", str(e),
+                           fix="run `cudaprobe doctor`") from None
+        try:
+            self._attach_all()
+            if not self.settings.stats:  # stats mode aggregates in maps: no events
+                self._ring = RingBuffer(self._bpf["events"].map_fd,
+                                        self.settings.ringbuf_pages * mmap.PAGESIZE,
+                                        RECORD_STRUCTS)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _attach_all(self) -> None:
+        start = time.monotonic()
+        probes = self._bpf["probes"]
+        for p in self.plan.probes:
+            probes[probes.Key(p.func_id)] = probes.Leaf(*bpfprog.probe_config(p))
+        by_path: dict[str, list[Attachment]] = {}
+        for a in self.plan.attachments:
+            by_path.setdefault(a.path, []).append(a)
+        for path, atts in by_path.items():
+            self.attach_library(path, atts)
+        self.attach_seconds = time.monotonic() - start
+
+    def attach_library(self, path: str, attachments: list[Attachment]) -> None:
+        """Probe `attachments`, all in `path`: at start, or later while tracing.
+
+        Their probe ids must be in the plan, whose `probes` map was filled at
+        load time. Return probes go in first: a call entered between the two
+        attaches then has no entry to pair with, rather than an entry that
+        never completes and shows as in flight forever.
+        """
+        if self.settings.attach == "multi":
+            self._attach_multi(path, attachments)
+        else:
+            self._attach_perf(attachments)
+        self.attached.append(path)
+
+    def _attach_multi(self, path: str, atts: list[Attachment]) -> None:
+        links = []
+        try:
+            for fn_name, retprobe in ((b"cp_return", True), (b"cp_enter", False)):
+                try:  # bcc loads each program once and hands the same one back after
+                    fn = self._bpf.load_func(fn_name, self._bpf.KPROBE,
+                                             attach_type=uprobe_multi.BPF_TRACE_UPROBE_MULTI)
+                except Exception as e:
+                    raise BpfError("loading the BPF program failed", str(e)) from None
+                try:
+                    links.append(uprobe_multi.create_link(
+                        fn.fd, path, [a.offset for a in atts], [a.probe.func_id for a in atts],
+                        retprobe))
+                except OSError as e:
+                    fix = REF_CTR_HINT if e.errno == errno.EINVAL else (
+                        "set CUDAPROBE_ATTACH=perf on kernels without uprobe_multi")
+                    raise BpfError(f"attaching {len(atts)} uprobes to {path}", e.strerror,
+                                   fix=fix) from None
+        except BpfError:
+            for fd in links:
+                os.close(fd)
+            raise
+        self._links += links
+
+    def _attach_perf(self, atts: list[Attachment]) -> None:
+        for a in atts:
+            addr = a.offset if a.is_pie_or_shared else a.vaddr
+            for kind, fn in (("uretprobe", f"cp_return_{a.probe.func_id}"),
+                             ("uprobe", f"cp_enter_{a.probe.func_id}")):
+                try:
+                    perf_uprobe.attach(self._bpf, fn, a.path, addr, kind == "uretprobe")
+                except OSError as e:
+                    raise BpfError(f"attaching {kind} to {a.probe.symbol} in {a.path}",
+                                   e.strerror, fix=REF_CTR_HINT) from None
+
+    def detach(self) -> None:
+        """Stop the probes; the maps and ring buffer stay readable until close()."""
+        links, self._links = self._links, []
+        for fd in reversed(links):  # entry probes first: calls under way still complete
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        perf = sorted(self._bpf.uprobe_fds.items() if self._bpf is not None else [],
+                      key=lambda probe: not probe[0].startswith(b"p_"))  # entries first
+        # bcc would close these one by one, 0.1 s each: a child process does it
+        if perf and cleanup.close_in_background([fd for _name, fd in perf]):
+            for name, _fd in perf:
+                self._bpf._del_uprobe_fd(name)
+
+    def close(self) -> None:
+        """Detach everything; safe to call twice."""
+        self.detach()
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
+        if self._bpf is not None:
+            bpf, self._bpf = self._bpf, None
+            with contextlib.suppress(Exception):
+                bpf.cleanup()
+
+    def add_target(self, pid: int) -> None:
+        """Trace this process (and, through the fork tracepoint, its children)."""
+        targets = self._bpf["targets"]
+        targets[targets.Key(pid)] = targets.Leaf(1)
+
+    def remove_target(self, pid: int) -> None:
+        targets = self._bpf["targets"]
+        with contextlib.suppress(KeyError):
+            del targets[targets.Key(pid)]
+
+    def target_pids(self) -> list[int]:
+        """Processes traced now: those added, their children, --comm execs."""
+        return [key.value for key in self._bpf["targets"].keys()]
+
+    def set_comm(self, name: str) -> None:
+        """Processes that exec under `name` become targets (Settings.filter_comm)."""
+        table = self._bpf["comm_filter"]
+        leaf = table.Leaf()
+        leaf.name = name.encode()[:15]
+        table[table.Key(0)] = leaf
+
+    def poll(self, timeout_ms: int) -> list[RawEvent]:
+        """Wait up to timeout_ms for a forced wakeup, then drain the ring buffer."""
+        return [from_record(rec) for rec in self.poll_records(timeout_ms)]
+
+    def drain(self) -> list[RawEvent]:
+        return [from_record(rec) for rec in self._ring.consume()]
+
+    def poll_records(self, timeout_ms: int) -> list[tuple]:
+        """poll(), as flat record tuples (event.R_* indices), for decode.RecordDecoder."""
+        if self._ring.available() == 0:
+            self._ring.wait(timeout_ms)
+        return self._ring.consume()
+
+    def drain_records(self) -> list[tuple]:
+        return self._ring.consume()
+
+    def _owned_slots(self) -> list[tuple[int, int, int]]:
+        """(slot, pid, tid) of the pairing slots that threads hold (`owners`)."""
+        owners = self._bpf["owners"]
+        held = []
+        for slot in range(self._pair_threads):
+            pid_tgid = owners[owners.Key(slot)].pid_tgid
+            if pid_tgid:
+                held.append((slot, pid_tgid >> 32, pid_tgid & 0xFFFFFFFF))
+        return held
+
+    def _calls_in_slot(self, slot: int) -> list[tuple[Any, Any]]:
+        """(key, entry) of the slot's pairing entries in `owned` that are in a call."""
+        owned, n = self._bpf["owned"], len(self.plan.probes)
+        keys = (owned.Key(idx) for idx in range(slot * n, (slot + 1) * n))
+        return [(k, e) for k, e in ((k, owned[k]) for k in keys) if e.ts_ns]
+
+    def _entries(self) -> list[Any]:
+        """The pairing entries in a call now: those of held slots in `owned`,
+        then the hashed ones (`inflight`)."""
+        found = [e for slot, _pid, _tid in self._owned_slots()
+                 for _k, e in self._calls_in_slot(slot)]
+        found += [v for v in self._bpf["inflight"].values() if v.ts_ns]
+        return found
+
+    def in_flight(self) -> list[RawEvent]:
+        """Calls entered but not returned: the pairing entries, which stay between
+        calls with ts_ns 0. (Trace mode; see in_flight_count.) Their
+        out-parameters are not read yet: none are given."""
+        return [unpack_event(bytes(v))._replace(outs=()) for v in self._entries()]
+
+    def in_flight_count(self) -> int:
+        return len(self._entries())
+
+    def forget_exited(self, alive: Callable[[int, int], bool]) -> int:
+        """Free the pairing slots and remove the hashed pairing entries of threads
+        for which `alive(pid, tid)` is false: they exited, mid-call or not (each
+        thread keeps an entry per probe between calls). A hashed entry not yet
+        filled in (tid 0) is left. Returns how many were in a call (no return
+        probe will end them)."""
+        mid_call = 0
+        owners, owned = self._bpf["owners"], self._bpf["owned"]
+        for slot, pid, tid in self._owned_slots():
+            if alive(pid, tid):
+                continue
+            for key, entry in self._calls_in_slot(slot):
+                mid_call += 1
+                entry.ts_ns = 0  # so that the slot's next thread does not pair with it
+                owned[key] = entry
+            owners[owners.Key(slot)] = owners.Leaf(0)
+        table = self._bpf["inflight"]
+        dead = [(k, v.ts_ns) for k, v in table.items() if v.tid and not alive(v.pid, v.tid)]
+        for k, _ts in dead:
+            with contextlib.suppress(KeyError):
+                del table[k]
+        return mid_call + sum(1 for _k, ts in dead if ts)  # those that were in a call
+
+    def read_stats(self) -> dict[int, list[tuple[int, ...]]]:
+        """CP_STATS: probe id -> one struct cp_stat per CPU, as a flat tuple
+        (count, total_ns, min_ns, max_ns, errors_unkeyed, *hist, *hist_ns)."""
+        table = self._bpf["stats"]
+        out = {}
+        for p in self.plan.probes:
+            per_cpu = table[table.Key(p.func_id)]
+            out[p.func_id] = [(v.count, v.total_ns, v.min_ns, v.max_ns, v.errors_unkeyed,
+                               *v.hist, *v.hist_ns) for v in per_cpu]
+        return out
+
+    def read_errors(self) -> dict[tuple[int, int], int]:
+        """CP_STATS: (probe id, return code) -> failed calls, summed over CPUs: the
+        codes each probe's per-CPU record holds, then the `stat_errors` hash's."""
+        errors: dict[tuple[int, int], int] = {}
+        table = self._bpf["stats"]
+        for p in self.plan.probes:
+            for v in table[table.Key(p.func_id)]:
+                for ret, n in zip(v.err_ret, v.err_count):
+                    if ret:
+                        errors[p.func_id, ret] = errors.get((p.func_id, ret), 0) + n
+        for k, v in self._bpf["stat_errors"].items():
+            errors[k.probe_id, k.ret] = errors.get((k.probe_id, k.ret), 0) + sum(v)
+        return errors
+
+    def user_stack(self, stack_id: int) -> list[int]:
+        """CP_STACKS: the addresses of a recorded user stack, innermost first."""
+        if stack_id < 0:
+            return []
+        try:
+            return list(self._bpf["stacks"].walk(stack_id))
+        except KeyError:  # evicted, or never stored
+            return []
+
+    def counters(self) -> dict[str, int]:
+        table = self._bpf["counters"]
+        totals = [sum(table[table.Key(i)]) for i in range(NR_COUNTERS)]
+        return {
+            "ringbuf_full": totals[LOST_RINGBUF],
+            "pairing_map_full": totals[LOST_PAIRING],
+            "wakeups": totals[WAKEUPS],
+            "malformed": self._ring.malformed if self._ring else 0,
+        }

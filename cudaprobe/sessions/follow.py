@@ -1,0 +1,105 @@
+"""Following traced processes while the session runs.
+
+Each poll, --pid targets that exited are reported. Every MAPS_RESCAN_S the
+maps of every target (the BPF map's keys: also children and --comm execs) are
+looked at again, and a CUDA object not probed yet (a dlopen, `import torch`, a
+new process with its own copy) is attached on the spot, with probe ids planned
+up front. Every COMM_RESCAN_S, processes that took the --comm NAME without
+exec'ing under it (the BPF exec hook sees those) join the targets.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from cudaprobe.analysis.summary import Summary
+from cudaprobe.errors import CudaprobeError, ProcessGone
+from cudaprobe.probe.plan import ProbePlan, attachments_in, missing_symbols
+from cudaprobe.probe.tracer import Tracer
+from cudaprobe.targets.procmaps import process_name
+from cudaprobe.targets.selection import CudaObject, Targets
+
+MAPS_RESCAN_S = 0.25  # a statm read per target; maps only when the size changed
+COMM_RESCAN_S = 2.0  # a read of every /proc/PID/comm
+
+
+class Follower:
+    def __init__(self, targets: Targets, tracer: Tracer, plan: ProbePlan, summary: Summary,
+                 notify: Callable[[str], None]) -> None:
+        self.targets = targets
+        self.tracer = tracer
+        self.plan = plan
+        self.summary = summary
+        self.notify = notify
+        self.waiting_for_pids = bool(targets.requested)
+        self._next_maps_scan = self._next_comm_scan = 0.0
+        self._named: set[int] = set()
+        self._defined = {a.probe.symbol for a in plan.attachments}
+        self._functions = list(dict.fromkeys(p.function for p in plan.probes))
+        self._libraries = sorted({a.path for a in plan.attachments})
+        if targets.comm is not None:  # the present ones are targets before we say so
+            tracer.set_comm(targets.comm)
+            self._add_named()
+            self._next_comm_scan = time.monotonic() + COMM_RESCAN_S
+            notify(f"following every process named {targets.comm[:15]!r}, present and future")
+        for pid in targets.requested:
+            tracer.add_target(pid)
+        if targets.requested:
+            names = ", ".join(f"pid {pid} ({targets.names[pid]})" for pid in targets.requested)
+            notify(f"attached to {names}: tracing ends when "
+                   f"{'it exits' if len(targets.requested) == 1 else 'they have exited'}")
+
+    def step(self) -> bool:
+        """Report exits, rescan when due; True once every --pid target has exited."""
+        for pid in self.targets.exited():
+            self.notify(f"pid {pid} ({self.targets.names.get(pid, '?')}) exited")
+        now = time.monotonic()
+        if now >= self._next_comm_scan:
+            self._next_comm_scan = now + COMM_RESCAN_S
+            self._add_named()
+        if now >= self._next_maps_scan:
+            self._next_maps_scan = now + MAPS_RESCAN_S
+            self._rescan_maps()
+        return self.waiting_for_pids and not self.targets.requested
+
+    def _add_named(self) -> None:
+        for pid in self.targets.named_now():
+            if pid not in self._named:
+                self._named.add(pid)
+                self.tracer.add_target(pid)
+
+    def _rescan_maps(self) -> None:
+        # the processes named by --pid first: a library new to several processes
+        # (a fork shares its parent's maps) is reported as the named one's
+        pids = sorted(self.tracer.target_pids(), key=lambda pid: pid not in self.targets.names)
+        found, gone = self.targets.scan(pids)
+        for pid in gone:
+            self.tracer.remove_target(pid)
+            self._named.discard(pid)
+        for obj in found:
+            self._attach(obj)
+
+    def _attach(self, obj: CudaObject) -> None:
+        try:
+            atts = attachments_in(self.plan.probes, obj.host_path)
+            if not atts:
+                return
+            self.tracer.attach_library(obj.host_path, atts)
+        except (CudaprobeError, OSError) as e:  # it went away, or the kernel refused
+            self.notify(f"cannot probe {obj.where}, mapped by pid {obj.pid}: {e}")
+            return
+        self.notify(f"pid {obj.pid} ({_name(obj.pid)}) maps {obj.where}: "
+                    f"{len(atts)} probes attached")
+        self._defined |= {a.probe.symbol for a in atts}
+        self._libraries.append(obj.host_path)
+        self.summary.libraries = sorted(self._libraries)
+        self.summary.not_found = missing_symbols(self._functions, self._libraries,
+                                                 self._defined)
+
+
+def _name(pid: int) -> str:
+    try:
+        return process_name(pid)
+    except ProcessGone:
+        return "exited"

@@ -1,0 +1,117 @@
+"""A memory session: trace the memory functions of both APIs, name each call's
+call site while its process runs, feed the accounting, and report each
+process's leaks when it exits.
+
+A process's exit is noticed between polls: the pids that are gone are taken
+*before* the ring buffer is drained, so every event they sent is in by the
+time their leftovers are declared leaked.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from cudaprobe.analysis.memtrack import MemCall, MemoryAccounting, ProcessMemory
+from cudaprobe.decode.calls import decode_event
+from cudaprobe.decode.callsites import CallSites
+from cudaprobe.probe.bpfprog import Settings
+from cudaprobe.probe.event import RawEvent
+from cudaprobe.probe.plan import ProbePlan
+from cudaprobe.probe.tracer import Tracer
+from cudaprobe.sessions.run import ProbeRun
+from cudaprobe.targets.procmaps import process_alive
+from cudaprobe.targets.selection import Targets
+
+POLL_MS = 100
+# How long a returned call waits for the runtime call it may be nested in to
+# return too (microseconds later, in practice): also how far live bytes lag.
+HOLD_S = 0.25
+
+
+@dataclass
+class MemoryOptions:
+    command: list[str] = field(default_factory=list)
+    targets: Targets | None = None  # processes followed (--pid, --comm, -- COMMAND)
+    notify: Callable[[str], None] = print
+    duration: float | None = None
+    interval: float | None = None  # show live bytes this often
+    stacks: bool = False
+
+
+class MemorySession:
+    def __init__(self, plan: ProbePlan, settings: Settings, options: MemoryOptions,
+                 on_exit: Callable[[ProcessMemory], None],
+                 on_interval: Callable[[MemorySession], None]) -> None:
+        self.plan = plan
+        self.settings = settings
+        self.options = options
+        self.on_exit = on_exit  # a process exited: its leak report
+        self.on_interval = on_interval
+        self.accounting = MemoryAccounting(int(HOLD_S * 1e9))
+        self.sites = CallSites()
+        self.lost: dict[str, int] = {}
+        self.in_flight = 0
+        self.decode_errors = 0
+        self.duration_s = 0.0
+        self.libraries: list[str] = []
+        self.t0_ns = 0
+
+    def run(self) -> int:
+        """Trace until stopped; returns the exit status for cudaprobe."""
+        with ProbeRun(self.plan, self.settings, self.options.command, self.options.duration,
+                      self.options.targets, self.options.notify) as run:
+            self.t0_ns = time.monotonic_ns()
+            next_report = time.monotonic() + (self.options.interval or 0)
+            while run.running():
+                self._step(run.tracer, POLL_MS)
+                if self.options.interval and time.monotonic() >= next_report:
+                    next_report += self.options.interval
+                    self.on_interval(self)
+            run.finish(lambda raws: self._feed(run.tracer, raws))
+            self._step(run.tracer, 0)
+            self.in_flight = run.tracer.in_flight_count()
+            self.lost = {k: v for k, v in run.tracer.counters().items() if k != "wakeups"}
+            self.lost["decode_errors"] = self.decode_errors
+            self.duration_s = run.elapsed_s
+            self.libraries = run.probed.libraries
+        # detached and drained: no more calls can come
+        self._exits(self._gone(), time.monotonic_ns())
+        self.accounting.settle()
+        return run.exit_status()
+
+    def _gone(self) -> list[int]:
+        return sorted(pid for pid in self.accounting.running() if not process_alive(pid))
+
+    def _exits(self, pids: list[int], now_ns: int) -> None:
+        for pid in pids:
+            self.accounting.process_exited(pid, now_ns)
+            if pid in self.accounting.processes:
+                self.on_exit(self.accounting.processes[pid])
+
+    def _step(self, tracer: Tracer, timeout_ms: int) -> None:
+        gone = self._gone()  # before the drain: all they sent is read below
+        self._feed(tracer, tracer.poll(timeout_ms) if timeout_ms else tracer.drain())
+        now = time.monotonic_ns()
+        self._exits(gone, now)
+        self.accounting.settle(now)
+
+    def _feed(self, tracer: Tracer, raws: list[RawEvent]) -> None:
+        self.accounting.feed([c for c in (self._call(tracer, raw) for raw in raws) if c])
+
+    def _call(self, tracer: Tracer, raw: RawEvent) -> MemCall | None:
+        self.sites.see(raw.pid)  # the maps, while the process runs
+        try:
+            call = decode_event(raw, self.plan.probes, self.t0_ns)
+        except ValueError:
+            self.decode_errors += 1
+            return None
+        stack = tracer.user_stack(raw.stack_id) if self.options.stacks else None
+        return MemCall(call.ts_ns, call.duration_ns or 0, call.pid, call.tid, call.process,
+                       call.event, call.ret or 0, call.args,
+                       self.sites.site(raw.pid, raw.caller, stack))
+
+    def ms(self, ts_ns: int) -> float:
+        """A monotonic timestamp as milliseconds since tracing began."""
+        return round((ts_ns - self.t0_ns) / 1e6, 3)

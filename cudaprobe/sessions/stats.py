@@ -1,0 +1,61 @@
+"""A stats session: attach in CP_STATS mode, read the aggregation maps every
+--interval and at the end. The maps are read, never drained, so what the
+kernel counted since attach is there whatever the call rate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from rich.console import Console
+
+from cudaprobe.analysis.stats import StatsReport, collect
+from cudaprobe.analysis.summary import Summary
+from cudaprobe.output.stats_view import render_stats
+from cudaprobe.probe.bpfprog import Settings
+from cudaprobe.probe.plan import ProbePlan
+from cudaprobe.probe.tracer import Tracer
+from cudaprobe.sessions.run import ProbeRun
+from cudaprobe.targets.selection import Targets
+
+
+@dataclass
+class StatsOptions:
+    command: list[str] = field(default_factory=list)
+    targets: Targets | None = None  # processes followed (--pid, --comm, -- COMMAND)
+    notify: Callable[[str], None] = print
+    duration: float | None = None
+    interval: float | None = None  # print the table this often (cumulative)
+    sort: str = "total"
+
+
+def snapshot(tracer: Tracer, plan: ProbePlan, probed: Summary,
+             elapsed_s: float) -> StatsReport:
+    """What the maps hold now; `probed` says which libraries are probed by now."""
+    counters = tracer.counters()
+    return StatsReport(
+        functions=collect(plan.probes, tracer.read_stats(), tracer.read_errors()),
+        duration_s=elapsed_s,
+        libraries=probed.libraries,
+        not_found=probed.not_found,
+        in_flight=tracer.in_flight_count(),
+        lost={"pairing_map_full": counters["pairing_map_full"]},
+    )
+
+
+def run_stats(plan: ProbePlan, settings: Settings, options: StatsOptions,
+              console: Console) -> tuple[StatsReport, int]:
+    """Count until stopped; returns the final report and the exit status for cudaprobe
+    (the command's, with `-- COMMAND`). Interval tables go to `console`."""
+    with ProbeRun(plan, settings, options.command, options.duration, options.targets,
+                  options.notify) as run:
+        while run.running():
+            run.sleep(options.interval or 3600.0)
+            if options.interval and run.running():
+                report = snapshot(run.tracer, plan, run.probed, run.elapsed_s)
+                render_stats(report, console, options.sort,
+                             title=f"cudaprobe stats, {run.elapsed_s:.0f}s")
+                console.print()
+        run.finish()
+        report = snapshot(run.tracer, plan, run.probed, run.elapsed_s)
+    return report, run.exit_status()

@@ -1,0 +1,91 @@
+"""Starting `-- COMMAND` so that none of its calls are missed.
+
+The child is forked first and held before exec until the probes are attached
+and its pid is in the BPF filter map; then it is released. Nothing is run
+through a shell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+
+from cudaprobe.errors import CommandNotFound
+
+
+def resolve_command(argv: list[str]) -> str:
+    """The executable `argv` would run (looked up in PATH as execvp does), or
+    CommandNotFound: checked before anything is attached or written."""
+    if not argv or not argv[0]:
+        raise CommandNotFound("")
+    exe = argv[0]
+    found = shutil.which(exe) if os.sep not in exe else exe
+    if not found or not os.path.exists(found):
+        raise CommandNotFound(exe)
+    if os.path.isdir(found):
+        raise CommandNotFound(exe, "is a directory")
+    if not os.access(found, os.X_OK):
+        raise CommandNotFound(exe, "not executable")
+    return found
+
+
+class LaunchedCommand:
+    def __init__(self, argv: list[str]) -> None:
+        found = resolve_command(argv)
+        exe = argv[0]
+        self.argv = argv
+        self.exit_status: int | None = None
+        self.released = False  # whether it was let run
+        read_end, self._release_fd = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # child: wait for the go, then exec
+            try:
+                os.close(self._release_fd)
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                    signal.signal(sig, signal.SIG_DFL)
+                if os.read(read_end, 1) != b"g":
+                    os._exit(126)  # cudaprobe gave up before releasing us
+                os.close(read_end)
+                os.execv(found, argv)
+            except OSError as e:
+                os.write(2, f"cudaprobe: cannot run {exe}: {e.strerror}\n".encode())
+            finally:
+                os._exit(127)
+        os.close(read_end)
+
+    def release(self) -> None:
+        """Let the held child exec the command."""
+        os.write(self._release_fd, b"g")
+        os.close(self._release_fd)
+        self._release_fd = -1
+        self.released = True
+
+    def abandon(self) -> None:
+        """Never released (attach failed): the child exits without running anything."""
+        if self._release_fd >= 0:
+            os.close(self._release_fd)
+            self._release_fd = -1
+        self.wait(block=True)
+
+    def wait(self, block: bool = False) -> int | None:
+        """Exit status as a shell reports it (128+N for signal N), or None if running."""
+        if self.exit_status is not None:
+            return self.exit_status
+        try:
+            pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            self.exit_status = 0
+            return 0
+        if pid == 0:
+            return None
+        self.exit_status = os.waitstatus_to_exitcode(status)
+        if self.exit_status < 0:
+            self.exit_status = 128 - self.exit_status
+        return self.exit_status
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._release_fd >= 0:
+                os.close(self._release_fd)

@@ -1,0 +1,131 @@
+"""Running processes as /proc shows them: names, threads, and the files they map.
+
+Paths in /proc/PID/maps are the ones the process sees. For a process in
+another mount namespace (a container, `unshare -m`) that path may name another
+file here, or none, so such files are opened through /proc/PID/root, which the
+kernel resolves in the process's own namespace. A mapped file deleted since
+(a library upgraded under a running process) is reached through
+/proc/PID/map_files. Pids are those of the pid namespace cudaprobe runs in: the
+host's, whatever a containerised process believes its own pid to be.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from cudaprobe.errors import CudaprobeError, ProcessGone
+
+DELETED = " (deleted)"
+
+
+@dataclass(frozen=True)
+class MappedFile:
+    path: str  # as the process sees it
+    host_path: str  # the same file, openable from here
+    identity: tuple[int, int]  # (st_dev, st_ino) as seen from here: one file, one probe set
+
+
+def _read(pid: int, name: str) -> str:
+    try:
+        with open(f"/proc/{pid}/{name}") as f:
+            return f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        raise ProcessGone(pid) from None
+    except PermissionError:  # another user's process (--dump-bpf runs without root)
+        raise _not_ours(pid, name) from None
+
+
+def _not_ours(pid: int, name: str) -> CudaprobeError:
+    return CudaprobeError(f"pid {pid}: cannot read /proc/{pid}/{name}: permission denied",
+                          fix="run it with sudo")
+
+
+def process_name(pid: int) -> str:
+    """The process's comm (its main thread's name, at most 15 characters)."""
+    return _read(pid, "comm").rstrip("\n")
+
+
+def thread_group(pid: int) -> int:
+    """The process a thread id belongs to (a pid is its own thread group)."""
+    for line in _read(pid, "status").splitlines():
+        if line.startswith("Tgid:"):
+            return int(line.split()[1])
+    raise ProcessGone(pid, "no Tgid in /proc/PID/status")
+
+
+def vm_pages(pid: int) -> int:
+    """Size of the address space in pages: a cheap sign that the mappings changed.
+
+    /proc/PID/statm is one line; /proc/PID/maps of a PyTorch process is
+    thousands, read under the process's mmap lock. Any dlopen grows this.
+    """
+    return int(_read(pid, "statm").split(maxsplit=1)[0])
+
+
+def process_alive(pid: int) -> bool:
+    """Running (a zombie has exited: its memory is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def pids_named(comm: str) -> list[int]:
+    """Processes whose comm is `comm` (compared as the kernel keeps it: 15 characters)."""
+    want = comm[:15]
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if process_name(int(entry)) == want:
+                    found.append(int(entry))
+            except ProcessGone:
+                continue
+    return sorted(found)
+
+
+def same_mount_namespace(pid: int) -> bool:
+    try:
+        return os.stat(f"/proc/{pid}/ns/mnt").st_ino == os.stat("/proc/self/ns/mnt").st_ino
+    except FileNotFoundError:
+        raise ProcessGone(pid) from None
+    except PermissionError:
+        raise _not_ours(pid, "ns/mnt") from None
+
+
+def read_maps(pid: int) -> list[MappedFile]:
+    """Files the process maps executable, one entry per file, in address order."""
+    local = same_mount_namespace(pid)
+    found: dict[tuple[int, int], MappedFile] = {}
+    seen_lines: set[tuple[str, str]] = set()
+    for line in _read(pid, "maps").splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) < 6 or "x" not in fields[1] or not fields[5].startswith("/"):
+            continue
+        addresses, inode, path = fields[0], fields[4], fields[5]
+        if (inode, path) in seen_lines:
+            continue
+        seen_lines.add((inode, path))
+        mapped = _host_file(pid, addresses, int(inode), path, local)
+        if mapped is not None:
+            found.setdefault(mapped.identity, mapped)
+    return list(found.values())
+
+
+def _host_file(pid: int, addresses: str, inode: int, path: str,
+               local: bool) -> MappedFile | None:
+    """Where this mapped file can be opened from here, checked by inode number."""
+    candidates = []
+    if not path.endswith(DELETED):
+        candidates.append(path if local else f"/proc/{pid}/root{path}")
+    candidates.append(f"/proc/{pid}/map_files/{addresses}")
+    for candidate in candidates:
+        try:
+            st = os.stat(candidate)
+        except OSError:
+            continue
+        if st.st_ino == inode:
+            return MappedFile(path, candidate, (st.st_dev, st.st_ino))
+    return None  # unmapped or replaced while we looked

@@ -1,0 +1,210 @@
+"""The processes a trace follows, and the CUDA code they map.
+
+`--pid` and `--comm` name processes and `-- COMMAND` starts one; the BPF
+`targets` map holds them, and its fork and exec tracepoints add their children
+and new processes of that name. This module looks at what those processes map
+(procmaps), picks the objects that define a traced function (elfscan):
+libcudart and libcuda wherever they live, and executables or libraries with
+the runtime linked in statically. It tells the session what is new since it
+last looked: a library dlopen()ed after attach, a process that appeared, a
+target that exited.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import shutil
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from cudaprobe.errors import CudaNotMapped, ProcessGone, SeccompHazard
+from cudaprobe.targets.elfscan import defines_any, interpreter, name_pattern
+from cudaprobe.targets.environment import seccomp_filtered, uretprobes_kill_filtered
+from cudaprobe.targets.libs import discover_libraries
+from cudaprobe.targets.procmaps import (
+    MappedFile,
+    pids_named,
+    process_name,
+    read_maps,
+    thread_group,
+    vm_pages,
+)
+
+
+@dataclass(frozen=True)
+class CudaObject:
+    host_path: str  # what the probes attach to
+    path: str  # the name the process knows it by
+    pid: int  # the process it was found in
+
+    @property
+    def where(self) -> str:
+        """The object as a user would name it, with the process when it sees another name."""
+        if self.host_path == self.path:
+            return self.path
+        return f"{self.path} (pid {self.pid}'s, via {self.host_path})"
+
+
+class Targets:
+    """Traced processes: validates --pid, finds --comm matches, finds new CUDA objects."""
+
+    def __init__(self, symbols: Iterable[str], pids: Iterable[int] = (),
+                 comm: str | None = None, discover: bool = True) -> None:
+        self.symbols = sorted(set(symbols))
+        self.comm = comm
+        # False with --lib: probe what the user named, look for nothing else
+        self.discover = discover
+        self.notes: list[str] = []
+        self._pattern = name_pattern(self.symbols)
+        self._holds_cuda: dict[tuple[int, int], bool] = {}  # file identity -> verdict
+        self.probed: set[tuple[int, int]] = set()  # identities of files probed already
+        self._vm_pages: dict[int, int] = {}  # pid -> address-space size when last scanned
+        self._mapped: dict[int, int] = {}  # pid -> files it mapped when last scanned
+        self._me = os.getpid()
+        # --pid targets still running, each with a pidfd that says when it exits
+        self.requested: dict[int, int] = {}
+        self.names: dict[int, str] = {}
+        for pid in pids:
+            tgid = thread_group(pid)
+            self.names[tgid] = process_name(tgid)
+            if uretprobes_kill_filtered() and seccomp_filtered(tgid):
+                raise SeccompHazard(tgid, self.names[tgid], os.uname().release)
+            if tgid != pid:
+                self.notes.append(f"{pid} is a thread of pid {tgid} ({self.names[tgid]}): "
+                                  f"tracing all of {tgid}")
+            if tgid not in self.requested:
+                try:
+                    self.requested[tgid] = os.pidfd_open(tgid)
+                except ProcessLookupError:
+                    raise ProcessGone(tgid) from None
+
+    def close(self) -> None:
+        for fd in self.requested.values():
+            os.close(fd)
+        self.requested.clear()
+
+    def attached_up_front(self, paths: Iterable[str]) -> None:
+        """Libraries probed before any scan (the usual places): never again."""
+        for path in paths:
+            self.probed.add(_identity(path))
+
+    def command_objects(self, argv0: str) -> list[str]:
+        """CUDA code in a command about to start: its executable (nvcc links the
+        runtime in) and the libraries it links (an rpath copy of libcudart)."""
+        exe = shutil.which(argv0) if os.sep not in argv0 else argv0
+        if not exe or not os.path.isfile(exe):
+            return []  # LaunchedCommand says so
+        found = []
+        for path in [exe, *_linked_libraries(exe)]:
+            identity = _identity(path)
+            if identity not in self.probed and defines_any(path, self._pattern):
+                self.probed.add(identity)
+                found.append(os.path.realpath(path))
+        return found
+
+    def named_now(self) -> list[int]:
+        """Processes called --comm NAME right now (not cudaprobe itself)."""
+        if self.comm is None:
+            return []
+        return [pid for pid in pids_named(self.comm) if pid != self._me]
+
+    def scan(self, pids: Iterable[int]) -> tuple[list[CudaObject], list[int]]:
+        """CUDA objects that `pids` map and that are not probed yet; and the pids gone.
+
+        A process whose address space kept its size since the last scan is
+        skipped: reading /proc/PID/maps costs more than the one line of statm.
+        """
+        found: list[CudaObject] = []
+        gone: list[int] = []
+        for pid in pids:
+            try:
+                pages = vm_pages(pid)
+                if self._vm_pages.get(pid) == pages or not self.discover:
+                    continue
+                files = read_maps(pid)
+            except ProcessGone:
+                gone.append(pid)
+                self._vm_pages.pop(pid, None)
+                self._mapped.pop(pid, None)
+                continue
+            self._vm_pages[pid] = pages
+            self._mapped[pid] = len(files)
+            for f in files:
+                if f.identity not in self.probed and self._is_cuda(f):
+                    self.probed.add(f.identity)
+                    found.append(CudaObject(f.host_path, f.path, pid))
+        return found, gone
+
+    def _is_cuda(self, f: MappedFile) -> bool:
+        verdict = self._holds_cuda.get(f.identity)
+        if verdict is None:
+            verdict = self._holds_cuda[f.identity] = defines_any(f.host_path, self._pattern)
+        return verdict
+
+    def not_mapped_error(self) -> CudaNotMapped:
+        """The error for --pid targets that map nothing CUDA, saying what was looked for."""
+        pids = sorted(self.requested)
+        names = ", ".join(f"pid {pid} ({self.names[pid]})" for pid in pids)
+        files = sum(self._mapped.get(pid, 0) for pid in pids)
+        return CudaNotMapped(names + (" is" if len(pids) == 1 else " are"), files, self.symbols)
+
+    def exited(self) -> list[int]:
+        """--pid targets that exited since the last call."""
+        if not self.requested:
+            return []
+        readable, _, _ = select.select(list(self.requested.values()), [], [], 0)
+        done = [pid for pid, fd in self.requested.items() if fd in readable]
+        for pid in done:
+            os.close(self.requested.pop(pid))
+        return done
+
+
+def initial_libraries(targets: Targets, apis: set[str], command: list[str],
+                      wait: bool) -> list[str]:
+    """What to probe before tracing starts, when following processes.
+
+    --pid: what the processes map now, nothing else; an error if that is
+    nothing, unless `wait`. --comm and -- COMMAND: the usual places too, so
+    that a process that starts later is traced from its first call; with
+    -- COMMAND, also what its executable holds and links; with --comm, what
+    the processes of that name map now.
+    """
+    found: list[str] = []
+    if targets.requested:
+        objects, _ = targets.scan(list(targets.requested))
+        if not objects and not wait:
+            raise targets.not_mapped_error()
+        found += [o.host_path for o in objects]
+    if command or targets.comm is not None:
+        usual = [p for p in discover_libraries(apis) if _identity(p) not in targets.probed]
+        targets.attached_up_front(usual)
+        found += usual
+        if command:
+            found += targets.command_objects(command[0])
+        objects, _ = targets.scan(targets.named_now())
+        found += [o.host_path for o in objects]
+    return found
+
+
+def _identity(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+_LDD_LINE = re.compile(r"=> (/\S+) \(0x")
+
+
+def _linked_libraries(exe: str) -> list[str]:
+    """What the loader would map for `exe` (`ld.so --list`, as ldd does; runs nothing of it)."""
+    loader = interpreter(exe)
+    if loader is None or not os.path.isfile(loader):
+        return []
+    try:
+        out = subprocess.run([loader, "--list", exe], capture_output=True, text=True,
+                             timeout=10, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [m.group(1) for m in map(_LDD_LINE.search, out.splitlines()) if m]
