@@ -13,8 +13,6 @@ from cudaprobe.decode.handles import NAME_KEY, UNKNOWN_WHY, KernelHandles
 from cudaprobe.probe.event import RawEvent
 from cudaprobe.probe.plan import Probe
 
-IN_FLIGHT = "in-flight"
-
 # (pid, address) -> name, or None when unknown; supplied by the kernel-name resolver
 Symbolizer = Callable[[int, int], "str | None"]
 

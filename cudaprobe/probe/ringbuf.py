@@ -79,11 +79,8 @@ class RingBuffer:
                 else:
                     self.malformed += 1
             pos += (real + 15) & ~7  # the header, the event, 8-byte aligned
-        self._advance(cons + pos)
+        self._consumer_pos[0] = cons + pos  # one whole-word store (see the docstring)
         return out
-
-    def _advance(self, cons: int) -> None:
-        self._consumer_pos[0] = cons
 
     def close(self) -> None:
         self._consumer_pos.release()
