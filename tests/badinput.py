@@ -1,0 +1,58 @@
+"""Running the real `cudaprobe` on bad input, in a scratch directory whose
+contents must be the same afterwards: one line on stderr, exit 2, no traceback.
+
+Used by tests/unit/test_bad_input.py (what any user is told) and
+tests/integration/test_bad_input.py (what needs root to be reached).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from .conftest import cudaprobe_cmd, libcudart_path
+
+LIB = str(libcudart_path() or "/usr/local/cuda/lib64/libcudart.so")
+
+
+def make_scratch(d: Path) -> Path:
+    """Fill `d` with an existing output file, a non-ELF 'library', an aarch64 ELF,
+    an empty directory, a symlink and a non-executable file."""
+    (d / "exists.jsonl").write_text("keep me\n")
+    (d / "libcudart.so.12").write_text("not ELF\n")
+    arm = d / "arm" / "libcudart.so.12"
+    arm.parent.mkdir()
+    data = bytearray(Path("/bin/true").read_bytes())
+    data[18:20] = (183).to_bytes(2, "little")  # e_machine = EM_AARCH64
+    arm.write_bytes(data)
+    (d / "empty").mkdir()
+    (d / "link.jsonl").symlink_to(d / "exists.jsonl")
+    (d / "script").write_text("#!/bin/sh\n")
+    return d
+
+
+def snapshot(d: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(d)): (p.read_bytes() if p.is_file() and not p.is_symlink()
+                                    else None) for p in sorted(d.rglob("*"))}
+
+
+def run(scratch: Path, *args: str, user: str | None = None) -> subprocess.CompletedProcess:
+    """`cudaprobe ARGS` in `scratch` (as uid and gid `user`, where given), which
+    must write nothing there."""
+    before = snapshot(scratch)
+    prefix = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] if user else []
+    proc = subprocess.run([*prefix, *cudaprobe_cmd(*args)], capture_output=True, text=True,
+                          timeout=120, cwd=scratch)
+    assert snapshot(scratch) == before, "something was written"
+    return proc
+
+
+def assert_one_line(proc: subprocess.CompletedProcess, *fragments: str) -> str:
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("cudaprobe: ")
+    for f in fragments:
+        assert f in lines[0]
+    return lines[0]
