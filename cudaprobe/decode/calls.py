@@ -21,7 +21,7 @@ class Call:
     """One traced call, with the keys of the JSONL schema as attributes.
 
     `args` and `details` may be decoded on first use: the trace hot path
-    (decoders.py) makes calls with a `lazy` (decoder, record) pair, since
+    (records.py) makes calls with a `lazy` (decoder, record) pair, since
     most reporters need one or neither of them. Either can be assigned."""
 
     __slots__ = ("time_ms", "ts_ns", "pid", "tid", "process", "event", "api", "category",

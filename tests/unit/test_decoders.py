@@ -1,4 +1,4 @@
-"""The trace hot path (decoders.py) must give what decode_event gives, and
+"""The trace hot path (cudaprobe/decode/records.py) must give what decode_event gives, and
 its JSONL lines must be what json.dumps of the call writes, byte for byte."""
 
 from __future__ import annotations
