@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from .conftest import cudaprobe_cmd, libcudart_path
+from .conftest import as_not_root, cudaprobe_cmd, libcudart_path
 
 LIB = str(libcudart_path() or "/usr/local/cuda/lib64/libcudart.so")
 
@@ -36,13 +36,12 @@ def snapshot(d: Path) -> dict[str, bytes | None]:
                                     else None) for p in sorted(d.rglob("*"))}
 
 
-def run(scratch: Path, *args: str, user: str | None = None) -> subprocess.CompletedProcess:
-    """`cudaprobe ARGS` in `scratch` (as uid and gid `user`, where given), which
-    must write nothing there."""
+def run(scratch: Path, *args: str, not_root: bool = False) -> subprocess.CompletedProcess:
+    """`cudaprobe ARGS` in `scratch` (by a user who is not root, with `not_root`),
+    which must write nothing there."""
     before = snapshot(scratch)
-    prefix = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] if user else []
-    proc = subprocess.run([*prefix, *cudaprobe_cmd(*args)], capture_output=True, text=True,
-                          timeout=120, cwd=scratch)
+    argv = as_not_root(cudaprobe_cmd(*args)) if not_root else cudaprobe_cmd(*args)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=scratch)
     assert snapshot(scratch) == before, "something was written"
     return proc
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -76,3 +77,23 @@ def build_workload(source: str, out_name: str | None = None,
 
 def cudaprobe_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "cudaprobe", *args]
+
+
+# uid and gid of `nobody`, whom the tests become to run a command as a user who is not root
+NOBODY = 65534
+
+
+def as_not_root(argv: list[str]) -> list[str]:
+    """`argv` to be run by a user who is not root: as `nobody` (through setpriv)
+    where the tests run as root, as it is where they do not, so that a test of
+    what such a user is told runs in both places."""
+    if os.geteuid() != 0:
+        return argv
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv is needed to run a command as nobody")
+    return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *argv]
+
+
+def not_root_uid() -> int:
+    """The uid that as_not_root's commands run as."""
+    return NOBODY if os.geteuid() == 0 else os.geteuid()

@@ -1,6 +1,7 @@
-"""Bad input that any user is told of, before the root check: one line on
-stderr, exit 2, no traceback, nothing written (tests/badinput.py runs the real
-`cudaprobe`). What takes root to reach is in tests/integration/test_bad_input.py.
+"""Bad input that any user is told of, before the root check, and the root
+check itself: one line on stderr, exit 2, no traceback, nothing written
+(tests/badinput.py runs the real `cudaprobe`). What takes root to reach is in
+tests/integration/test_bad_input.py.
 """
 
 from __future__ import annotations
@@ -53,3 +54,9 @@ def test_verbose_shows_the_traceback(scratch):
     assert proc.returncode == 2
     assert "Traceback" in proc.stderr and "UnknownEvent" in proc.stderr
     assert proc.stderr.splitlines()[-1].startswith("cudaprobe: unknown event or category")
+
+
+def test_not_root(scratch):
+    line = assert_one_line(run(scratch, "trace", "--lib", LIB, "-o", "new.jsonl", "--",
+                               "/bin/true", not_root=True))
+    assert line == "cudaprobe: tracing needs root (CAP_BPF and CAP_PERFMON) (run it with sudo)"

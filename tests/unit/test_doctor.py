@@ -1,6 +1,5 @@
 """cudaprobe doctor: each check's verdict on machines described by stand-ins,
-and the command on this machine (run by a user who is not root: in
-tests/integration/test_bad_input.py)."""
+and the command on this machine, as root and not."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from cudaprobe.sessions import doctor
 from cudaprobe.sessions.doctor import FAIL, OK, WARN
 from cudaprobe.targets import environment
 
-from ..conftest import cudaprobe_cmd
+from ..conftest import as_not_root, cudaprobe_cmd, not_root_uid
 
 Uname = namedtuple("Uname", "sysname nodename release version machine")
 
@@ -170,6 +169,14 @@ def test_doctor_command_json_agrees_with_its_exit_status():
     assert all(c["status"] in (OK, WARN, FAIL) for c in report["checks"])
     assert proc.returncode == (0 if report["tracing_works"] else 1)
     assert report["tracing_works"] == all(c["status"] != FAIL for c in report["checks"])
+
+
+def test_doctor_as_a_user_who_is_not_root_says_so_and_fails():
+    proc = subprocess.run(as_not_root(cudaprobe_cmd("doctor")), capture_output=True,
+                          text=True, timeout=60, cwd="/")
+    assert proc.returncode == 1, proc.stderr
+    assert f"uid {not_root_uid()}, not root" in proc.stdout
+    assert "tracing will not work: fix privileges" in proc.stdout
 
 
 def test_trace_warns_of_the_seccomp_hazard_before_attaching(monkeypatch):
