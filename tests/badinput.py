@@ -1,5 +1,6 @@
-"""Running the real `cudaprobe` on bad input, in a scratch directory whose
-contents must be the same afterwards: one line on stderr, exit 2, no traceback.
+"""Running the real `cudaprobe` on bad input, in a scratch directory (the
+`scratch` fixture) whose contents must be the same afterwards: one line on
+stderr, exit 2, no traceback.
 
 Used by tests/unit/test_bad_input.py (what any user is told) and
 tests/integration/test_bad_input.py (what needs root to be reached).
@@ -13,22 +14,6 @@ from pathlib import Path
 from .conftest import as_not_root, cudaprobe_cmd, libcudart_path
 
 LIB = str(libcudart_path() or "/usr/local/cuda/lib64/libcudart.so")
-
-
-def make_scratch(d: Path) -> Path:
-    """Fill `d` with an existing output file, a non-ELF 'library', an aarch64 ELF,
-    an empty directory, a symlink and a non-executable file."""
-    (d / "exists.jsonl").write_text("keep me\n")
-    (d / "libcudart.so.12").write_text("not ELF\n")
-    arm = d / "arm" / "libcudart.so.12"
-    arm.parent.mkdir()
-    data = bytearray(Path("/bin/true").read_bytes())
-    data[18:20] = (183).to_bytes(2, "little")  # e_machine = EM_AARCH64
-    arm.write_bytes(data)
-    (d / "empty").mkdir()
-    (d / "link.jsonl").symlink_to(d / "exists.jsonl")
-    (d / "script").write_text("#!/bin/sh\n")
-    return d
 
 
 def snapshot(d: Path) -> dict[str, bytes | None]:

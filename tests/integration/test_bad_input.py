@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ..badinput import LIB, assert_one_line, make_scratch, run
+from ..badinput import LIB, assert_one_line, run
 
 PID_MAX = int(Path("/proc/sys/kernel/pid_max").read_text())
 
@@ -44,11 +44,6 @@ CASES = {
                                ["cannot run './script': not executable"]),
     "pid does not exist": (["--pid", str(PID_MAX)], [f"pid {PID_MAX}: no such process"]),
 }
-
-
-@pytest.fixture
-def scratch(tmp_path: Path) -> Path:
-    return make_scratch(tmp_path)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -47,6 +47,11 @@ def make_event(args=(), outs=(), cfg=(), *, ret: int = 0, ts_ns: int = 2_000_000
     return unpack_event(pack_event(raw))
 
 
+# the probes of a trace of every symbol in the catalogue, variants included
+EVERY_PROBE = [Probe(i, s, fn) for i, (s, fn) in
+               enumerate((s, fn) for fn in catalogue.FUNCTIONS for s in fn.symbols)]
+
+
 def probes_for(symbol: str) -> list[Probe]:
     """The probe list of a trace that probes only `symbol` (its func_id is 0)."""
     fn = next(f for f in catalogue.FUNCTIONS if symbol in f.symbols)

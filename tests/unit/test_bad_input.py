@@ -6,11 +6,9 @@ tests/integration/test_bad_input.py.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from ..badinput import LIB, assert_one_line, make_scratch, run
+from ..badinput import LIB, assert_one_line, run
 
 # arguments of `cudaprobe trace` -> fragments of the one line it must print
 CASES = {
@@ -31,11 +29,6 @@ CASES = {
     "bad mode": (["--mode", "888", "-o", "new.jsonl"], ["not an octal file mode"]),
     "bad max-size": (["--max-size", "lots", "-o", "new.jsonl"], ["not a size"]),
 }
-
-
-@pytest.fixture
-def scratch(tmp_path: Path) -> Path:
-    return make_scratch(tmp_path)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
