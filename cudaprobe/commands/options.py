@@ -89,7 +89,8 @@ def plan_targets(functions: list[Function], libs: tuple[str, ...], apis: set[str
     if wait and not pids:
         raise UsageError("--wait goes with --pid")
     follow = bool(command or pids or comm)
-    config = bpfprog.Settings(filter_pid=follow, filter_comm=comm is not None, **settings)
+    config = bpfprog.Settings(filter_pid=follow, filter_comm=comm is not None,
+                              per_process=bool(command or pids) and comm is None, **settings)
     if not dump_bpf and os.geteuid() != 0:
         raise NotRoot()
     if command:
