@@ -23,10 +23,6 @@ from cudaprobe.probe.tracer import Tracer
 from cudaprobe.sessions.run import POLL_MS, ProbeRun, RunOptions
 from cudaprobe.targets.procmaps import process_alive
 
-# How long a returned call waits for the runtime call it may be nested in to
-# return too (microseconds later, in practice): also how far live bytes lag.
-HOLD_S = 0.25
-
 
 @dataclass
 class MemoryOptions(RunOptions):
@@ -43,7 +39,7 @@ class MemorySession:
         self.options = options
         self.on_exit = on_exit  # a process exited: its leak report
         self.on_interval = on_interval
-        self.accounting = MemoryAccounting(int(HOLD_S * 1e9))
+        self.accounting = MemoryAccounting()
         self.sites = CallSites()
         self.lost: dict[str, int] = {}
         self.in_flight = 0
