@@ -169,7 +169,8 @@ class TraceSession:
             self.options.notify(f"{total} events lost so far ({describe_lost(lost)})")
 
     def _finish(self, tracer: Tracer, started: float) -> None:
-        self._emit(tracer.drain_records())
+        while records := tracer.drain_records():  # a batch at a time: the spool's backlog
+            self._emit(records)
         self.sweeper.now(tracer)  # calls of threads gone are not "still running"
         self.summary.exited_mid_call = self.sweeper.removed
         in_flight = self._in_flight(tracer.in_flight())
