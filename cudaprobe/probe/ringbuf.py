@@ -30,6 +30,7 @@ spooled, shared between the two processes, is kept the same way.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import mmap
@@ -55,6 +56,7 @@ GATHER_MS = 2  # after a small copy: let records gather rather than copy a few a
 BUSY_WAIT_S = 0.5  # at the end, how long a reserved record may stay uncommitted
 PUNCH_BYTES = 8 << 20  # spool bytes read before their pages are freed
 
+READER_NAME = "cudaprobe-read"  # the reader's comm: a child of cudaprobe besides the command
 # the words shared by the two processes: bytes spooled, the reader's errno (spool writes)
 WRITTEN, READER_ERRNO = 0, 1
 FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 1, 2
@@ -211,6 +213,8 @@ def _reader_main(map_fd: int, consumer: mmap.mmap, data: mmap.mmap, size: int, s
                  words: memoryview, notify: int, stop: int) -> None:
     """The reader process: copy committed records from the ring to the spool
     until `stop` reads EOF, then what is left, and return."""
+    with contextlib.suppress(OSError), open("/proc/self/comm", "w") as f:
+        f.write(READER_NAME)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # Ctrl-C reaches the group: the parent decides
     # the uprobe links and programs: held here too, they would stay attached after detach
