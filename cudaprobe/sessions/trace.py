@@ -70,8 +70,6 @@ class TraceSession:
                                not_found=plan.not_found)
         self._in_flight_errors = 0
         self._records: RecordDecoder | None = None  # made once t0 is known
-        # a reporter that writes straight from records (JsonlReporter), summary included
-        self._write_records = getattr(reporter, "write_records", None)
         self.kernel_handles = KernelHandles()  # driver launches' kernel names, as made
         self.sweeper = Sweeper()
         self._t0 = 0
@@ -96,13 +94,9 @@ class TraceSession:
         return calls
 
     def _emit(self, records: list[tuple]) -> None:
-        if self._write_records is not None:  # the reporter formats the records itself
-            self._write_records(self._records, records, self.summary)
-            return
-        calls = self._records.calls(records)
-        if calls:
-            self.summary.add(calls)
-            self.reporter.calls(calls)
+        if records:
+            self._records.count(records, self.summary)  # until the kernel counts them
+            self.reporter.records(records, self._records)
 
     def run(self) -> int:
         """Trace until stopped; returns the exit status for cudaprobe."""
