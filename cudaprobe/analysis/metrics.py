@@ -23,7 +23,7 @@ any exporter's types; an exporter only names and labels what it holds:
 - `live_bytes[(process, kind)]`: memory allocated and not yet freed, by
   process and memtrack kind (device, host-pinned, managed, async-pool),
   counted once across the two APIs as `cudaprobe memory` counts it
-  (memtrack.py); it lags by `HOLD_S`, and a process's entries go when it exits.
+  (memtrack.py); it lags by memtrack.HOLD_NS, and a process's entries go when it exits.
 - `lost[cause]`: events lost, as the summary counts them.
 
 Every counter is cumulative since the start. Labels are bounded: `function`
@@ -54,7 +54,6 @@ LATENCY_BOUNDS_S = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 
 _BOUNDS_NS = tuple(round(b * 1e9) for b in LATENCY_BOUNDS_S)
 MAX_PROCESSES = 64
 OTHER = "other"
-HOLD_S = 0.25  # as memory_session: a driver allocation waits for the runtime call it is in
 EXIT_CHECK_NS = 1_000_000_000  # how often, at most, fed calls look for exited processes
 
 # catalogue name -> (arguments whose product is the byte count, the direction: a
@@ -151,7 +150,7 @@ class CallMetrics:
         self._memcpy: dict[tuple[str, str], int] = {}
         self._memset: dict[str, int] = {}
         self._lost: dict[str, int] = {}
-        self._memory = MemoryAccounting(int(HOLD_S * 1e9))
+        self._memory = MemoryAccounting()
         self._next_exit_check = 0
 
     def process_label(self, comm: str) -> str:

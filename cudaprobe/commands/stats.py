@@ -32,8 +32,7 @@ from cudaprobe.sessions.stats import StatsOptions, run_stats
 
 
 @click.command("stats", context_settings={"show_default": True})
-@probe_options(events="Functions or categories to count, comma-separated "
-                      "(see `cudaprobe list`). Default: all.")
+@probe_options(events="count")
 @click.option("--sort", type=click.Choice(sorted(SORT_KEYS)), default="total",
               help="Order of the rows (largest first; `name` alphabetical).")
 @click.option("-i", "--interval", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",

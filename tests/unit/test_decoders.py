@@ -1,5 +1,6 @@
-"""The trace hot path (cudaprobe/decode/records.py) must give what decode_event gives, and
-its JSONL lines must be what json.dumps of the call writes, byte for byte."""
+"""The trace hot path (decode/records.py, and the reporters' row makers) must
+give what decode_event gives, and its JSONL lines and CSV rows must be what
+the reporters write of the calls, byte for byte."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from hypothesis import strategies as st
 from cudaprobe.analysis.summary import Summary
 from cudaprobe.decode.calls import Call, decode_event
 from cudaprobe.decode.handles import KernelHandles
-from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, json_line
+from cudaprobe.decode.records import ProbeDecoder, RecordDecoder
 from cudaprobe.output.csv import CsvReporter
 from cudaprobe.output.jsonl import JsonlReporter
+from cudaprobe.output.recordtext import compile_args_text
 from cudaprobe.probe.event import (
     CFG_WORDS,
     MAX_OUTS,
@@ -31,6 +33,7 @@ SPECIAL = [0, 1, 0x7FC00000, 0x80000000, 0xFFFFFFFF, 1 << 63, (1 << 64) - 1,
            0x0000000300000002, 4 << 20]
 U64 = st.one_of(st.integers(min_value=0, max_value=(1 << 64) - 1), st.sampled_from(SPECIAL))
 T0 = 1_000_000
+json_line = JsonlReporter(io.StringIO()).json_line
 
 
 def dumps(call: Call) -> str:
@@ -103,7 +106,7 @@ def test_out_parameters_not_read_are_null_and_dash_every_way():
             assert fast.to_dict() == slow.to_dict(), probe.symbol
             assert json_line(fast) == dumps(slow), probe.symbol
             if ProbeDecoder(probe).simple:
-                args, _details = ProbeDecoder(probe).json_details(rec)
+                args, _details = compile_args_text(ProbeDecoder(probe))[1](rec)
                 assert all(json.loads(args)[name] is None for name in fn.out_index)
 
 
@@ -165,9 +168,12 @@ def test_jsonl_from_records_is_what_the_reporter_writes_of_calls():
     out = io.StringIO()
     JsonlReporter(out).calls(calls)
     records_decoder = RecordDecoder(EVERY_PROBE, T0, handles=KernelHandles())
-    text = records_decoder.jsonl(recs[:50], by_records) + records_decoder.jsonl(recs[50:],
-                                                                                  by_records)
-    assert text == out.getvalue()
+    fast = io.StringIO()
+    reporter = JsonlReporter(fast)
+    for batch in (recs[:50], recs[50:]):
+        records_decoder.count(batch, by_records)
+        reporter.records(batch, records_decoder)
+    assert fast.getvalue() == out.getvalue()
     assert by_records.to_dict() == by_calls.to_dict()
     assert records_decoder.errors == calls_decoder.errors == 1
 
@@ -181,8 +187,11 @@ def test_arbitrary_records_write_the_same_jsonl_both_ways(batch):
             for p, words, ret, short, read in batch]
     calls = RecordDecoder(EVERY_PROBE, T0, handles=KernelHandles()).calls(recs)
     summary = Summary()
-    text = RecordDecoder(EVERY_PROBE, T0, handles=KernelHandles()).jsonl(recs, summary)
-    assert text == "".join(dumps(c) + "\n" for c in calls)
+    decoder = RecordDecoder(EVERY_PROBE, T0, handles=KernelHandles())
+    decoder.count(recs, summary)
+    out = io.StringIO()
+    JsonlReporter(out).records(recs, decoder)
+    assert out.getvalue() == "".join(dumps(c) + "\n" for c in calls)
     assert summary.total_calls == len(calls)
 
 
@@ -199,7 +208,8 @@ def test_csv_from_records_is_what_the_reporter_writes_of_calls():
     reporter = CsvReporter(fast)
     reporter.start()
     decoder = RecordDecoder(EVERY_PROBE, T0, handles=KernelHandles())
-    reporter.write_records(decoder, recs[:40], by_records)
-    reporter.write_records(decoder, recs[40:], by_records)
+    for batch in (recs[:40], recs[40:]):
+        decoder.count(batch, by_records)
+        reporter.records(batch, decoder)
     assert fast.getvalue() == slow.getvalue()
     assert by_records.to_dict() == by_calls.to_dict()
