@@ -1,5 +1,5 @@
 /* Shared between bpf/cudaprobe.bpf.c and its Python mirror in
- * cudaprobe/event.py (tests/unit/test_event_layout.py checks they agree). */
+ * cudaprobe/probe/event.py (tests/unit/test_event_layout.py checks they agree). */
 #ifndef CUDAPROBE_H
 #define CUDAPROBE_H
 
@@ -61,11 +61,13 @@ struct cp_event {
 
 /* A thread's pairing slot (map `owners`): which thread holds it, 0 when free,
  * and (trace) its name, taken when it claims the slot and kept up to date by
- * the task_rename tracepoint; comm_seq is odd while that writes it. */
+ * the task_rename tracepoint; comm_seq is odd while that writes it. wake is
+ * set when the thread claims the slot: its first record wakes the reader. */
 struct cp_owner {
 	__u64 pid_tgid;
 	__u64 comm_seq;
 	char comm[CP_COMM_LEN];
+	__u64 wake;
 };
 
 /* CP_STATS: what entry keeps in `inflight` (ts_ns == 0: not in that call) */
