@@ -53,15 +53,18 @@ BPF_HASH(inflight, u64, cp_entry_t, CP_MAX_INFLIGHT);
 BPF_PERCPU_ARRAY(zeroed, cp_entry_t, 1);
 /* lost records by cause and forced wakeups (CP_LOST_RINGBUF, ...) */
 BPF_PERCPU_ARRAY(counters, u64, CP_NR_COUNTERS);
+/* failed calls per (probe, return code), for codes past the CP_ERR_SLOTS
+ * that a probe's struct cp_stat or cp_tally holds; sized to the plan, as
+ * per-CPU values multiply by the CPUs */
+BPF_PERCPU_HASH(error_codes, struct cp_error_key, u64, CP_NR_PROBES * 16);
 #ifdef CP_STATS
 /* per-probe aggregates, indexed by probe id */
 BPF_PERCPU_ARRAY(stats, struct cp_stat, CP_NR_PROBES);
-/* failed calls per (probe, return code), for codes past the CP_ERR_SLOTS
- * that a probe's struct cp_stat holds */
-BPF_PERCPU_HASH(stat_errors, struct cp_error_key, u64, CP_MAX_PROBES * 16);
 #else
 /* completed calls, each the first cp_probe_cfg.size bytes of its event */
 BPF_RINGBUF_OUTPUT(events, CP_RINGBUF_PAGES);
+/* every call that returned, per probe: counted before the ring can drop it */
+BPF_PERCPU_ARRAY(tally, struct cp_tally, CP_NR_PROBES);
 /* records submitted on this CPU: every CP_WAKEUP_EVERY-th wakes the reader */
 BPF_PERCPU_ARRAY(submitted, u64, 1);
 /* processes that have had an event, for threads without a slot: the first
@@ -129,6 +132,33 @@ static __always_inline void count(int idx)
 	u64 *c = counters.lookup(&idx);
 	if (c)
 		(*c)++;
+}
+
+/* A failed call, counted by its code: in the first CP_ERR_SLOTS codes that
+ * the probe's per-CPU record holds (err_ret, err_count: claimed with a
+ * compare-and-swap), any more in the `error_codes` hash, or in *unkeyed
+ * where that is full. Atomic: a preempted uprobe program can share its CPU
+ * with another task's run of it. */
+static __always_inline void count_error(u32 probe_id, s32 ret, s64 *err_ret, u64 *err_count,
+					u64 *unkeyed)
+{
+#pragma unroll
+	for (int i = 0; i < CP_ERR_SLOTS; i++) {
+		s64 code = err_ret[i];
+		if (code == 0)
+			code = __sync_val_compare_and_swap(&err_ret[i], 0, ret) ?: ret;
+		if (code == ret) {
+			__sync_fetch_and_add(&err_count[i], 1);
+			return;
+		}
+	}
+	struct cp_error_key ekey = {.probe_id = probe_id, .ret = ret};
+	u64 zero = 0;
+	u64 *n = error_codes.lookup_or_try_init(&ekey, &zero);
+	if (n)
+		__sync_fetch_and_add(n, 1);
+	else
+		__sync_fetch_and_add(unkeyed, 1);
 }
 
 /* ---- pairing: a call's entry in its thread's slot, or in the hash ---- */
@@ -266,27 +296,8 @@ static __always_inline void end_call(struct cp_stamp *entry, u32 probe_id, u64 n
 		__sync_fetch_and_add(&s->hist[slot], 1);
 		__sync_fetch_and_add(&s->hist_ns[slot], ns);
 	}
-	if (ret == 0)
-		return;
-	/* the first CP_ERR_SLOTS codes in the probe's own record, claimed with a
-	 * compare-and-swap; any more in the `stat_errors` hash */
-#pragma unroll
-	for (int i = 0; i < CP_ERR_SLOTS; i++) {
-		s64 code = s->err_ret[i];
-		if (code == 0)
-			code = __sync_val_compare_and_swap(&s->err_ret[i], 0, ret) ?: ret;
-		if (code == ret) {
-			__sync_fetch_and_add(&s->err_count[i], 1);
-			return;
-		}
-	}
-	struct cp_error_key ekey = {.probe_id = probe_id, .ret = ret};
-	u64 zero = 0;
-	u64 *n = stat_errors.lookup_or_try_init(&ekey, &zero);
-	if (n)
-		__sync_fetch_and_add(n, 1);
-	else
-		__sync_fetch_and_add(&s->errors_unkeyed, 1);
+	if (ret)
+		count_error(probe_id, ret, s->err_ret, s->err_count, &s->errors_unkeyed);
 }
 
 #else
@@ -413,20 +424,28 @@ static __always_inline void read_outs(struct cp_event *e, u32 out8, u32 out4, u3
 	}
 }
 
-/* Exit: complete the call in its pairing entry, then copy its first
- * cfg->size bytes into the ring. */
+/* Exit: count the call in `tally`, complete it in its pairing entry, then
+ * copy its first cfg->size bytes into the ring. */
 static __always_inline void end_call(struct cp_event *e, u32 probe_id, u64 now, s32 ret,
 				     struct cp_owner *owner)
 {
+	u64 ns = now - e->ts_ns;
+	int idx = probe_id;
+	struct cp_tally *t = tally.lookup(&idx);
+	if (t) {
+		__sync_fetch_and_add(&t->count, 1);
+		__sync_fetch_and_add(&t->total_ns, ns);
+		if (ret)
+			count_error(probe_id, ret, t->err_ret, t->err_count, &t->errors_unkeyed);
+	}
 #ifdef CP_ERRORS_ONLY
 	if (ret == 0)
 		return;
 #endif
-	int idx = probe_id;
 	struct cp_probe_cfg *cfg = probes.lookup(&idx);
 	if (!cfg)
 		return;
-	e->duration_ns = now - e->ts_ns;
+	e->duration_ns = ns;
 	e->ret = ret;
 	u64 size = cfg->size;
 	if (ret == 0) {
@@ -447,8 +466,31 @@ static __always_inline void end_call(struct cp_event *e, u32 probe_id, u64 now, 
 
 /* ---- the programs ---- */
 
+#ifdef CP_PROBES
+/* The perf fallback's probes outlive Tracer.detach(): a child process closes
+ * them one by one afterwards. detach() sets this first, so that nothing is
+ * paired, counted or sent from then on: the records it drains and the counts
+ * it reads are of the same calls. */
+BPF_ARRAY(detached, u32, 1);
+
+static __always_inline int is_detached(void)
+{
+	int zero = 0;
+	u32 *d = detached.lookup(&zero);
+	return d && *d;
+}
+#else
+/* uprobe_multi links are gone when detach() has closed them */
+static __always_inline int is_detached(void)
+{
+	return 0;
+}
+#endif
+
 static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
 {
+	if (is_detached())
+		return 0;
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct cp_owner *owner = 0;
 	cp_entry_t *entry = pairing_entry(pid_tgid, probe_id, &owner);
@@ -459,6 +501,8 @@ static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
 
 static __always_inline int cp_exit(struct pt_regs *ctx, u32 probe_id)
 {
+	if (is_detached())
+		return 0;	/* a call under way then stays in flight */
 	struct cp_owner *owner = 0;
 	cp_entry_t *entry = paired_entry(bpf_get_current_pid_tgid(), probe_id, &owner);
 	if (!entry)
