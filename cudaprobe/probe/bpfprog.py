@@ -36,8 +36,9 @@ def default_attach() -> str:
 @dataclass(frozen=True)
 class Settings:
     ringbuf_pages: int = 4096  # 16 MiB with 4 KiB pages
-    max_inflight: int = 16384
-    wakeup_every: int = 1024
+    max_inflight: int = 16384  # pairing entries of threads without a slot (`inflight`)
+    wakeup_every: int = 1024  # a forced reader wakeup every N records per CPU
+    max_stacks: int = 16384  # user stacks kept (`stacks`, with stacks=True)
     filter_pid: bool = False
     filter_comm: bool = False  # with filter_pid: exec under the --comm name joins `targets`
     # uprobe_multi links per target process (--pid, -- COMMAND), so that other
@@ -79,14 +80,17 @@ def pair_threads(nprobes: int, entry_size: int) -> int:
 
 
 def defines(probes: list[Probe], settings: Settings) -> dict[str, str]:
+    """The program's -D settings: every number always (the C has no defaults),
+    each switch only when on (the C tests it with #ifdef)."""
     nprobes = max(1, len(probes))
     entry_size = STAMP_SIZE if settings.stats else event.EVENT_SIZE
     d = {
         "CP_RINGBUF_PAGES": str(settings.ringbuf_pages),
         "CP_MAX_INFLIGHT": str(settings.max_inflight),
-        "CP_WAKEUP_EVERY": str(settings.wakeup_every),
         "CP_PAIR_THREADS": str(pair_threads(nprobes, entry_size)),
-        "CP_PAIR_PROBES": str(nprobes),
+        "CP_NR_PROBES": str(nprobes),
+        "CP_WAKEUP_EVERY": str(settings.wakeup_every),
+        "CP_MAX_STACKS": str(settings.max_stacks),
     }
     if settings.attach == "perf":
         d["CP_PROBES"] = " ".join(f"CP_PROBE({p.func_id})" for p in probes)
@@ -98,7 +102,6 @@ def defines(probes: list[Probe], settings: Settings) -> dict[str, str]:
         d["CP_ERRORS_ONLY"] = "1"
     if settings.stats:
         d["CP_STATS"] = "1"
-        d["CP_STATS_PROBES"] = str(nprobes)
     if settings.stacks:
         d["CP_STACKS"] = "1"
     if settings.callers:

@@ -94,6 +94,15 @@ class RawEvent(NamedTuple):
 NO_CFG = (0,) * CFG_WORDS
 
 
+class CallTally(NamedTuple):
+    """struct cp_tally of one probe, summed over CPUs (Tracer.read_tally)."""
+
+    calls: int
+    total_ns: int
+    errors: dict[int, int]  # return code -> failed calls
+    errors_unkeyed: int = 0  # failed calls whose code could not be kept (map full)
+
+
 def comm_text(comm: bytes) -> str:
     return comm.split(b"\0", 1)[0].decode("utf-8", "replace")
 
