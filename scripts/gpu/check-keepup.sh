@@ -56,7 +56,8 @@ for w in $WORKLOADS; do
   wpid=$!
   waitfor "[ -e /tmp/$w.ready ]" 120
   start=$(date +%s.%N)
-  cudaprobe trace --pid $wpid -f jsonl -o /tmp/$w-pid.jsonl --force 2>/tmp/$w-pid.err &
+  # python itself in the background, not the cudaprobe() function: $! must be its pid
+  python3 -m cudaprobe trace --pid $wpid -f jsonl -o /tmp/$w-pid.jsonl --force 2>/tmp/$w-pid.err &
   tpid=$!
   if waitfor "grep -q 'attached to' /tmp/$w-pid.err || ! kill -0 $tpid 2>/dev/null" 120; then
     echo "$w pid: attached in $(python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 2))" "$start" "$(date +%s.%N)") s" >> "$txt"
@@ -65,7 +66,7 @@ for w in $WORKLOADS; do
   fi
   kill -TERM $tpid 2>/dev/null; wait $tpid  # (a job started with & ignores SIGINT)
   touch /tmp/$w.go /tmp/$w.quit; wait $wpid
-  head -5 /tmp/$w-pid.err >> "$txt"; tail -2 /tmp/$w-pid.err >> "$txt"
+  grep -v "SyntaxWarning\|re.match" /tmp/$w-pid.err | tail -3 >> "$txt"
   [ -e /tmp/$w-pid.cupti.window ] && record "$w pid" /tmp/$w-pid.cupti.window /tmp/$w-pid.jsonl --window
 done
 
