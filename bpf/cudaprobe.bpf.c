@@ -279,6 +279,41 @@ TRACEPOINT_PROBE(task, task_rename)
 }
 #endif
 
+#ifndef CP_STATS
+/* Where a launch's kernel is (issue 16). Its host stub is named from the
+ * object it is in, which /proc/PID/maps tells only while the process lives.
+ * So the first launch of each kernel (host-stub address) in a process records
+ * its call site as the kernel's build-id stack walk resolves it now: the
+ * object's build-id and the file offset of the return address (on Linux >=
+ * 6.12 the walk from a function's entry starts with the return address), and
+ * the address itself; the stub is in the same object, `func - caller` away.
+ * One lookup per launch after that. */
+struct cp_located_key {
+	u32 tgid;
+	u32 pad;
+	u64 func;
+};
+BPF_TABLE("lru_hash", struct cp_located_key, u8, located, 16384);
+
+static __always_inline void locate_launch(struct pt_regs *ctx, struct cp_event *e,
+					  s32 func_slot)
+{
+	struct cp_frame *f = (struct cp_frame *)&e->cfg[CP_FRAME_WORD];
+	f->status = 0;	/* the entry is reused: nothing recorded unless below */
+	if (func_slot < 0 || func_slot >= CP_MAX_SLOTS)
+		return;
+	struct cp_located_key key = {.tgid = e->pid, .func = e->words[func_slot]};
+	u8 one = 1;
+	if (located.lookup(&key))
+		return;
+	located.update(&key, &one);
+	bpf_probe_read_user(&f->caller, sizeof(f->caller), (void *)PT_REGS_SP(ctx));
+	/* skip 1: frame 0 is the probed function itself */
+	if (bpf_get_stack(ctx, f, 32, 1 | BPF_F_USER_STACK | BPF_F_USER_BUILD_ID) < 32)
+		f->status = 0;
+}
+#endif
+
 static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
 {
 	u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -328,6 +363,8 @@ static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
 	s32 str_slot = cfg->str_slot;	/* a kernel name, before the call makes its handle */
 	if (str_slot >= 0 && str_slot < CP_MAX_SLOTS)
 		bpf_probe_read_user_str(e->cfg, sizeof(e->cfg), (void *)e->words[str_slot]);
+	if (cfg->func_slot >= 0)
+		locate_launch(ctx, e, cfg->func_slot);
 	if (!o || !owner_comm(o, e))
 		bpf_get_current_comm(e->comm, sizeof(e->comm));
 #ifdef CP_CALLER
@@ -441,6 +478,33 @@ static __always_inline void read_outs(struct cp_event *e, u32 out8, u32 out4, u3
 	}
 }
 
+/* Kernel names whole (issue 16). A name passed to cuModuleGetFunction or
+ * cuLibraryGetKernel runs to kilobytes for C++ templates (PyTorch's): it is
+ * read at exit, where the caller's string is still there, into a per-CPU
+ * scratch record after a copy of the event, and both go into the ring as one
+ * record of their length (the reader takes any record longer than an event
+ * for one of these). The calls are rare: the copy's cost does not matter. */
+struct cp_named {
+	struct cp_event e;
+	char name[CP_NAME_MAX];
+};
+BPF_PERCPU_ARRAY(named, struct cp_named, 1);
+
+static __always_inline long output_named(struct cp_event *e, s32 str_slot, u64 flags)
+{
+	int zero = 0;
+	struct cp_named *n = named.lookup(&zero);
+	if (!n || str_slot < 0 || str_slot >= CP_MAX_SLOTS)
+		return events.ringbuf_output(e, sizeof(*e), flags);
+	bpf_probe_read_kernel(&n->e, sizeof(n->e), e);
+	long len = bpf_probe_read_user_str(n->name, sizeof(n->name),
+					   (void *)e->words[str_slot]);
+	u64 size = sizeof(n->e) + (len > 0 ? len : 0);
+	if (size > sizeof(*n))
+		size = sizeof(*n);
+	asm volatile("" : "+r"(size));
+	return events.ringbuf_output(n, size, flags);
+}
 /* Complete the call in its pairing entry, then copy its first cfg->size
  * bytes into the ring. */
 static __always_inline void submit(struct cp_event *e, struct cp_probe_cfg *cfg, u64 now,
@@ -458,10 +522,15 @@ static __always_inline void submit(struct cp_event *e, struct cp_probe_cfg *cfg,
 		if (size < sizeof(struct cp_event))
 			size -= 8 * cfg->nouts;
 	}
+	if (cfg->func_slot >= 0 && ((struct cp_frame *)&e->cfg[CP_FRAME_WORD])->status)
+		size = sizeof(struct cp_event);	/* where its kernel is: cfg goes too */
 	if (size > sizeof(struct cp_event))
 		size = sizeof(struct cp_event);
 	asm volatile("" : "+r"(size));	/* the bounded register is the one passed on */
-	if (events.ringbuf_output(e, size, wakeup_flag(e->pid, first, owner)) < 0)
+	u64 flags = wakeup_flag(e->pid, first, owner);
+	long err = cfg->str_slot >= 0 ? output_named(e, cfg->str_slot, flags)
+				      : events.ringbuf_output(e, size, flags);
+	if (err < 0)
 		count(CP_LOST_RINGBUF);
 }
 #endif	/* CP_STATS */

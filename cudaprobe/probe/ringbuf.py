@@ -9,7 +9,9 @@ few fixed sizes).
 Layout (kernel/bpf/ringbuf.c): page 0 holds consumer_pos (we write it), page 1
 producer_pos, then the data pages, mapped twice. Each record has an 8-byte
 header: u32 length with BUSY (bit 31) and DISCARD (bit 30) flags, u32 page
-offset; records are 8-byte aligned.
+offset; records are 8-byte aligned. A record longer than the longest layout
+is that layout followed by a string (a kernel name read at exit, see
+cp_named in bpf/cudaprobe.bpf.c): its bytes are the tuple's last item.
 
 The two positions are read and written as whole 8-byte words, through
 memoryviews cast to "Q": struct's "<Q" reads and writes them a byte at a
@@ -37,6 +39,8 @@ class RingBuffer:
         self.size = size
         self.mask = size - 1
         self.by_length = {r.size - HEADER.size: r.unpack_from for r in records}
+        longest = max(records, key=lambda r: r.size)
+        self.longest, self.unpack_longest = longest.size - HEADER.size, longest.unpack_from
         self._consumer = mmap.mmap(map_fd, page, mmap.MAP_SHARED,
                                    mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
         self._data = mmap.mmap(map_fd, page + 2 * size, mmap.MAP_SHARED, mmap.PROT_READ,
@@ -76,6 +80,9 @@ class RingBuffer:
                 unpack = by_length.get(real)
                 if unpack is not None:
                     append(unpack(blob, pos))
+                elif real > self.longest:  # an event and its string
+                    text = bytes(blob[pos + HEADER.size + self.longest : pos + HEADER.size + real])
+                    append(self.unpack_longest(blob, pos) + (text,))
                 else:
                     self.malformed += 1
             pos += (real + 15) & ~7  # the header, the event, 8-byte aligned

@@ -60,7 +60,7 @@ def test_constants_match_header(c_layout):
     assert c_layout["CP_LOST_PAIRING"] == event.LOST_PAIRING
     assert c_layout["CP_WAKEUPS"] == event.WAKEUPS
     assert c_layout["CP_NR_COUNTERS"] == event.NR_COUNTERS
-    assert c_layout["cfg_size"] == 28
+    assert c_layout["cfg_size"] == 32
     assert c_layout["CP_EVENT_HEAD"] == event.HEAD_SIZE
 
 
