@@ -12,6 +12,9 @@ import pytest
 
 from cudaprobe.decode.demangle import demangle, shorten
 from cudaprobe.decode.symbolize import KernelSymbolizer, Mapping, find_mapping, parse_maps
+from cudaprobe.targets.elfsyms import read_symbols
+
+from ..conftest import libcudart_path
 
 TORCH_FILL = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
               "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, "
@@ -135,3 +138,42 @@ def test_maps_are_read_again_for_an_address_mapped_later(tmp_path):
     sym.see(7)
     maps.write_text(Path("/proc/self/maps").read_text())
     assert sym(7, address) == "qsort"
+
+
+def frame_in(path, function: str, into: int, caller: int) -> tuple[str, int, int]:
+    """A launch frame as the probe records it: build-id, file offset and address
+    of a call site `into` bytes into `function` of the object at `path`."""
+    table = read_symbols(str(path))
+    return table.build_id, table.functions[function] + into, caller
+
+
+@pytest.fixture
+def cudart(tmp_path, monkeypatch):
+    path = libcudart_path()
+    if path is None:
+        pytest.skip("no libcudart")
+    monkeypatch.setenv("CUDAPROBE_CACHE_DIR", str(tmp_path / "cache"))
+    return path
+
+
+def test_a_frame_names_a_stub_without_the_process(tmp_path, cudart):
+    """No maps at all (the process is gone): the object is found by build-id among
+    the candidates, the stub `func - caller` away from the recorded call site."""
+    sym = KernelSymbolizer(proc=str(tmp_path))  # no /proc/PID here
+    sym.add_candidates(["/bin/true", str(cudart)])
+    caller = 0x7F00DEAD1040
+    frame = frame_in(cudart, "cudaMalloc", 0x40, caller)
+    stub = caller - 0x40  # cudaMalloc's first byte, where a host stub would be
+    assert sym(4242, stub, frame) == "cudaMalloc"
+    assert sym(4242, stub + 1, frame) is None  # inside a function: no stub there
+    assert sym(4243, stub, ("00" * 20, 0x1000, caller)) is None  # an object unknown
+
+
+def test_a_frame_is_named_from_the_cache_once_its_object_was_read(tmp_path, cudart):
+    first = KernelSymbolizer(proc=str(tmp_path))
+    first.add_candidates([str(cudart)])
+    caller = 0x7F00DEAD1040
+    frame = frame_in(cudart, "cudaFree", 0x10, caller)
+    assert first(1, caller - 0x10, frame) == "cudaFree"
+    later = KernelSymbolizer(proc=str(tmp_path))  # no candidates: the disk cache only
+    assert later(1, caller - 0x10, frame) == "cudaFree"
