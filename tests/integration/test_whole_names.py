@@ -11,6 +11,7 @@ cuModuleGetFunction (the stand-in libcuda, whose calls succeed).
 
 from __future__ import annotations
 
+import json
 import os
 
 from ..conftest import build_workload
@@ -78,3 +79,25 @@ def test_a_driver_handle_named_by_a_name_over_1k(tmp_path, fake_libcuda):  # noq
                 if c["category"] == "kernel"]
     assert launches == [("cuLaunchKernel", "0xf0000001", LONG_NAME),
                         ("cuLaunchKernelEx", "0xf0000001", LONG_NAME)]
+
+
+def test_stats_by_kernel_counts_each_kernel_by_its_whole_name(tmp_path, fake_libcuda):  # noqa: F811
+    """Driver launches, named by the handle cuModuleGetFunction made (traced
+    along for that), counted per kernel; the table shows the short form."""
+    exe = build_workload("driver_long_name.c",
+                         extra=[f"-L{fake_libcuda.parent}", "-l:libcuda.so.1"])
+    out = tmp_path / "stats.json"
+    proc = run_cudaprobe("stats", "--by", "kernel", "--json", "-o", str(out), "--lib",
+                         str(fake_libcuda), "--api", "driver", "--", "env",
+                         f"LD_LIBRARY_PATH={fake_libcuda.parent}", str(exe),
+                         env=cache_env(tmp_path / "cache"))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert [(f["event"], f["count"], f["failed"]) for f in report["functions"]] == [
+        (LONG_NAME, 2, 0)]
+    assert report["lost_total"] == 0
+    table = run_cudaprobe("stats", "--by", "kernel", "--lib", str(fake_libcuda), "--api",
+                          "driver", "--", "env", f"LD_LIBRARY_PATH={fake_libcuda.parent}",
+                          str(exe), env=cache_env(tmp_path / "cache"))
+    rows = [line for line in table.stdout.splitlines() if "long_named<" in line]
+    assert len(rows) == 1 and "long_named<…>" in rows[0] and "│     2 │" in rows[0], table.stdout
