@@ -29,7 +29,7 @@ from cudaprobe.commands.options import (
     report_output,
 )
 from cudaprobe.decode.calls import Call
-from cudaprobe.decode.symbolize import KernelSymbolizer, files_named_in
+from cudaprobe.decode.symbolize import KernelSymbolizer
 from cudaprobe.errors import UsageError
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.stats_view import render_stats
@@ -59,8 +59,7 @@ def stats_by_kernel(plan: ProbePlan, settings: bpfprog.Settings, command: list[s
                     ) -> tuple[StatsReport, int]:
     """Trace the launches and count them per kernel name (analysis.stats.KernelTally)."""
     tally = KernelTally()
-    kernels = KernelSymbolizer()
-    kernels.add_candidates(files_named_in(command) + sorted({a.path for a in plan.attachments}))
+    kernels = KernelSymbolizer.for_session(command, [a.path for a in plan.attachments])
     session = TraceSession(plan, settings, _Tally(tally), None, SessionOptions(
         duration=duration, command=command, symbolize=kernels, see_process=kernels.see,
         targets=targets, notify=notify))

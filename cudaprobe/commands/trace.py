@@ -9,7 +9,7 @@ import click
 from cudaprobe.commands.options import APIS, announce, plan_targets, probe_options
 from cudaprobe.commands.otlp_options import otlp_config, otlp_options, with_otlp
 from cudaprobe.commands.trace_options import STRICT_EXIT, check_conflicts, output_options
-from cudaprobe.decode.symbolize import KernelSymbolizer, files_named_in
+from cudaprobe.decode.symbolize import KernelSymbolizer
 from cudaprobe.output.capped import SizeCapped
 from cudaprobe.output.files import DEFAULT_MODE, open_output
 from cudaprobe.output.formats import FORMATS, REPORTERS, choose_format
@@ -83,9 +83,7 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
     summary_console = None if fmt == "table" else err
     if fmt == "table" and stream is not sys.stdout:
         summary_console = err
-    kernels = KernelSymbolizer()
-    kernels.add_candidates(files_named_in(list(command))
-                           + sorted({a.path for a in plan.attachments}))
+    kernels = KernelSymbolizer.for_session(list(command), [a.path for a in plan.attachments])
     session = TraceSession(plan, settings, reporter, summary_console,
                            SessionOptions(duration=duration, command=list(command),
                                           symbolize=kernels, see_process=kernels.see,

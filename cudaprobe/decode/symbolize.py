@@ -94,6 +94,13 @@ class KernelSymbolizer:
         self._by_build_id: dict[str, ElfSymbols | None] = {}
         self._candidates: list[str] = []  # files that may hold kernels (add_candidates)
 
+    @classmethod
+    def for_session(cls, command: list[str], libraries: list[str]) -> KernelSymbolizer:
+        """One for a session tracing `command` (may be empty) in `libraries`."""
+        symbolizer = cls()
+        symbolizer.add_candidates(files_named_in(command) + sorted(set(libraries)))
+        return symbolizer
+
     def add_candidates(self, paths: list[str]) -> None:
         """Files that may hold the kernels of processes that exit before their maps
         are read: the traced command's executable, the probed libraries."""
