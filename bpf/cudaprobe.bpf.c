@@ -52,8 +52,9 @@
  *                    only the time (cudaprobe stats)
  *   CP_STATS_PROBES  entries of `stats`: the number of probes (per-CPU
  *                    values: sized to what is probed, not CP_MAX_PROBES)
- *   CP_STACKS        record each call's user stack in `stacks`
- *   CP_CALLER        record each call's return address (cudaprobe memory)
+ *   CP_STACKS        record each call's user stack in `stacks` (build-id frames)
+ *   CP_CALLER        record each call's return address (cudaprobe memory), and
+ *                    where the first call from each call site was made
  *   CP_MAX_STACKS    capacity of `stacks`
  */
 #include <uapi/linux/ptrace.h>
@@ -85,7 +86,9 @@ BPF_PERCPU_HASH(stat_errors, struct cp_error_key, u64, CP_MAX_PROBES * 16);
 BPF_RINGBUF_OUTPUT(events, CP_RINGBUF_PAGES);
 #endif
 #ifdef CP_STACKS
-BPF_STACK_TRACE(stacks, CP_MAX_STACKS);
+/* build-id stacks: each frame resolved by the kernel to its object's build-id
+ * and a file offset, named after the process has exited (issue 16) */
+BPF_STACK_TRACE_BUILDID(stacks, CP_MAX_STACKS);
 #endif
 BPF_ARRAY(probes, struct cp_probe_cfg, CP_MAX_PROBES);
 #ifdef CP_STATS
@@ -280,29 +283,27 @@ TRACEPOINT_PROBE(task, task_rename)
 #endif
 
 #ifndef CP_STATS
-/* Where a launch's kernel is (issue 16). Its host stub is named from the
- * object it is in, which /proc/PID/maps tells only while the process lives.
- * So the first launch of each kernel (host-stub address) in a process records
- * its call site as the kernel's build-id stack walk resolves it now: the
- * object's build-id and the file offset of the return address (on Linux >=
- * 6.12 the walk from a function's entry starts with the return address), and
- * the address itself; the stub is in the same object, `func - caller` away.
- * One lookup per launch after that. */
+/* Where a launch's kernel is, and where a call was made (issue 16). A host
+ * stub, or a call site, is named from the object it is in, which
+ * /proc/PID/maps tells only while the process lives. So the first launch of
+ * each kernel (host-stub address) in a process, or with CP_CALLER the first
+ * call from each call site, records the call site as the kernel's build-id
+ * stack walk resolves it now: the object's build-id and the file offset of
+ * the return address (on Linux >= 6.12 the walk from a function's entry
+ * starts with the return address), and the address itself; a launch's stub
+ * is in the same object, `func - caller` away. One lookup per call after that. */
 struct cp_located_key {
 	u32 tgid;
 	u32 pad;
-	u64 func;
+	u64 addr;	/* the host stub, or the call site */
 };
 BPF_TABLE("lru_hash", struct cp_located_key, u8, located, 16384);
 
-static __always_inline void locate_launch(struct pt_regs *ctx, struct cp_event *e,
-					  s32 func_slot)
+static __always_inline void locate_site(struct pt_regs *ctx, struct cp_event *e, u64 addr)
 {
 	struct cp_frame *f = (struct cp_frame *)&e->cfg[CP_FRAME_WORD];
 	f->status = 0;	/* the entry is reused: nothing recorded unless below */
-	if (func_slot < 0 || func_slot >= CP_MAX_SLOTS)
-		return;
-	struct cp_located_key key = {.tgid = e->pid, .func = e->words[func_slot]};
+	struct cp_located_key key = {.tgid = e->pid, .addr = addr};
 	u8 one = 1;
 	if (located.lookup(&key))
 		return;
@@ -312,6 +313,14 @@ static __always_inline void locate_launch(struct pt_regs *ctx, struct cp_event *
 	if (bpf_get_stack(ctx, f, 32, 1 | BPF_F_USER_STACK | BPF_F_USER_BUILD_ID) < 32)
 		f->status = 0;
 }
+
+/* probes whose records may carry a struct cp_frame: every one with CP_CALLER
+ * (cudaprobe memory), else the launches */
+#ifdef CP_CALLER
+#define CP_LOCATES(cfg) 1
+#else
+#define CP_LOCATES(cfg) ((cfg)->func_slot >= 0)
+#endif
 #endif
 
 static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
@@ -363,14 +372,17 @@ static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
 	s32 str_slot = cfg->str_slot;	/* a kernel name, before the call makes its handle */
 	if (str_slot >= 0 && str_slot < CP_MAX_SLOTS)
 		bpf_probe_read_user_str(e->cfg, sizeof(e->cfg), (void *)e->words[str_slot]);
-	if (cfg->func_slot >= 0)
-		locate_launch(ctx, e, cfg->func_slot);
 	if (!o || !owner_comm(o, e))
 		bpf_get_current_comm(e->comm, sizeof(e->comm));
 #ifdef CP_CALLER
 	/* at entry the return address is on top of the stack: the exact call
 	 * site, which a frame-pointer walk from here would skip */
 	bpf_probe_read_user(&e->caller, sizeof(e->caller), (void *)PT_REGS_SP(ctx));
+	locate_site(ctx, e, e->caller);
+#else
+	s32 func_slot = cfg->func_slot;
+	if (func_slot >= 0 && func_slot < CP_MAX_SLOTS)
+		locate_site(ctx, e, e->words[func_slot]);
 #endif
 #ifdef CP_STACKS
 	e->stack_id = stacks.get_stackid(ctx, BPF_F_USER_STACK);
@@ -522,8 +534,8 @@ static __always_inline void submit(struct cp_event *e, struct cp_probe_cfg *cfg,
 		if (size < sizeof(struct cp_event))
 			size -= 8 * cfg->nouts;
 	}
-	if (cfg->func_slot >= 0 && ((struct cp_frame *)&e->cfg[CP_FRAME_WORD])->status)
-		size = sizeof(struct cp_event);	/* where its kernel is: cfg goes too */
+	if (CP_LOCATES(cfg) && ((struct cp_frame *)&e->cfg[CP_FRAME_WORD])->status)
+		size = sizeof(struct cp_event);	/* with where it was made: cfg goes too */
 	if (size > sizeof(struct cp_event))
 		size = sizeof(struct cp_event);
 	asm volatile("" : "+r"(size));	/* the bounded register is the one passed on */

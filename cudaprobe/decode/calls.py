@@ -10,13 +10,13 @@ from cudaprobe.catalogue.cuda_errors import error_name
 from cudaprobe.catalogue.functions import MEMCPY_KINDS, OUT_KINDS, ArgKind, Function
 from cudaprobe.decode.demangle import demangle, shorten
 from cudaprobe.decode.handles import NAME_KEY, UNKNOWN_WHY, KernelHandles
-from cudaprobe.probe.event import NAME_MAX, RawEvent, launch_frame
+from cudaprobe.probe.event import NAME_MAX, RawEvent, site_frame
 from cudaprobe.probe.plan import Probe
 
 IN_FLIGHT = "in-flight"
 
 # (pid, address[, frame]) -> name, or None when unknown; supplied by the kernel-name
-# resolver. `frame` (event.launch_frame): where the probe found the launch's call
+# resolver. `frame` (event.site_frame): where the probe found the launch's call
 # site, which names the object even after the process has exited.
 Symbolizer = Callable[..., "str | None"]
 
@@ -300,7 +300,7 @@ def decode_args(
             name = None
             if symbolize is not None:
                 # where the probe found the launch's call site, the first time
-                frame = launch_frame(raw.cfg)
+                frame = site_frame(raw.cfg)
                 name = (symbolize(pid, raw.args[slot], frame) if frame
                         else symbolize(pid, raw.args[slot]))
             if not name and handles is not None:

@@ -12,7 +12,7 @@ A process may have exited by the time its launches are decoded, and a program
 that launches and exits at once is gone before the reader wakes. So the
 probe records, at the first launch of each kernel in a process, where the
 launch's call site is: the object's build-id and the file offset, resolved by
-the kernel at that moment (event.launch_frame). The host stub is in the same
+the kernel at that moment (event.site_frame). The host stub is in the same
 object, `func - caller` further on, and the object's symbols are found by
 build-id: in this session, in the on-disk cache (targets/symcache.py), or in
 a file that may be it (what the process had mapped when seen, and
@@ -182,7 +182,7 @@ class KernelSymbolizer:
     def __call__(self, pid: int, address: int, frame: tuple[str, int, int] | None = None
                  ) -> str | None:
         """The name of the kernel whose host stub is at `address` in `pid`; `frame`
-        (event.launch_frame), where the probe found the launch's call site."""
+        (event.site_frame), where the probe found the launch's call site."""
         key = (pid, address)
         if frame is not None and self._names.get(key) is None:
             name = self._resolve_in_frame(pid, address, frame)

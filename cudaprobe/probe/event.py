@@ -82,6 +82,7 @@ NAME_MAX = 8192  # CP_NAME_MAX
 FRAME_WORD = 8
 FRAME_STRUCT = struct.Struct("<i20sQQ")  # status, build_id, offset, caller
 FRAME_VALID = 1  # BPF_STACK_BUILD_ID_VALID: build_id and offset are set
+PAGE_SIZE = 4096  # x86-64: mappings start at page-aligned file offsets
 
 
 class RawEvent(NamedTuple):
@@ -153,11 +154,16 @@ def from_record(rec: tuple) -> RawEvent:
                     rec[R_STACK_ID], rec[R_TEXT] if len(rec) > R_TEXT else b"")
 
 
-def launch_frame(cfg: tuple[int, ...]) -> tuple[str, int, int] | None:
+def site_frame(cfg: tuple[int, ...]) -> tuple[str, int, int] | None:
     """(build-id in hex, file offset, address) of a launch's call site, as the
     probe recorded it at the first launch of a kernel in a process, or None."""
     data = b"".join(w.to_bytes(8, "little") for w in cfg[FRAME_WORD : FRAME_WORD + 5])
     status, build_id, offset, caller = FRAME_STRUCT.unpack(data)
-    if status != FRAME_VALID or not caller:
+    # The walk starts with the return address only where the kernel sees the
+    # probe at a function's entry (Linux >= 6.12, a function that begins with
+    # push %rbp); else its first frame is a caller further up. A file offset and
+    # the address it is mapped at agree modulo the page size: a frame that does
+    # not is not the return address (1 in 4096 would pass by chance).
+    if status != FRAME_VALID or not caller or (offset - caller) % PAGE_SIZE:
         return None
     return build_id.hex(), offset, caller

@@ -66,10 +66,17 @@ class ElfSymbols:
         """Symbol name -> file offset, where a uprobe attaches."""
         out = {}
         for name, vaddr in self.vaddrs.items():
-            off = _file_offset(self.loads, vaddr)
+            off = self.file_offset(vaddr)
             if off is not None:
                 out[name] = off
         return out
+
+    def file_offset(self, vaddr: int) -> int | None:
+        """Where the link-time address `vaddr` is in the file, as PT_LOAD maps it."""
+        for p_vaddr, p_memsz, p_offset in self.loads:
+            if p_vaddr <= vaddr < p_vaddr + p_memsz:
+                return vaddr - p_vaddr + p_offset
+        return None
 
     def vaddr_of(self, file_offset: int) -> int | None:
         """The link-time address loaded from `file_offset`, as the PT_LOAD segments map it."""
@@ -236,10 +243,3 @@ def _build_id(notes: bytes) -> str:
             return notes[desc_at : desc_at + descsz].hex()
         pos = desc_at + ((descsz + 3) & ~3)
     return ""
-
-
-def _file_offset(loads: tuple[tuple[int, int, int], ...], vaddr: int) -> int | None:
-    for p_vaddr, p_memsz, p_offset in loads:
-        if p_vaddr <= vaddr < p_vaddr + p_memsz:
-            return vaddr - p_vaddr + p_offset
-    return None

@@ -16,6 +16,7 @@ import os
 
 from ..conftest import build_workload
 from .conftest import expected_calls, run_cudaprobe, trace_jsonl
+from .memstub import build_memstub, stub_env
 from .test_trace_driver import fake_libcuda  # noqa: F401 (fixture)
 
 RUNS = 20
@@ -101,3 +102,26 @@ def test_stats_by_kernel_counts_each_kernel_by_its_whole_name(tmp_path, fake_lib
                           str(exe), env=cache_env(tmp_path / "cache"))
     rows = [line for line in table.stdout.splitlines() if "long_named<" in line]
     assert len(rows) == 1 and "long_named<…>" in rows[0] and "│     2 │" in rows[0], table.stdout
+
+
+def test_call_sites_named_although_the_program_exits_at_once(tmp_path):
+    """memory --stacks on a program that allocates and exits at once: its call
+    sites and their callers are named from the build-id frames the probe and
+    the stack walk recorded, not from maps read too late."""
+    stub = build_memstub()
+    exe = build_workload("leak_two.cu", extra=["-cudart=shared", "-Xcompiler",
+                                               "-fno-omit-frame-pointer"])
+    named = 0
+    for run in range(5):
+        out = tmp_path / f"memory{run}.json"
+        proc = run_cudaprobe("memory", "-o", str(out), "--lib", str(stub), "--stacks", "--",
+                             str(exe), "0", env={**stub_env(),
+                                                 "CUDAPROBE_CACHE_DIR": str(tmp_path / str(run))})
+        assert proc.returncode == 0, proc.stderr
+        [p] = json.loads(out.read_text())["processes"]
+        sites = [g["site"] for g in p["leaks"]]
+        assert len(sites) == 2
+        named += all(s[0].split("(")[0] in ("alloc_weights", "alloc_staging")
+                     and s[0].endswith(f" ({exe.name})") and s[1].startswith("main+0x")
+                     for s in sites)
+    assert named == 5
