@@ -59,8 +59,9 @@ struct cp_event {
 
 /* Kernel names whole (see cp_named in cudaprobe.bpf.c): a str_slot probe's
  * record is its whole event followed by the string, read at exit, NUL included;
- * a launch's first record per process and kernel carries where its host stub
- * is, in cfg words CP_FRAME_WORD.. (struct cp_frame). */
+ * a launch's first record per process and kernel (with CP_CALLER, a call's
+ * first record per process and call site) carries where the call was made,
+ * in cfg words CP_FRAME_WORD.. (struct cp_frame). */
 #define CP_NAME_MAX 8192
 #define CP_FRAME_WORD 8
 

@@ -78,7 +78,7 @@ R_CFG = R_WORDS + MAX_WORDS  # present in whole records only
 # appends those bytes to the event's tuple.
 R_TEXT = R_CFG + CFG_WORDS
 NAME_MAX = 8192  # CP_NAME_MAX
-# cfg words holding struct cp_frame (a launch's call site, build-id resolved)
+# cfg words holding struct cp_frame (a call site, resolved to build-id and offset)
 FRAME_WORD = 8
 FRAME_STRUCT = struct.Struct("<i20sQQ")  # status, build_id, offset, caller
 FRAME_VALID = 1  # BPF_STACK_BUILD_ID_VALID: build_id and offset are set
@@ -155,8 +155,9 @@ def from_record(rec: tuple) -> RawEvent:
 
 
 def site_frame(cfg: tuple[int, ...]) -> tuple[str, int, int] | None:
-    """(build-id in hex, file offset, address) of a launch's call site, as the
-    probe recorded it at the first launch of a kernel in a process, or None."""
+    """(build-id in hex, file offset, address) of a call site, as the probe
+    recorded it (struct cp_frame) at the first launch of a kernel in a process,
+    or with CP_CALLER the first call from a call site; None where it did not."""
     data = b"".join(w.to_bytes(8, "little") for w in cfg[FRAME_WORD : FRAME_WORD + 5])
     status, build_id, offset, caller = FRAME_STRUCT.unpack(data)
     # The walk starts with the return address only where the kernel sees the
