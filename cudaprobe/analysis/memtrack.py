@@ -190,10 +190,15 @@ class ProcessMemory:
             self._changed(ts_ns)
 
 
+# How long a returned call waits for the runtime call it may be nested in to
+# return too (microseconds later, in practice): also how far live bytes lag.
+HOLD_NS = 250_000_000
+
+
 class MemoryAccounting:
     """Feed completed calls in the order they arrive; read `processes`."""
 
-    def __init__(self, hold_ns: int = 1_000_000_000) -> None:
+    def __init__(self, hold_ns: int = HOLD_NS) -> None:
         self.hold_ns = hold_ns
         self.processes: dict[int, ProcessMemory] = {}
         self._held: list[tuple[MemCall, Role]] = []  # not applied yet

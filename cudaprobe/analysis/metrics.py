@@ -23,7 +23,7 @@ any exporter's types; an exporter only names and labels what it holds:
 - `live_bytes[(process, kind)]`: memory allocated and not yet freed, by
   process and memtrack kind (device, host-pinned, managed, async-pool),
   counted once across the two APIs as `cudaprobe memory` counts it
-  (memtrack.py); it lags by `HOLD_S`, and a process's entries go when it exits.
+  (memtrack.py); it lags by memtrack.HOLD_NS, and a process's entries go when it exits.
 - `kernel_launches[(kernel, api)]`: completed launches by kernel name (whole,
   demangled), for the `MAX_KERNELS` kernels launched most, and `other` for the
   rest. Each launch is counted once, under the label its kernel had when it
@@ -64,7 +64,6 @@ MAX_PROCESSES = 64
 MAX_KERNELS = 50  # kernel label values besides `other`
 MAX_KERNEL_NAMES = 100_000  # names counted for the ranking; later ones go to `other` only
 OTHER = "other"
-HOLD_S = 0.25  # as memory_session: a driver allocation waits for the runtime call it is in
 EXIT_CHECK_NS = 1_000_000_000  # how often, at most, fed calls look for exited processes
 
 # catalogue name -> (arguments whose product is the byte count, the direction: a
@@ -189,7 +188,7 @@ class CallMetrics:
         self._memset: dict[str, int] = {}
         self._lost: dict[str, int] = {}
         self._kernels = KernelLaunches()
-        self._memory = MemoryAccounting(int(HOLD_S * 1e9))
+        self._memory = MemoryAccounting()
         self._next_exit_check = 0
 
     def process_label(self, comm: str) -> str:

@@ -239,6 +239,8 @@ RUNTIME_FUNCTIONS: tuple[Function, ...] = (
     _rt("cudaStreamWaitEvent", "stream", ("stream", K.STREAM), ("event", K.EVENT),
         ("flags", K.FLAGS), variants=PTSZ),
     _rt("cudaStreamQuery", "stream", ("stream", K.STREAM), variants=PTSZ),
+    _rt("cudaStreamIsCapturing", "stream", ("stream", K.STREAM), ("pCaptureStatus", K.OUT_INT),
+        variants=PTSZ),
     # event
     _rt("cudaEventCreate", "event", ("event", K.OUT_HANDLE)),
     _rt("cudaEventCreateWithFlags", "event", ("event", K.OUT_HANDLE), ("flags", K.FLAGS)),
@@ -252,6 +254,8 @@ RUNTIME_FUNCTIONS: tuple[Function, ...] = (
     _rt("cudaGetDeviceCount", "device", ("count", K.OUT_INT)),
     _rt("cudaGetDeviceProperties", "device", ("prop", K.PTR), ("device", K.INT)),
     _rt("cudaDeviceReset", "device"),
+    _rt("cudaGetLastError", "device"),
+    _rt("cudaPeekAtLastError", "device"),
     # sync
     _rt("cudaStreamSynchronize", "sync", ("stream", K.STREAM), variants=PTSZ),
     _rt("cudaEventSynchronize", "sync", ("event", K.EVENT)),
@@ -284,6 +288,8 @@ DRIVER_FUNCTIONS: tuple[Function, ...] = (
     _drv("cuCtxCreate", "context", ("pctx", K.OUT_HANDLE), ("ctxCreateParams", K.PTR),
          ("flags", K.FLAGS), ("dev", K.INT), version="_v4"),
     _drv("cuCtxDestroy", "context", ("ctx", K.HANDLE), version=V2),
+    _drv("cuCtxGetCurrent", "context", ("pctx", K.OUT_HANDLE)),
+    _drv("cuCtxSetCurrent", "context", ("ctx", K.HANDLE)),
     _drv("cuDevicePrimaryCtxRetain", "context", ("pctx", K.OUT_HANDLE), ("dev", K.INT)),
     _drv("cuDevicePrimaryCtxRelease", "context", ("dev", K.INT), version=V2),
     # memory
@@ -370,6 +376,14 @@ DRIVER_FUNCTIONS: tuple[Function, ...] = (
 )
 
 FUNCTIONS: tuple[Function, ...] = RUNTIME_FUNCTIONS + DRIVER_FUNCTIONS
+
+# Hot getters: frameworks call them hundreds of times a step (PyTorch's
+# launch-bound MLP step: ~700 cudaGetDevice; a 3 s matmul/softmax loop: 285,846
+# cudaGetDevice of 355,213 calls, docs/gpu-results/), each paying the uprobe
+# trap pair for a call that says nothing new. Left out of the default set;
+# `-e all`, their category or their name selects them (docs/events.md).
+HOT = frozenset({"cudaGetDevice", "cudaGetLastError", "cudaPeekAtLastError",
+                 "cudaStreamIsCapturing", "cuCtxGetCurrent"})
 
 # exported symbol (without variant suffix) -> function; unique
 BY_SYMBOL: dict[str, Function] = {f.symbol: f for f in FUNCTIONS}

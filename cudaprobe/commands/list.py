@@ -8,9 +8,9 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from cudaprobe.catalogue.functions import DRIVER, RUNTIME
+from cudaprobe.catalogue.functions import DRIVER, HOT, RUNTIME
 from cudaprobe.output.table import make_console
-from cudaprobe.probe.plan import select_functions
+from cudaprobe.probe.plan import ALL, select_functions
 
 
 @click.command("list")
@@ -25,12 +25,18 @@ def list_command(events, api) -> None:
     Examples:
       cudaprobe list
       cudaprobe list -e memory,transfer
+      cudaprobe list -e 'cudaMemcpy*'
+
+    Every function is listed; DEFAULT says whether trace, stats and serve
+    probe it without -e (the hot getters are left out: -e all adds them).
     """
     apis = {RUNTIME, DRIVER} if api == "all" else {api}
     table = Table(show_edge=False)
-    for col in ("FUNCTION", "API", "CATEGORY", "ARGUMENTS", "SYMBOLS PROBED"):
+    for col in ("FUNCTION", "API", "CATEGORY", "DEFAULT", "ARGUMENTS", "SYMBOLS PROBED"):
         table.add_column(col)
-    for fn in select_functions(list(events), apis):
+    for fn in select_functions(list(events) or [ALL], apis):
         args = ", ".join(f"{a.name}:{a.kind.value}" for a in fn.args)
-        table.add_row(Text(fn.name), fn.api, fn.category, Text(args), " ".join(fn.symbols))
+        default = "no (hot)" if fn.name in HOT else "yes"
+        table.add_row(Text(fn.name), fn.api, fn.category, default, Text(args),
+                      " ".join(fn.symbols))
     make_console(sys.stdout).print(table)

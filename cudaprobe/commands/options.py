@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
-from cudaprobe.catalogue.functions import DRIVER, RUNTIME, Function
+from cudaprobe.catalogue.functions import DRIVER, HOT, RUNTIME, Function
 from cudaprobe.errors import LibraryNotFound, NotRoot, SymbolMissing, UsageError
 from cudaprobe.output.files import open_output
 from cudaprobe.output.table import make_console
@@ -34,16 +34,23 @@ def resolve_libraries(libs: tuple[str, ...], apis: set[str]) -> list[str]:
     return found
 
 
+def events_help(verb: str) -> str:
+    return (f"Functions to {verb}, comma-separated: names, categories, globs ('cudaMemcpy*') "
+            f"or `all`; `!ITEM` leaves one out ('memory,!cudaFree'). Default: all but the hot "
+            f"getters ({', '.join(sorted(HOT))}). See `cudaprobe list`.")
+
+
 def probe_options(events: str | None) -> Callable[[Callable], Callable]:
-    """--lib, -e/--events (help: `events`, or none), --api, -d/--duration, --dump-bpf,
-    and `-- COMMAND`."""
+    """--lib, -e/--events (`events`: the verb of its help, trace or count; or none),
+    --api, -d/--duration, --dump-bpf, and `-- COMMAND`."""
     options = [
         click.option("--lib", "libs", multiple=True, metavar="PATH",
                      help="CUDA library to probe: a path, a directory, or a soname. "
                           "Repeatable. Default: the libraries found in the usual places."),
     ]
     if events:
-        options.append(click.option("-e", "--events", multiple=True, metavar="LIST", help=events))
+        options.append(click.option("-e", "--events", multiple=True, metavar="LIST",
+                                    help=events_help(events)))
     options += [
         click.option("--api", type=click.Choice(sorted(APIS)), default="all",
                      help="Runtime (libcudart), driver (libcuda), or both."),
@@ -82,7 +89,8 @@ def plan_targets(functions: list[Function], libs: tuple[str, ...], apis: set[str
     if wait and not pids:
         raise UsageError("--wait goes with --pid")
     follow = bool(command or pids or comm)
-    config = bpfprog.Settings(filter_pid=follow, filter_comm=comm is not None, **settings)
+    config = bpfprog.Settings(filter_pid=follow, filter_comm=comm is not None,
+                              per_process=bool(command or pids) and comm is None, **settings)
     if not dump_bpf and os.geteuid() != 0:
         raise NotRoot()
     if command:

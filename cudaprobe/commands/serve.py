@@ -22,8 +22,7 @@ from cudaprobe.sessions.trace import SessionOptions, TraceSession
 
 
 @click.command("serve", context_settings={"show_default": True})
-@probe_options(events="Functions or categories to count, comma-separated "
-                      "(see `cudaprobe list`). Default: all.")
+@probe_options(events="count")
 @click.option("--prometheus", "prometheus_at", metavar="[ADDR:]PORT",
               help="Serve Prometheus metrics on http://ADDR:PORT/metrics. ADDR: 127.0.0.1 "
                    "unless given (0.0.0.0 for every IPv4 address, [::] for every address).")

@@ -73,8 +73,7 @@ def stats_by_kernel(plan: ProbePlan, settings: bpfprog.Settings, command: list[s
 
 
 @click.command("stats", context_settings={"show_default": True})
-@probe_options(events="Functions or categories to count, comma-separated "
-                      "(see `cudaprobe list`). Default: all.")
+@probe_options(events="count")
 @click.option("--sort", type=click.Choice(sorted(SORT_KEYS)), default="total",
               help="Order of the rows (largest first; `name` alphabetical).")
 @click.option("--by", type=click.Choice(["function", "kernel"]), default="function",

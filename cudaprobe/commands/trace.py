@@ -20,8 +20,7 @@ from cudaprobe.sessions.trace import SessionOptions, TraceSession
 
 
 @click.command("trace", context_settings={"show_default": True})
-@probe_options(events="Functions or categories to trace, comma-separated "
-                      "(see `cudaprobe list`). Default: all.")
+@probe_options(events="trace")
 @click.option("-f", "--format", "fmt", type=click.Choice(FORMATS), default=None,
               help="Output format. Default: from the -o extension, else table.")
 @click.option("-o", "--output", metavar="FILE", help="Write calls to FILE (created 0600).")

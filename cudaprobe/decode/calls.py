@@ -13,8 +13,6 @@ from cudaprobe.decode.handles import NAME_KEY, UNKNOWN_WHY, KernelHandles
 from cudaprobe.probe.event import NAME_MAX, RawEvent, site_frame
 from cudaprobe.probe.plan import Probe
 
-IN_FLIGHT = "in-flight"
-
 # (pid, address[, frame]) -> name, or None when unknown; supplied by the kernel-name
 # resolver. `frame` (event.site_frame): where the probe found the launch's call
 # site, which names the object even after the process has exited.
@@ -25,7 +23,7 @@ class Call:
     """One traced call, with the keys of the JSONL schema as attributes.
 
     `args` and `details` may be decoded on first use: the trace hot path
-    (decoders.py) makes calls with a `lazy` (decoder, record) pair, since
+    (records.py) makes calls with a `lazy` (decoder, record) pair, since
     most reporters need one or neither of them. Either can be assigned."""
 
     __slots__ = ("time_ms", "ts_ns", "pid", "tid", "process", "event", "api", "category",

@@ -41,6 +41,9 @@ class Settings:
     wakeup_every: int = 1024
     filter_pid: bool = False
     filter_comm: bool = False  # with filter_pid: exec under the --comm name joins `targets`
+    # uprobe_multi links per target process (--pid, -- COMMAND), so that other
+    # processes mapping the library take no trap; else one link per library
+    per_process: bool = False
     errors_only: bool = False
     stats: bool = False  # aggregate in the kernel (cudaprobe stats) instead of emitting events
     stacks: bool = False  # record user stacks (cudaprobe memory --stacks)

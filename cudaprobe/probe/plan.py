@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import difflib
+import fnmatch
 from dataclasses import dataclass
 
-from cudaprobe.catalogue.functions import CATEGORIES, FUNCTIONS, Function
+from cudaprobe.catalogue.functions import CATEGORIES, FUNCTIONS, HOT, Function
 from cudaprobe.errors import SymbolMissing, UnknownEvent
 from cudaprobe.targets.elfsyms import ElfSymbols, read_symbols
 from cudaprobe.targets.libs import api_of
@@ -20,28 +21,48 @@ class Probe:
     function: Function
 
 
+ALL = "all"
+
+
 def select_functions(events: list[str] | None, apis: set[str] | None = None) -> list[Function]:
-    """Catalogue functions named by --events (function names or categories)."""
+    """Catalogue functions named by --events, in catalogue order.
+
+    Without --events: the default set, every function but the hot getters
+    (catalogue.HOT). Each comma-separated item is `all`, a category, a function
+    name (any ABI version or variant symbol), or a glob of names
+    (`cudaMemcpy*`); a leading `!` takes the item out again, as strace's
+    `-e trace=!open` does: `memory,!cudaFree`. Items that only take out start
+    from the default set (`!cudaEventQuery`)."""
     pool = [f for f in FUNCTIONS if apis is None or f.api in apis]
-    if not events:
-        return pool
-    # a header name selects every ABI version of it (cuCtxCreate: _v2 and _v4)
-    by_name: dict[str, list[Function]] = {}
-    for f in pool:
-        by_name.setdefault(f.name, []).append(f)
-    by_symbol = {s: [f] for f in pool for s in f.symbols}
+    items = [e.strip() for spec in events or () for e in spec.split(",") if e.strip()]
     chosen: set[str] = set()
-    for item in (e.strip() for spec in events for e in spec.split(",")):
-        if not item:
-            continue
-        if item in CATEGORIES:
-            chosen.update(f.symbol for f in pool if f.category == item)
-        elif item in by_symbol or item in by_name:
-            chosen.update(f.symbol for f in by_symbol.get(item) or by_name[item])
+    if not items or all(item.startswith("!") for item in items):
+        chosen = {f.symbol for f in pool if f.name not in HOT}
+    for item in items:
+        if item.startswith("!"):
+            chosen -= _matching(item[1:], pool)
         else:
-            choices = list(CATEGORIES) + list(by_name)
-            raise UnknownEvent(item, difflib.get_close_matches(item, choices, n=3, cutoff=0.6))
+            chosen |= _matching(item, pool)
     return [f for f in pool if f.symbol in chosen]
+
+
+def _matching(item: str, pool: list[Function]) -> set[str]:
+    """The symbols (catalogue keys) of the functions one --events item names."""
+    if item == ALL:
+        return {f.symbol for f in pool}
+    if item in CATEGORIES:
+        return {f.symbol for f in pool if f.category == item}
+    if any(c in item for c in "*?["):
+        found = {f.symbol for f in pool
+                 if fnmatch.fnmatchcase(f.name, item)
+                 or any(fnmatch.fnmatchcase(s, item) for s in f.symbols)}
+    else:  # a header name selects every ABI version of it (cuCtxCreate: _v2 and _v4)
+        found = {f.symbol for f in pool if item == f.name or item in f.symbols}
+    if not found:
+        choices = [ALL, *CATEGORIES, *sorted({f.name for f in pool})]
+        raise UnknownEvent(item, difflib.get_close_matches(item.strip("*?[]"), choices, n=3,
+                                                           cutoff=0.6))
+    return found
 
 
 @dataclass(frozen=True)

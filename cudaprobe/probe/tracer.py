@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any, Callable
 
-from cudaprobe.errors import BccMissing, BpfError, NotRoot
+from cudaprobe.errors import BccMissing, BpfError, NotRoot, ProcessGone
 from cudaprobe.probe import bpfprog, cleanup, perf_uprobe, uprobe_multi
 from cudaprobe.probe.event import (
     LOST_PAIRING,
@@ -61,6 +61,11 @@ class Tracer:
         self.attached: list[str] = []  # library paths probed
         self.attach_seconds = 0.0
         self._links: list[int] = []  # uprobe_multi link fds
+        # per-process links (Settings.per_process): the libraries probed, and each
+        # target process's links on them
+        self._per_process = settings.per_process and settings.attach == "multi"
+        self._libraries: dict[str, list[Attachment]] = {}
+        self._pid_links: dict[int, list[int]] = {}
         self._pair_threads = int(bpfprog.defines(plan.probes, settings)["CP_PAIR_THREADS"])
 
     def __enter__(self) -> Tracer:
@@ -109,13 +114,27 @@ class Tracer:
         attaches then has no entry to pair with, rather than an entry that
         never completes and shows as in flight forever.
         """
-        if self.settings.attach == "multi":
-            self._attach_multi(path, attachments)
+        if self._per_process:
+            self._libraries[path] = attachments
+            for pid in list(self._pid_links):
+                self._attach_process(pid, {path: attachments})
+        elif self.settings.attach == "multi":
+            self._links += self._attach_multi(path, attachments)
         else:
             self._attach_perf(attachments)
         self.attached.append(path)
 
-    def _attach_multi(self, path: str, atts: list[Attachment]) -> None:
+    def _attach_process(self, pid: int, libraries: dict[str, list[Attachment]]) -> None:
+        """Links for one target process on `libraries`; a process gone meanwhile
+        (ESRCH) gets none, quietly: its exit is reported by whoever follows it."""
+        links = self._pid_links.setdefault(pid, [])
+        for path, atts in libraries.items():
+            try:
+                links += self._attach_multi(path, atts, pid)
+            except ProcessGone:
+                return
+
+    def _attach_multi(self, path: str, atts: list[Attachment], pid: int = 0) -> list[int]:
         links = []
         try:
             for fn_name, retprobe in ((b"cp_return", True), (b"cp_enter", False)):
@@ -127,17 +146,19 @@ class Tracer:
                 try:
                     links.append(uprobe_multi.create_link(
                         fn.fd, path, [a.offset for a in atts], [a.probe.func_id for a in atts],
-                        retprobe))
+                        retprobe, pid))
                 except OSError as e:
+                    if e.errno == errno.ESRCH:
+                        raise ProcessGone(pid, "exited") from None
                     fix = REF_CTR_HINT if e.errno == errno.EINVAL else (
                         "set CUDAPROBE_ATTACH=perf on kernels without uprobe_multi")
                     raise BpfError(f"attaching {len(atts)} uprobes to {path}", e.strerror,
                                    fix=fix) from None
-        except BpfError:
+        except (BpfError, ProcessGone):
             for fd in links:
                 os.close(fd)
             raise
-        self._links += links
+        return links
 
     def _attach_perf(self, atts: list[Attachment]) -> None:
         for a in atts:
@@ -153,6 +174,9 @@ class Tracer:
     def detach(self) -> None:
         """Stop the probes; the maps and ring buffer stay readable until close()."""
         links, self._links = self._links, []
+        for pid_links in self._pid_links.values():
+            links += pid_links
+        self._pid_links = {}
         for fd in reversed(links):  # entry probes first: calls under way still complete
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -178,11 +202,27 @@ class Tracer:
         """Trace this process (and, through the fork tracepoint, its children)."""
         targets = self._bpf["targets"]
         targets[targets.Key(pid)] = targets.Leaf(1)
+        if self._per_process and pid not in self._pid_links:
+            self._attach_process(pid, self._libraries)
+
+    def follow_children(self) -> list[int]:
+        """Per-process links for the targets the fork tracepoint added (children of
+        targets) since the last look; returns their pids. Until then a child
+        takes no trap and its calls are not seen (docs/attach.md)."""
+        if not self._per_process:
+            return []
+        new = [pid for pid in self.target_pids() if pid not in self._pid_links]
+        for pid in new:
+            self._attach_process(pid, self._libraries)
+        return new
 
     def remove_target(self, pid: int) -> None:
         targets = self._bpf["targets"]
         with contextlib.suppress(KeyError):
             del targets[targets.Key(pid)]
+        for fd in self._pid_links.pop(pid, []):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def target_pids(self) -> list[int]:
         """Processes traced now: those added, their children, --comm execs."""
@@ -200,7 +240,11 @@ class Tracer:
         return [from_record(rec) for rec in self.poll_records(timeout_ms)]
 
     def drain(self) -> list[RawEvent]:
-        return [from_record(rec) for rec in self._ring.consume()]
+        """After detach(): every event left, the spool's backlog included."""
+        events: list[RawEvent] = []
+        while records := self._ring.drain():
+            events += map(from_record, records)
+        return events
 
     def poll_records(self, timeout_ms: int) -> list[tuple]:
         """poll(), as flat record tuples (event.R_* indices), for decode.RecordDecoder."""
@@ -209,7 +253,8 @@ class Tracer:
         return self._ring.consume()
 
     def drain_records(self) -> list[tuple]:
-        return self._ring.consume()
+        """After detach(): the records left, a batch per call; [] when none are."""
+        return self._ring.drain()
 
     def _owned_slots(self) -> list[tuple[int, int, int]]:
         """(slot, pid, tid) of the pairing slots that threads hold (`owners`)."""

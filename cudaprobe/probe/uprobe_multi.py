@@ -30,8 +30,10 @@ def supported() -> bool:
 
 
 def create_link(prog_fd: int, path: str, offsets: list[int], cookies: list[int],
-                retprobe: bool) -> int:
-    """Attach `prog_fd` at `offsets` (file offsets) of `path`; returns the link fd."""
+                retprobe: bool, pid: int = 0) -> int:
+    """Attach `prog_fd` at `offsets` (file offsets) of `path`; returns the link fd.
+    With `pid`, only that process (all its threads) hits the probes: the kernel
+    puts no breakpoint in any other process's memory."""
     n = len(offsets)
     c_path = ctypes.create_string_buffer(path.encode())
     c_offsets = (ctypes.c_uint64 * n)(*offsets)
@@ -42,7 +44,7 @@ def create_link(prog_fd: int, path: str, offsets: list[int], cookies: list[int],
     struct.pack_into("<IIII", attr, 0, prog_fd, 0, BPF_TRACE_UPROBE_MULTI, 0)
     struct.pack_into("<QQQQIII", attr, 16, ctypes.addressof(c_path),
                      ctypes.addressof(c_offsets), 0, ctypes.addressof(c_cookies), n,
-                     BPF_F_UPROBE_MULTI_RETURN if retprobe else 0, 0)
+                     BPF_F_UPROBE_MULTI_RETURN if retprobe else 0, pid)
     fd = _libc.syscall(SYS_BPF, BPF_LINK_CREATE, attr, _ATTR_SIZE)
     if fd < 0:
         err = ctypes.get_errno()

@@ -54,6 +54,7 @@ class Follower:
         """Report exits, rescan when due; True once every --pid target has exited."""
         for pid in self.targets.exited():
             self.notify(f"pid {pid} ({self.targets.names.get(pid, '?')}) exited")
+        self.tracer.follow_children()  # every poll: the window of a new child is short
         now = time.monotonic()
         if now >= self._next_comm_scan:
             self._next_comm_scan = now + COMM_RESCAN_S

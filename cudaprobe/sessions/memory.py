@@ -10,7 +10,7 @@ time their leftovers are declared leaked.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from cudaprobe.analysis.memtrack import MemCall, MemoryAccounting, ProcessMemory
@@ -20,22 +20,12 @@ from cudaprobe.probe.bpfprog import Settings
 from cudaprobe.probe.event import RawEvent, site_frame
 from cudaprobe.probe.plan import ProbePlan
 from cudaprobe.probe.tracer import Tracer
-from cudaprobe.sessions.run import ProbeRun
+from cudaprobe.sessions.run import POLL_MS, ProbeRun, RunOptions
 from cudaprobe.targets.procmaps import process_alive
-from cudaprobe.targets.selection import Targets
-
-POLL_MS = 100
-# How long a returned call waits for the runtime call it may be nested in to
-# return too (microseconds later, in practice): also how far live bytes lag.
-HOLD_S = 0.25
 
 
 @dataclass
-class MemoryOptions:
-    command: list[str] = field(default_factory=list)
-    targets: Targets | None = None  # processes followed (--pid, --comm, -- COMMAND)
-    notify: Callable[[str], None] = print
-    duration: float | None = None
+class MemoryOptions(RunOptions):
     interval: float | None = None  # show live bytes this often
     stacks: bool = False
 
@@ -49,7 +39,7 @@ class MemorySession:
         self.options = options
         self.on_exit = on_exit  # a process exited: its leak report
         self.on_interval = on_interval
-        self.accounting = MemoryAccounting(int(HOLD_S * 1e9))
+        self.accounting = MemoryAccounting()
         # the objects of a process that exits before its maps are read: found by build-id
         self.sites = CallSites.for_session(options.command, [a.path for a in plan.attachments])
         self.lost: dict[str, int] = {}
@@ -61,17 +51,15 @@ class MemorySession:
 
     def run(self) -> int:
         """Trace until stopped; returns the exit status for cudaprobe."""
-        with ProbeRun(self.plan, self.settings, self.options.command, self.options.duration,
-                      self.options.targets, self.options.notify) as run:
-            self.t0_ns = time.monotonic_ns()
+        with ProbeRun(self.plan, self.settings, self.options) as run:
+            self.t0_ns = run.t0_ns
             next_report = time.monotonic() + (self.options.interval or 0)
             while run.running():
                 self._step(run.tracer, POLL_MS)
                 if self.options.interval and time.monotonic() >= next_report:
                     next_report += self.options.interval
                     self.on_interval(self)
-            run.finish(lambda raws: self._feed(run.tracer, raws))
-            self._step(run.tracer, 0)
+            run.finish(lambda timeout_ms: self._step(run.tracer, timeout_ms))
             self.in_flight = run.tracer.in_flight_count()
             self.lost = {k: v for k, v in run.tracer.counters().items() if k != "wakeups"}
             self.lost["decode_errors"] = self.decode_errors

@@ -4,8 +4,7 @@ kernel counted since attach is there whatever the call rate."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
 
 from rich.console import Console
 
@@ -15,16 +14,11 @@ from cudaprobe.output.stats_view import render_stats
 from cudaprobe.probe.bpfprog import Settings
 from cudaprobe.probe.plan import ProbePlan
 from cudaprobe.probe.tracer import Tracer
-from cudaprobe.sessions.run import ProbeRun
-from cudaprobe.targets.selection import Targets
+from cudaprobe.sessions.run import ProbeRun, RunOptions
 
 
 @dataclass
-class StatsOptions:
-    command: list[str] = field(default_factory=list)
-    targets: Targets | None = None  # processes followed (--pid, --comm, -- COMMAND)
-    notify: Callable[[str], None] = print
-    duration: float | None = None
+class StatsOptions(RunOptions):
     interval: float | None = None  # print the table this often (cumulative)
     sort: str = "total"
 
@@ -47,8 +41,7 @@ def run_stats(plan: ProbePlan, settings: Settings, options: StatsOptions,
               console: Console) -> tuple[StatsReport, int]:
     """Count until stopped; returns the final report and the exit status for cudaprobe
     (the command's, with `-- COMMAND`). Interval tables go to `console`."""
-    with ProbeRun(plan, settings, options.command, options.duration, options.targets,
-                  options.notify) as run:
+    with ProbeRun(plan, settings, options) as run:
         while run.running():
             run.sleep(options.interval or 3600.0)
             if options.interval and run.running():

@@ -18,16 +18,6 @@ STEPS=${STEPS:-300}
 WARMUP=${WARMUP:-30}
 nvcc -O2 -cudart=shared -o build/launch_loop benchmarks/launch_loop.cu
 
-find_nsys() {
-  command -v nsys && return
-  local c
-  for c in /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys \
-           /opt/nvidia/nsight-systems*/*/bin/nsys /usr/lib/nsight-systems*/bin/nsys \
-           /usr/lib/nsight-systems*/nsys /usr/local/cuda*/nsight-systems*/bin/nsys \
-           /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys; do
-    [ -x "$c" ] && { echo "$c"; return; }
-  done
-}
 NSYS=$(find_nsys)
 
 log="$OUT/overhead.txt"; : > "$log"

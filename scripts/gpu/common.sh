@@ -14,3 +14,15 @@ OUT=${OUT:-/tmp/cudaprobe-gpu-out}
 mkdir -p "$OUT" build
 TORCH_PY=/opt/torch/.venv/bin/python
 cudaprobe() { python3 -m cudaprobe "$@"; }
+
+# Nsight Systems, wherever this machine keeps it
+find_nsys() {
+  command -v nsys && return
+  local c
+  for c in /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys \
+           /opt/nvidia/nsight-systems*/*/bin/nsys /usr/lib/nsight-systems*/bin/nsys \
+           /usr/lib/nsight-systems*/nsys /usr/local/cuda*/nsight-systems*/bin/nsys \
+           /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys; do
+    [ -x "$c" ] && { echo "$c"; return; }
+  done
+}

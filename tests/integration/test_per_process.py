@@ -1,0 +1,93 @@
+"""Cost only where asked: with --pid and -- COMMAND the probes are attached per
+process (uprobe_multi links that take a pid), so a process that maps the same
+library but is not traced carries no breakpoint and takes no trap; children
+of a traced process get links of their own when they appear.
+
+A uprobe is an int3 (0xcc) written into the process's copy of the page: the
+tests read the first byte of cudaMalloc in each process's memory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+from cudaprobe.targets.elfsyms import read_symbols
+
+from ..conftest import cudaprobe_cmd
+from .running import Loop, Tracing, build_loop, check_iterations, read_jsonl
+
+INT3 = 0xCC
+
+
+def first_byte(pid: int, library: str, symbol: str) -> int:
+    """The byte at `symbol` of `library` as process `pid` sees it."""
+    offset = read_symbols(library).functions[symbol]
+    real = os.path.realpath(library)
+    for line in open(f"/proc/{pid}/maps"):
+        fields = line.split()
+        if len(fields) < 6 or os.path.realpath(fields[5]) != real:
+            continue
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        map_offset = int(fields[2], 16)
+        if map_offset <= offset < map_offset + (end - start):
+            with open(f"/proc/{pid}/mem", "rb") as mem:
+                mem.seek(start + offset - map_offset)
+                return mem.read(1)[0]
+    raise AssertionError(f"{symbol} of {library} is not mapped by {pid}")
+
+
+def private_copy(tmp_path: Path, libcudart: Path) -> tuple[str, dict]:
+    """A libcudart of the test's own, and the environment that loads it: no other
+    tracer on this machine (system-wide, on the toolkit's copy) has breakpoints in it."""
+    copy = tmp_path / "lib" / "libcudart.so.13"
+    copy.parent.mkdir()
+    shutil.copy(libcudart, copy)
+    return str(copy), {**os.environ, "LD_LIBRARY_PATH": str(copy.parent)}
+
+
+def test_pid_puts_breakpoints_in_that_process_only(tmp_path, libcudart):
+    exe = build_loop("shared")
+    libcudart, env = private_copy(tmp_path, libcudart)
+    traced, other = Loop([exe, "5"], env=env), Loop([exe, "5"], env=env)
+    traced.wait_iter(2)
+    other.wait_iter(2)
+    assert first_byte(other.pid, libcudart, "cudaMalloc") != INT3
+    tracing = Tracing(tmp_path, "--pid", str(traced.pid))
+    tracing.wait_for("attached to")
+    traced.wait_iter(traced.iteration + 3)
+    other.wait_iter(other.iteration + 3)
+    assert first_byte(traced.pid, libcudart, "cudaMalloc") == INT3
+    assert first_byte(other.pid, libcudart, "cudaMalloc") != INT3
+    last = traced.stop()
+    other.stop()
+    calls, summary, _err = tracing.finish()
+    check_iterations(calls, last)
+    assert {c["pid"] for c in calls} == {traced.pid}
+    assert summary["lost_total"] == 0
+
+
+def test_command_and_its_children_are_traced_and_nothing_else(tmp_path, libcudart):
+    exe = build_loop("shared")
+    copy, env = private_copy(tmp_path, libcudart)
+    other = Loop([exe, "5"], env=env)
+    other.wait_iter(2)
+    output = tmp_path / "calls.jsonl"
+    # the loop is a child of the command (sh forks it: `; true` follows), which
+    # gets links of its own once the fork is seen
+    run = Loop([*cudaprobe_cmd("trace", "-o", str(output), "--", "sh", "-c",
+                               f"sleep 0.5; {exe} 5; true")])
+    child = run.pid
+    deadline = time.monotonic() + 10
+    while first_byte(child, str(libcudart), "cudaMalloc") != INT3:
+        assert time.monotonic() < deadline, "the child never got its probes"
+        time.sleep(0.05)
+    run.wait_iter(run.iteration + 20)
+    assert first_byte(other.pid, copy, "cudaMalloc") != INT3
+    last = run.stop()
+    other.stop()
+    calls, summary = read_jsonl(output)
+    assert {c["pid"] for c in calls} == {child}
+    assert last - check_iterations(calls, last) >= 20
+    assert summary["lost_total"] == 0
