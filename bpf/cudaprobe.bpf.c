@@ -74,7 +74,9 @@ BPF_TABLE("lru_hash", u32, u8, seen_procs, 16384);
 #endif
 #ifdef CP_STACKS
 /* user stacks of the calls (struct cp_event's stack_id) */
-BPF_STACK_TRACE(stacks, CP_MAX_STACKS);
+/* build-id stacks: each frame resolved by the kernel to its object's build-id
+ * and a file offset, named after the process has exited (issue 16) */
+BPF_STACK_TRACE_BUILDID(stacks, CP_MAX_STACKS);
 #endif
 
 #ifdef CP_FILTER_PID
@@ -334,6 +336,45 @@ TRACEPOINT_PROBE(task, task_rename)
 	return 0;
 }
 
+/* Where a launch's kernel is, and where a call was made (issue 16). A host
+ * stub, or a call site, is named from the object it is in, which
+ * /proc/PID/maps tells only while the process lives. So the first launch of
+ * each kernel (host-stub address) in a process, or with CP_CALLER the first
+ * call from each call site, records the call site as the kernel's build-id
+ * stack walk resolves it now: the object's build-id and the file offset of
+ * the return address (on Linux >= 6.12 the walk from a function's entry
+ * starts with the return address), and the address itself; a launch's stub
+ * is in the same object, `func - caller` away. One lookup per call after that. */
+struct cp_located_key {
+	u32 tgid;
+	u32 pad;
+	u64 addr;	/* the host stub, or the call site */
+};
+BPF_TABLE("lru_hash", struct cp_located_key, u8, located, 16384);
+
+static __always_inline void locate_site(struct pt_regs *ctx, struct cp_event *e, u64 addr)
+{
+	struct cp_frame *f = (struct cp_frame *)&e->cfg[CP_FRAME_WORD];
+	f->status = 0;	/* the entry is reused: nothing recorded unless below */
+	struct cp_located_key key = {.tgid = e->pid, .addr = addr};
+	u8 one = 1;
+	if (located.lookup(&key))
+		return;
+	located.update(&key, &one);
+	bpf_probe_read_user(&f->caller, sizeof(f->caller), (void *)PT_REGS_SP(ctx));
+	/* skip 1: frame 0 is the probed function itself */
+	if (bpf_get_stack(ctx, f, 32, 1 | BPF_F_USER_STACK | BPF_F_USER_BUILD_ID) < 32)
+		f->status = 0;
+}
+
+/* probes whose records may carry a struct cp_frame: every one with CP_CALLER
+ * (cudaprobe memory), else the launches */
+#ifdef CP_CALLER
+#define CP_LOCATES(cfg) 1
+#else
+#define CP_LOCATES(cfg) ((cfg)->func_slot >= 0)
+#endif
+
 /* Entry: what the probe captures (its cp_probe_cfg), into the pairing entry.
  * Only what the probe uses is written: no memset of the whole event. */
 static __always_inline void begin_call(struct pt_regs *ctx, struct cp_event *e, u32 probe_id,
@@ -375,6 +416,11 @@ static __always_inline void begin_call(struct pt_regs *ctx, struct cp_event *e, 
 	/* at entry the return address is on top of the stack: the exact call
 	 * site, which a frame-pointer walk from here would skip */
 	bpf_probe_read_user(&e->caller, sizeof(e->caller), (void *)PT_REGS_SP(ctx));
+	locate_site(ctx, e, e->caller);
+#else
+	s32 func_slot = cfg->func_slot;
+	if (func_slot >= 0 && func_slot < CP_MAX_SLOTS)
+		locate_site(ctx, e, e->words[func_slot]);
 #endif
 #ifdef CP_STACKS
 	e->stack_id = stacks.get_stackid(ctx, BPF_F_USER_STACK);
@@ -424,6 +470,34 @@ static __always_inline void read_outs(struct cp_event *e, u32 out8, u32 out4, u3
 	}
 }
 
+/* Kernel names whole (issue 16). A name passed to cuModuleGetFunction or
+ * cuLibraryGetKernel runs to kilobytes for C++ templates (PyTorch's): it is
+ * read at exit, where the caller's string is still there, into a per-CPU
+ * scratch record after a copy of the event, and both go into the ring as one
+ * record of their length (the reader takes any record longer than an event
+ * for one of these). The calls are rare: the copy's cost does not matter. */
+struct cp_named {
+	struct cp_event e;
+	char name[CP_NAME_MAX];
+};
+BPF_PERCPU_ARRAY(named, struct cp_named, 1);
+
+static __always_inline long output_named(struct cp_event *e, s32 str_slot, u64 flags)
+{
+	int zero = 0;
+	struct cp_named *n = named.lookup(&zero);
+	if (!n || str_slot < 0 || str_slot >= CP_MAX_SLOTS)
+		return events.ringbuf_output(e, sizeof(*e), flags);
+	bpf_probe_read_kernel(&n->e, sizeof(n->e), e);
+	long len = bpf_probe_read_user_str(n->name, sizeof(n->name),
+					   (void *)e->words[str_slot]);
+	u64 size = sizeof(n->e) + (len > 0 ? len : 0);
+	if (size > sizeof(*n))
+		size = sizeof(*n);
+	asm volatile("" : "+r"(size));
+	return events.ringbuf_output(n, size, flags);
+}
+
 /* Exit: count the call in `tally`, complete it in its pairing entry, then
  * copy its first cfg->size bytes into the ring. */
 static __always_inline void end_call(struct cp_event *e, u32 probe_id, u64 now, s32 ret,
@@ -456,10 +530,15 @@ static __always_inline void end_call(struct cp_event *e, u32 probe_id, u64 now, 
 		if (size < sizeof(struct cp_event))
 			size -= 8 * cfg->nouts;
 	}
+	if (CP_LOCATES(cfg) && ((struct cp_frame *)&e->cfg[CP_FRAME_WORD])->status)
+		size = sizeof(struct cp_event);	/* with where it was made: cfg goes too */
 	if (size > sizeof(struct cp_event))
 		size = sizeof(struct cp_event);
 	asm volatile("" : "+r"(size));	/* the bounded register is the one passed on */
-	if (events.ringbuf_output(e, size, wakeup_flag(e->pid, owner)) < 0)
+	u64 flags = wakeup_flag(e->pid, owner);
+	long err = cfg->str_slot >= 0 ? output_named(e, cfg->str_slot, flags)
+				      : events.ringbuf_output(e, size, flags);
+	if (err < 0)
 		count(CP_LOST_RINGBUF);
 }
 #endif	/* CP_STATS */

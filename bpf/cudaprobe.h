@@ -27,6 +27,7 @@ struct cp_probe_cfg {
 	__u16 nouts;     /* out-parameters it reads at exit */
 	__u32 size;      /* bytes of struct cp_event it puts in the ring: CP_EVENT_SIZE(nargs
 			  * + nouts), or the whole event where it copies at entry */
+	__s32 func_slot; /* slot holding a kernel's host-stub address (a launch), or -1 */
 };
 
 #define CP_MAX_PROBES 1024
@@ -54,6 +55,25 @@ struct cp_event {
 	__s64 stack_id;     /* user stack in the `stacks` map (CP_STACKS), else -1 */
 	__u64 words[CP_MAX_WORDS];
 	__u64 cfg[CP_CFG_WORDS];  /* launch config (cfg_slot), or NUL-terminated string (str_slot) */
+};
+
+/* Kernel names whole (see cp_named in cudaprobe.bpf.c): a str_slot probe's
+ * record is its whole event followed by the string, read at exit, NUL included;
+ * a launch's first record per process and kernel (with CP_CALLER, a call's
+ * first record per process and call site) carries where the call was made,
+ * in cfg words CP_FRAME_WORD.. (struct cp_frame). */
+#define CP_NAME_MAX 8192
+#define CP_FRAME_WORD 8
+
+/* The launch's call site as the kernel's build-id stack walk resolves it
+ * (struct bpf_stack_build_id: status 1 = build_id and offset valid, 2 = only
+ * the address, 0 = not recorded), and the return address read at entry. The
+ * host stub the launch names is in the same object, `func - caller` further. */
+struct cp_frame {
+	__s32 status;
+	__u8 build_id[20];
+	__u64 offset;     /* file offset of the caller's return address */
+	__u64 caller;
 };
 
 #define CP_EVENT_HEAD __builtin_offsetof(struct cp_event, words)

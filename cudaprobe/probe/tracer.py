@@ -355,12 +355,15 @@ class Tracer:
                 sum(v.errors_unkeyed for v in per_cpu))
         return out
 
-    def user_stack(self, stack_id: int) -> list[int]:
-        """CP_STACKS: the addresses of a recorded user stack, innermost first."""
+    def user_stack(self, stack_id: int) -> list[tuple[str, int]]:
+        """CP_STACKS: the frames of a recorded user stack, innermost first, each
+        (build-id in hex, file offset) as the kernel resolved it; the walk ends
+        at the first frame it could not resolve so."""
         if stack_id < 0:
             return []
         try:
-            return list(self._bpf["stacks"].walk(stack_id))
+            return [(bytes(f.build_id).hex(), f.offset)
+                    for f in self._bpf["stacks"].walk(stack_id)]
         except KeyError:  # evicted, or never stored
             return []
 
