@@ -8,26 +8,93 @@ CUkernel wherever a CUfunction goes, so one table holds both, per process.
 
 Driven by the catalogue: a successful call that writes an OUT_FUNCTION names
 it after the call's CSTRING argument, or its CU_FUNCTION argument's name.
+
+A handle made before cudaprobe attached (PyTorch makes its kernels' handles
+when its libraries load) is named from the driver's own object instead: on
+driver 580 (CUDA 13) a CUfunction, a CUkernel and the runtime's cudaKernel_t
+all hold, at byte NAME_POINTER_OFFSET of the object they address, a pointer to
+the kernel's mangled name (found with scripts/gpu/handle_layout.cu, which asks
+cuFuncGetName/cuKernelGetName and searches the handle for that pointer:
+docs/gpu-results/handle-layout.txt). It is read once per handle from
+/proc/PID/mem and kept only if it is a C identifier (a mangled name or an
+extern "C" one): a driver with another layout gives none, not a wrong one.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import struct
 from typing import Any
 
 from cudaprobe.catalogue.functions import ArgKind, Function
 
-# shown for a handle whose making was not traced
-UNKNOWN_WHY = "name unknown: not made by a traced call (before tracing started?)"
+# shown for a handle that is named neither by a traced call nor in its memory
+UNKNOWN_WHY = "name unknown: not made by a traced call, and not readable from the handle"
+NAME_POINTER_OFFSET = 8
+NAME_MAX = 8192  # as the probe's own copy of a name (CP_NAME_MAX)
+_IDENTIFIER = re.compile(rb"[A-Za-z_$][A-Za-z0-9_$.]*")
+_CHUNK = 256
 # key of the kernel name in a call's args, for runtime and driver launches alike
 NAME_KEY = "func_name"
+
+
+def read_name(mem_fd: int, handle: int) -> str | None:
+    """The kernel name a driver handle points to, read through `mem_fd`
+    (/proc/PID/mem), or None where it holds no readable identifier."""
+    try:
+        raw = os.pread(mem_fd, 8, handle + NAME_POINTER_OFFSET)
+        if len(raw) < 8:
+            return None
+        (at,) = struct.unpack("<Q", raw)
+        name = b""
+        while len(name) < NAME_MAX:  # a chunk at a time: a read past the mapping fails
+            chunk = os.pread(mem_fd, _CHUNK, at + len(name))
+            end = chunk.find(b"\0")
+            if end >= 0:
+                name += chunk[:end]
+                break
+            if not chunk:
+                return None
+            name += chunk
+    except (OSError, OverflowError):
+        return None
+    return name.decode() if _IDENTIFIER.fullmatch(name) else None
 
 
 class KernelHandles:
     def __init__(self) -> None:
         self._names: dict[tuple[int, int], str] = {}
+        self._read: dict[tuple[int, int], str | None] = {}  # from the handles' memory
+        self._mem: dict[int, int] = {}  # pid -> its /proc/PID/mem, open
 
     def name(self, pid: int, handle: int) -> str | None:
-        return self._names.get((pid, handle))
+        """The handle's kernel name: as a traced call made it, else as the
+        driver's object holds it (read once)."""
+        key = (pid, handle)
+        name = self._names.get(key)
+        if name is None and handle:
+            if key not in self._read:
+                fd = self._mem_of(pid)
+                self._read[key] = read_name(fd, handle) if fd >= 0 else None
+            name = self._read[key]
+        return name
+
+    def _mem_of(self, pid: int) -> int:
+        fd = self._mem.get(pid)
+        if fd is None:
+            try:
+                fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                fd = -1  # gone, or not ours to read: no names from memory
+            self._mem[pid] = fd
+        return fd
+
+    def close(self) -> None:
+        for fd in self._mem.values():
+            if fd >= 0:
+                os.close(fd)
+        self._mem.clear()
 
     def learn(self, function: Function, pid: int, args: dict[str, Any]) -> None:
         """Record the handles a successful call of `function` made; `args` decoded."""

@@ -142,6 +142,7 @@ class TraceSession:
         lost["decode_errors"] = self.decode_errors
         self.summary.lost = lost
         self.summary.duration_s = duration_s
+        self.kernel_handles.close()
         self.reporter.finish(self.summary)
         if self.summary_console is not None:
             self.summary.render(self.summary_console)

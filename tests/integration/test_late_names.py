@@ -1,0 +1,45 @@
+"""Late attach (issue 16): launches of kernel handles made before cudaprobe
+attached are named from the handle's own object, which the driver keeps the
+name in (at byte 8 on driver 580: scripts/gpu/handle_layout.cu). The stand-in
+libcuda (tests/workloads/fake_handles.c) lays its handles out the same way;
+cuLibraryGetKernel runs before the attach and is never traced."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from ..conftest import build_workload
+from .running import Lines, Tracing
+
+VECADD = "vecAdd(float const*, float const*, float*, int)"
+LONG = "void deep::f<" + ", ".join(["Box::Inner"] * 120) + ">()"
+LAUNCHES = 50
+
+
+def test_handles_made_before_the_attach_are_named(tmp_path):
+    lib = build_workload("fake_handles.c", "fakeh/libcuda.so.1",
+                         extra=["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1"])
+    exe = build_workload("late_launch.c",
+                         extra=[f"-L{lib.parent}", "-l:libcuda.so.1", f"-Wl,-rpath,{lib.parent}"])
+    proc = subprocess.Popen([str(exe), str(LAUNCHES)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "LD_LIBRARY_PATH": str(lib.parent)})
+    out = Lines(proc.stdout)
+    out.wait_for(lambda s: s == '{"ready":1}', "ready")
+    tracing = Tracing(tmp_path, "--pid", str(proc.pid), "-e", "kernel")
+    tracing.wait_for("attached to")
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    out.wait_for(lambda s: s.startswith('{"launched"'), "launched")
+    calls, summary, _err = tracing.interrupt()
+    proc.stdin.close()
+    assert proc.wait(timeout=30) == 0
+    assert summary["lost_total"] == 0
+    launches = [c for c in calls if c["event"] == "cuLaunchKernel"]
+    assert len(launches) == 2 * LAUNCHES
+    names = [c["args"].get("func_name") for c in launches]
+    assert names == [VECADD, LONG] * LAUNCHES
+    assert len(json.dumps(names[1])) > 1000  # whole, not cut
+    assert all("name unknown" not in c["details"] for c in launches)
