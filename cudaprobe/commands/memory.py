@@ -88,7 +88,6 @@ def memory_command(libs, api, duration, dump_bpf, pids, comm, wait, command, sta
         else:
             for p in processes:
                 render_exit(p, make_console(stream), session.ms)
-        if stream is not sys.stdout:
-            stream.close()
+        stream.close()
     if status:
         sys.exit(status)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable, TextIO
+from typing import Callable
 
 import click
 from rich.console import Console
@@ -13,7 +13,7 @@ from rich.text import Text
 
 from cudaprobe.catalogue.functions import DRIVER, HOT, RUNTIME, Function
 from cudaprobe.errors import LibraryNotFound, NotRoot, SymbolMissing, UsageError
-from cudaprobe.output.files import open_output
+from cudaprobe.output.files import OutputStream, StdoutStream, open_output
 from cudaprobe.output.table import make_console
 from cudaprobe.probe import bpfprog
 from cudaprobe.probe.plan import ProbePlan, plan_probes
@@ -146,11 +146,12 @@ def report_file_options(schema_doc: str) -> Callable[[Callable], Callable]:
     return decorate
 
 
-def report_output(output: str | None, force: bool, as_json: bool) -> tuple[TextIO, bool, Console]:
+def report_output(output: str | None, force: bool,
+                  as_json: bool) -> tuple[OutputStream, bool, Console]:
     """Where a report goes: the -o stream (stdout without it), whether it is JSON
     (--json, or FILE.json), and the console for the human report: stdout, unless
     the JSON goes there."""
     as_json = as_json or bool(output and output.endswith(".json"))
     stream = open_output(output, force)
     return stream, as_json, make_console(
-        sys.stderr if as_json and stream is sys.stdout else sys.stdout)
+        sys.stderr if as_json and isinstance(stream, StdoutStream) else sys.stdout)

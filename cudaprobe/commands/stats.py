@@ -97,8 +97,7 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
             stream.write(json.dumps(document, indent=2) + "\n")
         else:
             render_stats(report, make_console(stream), sort)
-        if stream is not sys.stdout:
-            stream.close()
+        stream.close()
     if not status and changes:
         status = REGRESSION_EXIT
     if status:
