@@ -10,6 +10,7 @@ import click
 from cudaprobe.analysis.memtrack import memory_functions
 from cudaprobe.commands.options import (
     APIS,
+    Seconds,
     announce,
     plan_targets,
     probe_options,
@@ -27,7 +28,7 @@ from cudaprobe.sessions.memory import MemoryOptions, MemorySession
 @click.option("--stacks", is_flag=True,
               help="Record each allocation's user stack: callers under the call site "
                    "(needs frame pointers in the calling code).")
-@click.option("-i", "--interval", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+@click.option("-i", "--interval", type=Seconds(), metavar="SECONDS",
               help="Show live bytes per process every SECONDS.")
 @report_file_options("docs/memory.md")
 def memory_command(libs, api, duration, dump_bpf, pids, comm, wait, command, stacks, interval,

@@ -3,6 +3,7 @@ probe, and which processes: `-- COMMAND`, --pid, --comm."""
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from typing import Callable
@@ -23,6 +24,22 @@ from cudaprobe.targets.libs import discover_libraries, resolve_lib_arg
 from cudaprobe.targets.selection import Targets, initial_libraries
 
 APIS = {"runtime": {RUNTIME}, "driver": {DRIVER}, "all": {RUNTIME, DRIVER}}
+
+
+class Seconds(click.ParamType):
+    """A time in seconds: a positive, finite number (float() takes `nan` and
+    `inf`, which would never end a --duration)."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            seconds = math.nan
+        if not (math.isfinite(seconds) and seconds > 0):
+            self.fail(f"{value!r} is not a number of seconds above 0", param, ctx)
+        return seconds
 
 
 def resolve_libraries(libs: tuple[str, ...], apis: set[str]) -> list[str]:
@@ -54,7 +71,7 @@ def probe_options(events: str | None) -> Callable[[Callable], Callable]:
     options += [
         click.option("--api", type=click.Choice(sorted(APIS)), default="all",
                      help="Runtime (libcudart), driver (libcuda), or both."),
-        click.option("-d", "--duration", type=click.FloatRange(min=0, min_open=True),
+        click.option("-d", "--duration", type=Seconds(),
                      metavar="SECONDS", help="Stop after this many seconds."),
         click.option("--dump-bpf", is_flag=True,
                      help="Print the BPF program and exit (no root needed)."),
@@ -88,6 +105,8 @@ def plan_targets(functions: list[Function], libs: tuple[str, ...], apis: set[str
         raise UsageError("-- COMMAND selects the process it starts: leave out --pid and --comm")
     if wait and not pids:
         raise UsageError("--wait goes with --pid")
+    if comm is not None and not comm.strip():
+        raise UsageError("--comm needs a process name (as in /proc/PID/comm)")
     follow = bool(command or pids or comm)
     config = bpfprog.Settings(filter_pid=follow, filter_comm=comm is not None,
                               per_process=bool(command or pids) and comm is None, **settings)

@@ -18,6 +18,7 @@ from cudaprobe.analysis.stats_compare import (
 )
 from cudaprobe.commands.options import (
     APIS,
+    Seconds,
     announce,
     plan_targets,
     probe_options,
@@ -35,7 +36,7 @@ from cudaprobe.sessions.stats import StatsOptions, run_stats
 @probe_options(events="count")
 @click.option("--sort", type=click.Choice(sorted(SORT_KEYS)), default="total",
               help="Order of the rows (largest first; `name` alphabetical).")
-@click.option("-i", "--interval", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+@click.option("-i", "--interval", type=Seconds(), metavar="SECONDS",
               help="Also print the table (cumulative) every SECONDS.")
 @report_file_options("docs/stats.md")
 @click.option("--compare", "baseline", metavar="BASELINE.json",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import functools
 import os
+import stat
 from dataclasses import dataclass
 
 from elftools.common.exceptions import ELFError
@@ -61,6 +62,8 @@ def check_elf(path: str) -> None:
         raise LibraryNotFound(path)
     if os.path.isdir(path):
         raise LibraryNotFound(path, "is a directory without CUDA libraries")
+    if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block open() for good
+        raise LibraryNotFound(path, "not a regular file")
     try:
         with open(path, "rb") as f:
             magic = f.read(4)
@@ -87,6 +90,13 @@ def read_symbols(path: str) -> ElfSymbols:
 @functools.lru_cache(maxsize=64)
 def _read_symbols(path: str, _ino: int, _mtime: int) -> ElfSymbols:
     check_elf(path)
+    try:
+        return _parse_symbols(path)
+    except ELFError as e:  # a header that reads, sections that do not (a truncated file)
+        raise LibraryNotFound(path, f"malformed ELF ({e})") from None
+
+
+def _parse_symbols(path: str) -> ElfSymbols:
     with open(path, "rb") as f:
         elf = ELFFile(f)
         etype = elf.header["e_type"]

@@ -119,3 +119,30 @@ def test_pid_with_a_full_output_exits_1_and_leaves_the_program_running(libcudart
     finally:
         workload.send_signal(signal.SIGTERM)
         assert workload.wait(timeout=10) == 0
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_stopped_before_the_command_ran_leaves_the_old_file(libcudart, tmp_path, fmt):
+    """--force, then SIGTERM while attaching: the command never runs, and the file
+    --force would have replaced keeps its old trace (no empty trailer, no header)."""
+    out = tmp_path / f"calls.{fmt}"
+    out.write_text("the previous trace\n")
+    proc = subprocess.Popen(cudaprobe_cmd("trace", "--lib", str(libcudart), "-o", str(out),
+                                          "--force", "--", *steady(10, 0)),
+                            stderr=subprocess.PIPE, text=True)
+    # SIGTERM caught: the session has started, and compiles and attaches (a second or so)
+    # before it lets the command run
+    deadline = time.monotonic() + 60
+    while not _catches(proc.pid, signal.SIGTERM) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM, stderr
+    assert "steady_calls was started: it did not run" in stderr
+    assert out.read_text() == "the previous trace\n"
+
+
+def _catches(pid: int, sig: int) -> bool:
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = int(re.search(r"^SigCgt:\s*([0-9a-f]+)", status, re.M).group(1), 16)
+    return bool(caught & (1 << (sig - 1)))

@@ -34,6 +34,10 @@ def scratch(tmp_path: Path) -> Path:
     (tmp_path / "empty").mkdir()
     (tmp_path / "link.jsonl").symlink_to(tmp_path / "exists.jsonl")
     (tmp_path / "script").write_text("#!/bin/sh\n")
+    cut = tmp_path / "cut" / "libcudart.so.12"  # its ELF header whole, its sections gone
+    cut.parent.mkdir()
+    cut.write_bytes(Path("/bin/true").read_bytes()[:3000])
+    os.mkfifo(tmp_path / "fifo.so")  # open() would wait for a writer for good
     return tmp_path
 
 
@@ -74,6 +78,8 @@ CASES = {
     "lib lacking every selected symbol, with COMMAND": (
         ["--lib", LIB, "-e", "cuInit", "--", "/bin/true"],
         ["defines none of the selected functions (cuInit)"]),
+    "lib truncated ELF": (["--lib", "cut/libcudart.so.12"], ["malformed ELF"]),
+    "lib is a FIFO": (["--lib", "fifo.so", "-d", "1"], ["'fifo.so': not a regular file"]),
     "unknown event": (["--lib", LIB, "-e", "cudaMallok"],
                       ["unknown event or category 'cudaMallok'", "did you mean cudaMalloc"]),
     "output exists": (["--lib", LIB, "-o", "exists.jsonl"],
@@ -89,6 +95,12 @@ CASES = {
                                    "(see `cudaprobe trace --help`)"]),
     "bad duration": (["-d", "0"], ["Invalid value for '-d' / '--duration'"]),
     "bad api": (["--api", "gpu"], ["Invalid value for '--api'"]),
+    "duration nan": (["-d", "nan"], ["'nan' is not a number of seconds above 0"]),
+    "duration inf": (["-d", "inf"], ["'inf' is not a number of seconds above 0"]),
+    "comm empty": (["--comm", ""], ["--comm needs a process name"]),
+    "ringbuf too big": (["--ringbuf-pages", "1048576"], ["more than 524288 pages (2 GiB"]),
+    "otlp unclosed IPv6": (["--otlp", "http://[::1"], ["is not an OTLP/HTTP endpoint"]),
+    "otlp not a URL": (["--otlp", "notaurl"], ["'notaurl' is not an OTLP/HTTP endpoint"]),
     "unknown option": (["--bogus"], ["No such option '--bogus'"]),
     "force without output": (["--force", "--", "/bin/true"], ["--force goes with -o FILE"]),
     "mode without output": (["--mode", "0644"], ["--mode goes with -o FILE"]),
@@ -156,3 +168,15 @@ def test_verbose_shows_the_traceback(scratch):
     assert proc.returncode == 2
     assert "Traceback" in proc.stderr and "LibraryNotFound" in proc.stderr
     assert proc.stderr.splitlines()[-1].startswith("cudaprobe: CUDA library")
+
+
+def test_pid_that_is_a_zombie(scratch):
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    proc = subprocess.Popen(["true"])
+    time.sleep(0.3)  # exited, not reaped: a zombie
+    try:
+        assert_one_line(run(scratch, "trace", "--pid", str(proc.pid)),
+                        f"pid {proc.pid}: true has exited (a zombie")
+    finally:
+        proc.wait()
