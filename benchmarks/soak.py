@@ -45,6 +45,9 @@ THREADS = 8
 MID_CALL_EVERY_S = 5
 EVENTS = "cudaGetDeviceCount,cudaMalloc,cudaFree,cudaDeviceSynchronize"
 NOT_KERNEL_LOSS = ("output_max_size",)  # rows decoded, then not written: in `calls` already
+# the bounds docs/reliability.md states for cudaprobe's RSS (default 16 MiB ring):
+STEADY_RSS_SPREAD_KIB = 10 << 10  # after warm-up, reader keeping up: max - min
+OVERLOAD_RSS_EXTRA_KIB = 160 << 10  # overloaded: above the steady run's largest
 
 
 def build(src: Path) -> Path:
@@ -152,12 +155,18 @@ def main() -> None:
         if not rate:
             rate, results["rate_trials"] = find_rate(args.trial_seconds, args.max_size, Path(d))
         print(f"steady: {THREADS} threads, {rate} loops/s, {args.seconds:.0f} s", flush=True)
-        results["steady"] = trace(args.seconds, rate, True, args.sample, args.max_size, Path(d))
+        steady = results["steady"] = trace(args.seconds, rate, True, args.sample,
+                                           args.max_size, Path(d))
+        steady["rss within bound"] = (steady["rss_kib_after_warmup_max"]
+                                      - steady["rss_kib_after_warmup_min"]
+                                      <= STEADY_RSS_SPREAD_KIB)
         if args.overload_seconds:
             print(f"overload: {THREADS} threads unpaced, {args.overload_seconds:.0f} s",
                   flush=True)
-            results["overload"] = trace(args.overload_seconds, 0, False, args.sample,
-                                        args.max_size, Path(d))
+            overload = results["overload"] = trace(args.overload_seconds, 0, False, args.sample,
+                                                   args.max_size, Path(d))
+            overload["rss within bound"] = (overload["rss_kib_max"] <= OVERLOAD_RSS_EXTRA_KIB
+                                            + steady["rss_kib_after_warmup_max"])
     if args.cycles:
         print(f"{args.cycles} attach/detach cycles", flush=True)
         results["cycles"] = cycles(args.cycles, libcudart(),
