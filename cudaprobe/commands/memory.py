@@ -16,6 +16,7 @@ from cudaprobe.commands.options import (
     probe_options,
     report_file_options,
     report_output,
+    write_report,
 )
 from cudaprobe.output.memory_view import render_exit, render_processes, render_summary, to_dict
 from cudaprobe.output.table import make_console
@@ -80,15 +81,19 @@ def memory_command(libs, api, duration, dump_bpf, pids, comm, wait, command, sta
         if targets is not None:
             targets.close()
     processes = list(session.accounting.processes.values())
-    render_summary(processes, session.lost, session.in_flight, session.duration_s, human)
-    if output or as_json:
-        if as_json:
-            stream.write(json.dumps(to_dict(processes, session.lost, session.in_flight,
-                                            session.duration_s, session.libraries, session.ms),
-                                    indent=2) + "\n")
-        else:
-            for p in processes:
-                render_exit(p, make_console(stream), session.ms)
-        stream.close()
+
+    def write() -> None:
+        render_summary(processes, session.lost, session.in_flight, session.duration_s, human)
+        if output or as_json:
+            if as_json:
+                stream.write(json.dumps(to_dict(processes, session.lost, session.in_flight,
+                                                session.duration_s, session.libraries,
+                                                session.ms), indent=2) + "\n")
+            else:
+                for p in processes:
+                    render_exit(p, make_console(stream), session.ms)
+            stream.close()
+
+    status = write_report(write, status, bool(command))
     if status:
         sys.exit(status)

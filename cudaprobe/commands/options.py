@@ -3,6 +3,7 @@ probe, and which processes: `-- COMMAND`, --pid, --comm."""
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import sys
@@ -13,7 +14,13 @@ from rich.console import Console
 from rich.text import Text
 
 from cudaprobe.catalogue.functions import DRIVER, HOT, RUNTIME, Function
-from cudaprobe.errors import LibraryNotFound, NotRoot, SymbolMissing, UsageError
+from cudaprobe.errors import (
+    LibraryNotFound,
+    NotRoot,
+    OutputFailed,
+    SymbolMissing,
+    UsageError,
+)
 from cudaprobe.output.files import OutputStream, StdoutStream, open_output
 from cudaprobe.output.table import make_console
 from cudaprobe.probe import bpfprog
@@ -174,3 +181,30 @@ def report_output(output: str | None, force: bool,
     stream = open_output(output, force)
     return stream, as_json, make_console(
         sys.stderr if as_json and isinstance(stream, StdoutStream) else sys.stdout)
+
+
+def write_report(write: Callable[[], None], status: int, command: bool) -> int:
+    """Write the report at the end of a run (`write`), and return the exit status:
+    `status`, unless the write failed (disk full, EIO, stdout closed or its reader
+    gone). Then one line says so (none for EPIPE, a reader that has seen enough)
+    and the status is -- COMMAND's all the same, or 1 without one (0 for EPIPE)."""
+    try:
+        write()
+        if sys.stdout is None:  # started with stdout closed: the human report went nowhere
+            raise OutputFailed("writing stdout failed: stdout is closed", errno.EBADF)
+        sys.stdout.flush()
+    except OutputFailed as e:
+        failure, message = e.errno, str(e)
+    except OSError as e:
+        if e.filename is not None:  # not a write: open() and the like name their file
+            raise
+        failure, message = e.errno, f"writing output failed: {e.strerror}"
+    else:
+        return status
+    if sys.stdout is not None:  # the interpreter's last flush: quiet
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    if failure != errno.EPIPE:
+        click.echo(f"cudaprobe: {message}", err=True)
+    if command:
+        return status
+    return 0 if failure == errno.EPIPE else OutputFailed.exit_code

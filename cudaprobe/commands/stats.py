@@ -24,6 +24,7 @@ from cudaprobe.commands.options import (
     probe_options,
     report_file_options,
     report_output,
+    write_report,
 )
 from cudaprobe.output.stats_view import render_stats
 from cudaprobe.output.table import make_console
@@ -85,20 +86,25 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
     finally:
         if targets is not None:
             targets.close()
-    render_stats(report, human, sort)
     document = report.to_dict(sort)
     changes = None
     if before is not None:
         changes = compare(before, document, threshold, min_calls)
-        render_changes(changes, human, baseline, threshold)
         document["compare"] = {"baseline": baseline, "threshold_percent": threshold,
                                "min_calls": min_calls, "moved": [c.to_dict() for c in changes]}
-    if output or as_json:
-        if as_json:
-            stream.write(json.dumps(document, indent=2) + "\n")
-        else:
-            render_stats(report, make_console(stream), sort)
-        stream.close()
+
+    def write() -> None:
+        render_stats(report, human, sort)
+        if changes is not None:
+            render_changes(changes, human, baseline, threshold)
+        if output or as_json:
+            if as_json:
+                stream.write(json.dumps(document, indent=2) + "\n")
+            else:
+                render_stats(report, make_console(stream), sort)
+            stream.close()
+
+    status = write_report(write, status, bool(command))
     if not status and changes:
         status = REGRESSION_EXIT
     if status:

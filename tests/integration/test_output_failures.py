@@ -146,3 +146,27 @@ def _catches(pid: int, sig: int) -> bool:
     status = Path(f"/proc/{pid}/status").read_text()
     caught = int(re.search(r"^SigCgt:\s*([0-9a-f]+)", status, re.M).group(1), 16)
     return bool(caught & (1 << (sig - 1)))
+
+
+@pytest.mark.parametrize("where", ["/dev/full", "closed", "head"])
+def test_stats_report_that_cannot_be_written(libcudart, where):
+    """stats writes its report at the end: one line (none for a closed pipe), and
+    the command's status all the same."""
+    argv = cudaprobe_cmd("stats", "--lib", str(libcudart), "--", "sh", "-c",
+                         f"exec {' '.join(steady(100))} >/dev/null")
+    if where == "head":
+        proc = subprocess.run(["bash", "-c", " ".join(argv[:-1]) + f" '{argv[-1]}' | head -1; "
+                               "exit ${PIPESTATUS[0]}"], capture_output=True, text=True,
+                              timeout=300)
+        assert proc.stdout.startswith("cudaprobe stats:")
+    else:
+        with open("/dev/full", "w") as dev_full:
+            proc = subprocess.run(argv, stdout=dev_full if where == "/dev/full" else None,
+                                  stderr=subprocess.PIPE, text=True, timeout=300,
+                                  preexec_fn=(lambda: os.close(1)) if where == "closed" else None)
+    assert proc.returncode == 7, proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "failed" in line]
+    assert said == {"/dev/full": ["cudaprobe: writing output failed: No space left on device"],
+                    "closed": ["cudaprobe: writing stdout failed: stdout is closed"],
+                    "head": []}[where]
