@@ -27,7 +27,14 @@ Reported: ns/call (min and median over repetitions), ratio of the median to
 the floor's, events recorded vs calls made, cudaprobe's own CPU seconds, and
 the time from start to probes attached. Then two scenarios: a paced rate
 (default 200k calls/s for 30 s) under `trace`, for loss and CPU, and two
-threads at full speed, for loss and pairing.
+threads at full speed, for loss and pairing. Then the reader (issue 15.1):
+`reader`, its sustained events/s on one core (the reader process's loop,
+probe/ringbuf.py: find the committed records, pwrite them to a spool, over
+a ring's worth of cudaMalloc records at a time), and `threads4`, four
+unpaced threads of cudaMalloc + cudaFree (tests/workloads/malloc_free_threads.c,
+400,000 calls) traced in each format: rows and lost.
+`--only reader,threads4` runs only those (names: overhead, success, paced,
+two_threads, reader, threads4).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import re
 import resource
 import shutil
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -224,6 +232,58 @@ def threads(bench: Bench, calls: int) -> dict:
             "ns_per_call": r["result"]["ns_per_call"]}
 
 
+def reader_rate(seconds: float = 3.0) -> dict:
+    """The reader process's work per record, on this core: ringbuf.committed over
+    16 MiB of 88-byte records (a failed cudaMalloc's), then one pwrite of them
+    to a spool file, as the reader's loop does; events/s of CPU time."""
+    from cudaprobe.probe.ringbuf import committed  # noqa: PLC0415 - needs the repo on the path
+
+    record = struct.pack("<II", 80, 0) + bytes(80)
+    data = memoryview(bytearray(record * ((16 << 20) // len(record))))
+    lengths = data.cast("I")
+    with tempfile.TemporaryFile() as spool:
+        fd, written, records = spool.fileno(), 0, 0
+        start = time.process_time()
+        while time.process_time() - start < seconds:
+            n = committed(lengths, 0, len(data))
+            os.pwrite(fd, data[:n], written)
+            written, records = written + n, records + n // len(record)
+            if written > 1 << 30:  # keep the page cache small
+                os.ftruncate(fd, 0)
+                written = 0
+        cpu = time.process_time() - start
+    return {"records": records, "cpu_s": round(cpu, 3), "events_per_s": round(records / cpu)}
+
+
+THREADS4_SRC = REPO / "tests" / "workloads" / "malloc_free_threads.c"
+THREADS4_FORMATS = {"jsonl": "jsonl", "csv": "csv", "chrome": "chrome.json", "table": "txt"}
+
+
+def threads4(lib: str, tmp: Path, pairs: int = 50_000) -> dict:
+    """4 unpaced threads, `pairs` cudaMalloc + cudaFree each, traced in each format."""
+    exe = LOOP_BIN.parent / "malloc_free_threads"
+    subprocess.run(["gcc", "-O1", f"-I{CUDA}/include", "-o", str(exe), str(THREADS4_SRC),
+                    f"-L{CUDA}/lib64", "-lcudart", "-lpthread", f"-Wl,-rpath,{CUDA}/lib64"],
+                   check=True)
+    out = {}
+    for fmt, ext in THREADS4_FORMATS.items():
+        path = tmp / f"threads4.{ext}"
+        t0 = time.monotonic()
+        p, cpu = run_measured(cudaprobe("trace", "--lib", lib, "-e", "cudaMalloc,cudaFree",
+                                        "-f", fmt, "-o", str(path), "--force", "--",
+                                        str(exe), str(pairs), "4"), 600)
+        text = p.stderr if fmt != "table" else path.read_text()
+        m = re.search(r"(\d+) calls in [\d.]+s, \d+ still in flight, (\d+) lost", text)
+        out[fmt] = {"calls": json.loads(p.stdout)["calls"],
+                    "rows": int(m.group(1)) if m else None, "lost": int(m.group(2)) if m else None,
+                    "wall_s": round(time.monotonic() - t0, 2), "cpu_s": round(cpu, 2)}
+        path.unlink()
+    return out
+
+
+SCENARIOS = ("overhead", "success", "paced", "two_threads", "reader", "threads4")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lib", default=str(next((CUDA / "lib64").glob("libcudart.so.*"))))
@@ -232,26 +292,41 @@ def main() -> int:
     ap.add_argument("--rate", type=int, default=200_000)
     ap.add_argument("--seconds", type=int, default=30)
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    ap.add_argument("--only", default=",".join(SCENARIOS),
+                    help=f"comma-separated scenarios to run, of: {','.join(SCENARIOS)}")
     args = ap.parse_args()
+    only = set(args.only.split(","))
+    if only - set(SCENARIOS):
+        print(f"bench: unknown scenario in --only: {', '.join(sorted(only - set(SCENARIOS)))}",
+              file=sys.stderr)
+        return 2
     if os.geteuid() != 0 or not shutil.which("bpftrace"):
         print("bench: needs root and bpftrace (run scripts/setup)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         lib = private_copy(os.path.realpath(args.lib), Path(tmp))
         bench = Bench(lib, build_loop(), Path(tmp))
-        results = {
+        results: dict = {
             "machine": {"kernel": os.uname().release, "cpus": os.cpu_count(),
                         "lib": os.path.realpath(args.lib), "probed_copy": lib},
-            "overhead": overhead(bench, args.calls, args.reps),
         }
-        # the loop's cudaMalloc calls fail without a GPU, and a failed call's
-        # out-parameter is not read: the same, on a call that succeeds and whose
-        # out-parameter the exit probe reads
-        ok = Bench(str(bench.loop), bench.loop, Path(tmp), "cudaGetDeviceCount")
-        results["overhead_success"] = overhead(ok, args.calls, args.reps, ("jsonl",),
-                                               export=False)
-        results["paced"] = paced(bench, args.rate, args.seconds)
-        results["two_threads"] = threads(bench, args.calls)
+        if "overhead" in only:
+            results["overhead"] = overhead(bench, args.calls, args.reps)
+        if "success" in only:
+            # the loop's cudaMalloc calls fail without a GPU, and a failed call's
+            # out-parameter is not read: the same, on a call that succeeds and whose
+            # out-parameter the exit probe reads
+            ok = Bench(str(bench.loop), bench.loop, Path(tmp), "cudaGetDeviceCount")
+            results["overhead_success"] = overhead(ok, args.calls, args.reps, ("jsonl",),
+                                                   export=False)
+        if "paced" in only:
+            results["paced"] = paced(bench, args.rate, args.seconds)
+        if "two_threads" in only:
+            results["two_threads"] = threads(bench, args.calls)
+        if "reader" in only:
+            results["reader"] = reader_rate()
+        if "threads4" in only:
+            results["threads4"] = threads4(lib, Path(tmp))
     for key, title in (("overhead", "cudaMalloc (fails: cudaErrorInsufficientDriver)"),
                        ("overhead_success", "stand-in cudaGetDeviceCount (succeeds: out read)")):
         if key not in results:
@@ -263,8 +338,9 @@ def main() -> int:
             print(f"{name:<12} {r['ns_per_call_min']:>8.0f} {r['ns_per_call_median']:>8.0f} "
                   f"{r['ratio_to_floor']:>8.2f} {r['calls']:>8} {str(r['events']):>22} "
                   f"{str(r['lost']):>16} {r['tracer_cpu_s']:>7}")
-    print("paced:", json.dumps(results["paced"]))
-    print("two threads:", json.dumps(results["two_threads"]))
+    for key in ("paced", "two_threads", "reader", "threads4"):
+        if key in results:
+            print(f"{key}:", json.dumps(results[key]))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     return 0

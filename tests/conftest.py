@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# No per-example deadline: on a loaded machine (2 cores, several suites at once) a
+# slow example failed as DeadlineExceeded, a timing assert; timings live in benchmarks.
+settings.register_profile("cudaprobe", deadline=None)
+settings.load_profile("cudaprobe")
 
 REPO = Path(__file__).resolve().parent.parent
 WORKLOADS = REPO / "tests" / "workloads"
@@ -76,3 +83,45 @@ def build_workload(source: str, out_name: str | None = None,
 
 def cudaprobe_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "cudaprobe", *args]
+
+
+# uid and gid of `nobody`, whom the tests become to run a command as a user who is not root
+NOBODY = 65534
+
+
+def as_not_root(argv: list[str]) -> list[str]:
+    """`argv` to be run by a user who is not root: as `nobody` (through setpriv)
+    where the tests run as root, as it is where they do not, so that a test of
+    what such a user is told runs in both places."""
+    if os.geteuid() != 0:
+        return argv
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv is needed to run a command as nobody")
+    return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *argv]
+
+
+def not_root_uid() -> int:
+    """The uid that as_not_root's commands run as."""
+    return NOBODY if os.geteuid() == 0 else os.geteuid()
+
+
+@pytest.fixture
+def scratch(tmp_path: Path) -> Path:
+    """A directory for bad input (tests/badinput.py): an existing output file, a
+    non-ELF 'library', an aarch64 ELF, a truncated one, a FIFO, an empty
+    directory, a symlink and a non-executable file."""
+    (tmp_path / "exists.jsonl").write_text("keep me\n")
+    (tmp_path / "libcudart.so.12").write_text("not ELF\n")
+    arm = tmp_path / "arm" / "libcudart.so.12"
+    arm.parent.mkdir()
+    data = bytearray(Path("/bin/true").read_bytes())
+    data[18:20] = (183).to_bytes(2, "little")  # e_machine = EM_AARCH64
+    arm.write_bytes(data)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "link.jsonl").symlink_to(tmp_path / "exists.jsonl")
+    (tmp_path / "script").write_text("#!/bin/sh\n")
+    cut = tmp_path / "cut" / "libcudart.so.12"  # its ELF header whole, its sections gone
+    cut.parent.mkdir()
+    cut.write_bytes(Path("/bin/true").read_bytes()[:3000])
+    os.mkfifo(tmp_path / "fifo.so")  # open() would wait for a writer for good
+    return tmp_path

@@ -13,8 +13,6 @@ from cudaprobe.decode.handles import NAME_KEY, UNKNOWN_WHY, KernelHandles
 from cudaprobe.probe.event import RawEvent
 from cudaprobe.probe.plan import Probe
 
-IN_FLIGHT = "in-flight"
-
 # (pid, address) -> name, or None when unknown; supplied by the kernel-name resolver
 Symbolizer = Callable[[int, int], "str | None"]
 
@@ -23,7 +21,7 @@ class Call:
     """One traced call, with the keys of the JSONL schema as attributes.
 
     `args` and `details` may be decoded on first use: the trace hot path
-    (decoders.py) makes calls with a `lazy` (decoder, record) pair, since
+    (records.py) makes calls with a `lazy` (decoder, record) pair, since
     most reporters need one or neither of them. Either can be assigned."""
 
     __slots__ = ("time_ms", "ts_ns", "pid", "tid", "process", "event", "api", "category",

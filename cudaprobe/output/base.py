@@ -1,4 +1,5 @@
-"""The reporter interface: `start`, `calls` (a batch at a time), `finish`."""
+"""The reporter interface: `start`, `records` (a batch at a time, as the ring
+gave them), `finish`; `calls` for calls decoded elsewhere (in flight at the end)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import ClassVar, TextIO
 
 from cudaprobe.analysis.summary import Summary
 from cudaprobe.decode.calls import Call
+from cudaprobe.decode.records import RecordDecoder
 
 
 class Reporter:
@@ -17,6 +19,13 @@ class Reporter:
 
     def start(self) -> None:
         """Called once the probes are attached, before any call."""
+
+    def records(self, records: list[tuple], decoder: RecordDecoder) -> None:
+        """A batch of ring records, in order: as Calls to calls(), by default. A
+        reporter that writes text per record is a decode.records.RowFormat
+        (row_maker, row_of_call) and writes `decoder.decode(records, self)`:
+        no Call per record (JSONL, CSV)."""
+        self.calls(decoder.calls(records))
 
     def calls(self, calls: list[Call]) -> None:
         raise NotImplementedError

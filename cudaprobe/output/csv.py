@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import csv
 import json
+from typing import TextIO
 
-from cudaprobe.analysis.summary import Summary
 from cudaprobe.decode.calls import JSONL_KEYS, Call
-from cudaprobe.decode.records import RecordDecoder
+from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
 from cudaprobe.output.base import Reporter
+from cudaprobe.output.recordtext import compile_args_text
+from cudaprobe.probe.event import R_COMM, R_DURATION, R_PID, R_RET, R_TID, R_TS, comm_text
 
 
 class CsvReporter(Reporter):
     name = "csv"
     extensions = (".csv",)
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__(stream)
+        self._comms: dict[bytes, str] = {}  # the kernel's comm -> its text
 
     def start(self) -> None:
         self._writer = csv.writer(self.stream)
@@ -22,11 +28,30 @@ class CsvReporter(Reporter):
     def calls(self, calls: list[Call]) -> None:
         self._writer.writerows([csv_row(c) for c in calls])
 
-    def write_records(self, decoder: RecordDecoder, records: list[tuple],
-                      summary: Summary) -> None:
-        """What calls() writes for decoder.calls(records), made from the records
-        (the session's fast path: no Call per event when only the file wants them)."""
-        self._writer.writerows(decoder.csv_rows(records, summary, csv_row))
+    def records(self, records: list[tuple], decoder: RecordDecoder) -> None:
+        self._writer.writerows(decoder.decode(records, self))
+
+    def row_maker(self, probe: ProbeDecoder, t0_ns: int) -> RowMaker:
+        """The probe's record -> its row (JSONL_KEYS, `args` as JSON text)."""
+        _, json_details = compile_args_text(probe)
+        comms = self._comms
+
+        def comm(raw: bytes) -> str:
+            text = comms[raw] = comm_text(raw)
+            return text
+        event, api, category = probe.event, probe.api, probe.category
+        ret_names, ret_name = probe.ret_names, probe.ret_name
+
+        def row(rec: tuple) -> tuple:
+            ts, ret = rec[R_TS], rec[R_RET]
+            return (round((ts - t0_ns) / 1e6, 3), ts, rec[R_PID], rec[R_TID],
+                    comms.get(rec[R_COMM]) or comm(rec[R_COMM]), event, api, category,
+                    rec[R_DURATION], ret, ret_names.get(ret) or ret_name(ret),
+                    *json_details(rec))
+        return row
+
+    def row_of_call(self, call: Call) -> list:
+        return csv_row(call)
 
 
 def csv_row(call: Call) -> list:

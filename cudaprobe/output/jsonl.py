@@ -3,25 +3,82 @@
 from __future__ import annotations
 
 import json
+from json.encoder import encode_basestring
+from typing import Callable, TextIO
 
 from cudaprobe.analysis.summary import Summary
 from cudaprobe.decode.calls import Call
-from cudaprobe.decode.records import RecordDecoder, json_line
+from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
 from cudaprobe.output.base import Reporter
+from cudaprobe.output.recordtext import compile_args_text, encode
+from cudaprobe.probe.event import R_COMM, R_DURATION, R_PID, R_RET, R_TID, R_TS, comm_text
 
 
 class JsonlReporter(Reporter):
     name = "jsonl"
     extensions = (".jsonl", ".ndjson", ".json")
 
-    def calls(self, calls: list[Call]) -> None:
-        self.stream.write("".join([json_line(c) + "\n" for c in calls]))
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__(stream)
+        self._comms: dict[bytes, str] = {}  # the kernel's comm -> its text as JSON
+        # probe -> its json_details, for Calls not decoded yet (json_line)
+        self._json_details: dict[ProbeDecoder, Callable[[tuple], tuple[str, str]]] = {}
 
-    def write_records(self, decoder: RecordDecoder, records: list[tuple],
-                      summary: Summary) -> None:
-        """What calls() writes for decoder.calls(records), made from the records
-        (the session's fast path: no Call per event when only the file wants them)."""
-        self.stream.write(decoder.jsonl(records, summary))
+    def calls(self, calls: list[Call]) -> None:
+        self.stream.write("".join([self.json_line(c) + "\n" for c in calls]))
+
+    def records(self, records: list[tuple], decoder: RecordDecoder) -> None:
+        self.stream.write("".join(decoder.decode(records, self)))
+
+    def row_maker(self, probe: ProbeDecoder, t0_ns: int) -> RowMaker:
+        """The probe's record -> its JSONL line, with its newline."""
+        tail, _ = compile_args_text(probe)
+        ret_json: dict[int, str] = {}  # return code -> its name as JSON text
+        comms = self._comms
+        # the line from "event" to "duration_ns": the same for every call
+        event = (f',"event":{encode_basestring(probe.event)},"api":"{probe.api}",'
+                 f'"category":"{probe.category}","duration_ns":')
+
+        def comm_json(raw: bytes) -> str:
+            text = comms[raw] = encode_basestring(comm_text(raw))
+            return text
+
+        def ret_name_json(ret: int) -> str:
+            text = ret_json[ret] = encode_basestring(probe.ret_name(ret))
+            return text
+
+        def line(rec: tuple) -> str:
+            ts, ret, comm = rec[R_TS], rec[R_RET], rec[R_COMM]
+            return (f'{{"time_ms":{round((ts - t0_ns) / 1e6, 3)!r},"ts_ns":{ts},'
+                    f'"pid":{rec[R_PID]},"tid":{rec[R_TID]},'
+                    f'"process":{comms.get(comm) or comm_json(comm)}{event}{rec[R_DURATION]},'
+                    f'"ret":{ret},"ret_name":{ret_json.get(ret) or ret_name_json(ret)},'
+                    f'"args":{tail(rec)}')
+        return line
+
+    def row_of_call(self, call: Call) -> str:
+        return self.json_line(call) + "\n"
+
+    def json_line(self, call: Call) -> str:
+        """The call's JSONL line (no newline), as json.dumps(call.to_dict()) writes
+        it; formatted from the record for a Call whose args are not decoded yet."""
+        lazy = call.lazy
+        if lazy is None or call.duration_ns is None or call.event is not lazy[0].event:
+            return encode(call.to_dict())
+        d, rec = lazy
+        if call._args is None and call._details is None:
+            json_details = self._json_details.get(d)
+            if json_details is None:
+                json_details = self._json_details[d] = compile_args_text(d)[1]
+            args, details = json_details(rec)
+        else:  # decoded already, or assigned
+            args, details = encode(call.args), call.details
+        return (f'{{"time_ms":{call.time_ms!r},"ts_ns":{call.ts_ns},"pid":{call.pid},'
+                f'"tid":{call.tid},"process":{encode_basestring(call.process)},'
+                f'"event":{encode_basestring(call.event)},"api":"{call.api}",'
+                f'"category":"{call.category}","duration_ns":{call.duration_ns},'
+                f'"ret":{call.ret},"ret_name":{encode_basestring(call.ret_name)},'
+                f'"args":{args},"details":{encode_basestring(details)}}}')
 
     def finish(self, summary: Summary) -> None:
         self.stream.write(json.dumps({"summary": summary.to_dict()}, separators=(",", ":")) + "\n")

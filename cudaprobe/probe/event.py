@@ -4,9 +4,10 @@ tests/unit/test_event_layout.py compiles the header with the C compiler and
 checks that this layout (size and every offset) matches it.
 
 Two views of an event: `RawEvent`, a named tuple (read from the in-flight
-map, built by tests), and the flat *record* tuple the ring buffer reader
-unpacks (`RECORD_STRUCTS`, one per length), which the trace hot path
-decodes without building a RawEvent (decoders.py: RecordDecoder).
+map; tests/unit/eventbuild.py builds them, and packs them into bytes), and the
+flat *record* tuple the ring buffer reader unpacks (`RECORD_STRUCTS`, one per
+length), which the trace hot path decodes without building a RawEvent
+(cudaprobe/decode/records.py: RecordDecoder).
 """
 
 from __future__ import annotations
@@ -102,27 +103,6 @@ def unpack_event(data: bytes) -> RawEvent:
     if len(data) < EVENT_SIZE:
         raise ValueError(f"event is {len(data)} bytes, expected {EVENT_SIZE}")
     return from_record(EVENT_STRUCT.unpack_from(data))
-
-
-def pack_event(raw: RawEvent) -> bytes:
-    """The bytes of struct cp_event for `raw` (tests, and the fuzzers): all
-    MAX_SLOTS argument words, then all MAX_OUTS out-parameters, zero-padded;
-    nouts says none were read where `raw.outs` is empty (a failed call)."""
-    return EVENT_STRUCT.pack(raw.ts_ns, raw.duration_ns, raw.pid, raw.tid, raw.func_id,
-                             MAX_SLOTS, MAX_OUTS if raw.outs else 0, raw.ret,
-                             raw.comm.encode() if isinstance(raw.comm, str) else raw.comm,
-                             raw.caller, raw.stack_id, *raw.args, *_padded(raw.outs, MAX_OUTS),
-                             *raw.cfg)
-
-
-def from_values(v: tuple) -> RawEvent:
-    """A RawEvent from its fields flattened in RawEvent order: ts, duration, pid,
-    tid, func_id, ret, MAX_SLOTS args, MAX_OUTS outs, CFG_WORDS cfg, comm (bytes),
-    caller, stack_id."""
-    a, o = 6, 6 + MAX_SLOTS
-    c = o + MAX_OUTS
-    return RawEvent(*v[:6], v[a:o], v[o:c], v[c : c + CFG_WORDS], comm_text(v[-3]), v[-2],
-                    v[-1])
 
 
 def _padded(words: tuple, n: int) -> tuple:

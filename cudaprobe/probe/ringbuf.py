@@ -1,92 +1,270 @@
-"""A BPF ring buffer consumer in Python, over the map's mmap.
+"""The BPF ring buffer, read without loss: a reader process copies its
+records to a spool file; decoding follows behind, from the spool.
 
-bcc calls a ctypes callback per record (about 1-2 µs each). The kernel maps
-the data area twice in a row, so the records between the consumer and
-producer positions are one contiguous slice: a batch is read with one copy,
-then each record unpacked by the struct of its length (our records come in a
-few fixed sizes).
+Why two processes: the probes of four threads on two cores produce ~1M
+records a second, and decoding one in Python costs 3-10 µs. A reader that
+decodes drains the ring at a fraction of that rate, and the kernel drops the
+rest (ringbuf_full). The reader here only finds the committed records and
+copies them, raw, to the spool (an unlinked file under $TMPDIR) with one
+pwrite a batch: a few million records a second per core, so the ring stays
+empty while the decoder, at its own pace, reads the spool. As `perf record`
+does; the decoder's lag costs disk (page cache), never records. The spool's
+pages are freed (hole punched) behind the decoder, so a long trace that the
+decoder keeps up with holds little.
 
 Layout (kernel/bpf/ringbuf.c): page 0 holds consumer_pos (we write it), page 1
 producer_pos, then the data pages, mapped twice. Each record has an 8-byte
 header: u32 length with BUSY (bit 31) and DISCARD (bit 30) flags, u32 page
-offset; records are 8-byte aligned.
+offset; records are 8-byte aligned. Because the data is mapped twice in a
+row, the records between the two positions are one contiguous slice. The
+spool holds the records as the ring had them, headers and all, discarded
+ones too (the decoder skips them).
 
 The two positions are read and written as whole 8-byte words, through
 memoryviews cast to "Q": struct's "<Q" reads and writes them a byte at a
 time, and the kernel, which reads consumer_pos on every reserve, then saw
 torn values (a position far behind or ahead: "ring full") and dropped about
-8 events a second at 200k/s with the ring nearly empty.
+8 events a second at 200k/s with the ring nearly empty. The count of bytes
+spooled, shared between the two processes, is kept the same way.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
 import mmap
+import os
 import select
+import signal
 import struct
+import tempfile
+import time
+import traceback
+
+from cudaprobe.errors import OutputError
 
 BUSY = 1 << 31
 DISCARD = 1 << 30
+LENGTH = ~(BUSY | DISCARD) & 0xFFFFFFFF
 HEADER = struct.Struct("<II")
+
+BATCH_BYTES = 1 << 20  # spool bytes unpacked per consume(): ~12k records, tens of ms to decode
+AGAIN_BYTES = 256 << 10  # a copy this big: the reader goes again at once, more is coming
+IDLE_MS = 50  # the reader's sleep on an empty ring (records without a forced wakeup wait this)
+GATHER_MS = 2  # after a small copy: let records gather rather than copy a few at a time
+BUSY_WAIT_S = 0.5  # at the end, how long a reserved record may stay uncommitted
+PUNCH_BYTES = 8 << 20  # spool bytes read before their pages are freed
+
+READER_NAME = "cudaprobe-read"  # the reader's comm: a child of cudaprobe besides the command
+# the words shared by the two processes: bytes spooled, the reader's errno (spool writes)
+WRITTEN, READER_ERRNO = 0, 1
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 1, 2
+
+
+def committed(lengths: memoryview, start: int, available: int) -> int:
+    """Bytes of whole committed records from data offset `start` (8-aligned),
+    at most `available`: up to the first record still being written (BUSY).
+    `lengths`: the data as u32 words."""
+    pos, end = start, start + available
+    while pos < end:
+        length = lengths[pos >> 2]
+        if length & BUSY:
+            break
+        pos += ((length & LENGTH) + 15) & ~7  # the header, the record, 8-byte aligned
+    return pos - start
+
+
+def _write_all(fd: int, data: memoryview, offset: int) -> None:
+    while data:
+        n = os.pwrite(fd, data, offset)
+        data, offset = data[n:], offset + n
 
 
 class RingBuffer:
+    """The parent's side: the spool's records as flat tuples, a batch at a time.
+    The reader process starts here and stops at drain() or close()."""
+
     def __init__(self, map_fd: int, size: int, records: list[struct.Struct]) -> None:
         """`records`: the layouts of header + event, one per event size; a record
         of another size is counted as malformed."""
         page = mmap.PAGESIZE
         self.size = size
-        self.mask = size - 1
         self.by_length = {r.size - HEADER.size: r.unpack_from for r in records}
-        self._consumer = mmap.mmap(map_fd, page, mmap.MAP_SHARED,
-                                   mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
-        self._data = mmap.mmap(map_fd, page + 2 * size, mmap.MAP_SHARED, mmap.PROT_READ,
-                               offset=page)
-        self._page = page
-        self._consumer_pos = memoryview(self._consumer)[:8].cast("Q")
-        self._producer_pos = memoryview(self._data)[:8].cast("Q")
-        self._poll = select.poll()
-        self._poll.register(map_fd, select.POLLIN)
         self.malformed = 0
+        consumer = mmap.mmap(map_fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,
+                             offset=0)
+        data = mmap.mmap(map_fd, page + 2 * size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
+        self._shared = mmap.mmap(-1, 16)  # anonymous, MAP_SHARED: seen by both after fork
+        self._words = memoryview(self._shared).cast("Q")
+        spool = tempfile.TemporaryFile(prefix="cudaprobe-spool-")
+        self._spool = os.dup(spool.fileno())
+        spool.close()
+        notify_r, notify_w = os.pipe()
+        stop_r, self._stop_w = os.pipe()
+        self._reader = os.fork()
+        if self._reader == 0:  # the reader: never returns
+            status = 1
+            try:
+                os.close(notify_r)
+                os.close(self._stop_w)
+                _reader_main(map_fd, consumer, data, size, self._spool, self._words, notify_w,
+                             stop_r)
+                status = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(status)
+        os.close(notify_w)
+        os.close(stop_r)
+        consumer.close()
+        data.close()
+        self._notify = notify_r
+        os.set_blocking(notify_r, False)
+        self._poll = select.poll()
+        self._poll.register(notify_r, select.POLLIN)
+        self._read = 0  # spool bytes unpacked
+        self._punched = 0  # spool bytes whose pages were freed
+        self._punch = _fallocate()
 
     def wait(self, timeout_ms: int) -> None:
-        """Sleep until the kernel forces a wakeup or the timeout passes."""
-        self._poll.poll(timeout_ms)
+        """Sleep until the reader spools something or the timeout passes."""
+        if not self.available():
+            self._poll.poll(timeout_ms)
+        try:
+            os.read(self._notify, 4096)
+        except BlockingIOError:
+            pass
 
     def available(self) -> int:
-        return self._producer_pos[0] - self._consumer_pos[0]
+        """Spooled bytes not consumed yet."""
+        return self._words[WRITTEN] - self._read
 
     def consume(self) -> list[tuple]:
-        """All committed records, as flat tuples of their layout."""
-        cons = self._consumer_pos[0]
-        prod = self._producer_pos[0]
-        if prod <= cons:
+        """The next spooled records (at most BATCH_BYTES of them), as flat tuples
+        of their layout; [] when the decoder has caught up with the reader."""
+        if self._words[READER_ERRNO]:
+            code = self._words[READER_ERRNO]
+            raise OutputError(f"writing the spool under {tempfile.gettempdir()} failed: "
+                              f"{os.strerror(code)} (set TMPDIR to a roomier place)")
+        n = min(self.available(), BATCH_BYTES)
+        if n <= 0:
             return []
-        start = self._page + (cons & self.mask)
-        blob = self._data[start : start + (prod - cons)]
+        blob = os.pread(self._spool, n, self._read)
         out: list[tuple] = []
         by_length, header = self.by_length, HEADER.unpack_from
         append = out.append
         pos, end = 0, len(blob)
         while pos + 8 <= end:
             length = header(blob, pos)[0]
-            if length & BUSY:
-                break  # reserved, not yet submitted: resume here next time
-            real = length & ~(BUSY | DISCARD)
+            real = length & LENGTH
+            step = (real + 15) & ~7
+            if pos + step > end:
+                break  # cut by BATCH_BYTES: whole next time
             if not length & DISCARD:
                 unpack = by_length.get(real)
                 if unpack is not None:
                     append(unpack(blob, pos))
                 else:
                     self.malformed += 1
-            pos += (real + 15) & ~7  # the header, the event, 8-byte aligned
-        self._advance(cons + pos)
+            pos += step
+        self._read += pos
+        if self._read - self._punched >= PUNCH_BYTES:
+            self._free_read()
         return out
 
-    def _advance(self, cons: int) -> None:
-        self._consumer_pos[0] = cons
+    def drain(self) -> list[tuple]:
+        """After the probes are detached: the reader copies what is left in the
+        ring and exits; then the spool's records, a batch per call, [] at the end."""
+        self._stop_reader()
+        return self.consume()
+
+    def _stop_reader(self) -> None:
+        if self._reader:
+            os.close(self._stop_w)  # EOF: drain and exit
+            os.waitpid(self._reader, 0)
+            self._reader = 0
+
+    def _free_read(self) -> None:
+        """Give back the pages of the spool already read (where the file system can)."""
+        end = self._read & ~(PUNCH_BYTES - 1)
+        if self._punch is not None and end > self._punched:
+            if self._punch(self._spool, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                           ctypes.c_long(self._punched), ctypes.c_long(end - self._punched)):
+                self._punch = None  # not supported here: the spool keeps its pages
+            self._punched = end
 
     def close(self) -> None:
-        self._consumer_pos.release()
-        self._producer_pos.release()
-        self._consumer.close()
-        self._data.close()
+        self._stop_reader()
+        self._words.release()
+        self._shared.close()
+        for fd in (self._notify, self._spool):
+            os.close(fd)
+
+
+def _fallocate():  # -> the C library's fallocate, or None
+    try:
+        return ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return None
+
+
+def _reader_main(map_fd: int, consumer: mmap.mmap, data: mmap.mmap, size: int, spool: int,
+                 words: memoryview, notify: int, stop: int) -> None:
+    """The reader process: copy committed records from the ring to the spool
+    until `stop` reads EOF, then what is left, and return."""
+    with contextlib.suppress(OSError), open("/proc/self/comm", "w") as f:
+        f.write(READER_NAME)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # Ctrl-C reaches the group: the parent decides
+    # the uprobe links and programs: held here too, they would stay attached after detach
+    os.closerange(3, min(map_fd, spool, notify, stop))
+    keep = sorted((map_fd, spool, notify, stop))
+    for low, high in zip(keep, keep[1:] + [os.sysconf("SC_OPEN_MAX")]):
+        os.closerange(low + 1, high)
+    os.set_blocking(notify, False)
+    page, mask = mmap.PAGESIZE, size - 1
+    consumer_pos = memoryview(consumer)[:8].cast("Q")
+    producer_pos = memoryview(data)[:8].cast("Q")
+    view = memoryview(data)
+    lengths = view.cast("I")
+    on_data = select.poll()  # data in the ring (or none within IDLE_MS), or the stop
+    on_data.register(map_fd, select.POLLIN)
+    on_data.register(stop, select.POLLIN)
+    on_stop = select.poll()
+    on_stop.register(stop, select.POLLIN)
+    written, stopping, busy_since = 0, False, 0.0
+    while True:
+        cons = consumer_pos[0]
+        available = producer_pos[0] - cons
+        n = 0
+        if available:
+            start = page + (cons & mask)
+            n = committed(lengths, start, available)
+            if n:
+                try:
+                    _write_all(spool, view[start : start + n], written)
+                except OSError as e:  # the parent says it; the kernel counts what is dropped
+                    words[READER_ERRNO] = e.errno or errno.EIO
+                    return
+                written += n
+                words[WRITTEN] = written
+                consumer_pos[0] = cons + n
+                try:
+                    os.write(notify, b"\0")
+                except BlockingIOError:
+                    pass  # the pipe is full of wakeups already
+        if stopping:
+            if n == available:
+                return
+            if not n:  # a record reserved and not committed yet
+                busy_since = busy_since or time.monotonic()
+                if time.monotonic() - busy_since > BUSY_WAIT_S:
+                    return
+                time.sleep(GATHER_MS / 1000)
+            continue
+        if n >= AGAIN_BYTES:
+            continue
+        # the ring's poll is ready while it holds anything: wait on it only when empty
+        ready = on_data.poll(IDLE_MS) if not available else on_stop.poll(GATHER_MS)
+        stopping = any(fd == stop for fd, _ev in ready)

@@ -240,7 +240,11 @@ class Tracer:
         return [from_record(rec) for rec in self.poll_records(timeout_ms)]
 
     def drain(self) -> list[RawEvent]:
-        return [from_record(rec) for rec in self._ring.consume()]
+        """After detach(): every event left, the spool's backlog included."""
+        events: list[RawEvent] = []
+        while records := self._ring.drain():
+            events += map(from_record, records)
+        return events
 
     def poll_records(self, timeout_ms: int) -> list[tuple]:
         """poll(), as flat record tuples (event.R_* indices), for decode.RecordDecoder."""
@@ -249,7 +253,8 @@ class Tracer:
         return self._ring.consume()
 
     def drain_records(self) -> list[tuple]:
-        return self._ring.consume()
+        """After detach(): the records left, a batch per call; [] when none are."""
+        return self._ring.drain()
 
     def _owned_slots(self) -> list[tuple[int, int, int]]:
         """(slot, pid, tid) of the pairing slots that threads hold (`owners`)."""

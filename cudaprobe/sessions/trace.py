@@ -57,8 +57,6 @@ class TraceSession:
                                not_found=plan.not_found)
         self._in_flight_errors = 0
         self._records: RecordDecoder | None = None  # made once t0 is known
-        # a reporter that writes straight from records (JsonlReporter), summary included
-        self._write_records = getattr(reporter, "write_records", None)
         self.kernel_handles = KernelHandles()  # driver launches' kernel names, as made
         self.sweeper = Sweeper()
         self._t0 = 0
@@ -84,13 +82,9 @@ class TraceSession:
         return calls
 
     def _emit(self, records: list[tuple]) -> None:
-        if self._write_records is not None:  # the reporter formats the records itself
-            self._write_records(self._records, records, self.summary)
-            return
-        calls = self._records.calls(records)
-        if calls:
-            self.summary.add(calls)
-            self.reporter.calls(calls)
+        if records:
+            self._records.count(records, self.summary)  # until the kernel counts them
+            self.reporter.records(records, self._records)
 
     def run(self) -> int:
         """Trace until stopped; returns the exit status for cudaprobe."""
@@ -150,7 +144,13 @@ class TraceSession:
             self._header_lines = self.options.output.lines
 
     def _read(self, tracer: Tracer, timeout_ms: int) -> None:
-        self._emit(tracer.poll_records(timeout_ms) if timeout_ms else tracer.drain_records())
+        """One poll's records; with no timeout (detached), all that is left, a batch
+        at a time: the spool's backlog can be long."""
+        if timeout_ms:
+            self._emit(tracer.poll_records(timeout_ms))
+            return
+        while records := tracer.drain_records():
+            self._emit(records)
 
     def _say_losses(self, tracer: Tracer) -> None:
         """The live status line: on stderr, at most each second, when more was lost."""

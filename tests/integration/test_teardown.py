@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from cudaprobe.probe.cleanup import remove_uprobe_events
+from cudaprobe.probe.ringbuf import READER_NAME
 
 from ..conftest import build_workload, cudaprobe_cmd
 
@@ -118,8 +119,10 @@ class Trace:
         time.sleep(0.5)  # some calls to trace
 
     def workload_pid(self) -> int:
+        """cudaprobe's child that is not its ring reader (ringbuf.READER_NAME)."""
         children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
-        (pid,) = map(int, children.split())
+        (pid,) = [pid for pid in map(int, children.split())
+                  if Path(f"/proc/{pid}/comm").read_text().strip() != READER_NAME]
         return pid
 
     def wait(self, timeout: float = 30) -> tuple[int, float]:

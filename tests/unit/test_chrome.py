@@ -14,8 +14,9 @@ from cudaprobe.decode.calls import decode_event
 from cudaprobe.output import chrome as chrome_reporter
 from cudaprobe.output import chrome_check
 from cudaprobe.output.formats import REPORTERS, choose_format
-from cudaprobe.probe import event
 from cudaprobe.probe.plan import Probe
+
+from .eventbuild import make_event
 
 T0 = 5_000_000_000  # the attach time, CLOCK_MONOTONIC ns
 PROBES = [Probe(i, symbol, catalogue.BY_NAME[name]) for i, (symbol, name) in enumerate([
@@ -25,15 +26,14 @@ PROBES = [Probe(i, symbol, catalogue.BY_NAME[name]) for i, (symbol, name) in enu
 FUNC_ID = {p.symbol: p.func_id for p in PROBES}
 
 
-def call(symbol, start_us, end_us=None, pid=7, tid=8, comm=b"train", ret=0, args=(),
+def call(symbol, start_us, end_us=None, pid=7, tid=8, comm="train", ret=0, args=(),
          symbolize=None):
     """A call decoded from a raw event: starting start_us after attach, ending at
     end_us (None: still running); out-parameters read (zero) if it returned 0."""
-    a = list(args) + [0] * (event.MAX_SLOTS - len(args))
     dur = 0 if end_us is None else round((end_us - start_us) * 1000)
-    raw = event.from_values((T0 + round(start_us * 1000), dur, pid, tid, FUNC_ID[symbol], ret,
-                             *a, *[0] * event.MAX_OUTS, *[0] * event.CFG_WORDS, comm, 0, -1))
-    if end_us is None or ret:
+    raw = make_event(args, ret=ret, ts_ns=T0 + round(start_us * 1000), duration_ns=dur,
+                     pid=pid, tid=tid, func_id=FUNC_ID[symbol], comm=comm)
+    if end_us is None:
         raw = raw._replace(outs=())
     return decode_event(raw, PROBES, T0, symbolize, in_flight=end_us is None)
 
@@ -83,9 +83,9 @@ def test_one_complete_event_per_call_in_us_since_attach():
 
 
 def test_processes_and_threads_named_once_before_their_first_event():
-    batches = [[call("cudaMalloc", 1, 2), call("cudaMalloc", 3, 4, tid=9, comm=b"worker")],
-               [call("cudaMalloc", 5, 6), call("cudaMalloc", 7, 8, pid=10, tid=10, comm=b"other")],
-               [call("cudaMalloc", 9, 10, tid=9, comm=b"worker")]]
+    batches = [[call("cudaMalloc", 1, 2), call("cudaMalloc", 3, 4, tid=9, comm="worker")],
+               [call("cudaMalloc", 5, 6), call("cudaMalloc", 7, 8, pid=10, tid=10, comm="other")],
+               [call("cudaMalloc", 9, 10, tid=9, comm="worker")]]
     events = render(*batches)
     meta = [(e["name"], e["pid"], e["tid"], e["args"]["name"]) for e in events if e["ph"] == "M"]
     assert meta == [("process_name", 7, 8, "train"), ("thread_name", 7, 8, "train"),
@@ -107,7 +107,7 @@ def test_runtime_to_driver_flows_where_nesting_shows_them():
         call("cuMemAlloc_v2", 50, 60),  # before cudaMalloc: the program's own driver call
         call("cuCtxSynchronize", 125, 130),  # made by the cuMemAlloc_v2 below: no flow
         call("cuMemAlloc_v2", 120, 150),
-        call("cuMemAlloc_v2", 110, 118, tid=9, comm=b"worker"),  # other thread: no flow
+        call("cuMemAlloc_v2", 110, 118, tid=9, comm="worker"),  # other thread: no flow
         call("cuCtxSynchronize", 160, 170),
         call("cudaMalloc", 100, 200),
         call("cudaLaunchKernel", 300, 400),  # nothing inside: no flow
@@ -153,7 +153,7 @@ def test_in_flight_calls_begin_and_never_end():
 
 def test_names_with_quotes_and_brackets_are_escaped():
     name = 'void k<"a\\b">(int [2], char const*)\n{x}'
-    launch = call("cudaLaunchKernel", 1, 2, comm=b'tr"a[i]n\\', args=(0x401000,),
+    launch = call("cudaLaunchKernel", 1, 2, comm='tr"a[i]n\\', args=(0x401000,),
                   symbolize=lambda pid, addr: name)
     events = render([launch])
     x = next(e for e in events if e["ph"] == "X")

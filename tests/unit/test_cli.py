@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from ..conftest import cudaprobe_cmd, libcudart_path
+from ..conftest import as_not_root, cudaprobe_cmd, libcudart_path
 
 
 def run(*args):
@@ -32,8 +32,8 @@ def test_unknown_event_suggests_close_names():
 def test_dump_bpf_without_root():
     lib = libcudart_path()
     args = ["trace", "--dump-bpf", "-e", "cudaMalloc"] + (["--lib", str(lib)] if lib else [])
-    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                        *cudaprobe_cmd(*args)], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(as_not_root(cudaprobe_cmd(*args)), capture_output=True, text=True,
+                       timeout=60)
     if lib is None:
         assert p.returncode == 2
         return
@@ -42,8 +42,7 @@ def test_dump_bpf_without_root():
 
 
 def test_not_root_is_one_line():
-    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                        *cudaprobe_cmd("trace", "-d", "1")],
+    p = subprocess.run(as_not_root(cudaprobe_cmd("trace", "-d", "1")),
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
     assert p.stderr == ("cudaprobe: tracing needs root (CAP_BPF and CAP_PERFMON) "

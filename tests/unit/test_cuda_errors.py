@@ -32,31 +32,22 @@ def load_generator() -> ModuleType:
 
 
 @pytest.mark.parametrize(
-    ("code", "name"),
+    ("api", "code", "name"),
     [
-        (0, "cudaSuccess"),
-        (35, "cudaErrorInsufficientDriver"),
-        (100, "cudaErrorNoDevice"),
-        (700, "cudaErrorIllegalAddress"),
-        (999, "cudaErrorUnknown"),
+        ("runtime", 0, "cudaSuccess"),
+        ("runtime", 35, "cudaErrorInsufficientDriver"),
+        ("runtime", 100, "cudaErrorNoDevice"),
+        ("runtime", 700, "cudaErrorIllegalAddress"),
+        ("runtime", 999, "cudaErrorUnknown"),
+        ("driver", 0, "CUDA_SUCCESS"),
+        ("driver", 3, "CUDA_ERROR_NOT_INITIALIZED"),
+        ("driver", 100, "CUDA_ERROR_NO_DEVICE"),
+        ("driver", 700, "CUDA_ERROR_ILLEGAL_ADDRESS"),
+        ("driver", 999, "CUDA_ERROR_UNKNOWN"),
     ],
 )
-def test_runtime_names(code: int, name: str) -> None:
-    assert error_name("runtime", code) == name
-
-
-@pytest.mark.parametrize(
-    ("code", "name"),
-    [
-        (0, "CUDA_SUCCESS"),
-        (3, "CUDA_ERROR_NOT_INITIALIZED"),
-        (100, "CUDA_ERROR_NO_DEVICE"),
-        (700, "CUDA_ERROR_ILLEGAL_ADDRESS"),
-        (999, "CUDA_ERROR_UNKNOWN"),
-    ],
-)
-def test_driver_names(code: int, name: str) -> None:
-    assert error_name("driver", code) == name
+def test_names(api: str, code: int, name: str) -> None:
+    assert error_name(api, code) == name
 
 
 def test_unknown_codes_show_type_and_number() -> None:

@@ -7,20 +7,14 @@ import struct
 
 import pytest
 
-from cudaprobe.catalogue import functions as catalogue
 from cudaprobe.decode.calls import JSONL_KEYS, decode_event, humanize_bytes, humanize_ns
-from cudaprobe.probe import event
-from cudaprobe.probe.plan import Probe
+
+from .eventbuild import make_event, probes_for
 
 
-def raw(fn_name: str, args=(), outs=(), cfg=(), ret=0, func_id=0, comm=b"app"):
-    """An event as the kernel writes it: out-parameters read only when ret is 0."""
-    a = list(args) + [0] * (event.MAX_SLOTS - len(args))
-    o = list(outs) + [0] * (event.MAX_OUTS - len(outs))
-    c = list(cfg) + [0] * (event.CFG_WORDS - len(cfg))
-    r = event.from_values((2_000_000, 1500, 42, 43, func_id, ret, *a, *o, *c, comm, 0, -1))
-    data = event.pack_event(r if ret == 0 else r._replace(outs=()))
-    return event.unpack_event(data), [Probe(0, fn_name, catalogue.BY_NAME[fn_name])]
+def raw(fn_name: str, args=(), outs=(), cfg=(), ret=0, func_id=0):
+    """An event as the kernel writes it (eventbuild.make_event), and its probe."""
+    return make_event(args, outs, cfg, ret=ret, func_id=func_id), probes_for(fn_name)
 
 
 def test_memcpy_decoded():

@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import pytest
-
 from cudaprobe.catalogue import functions as catalogue
 from cudaprobe.decode.calls import decode_event
 from cudaprobe.decode.handles import KernelHandles
 from cudaprobe.probe import event
-from cudaprobe.probe.plan import Probe
+
+from .eventbuild import make_event, probes_for
 
 GARBAGE = 0xDEAD_BEEF_0000_0000  # upper half of a stack word holding an unsigned int
 
 
 def raw(symbol: str, args=(), outs=(), cfg=(), ret=0):
-    """An event as the kernel writes it: out-parameters read only when ret is 0."""
-    a = list(args) + [0] * (event.MAX_SLOTS - len(args))
-    o = list(outs) + [0] * (event.MAX_OUTS - len(outs))
-    c = list(cfg) + [0] * (event.CFG_WORDS - len(cfg))
-    r = event.from_values((5_000, 700, 42, 43, 0, ret, *a, *o, *c, b"drv", 0, -1))
-    data = event.pack_event(r if ret == 0 else r._replace(outs=()))
-    fn = next(f for f in catalogue.FUNCTIONS if symbol in f.symbols)
-    return event.unpack_event(data), [Probe(0, symbol, fn)]
+    """An event as the kernel writes it (eventbuild.make_event), and its probe."""
+    return make_event(args, outs, cfg, ret=ret, comm="drv"), probes_for(symbol)
 
 
 def test_versioned_symbol_is_the_event_and_results_are_curesult_names():
@@ -75,12 +68,6 @@ def cstring_words(text: bytes) -> tuple[int, ...]:
     """A string as the BPF program copies it into the event's cfg words."""
     data = text[: 8 * event.CFG_WORDS - 1].ljust(8 * event.CFG_WORDS, b"\0")
     return tuple(int.from_bytes(data[i : i + 8], "little") for i in range(0, len(data), 8))
-
-
-@pytest.mark.parametrize("fn", catalogue.FUNCTIONS, ids=lambda f: f.symbol)
-def test_every_function_decodes(fn):
-    r, probes = raw(fn.symbol, ret=1)
-    decode_event(r, probes, 0, handles=KernelHandles())
 
 
 def test_driver_launch_named_by_the_handle_module_get_function_made():

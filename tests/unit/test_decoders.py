@@ -1,5 +1,6 @@
-"""The trace hot path (decoders.py) must give what decode_event gives, and
-its JSONL lines must be what json.dumps of the call writes, byte for byte."""
+"""The trace hot path (decode/records.py, and the reporters' row makers) must
+give what decode_event gives, and its JSONL lines and CSV rows must be what
+the reporters write of the calls, byte for byte."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cudaprobe.analysis.summary import Summary
-from cudaprobe.catalogue.functions import FUNCTIONS
 from cudaprobe.decode.calls import Call, decode_event
 from cudaprobe.decode.handles import KernelHandles
-from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, json_line
+from cudaprobe.decode.records import ProbeDecoder, RecordDecoder
 from cudaprobe.output.csv import CsvReporter
 from cudaprobe.output.jsonl import JsonlReporter
+from cudaprobe.output.recordtext import compile_args_text
 from cudaprobe.probe.event import (
     CFG_WORDS,
     MAX_OUTS,
@@ -25,14 +26,14 @@ from cudaprobe.probe.event import (
     RECORD_STRUCTS,
     from_record,
 )
-from cudaprobe.probe.plan import Probe
 
-PROBES = [Probe(i, s, fn) for i, (s, fn) in
-          enumerate((s, fn) for fn in FUNCTIONS for s in fn.symbols)]
+from .eventbuild import EVERY_PROBE
+
 SPECIAL = [0, 1, 0x7FC00000, 0x80000000, 0xFFFFFFFF, 1 << 63, (1 << 64) - 1,
            0x0000000300000002, 4 << 20]
 U64 = st.one_of(st.integers(min_value=0, max_value=(1 << 64) - 1), st.sampled_from(SPECIAL))
 T0 = 1_000_000
+json_line = JsonlReporter(io.StringIO()).json_line
 
 
 def dumps(call: Call) -> str:
@@ -45,8 +46,8 @@ def record(func_id: int, words: list[int], ret: int = 35, comm: bytes = b"tr\xc3
     (short), or the whole event, as the kernel writes it for probes that copy
     at entry. Out-parameters `read` (by default: when ret is 0, as the kernel
     does), or not: nouts 0, and a short record ends before them."""
-    if 0 <= func_id < len(PROBES):
-        fn = PROBES[func_id].function
+    if 0 <= func_id < len(EVERY_PROBE):
+        fn = EVERY_PROBE[func_id].function
         nargs, nouts = fn.words, len(fn.out_index)
     else:
         nargs, nouts = MAX_SLOTS, MAX_OUTS
@@ -60,13 +61,13 @@ def record(func_id: int, words: list[int], ret: int = 35, comm: bytes = b"tr\xc3
 
 
 def both_ways(rec: tuple) -> tuple[Call, Call]:
-    fast = RecordDecoder(PROBES, T0, handles=KernelHandles()).calls([rec])[0]
-    slow = decode_event(from_record(rec), PROBES, T0, handles=KernelHandles())
+    fast = RecordDecoder(EVERY_PROBE, T0, handles=KernelHandles()).calls([rec])[0]
+    slow = decode_event(from_record(rec), EVERY_PROBE, T0, handles=KernelHandles())
     return fast, slow
 
 
 def test_every_probe_decodes_as_decode_event_does():
-    for probe in PROBES:
+    for probe in EVERY_PROBE:
         for words in ([0], [1, 2, 3], SPECIAL, [4 << 20, 1]):
             for short in (True, False):
                 for ret in (0, 35):
@@ -76,7 +77,7 @@ def test_every_probe_decodes_as_decode_event_does():
                     assert json_line(fast) == dumps(slow), probe.symbol
 
 
-@given(st.sampled_from(PROBES), st.lists(U64, min_size=1, max_size=8),
+@given(st.sampled_from(EVERY_PROBE), st.lists(U64, min_size=1, max_size=8),
        st.integers(-(1 << 31), (1 << 31) - 1), st.booleans(), st.booleans())
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 def test_arbitrary_words_decode_as_decode_event_does(probe, words, ret, short, read):
@@ -89,7 +90,7 @@ def test_arbitrary_words_decode_as_decode_event_does(probe, words, ret, short, r
 
 def test_out_parameters_not_read_are_null_and_dash_every_way():
     """nouts 0 (a failed call): the short record has no out words to index."""
-    for probe in PROBES:
+    for probe in EVERY_PROBE:
         fn = probe.function
         if not fn.out_index:
             continue
@@ -105,20 +106,20 @@ def test_out_parameters_not_read_are_null_and_dash_every_way():
             assert fast.to_dict() == slow.to_dict(), probe.symbol
             assert json_line(fast) == dumps(slow), probe.symbol
             if ProbeDecoder(probe).simple:
-                args, _details = ProbeDecoder(probe).json_details(rec)
+                args, _details = compile_args_text(ProbeDecoder(probe))[1](rec)
                 assert all(json.loads(args)[name] is None for name in fn.out_index)
 
 
 def test_cudamalloc_is_decoded_lazily_from_its_record():
-    malloc = next(p for p in PROBES if p.symbol == "cudaMalloc")
+    malloc = next(p for p in EVERY_PROBE if p.symbol == "cudaMalloc")
     assert ProbeDecoder(malloc).simple
-    call = RecordDecoder(PROBES, T0).calls([record(malloc.func_id, [0x10, 64])])[0]
+    call = RecordDecoder(EVERY_PROBE, T0).calls([record(malloc.func_id, [0x10, 64])])[0]
     assert call._args is None and call._details is None  # nothing decoded yet
     assert call.event == "cudaMalloc" and call.ret_name == "cudaErrorInsufficientDriver"
     assert call.time_ms == 4.0 and call.process == 'träin"x'
     assert call.details == "devPtr=- size=64 B"  # failed: devPtr not read
     assert call.args == {"devPtr": None, "size": 64}
-    call = RecordDecoder(PROBES, T0).calls([record(malloc.func_id, [0x10, 64], ret=0)])[0]
+    call = RecordDecoder(EVERY_PROBE, T0).calls([record(malloc.func_id, [0x10, 64], ret=0)])[0]
     assert call.ret_name == "cudaSuccess"
     assert call.details == "devPtr=0x10 size=64 B"  # the words: size, then devPtr
     assert call.args == {"devPtr": "0x10", "size": 64}
@@ -126,8 +127,8 @@ def test_cudamalloc_is_decoded_lazily_from_its_record():
 
 
 def test_assigned_args_and_details_are_what_jsonl_writes():
-    malloc = next(p for p in PROBES if p.symbol == "cudaMalloc")
-    call = RecordDecoder(PROBES, T0).calls([record(malloc.func_id, [0x10, 64])])[0]
+    malloc = next(p for p in EVERY_PROBE if p.symbol == "cudaMalloc")
+    call = RecordDecoder(EVERY_PROBE, T0).calls([record(malloc.func_id, [0x10, 64])])[0]
     call.details = "changed"
     call.args = {"x": 1}
     assert json.loads(json_line(call))["details"] == "changed"
@@ -135,64 +136,70 @@ def test_assigned_args_and_details_are_what_jsonl_writes():
 
 
 def test_unknown_probe_ids_are_counted_not_raised():
-    decoder = RecordDecoder(PROBES, T0)
-    assert decoder.calls([record(len(PROBES), [1]), record(0xFFFF, [1])]) == []
+    decoder = RecordDecoder(EVERY_PROBE, T0)
+    assert decoder.calls([record(len(EVERY_PROBE), [1]), record(0xFFFF, [1])]) == []
     assert decoder.errors == 2
 
 
 def test_processes_are_seen_once_before_their_first_call():
     seen = []
-    decoder = RecordDecoder(PROBES, T0, see_process=seen.append)
+    decoder = RecordDecoder(EVERY_PROBE, T0, see_process=seen.append)
     decoder.calls([record(0, [1]), record(1, [1])])
     assert seen == [7]
 
 
 def test_jsonl_reporter_writes_the_same_lines_as_before(tmp_path):
-    recs = [record(p.func_id, SPECIAL) for p in PROBES]
-    calls = RecordDecoder(PROBES, T0, handles=KernelHandles()).calls(recs)
+    recs = [record(p.func_id, SPECIAL) for p in EVERY_PROBE]
+    calls = RecordDecoder(EVERY_PROBE, T0, handles=KernelHandles()).calls(recs)
     out = io.StringIO()
     JsonlReporter(out).calls(calls)
-    slow = [decode_event(from_record(r), PROBES, T0, handles=KernelHandles()) for r in recs]
+    slow = [decode_event(from_record(r), EVERY_PROBE, T0, handles=KernelHandles()) for r in recs]
     assert out.getvalue() == "".join(dumps(c) + "\n" for c in slow)
 
 
 def test_jsonl_from_records_is_what_the_reporter_writes_of_calls():
-    recs = [record(p.func_id, words, ret=ret) for p in PROBES
+    recs = [record(p.func_id, words, ret=ret) for p in EVERY_PROBE
             for words, ret in ((SPECIAL, 35), ([1, 2, 3], 0), ([0], 2), (SPECIAL, 0))]
-    recs.append(record(len(PROBES), [1]))  # unknown probe: counted, not written
+    recs.append(record(len(EVERY_PROBE), [1]))  # unknown probe: counted, not written
     by_calls, by_records = Summary(), Summary()
-    calls_decoder = RecordDecoder(PROBES, T0, handles=KernelHandles())
+    calls_decoder = RecordDecoder(EVERY_PROBE, T0, handles=KernelHandles())
     calls = calls_decoder.calls(recs)
     by_calls.add(calls)
     out = io.StringIO()
     JsonlReporter(out).calls(calls)
-    records_decoder = RecordDecoder(PROBES, T0, handles=KernelHandles())
-    text = records_decoder.jsonl(recs[:50], by_records) + records_decoder.jsonl(recs[50:],
-                                                                                  by_records)
-    assert text == out.getvalue()
+    records_decoder = RecordDecoder(EVERY_PROBE, T0, handles=KernelHandles())
+    fast = io.StringIO()
+    reporter = JsonlReporter(fast)
+    for batch in (recs[:50], recs[50:]):
+        records_decoder.count(batch, by_records)
+        reporter.records(batch, records_decoder)
+    assert fast.getvalue() == out.getvalue()
     assert by_records.to_dict() == by_calls.to_dict()
     assert records_decoder.errors == calls_decoder.errors == 1
 
 
-@given(st.lists(st.tuples(st.sampled_from(PROBES), st.lists(U64, min_size=1, max_size=8),
+@given(st.lists(st.tuples(st.sampled_from(EVERY_PROBE), st.lists(U64, min_size=1, max_size=8),
                           st.integers(-(1 << 31), (1 << 31) - 1), st.booleans(),
                           st.booleans()), max_size=20))
 @settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
 def test_arbitrary_records_write_the_same_jsonl_both_ways(batch):
     recs = [record(p.func_id, words, ret=ret, short=short, read=read)
             for p, words, ret, short, read in batch]
-    calls = RecordDecoder(PROBES, T0, handles=KernelHandles()).calls(recs)
+    calls = RecordDecoder(EVERY_PROBE, T0, handles=KernelHandles()).calls(recs)
     summary = Summary()
-    text = RecordDecoder(PROBES, T0, handles=KernelHandles()).jsonl(recs, summary)
-    assert text == "".join(dumps(c) + "\n" for c in calls)
+    decoder = RecordDecoder(EVERY_PROBE, T0, handles=KernelHandles())
+    decoder.count(recs, summary)
+    out = io.StringIO()
+    JsonlReporter(out).records(recs, decoder)
+    assert out.getvalue() == "".join(dumps(c) + "\n" for c in calls)
     assert summary.total_calls == len(calls)
 
 
 def test_csv_from_records_is_what_the_reporter_writes_of_calls():
-    recs = [record(p.func_id, words, ret=ret) for p in PROBES
+    recs = [record(p.func_id, words, ret=ret) for p in EVERY_PROBE
             for words, ret in ((SPECIAL, 35), ([1, 2, 3], 0), ([0], 2), (SPECIAL, 0))]
     by_calls, by_records = Summary(), Summary()
-    calls = RecordDecoder(PROBES, T0, handles=KernelHandles()).calls(recs)
+    calls = RecordDecoder(EVERY_PROBE, T0, handles=KernelHandles()).calls(recs)
     by_calls.add(calls)
     slow, fast = io.StringIO(), io.StringIO()
     reporter = CsvReporter(slow)
@@ -200,8 +207,9 @@ def test_csv_from_records_is_what_the_reporter_writes_of_calls():
     reporter.calls(calls)
     reporter = CsvReporter(fast)
     reporter.start()
-    decoder = RecordDecoder(PROBES, T0, handles=KernelHandles())
-    reporter.write_records(decoder, recs[:40], by_records)
-    reporter.write_records(decoder, recs[40:], by_records)
+    decoder = RecordDecoder(EVERY_PROBE, T0, handles=KernelHandles())
+    for batch in (recs[:40], recs[40:]):
+        decoder.count(batch, by_records)
+        reporter.records(batch, decoder)
     assert fast.getvalue() == slow.getvalue()
     assert by_records.to_dict() == by_calls.to_dict()

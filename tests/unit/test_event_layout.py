@@ -11,6 +11,8 @@ from cudaprobe.catalogue import functions as catalogue
 from cudaprobe.probe import event
 from cudaprobe.probe.bpfprog import bpf_dir
 
+from .eventbuild import pack_event
+
 PROBE = r"""
 #include <stddef.h>
 #include <stdio.h>
@@ -99,7 +101,7 @@ def test_a_failed_calls_record_has_no_out_words():
     assert raw.args == (0x10, 64) + (0,) * (event.MAX_SLOTS - 2)
     assert raw.outs == () and raw.ret == 35
     # a whole record keeps the out words, unread: nouts 0 says so
-    whole = list(event.EVENT_STRUCT.unpack(event.pack_event(raw._replace(outs=(0xABC,)))))
+    whole = list(event.EVENT_STRUCT.unpack(pack_event(raw._replace(outs=(0xABC,)))))
     assert event.from_record(tuple(whole)).outs == (0xABC, 0, 0, 0)
     whole[event.R_NOUTS] = 0
     assert event.from_record(tuple(whole)).outs == ()
@@ -107,9 +109,9 @@ def test_a_failed_calls_record_has_no_out_words():
 
 def test_packed_events_say_whether_their_outs_were_read():
     raw = event.RawEvent(1, 2, 3, 4, 5, 0, (7,) * event.MAX_SLOTS, (0xABC,), event.NO_CFG, "x")
-    data = event.pack_event(raw)
+    data = pack_event(raw)
     assert data[event.FIELD_OFFSETS["nouts"]] == event.MAX_OUTS
     assert event.unpack_event(data).outs == (0xABC, 0, 0, 0)
-    data = event.pack_event(raw._replace(ret=35, outs=()))
+    data = pack_event(raw._replace(ret=35, outs=()))
     assert data[event.FIELD_OFFSETS["nouts"]] == 0
     assert event.unpack_event(data).outs == ()

@@ -14,7 +14,6 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cudaprobe.catalogue.functions import FUNCTIONS
 from cudaprobe.decode.calls import decode_event
 from cudaprobe.decode.handles import KernelHandles
 from cudaprobe.output.table import TableReporter
@@ -28,10 +27,9 @@ from cudaprobe.probe.event import (
     RawEvent,
     unpack_event,
 )
-from cudaprobe.probe.plan import Probe
 
-PROBES = [Probe(i, s, fn) for i, (s, fn) in
-          enumerate((s, fn) for fn in FUNCTIONS for s in fn.symbols)]
+from .eventbuild import EVERY_PROBE
+
 # bit patterns random integers seldom hit: float NaN and infinities, sign bits, extremes
 SPECIAL = [0, 1, 0x7FC00000, 0x7F800000, 0xFF800000, 0x80000000, 0xFFFFFFFF, 1 << 63,
            (1 << 64) - 1, 0x7FF8000000000000]
@@ -45,7 +43,7 @@ def decode_all_ways(raw: RawEvent) -> None:
     handles = KernelHandles()
     for in_flight in (False, True):
         try:
-            call = decode_event(raw, PROBES, 0, in_flight=in_flight, handles=handles)
+            call = decode_event(raw, EVERY_PROBE, 0, in_flight=in_flight, handles=handles)
         except ValueError:
             continue
         json.dumps(call.to_dict(), allow_nan=False)  # JSONL must stay strict JSON
@@ -74,7 +72,7 @@ def raw_events(draw):
     """Events with an in-range probe id (the common case) and hostile values."""
     return RawEvent(
         ts_ns=draw(U64), duration_ns=draw(U64), pid=draw(U32), tid=draw(U32),
-        func_id=draw(st.one_of(st.integers(0, len(PROBES) - 1), U32)),
+        func_id=draw(st.one_of(st.integers(0, len(EVERY_PROBE) - 1), U32)),
         ret=draw(S32),
         args=tuple(draw(st.lists(U64, min_size=MAX_SLOTS, max_size=MAX_SLOTS))),
         # none: not read (a failed call's, or one still running)
@@ -102,7 +100,7 @@ def test_every_probe_with_each_extreme_value_in_every_word():
     """Exhaustive where random draws are thin: each catalogue symbol, every
     argument, out-parameter and config word set to each SPECIAL pattern."""
     for value in SPECIAL:
-        for probe in PROBES:
+        for probe in EVERY_PROBE:
             for outs in ((value,) * MAX_OUTS, ()):
                 decode_all_ways(RawEvent(1, 2, 3, 4, probe.func_id, -1, (value,) * MAX_SLOTS,
                                          outs, (value,) * CFG_WORDS, "x"))

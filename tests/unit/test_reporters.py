@@ -14,8 +14,9 @@ from cudaprobe.decode.calls import JSONL_KEYS, decode_event
 from cudaprobe.errors import UsageError
 from cudaprobe.output.formats import REPORTERS, choose_format
 from cudaprobe.output.table import TableReporter, make_console
-from cudaprobe.probe import event
 from cudaprobe.probe.plan import Probe
+
+from .eventbuild import make_event
 
 
 def calls():
@@ -23,14 +24,12 @@ def calls():
               Probe(1, "cudaLaunchKernel_ptsz", catalogue.BY_NAME["cudaLaunchKernel"])]
     out = []
     for fid, args, outs, ret, comm in [
-        (0, (0x10, 4096), (0x7F0000000000,), 0, b"train"),
-        (1, (0x401000, 1 | (1 << 32), 1, 32 | (1 << 32), 1, 0, 0, 0), (), 35, b"tr[ai]n"),
+        (0, (0x10, 4096), (0x7F0000000000,), 0, "train"),
+        (1, (0x401000, 1 | (1 << 32), 1, 32 | (1 << 32), 1, 0, 0, 0), (), 35, "tr[ai]n"),
     ]:
-        a = list(args) + [0] * (event.MAX_SLOTS - len(args))
-        o = list(outs) + [0] * (event.MAX_OUTS - len(outs))
-        data = event.pack_event(event.from_values((5_000_000, 41_200, 7, 8, fid, ret, *a, *o,
-                                                   *[0] * event.CFG_WORDS, comm, 0, -1)))
-        out.append(decode_event(event.unpack_event(data), probes, 0))
+        raw = make_event(args, outs, ret=ret, ts_ns=5_000_000, duration_ns=41_200, pid=7,
+                         tid=8, func_id=fid, comm=comm)
+        out.append(decode_event(raw, probes, 0))
     return out
 
 
@@ -87,10 +86,9 @@ def test_table_rows_and_summary_escape_markup():
 def failed_malloc():
     """cudaMalloc that returned 2: the kernel did not read devPtr (nouts 0)."""
     probes = [Probe(0, "cudaMalloc", catalogue.BY_NAME["cudaMalloc"])]
-    a = [0x7FFC0000, 64] + [0] * (event.MAX_SLOTS - 2)
-    raw = event.from_values((5_000_000, 41_200, 7, 8, 0, 2, *a, *[0x677F9A5F] * event.MAX_OUTS,
-                             *[0] * event.CFG_WORDS, b"train", 0, -1))
-    return decode_event(event.unpack_event(event.pack_event(raw._replace(outs=()))), probes, 0)
+    raw = make_event((0x7FFC0000, 64), (0x677F9A5F,) * 4, ret=2, ts_ns=5_000_000,
+                     duration_ns=41_200, pid=7, tid=8, comm="train")
+    return decode_event(raw, probes, 0)
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "chrome", "table"])

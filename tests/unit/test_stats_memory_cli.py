@@ -6,12 +6,12 @@ import subprocess
 
 import pytest
 
-from ..conftest import cudaprobe_cmd, libcudart_path
+from ..conftest import as_not_root, cudaprobe_cmd, libcudart_path
 
 
-def run_as_nobody(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                           *cudaprobe_cmd(*args)], capture_output=True, text=True, timeout=60)
+def run_not_root(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(as_not_root(cudaprobe_cmd(*args)), capture_output=True, text=True,
+                          timeout=60)
 
 
 @pytest.mark.parametrize("command,example", [("stats", "cudaprobe stats --compare api.json"),
@@ -27,10 +27,10 @@ def test_dump_bpf_shows_the_mode():
     lib = libcudart_path()
     if lib is None:
         pytest.skip("no libcudart")
-    p = run_as_nobody("stats", "--dump-bpf", "-e", "cudaMalloc", "--lib", str(lib))
+    p = run_not_root("stats", "--dump-bpf", "-e", "cudaMalloc", "--lib", str(lib))
     assert p.returncode == 0, p.stderr
     assert "#define CP_STATS 1" in p.stdout and "#define CP_STATS_PROBES 1" in p.stdout
-    p = run_as_nobody("memory", "--dump-bpf", "--stacks", "--api", "runtime", "--lib", str(lib))
+    p = run_not_root("memory", "--dump-bpf", "--stacks", "--api", "runtime", "--lib", str(lib))
     assert p.returncode == 0, p.stderr
     assert "#define CP_STACKS 1" in p.stdout and "#define CP_STATS 1" not in p.stdout
     assert "cudaMallocManaged" in p.stdout and "cudaMemcpy" not in p.stdout
@@ -38,12 +38,12 @@ def test_dump_bpf_shows_the_mode():
 
 @pytest.mark.parametrize("command", ["stats", "memory"])
 def test_not_root_is_one_line(command):
-    p = run_as_nobody(command, "-d", "1")
+    p = run_not_root(command, "-d", "1")
     assert p.returncode == 2
     assert p.stderr == ("cudaprobe: tracing needs root (CAP_BPF and CAP_PERFMON) "
                         "(run it with sudo)\n")
 
 
 def test_command_and_pid_do_not_mix():
-    p = run_as_nobody("memory", "--pid", "1", "--", "true")
+    p = run_not_root("memory", "--pid", "1", "--", "true")
     assert p.returncode == 2 and "leave out --pid" in p.stderr and "Traceback" not in p.stderr

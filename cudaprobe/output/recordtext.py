@@ -1,0 +1,97 @@
+"""A probe's arguments as JSON text and DETAILS, straight from its records:
+what the JSONL and CSV reporters write per record (decode.records' row makers).
+
+`compile_args_text` generates, once per probe, straight-line code from its
+ArgFields rather than a loop over them: the loop, its lists and joins were
+half the cost of a JSONL line. The text is exactly what json.dumps writes of
+the decoded Call (tests/unit/test_decoders.py checks it, byte for byte).
+"""
+
+from __future__ import annotations
+
+import json
+from json.encoder import encode_basestring
+from typing import Any, Callable
+
+from cudaprobe.catalogue.functions import OUT_KINDS, ArgKind
+from cudaprobe.decode.calls import NOT_READ, WORD_DECODERS, _dim3_value
+from cudaprobe.decode.records import ProbeDecoder
+from cudaprobe.probe.event import R_NOUTS
+
+encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
+                          check_circular=False).encode
+
+# kinds whose JSON value is a string: pointers and handles in hex, memcpy kind names
+STRING_KINDS = {ArgKind.PTR, ArgKind.STREAM, ArgKind.EVENT, ArgKind.HANDLE, ArgKind.OUT_PTR,
+                ArgKind.OUT_HANDLE, ArgKind.MEMCPY_KIND}
+
+
+def _json_list(value: list[int]) -> str:
+    return "[" + ",".join(map(str, value)) + "]"
+
+
+def _json_float(value: float | None) -> str:
+    return "null" if value is None else repr(value)
+
+
+# kind -> its JSON value as text, as json.dumps writes it (the kinds' values are
+# ints, strings, lists of ints, or a float or None)
+def _json_of(kind: ArgKind) -> Callable[[Any], str]:
+    if kind is ArgKind.DIM3:
+        return _json_list
+    if kind is ArgKind.OUT_FLOAT:
+        return _json_float
+    if kind in STRING_KINDS:
+        return encode_basestring
+    return str  # SIZE, COUNT, INT, FLAGS, ...: ints
+
+
+def compile_args_text(probe: ProbeDecoder
+                      ) -> tuple[Callable[[tuple], str], Callable[[tuple], tuple[str, str]]]:
+    """(json_tail, json_details) of a probe whose arguments decode from its
+    record alone (probe.simple). A probe with out-parameters gets one test of
+    the record's nouts and two returns: the out-parameters decoded, or all of
+    them not read (NOT_READ, written as constants: null in `args`, `-` in
+    details). Only repr()s of catalogue names and ints go into the source."""
+    ns: dict[str, Any] = {"enc": encode_basestring}
+    body, outs = [], []  # lines decoding the arguments, the out-parameters
+    args, details = [], []  # each argument's text: out-parameters read
+    args_unread, details_unread = [], []  # ... out-parameters not read
+    for k, f in enumerate(probe.fields):
+        name, kind, index = f.name, f.kind, f.index
+        json_key = (',' if k else '') + encode_basestring(name) + ':'
+        text_key = (' ' if k else '') + name + '='
+        if kind is ArgKind.DIM3:
+            ns[f"w{k}"] = _dim3_value
+            body.append(f"    v{k}, t{k} = w{k}(rec[{index}], rec[{index + 1}])")
+        else:
+            ns[f"w{k}"] = WORD_DECODERS[kind]
+            (outs if kind in OUT_KINDS else body).append(f"    v{k}, t{k} = w{k}(rec[{index}])")
+        ns[f"j{k}"] = _json_of(kind)
+        args.append(f"{json_key!r} + j{k}(v{k})")
+        details.append(f"{text_key!r} + t{k}")
+        if kind in OUT_KINDS:
+            args_unread.append(repr(json_key + encode(NOT_READ[0])))
+            details_unread.append(repr(text_key + NOT_READ[1]))
+        else:
+            args_unread.append(args[-1])
+            details_unread.append(details[-1])
+    details_key, end = repr(',"details":'), repr("}\n")
+
+    def returns(arg_texts: list[str], detail_texts: list[str], indent: str) -> tuple[str, str]:
+        args_text = " + ".join(["'{'", *arg_texts, "'}'"])
+        details_text = " + ".join(detail_texts) or repr("")
+        return (f"{indent}return {args_text} + {details_key} + enc({details_text}) + {end}",
+                f"{indent}return {args_text}, {details_text}")
+
+    if outs:  # read at exit only when the call returned 0: the record's nouts says
+        read = [f"    if rec[{R_NOUTS}]:", *("    " + line for line in outs)]
+        tail_read, pair_read = returns(args, details, "        ")
+        tail_unread, pair_unread = returns(args_unread, details_unread, "    ")
+        tail = "\n".join([*read, tail_read, tail_unread])
+        pair = "\n".join([*read, pair_read, pair_unread])
+    else:
+        tail, pair = returns(args, details, "    ")
+    exec("\n".join(["def json_tail(rec):", *body, tail,  # noqa: S102
+                     "def json_details(rec):", *body, pair]), ns)
+    return ns["json_tail"], ns["json_details"]

@@ -1,0 +1,90 @@
+"""The ring reader (probe/ringbuf.py) on a ring laid out as the kernel's, in a
+memfd: page 0 consumer_pos, page 1 producer_pos, then the data. The reader
+process is the real one; the test plays the kernel's part."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import time
+
+from cudaprobe.probe.ringbuf import BUSY, DISCARD, HEADER, RingBuffer, committed
+
+PAGE = mmap.PAGESIZE
+SIZE = 4 * PAGE
+EVENT = struct.Struct("<QQ")  # a stand-in event: two words
+LAYOUTS = [struct.Struct("<8xQQ"), struct.Struct("<8xQ")]
+
+
+class FakeRing:
+    def __init__(self) -> None:
+        self.fd = os.memfd_create("ring")
+        os.ftruncate(self.fd, 2 * PAGE + 2 * SIZE)
+        self.map = mmap.mmap(self.fd, 2 * PAGE + 2 * SIZE)
+        self.producer = memoryview(self.map)[PAGE : PAGE + 8].cast("Q")
+        self.consumer = memoryview(self.map)[:8].cast("Q")
+
+    def put(self, payload: bytes, flags: int = 0) -> int:
+        """A record at the producer position; returns its header's offset."""
+        pos = self.producer[0]
+        at = 2 * PAGE + pos
+        HEADER.pack_into(self.map, at, len(payload) | flags, 0)
+        self.map[at + 8 : at + 8 + len(payload)] = payload
+        self.producer[0] = pos + ((len(payload) + 15) & ~7)
+        return at
+
+
+def wait_for(ring: RingBuffer, n: int) -> list[tuple]:
+    out: list[tuple] = []
+    deadline = time.monotonic() + 5
+    while len(out) < n and time.monotonic() < deadline:
+        ring.wait(50)
+        out += ring.consume()
+    return out
+
+
+def test_committed_stops_at_the_first_busy_record():
+    data = bytearray(64)
+    HEADER.pack_into(data, 0, 16, 0)  # 8 + 16: 24 bytes
+    HEADER.pack_into(data, 24, 8 | DISCARD, 0)  # 16 bytes, discarded: still passed over
+    HEADER.pack_into(data, 40, 8 | BUSY, 0)
+    lengths = memoryview(data).cast("I")
+    assert committed(lengths, 0, 64) == 40
+    assert committed(lengths, 0, 24) == 24
+    assert committed(lengths, 40, 24) == 0
+
+
+def test_records_come_through_the_spool_in_order_and_busy_ones_wait():
+    fake = FakeRing()
+    ring = RingBuffer(fake.fd, SIZE, LAYOUTS)
+    try:
+        fake.put(EVENT.pack(1, 2))
+        fake.put(struct.pack("<Q", 3), DISCARD)  # skipped
+        busy = fake.put(struct.pack("<Q", 4), BUSY)
+        fake.put(EVENT.pack(5, 6))
+        assert wait_for(ring, 1) == [(1, 2)]
+        time.sleep(0.05)
+        assert ring.consume() == []  # the busy record holds back the ones behind it
+        HEADER.pack_into(fake.map, busy, 8, 0)  # committed now
+        assert wait_for(ring, 2) == [(4,), (5, 6)]
+        assert fake.consumer[0] == fake.producer[0]  # the ring is empty again
+        fake.put(bytes(24))  # no layout of that size
+        assert ring.drain() == [] and ring.malformed == 1
+        assert ring.drain() == []
+    finally:
+        ring.close()
+
+
+def test_the_drain_takes_what_the_ring_still_holds():
+    fake = FakeRing()
+    ring = RingBuffer(fake.fd, SIZE, LAYOUTS)
+    try:
+        for i in range(100):  # 2400 bytes: the reader may not have run yet
+            fake.put(EVENT.pack(i, i))
+        got = []
+        while batch := ring.drain():
+            got += batch
+        assert got == [(i, i) for i in range(100)]
+    finally:
+        ring.close()
