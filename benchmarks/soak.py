@@ -12,15 +12,18 @@ Three parts:
              --rate, the highest rate the reader keeps up with is found first
              (trial runs of --trial-seconds at doubling rates: the last with
              nothing lost and the workload at its rate).
-  overload   the same for --overload-seconds with the threads unpaced: the ring
-             buffer fills, and what is lost must be counted.
+  overload   the same for --overload-seconds with the threads unpaced: the
+             decoder falls behind (the reader spools what it has not read)
+             or, past the reader, the ring buffer fills; what is lost must
+             be counted.
   cycles     --cycles attach/detach cycles in this process (soak_cycles.py).
 Each trace is checked: the calls the workload made (it counts them) = the
 trace's calls + the calls lost in the kernel, and the file's rows +
-`output_max_size` = the trace's calls. The workload is the traced command
-itself, not a child of it: children are attached at the poll after their
-fork, and their first calls are missed (docs/attach.md). cudaprobe's RSS
-(VmRSS) is sampled every --sample seconds.
+`output_max_size` = the trace's calls. Sampled every --sample seconds:
+cudaprobe's memory (the RSS of cudaprobe and of its reader process,
+probe/ringbuf.py) and the disk its spool holds. The workload is the traced
+command itself, not a child of it: children are attached at the poll after
+their fork, and their first calls are missed (docs/attach.md).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from pathlib import Path
 
 from soak_cycles import cycles  # beside this file: found when it is run
 
+from cudaprobe.probe.ringbuf import READER_NAME
+
 REPO = Path(__file__).resolve().parent.parent
 WORKLOADS = REPO / "tests" / "workloads"
 BENCH = REPO / "benchmarks"
@@ -48,6 +53,7 @@ NOT_KERNEL_LOSS = ("output_max_size",)  # rows decoded, then not written: in `ca
 # the bounds docs/reliability.md states for cudaprobe's RSS (default 16 MiB ring):
 STEADY_RSS_SPREAD_KIB = 10 << 10  # after warm-up, reader keeping up: max - min
 OVERLOAD_RSS_EXTRA_KIB = 160 << 10  # overloaded: above the steady run's largest
+MAX_LAG_S = 2.0  # a rate is kept up with when the decoder ends this close behind the workload
 
 
 def build(src: Path) -> Path:
@@ -67,6 +73,33 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
+def reader_of(pid: int) -> int | None:
+    """cudaprobe's reader process (probe/ringbuf.py), a child named READER_NAME."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                status = (entry / "status").read_text()
+            except OSError:
+                continue
+            if f"\nPPid:\t{pid}\n" in status and status.startswith(f"Name:\t{READER_NAME}\n"):
+                return int(entry.name)
+    return None
+
+
+def spool_bytes(pid: int) -> int:
+    """Disk the spool holds (allocated: the decoded part is hole-punched): the
+    unlinked temporary file among cudaprobe's descriptors."""
+    held = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+            if target.startswith(tempfile.gettempdir()) and target.endswith("(deleted)"):
+                held += os.stat(fd).st_blocks * 512
+        except OSError:
+            continue
+    return held
+
+
 def libcudart() -> str:
     return str(sorted((CUDA / "lib64").glob("libcudart.so.*"))[0].resolve())
 
@@ -84,14 +117,19 @@ def trace(seconds: float, rate: int, mid_call: bool, sample_s: float, max_size: 
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     samples = []
     start = time.monotonic()
+    reader = None
     while proc.poll() is None:
         try:
-            rss = rss_kib(proc.pid)
+            reader = reader or reader_of(proc.pid)
+            rss = rss_kib(proc.pid) + (rss_kib(reader) if reader else 0)
+            spool = spool_bytes(proc.pid)
         except (OSError, RuntimeError):
             break  # exiting
-        samples.append({"t_s": round(time.monotonic() - start, 1), "rss_kib": rss})
+        samples.append({"t_s": round(time.monotonic() - start, 1), "rss_kib": rss,
+                        "spool_bytes": spool})
         if not quiet:
-            print(f"{samples[-1]['t_s']:8.1f} s  RSS {rss:7d} KiB", flush=True)
+            print(f"{samples[-1]['t_s']:8.1f} s  RSS {rss:7d} KiB  spool {spool:>13,d} B",
+                  flush=True)
         time.sleep(sample_s)
     stdout, stderr = proc.communicate(timeout=300)
     lines = out.read_text().splitlines()
@@ -111,6 +149,9 @@ def trace(seconds: float, rate: int, mid_call: bool, sample_s: float, max_size: 
         "in_flight": summary["in_flight"], "exited_mid_call": summary["exited_mid_call"],
         "threads_exited_mid_call": made["exited_mid_call"],
         "file_bytes": out.stat().st_size, "cudaprobe_exit": proc.returncode,
+        # how long the decoder went on after the workload ended: its lag behind the spool
+        "decoder_lag_s": round(summary["duration_s"] - made["seconds"], 1),
+        "spool_bytes_max": max(s["spool_bytes"] for s in samples),
         "rss_kib_max": max(rss), "rss_kib_after_warmup_min": min(warm),
         "rss_kib_after_warmup_max": max(warm), "summary_line": stderr.splitlines()[-1:],
         "samples": samples,
@@ -119,16 +160,21 @@ def trace(seconds: float, rate: int, mid_call: bool, sample_s: float, max_size: 
 
 def find_rate(trial_s: float, max_size: str, out_dir: Path) -> tuple[int, list[dict]]:
     """The highest rate of 2500, 5000, 10000 ... loops/s at which a trial run
-    loses nothing and the workload still makes 95% of the calls asked."""
+    loses nothing, the workload still makes 95% of the calls asked, and the
+    decoder ends at most MAX_LAG_S behind it (the reader spools what the
+    decoder has not read yet: keeping up is the decoder's)."""
     best, trials, rate = 0, [], 2500
     while True:
         r = trace(trial_s, rate, False, 1.0, max_size, out_dir, quiet=True)
         kept_up = (r["calls_made == traced + lost in kernel"]
                    and sum(v for k, v in r["lost"].items() if k not in NOT_KERNEL_LOSS) == 0
-                   and r["calls_made"] >= 0.95 * 3 * rate * trial_s)
+                   and r["calls_made"] >= 0.95 * 3 * rate * trial_s
+                   and r["decoder_lag_s"] <= MAX_LAG_S)
         trials.append({"rate_loops_per_s": rate, "calls_made": r["calls_made"],
-                       "lost": r["lost"], "kept_up": kept_up})
-        print(f"trial {rate:7d} loops/s: {r['calls_made']:9d} calls, lost {r['lost']}: "
+                       "lost": r["lost"], "decoder_lag_s": r["decoder_lag_s"],
+                       "kept_up": kept_up})
+        print(f"trial {rate:7d} loops/s: {r['calls_made']:9d} calls, lost {r['lost']}, "
+              f"decoder {r['decoder_lag_s']} s behind: "
               f"{'kept up' if kept_up else 'did not keep up'}", flush=True)
         if not kept_up:
             return best, trials
