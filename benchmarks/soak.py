@@ -121,10 +121,14 @@ def trace(seconds: float, rate: int, mid_call: bool, sample_s: float, max_size: 
     while proc.poll() is None:
         try:
             reader = reader or reader_of(proc.pid)
-            rss = rss_kib(proc.pid) + (rss_kib(reader) if reader else 0)
+            rss = rss_kib(proc.pid)
             spool = spool_bytes(proc.pid)
         except (OSError, RuntimeError):
             break  # exiting
+        try:
+            rss += rss_kib(reader) if reader else 0
+        except (OSError, RuntimeError):
+            pass  # the reader is done (detached): the decoder drains the spool alone
         samples.append({"t_s": round(time.monotonic() - start, 1), "rss_kib": rss,
                         "spool_bytes": spool})
         if not quiet:
