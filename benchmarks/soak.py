@@ -52,7 +52,7 @@ EVENTS = "cudaGetDeviceCount,cudaMalloc,cudaFree,cudaDeviceSynchronize"
 NOT_KERNEL_LOSS = ("output_max_size",)  # rows decoded, then not written: in `calls` already
 # the bounds docs/reliability.md states for cudaprobe's RSS (default 16 MiB ring):
 STEADY_RSS_SPREAD_KIB = 10 << 10  # after warm-up, reader keeping up: max - min
-OVERLOAD_RSS_EXTRA_KIB = 160 << 10  # overloaded: above the steady run's largest
+OVERLOAD_RSS_EXTRA_KIB = 32 << 10  # overloaded: above the steady run's largest (the lag is on disk)
 MAX_LAG_S = 2.0  # a rate is kept up with when the decoder ends this close behind the workload
 
 
