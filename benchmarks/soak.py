@@ -18,8 +18,8 @@ Three parts:
              be counted.
   cycles     --cycles attach/detach cycles in this process (soak_cycles.py).
 Each trace is checked: the calls the workload made (it counts them) = the
-trace's calls + the calls lost in the kernel, and the file's rows +
-`output_max_size` = the trace's calls. Sampled every --sample seconds:
+calls the kernel counted = the rows decoded + the calls lost in the kernel,
+and the file's rows + `output_max_size` = the rows decoded. Sampled every --sample seconds:
 cudaprobe's memory (the RSS of cudaprobe and of its reader process,
 probe/ringbuf.py) and the disk its spool holds. The workload is the traced
 command itself, not a child of it: children are attached at the poll after
@@ -145,11 +145,15 @@ def trace(seconds: float, rate: int, mid_call: bool, sample_s: float, max_size: 
     warm = [s["rss_kib"] for s in samples if s["t_s"] >= min(60, seconds / 2)] or rss
     return {
         "seconds": seconds, "threads": THREADS, "rate_loops_per_s": rate or "unpaced",
-        "calls_made": calls_made, "calls_traced": summary["calls"],
-        "lost": summary["lost"], "rows_in_file": len(lines) - 1,
-        "calls_made == traced + lost in kernel": calls_made == summary["calls"] + kernel_lost,
-        "rows + output_max_size == traced":
-            len(lines) - 1 + summary["lost"].get("output_max_size", 0) == summary["calls"],
+        "calls_made": calls_made, "calls_counted": summary["calls"],
+        "rows_decoded": summary["rows"], "lost": summary["lost"],
+        "rows_in_file": len(lines) - 1,
+        # the kernel counts every call; each is a row or a loss it counted too
+        "calls_made == counted": calls_made == summary["calls"],
+        "counted == rows decoded + lost in kernel":
+            summary["calls"] == summary["rows"] + kernel_lost,
+        "rows in file + output_max_size == rows decoded":
+            len(lines) - 1 + summary["lost"].get("output_max_size", 0) == summary["rows"],
         "in_flight": summary["in_flight"], "exited_mid_call": summary["exited_mid_call"],
         "threads_exited_mid_call": made["exited_mid_call"],
         "file_bytes": out.stat().st_size, "cudaprobe_exit": proc.returncode,
@@ -170,7 +174,7 @@ def find_rate(trial_s: float, max_size: str, out_dir: Path) -> tuple[int, list[d
     best, trials, rate = 0, [], 2500
     while True:
         r = trace(trial_s, rate, False, 1.0, max_size, out_dir, quiet=True)
-        kept_up = (r["calls_made == traced + lost in kernel"]
+        kept_up = (r["calls_made == counted"] and r["counted == rows decoded + lost in kernel"]
                    and sum(v for k, v in r["lost"].items() if k not in NOT_KERNEL_LOSS) == 0
                    and r["calls_made"] >= 0.95 * 3 * rate * trial_s
                    and r["decoder_lag_s"] <= MAX_LAG_S)

@@ -1,110 +1,86 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * cudaprobe: entry/exit probes on CUDA API functions.
- *
- * Entry stores the call's arguments in `inflight`, keyed by (tid, probe id),
- * so a traced call nested inside another traced call pairs correctly. Exit
- * looks the entry up, reads out-parameters, and emits one event per completed
- * call into the ring buffer. Wakeups are batched: the reader drains the ring
- * on a timer and is only woken early every CP_WAKEUP_EVERY events per CPU.
- *
- * Cost per call is what this file is shaped by (BENCHMARKS.md). A hash
- * update plus delete per call cost ~0.5 us (bucket lock, free list), and even
- * a lookup ~40 ns, so pairing entries are made once and reused: entry fills
- * one in place, exit sets its ts_ns to 0. A thread owns one of
- * CP_PAIR_THREADS slots (its tid modulo), claimed at its first call with a
- * compare-and-swap in `owners`; its entries are then at fixed places in the
- * array `owned` (slot * CP_PAIR_PROBES + probe id), found without a hash
- * lookup, and the pid filter is not looked up again for it. A thread whose
- * slot another thread holds uses the `inflight` hash, keyed by (tid, probe
- * id), as every thread once did. Slots and entries of threads gone are
- * freed by the loader's sweep (cudaprobe/sweep.py). The slot also keeps the
- * thread's name, which the task_rename tracepoint updates, so that a call
- * copies it rather than calling bpf_get_current_comm (~70 ns). Entry writes
- * only what the probe uses (no memset of the whole record); exit completes the entry
- * in place (duration, return code, out-parameters after the argument words)
- * and copies into the ring only the bytes the probe has (cp_probe_cfg.size),
- * with bpf_ringbuf_output, which takes a size known only at run time.
- * Out-parameters are read only when the call returned 0: a failed call does
- * not set them (its record has nouts = 0 and no out words).
- *
- * What each probe captures comes from the `probes` map (struct
- * cp_probe_cfg), filled by the loader from the catalogue. Two ways to attach:
- *   - cp_enter / cp_return, attached with uprobe_multi links (Linux >= 6.6):
- *     the probe id is the link's per-offset cookie. One link per library, so
- *     detaching costs one RCU grace period instead of one per probe.
- *   - CP_PROBES (older kernels): one program pair per probe, with the id as a
- *     constant: CP_PROBE(id) CP_PROBE(id) ...
- *
- * Settings come in as -D cflags (see cudaprobe/bpfprog.py):
- *   CP_PROBES        per-probe programs for the perf-event fallback
- *   CP_RINGBUF_PAGES ring buffer size in pages
- *   CP_MAX_INFLIGHT  capacity of the `inflight` pairing hash
- *   CP_PAIR_THREADS  thread slots of `owners` (a power of 2)
- *   CP_PAIR_PROBES   probes (ids 0..n-1): each slot's entries in `owned`
- *   CP_WAKEUP_EVERY  force a reader wakeup every N events per CPU
- *   CP_FILTER_PID    only trace processes in `targets` (and their children)
- *   CP_FILTER_COMM   with CP_FILTER_PID: a process that execs under the name
- *                    in `comm_filter` joins `targets` (--comm)
- *   CP_ERRORS_ONLY   only emit calls that returned non-zero
- *   CP_STATS         aggregate in the kernel instead of emitting events: the
- *                    exit path updates `stats` and `stat_errors`, entry keeps
- *                    only the time (cudaprobe stats)
- *   CP_STATS_PROBES  entries of `stats`: the number of probes (per-CPU
- *                    values: sized to what is probed, not CP_MAX_PROBES)
- *   CP_STACKS        record each call's user stack in `stacks`
- *   CP_CALLER        record each call's return address (cudaprobe memory)
- *   CP_MAX_STACKS    capacity of `stacks`
+ * cudaprobe: entry/exit uprobes on CUDA API functions. Each call is paired
+ * per (thread, probe), then either copied into the ring buffer `events`
+ * (trace) or added to per-CPU aggregates (CP_STATS). docs/bpf.md explains
+ * the design: maps, pairing slots, records, settings.
  */
 #include <uapi/linux/ptrace.h>
 #include "cudaprobe.h"
 
+/* Settings: -D cflags from cudaprobe/probe/bpfprog.py, which holds every
+ * default (docs/bpf.md, "Settings"). Switches (CP_STATS, CP_FILTER_PID, ...)
+ * are defined or not; numbers have no default here. */
 #ifndef CP_RINGBUF_PAGES
-#define CP_RINGBUF_PAGES 4096
+#error "CP_RINGBUF_PAGES (ring buffer pages) comes from bpfprog.py"
 #endif
 #ifndef CP_MAX_INFLIGHT
-#define CP_MAX_INFLIGHT 16384
-#endif
-#ifndef CP_WAKEUP_EVERY
-#define CP_WAKEUP_EVERY 1024
-#endif
-#ifndef CP_MAX_STACKS
-#define CP_MAX_STACKS 16384
+#error "CP_MAX_INFLIGHT (capacity of `inflight`) comes from bpfprog.py"
 #endif
 #ifndef CP_PAIR_THREADS
-#define CP_PAIR_THREADS 64
+#error "CP_PAIR_THREADS (thread slots, a power of 2) comes from bpfprog.py"
 #endif
-#ifndef CP_PAIR_PROBES
-#define CP_PAIR_PROBES 1
+#ifndef CP_NR_PROBES
+#error "CP_NR_PROBES (probes in the plan) comes from bpfprog.py"
+#endif
+#ifndef CP_WAKEUP_EVERY
+#error "CP_WAKEUP_EVERY (records per forced wakeup) comes from bpfprog.py"
+#endif
+#ifndef CP_MAX_STACKS
+#error "CP_MAX_STACKS (capacity of `stacks`) comes from bpfprog.py"
 #endif
 
-#ifdef CP_STATS
-BPF_PERCPU_ARRAY(stats, struct cp_stat, CP_STATS_PROBES);
-BPF_PERCPU_HASH(stat_errors, struct cp_error_key, u64, CP_MAX_PROBES * 16);
-#else
-BPF_RINGBUF_OUTPUT(events, CP_RINGBUF_PAGES);
-#endif
-#ifdef CP_STACKS
-BPF_STACK_TRACE(stacks, CP_MAX_STACKS);
-#endif
-BPF_ARRAY(probes, struct cp_probe_cfg, CP_MAX_PROBES);
+/* What a pairing entry holds between a call's entry and its exit: the whole
+ * event in trace mode, only the entry time in stats mode. */
 #ifdef CP_STATS
 #define cp_entry_t struct cp_stamp
 #else
 #define cp_entry_t struct cp_event
 #endif
-BPF_HASH(inflight, u64, cp_entry_t, CP_MAX_INFLIGHT);
+
+/* per-probe settings (struct cp_probe_cfg), filled by the loader from the
+ * catalogue, indexed by probe id */
+BPF_ARRAY(probes, struct cp_probe_cfg, CP_MAX_PROBES);
+/* thread slots: which thread holds each (claimed by compare-and-swap), its
+ * name, and whether its first record is still to come */
 BPF_ARRAY(owners, struct cp_owner, CP_PAIR_THREADS);
-BPF_ARRAY(owned, cp_entry_t, CP_PAIR_THREADS * CP_PAIR_PROBES);
-BPF_PERCPU_ARRAY(counters, u64, CP_NR_COUNTERS);
-BPF_PERCPU_ARRAY(submitted, u64, 1);
-/* processes that have had an event: the first one wakes the reader at once, so
- * that it reads /proc/PID/maps (kernel names) while the process still runs */
-BPF_TABLE("lru_hash", u32, u8, seen_procs, 16384);
+/* the pairing entries of the slots' threads: slot * CP_NR_PROBES + probe id */
+BPF_ARRAY(owned, cp_entry_t, CP_PAIR_THREADS * CP_NR_PROBES);
+/* pairing entries of threads whose slot another thread holds, keyed by
+ * pairing_key(); made at a thread's first call of a probe, kept after */
+BPF_HASH(inflight, u64, cp_entry_t, CP_MAX_INFLIGHT);
 /* all zero, never written: the initial value of a new `inflight` entry */
 BPF_PERCPU_ARRAY(zeroed, cp_entry_t, 1);
+/* lost records by cause and forced wakeups (CP_LOST_RINGBUF, ...) */
+BPF_PERCPU_ARRAY(counters, u64, CP_NR_COUNTERS);
+/* failed calls per (probe, return code), for codes past the CP_ERR_SLOTS
+ * that a probe's struct cp_stat or cp_tally holds; sized to the plan, as
+ * per-CPU values multiply by the CPUs */
+BPF_PERCPU_HASH(error_codes, struct cp_error_key, u64, CP_NR_PROBES * 16);
+#ifdef CP_STATS
+/* per-probe aggregates, indexed by probe id */
+BPF_PERCPU_ARRAY(stats, struct cp_stat, CP_NR_PROBES);
+#else
+/* completed calls, each the first cp_probe_cfg.size bytes of its event */
+BPF_RINGBUF_OUTPUT(events, CP_RINGBUF_PAGES);
+/* every call that returned, per probe: counted before the ring can drop it */
+BPF_PERCPU_ARRAY(tally, struct cp_tally, CP_NR_PROBES);
+/* records submitted on this CPU: every CP_WAKEUP_EVERY-th wakes the reader */
+BPF_PERCPU_ARRAY(submitted, u64, 1);
+/* processes that have had an event, for threads without a slot: the first
+ * one wakes the reader at once, so that it reads /proc/PID/maps (kernel
+ * names) while the process still runs */
+BPF_TABLE("lru_hash", u32, u8, seen_procs, 16384);
+#endif
+#ifdef CP_STACKS
+/* user stacks of the calls (struct cp_event's stack_id) */
+/* build-id stacks: each frame resolved by the kernel to its object's build-id
+ * and a file offset, named after the process has exited (issue 16) */
+BPF_STACK_TRACE_BUILDID(stacks, CP_MAX_STACKS);
+#endif
 
 #ifdef CP_FILTER_PID
+/* processes traced: added by the loader, and their children */
 BPF_HASH(targets, u32, u8, 65536);
 
 /* follow children of traced processes (threads share the tgid already) */
@@ -127,6 +103,7 @@ TRACEPOINT_PROBE(sched, sched_process_fork)
 struct cp_comm {
 	char name[CP_COMM_LEN];
 };
+/* the wanted process name (--comm) */
 BPF_ARRAY(comm_filter, struct cp_comm, 1);
 
 TRACEPOINT_PROBE(sched, sched_process_exec)
@@ -159,6 +136,35 @@ static __always_inline void count(int idx)
 		(*c)++;
 }
 
+/* A failed call, counted by its code: in the first CP_ERR_SLOTS codes that
+ * the probe's per-CPU record holds (err_ret, err_count: claimed with a
+ * compare-and-swap), any more in the `error_codes` hash, or in *unkeyed
+ * where that is full. Atomic: a preempted uprobe program can share its CPU
+ * with another task's run of it. */
+static __always_inline void count_error(u32 probe_id, s32 ret, s64 *err_ret, u64 *err_count,
+					u64 *unkeyed)
+{
+#pragma unroll
+	for (int i = 0; i < CP_ERR_SLOTS; i++) {
+		s64 code = err_ret[i];
+		if (code == 0)
+			code = __sync_val_compare_and_swap(&err_ret[i], 0, ret) ?: ret;
+		if (code == ret) {
+			__sync_fetch_and_add(&err_count[i], 1);
+			return;
+		}
+	}
+	struct cp_error_key ekey = {.probe_id = probe_id, .ret = ret};
+	u64 zero = 0;
+	u64 *n = error_codes.lookup_or_try_init(&ekey, &zero);
+	if (n)
+		__sync_fetch_and_add(n, 1);
+	else
+		__sync_fetch_and_add(unkeyed, 1);
+}
+
+/* ---- pairing: a call's entry in its thread's slot, or in the hash ---- */
+
 static __always_inline u64 pairing_key(u64 pid_tgid, u32 probe_id)
 {
 	return (pid_tgid << 32) | probe_id;	/* tid in the high half */
@@ -189,16 +195,16 @@ static __always_inline u32 owner_slot(u64 pid_tgid)
 /* This probe's entry in the slot's part of `owned`, or 0 */
 static __always_inline cp_entry_t *owned_entry(u32 slot, u32 probe_id)
 {
-	if (probe_id >= CP_PAIR_PROBES)
+	if (probe_id >= CP_NR_PROBES)
 		return 0;
-	u32 idx = slot * CP_PAIR_PROBES + probe_id;
+	u32 idx = slot * CP_NR_PROBES + probe_id;
 	return owned.lookup(&idx);
 }
 
-/* Entry side: the entry this call fills, the thread's own or a hashed one.
- * *first is set on the call that claims a slot: its event wakes the reader.
- * A thread met here for the first time passes the pid filter first. */
-static __always_inline cp_entry_t *pairing_entry(u64 pid_tgid, u32 probe_id, int *first,
+/* Entry side: the entry this call fills, the thread's own or a hashed one;
+ * *mine is the thread's slot where it holds one. A thread met here for the
+ * first time passes the pid filter first. */
+static __always_inline cp_entry_t *pairing_entry(u64 pid_tgid, u32 probe_id,
 						  struct cp_owner **mine)
 {
 	u32 slot = owner_slot(pid_tgid);
@@ -214,11 +220,11 @@ static __always_inline cp_entry_t *pairing_entry(u64 pid_tgid, u32 probe_id, int
 	if (!targets.lookup(&tgid))
 		return 0;
 #endif
-	if (o->pid_tgid == 0 && probe_id < CP_PAIR_PROBES &&
+	if (o->pid_tgid == 0 && probe_id < CP_NR_PROBES &&
 	    __sync_val_compare_and_swap(&o->pid_tgid, 0, pid_tgid) == 0) {
-		*first = 1;
 #ifndef CP_STATS
 		bpf_get_current_comm(o->comm, sizeof(o->comm));
+		o->wake = 1;	/* this thread's first record wakes the reader */
 #endif
 		*mine = o;
 		return owned_entry(slot, probe_id);
@@ -246,7 +252,59 @@ static __always_inline cp_entry_t *paired_entry(u64 pid_tgid, u32 probe_id,
 	return e && e->ts_ns ? e : 0;
 }
 
-#ifndef CP_STATS
+#ifdef CP_STATS
+/* ---- stats: the entry time in, aggregates out ---- */
+
+/* Entry: aggregates need only the time. */
+static __always_inline void begin_call(struct pt_regs *ctx, struct cp_stamp *s, u32 probe_id,
+				       u64 pid_tgid, struct cp_owner *owner)
+{
+	s->pid = pid_tgid >> 32;
+	s->tid = (u32)pid_tgid;
+	s->ts_ns = bpf_ktime_get_ns();
+}
+
+/* floor(log2(v)), clamped to the last histogram slot */
+static __always_inline u32 log2_slot(u64 v)
+{
+	u32 r = 0;
+	if (v >> 32) { v >>= 32; r += 32; }
+	if (v >> 16) { v >>= 16; r += 16; }
+	if (v >> 8) { v >>= 8; r += 8; }
+	if (v >> 4) { v >>= 4; r += 4; }
+	if (v >> 2) { v >>= 2; r += 2; }
+	if (v >> 1) r += 1;
+	return r < CP_HIST_SLOTS ? r : CP_HIST_SLOTS - 1;
+}
+
+/* Exit: per-CPU values, but a preempted uprobe program can share its CPU
+ * with another task's run of it: counts are atomic, min/max best effort. */
+static __always_inline void end_call(struct cp_stamp *entry, u32 probe_id, u64 now, s32 ret,
+				     struct cp_owner *owner)
+{
+	u64 ns = now - entry->ts_ns;
+	int idx = probe_id;
+	struct cp_stat *s = stats.lookup(&idx);
+	if (!s)
+		return;
+	__sync_fetch_and_add(&s->count, 1);
+	__sync_fetch_and_add(&s->total_ns, ns);
+	if (ns < s->min_ns || s->min_ns == 0)
+		s->min_ns = ns;
+	if (ns > s->max_ns)
+		s->max_ns = ns;
+	u32 slot = log2_slot(ns);
+	if (slot < CP_HIST_SLOTS) {	/* always: bounds the index for the verifier */
+		__sync_fetch_and_add(&s->hist[slot], 1);
+		__sync_fetch_and_add(&s->hist_ns[slot], ns);
+	}
+	if (ret)
+		count_error(probe_id, ret, s->err_ret, s->err_count, &s->errors_unkeyed);
+}
+
+#else
+/* ---- trace: the arguments in, a record out ---- */
+
 /* The thread's name from its slot, as bpf_get_current_comm would give it, for
  * a fraction of the cost; 0 if task_rename is writing it right now, or if it
  * is empty (the loader's sweep, freeing the slot, zeroes it: a thread that
@@ -277,32 +335,56 @@ TRACEPOINT_PROBE(task, task_rename)
 	__sync_fetch_and_add(&o->comm_seq, 1);
 	return 0;
 }
+
+/* Where a launch's kernel is, and where a call was made (issue 16). A host
+ * stub, or a call site, is named from the object it is in, which
+ * /proc/PID/maps tells only while the process lives. So the first launch of
+ * each kernel (host-stub address) in a process, or with CP_CALLER the first
+ * call from each call site, records the call site as the kernel's build-id
+ * stack walk resolves it now: the object's build-id and the file offset of
+ * the return address (on Linux >= 6.12 the walk from a function's entry
+ * starts with the return address), and the address itself; a launch's stub
+ * is in the same object, `func - caller` away. One lookup per call after that. */
+struct cp_located_key {
+	u32 tgid;
+	u32 pad;
+	u64 addr;	/* the host stub, or the call site */
+};
+BPF_TABLE("lru_hash", struct cp_located_key, u8, located, 16384);
+
+static __always_inline void locate_site(struct pt_regs *ctx, struct cp_event *e, u64 addr)
+{
+	struct cp_frame *f = (struct cp_frame *)&e->cfg[CP_FRAME_WORD];
+	f->status = 0;	/* the entry is reused: nothing recorded unless below */
+	struct cp_located_key key = {.tgid = e->pid, .addr = addr};
+	u8 one = 1;
+	if (located.lookup(&key))
+		return;
+	located.update(&key, &one);
+	bpf_probe_read_user(&f->caller, sizeof(f->caller), (void *)PT_REGS_SP(ctx));
+	/* skip 1: frame 0 is the probed function itself */
+	if (bpf_get_stack(ctx, f, 32, 1 | BPF_F_USER_STACK | BPF_F_USER_BUILD_ID) < 32)
+		f->status = 0;
+}
+
+/* probes whose records may carry a struct cp_frame: every one with CP_CALLER
+ * (cudaprobe memory), else the launches */
+#ifdef CP_CALLER
+#define CP_LOCATES(cfg) 1
+#else
+#define CP_LOCATES(cfg) ((cfg)->func_slot >= 0)
 #endif
 
-static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
+/* Entry: what the probe captures (its cp_probe_cfg), into the pairing entry.
+ * Only what the probe uses is written: no memset of the whole event. */
+static __always_inline void begin_call(struct pt_regs *ctx, struct cp_event *e, u32 probe_id,
+				       u64 pid_tgid, struct cp_owner *owner)
 {
-	u64 pid_tgid = bpf_get_current_pid_tgid();
-	u32 tgid = pid_tgid >> 32;
-	int first = 0;
-#ifdef CP_STATS	/* aggregates need only the entry time */
-	struct cp_owner *o = 0;
-	struct cp_stamp *s = pairing_entry(pid_tgid, probe_id, &first, &o);
-	if (!s)
-		return 0;
-	s->pid = tgid;
-	s->tid = (u32)pid_tgid;
-	s->ts_ns = bpf_ktime_get_ns();
-#else
 	int idx = probe_id;
 	struct cp_probe_cfg *cfg = probes.lookup(&idx);
 	if (!cfg)
-		return 0;
-	struct cp_owner *o = 0;
-	struct cp_event *e = pairing_entry(pid_tgid, probe_id, &first, &o);
-	if (!e)
-		return 0;
-	e->duration_ns = first;	/* until exit: 1 on a thread's first call */
-	e->pid = tgid;
+		return;
+	e->pid = pid_tgid >> 32;
 	e->tid = (u32)pid_tgid;
 	e->func_id = probe_id;
 	e->nargs = cfg->nargs;
@@ -328,12 +410,17 @@ static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
 	s32 str_slot = cfg->str_slot;	/* a kernel name, before the call makes its handle */
 	if (str_slot >= 0 && str_slot < CP_MAX_SLOTS)
 		bpf_probe_read_user_str(e->cfg, sizeof(e->cfg), (void *)e->words[str_slot]);
-	if (!o || !owner_comm(o, e))
+	if (!owner || !owner_comm(owner, e))
 		bpf_get_current_comm(e->comm, sizeof(e->comm));
 #ifdef CP_CALLER
 	/* at entry the return address is on top of the stack: the exact call
 	 * site, which a frame-pointer walk from here would skip */
 	bpf_probe_read_user(&e->caller, sizeof(e->caller), (void *)PT_REGS_SP(ctx));
+	locate_site(ctx, e, e->caller);
+#else
+	s32 func_slot = cfg->func_slot;
+	if (func_slot >= 0 && func_slot < CP_MAX_SLOTS)
+		locate_site(ctx, e, e->words[func_slot]);
 #endif
 #ifdef CP_STACKS
 	e->stack_id = stacks.get_stackid(ctx, BPF_F_USER_STACK);
@@ -341,72 +428,15 @@ static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
 	e->stack_id = -1;
 #endif
 	e->ts_ns = bpf_ktime_get_ns();	/* last: the entry is complete */
-#endif	/* CP_STATS */
-	return 0;
 }
 
-#ifdef CP_STATS
-/* floor(log2(v)), clamped to the last histogram slot */
-static __always_inline u32 log2_slot(u64 v)
-{
-	u32 r = 0;
-	if (v >> 32) { v >>= 32; r += 32; }
-	if (v >> 16) { v >>= 16; r += 16; }
-	if (v >> 8) { v >>= 8; r += 8; }
-	if (v >> 4) { v >>= 4; r += 4; }
-	if (v >> 2) { v >>= 2; r += 2; }
-	if (v >> 1) r += 1;
-	return r < CP_HIST_SLOTS ? r : CP_HIST_SLOTS - 1;
-}
-
-/* Per-CPU values, but a preempted uprobe program can share its CPU with
- * another task's run of it: counts are atomic, min/max best effort. */
-static __always_inline void aggregate(u32 probe_id, u64 ns, s32 ret)
-{
-	int idx = probe_id;
-	struct cp_stat *s = stats.lookup(&idx);
-	if (!s)
-		return;
-	__sync_fetch_and_add(&s->count, 1);
-	__sync_fetch_and_add(&s->total_ns, ns);
-	if (ns < s->min_ns || s->min_ns == 0)
-		s->min_ns = ns;
-	if (ns > s->max_ns)
-		s->max_ns = ns;
-	u32 slot = log2_slot(ns);
-	if (slot < CP_HIST_SLOTS) {	/* always: bounds the index for the verifier */
-		__sync_fetch_and_add(&s->hist[slot], 1);
-		__sync_fetch_and_add(&s->hist_ns[slot], ns);
-	}
-	if (ret == 0)
-		return;
-	/* the first CP_ERR_SLOTS codes in the probe's own record, claimed with a
-	 * compare-and-swap; any more in the `stat_errors` hash */
-#pragma unroll
-	for (int i = 0; i < CP_ERR_SLOTS; i++) {
-		s64 code = s->err_ret[i];
-		if (code == 0)
-			code = __sync_val_compare_and_swap(&s->err_ret[i], 0, ret) ?: ret;
-		if (code == ret) {
-			__sync_fetch_and_add(&s->err_count[i], 1);
-			return;
-		}
-	}
-	struct cp_error_key ekey = {.probe_id = probe_id, .ret = ret};
-	u64 zero = 0;
-	u64 *n = stat_errors.lookup_or_try_init(&ekey, &zero);
-	if (n)
-		__sync_fetch_and_add(n, 1);
-	else
-		__sync_fetch_and_add(&s->errors_unkeyed, 1);
-}
-#else
-/* A process's first event wakes the reader at once: a thread's first call
- * (first), or for threads without a slot their process's first event. */
-static __always_inline u64 wakeup_flag(u32 tgid, int first, int owner)
+/* A process's first record wakes the reader at once: a slot's thread's first
+ * (its wake flag), or for threads without a slot their process's first. */
+static __always_inline u64 wakeup_flag(u32 tgid, struct cp_owner *owner)
 {
 	u8 one = 1;
-	if (first) {
+	if (owner && owner->wake) {
+		owner->wake = 0;
 		count(CP_WAKEUPS);
 		return BPF_RB_FORCE_WAKEUP;
 	}
@@ -424,7 +454,6 @@ static __always_inline u64 wakeup_flag(u32 tgid, int first, int owner)
 	return BPF_RB_NO_WAKEUP;
 }
 
-
 /* Out-parameters: read at exit, the call has written them; stored after the
  * argument words (slot s < nargs <= nargs + k: no pointer is overwritten). */
 static __always_inline void read_outs(struct cp_event *e, u32 out8, u32 out4, u32 nargs)
@@ -441,13 +470,56 @@ static __always_inline void read_outs(struct cp_event *e, u32 out8, u32 out4, u3
 	}
 }
 
-/* Complete the call in its pairing entry, then copy its first cfg->size
- * bytes into the ring. */
-static __always_inline void submit(struct cp_event *e, struct cp_probe_cfg *cfg, u64 now,
-				   s32 ret, int owner)
+/* Kernel names whole (issue 16). A name passed to cuModuleGetFunction or
+ * cuLibraryGetKernel runs to kilobytes for C++ templates (PyTorch's): it is
+ * read at exit, where the caller's string is still there, into a per-CPU
+ * scratch record after a copy of the event, and both go into the ring as one
+ * record of their length (the reader takes any record longer than an event
+ * for one of these). The calls are rare: the copy's cost does not matter. */
+struct cp_named {
+	struct cp_event e;
+	char name[CP_NAME_MAX];
+};
+BPF_PERCPU_ARRAY(named, struct cp_named, 1);
+
+static __always_inline long output_named(struct cp_event *e, s32 str_slot, u64 flags)
 {
-	int first = e->duration_ns == 1;
-	e->duration_ns = now - e->ts_ns;
+	int zero = 0;
+	struct cp_named *n = named.lookup(&zero);
+	if (!n || str_slot < 0 || str_slot >= CP_MAX_SLOTS)
+		return events.ringbuf_output(e, sizeof(*e), flags);
+	bpf_probe_read_kernel(&n->e, sizeof(n->e), e);
+	long len = bpf_probe_read_user_str(n->name, sizeof(n->name),
+					   (void *)e->words[str_slot]);
+	u64 size = sizeof(n->e) + (len > 0 ? len : 0);
+	if (size > sizeof(*n))
+		size = sizeof(*n);
+	asm volatile("" : "+r"(size));
+	return events.ringbuf_output(n, size, flags);
+}
+
+/* Exit: count the call in `tally`, complete it in its pairing entry, then
+ * copy its first cfg->size bytes into the ring. */
+static __always_inline void end_call(struct cp_event *e, u32 probe_id, u64 now, s32 ret,
+				     struct cp_owner *owner)
+{
+	u64 ns = now - e->ts_ns;
+	int idx = probe_id;
+	struct cp_tally *t = tally.lookup(&idx);
+	if (t) {
+		__sync_fetch_and_add(&t->count, 1);
+		__sync_fetch_and_add(&t->total_ns, ns);
+		if (ret)
+			count_error(probe_id, ret, t->err_ret, t->err_count, &t->errors_unkeyed);
+	}
+#ifdef CP_ERRORS_ONLY
+	if (ret == 0)
+		return;
+#endif
+	struct cp_probe_cfg *cfg = probes.lookup(&idx);
+	if (!cfg)
+		return;
+	e->duration_ns = ns;
 	e->ret = ret;
 	u64 size = cfg->size;
 	if (ret == 0) {
@@ -458,36 +530,63 @@ static __always_inline void submit(struct cp_event *e, struct cp_probe_cfg *cfg,
 		if (size < sizeof(struct cp_event))
 			size -= 8 * cfg->nouts;
 	}
+	if (CP_LOCATES(cfg) && ((struct cp_frame *)&e->cfg[CP_FRAME_WORD])->status)
+		size = sizeof(struct cp_event);	/* with where it was made: cfg goes too */
 	if (size > sizeof(struct cp_event))
 		size = sizeof(struct cp_event);
 	asm volatile("" : "+r"(size));	/* the bounded register is the one passed on */
-	if (events.ringbuf_output(e, size, wakeup_flag(e->pid, first, owner)) < 0)
+	u64 flags = wakeup_flag(e->pid, owner);
+	long err = cfg->str_slot >= 0 ? output_named(e, cfg->str_slot, flags)
+				      : events.ringbuf_output(e, size, flags);
+	if (err < 0)
 		count(CP_LOST_RINGBUF);
 }
 #endif	/* CP_STATS */
 
+/* ---- the programs ---- */
+
+#ifdef CP_PROBES
+/* The perf fallback's probes outlive Tracer.detach(): a child process closes
+ * them one by one afterwards. detach() sets this first, so that nothing is
+ * paired, counted or sent from then on: the records it drains and the counts
+ * it reads are of the same calls. */
+BPF_ARRAY(detached, u32, 1);
+
+static __always_inline int is_detached(void)
+{
+	int zero = 0;
+	u32 *d = detached.lookup(&zero);
+	return d && *d;
+}
+#else
+/* uprobe_multi links are gone when detach() has closed them */
+static __always_inline int is_detached(void)
+{
+	return 0;
+}
+#endif
+
+static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
+{
+	if (is_detached())
+		return 0;
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct cp_owner *owner = 0;
+	cp_entry_t *entry = pairing_entry(pid_tgid, probe_id, &owner);
+	if (entry)
+		begin_call(ctx, entry, probe_id, pid_tgid, owner);
+	return 0;
+}
+
 static __always_inline int cp_exit(struct pt_regs *ctx, u32 probe_id)
 {
+	if (is_detached())
+		return 0;	/* a call under way then stays in flight */
 	struct cp_owner *owner = 0;
 	cp_entry_t *entry = paired_entry(bpf_get_current_pid_tgid(), probe_id, &owner);
 	if (!entry)
 		return 0;	/* filtered out, or entered before we attached */
-	u64 now = bpf_ktime_get_ns();
-	s32 ret = (s32)PT_REGS_RC(ctx);
-#ifdef CP_STATS
-	aggregate(probe_id, now - entry->ts_ns, ret);
-#else
-#ifdef CP_ERRORS_ONLY
-	if (ret == 0) {
-		entry->ts_ns = 0;
-		return 0;
-	}
-#endif
-	int idx = probe_id;
-	struct cp_probe_cfg *cfg = probes.lookup(&idx);
-	if (cfg)
-		submit(entry, cfg, now, ret, owner != 0);
-#endif	/* CP_STATS */
+	end_call(entry, probe_id, bpf_ktime_get_ns(), (s32)PT_REGS_RC(ctx), owner);
 	entry->ts_ns = 0;	/* done: the entry waits for this thread's next call */
 	return 0;
 }
@@ -504,6 +603,7 @@ int cp_return(struct pt_regs *ctx)
 }
 
 #ifdef CP_PROBES
+/* the perf-event fallback: a program pair per probe, its id a constant */
 #define CP_PROBE(id)                                                      \
 	int cp_enter_##id(struct pt_regs *ctx) { return cp_entry(ctx, id); } \
 	int cp_return_##id(struct pt_regs *ctx) { return cp_exit(ctx, id); }

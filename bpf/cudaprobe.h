@@ -1,5 +1,5 @@
 /* Shared between bpf/cudaprobe.bpf.c and its Python mirror in
- * cudaprobe/event.py (tests/unit/test_event_layout.py checks they agree). */
+ * cudaprobe/probe/event.py (tests/unit/test_event_layout.py checks they agree). */
 #ifndef CUDAPROBE_H
 #define CUDAPROBE_H
 
@@ -27,6 +27,7 @@ struct cp_probe_cfg {
 	__u16 nouts;     /* out-parameters it reads at exit */
 	__u32 size;      /* bytes of struct cp_event it puts in the ring: CP_EVENT_SIZE(nargs
 			  * + nouts), or the whole event where it copies at entry */
+	__s32 func_slot; /* slot holding a kernel's host-stub address (a launch), or -1 */
 };
 
 #define CP_MAX_PROBES 1024
@@ -56,16 +57,37 @@ struct cp_event {
 	__u64 cfg[CP_CFG_WORDS];  /* launch config (cfg_slot), or NUL-terminated string (str_slot) */
 };
 
+/* Kernel names whole (see cp_named in cudaprobe.bpf.c): a str_slot probe's
+ * record is its whole event followed by the string, read at exit, NUL included;
+ * a launch's first record per process and kernel (with CP_CALLER, a call's
+ * first record per process and call site) carries where the call was made,
+ * in cfg words CP_FRAME_WORD.. (struct cp_frame). */
+#define CP_NAME_MAX 8192
+#define CP_FRAME_WORD 8
+
+/* The launch's call site as the kernel's build-id stack walk resolves it
+ * (struct bpf_stack_build_id: status 1 = build_id and offset valid, 2 = only
+ * the address, 0 = not recorded), and the return address read at entry. The
+ * host stub the launch names is in the same object, `func - caller` further. */
+struct cp_frame {
+	__s32 status;
+	__u8 build_id[20];
+	__u64 offset;     /* file offset of the caller's return address */
+	__u64 caller;
+};
+
 #define CP_EVENT_HEAD __builtin_offsetof(struct cp_event, words)
 #define CP_EVENT_SIZE(nwords) (CP_EVENT_HEAD + 8 * (nwords))
 
 /* A thread's pairing slot (map `owners`): which thread holds it, 0 when free,
  * and (trace) its name, taken when it claims the slot and kept up to date by
- * the task_rename tracepoint; comm_seq is odd while that writes it. */
+ * the task_rename tracepoint; comm_seq is odd while that writes it. wake is
+ * set when the thread claims the slot: its first record wakes the reader. */
 struct cp_owner {
 	__u64 pid_tgid;
 	__u64 comm_seq;
 	char comm[CP_COMM_LEN];
+	__u64 wake;
 };
 
 /* CP_STATS: what entry keeps in `inflight` (ts_ns == 0: not in that call) */
@@ -75,27 +97,40 @@ struct cp_stamp {
 	__u32 tid;
 };
 
+#define CP_ERR_SLOTS 4  /* return codes counted in struct cp_stat and cp_tally, per CPU */
+
+/* Trace: per-probe counts of the calls that returned (per-CPU map `tally`,
+ * indexed by probe id), taken before the ring buffer can drop the call's
+ * record, so that the summary's counts are exact; failed calls by return
+ * code as struct cp_stat counts them. */
+struct cp_tally {
+	__u64 count;
+	__u64 total_ns;
+	__u64 errors_unkeyed;  /* failed calls not counted in `error_codes` (map full) */
+	__s64 err_ret[CP_ERR_SLOTS];    /* the first non-zero return codes met, 0: free */
+	__u64 err_count[CP_ERR_SLOTS];  /* calls that returned err_ret[i] */
+};
+
 /* CP_STATS: per-probe aggregates (per-CPU map `stats`, indexed by probe id).
  * hist[k] counts calls of [2^k, 2^(k+1)) ns (k = 0 also holds 0 and 1 ns;
  * the last slot everything longer) and hist_ns[k] sums their durations, so
  * that percentiles can be placed around each slot's mean. */
 #define CP_HIST_SLOTS 48
-#define CP_ERR_SLOTS 4  /* return codes counted in struct cp_stat, per CPU */
 
 struct cp_stat {
 	__u64 count;
 	__u64 total_ns;
 	__u64 min_ns;       /* valid where count > 0 */
 	__u64 max_ns;
-	__u64 errors_unkeyed;  /* failed calls not counted in `stat_errors` (map full) */
+	__u64 errors_unkeyed;  /* failed calls not counted in `error_codes` (map full) */
 	__u64 hist[CP_HIST_SLOTS];
 	__u64 hist_ns[CP_HIST_SLOTS];
 	__s64 err_ret[CP_ERR_SLOTS];    /* the first non-zero return codes met, 0: free */
 	__u64 err_count[CP_ERR_SLOTS];  /* calls that returned err_ret[i] */
 };
 
-/* key of the per-CPU `stat_errors` map: calls per (probe, non-zero return code)
- * for codes past the CP_ERR_SLOTS that struct cp_stat holds */
+/* key of the per-CPU `error_codes` map: calls per (probe, non-zero return code)
+ * for codes past the CP_ERR_SLOTS that struct cp_stat or cp_tally holds */
 struct cp_error_key {
 	__u32 probe_id;
 	__s32 ret;

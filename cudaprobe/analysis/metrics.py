@@ -24,6 +24,13 @@ any exporter's types; an exporter only names and labels what it holds:
   process and memtrack kind (device, host-pinned, managed, async-pool),
   counted once across the two APIs as `cudaprobe memory` counts it
   (memtrack.py); it lags by memtrack.HOLD_NS, and a process's entries go when it exits.
+- `kernel_launches[(kernel, api)]`: completed launches by kernel name (whole,
+  demangled), for the `MAX_KERNELS` kernels launched most, and `other` for the
+  rest. Each launch is counted once, under the label its kernel had when it
+  was counted: the ranking is redone at each snapshot, a kernel that enters
+  the top gets its own series from then on (counting its later launches), and
+  one that leaves it stops being exported, so every series only grows. The
+  exact count per name is kept for the ranking, for `MAX_KERNEL_NAMES` names.
 - `lost[cause]`: events lost, as the summary counts them.
 
 Every counter is cumulative since the start. Labels are bounded: `function`
@@ -46,6 +53,7 @@ from cudaprobe.analysis.memtrack import KINDS, ROLES, MemCall, MemoryAccounting
 from cudaprobe.analysis.summary import NOT_LOST
 from cudaprobe.catalogue.functions import FUNCTIONS, Function
 from cudaprobe.decode.calls import Call
+from cudaprobe.decode.handles import NAME_KEY
 from cudaprobe.targets.procmaps import process_alive
 
 # 1 µs (cudaGetDevice) to 10 s (a synchronize waiting on a long kernel)
@@ -53,6 +61,8 @@ LATENCY_BOUNDS_S = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 
                     5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _BOUNDS_NS = tuple(round(b * 1e9) for b in LATENCY_BOUNDS_S)
 MAX_PROCESSES = 64
+MAX_KERNELS = 50  # kernel label values besides `other`
+MAX_KERNEL_NAMES = 100_000  # names counted for the ranking; later ones go to `other` only
 OTHER = "other"
 EXIT_CHECK_NS = 1_000_000_000  # how often, at most, fed calls look for exited processes
 
@@ -131,6 +141,33 @@ class Snapshot:
     memset_bytes: dict[str, int]
     live_bytes: dict[tuple[str, str], int]
     lost: dict[str, int]
+    kernel_launches: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+class KernelLaunches:
+    """Launches by kernel name, with at most `max_kernels` names as labels (the
+    kernels launched most) and the rest under `other`; see the module docstring."""
+
+    def __init__(self, max_kernels: int = MAX_KERNELS) -> None:
+        self.max_kernels = max_kernels
+        self._calls: dict[str, int] = {}  # name -> launches, for the ranking
+        self._labelled: set[str] = set()
+        self._series: dict[tuple[str, str], int] = {}  # (label, api) -> launches
+
+    def add(self, name: str | None, api: str) -> None:
+        """One launch of kernel `name` (None: not known)."""
+        if name is not None and (name in self._calls or len(self._calls) < MAX_KERNEL_NAMES):
+            self._calls[name] = self._calls.get(name, 0) + 1
+            if name not in self._labelled and len(self._labelled) < self.max_kernels:
+                self._labelled.add(name)  # room left: labelled at once
+        key = (name if name is not None and name in self._labelled else OTHER, api)
+        self._series[key] = self._series.get(key, 0) + 1
+
+    def rank(self) -> dict[tuple[str, str], int]:
+        """Relabel to the kernels launched most; the series of the labels now held."""
+        top = sorted(self._calls, key=lambda n: (-self._calls[n], n))[: self.max_kernels]
+        self._labelled = set(top)
+        return {k: n for k, n in self._series.items() if k[0] in self._labelled or k[0] == OTHER}
 
 
 class CallMetrics:
@@ -150,6 +187,7 @@ class CallMetrics:
         self._memcpy: dict[tuple[str, str], int] = {}
         self._memset: dict[str, int] = {}
         self._lost: dict[str, int] = {}
+        self._kernels = KernelLaunches()
         self._memory = MemoryAccounting()
         self._next_exit_check = 0
 
@@ -180,6 +218,8 @@ class CallMetrics:
                 hist.counts[bisect.bisect_left(_BOUNDS_NS, c.duration_ns)] += 1
                 hist.sum_ns += c.duration_ns
                 hist.count += 1
+                if c.category == "kernel":
+                    self._kernels.add(c.args.get(NAME_KEY), c.api)
                 last_ns = max(last_ns, c.ts_ns + c.duration_ns)
                 function = _BY_SYMBOL.get(c.event)
                 if function is None:
@@ -236,4 +276,4 @@ class CallMetrics:
                 calls=dict(self._calls), errors=dict(self._errors),
                 latency={k: h.copy() for k, h in self._latency.items()},
                 memcpy_bytes=dict(self._memcpy), memset_bytes=dict(self._memset),
-                live_bytes=live, lost=dict(self._lost))
+                live_bytes=live, lost=dict(self._lost), kernel_launches=self._kernels.rank())

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cudaprobe.catalogue.cuda_errors import error_name
+from cudaprobe.decode.calls import Call
+from cudaprobe.decode.handles import NAME_KEY
 from cudaprobe.probe.plan import Probe
 
 HIST_SLOTS = 48  # CP_HIST_SLOTS in bpf/cudaprobe.h
@@ -135,6 +137,41 @@ def collect(probes: list[Probe], raw_stats: dict[int, list[tuple[int, ...]]],
                 s.errors[name] = s.errors.get(name, 0) + n
         out.append(s)
     return out
+
+
+class KernelTally:
+    """Launches per kernel name (`cudaprobe stats --by kernel`): the same figures
+    as per function, counted in Python from the trace path's decoded launches.
+    The kernel's aggregation is per probe, and a probe does not know which
+    kernel a call launches (its name comes from the symbols in user space), so
+    this costs what `trace` costs per launch, not what `stats` does. Launches
+    whose kernel is unknown are counted under their call, `(kernel unknown)`."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, FunctionStats] = {}
+
+    def add(self, calls: list[Call]) -> None:
+        for c in calls:
+            if c.category != "kernel" or c.duration_ns is None:
+                continue  # still running at the end: no duration to count
+            name = c.args.get(NAME_KEY) or f"{c.event} (kernel unknown)"
+            s = self._by_name.get(name)
+            if s is None:
+                s = self._by_name[name] = FunctionStats(name, c.api, c.category)
+            ns = c.duration_ns
+            s.min_ns = min(s.min_ns, ns) if s.count else ns
+            s.max_ns = max(s.max_ns, ns)
+            s.count += 1
+            s.total_ns += ns
+            k = slot_of(ns)
+            s.hist[k] += 1
+            s.hist_ns[k] += ns
+            if c.ret:
+                s.errors[c.ret_name] = s.errors.get(c.ret_name, 0) + 1
+
+    @property
+    def functions(self) -> list[FunctionStats]:
+        return list(self._by_name.values())
 
 
 SORT_KEYS = {

@@ -1,4 +1,12 @@
-"""End-of-trace summary: calls per function, errors, lost and in-flight calls."""
+"""End-of-trace summary: calls per function, errors, lost and in-flight calls.
+
+Two counts of the calls: the rows, those whose records reached cudaprobe
+(add, add_counts, as the record loop meets them), and, in trace mode, the
+kernel's count of every call that returned (take_kernel_counts, at the end),
+which a full ring buffer does not thin out. Where the kernel's are taken,
+the per-function calls, errors and latency are the kernel's, and the rows
+and what was lost are reported beside them, never folded in.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +18,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from cudaprobe.catalogue.cuda_errors import error_name
 from cudaprobe.decode.calls import Call, humanize_ns
+from cudaprobe.probe.event import CallTally
+from cudaprobe.probe.plan import Probe
 
 NOT_LOST = ("wakeups",)  # counters that sit with the losses but are not any
+UNKNOWN_CODE = "unknown code"  # a failed call whose code the kernel could not keep
 
 
 def count_lost(lost: dict[str, int]) -> int:
@@ -35,7 +47,8 @@ class EventStats:
 class Summary:
     libraries: list[str] = field(default_factory=list)
     not_found: list[str] = field(default_factory=list)
-    by_event: dict[str, EventStats] = field(default_factory=dict)
+    by_event: dict[str, EventStats] = field(default_factory=dict)  # the rows, per function
+    kernel: dict[str, EventStats] | None = None  # every call, per function (trace mode)
     in_flight: list[Call] = field(default_factory=list)
     lost: dict[str, int] = field(default_factory=dict)
     duration_s: float = 0.0
@@ -64,8 +77,34 @@ class Summary:
         st.total_ns += total_ns
         st.errors.update(errors)
 
+    def take_kernel_counts(self, probes: list[Probe], tally: dict[int, CallTally]) -> None:
+        """The calls counted in the kernel (Tracer.read_tally), per function:
+        from now on the summary's calls, errors and latency."""
+        counted: dict[str, EventStats] = {}
+        for p in probes:
+            t = tally.get(p.func_id)
+            if t is None or not t.calls:
+                continue
+            st = counted.setdefault(p.symbol, EventStats())
+            st.calls += t.calls
+            st.total_ns += t.total_ns
+            for ret, n in t.errors.items():
+                st.errors[error_name(p.function.api, ret)] += n
+            if t.errors_unkeyed:
+                st.errors[UNKNOWN_CODE] += t.errors_unkeyed
+        self.kernel = counted
+
+    @property
+    def counts(self) -> dict[str, EventStats]:
+        """Per function: the kernel's counts where taken, else the rows'."""
+        return self.by_event if self.kernel is None else self.kernel
+
     @property
     def total_calls(self) -> int:
+        return sum(s.calls for s in self.counts.values())
+
+    @property
+    def total_rows(self) -> int:
         return sum(s.calls for s in self.by_event.values())
 
     @property
@@ -75,9 +114,10 @@ class Summary:
     def to_dict(self) -> dict[str, Any]:
         return {
             "calls": self.total_calls,
+            "rows": self.total_rows,
             "by_event": {
                 name: {"calls": s.calls, "total_ns": s.total_ns, "errors": dict(s.errors)}
-                for name, s in sorted(self.by_event.items())
+                for name, s in sorted(self.counts.items())
             },
             "in_flight": len(self.in_flight),
             "exited_mid_call": self.exited_mid_call,
@@ -95,15 +135,17 @@ class Summary:
         for col, justify in (("EVENT", "left"), ("CALLS", "right"), ("TOTAL", "right"),
                              ("AVG", "right"), ("ERRORS", "left")):
             table.add_column(col, justify=justify)
-        rows = sorted(self.by_event.items(), key=lambda kv: -kv[1].total_ns)
-        for name, s in rows:
+        by_total = sorted(self.counts.items(), key=lambda kv: -kv[1].total_ns)
+        for name, s in by_total:
             errors = ", ".join(f"{n} x{k}" for n, k in s.errors.most_common())
             avg = humanize_ns(s.total_ns // s.calls) if s.calls else "-"
             table.add_row(Text(name), str(s.calls), humanize_ns(s.total_ns), avg, Text(errors))
         console.print(table)
         lost = self.total_lost
-        line = (f"{self.total_calls} calls in {self.duration_s:.2f}s, "
-                f"{len(self.in_flight)} still in flight, {lost} lost")
+        line = f"{self.total_calls} calls in {self.duration_s:.2f}s, "
+        if self.total_rows != self.total_calls:  # lost, or --errors-only
+            line += f"{self.total_rows} as rows, "
+        line += f"{len(self.in_flight)} still in flight, {lost} lost"
         if self.exited_mid_call:
             line += f", {self.exited_mid_call} ended with their thread"
         if lost:

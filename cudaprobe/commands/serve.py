@@ -10,6 +10,7 @@ import click
 from cudaprobe.analysis.metrics import CallMetrics
 from cudaprobe.commands.options import APIS, announce, plan_targets, probe_options
 from cudaprobe.commands.otlp_options import otlp_config, otlp_options, otlp_sink
+from cudaprobe.decode.symbolize import KernelSymbolizer
 from cudaprobe.errors import UsageError
 from cudaprobe.output.fanout import Fanout
 from cudaprobe.output.metrics_sink import MetricsSink
@@ -67,8 +68,12 @@ def serve_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
             sink = MetricsSink(metrics, serving or None)
             if otlp is not None:
                 sink = Fanout(sink, [otlp_sink(otlp, notify, metrics)])
+            # launches named, for the kernel label
+            kernels = KernelSymbolizer.for_session(list(command),
+                                                   [a.path for a in plan.attachments])
             session = TraceSession(plan, settings, sink, make_console(sys.stderr),
                                    SessionOptions(duration=duration, command=list(command),
+                                                  symbolize=kernels, see_process=kernels.see,
                                                   targets=targets, notify=notify,
                                                   on_counters=metrics.set_lost))
             status = session.run()

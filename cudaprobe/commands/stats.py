@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
+import time
 
 import click
 
-from cudaprobe.analysis.stats import SORT_KEYS
+from cudaprobe.analysis.stats import SORT_KEYS, KernelTally, StatsReport
 from cudaprobe.analysis.stats_compare import (
     DEFAULT_MIN_CALLS,
     DEFAULT_THRESHOLD,
@@ -16,6 +18,8 @@ from cudaprobe.analysis.stats_compare import (
     load_report,
     render_changes,
 )
+from cudaprobe.analysis.summary import NOT_LOST
+from cudaprobe.catalogue.functions import ArgKind
 from cudaprobe.commands.options import (
     APIS,
     Seconds,
@@ -26,17 +30,57 @@ from cudaprobe.commands.options import (
     report_output,
     write_report,
 )
+from cudaprobe.decode.calls import Call
+from cudaprobe.decode.symbolize import KernelSymbolizer
+from cudaprobe.errors import UsageError
+from cudaprobe.output.base import Reporter
 from cudaprobe.output.stats_view import render_stats
 from cudaprobe.output.table import make_console
 from cudaprobe.probe import bpfprog
-from cudaprobe.probe.plan import select_functions
+from cudaprobe.probe.plan import ProbePlan, select_functions
 from cudaprobe.sessions.stats import StatsOptions, run_stats
+from cudaprobe.sessions.trace import SessionOptions, TraceSession
+from cudaprobe.targets.selection import Targets
+
+
+class _Tally(Reporter):
+    """The reporter of a --by kernel session: counts launches, writes nothing."""
+
+    name = "tally"
+
+    def __init__(self, tally: KernelTally) -> None:
+        super().__init__(io.StringIO())
+        self.tally = tally
+
+    def calls(self, calls: list[Call]) -> None:
+        self.tally.add(calls)
+
+
+def stats_by_kernel(plan: ProbePlan, settings: bpfprog.Settings, command: list[str],
+                    targets: Targets | None, notify, duration: float | None
+                    ) -> tuple[StatsReport, int]:
+    """Trace the launches and count them per kernel name (analysis.stats.KernelTally)."""
+    tally = KernelTally()
+    kernels = KernelSymbolizer.for_session(command, [a.path for a in plan.attachments])
+    session = TraceSession(plan, settings, _Tally(tally), None, SessionOptions(
+        duration=duration, command=command, symbolize=kernels, see_process=kernels.see,
+        targets=targets, notify=notify))
+    started = time.monotonic()
+    status = session.run()
+    s = session.summary
+    lost = {k: v for k, v in s.lost.items() if k not in NOT_LOST}
+    report = StatsReport(tally.functions, time.monotonic() - started, s.libraries, s.not_found,
+                         len(s.in_flight), lost)
+    return report, status
 
 
 @click.command("stats", context_settings={"show_default": True})
 @probe_options(events="count")
 @click.option("--sort", type=click.Choice(sorted(SORT_KEYS)), default="total",
               help="Order of the rows (largest first; `name` alphabetical).")
+@click.option("--by", type=click.Choice(["function", "kernel"]), default="function",
+              help="A row per traced function (counted in the kernel), or per kernel "
+                   "launched (counted from traced launches: costs what `trace` does).")
 @click.option("-i", "--interval", type=Seconds(), metavar="SECONDS",
               help="Also print the table (cumulative) every SECONDS.")
 @report_file_options("docs/stats.md")
@@ -47,7 +91,7 @@ from cudaprobe.sessions.stats import StatsOptions, run_stats
               metavar="PERCENT", help="How far a count or p50 may move under --compare.")
 @click.option("--min-calls", type=click.IntRange(min=1), default=DEFAULT_MIN_CALLS,
               metavar="N", help="Compare p50 only where both runs made at least N calls.")
-def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, command, sort,
+def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, command, sort, by,
                   interval, as_json, output, force, baseline, threshold, min_calls) -> None:
     """Count CUDA calls in the kernel: per function, calls, total, avg, min, max
     and p50/p95/p99 latency, and failed calls by error name. The table is
@@ -68,11 +112,27 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
       sudo cudaprobe stats --interval 5 -e memory,transfer
       sudo cudaprobe stats --json -o api.json -- python train.py
       sudo cudaprobe stats --compare api.json -- python train.py
+      sudo cudaprobe stats --by kernel -- python train.py
+
+    With --by kernel, a row per kernel name: the launches (category kernel)
+    are traced, not counted in the kernel, and each is named as `trace` names
+    it (the calls that make driver kernel handles are traced too, to name
+    them); launches of an unknown kernel are a row per call, "(kernel unknown)".
     """
     apis = APIS[api]
-    functions = select_functions(list(events), apis)
+    by_kernel = by == "kernel"
+    if by_kernel and interval:
+        raise UsageError("--interval goes with --by function")
+    functions = select_functions(list(events) or (["kernel"] if by_kernel else []), apis)
+    if by_kernel:
+        functions = [f for f in functions if f.category == "kernel"]
+        if not functions:
+            raise UsageError("--by kernel counts launches: -e must include some")
+        # and the calls that make driver kernel handles, which name the launches
+        functions += [f for f in select_functions([], apis)
+                      if any(a.kind is ArgKind.OUT_FUNCTION for a in f.args)]
     plan, settings, targets = plan_targets(functions, libs, apis, pids, comm, wait, command,
-                                           dump_bpf, stats=True)
+                                           dump_bpf, stats=not by_kernel)
     if dump_bpf:
         click.echo(bpfprog.render(plan.probes, settings))
         return
@@ -80,9 +140,13 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
     stream, as_json, human = report_output(output, force, as_json)
     notify = announce(plan, targets, "counting")
     try:
-        report, status = run_stats(plan, settings, StatsOptions(
-            command=list(command), targets=targets, notify=notify, duration=duration,
-            interval=interval, sort=sort), human)
+        if by_kernel:
+            report, status = stats_by_kernel(plan, settings, list(command), targets, notify,
+                                             duration)
+        else:
+            report, status = run_stats(plan, settings, StatsOptions(
+                command=list(command), targets=targets, notify=notify, duration=duration,
+                interval=interval, sort=sort), human)
     finally:
         if targets is not None:
             targets.close()

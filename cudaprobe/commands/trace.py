@@ -82,7 +82,7 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
     summary_console = None if fmt == "table" else err
     if fmt == "table" and not isinstance(stream, StdoutStream):
         summary_console = err
-    kernels = KernelSymbolizer()
+    kernels = KernelSymbolizer.for_session(list(command), [a.path for a in plan.attachments])
     session = TraceSession(plan, settings, reporter, summary_console,
                            SessionOptions(duration=duration, command=list(command),
                                           symbolize=kernels, see_process=kernels.see,

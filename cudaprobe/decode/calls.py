@@ -10,11 +10,13 @@ from cudaprobe.catalogue.cuda_errors import error_name
 from cudaprobe.catalogue.functions import MEMCPY_KINDS, OUT_KINDS, ArgKind, Function
 from cudaprobe.decode.demangle import demangle, shorten
 from cudaprobe.decode.handles import NAME_KEY, UNKNOWN_WHY, KernelHandles
-from cudaprobe.probe.event import RawEvent
+from cudaprobe.probe.event import NAME_MAX, RawEvent, site_frame
 from cudaprobe.probe.plan import Probe
 
-# (pid, address) -> name, or None when unknown; supplied by the kernel-name resolver
-Symbolizer = Callable[[int, int], "str | None"]
+# (pid, address[, frame]) -> name, or None when unknown; supplied by the kernel-name
+# resolver. `frame` (event.site_frame): where the probe found the launch's call
+# site, which names the object even after the process has exited.
+Symbolizer = Callable[..., "str | None"]
 
 
 class Call:
@@ -243,12 +245,15 @@ def _cu_launch_config(cfg: tuple[int, ...]) -> dict[str, Any]:
             "hStream": _hex(cfg[4])}
 
 
-def _cstring(buffer: tuple[int, ...]) -> str:
-    """A string copied at entry into the event's cfg words (NUL-terminated there;
-    one that filled the buffer was cut short, and says so with a trailing …)."""
-    data = b"".join(w.to_bytes(8, "little") for w in buffer)
+def _cstring(raw: RawEvent) -> str:
+    """A string argument: read whole at exit (raw.text), or, for a call still
+    running, its first bytes copied at entry into the event's cfg words. Either
+    is NUL-terminated; one that filled its buffer was cut short, and says so
+    with a trailing …."""
+    data = raw.text or b"".join(w.to_bytes(8, "little") for w in raw.cfg)
     text = data.split(b"\0", 1)[0]
-    return text.decode("utf-8", "replace") + ("…" if len(text) >= len(data) - 1 else "")
+    cut = len(text) >= (NAME_MAX if raw.text else len(data)) - 1
+    return text.decode("utf-8", "replace") + ("…" if cut else "")
 
 
 # config kind -> decoder of the CFG_WORDS words read at entry; each returns
@@ -283,14 +288,19 @@ def decode_args(
                 parts.append(f"{stem}={_dim3_text(dims)}")
             continue
         if arg.kind is ArgKind.CSTRING:
-            args[arg.name] = text = _cstring(raw.cfg)
+            args[arg.name] = text = _cstring(raw)
             parts.append(f"{arg.name}={shorten(demangle(text))}")
             continue
         value, text = _decode_arg(arg.kind, raw.args, slot, raw.outs,
                                   function.out_index.get(arg.name))
         args[arg.name] = value
         if arg.kind is ArgKind.FUNC:
-            name = symbolize(pid, raw.args[slot]) if symbolize is not None else None
+            name = None
+            if symbolize is not None:
+                # where the probe found the launch's call site, the first time
+                frame = site_frame(raw.cfg)
+                name = (symbolize(pid, raw.args[slot], frame) if frame
+                        else symbolize(pid, raw.args[slot]))
             if not name and handles is not None:
                 # CUDA 12+ <<<>>> passes a cudaKernel_t (a CUkernel), not the host
                 # stub: named by the traced cuLibraryGetKernel that made it

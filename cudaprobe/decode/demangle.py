@@ -2,8 +2,12 @@
 
 `demangle` goes through ctypes rather than a c++filt process per name: a
 PyTorch run resolves hundreds of kernels, and libstdc++ is already loaded by
-bcc. Where it cannot be loaded, names stay mangled (still unique and
-searchable) rather than failing the trace.
+bcc. But __cxa_demangle refuses any name over 1024 characters (libiberty's
+guard against deep recursion, PR 87675, which only an option that
+__cxa_demangle does not pass turns off), and PyTorch's template kernels run
+to kilobytes: those go to `c++filt --no-recurse-limit` (binutils >= 2.31), one
+process per name, cached. Where neither can be had, names stay mangled
+(still whole, unique and searchable) rather than failing the trace.
 """
 
 from __future__ import annotations
@@ -11,8 +15,12 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import shutil
+import subprocess
 
 SHORT_LIMIT = 60  # longer names are shortened in the table; JSONL keeps them whole
+CXA_LIMIT = 1024  # the longest mangled name __cxa_demangle takes (2 * len <= 2048)
+CXXFILT_TIMEOUT_S = 5
 
 
 @functools.lru_cache(maxsize=1)
@@ -35,7 +43,11 @@ def _cxa_demangle() -> tuple[ctypes._CFuncPtr, ctypes._CFuncPtr] | None:
 def demangle(name: str) -> str:
     """`_Z6vecAddPKfS0_Pfi` -> `vecAdd(float const*, float const*, float*, int)`; names
     that are not mangled (extern "C" kernels) come back unchanged."""
-    api = _cxa_demangle() if name.startswith("_Z") else None
+    if not name.startswith("_Z"):
+        return name
+    if len(name) > CXA_LIMIT:
+        return _cxxfilt(name)
+    api = _cxa_demangle()
     if api is None:
         return name
     cxa_demangle, free = api
@@ -48,6 +60,19 @@ def demangle(name: str) -> str:
     finally:
         free(out)
     return text if status.value == 0 else name
+
+
+def _cxxfilt(name: str) -> str:
+    """A name too long for __cxa_demangle, through binutils' c++filt, or as it is."""
+    tool = shutil.which("c++filt")
+    if tool is None:
+        return name
+    try:
+        out = subprocess.run([tool, "--no-recurse-limit"], input=name, capture_output=True,
+                             text=True, timeout=CXXFILT_TIMEOUT_S, check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return name
+    return out or name
 
 
 def _matching_open(text: str, close: int, pair: str) -> int:

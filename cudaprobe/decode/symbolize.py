@@ -8,21 +8,33 @@ object and a file offset, the offset through the object's PT_LOAD segments to
 a link-time address (which removes the PIE/shared-library load bias), and
 that address to a symbol of .dynsym or .symtab (elfsyms, cached per object).
 
-A process may have exited by the time its launches are decoded, so its maps
-are read when it is first seen (`see`); they are read again when an address
+A process may have exited by the time its launches are decoded, and a program
+that launches and exits at once is gone before the reader wakes. So the
+probe records, at the first launch of each kernel in a process, where the
+launch's call site is: the object's build-id and the file offset, resolved by
+the kernel at that moment (event.site_frame). The host stub is in the same
+object, `func - caller` further on, and the object's symbols are found by
+build-id: in this session, in the on-disk cache (targets/symcache.py), or in
+a file that may be it (what the process had mapped when seen, and
+`add_candidates`: the traced command's executable, the probed libraries).
+Without a frame (a kernel older than 6.12, a lost record), names come from
+the maps, read when a process is first seen (`see`) and again when an address
 lies in none of the objects mapped then (a library dlopen'ed later).
 """
 
 from __future__ import annotations
 
 import bisect
+import os
+import shutil
 from dataclasses import dataclass
 
 from elftools.common.exceptions import ELFError
 
 from cudaprobe.decode.demangle import demangle
 from cudaprobe.errors import CudaprobeError
-from cudaprobe.targets.elfsyms import ElfSymbols, read_symbols
+from cudaprobe.targets import symcache
+from cudaprobe.targets.elfsyms import ElfSymbols, build_id_of, read_symbols
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,17 @@ def link_address(mapping: Mapping, symbols: ElfSymbols, address: int) -> int | N
     return symbols.vaddr_of(address - mapping.start + mapping.offset)
 
 
+def files_named_in(argv: list[str]) -> list[str]:
+    """The files a command line names, the program found through PATH: for
+    `env VAR=x ./app`, ./app among them (which files are ELF is told later)."""
+    found = []
+    for arg in argv:
+        path = shutil.which(arg) if "/" not in arg else arg
+        if path and os.path.isfile(path):
+            found.append(os.path.abspath(path))
+    return found
+
+
 class KernelSymbolizer:
     """Callable (pid, host-stub address) -> demangled kernel name, or None."""
 
@@ -68,6 +91,20 @@ class KernelSymbolizer:
         self.proc = proc
         self._maps: dict[int, list[Mapping]] = {}
         self._names: dict[tuple[int, int], str | None] = {}
+        self._by_build_id: dict[str, ElfSymbols | None] = {}
+        self._candidates: list[str] = []  # files that may hold kernels (add_candidates)
+
+    @classmethod
+    def for_session(cls, command: list[str], libraries: list[str]) -> KernelSymbolizer:
+        """One for a session tracing `command` (may be empty) in `libraries`."""
+        symbolizer = cls()
+        symbolizer.add_candidates(files_named_in(command) + sorted(set(libraries)))
+        return symbolizer
+
+    def add_candidates(self, paths: list[str]) -> None:
+        """Files that may hold the kernels of processes that exit before their maps
+        are read: the traced command's executable, the probed libraries."""
+        self._candidates += [p for p in paths if p not in self._candidates]
 
     def _read_maps(self, pid: int) -> list[Mapping] | None:
         try:
@@ -83,9 +120,34 @@ class KernelSymbolizer:
 
     def _symbols(self, path: str) -> ElfSymbols | None:
         try:
-            return read_symbols(path)
+            symbols = read_symbols(path)
         except (OSError, ELFError, CudaprobeError):
             return None
+        if symbols.build_id and symbols.build_id not in self._by_build_id:
+            self._by_build_id[symbols.build_id] = symbols
+            symcache.save(symbols)
+        return symbols
+
+    def symbols_by_build_id(self, build_id: str, pid: int) -> ElfSymbols | None:
+        """The symbols of the object with `build_id`, wherever they can be found."""
+        if build_id in self._by_build_id:
+            return self._by_build_id[build_id]
+        symbols = symcache.load(build_id)
+        if symbols is None:
+            paths = [m.path for m in self._maps.get(pid, [])] + self._candidates
+            path = next((p for p in dict.fromkeys(paths) if build_id_of(p) == build_id), None)
+            symbols = self._symbols(path) if path else None
+        self._by_build_id[build_id] = symbols
+        return symbols
+
+    def in_object(self, pid: int, address: int, frame: tuple[str, int, int]
+                  ) -> tuple[ElfSymbols, int] | None:
+        """(symbols, link-time address) of `address`, from a frame the probe
+        recorded in the same object: (build-id, file offset, address there)."""
+        build_id, offset, known = frame
+        symbols = self.symbols_by_build_id(build_id, pid)
+        vaddr = symbols.vaddr_of(offset + address - known) if symbols else None
+        return (symbols, vaddr) if vaddr is not None else None
 
     def mapping_of(self, pid: int, address: int) -> Mapping | None:
         """The file mapping of `pid` that holds `address`."""
@@ -109,8 +171,23 @@ class KernelSymbolizer:
         name = symbols.name_at(vaddr) if vaddr is not None else None
         return demangle(name) if name else None
 
-    def __call__(self, pid: int, address: int) -> str | None:
+    def _resolve_in_frame(self, pid: int, address: int, frame: tuple[str, int, int]
+                          ) -> str | None:
+        found = self.in_object(pid, address, frame)
+        function = found[0].function_at(found[1]) if found else None
+        # a host stub is where a function starts: anything else is not one
+        # (a CUkernel handle, or a call site in another object than the stub)
+        return demangle(function[0]) if function and function[1] == found[1] else None
+
+    def __call__(self, pid: int, address: int, frame: tuple[str, int, int] | None = None
+                 ) -> str | None:
+        """The name of the kernel whose host stub is at `address` in `pid`; `frame`
+        (event.site_frame), where the probe found the launch's call site."""
         key = (pid, address)
+        if frame is not None and self._names.get(key) is None:
+            name = self._resolve_in_frame(pid, address, frame)
+            if name:
+                self._names[key] = name
         if key not in self._names:
             self._names[key] = self._resolve(pid, address)
         return self._names[key]

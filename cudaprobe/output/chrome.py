@@ -5,7 +5,11 @@ held in memory: a file cut short (cudaprobe killed) still opens, since the
 closing `]` is optional in that format. Per call one complete event ("X") on
 the track of its pid/tid, with the decoded arguments, result and DETAILS as
 args; a call still running at the end is a begin event ("B") that never
-ends. Process and thread names are metadata ("M") events, written the first
+ends. A launch whose kernel is known is named by the kernel, in the table's
+short form (namespace, name, template head; see decode.demangle.shorten),
+with the whole name in args.func_name and the API call in args.call, so that
+the timeline reads as kernels rather than as a row of cudaLaunchKernel.
+Process and thread names are metadata ("M") events, written the first
 time a pid or tid is seen. The summary is the last event: a global instant
 ("i", "s": "g") named "cudaprobe summary" (the array format has no room for
 `otherData`).
@@ -28,6 +32,8 @@ from typing import Any
 from cudaprobe.analysis.summary import Summary
 from cudaprobe.catalogue.functions import DRIVER, RUNTIME
 from cudaprobe.decode.calls import Call
+from cudaprobe.decode.demangle import shorten
+from cudaprobe.decode.handles import NAME_KEY
 from cudaprobe.output.base import Reporter
 
 PENDING_PER_THREAD = 256  # driver calls kept per thread, waiting for their runtime call
@@ -35,7 +41,7 @@ MAX_THREADS = 4096  # threads with pending driver calls; the oldest thread is fo
 SUMMARY_EVENT = "cudaprobe summary"
 FLOW_CATEGORY = "runtime_to_driver"
 # keys the reporter adds next to the decoded arguments (tests check no argument has one)
-RESULT_KEYS = ("ret", "ret_name", "details", "in_flight")
+RESULT_KEYS = ("ret", "ret_name", "details", "in_flight", "call")
 
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
                            check_circular=False).encode
@@ -94,14 +100,19 @@ class ChromeReporter(Reporter):
     def _slice(self, c: Call) -> dict[str, Any]:
         ts = c.ts_ns - self._origin
         args = dict(c.args)
+        name = c.event
+        kernel = args.get(NAME_KEY) if c.category == "kernel" else None
+        if kernel:
+            name = shorten(kernel)
+            args["call"] = c.event
         if c.duration_ns is None:  # never ended: shown as running to the end of the trace
             args["in_flight"] = True
-            event = {"name": c.event, "cat": f"{c.api},{c.category}", "ph": "B", "ts": _us(ts)}
+            event = {"name": name, "cat": f"{c.api},{c.category}", "ph": "B", "ts": _us(ts)}
             self._last_ns = max(self._last_ns, ts)
         else:
             args["ret"] = c.ret
             args["ret_name"] = c.ret_name
-            event = {"name": c.event, "cat": f"{c.api},{c.category}", "ph": "X", "ts": _us(ts),
+            event = {"name": name, "cat": f"{c.api},{c.category}", "ph": "X", "ts": _us(ts),
                      "dur": _us(c.duration_ns)}
             self._last_ns = max(self._last_ns, ts + c.duration_ns)
         args["details"] = c.details

@@ -18,7 +18,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from cudaprobe import __version__
-from cudaprobe.analysis.metrics import LATENCY_BOUNDS_S, CallMetrics
+from cudaprobe.analysis.metrics import LATENCY_BOUNDS_S, MAX_KERNELS, CallMetrics
 from cudaprobe.errors import CudaprobeError, UsageError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -119,6 +119,13 @@ class CallCollector:
         for labels, n in sorted(snap.live_bytes.items()):
             live.add_metric(labels, n)
         yield live
+        launches = CounterMetricFamily(
+            "cudaprobe_kernel_launches",
+            f"Kernel launches completed, by kernel name: the {MAX_KERNELS} launched most, "
+            "the rest and those of unknown name as `other`.", labels=["kernel", "api"])
+        for labels, n in sorted(snap.kernel_launches.items()):
+            launches.add_metric(labels, n)
+        yield launches
         lost = CounterMetricFamily("cudaprobe_lost_events",
                                    "Traced calls lost before they were counted, by cause.",
                                    labels=["cause"])

@@ -8,6 +8,7 @@ from rich.text import Text
 
 from cudaprobe.analysis.stats import PERCENTILE_NOTE, PERCENTILES, StatsReport
 from cudaprobe.decode.calls import humanize_ns
+from cudaprobe.decode.demangle import shorten
 
 COLUMNS = ("EVENT", "CALLS", "TOTAL", "AVG", "MIN", "MAX", *(f"P{q}" for q in PERCENTILES),
            "ERRORS")
@@ -24,8 +25,9 @@ def render_stats(report: StatsReport, console: Console, sort: str = "total",
                            sorted(s.errors.items(), key=lambda kv: -kv[1]))
         if s.errors_unkeyed:
             errors += f"{', ' if errors else ''}unknown code x{s.errors_unkeyed}"
-        table.add_row(Text(s.event), str(s.count), humanize_ns(s.total_ns), humanize_ns(s.avg_ns),
-                      humanize_ns(s.min_ns), humanize_ns(s.max_ns),
+        # kernel names (--by kernel) run to kilobytes: shortened here, whole in --json
+        table.add_row(Text(shorten(s.event)), str(s.count), humanize_ns(s.total_ns),
+                      humanize_ns(s.avg_ns), humanize_ns(s.min_ns), humanize_ns(s.max_ns),
                       *(humanize_ns(s.p(q)) for q in PERCENTILES),
                       Text(errors, style="red" if errors else ""))
     console.print(table)

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cudaprobe.catalogue.functions import ArgKind
 from cudaprobe.probe import event, uprobe_multi
 from cudaprobe.probe.plan import Probe
 
@@ -36,8 +37,9 @@ def default_attach() -> str:
 @dataclass(frozen=True)
 class Settings:
     ringbuf_pages: int = 4096  # 16 MiB with 4 KiB pages
-    max_inflight: int = 16384
-    wakeup_every: int = 1024
+    max_inflight: int = 16384  # pairing entries of threads without a slot (`inflight`)
+    wakeup_every: int = 1024  # a forced reader wakeup every N records per CPU
+    max_stacks: int = 16384  # user stacks kept (`stacks`, with stacks=True)
     filter_pid: bool = False
     filter_comm: bool = False  # with filter_pid: exec under the --comm name joins `targets`
     # uprobe_multi links per target process (--pid, -- COMMAND), so that other
@@ -53,10 +55,12 @@ class Settings:
 
 def probe_config(probe: Probe) -> tuple[int, ...]:
     """struct cp_probe_cfg for one probe: (nstack, cfg_slot, out8, out4, str_slot,
-    nargs, nouts, size)."""
+    nargs, nouts, size, func_slot)."""
     fn = probe.function
+    func_slot = next((slot for arg, slot in zip(fn.args, fn.slots) if arg.kind is ArgKind.FUNC),
+                     -1)
     return (fn.stack_words, fn.config_slot, fn.out_mask(8), fn.out_mask(4), fn.string_slot,
-            fn.words, len(fn.out_index), event.record_size(fn))
+            fn.words, len(fn.out_index), event.record_size(fn), func_slot)
 
 
 PAIR_BYTES = 8 << 20  # at most, for the per-thread pairing entries (`owned`)
@@ -79,14 +83,17 @@ def pair_threads(nprobes: int, entry_size: int) -> int:
 
 
 def defines(probes: list[Probe], settings: Settings) -> dict[str, str]:
+    """The program's -D settings: every number always (the C has no defaults),
+    each switch only when on (the C tests it with #ifdef)."""
     nprobes = max(1, len(probes))
     entry_size = STAMP_SIZE if settings.stats else event.EVENT_SIZE
     d = {
         "CP_RINGBUF_PAGES": str(settings.ringbuf_pages),
         "CP_MAX_INFLIGHT": str(settings.max_inflight),
-        "CP_WAKEUP_EVERY": str(settings.wakeup_every),
         "CP_PAIR_THREADS": str(pair_threads(nprobes, entry_size)),
-        "CP_PAIR_PROBES": str(nprobes),
+        "CP_NR_PROBES": str(nprobes),
+        "CP_WAKEUP_EVERY": str(settings.wakeup_every),
+        "CP_MAX_STACKS": str(settings.max_stacks),
     }
     if settings.attach == "perf":
         d["CP_PROBES"] = " ".join(f"CP_PROBE({p.func_id})" for p in probes)
@@ -98,7 +105,6 @@ def defines(probes: list[Probe], settings: Settings) -> dict[str, str]:
         d["CP_ERRORS_ONLY"] = "1"
     if settings.stats:
         d["CP_STATS"] = "1"
-        d["CP_STATS_PROBES"] = str(nprobes)
     if settings.stacks:
         d["CP_STACKS"] = "1"
     if settings.callers:
@@ -125,7 +131,8 @@ def render(probes: list[Probe], settings: Settings) -> str:
     header = (bpf_dir() / HEADER_NAME).read_text()
     src = src.replace(f'#include "{HEADER_NAME}"', f"/* {HEADER_NAME} */\n{header}")
     table = ["", "/* the `probes` map, as the loader fills it: "
-                 "id: {nstack, cfg_slot, out8, out4, str_slot, nargs, nouts, size} */"]
+                 "id: {nstack, cfg_slot, out8, out4, str_slot, nargs, nouts, size, "
+                 "func_slot} */"]
     table += [f"/* {p.func_id:3d} {p.symbol}: {{{', '.join(map(str, probe_config(p)))}}} */"
               for p in probes]
     return "\n".join(lines) + "\n\n" + src + "\n".join(table) + "\n"

@@ -74,6 +74,16 @@ RECORD_STRUCTS = [struct.Struct(f"<8x{_HEAD_FORMAT}{n}Q") for n in range(MAX_WOR
  R_STACK_ID) = range(11)
 R_WORDS = 11
 R_CFG = R_WORDS + MAX_WORDS  # present in whole records only
+# A record longer than the whole event is one followed by a string read at exit
+# (a kernel name, CP_NAME_MAX bytes at most with its NUL): the ring reader
+# appends those bytes to the event's tuple.
+R_TEXT = R_CFG + CFG_WORDS
+NAME_MAX = 8192  # CP_NAME_MAX
+# cfg words holding struct cp_frame (a call site, resolved to build-id and offset)
+FRAME_WORD = 8
+FRAME_STRUCT = struct.Struct("<i20sQQ")  # status, build_id, offset, caller
+FRAME_VALID = 1  # BPF_STACK_BUILD_ID_VALID: build_id and offset are set
+PAGE_SIZE = 4096  # x86-64: mappings start at page-aligned file offsets
 
 
 class RawEvent(NamedTuple):
@@ -89,9 +99,19 @@ class RawEvent(NamedTuple):
     comm: str
     caller: int = 0  # return address at entry: the call site (cudaprobe memory)
     stack_id: int = -1  # user stack id in the `stacks` map, or -1
+    text: bytes = b""  # a string read at exit, whole (R_TEXT), NUL-terminated
 
 
 NO_CFG = (0,) * CFG_WORDS
+
+
+class CallTally(NamedTuple):
+    """struct cp_tally of one probe, summed over CPUs (Tracer.read_tally)."""
+
+    calls: int
+    total_ns: int
+    errors: dict[int, int]  # return code -> failed calls
+    errors_unkeyed: int = 0  # failed calls whose code could not be kept (map full)
 
 
 def comm_text(comm: bytes) -> str:
@@ -120,4 +140,20 @@ def from_record(rec: tuple) -> RawEvent:
     cfg = rec[R_CFG : R_CFG + CFG_WORDS] if len(rec) > R_CFG else NO_CFG
     return RawEvent(rec[R_TS], rec[R_DURATION], rec[R_PID], rec[R_TID], rec[R_FUNC_ID],
                     rec[R_RET], args, outs, cfg, comm_text(rec[R_COMM]), rec[R_CALLER],
-                    rec[R_STACK_ID])
+                    rec[R_STACK_ID], rec[R_TEXT] if len(rec) > R_TEXT else b"")
+
+
+def site_frame(cfg: tuple[int, ...]) -> tuple[str, int, int] | None:
+    """(build-id in hex, file offset, address) of a call site, as the probe
+    recorded it (struct cp_frame) at the first launch of a kernel in a process,
+    or with CP_CALLER the first call from a call site; None where it did not."""
+    data = b"".join(w.to_bytes(8, "little") for w in cfg[FRAME_WORD : FRAME_WORD + 5])
+    status, build_id, offset, caller = FRAME_STRUCT.unpack(data)
+    # The walk starts with the return address only where the kernel sees the
+    # probe at a function's entry (Linux >= 6.12, a function that begins with
+    # push %rbp); else its first frame is a caller further up. A file offset and
+    # the address it is mapped at agree modulo the page size: a frame that does
+    # not is not the return address (1 in 4096 would pass by chance).
+    if status != FRAME_VALID or not caller or (offset - caller) % PAGE_SIZE:
+        return None
+    return build_id.hex(), offset, caller

@@ -18,7 +18,9 @@ header: u32 length with BUSY (bit 31) and DISCARD (bit 30) flags, u32 page
 offset; records are 8-byte aligned. Because the data is mapped twice in a
 row, the records between the two positions are one contiguous slice. The
 spool holds the records as the ring had them, headers and all, discarded
-ones too (the decoder skips them).
+ones too (the decoder skips them). A record longer than the longest layout
+is that layout followed by a string (a kernel name read at exit, see
+cp_named in bpf/cudaprobe.bpf.c): its bytes are the tuple's last item.
 
 The two positions are read and written as whole 8-byte words, through
 memoryviews cast to "Q": struct's "<Q" reads and writes them a byte at a
@@ -91,6 +93,8 @@ class RingBuffer:
         page = mmap.PAGESIZE
         self.size = size
         self.by_length = {r.size - HEADER.size: r.unpack_from for r in records}
+        longest = max(records, key=lambda r: r.size)
+        self.longest, self.unpack_longest = longest.size - HEADER.size, longest.unpack_from
         self.malformed = 0
         consumer = mmap.mmap(map_fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,
                              offset=0)
@@ -165,6 +169,9 @@ class RingBuffer:
                 unpack = by_length.get(real)
                 if unpack is not None:
                     append(unpack(blob, pos))
+                elif real > self.longest:  # an event and its string
+                    text = bytes(blob[pos + HEADER.size + self.longest : pos + HEADER.size + real])
+                    append(self.unpack_longest(blob, pos) + (text,))
                 else:
                     self.malformed += 1
             pos += step

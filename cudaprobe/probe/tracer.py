@@ -20,6 +20,7 @@ from cudaprobe.probe.event import (
     NR_COUNTERS,
     RECORD_STRUCTS,
     WAKEUPS,
+    CallTally,
     RawEvent,
     from_record,
     unpack_event,
@@ -182,6 +183,9 @@ class Tracer:
                 os.close(fd)
         perf = sorted(self._bpf.uprobe_fds.items() if self._bpf is not None else [],
                       key=lambda probe: not probe[0].startswith(b"p_"))  # entries first
+        if perf:  # they fire until the closer below is done: the programs stop now
+            detached = self._bpf["detached"]
+            detached[detached.Key(0)] = detached.Leaf(1)
         # bcc would close these one by one, 0.1 s each: a child process does it
         if perf and cleanup.close_in_background([fd for _name, fd in perf]):
             for name, _fd in perf:
@@ -324,25 +328,42 @@ class Tracer:
         return out
 
     def read_errors(self) -> dict[tuple[int, int], int]:
-        """CP_STATS: (probe id, return code) -> failed calls, summed over CPUs: the
-        codes each probe's per-CPU record holds, then the `stat_errors` hash's."""
+        """(probe id, return code) -> failed calls, summed over CPUs: the codes each
+        probe's per-CPU record holds (`stats`, or `tally` in trace mode), then the
+        `error_codes` hash's."""
         errors: dict[tuple[int, int], int] = {}
-        table = self._bpf["stats"]
+        table = self._bpf["stats" if self.settings.stats else "tally"]
         for p in self.plan.probes:
             for v in table[table.Key(p.func_id)]:
                 for ret, n in zip(v.err_ret, v.err_count):
                     if ret:
                         errors[p.func_id, ret] = errors.get((p.func_id, ret), 0) + n
-        for k, v in self._bpf["stat_errors"].items():
+        for k, v in self._bpf["error_codes"].items():
             errors[k.probe_id, k.ret] = errors.get((k.probe_id, k.ret), 0) + sum(v)
         return errors
 
-    def user_stack(self, stack_id: int) -> list[int]:
-        """CP_STACKS: the addresses of a recorded user stack, innermost first."""
+    def read_tally(self) -> dict[int, CallTally]:
+        """Trace mode: probe id -> the calls that returned, counted in the kernel
+        whether or not the ring buffer took their records, summed over CPUs."""
+        table, errors = self._bpf["tally"], self.read_errors()
+        out = {}
+        for p in self.plan.probes:
+            per_cpu = table[table.Key(p.func_id)]
+            out[p.func_id] = CallTally(
+                sum(v.count for v in per_cpu), sum(v.total_ns for v in per_cpu),
+                {ret: n for (fid, ret), n in errors.items() if fid == p.func_id},
+                sum(v.errors_unkeyed for v in per_cpu))
+        return out
+
+    def user_stack(self, stack_id: int) -> list[tuple[str, int]]:
+        """CP_STACKS: the frames of a recorded user stack, innermost first, each
+        (build-id in hex, file offset) as the kernel resolved it; the walk ends
+        at the first frame it could not resolve so."""
         if stack_id < 0:
             return []
         try:
-            return list(self._bpf["stacks"].walk(stack_id))
+            return [(bytes(f.build_id).hex(), f.offset)
+                    for f in self._bpf["stacks"].walk(stack_id)]
         except KeyError:  # evicted, or never stored
             return []
 

@@ -17,7 +17,7 @@ from cudaprobe.analysis.memtrack import MemCall, MemoryAccounting, ProcessMemory
 from cudaprobe.decode.calls import decode_event
 from cudaprobe.decode.callsites import CallSites
 from cudaprobe.probe.bpfprog import Settings
-from cudaprobe.probe.event import RawEvent
+from cudaprobe.probe.event import RawEvent, site_frame
 from cudaprobe.probe.plan import ProbePlan
 from cudaprobe.probe.tracer import Tracer
 from cudaprobe.sessions.run import POLL_MS, ProbeRun, RunOptions
@@ -40,7 +40,8 @@ class MemorySession:
         self.on_exit = on_exit  # a process exited: its leak report
         self.on_interval = on_interval
         self.accounting = MemoryAccounting()
-        self.sites = CallSites()
+        # the objects of a process that exits before its maps are read: found by build-id
+        self.sites = CallSites.for_session(options.command, [a.path for a in plan.attachments])
         self.lost: dict[str, int] = {}
         self.in_flight = 0
         self.decode_errors = 0
@@ -98,7 +99,7 @@ class MemorySession:
         stack = tracer.user_stack(raw.stack_id) if self.options.stacks else None
         return MemCall(call.ts_ns, call.duration_ns or 0, call.pid, call.tid, call.process,
                        call.event, call.ret or 0, call.args,
-                       self.sites.site(raw.pid, raw.caller, stack))
+                       self.sites.site(raw.pid, raw.caller, stack, site_frame(raw.cfg)))
 
     def ms(self, ts_ns: int) -> float:
         """A monotonic timestamp as milliseconds since tracing began."""

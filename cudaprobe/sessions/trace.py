@@ -175,6 +175,8 @@ class TraceSession:
         self.summary.in_flight = in_flight
         if in_flight:
             self.reporter.calls(in_flight)
+        # calls, errors and latency as the kernel counted them: exact when rows were lost
+        self.summary.take_kernel_counts(self.plan.probes, tracer.read_tally())
         lost = tracer.counters()
         lost["decode_errors"] = self.decode_errors
         output = self.options.output

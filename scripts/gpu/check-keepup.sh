@@ -27,6 +27,14 @@ W="$TORCH_PY benchmarks/torch_workloads.py"
 txt=$OUT/keepup.txt; jl=$OUT/keepup.jsonl; : > "$txt"; : > "$jl"
 args_of() { case $1 in loop) echo "--seconds 3";; mlp) echo "--iters 300";;
                        gemm) echo "--iters 100";; compile) echo "--iters 300";; esac; }
+waitfor() {  # $1: a test command, $2: seconds; false (and a note) if it never holds
+  local n=0
+  until eval "$1"; do
+    sleep 0.1; n=$((n + 1))
+    [ $n -gt $(($2 * 10)) ] && { echo "TIMEOUT waiting for: $1" >> "$txt"; return 1; }
+  done
+  return 0
+}
 record() {  # $1 label, $2 counts file, $3 trace, $4 --window or ""
   echo "== $1" >> "$txt"
   python3 benchmarks/oracle/compare.py "$2" "$3" $4 --json /tmp/cmp.json >> "$txt" 2>&1
@@ -46,16 +54,20 @@ for w in $WORKLOADS; do
   CUDA_INJECTION64_PATH=$ORACLE CUPTI_COUNTER_OUT=/tmp/$w-pid.cupti $W "$w" $a \
     --ready /tmp/$w.ready --go /tmp/$w.go --done /tmp/$w.done --quit /tmp/$w.quit > /tmp/$w-pid.out &
   wpid=$!
-  while [ ! -e /tmp/$w.ready ]; do sleep 0.1; done
-  cudaprobe trace --pid $wpid -f jsonl -o /tmp/$w-pid.jsonl --force 2>/tmp/$w-pid.err &
+  waitfor "[ -e /tmp/$w.ready ]" 120
+  start=$(date +%s.%N)
+  # python itself in the background, not the cudaprobe() function: $! must be its pid
+  python3 -m cudaprobe trace --pid $wpid -f jsonl -o /tmp/$w-pid.jsonl --force 2>/tmp/$w-pid.err &
   tpid=$!
-  until grep -q "attached to" /tmp/$w-pid.err; do sleep 0.1; done
-  touch /tmp/$w.go
-  while [ ! -e /tmp/$w.done ]; do sleep 0.1; done
-  kill -INT $tpid; wait $tpid
-  touch /tmp/$w.quit; wait $wpid
-  tail -2 /tmp/$w-pid.err >> "$txt"
-  record "$w pid" /tmp/$w-pid.cupti.window /tmp/$w-pid.jsonl --window
+  if waitfor "grep -q 'attached to' /tmp/$w-pid.err || ! kill -0 $tpid 2>/dev/null" 120; then
+    echo "$w pid: attached in $(python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 2))" "$start" "$(date +%s.%N)") s" >> "$txt"
+    touch /tmp/$w.go
+    waitfor "[ -e /tmp/$w.done ]" 120
+  fi
+  kill -TERM $tpid 2>/dev/null; wait $tpid  # (a job started with & ignores SIGINT)
+  touch /tmp/$w.go /tmp/$w.quit; wait $wpid
+  grep -v "SyntaxWarning\|re.match" /tmp/$w-pid.err | tail -3 >> "$txt"
+  [ -e /tmp/$w-pid.cupti.window ] && record "$w pid" /tmp/$w-pid.cupti.window /tmp/$w-pid.jsonl --window
 done
 
 # the other formats on the loop: losses (the summary line on stderr)

@@ -22,7 +22,10 @@ def build_memstub() -> Path:
     if all(p.exists() and p.stat().st_mtime >= newest for p in (cuda, cudart)):
         return STUB_DIR
     STUB_DIR.mkdir(parents=True, exist_ok=True)
-    cc = ["gcc", "-O1", "-g", "-shared", "-fPIC", f"-I{CUDA_HOME}/include"]
+    # with frame pointers, each function begins with push %rbp, as libcudart's do:
+    # the kernel's stack walk from their entry then starts with the return address
+    cc = ["gcc", "-O1", "-g", "-fno-omit-frame-pointer", "-shared", "-fPIC",
+          f"-I{CUDA_HOME}/include"]
     subprocess.run([*cc, "-Wl,-soname,libcuda.so.1", "-o", str(cuda), str(sources[0])],
                    check=True, capture_output=True, text=True)
     subprocess.run([*cc, "-Wl,-soname,libcudart.so.13", f"-Wl,--version-script={sources[2]}",

@@ -160,7 +160,7 @@ def test_duration_over_leaves_the_command_running(libcudart):
 
 def test_every_return_code_counted_past_the_codes_a_record_holds(tmp_path):
     """Six error codes of one function: the first four met are counted in the
-    probe's own per-CPU record, the other two in the `stat_errors` hash."""
+    probe's own per-CPU record, the other two in the `error_codes` hash."""
     exe = build_workload("error_codes.c")
     report, proc = stats_json(tmp_path, "stats.json", "--lib", str(exe),
                               command=[str(exe), "70", "7"])

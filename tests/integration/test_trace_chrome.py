@@ -26,14 +26,21 @@ def trace_chrome(path, *args, command, env=None):
     return events, report, proc
 
 
+def call_of(slice_event: dict) -> str:
+    """The call a slice is of: its name, or for a launch named by its kernel, args.call."""
+    return slice_event["args"].get("call", slice_event["name"])
+
+
 def test_one_slice_per_call_on_each_thread(tmp_path, libcudart):
     exe = build_workload("runtime_calls.c")
     events, report, proc = trace_chrome(tmp_path / "calls.chrome.json", "--lib", str(libcudart),
                                         command=[str(exe), "3", "2"])
     truth = expected_calls(proc.stdout)
     slices = [e for e in events if e["ph"] == "X"]
-    assert collections.Counter(e["name"] for e in slices) == collections.Counter(
+    assert collections.Counter(call_of(e) for e in slices) == collections.Counter(
         t["event"] for t in truth)
+    # a launch is named by its kernel (the workload's host function fake_kernel)
+    assert {e["name"] for e in slices if call_of(e) == "cudaLaunchKernel"} == {"fake_kernel"}
     assert len(slices) == 60 and report.summary["calls"] == 60
     assert report.summary["lost_total"] == 0 and report.summary["in_flight"] == 0
     assert report.lines()[1].endswith("the slices match it")
@@ -44,11 +51,11 @@ def test_one_slice_per_call_on_each_thread(tmp_path, libcudart):
     for track, stats in report.tracks.items():
         assert stats.slices == 30 and report.thread_names[track] == "runtime_calls"
         mine = sorted((e for e in slices if (e["pid"], e["tid"]) == track), key=lambda e: e["ts"])
-        assert [e["name"] for e in mine] == ORDER * 3
+        assert [call_of(e) for e in mine] == ORDER * 3
         assert all(a["ts"] + a["dur"] <= b["ts"] for a, b in zip(mine, mine[1:]))
     # durations are the calls' latencies: per function they add up to the summary's
     for name, stats in report.summary["by_event"].items():
-        durs = [e["dur"] for e in slices if e["name"] == name]
+        durs = [e["dur"] for e in slices if call_of(e) == name]
         assert all(d > 0 for d in durs)
         assert abs(sum(durs) * 1000 - stats["total_ns"]) < len(durs), name
     mallocs = [e["args"] for e in slices if e["name"] == "cudaMalloc"]
@@ -74,5 +81,5 @@ def test_runtime_calls_flow_to_the_driver_calls_they_made(tmp_path, libcudart, l
         assert name == "cudaGetDeviceCount -> cuDriverGetVersion"
         assert src.track == dst.track
         assert src.start_ns < dst.start_ns and dst.end_ns <= src.end_ns
-    assert collections.Counter(e["name"] for e in slices if e["cat"].startswith("runtime,")) == {
+    assert collections.Counter(call_of(e) for e in slices if e["cat"].startswith("runtime,")) == {
         name: 2 for name in ORDER}

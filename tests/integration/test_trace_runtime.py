@@ -12,6 +12,8 @@ import os
 
 import pytest
 
+from cudaprobe.catalogue.cuda_errors import error_name
+
 from ..conftest import build_workload
 from .conftest import expected_calls, trace_jsonl
 from .memstub import build_memstub, stub_env
@@ -155,3 +157,21 @@ def test_process_names_follow_renames_and_exec(tmp_path, libcudart, pair_threads
     assert [t["comm"] for t in truth] == ["renames", "renamed", "renamed", "other", "renames"]
     assert summary["lost_total"] == 0
     assert [(c["tid"], c["process"]) for c in calls] == [(t["tid"], t["comm"]) for t in truth]
+
+
+def test_summary_counts_every_call_by_its_code_with_errors_only(tmp_path):
+    """One function returning 0 and six error codes, traced --errors-only: the
+    rows are the failed calls; the summary, counted in the kernel, has every
+    call and each code (four kept in the probe's per-CPU record, two in the
+    `error_codes` hash)."""
+    exe = build_workload("error_codes.c")
+    calls, summary, proc = trace_jsonl(tmp_path, "--lib", str(exe), "--errors-only",
+                                       command=[str(exe), "70", "7"])
+    assert proc.returncode == 0, proc.stderr
+    made = {t["code"]: t["calls"] for t in expected_calls(proc.stdout)}
+    assert made == dict.fromkeys(range(7), 10)
+    assert len(calls) == summary["rows"] == 60 and all(c["ret"] for c in calls)
+    counted = summary["by_event"]["cudaGetDeviceCount"]
+    assert summary["calls"] == counted["calls"] == 70
+    assert counted["errors"] == {error_name("runtime", code): 10 for code in range(1, 7)}
+    assert counted["total_ns"] > sum(c["duration_ns"] for c in calls) > 0

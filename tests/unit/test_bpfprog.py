@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from cudaprobe.catalogue import functions as catalogue
 from cudaprobe.probe import bpfprog
 from cudaprobe.probe.plan import Probe
@@ -14,11 +16,13 @@ def probes():
 
 def test_probe_config_from_catalogue():
     p = probes()
-    # (nstack, cfg_slot, out8, out4, str_slot, nargs, nouts, record size)
-    assert bpfprog.probe_config(p[0]) == (0, -1, 0b1, 0, -1, 2, 1, 88)  # devPtr: 8-byte out
-    assert bpfprog.probe_config(p[1]) == (2, -1, 0, 0, -1, 8, 0, 128)  # sharedMem, stream: stack
-    assert bpfprog.probe_config(p[2]) == (0, 0, 0, 0, -1, 3, 0, 320)  # config in slot 0: whole
-    assert bpfprog.probe_config(p[3]) == (0, -1, 0, 0b1, -1, 3, 1, 96)  # float out-parameter
+    # (nstack, cfg_slot, out8, out4, str_slot, nargs, nouts, record size, func_slot)
+    assert bpfprog.probe_config(p[0]) == (0, -1, 0b1, 0, -1, 2, 1, 88, -1)  # devPtr: 8-byte out
+    # sharedMem, stream on the stack; the host stub in slot 0
+    assert bpfprog.probe_config(p[1]) == (2, -1, 0, 0, -1, 8, 0, 128, 0)
+    # config in slot 0: whole; the host stub in slot 1
+    assert bpfprog.probe_config(p[2]) == (0, 0, 0, 0, -1, 3, 0, 320, 1)
+    assert bpfprog.probe_config(p[3]) == (0, -1, 0, 0b1, -1, 3, 1, 96, -1)  # float out-parameter
 
 def test_multi_mode_needs_no_per_probe_programs():
     d = bpfprog.defines(probes(), bpfprog.Settings(attach="multi"))
@@ -40,7 +44,7 @@ def test_render_is_the_compiled_program():
     assert "#define CP_FILTER_PID 1" in text
     assert "struct cp_event {" in text  # header inlined
     assert "int cp_enter(struct pt_regs *ctx)" in text
-    assert "1 cudaLaunchKernel: {2, -1, 0, 0, -1, 8, 0, 128}" in text
+    assert "1 cudaLaunchKernel: {2, -1, 0, 0, -1, 8, 0, 128, 0}" in text
 
 
 def test_attach_mode_override(monkeypatch):
@@ -54,7 +58,7 @@ def test_pairing_slots_fit_their_memory_budget(monkeypatch):
     monkeypatch.delenv("CUDAPROBE_PAIR_THREADS", raising=False)
     # trace: 320-byte entries; 4 probes * 64 slots is 80 KiB
     d = bpfprog.defines(probes(), bpfprog.Settings(attach="multi"))
-    assert (d["CP_PAIR_THREADS"], d["CP_PAIR_PROBES"]) == ("64", "4")
+    assert (d["CP_PAIR_THREADS"], d["CP_NR_PROBES"]) == ("64", "4")
     # 1000 probes: 64 slots would be 20 MB, so 16 slots (5 MB), a power of 2
     assert bpfprog.pair_threads(1000, 320) == 16
     assert 16 * 1000 * 320 <= bpfprog.PAIR_BYTES < 32 * 1000 * 320
@@ -68,3 +72,15 @@ def test_pairing_slots_override(monkeypatch):
     for bad in ("3", "0", "128", "x", "-1"):  # not a power of 2 up to 64: the default
         monkeypatch.setenv("CUDAPROBE_PAIR_THREADS", bad)
         assert bpfprog.pair_threads(4, 320) == 64
+
+
+def test_the_c_takes_every_number_from_defines():
+    """bpfprog.Settings holds the defaults: the C has none, it stops at #error
+    for each number it is not given, and defines() gives them all, in any mode."""
+    src = (bpfprog.bpf_dir() / bpfprog.SOURCE_NAME).read_text()
+    needed = set(re.findall(r"^#ifndef (CP_\w+)\n#error", src, re.M))
+    assert {"CP_RINGBUF_PAGES", "CP_NR_PROBES", "CP_MAX_STACKS"} <= needed
+    assert not [n for n in needed if re.search(rf"^#define {n}\b", src, re.M)]
+    for settings in (bpfprog.Settings(attach="multi"),
+                     bpfprog.Settings(attach="perf", stats=True, filter_pid=True)):
+        assert needed <= set(bpfprog.defines(probes(), settings))

@@ -158,9 +158,22 @@ def test_names_with_quotes_and_brackets_are_escaped():
     events = render([launch])
     x = next(e for e in events if e["ph"] == "X")
     assert x["args"]["func_name"] == name
+    assert x["name"] == name and x["args"]["call"] == "cudaLaunchKernel"  # short: whole
     meta = {e["name"]: e["args"]["name"] for e in events if e["ph"] == "M"}
     assert meta == {"process_name": 'tr"a[i]n\\', "thread_name": 'tr"a[i]n\\'}
     checked(events)
+
+
+def test_launch_slices_are_named_by_kernel_in_short_form():
+    name = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+            "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, "
+            "at::detail::Array<char*, 1>)")
+    launch = call("cudaLaunchKernel", 1, 2, args=(0x401000,), symbolize=lambda pid, addr: name)
+    unnamed = call("cudaLaunchKernel", 3, 4, args=(0x402000,), symbolize=lambda pid, addr: None)
+    x = [e for e in render([launch, unnamed]) if e["ph"] == "X"]
+    assert x[0]["name"] == "at::native::vectorized_elementwise_kernel<…>"
+    assert x[0]["args"]["func_name"] == name and x[0]["args"]["call"] == "cudaLaunchKernel"
+    assert x[1]["name"] == "cudaLaunchKernel" and "call" not in x[1]["args"]
 
 
 def test_streamed_before_finish_and_loadable_if_cut_short(tmp_path):

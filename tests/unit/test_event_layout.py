@@ -29,6 +29,9 @@ int main(void) {
     printf("CP_LOST_RINGBUF %d\nCP_LOST_PAIRING %d\nCP_WAKEUPS %d\nCP_NR_COUNTERS %d\n",
            CP_LOST_RINGBUF, CP_LOST_PAIRING, CP_WAKEUPS, CP_NR_COUNTERS);
     printf("cfg_size %zu\n", sizeof(struct cp_probe_cfg));
+    printf("CP_NAME_MAX %d\nCP_FRAME_WORD %d\nframe_size %zu\n", CP_NAME_MAX, CP_FRAME_WORD,
+           sizeof(struct cp_frame));
+    printf("frame_offset %zu\n", offsetof(struct cp_frame, offset));
     return 0;
 }
 """
@@ -62,8 +65,14 @@ def test_constants_match_header(c_layout):
     assert c_layout["CP_LOST_PAIRING"] == event.LOST_PAIRING
     assert c_layout["CP_WAKEUPS"] == event.WAKEUPS
     assert c_layout["CP_NR_COUNTERS"] == event.NR_COUNTERS
-    assert c_layout["cfg_size"] == 28
+    assert c_layout["cfg_size"] == 32
     assert c_layout["CP_EVENT_HEAD"] == event.HEAD_SIZE
+    assert c_layout["CP_NAME_MAX"] == event.NAME_MAX
+    assert c_layout["CP_FRAME_WORD"] == event.FRAME_WORD
+    # struct cp_frame: struct bpf_stack_build_id (32 bytes, offset at 24), the address
+    assert c_layout["frame_size"] == event.FRAME_STRUCT.size == 40
+    assert c_layout["frame_offset"] == 24
+    assert event.FRAME_WORD * 8 + event.FRAME_STRUCT.size <= event.CFG_WORDS * 8
 
 
 def test_unpack_rejects_short_data():

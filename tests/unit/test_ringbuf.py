@@ -69,8 +69,10 @@ def test_records_come_through_the_spool_in_order_and_busy_ones_wait():
         HEADER.pack_into(fake.map, busy, 8, 0)  # committed now
         assert wait_for(ring, 2) == [(4,), (5, 6)]
         assert fake.consumer[0] == fake.producer[0]  # the ring is empty again
-        fake.put(bytes(24))  # no layout of that size
-        assert ring.drain() == [] and ring.malformed == 1
+        fake.put(bytes(12))  # no layout of that size
+        # longer than the longest layout: that layout, then a string (a kernel name)
+        fake.put(EVENT.pack(7, 8) + b"vecAdd\0")
+        assert ring.drain() == [(7, 8, b"vecAdd\0")] and ring.malformed == 1
         assert ring.drain() == []
     finally:
         ring.close()

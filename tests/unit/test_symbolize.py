@@ -5,13 +5,19 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from cudaprobe.decode.callsites import CallSites
 from cudaprobe.decode.demangle import demangle, shorten
 from cudaprobe.decode.symbolize import KernelSymbolizer, Mapping, find_mapping, parse_maps
+from cudaprobe.probe.event import CFG_WORDS, FRAME_STRUCT, FRAME_WORD, site_frame
+from cudaprobe.targets.elfsyms import read_symbols
+
+from ..conftest import libcudart_path
 
 TORCH_FILL = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
               "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, "
@@ -135,3 +141,72 @@ def test_maps_are_read_again_for_an_address_mapped_later(tmp_path):
     sym.see(7)
     maps.write_text(Path("/proc/self/maps").read_text())
     assert sym(7, address) == "qsort"
+
+
+def frame_in(path, function: str, into: int, caller: int) -> tuple[str, int, int]:
+    """A launch frame as the probe records it: build-id, file offset and address
+    of a call site `into` bytes into `function` of the object at `path`."""
+    table = read_symbols(str(path))
+    return table.build_id, table.functions[function] + into, caller
+
+
+@pytest.fixture
+def cudart(tmp_path, monkeypatch):
+    path = libcudart_path()
+    if path is None:
+        pytest.skip("no libcudart")
+    monkeypatch.setenv("CUDAPROBE_CACHE_DIR", str(tmp_path / "cache"))
+    return path
+
+
+def test_a_frame_names_a_stub_without_the_process(tmp_path, cudart):
+    """No maps at all (the process is gone): the object is found by build-id among
+    the candidates, the stub `func - caller` away from the recorded call site."""
+    sym = KernelSymbolizer(proc=str(tmp_path))  # no /proc/PID here
+    sym.add_candidates(["/bin/true", str(cudart)])
+    caller = 0x7F00DEAD1040
+    frame = frame_in(cudart, "cudaMalloc", 0x40, caller)
+    stub = caller - 0x40  # cudaMalloc's first byte, where a host stub would be
+    assert sym(4242, stub, frame) == "cudaMalloc"
+    assert sym(4242, stub + 1, frame) is None  # inside a function: no stub there
+    assert sym(4243, stub, ("00" * 20, 0x1000, caller)) is None  # an object unknown
+
+
+def test_a_frame_is_named_from_the_cache_once_its_object_was_read(tmp_path, cudart):
+    first = KernelSymbolizer(proc=str(tmp_path))
+    first.add_candidates([str(cudart)])
+    caller = 0x7F00DEAD1040
+    frame = frame_in(cudart, "cudaFree", 0x10, caller)
+    assert first(1, caller - 0x10, frame) == "cudaFree"
+    later = KernelSymbolizer(proc=str(tmp_path))  # no candidates: the disk cache only
+    assert later(1, caller - 0x10, frame) == "cudaFree"
+
+
+def cfg_with_frame(status: int, build_id: bytes, offset: int, caller: int) -> tuple[int, ...]:
+    data = FRAME_STRUCT.pack(status, build_id, offset, caller)
+    words = struct.unpack(f"<{len(data) // 8}Q", data)
+    return (0,) * FRAME_WORD + words + (0,) * (CFG_WORDS - FRAME_WORD - len(words))
+
+
+def test_site_frame_is_taken_only_where_offset_and_address_agree():
+    bid = bytes(range(20))
+    assert site_frame(cfg_with_frame(1, bid, 0x12345, 0x7F0000012345)) == (
+        bid.hex(), 0x12345, 0x7F0000012345)
+    # a caller further up the stack (no push %rbp at the probed entry): another page offset
+    assert site_frame(cfg_with_frame(1, bid, 0x12999, 0x7F0000012345)) is None
+    assert site_frame(cfg_with_frame(2, bid, 0x12345, 0x7F0000012345)) is None  # only an IP
+    assert site_frame(cfg_with_frame(0, bid, 0, 0)) is None  # not recorded
+
+
+def test_call_site_and_callers_named_from_frames_without_maps(tmp_path, cudart):
+    sites = CallSites.for_session([], [str(cudart)])
+    sites.proc = str(tmp_path)  # the process is gone: no maps
+    caller = 0x7F00DEAD1040
+    site = frame_in(cudart, "cudaMalloc", 0x40, caller)
+    outer = frame_in(cudart, "cudaFree", 0x10, 0)[:2]
+    probed = frame_in(cudart, "cudaGetDevice", 0, 0)[:2]
+    names = sites.site(7, caller, [probed, site[:2], outer], site)
+    assert names == (f"cudaMalloc+0x40 ({cudart.name})", f"cudaFree+0x10 ({cudart.name})")
+    # a later call from the same site carries no frame: named and deduplicated alike
+    assert sites.site(7, caller, [probed, site[:2], outer]) == names
+    assert sites.frame_name(7, ("ab" * 20, 0x99)) == "abababababab+0x99"  # object unknown

@@ -1,7 +1,7 @@
 /* Many return codes from one function, for cudaprobe stats: this executable
  * defines its own cudaGetDeviceCount (trace it with --lib on this file), and
  * its k-th call returns k % CODES (0 is success). More codes than a probe's
- * own per-CPU record holds (CP_ERR_SLOTS, 4) go to the `stat_errors` hash.
+ * own per-CPU record holds (CP_ERR_SLOTS, 4) go to the `error_codes` hash.
  * Usage: error_codes CALLS CODES; prints {"code": N, "calls": M} per code.
  */
 #include <stdio.h>

@@ -1,0 +1,64 @@
+"""The trace summary: per-function counts from the rows, or from the kernel's
+tally of every call, with the rows and the losses beside them."""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+
+from rich.console import Console
+
+from cudaprobe.analysis.summary import UNKNOWN_CODE, Summary
+from cudaprobe.catalogue import functions as catalogue
+from cudaprobe.probe.event import CallTally
+from cudaprobe.probe.plan import Probe
+
+PROBES = [Probe(0, "cudaMalloc", catalogue.BY_NAME["cudaMalloc"]),
+          Probe(1, "cuMemAlloc_v2", catalogue.BY_NAME["cuMemAlloc"]),
+          Probe(2, "cudaFree", catalogue.BY_NAME["cudaFree"])]
+
+
+def rows_seen() -> Summary:
+    """What the record loop added: 3 rows of cudaMalloc, 2 of them failed."""
+    s = Summary()
+    s.add_counts("cudaMalloc", 3, 3000, Counter({"cudaErrorInsufficientDriver": 2}))
+    s.lost = {"ringbuf_full": 997, "pairing_map_full": 0, "wakeups": 5}
+    s.duration_s = 1.0
+    return s
+
+
+def rendered(s: Summary) -> str:
+    buf = io.StringIO()
+    s.render(Console(file=buf, width=120))
+    return buf.getvalue()
+
+
+def test_kernel_counts_are_the_calls_and_the_rows_stay_beside():
+    s = rows_seen()
+    s.take_kernel_counts(PROBES, {
+        0: CallTally(1000, 2_000_000, {35: 990, 2: 3}, errors_unkeyed=1),
+        1: CallTally(4, 40, {100: 4}),  # a driver code: named by the driver's table
+        2: CallTally(0, 0, {}),  # never called: no row in the summary
+    })
+    d = s.to_dict()
+    assert d["calls"] == 1004 and d["rows"] == 3
+    assert d["by_event"] == {
+        "cudaMalloc": {"calls": 1000, "total_ns": 2_000_000, "errors": {
+            "cudaErrorInsufficientDriver": 990, "cudaErrorMemoryAllocation": 3,
+            UNKNOWN_CODE: 1}},
+        "cuMemAlloc_v2": {"calls": 4, "total_ns": 40, "errors": {"CUDA_ERROR_NO_DEVICE": 4}},
+    }
+    assert d["lost"] == {"ringbuf_full": 997, "pairing_map_full": 0}  # not folded in
+    assert d["lost_total"] == 997
+    text = rendered(s)
+    assert "1004 calls in 1.00s, 3 as rows, 0 still in flight, 997 lost (ringbuf_full=997)" in text
+    assert "2.0µs" in text  # cudaMalloc's average: 2 ms over 1000 calls, not over 3 rows
+
+
+def test_without_kernel_counts_the_rows_are_the_calls():
+    s = rows_seen()
+    d = s.to_dict()
+    assert d["calls"] == d["rows"] == 3
+    assert d["by_event"]["cudaMalloc"] == {"calls": 3, "total_ns": 3000,
+                                           "errors": {"cudaErrorInsufficientDriver": 2}}
+    assert "3 calls in 1.00s, 0 still in flight, 997 lost" in rendered(s)
