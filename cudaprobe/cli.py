@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 import traceback
 from typing import Any, NoReturn
@@ -16,9 +18,12 @@ from cudaprobe.commands.memory import memory_command
 from cudaprobe.commands.serve import serve_command
 from cudaprobe.commands.stats import stats_command
 from cudaprobe.commands.trace import trace_command
-from cudaprobe.errors import CudaprobeError
+from cudaprobe.errors import CudaprobeError, OutputFailed
 
 NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+# what a write to stdout or a file fails with while running (an OSError without
+# a file name: open() and the like carry theirs)
+WRITE_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EFBIG, errno.EDQUOT, errno.EBADF)
 
 
 class CudaprobeGroup(click.Group):
@@ -29,6 +34,9 @@ class CudaprobeGroup(click.Group):
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         try:
             rv = super().main(*args, standalone_mode=False, **kwargs)
+        except SystemExit:
+            _flush_stdout()  # a command's own exit status (trace -- COMMAND)
+            raise
         except NO_ARGS_IS_HELP as e:  # bare `cudaprobe`: the help, as before click 8.2
             click.echo(e.ctx.get_help())
             rv = 0
@@ -38,6 +46,7 @@ class CudaprobeGroup(click.Group):
             _fail(" ".join(e.format_message().split()) + hint, 2)
         except click.Abort:  # Ctrl-C before tracing started
             _fail("interrupted", 130)
+        _flush_stdout()
         if not standalone_mode:
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)
@@ -45,12 +54,22 @@ class CudaprobeGroup(click.Group):
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
+        except OutputFailed as e:
+            if e.errno == errno.EPIPE:
+                _reader_gone()
+            _fail(str(e), e.exit_code)
         except CudaprobeError as e:
             if _verbose(ctx):
                 traceback.print_exc()
             _fail(str(e), e.exit_code)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
+        except BrokenPipeError:
+            _reader_gone()
+        except OSError as e:
+            if e.errno not in WRITE_ERRNOS or e.filename is not None:
+                raise
+            _fail(f"writing output failed: {e.strerror}", OutputFailed.exit_code)
         except Exception as e:
             if _verbose(ctx):
                 traceback.print_exc()
@@ -62,6 +81,27 @@ class CudaprobeGroup(click.Group):
 def _verbose(ctx: click.Context) -> bool:
     """-v, which the group's callback has put in ctx.obj by the time anything fails."""
     return bool(ctx.obj and ctx.obj.get("verbose"))
+
+
+def _reader_gone() -> NoReturn:
+    """stdout's reader has seen enough (`| head`): a quiet exit, as other tools
+    make, with stdout on /dev/null so that the interpreter's last flush is quiet."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    sys.exit(0)
+
+
+def _flush_stdout() -> None:
+    """What click and rich left in sys.stdout's buffer, written now so that a
+    failure is said here, not by the interpreter at exit."""
+    if sys.stdout is None:
+        return
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _reader_gone()
+    except OSError as e:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        _fail(f"writing output failed: {e.strerror}", OutputFailed.exit_code)
 
 
 def _fail(message: str, code: int) -> NoReturn:

@@ -101,6 +101,18 @@ class OutputError(CudaprobeError):
     pass
 
 
+class OutputFailed(CudaprobeError):
+    """Writing the output failed while running (disk full, EIO, reader gone):
+    exit 1, as a run that went wrong rather than bad input. The CLI exits
+    quietly for EPIPE, the way a pipe's reader says it has seen enough."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+
 class UsageError(CudaprobeError):
     pass
 

@@ -108,8 +108,8 @@ def not_root_uid() -> int:
 @pytest.fixture
 def scratch(tmp_path: Path) -> Path:
     """A directory for bad input (tests/badinput.py): an existing output file, a
-    non-ELF 'library', an aarch64 ELF, an empty directory, a symlink and a
-    non-executable file."""
+    non-ELF 'library', an aarch64 ELF, a truncated one, a FIFO, an empty
+    directory, a symlink and a non-executable file."""
     (tmp_path / "exists.jsonl").write_text("keep me\n")
     (tmp_path / "libcudart.so.12").write_text("not ELF\n")
     arm = tmp_path / "arm" / "libcudart.so.12"
@@ -120,4 +120,8 @@ def scratch(tmp_path: Path) -> Path:
     (tmp_path / "empty").mkdir()
     (tmp_path / "link.jsonl").symlink_to(tmp_path / "exists.jsonl")
     (tmp_path / "script").write_text("#!/bin/sh\n")
+    cut = tmp_path / "cut" / "libcudart.so.12"  # its ELF header whole, its sections gone
+    cut.parent.mkdir()
+    cut.write_bytes(Path("/bin/true").read_bytes()[:3000])
+    os.mkfifo(tmp_path / "fifo.so")  # open() would wait for a writer for good
     return tmp_path

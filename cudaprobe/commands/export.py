@@ -100,6 +100,6 @@ def bpftrace_command(libs, pids, events, api, summary, output, force) -> None:
     to_file = bool(output) and output != "-"
     stream = open_output(output, force)
     stream.write(render_script(plan, options, os.path.basename(output) if to_file else None))
+    stream.close()
     if to_file:
-        stream.close()
         os.chmod(output, 0o755)

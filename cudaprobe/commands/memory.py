@@ -10,11 +10,13 @@ import click
 from cudaprobe.analysis.memtrack import memory_functions
 from cudaprobe.commands.options import (
     APIS,
+    Seconds,
     announce,
     plan_targets,
     probe_options,
     report_file_options,
     report_output,
+    write_report,
 )
 from cudaprobe.output.memory_view import render_exit, render_processes, render_summary, to_dict
 from cudaprobe.output.table import make_console
@@ -27,7 +29,7 @@ from cudaprobe.sessions.memory import MemoryOptions, MemorySession
 @click.option("--stacks", is_flag=True,
               help="Record each allocation's user stack: callers under the call site "
                    "(needs frame pointers in the calling code).")
-@click.option("-i", "--interval", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+@click.option("-i", "--interval", type=Seconds(), metavar="SECONDS",
               help="Show live bytes per process every SECONDS.")
 @report_file_options("docs/memory.md")
 def memory_command(libs, api, duration, dump_bpf, pids, comm, wait, command, stacks, interval,
@@ -79,16 +81,19 @@ def memory_command(libs, api, duration, dump_bpf, pids, comm, wait, command, sta
         if targets is not None:
             targets.close()
     processes = list(session.accounting.processes.values())
-    render_summary(processes, session.lost, session.in_flight, session.duration_s, human)
-    if output or as_json:
-        if as_json:
-            stream.write(json.dumps(to_dict(processes, session.lost, session.in_flight,
-                                            session.duration_s, session.libraries, session.ms),
-                                    indent=2) + "\n")
-        else:
-            for p in processes:
-                render_exit(p, make_console(stream), session.ms)
-        if stream is not sys.stdout:
+
+    def write() -> None:
+        render_summary(processes, session.lost, session.in_flight, session.duration_s, human)
+        if output or as_json:
+            if as_json:
+                stream.write(json.dumps(to_dict(processes, session.lost, session.in_flight,
+                                                session.duration_s, session.libraries,
+                                                session.ms), indent=2) + "\n")
+            else:
+                for p in processes:
+                    render_exit(p, make_console(stream), session.ms)
             stream.close()
+
+    status = write_report(write, status, bool(command))
     if status:
         sys.exit(status)

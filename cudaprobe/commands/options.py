@@ -3,17 +3,25 @@ probe, and which processes: `-- COMMAND`, --pid, --comm."""
 
 from __future__ import annotations
 
+import errno
+import math
 import os
 import sys
-from typing import Callable, TextIO
+from typing import Callable
 
 import click
 from rich.console import Console
 from rich.text import Text
 
 from cudaprobe.catalogue.functions import DRIVER, HOT, RUNTIME, Function
-from cudaprobe.errors import LibraryNotFound, NotRoot, SymbolMissing, UsageError
-from cudaprobe.output.files import open_output
+from cudaprobe.errors import (
+    LibraryNotFound,
+    NotRoot,
+    OutputFailed,
+    SymbolMissing,
+    UsageError,
+)
+from cudaprobe.output.files import OutputStream, StdoutStream, open_output
 from cudaprobe.output.table import make_console
 from cudaprobe.probe import bpfprog
 from cudaprobe.probe.plan import ProbePlan, plan_probes
@@ -23,6 +31,22 @@ from cudaprobe.targets.libs import discover_libraries, resolve_lib_arg
 from cudaprobe.targets.selection import Targets, initial_libraries
 
 APIS = {"runtime": {RUNTIME}, "driver": {DRIVER}, "all": {RUNTIME, DRIVER}}
+
+
+class Seconds(click.ParamType):
+    """A time in seconds: a positive, finite number (float() takes `nan` and
+    `inf`, which would never end a --duration)."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            seconds = math.nan
+        if not (math.isfinite(seconds) and seconds > 0):
+            self.fail(f"{value!r} is not a number of seconds above 0", param, ctx)
+        return seconds
 
 
 def resolve_libraries(libs: tuple[str, ...], apis: set[str]) -> list[str]:
@@ -54,7 +78,7 @@ def probe_options(events: str | None) -> Callable[[Callable], Callable]:
     options += [
         click.option("--api", type=click.Choice(sorted(APIS)), default="all",
                      help="Runtime (libcudart), driver (libcuda), or both."),
-        click.option("-d", "--duration", type=click.FloatRange(min=0, min_open=True),
+        click.option("-d", "--duration", type=Seconds(),
                      metavar="SECONDS", help="Stop after this many seconds."),
         click.option("--dump-bpf", is_flag=True,
                      help="Print the BPF program and exit (no root needed)."),
@@ -88,6 +112,8 @@ def plan_targets(functions: list[Function], libs: tuple[str, ...], apis: set[str
         raise UsageError("-- COMMAND selects the process it starts: leave out --pid and --comm")
     if wait and not pids:
         raise UsageError("--wait goes with --pid")
+    if comm is not None and not comm.strip():
+        raise UsageError("--comm needs a process name (as in /proc/PID/comm)")
     follow = bool(command or pids or comm)
     config = bpfprog.Settings(filter_pid=follow, filter_comm=comm is not None,
                               per_process=bool(command or pids) and comm is None, **settings)
@@ -146,11 +172,39 @@ def report_file_options(schema_doc: str) -> Callable[[Callable], Callable]:
     return decorate
 
 
-def report_output(output: str | None, force: bool, as_json: bool) -> tuple[TextIO, bool, Console]:
+def report_output(output: str | None, force: bool,
+                  as_json: bool) -> tuple[OutputStream, bool, Console]:
     """Where a report goes: the -o stream (stdout without it), whether it is JSON
     (--json, or FILE.json), and the console for the human report: stdout, unless
     the JSON goes there."""
     as_json = as_json or bool(output and output.endswith(".json"))
     stream = open_output(output, force)
     return stream, as_json, make_console(
-        sys.stderr if as_json and stream is sys.stdout else sys.stdout)
+        sys.stderr if as_json and isinstance(stream, StdoutStream) else sys.stdout)
+
+
+def write_report(write: Callable[[], None], status: int, command: bool) -> int:
+    """Write the report at the end of a run (`write`), and return the exit status:
+    `status`, unless the write failed (disk full, EIO, stdout closed or its reader
+    gone). Then one line says so (none for EPIPE, a reader that has seen enough)
+    and the status is -- COMMAND's all the same, or 1 without one (0 for EPIPE)."""
+    try:
+        write()
+        if sys.stdout is None:  # started with stdout closed: the human report went nowhere
+            raise OutputFailed("writing stdout failed: stdout is closed", errno.EBADF)
+        sys.stdout.flush()
+    except OutputFailed as e:
+        failure, message = e.errno, str(e)
+    except OSError as e:
+        if e.filename is not None:  # not a write: open() and the like name their file
+            raise
+        failure, message = e.errno, f"writing output failed: {e.strerror}"
+    else:
+        return status
+    if sys.stdout is not None:  # the interpreter's last flush: quiet
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    if failure != errno.EPIPE:
+        click.echo(f"cudaprobe: {message}", err=True)
+    if command:
+        return status
+    return 0 if failure == errno.EPIPE else OutputFailed.exit_code

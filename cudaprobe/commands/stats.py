@@ -22,11 +22,13 @@ from cudaprobe.analysis.summary import NOT_LOST
 from cudaprobe.catalogue.functions import ArgKind
 from cudaprobe.commands.options import (
     APIS,
+    Seconds,
     announce,
     plan_targets,
     probe_options,
     report_file_options,
     report_output,
+    write_report,
 )
 from cudaprobe.decode.calls import Call
 from cudaprobe.decode.symbolize import KernelSymbolizer
@@ -79,7 +81,7 @@ def stats_by_kernel(plan: ProbePlan, settings: bpfprog.Settings, command: list[s
 @click.option("--by", type=click.Choice(["function", "kernel"]), default="function",
               help="A row per traced function (counted in the kernel), or per kernel "
                    "launched (counted from traced launches: costs what `trace` does).")
-@click.option("-i", "--interval", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+@click.option("-i", "--interval", type=Seconds(), metavar="SECONDS",
               help="Also print the table (cumulative) every SECONDS.")
 @report_file_options("docs/stats.md")
 @click.option("--compare", "baseline", metavar="BASELINE.json",
@@ -148,21 +150,25 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
     finally:
         if targets is not None:
             targets.close()
-    render_stats(report, human, sort)
     document = report.to_dict(sort)
     changes = None
     if before is not None:
         changes = compare(before, document, threshold, min_calls)
-        render_changes(changes, human, baseline, threshold)
         document["compare"] = {"baseline": baseline, "threshold_percent": threshold,
                                "min_calls": min_calls, "moved": [c.to_dict() for c in changes]}
-    if output or as_json:
-        if as_json:
-            stream.write(json.dumps(document, indent=2) + "\n")
-        else:
-            render_stats(report, make_console(stream), sort)
-        if stream is not sys.stdout:
+
+    def write() -> None:
+        render_stats(report, human, sort)
+        if changes is not None:
+            render_changes(changes, human, baseline, threshold)
+        if output or as_json:
+            if as_json:
+                stream.write(json.dumps(document, indent=2) + "\n")
+            else:
+                render_stats(report, make_console(stream), sort)
             stream.close()
+
+    status = write_report(write, status, bool(command))
     if not status and changes:
         status = REGRESSION_EXIT
     if status:

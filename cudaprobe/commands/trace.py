@@ -11,7 +11,7 @@ from cudaprobe.commands.otlp_options import otlp_config, otlp_options, with_otlp
 from cudaprobe.commands.trace_options import STRICT_EXIT, check_conflicts, output_options
 from cudaprobe.decode.symbolize import KernelSymbolizer
 from cudaprobe.output.capped import SizeCapped
-from cudaprobe.output.files import DEFAULT_MODE, open_output
+from cudaprobe.output.files import DEFAULT_MODE, StdoutStream, open_output
 from cudaprobe.output.formats import FORMATS, REPORTERS, choose_format
 from cudaprobe.output.table import make_console
 from cudaprobe.probe import bpfprog
@@ -80,22 +80,20 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
     # the table shows its own summary; other formats get the human one on stderr
     err = make_console(sys.stderr)
     summary_console = None if fmt == "table" else err
-    if fmt == "table" and stream is not sys.stdout:
+    if fmt == "table" and not isinstance(stream, StdoutStream):
         summary_console = err
     kernels = KernelSymbolizer.for_session(list(command), [a.path for a in plan.attachments])
     session = TraceSession(plan, settings, reporter, summary_console,
                            SessionOptions(duration=duration, command=list(command),
                                           symbolize=kernels, see_process=kernels.see,
                                           targets=targets, notify=notify,
-                                          on_counters=on_counters))
+                                          on_counters=on_counters, output=stream))
     try:
         status = session.run()
     finally:
         if targets is not None:
             targets.close()
-        close = getattr(stream, "close", None)
-        if close and stream is not sys.stdout:
-            close()
+        stream.close()
     lost = session.summary.total_lost
     if strict and lost:
         notify(f"{lost} events lost: exit {STRICT_EXIT} (--strict)")

@@ -37,6 +37,11 @@ class FileMode(click.ParamType):
         return int(value, 8)
 
 
+# 2 GiB: the ring's size in bytes is a 32-bit number for the BPF compiler and
+# the kernel; 4 GiB overflowed it into clang warnings and a failed compile
+MAX_RINGBUF_PAGES = 1 << 19
+
+
 class PowerOfTwo(click.ParamType):
     name = "pages"
 
@@ -48,6 +53,9 @@ class PowerOfTwo(click.ParamType):
         if n < 1 or n & (n - 1):
             self.fail(f"{value!r} is not a power of two (the kernel's rule for ring "
                       "buffer sizes)", param, ctx)
+        if n > MAX_RINGBUF_PAGES:
+            self.fail(f"{value!r} is more than {MAX_RINGBUF_PAGES} pages (2 GiB, the largest "
+                      "ring buffer)", param, ctx)
         return n
 
 

@@ -1,20 +1,30 @@
-"""Output files: checked before tracing starts, created only when the first
-byte is written (so a failed start leaves nothing behind), mode 0600 (or
+"""Output files and stdout: checked before tracing starts, a file created only
+when the first bytes are written out (so a failed start leaves nothing
+behind, and an existing file --force overwrites is kept), mode 0600 (or
 --mode) whatever the umask or the mode of a file --force overwrites.
 
 Never through a symbolic link: root writing to a path in a shared directory
-must not be redirected onto another file."""
+must not be redirected onto another file.
+
+A write that fails (a full disk, EIO, a reader gone: EPIPE, stdout closed)
+never raises into the reporter writing: the stream remembers the first
+failure, cuts a regular file back to its last whole line, drops what is
+written after it and counts the lines dropped, so that the session can stop
+tracing, count them as lost and say so (sessions/trace.py). The reporters
+write text; lines are what the stream can count without knowing the format.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
-from typing import TextIO
 
-from cudaprobe.errors import OutputError
+from cudaprobe.errors import OutputError, OutputFailed
 
 DEFAULT_MODE = 0o600
+BUFFER = 1 << 16  # bytes held before a write(2)
 
 
 def check_output_path(path: str, force: bool) -> None:
@@ -39,47 +49,172 @@ def check_output_path(path: str, force: bool) -> None:
         raise OutputError(f"output {path!r} is not writable: {e.strerror}") from None
 
 
-class LazyOutputFile:
-    """A text stream that opens its file on first write, and counts bytes."""
+class OutputStream:
+    """A text stream over a file descriptor: buffered, written with os.write,
+    failures remembered (see the module docstring), never raised on write."""
 
-    def __init__(self, path: str, force: bool, mode: int = DEFAULT_MODE) -> None:
-        self.path = path
-        self.force = force
-        self.mode = mode
-        self.written = 0
-        self._file: TextIO | None = None
+    encoding = "utf-8"
 
-    def _open(self) -> TextIO:
-        if self._file is None:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
-            flags |= os.O_TRUNC if self.force else os.O_EXCL
-            try:
-                fd = os.open(self.path, flags, self.mode)
-                if stat.S_ISREG(os.fstat(fd).st_mode):  # not /dev/null's mode
-                    os.fchmod(fd, self.mode)
-            except OSError as e:
-                raise OutputError(f"cannot create {self.path!r}: {e.strerror}") from None
-            self._file = os.fdopen(fd, "w", encoding="utf-8", buffering=1 << 16)
-        return self._file
+    def __init__(self, name: str) -> None:
+        self.name = name  # as said to the user
+        self.written = 0  # bytes given to write(): what --max-size counts
+        self.failure: OSError | None = None
+        self.lines = 0  # lines given to write()
+        self.lines_out = 0  # lines written out whole
+        self.lines_dropped = 0  # lines not written (whole or cut) since the failure
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._reported = False
+
+    def _fd(self) -> int:
+        raise NotImplementedError
 
     def write(self, text: str) -> int:
-        self.written += len(text) if text.isascii() else len(text.encode())
-        return self._open().write(text)
+        data = text.encode()
+        self.written += len(data)
+        self.lines += data.count(b"\n")
+        if self.failure is not None:
+            self.lines_dropped += data.count(b"\n")
+        else:
+            self._pending.append(data)
+            self._pending_bytes += len(data)
+            if self._pending_bytes >= BUFFER:
+                self.flush()
+        return len(text)
 
     def flush(self) -> None:
-        if self._file is not None:
-            self._file.flush()
+        if not self._pending:
+            return
+        data = b"".join(self._pending)
+        self._pending, self._pending_bytes = [], 0
+        done = 0
+        try:
+            fd = self._fd()
+            while done < len(data):
+                done += os.write(fd, data[done:])
+        except OSError as e:
+            self._fail(e, data, done)
+        else:
+            self.lines_out += data.count(b"\n")
+
+    def _fail(self, error: OSError, data: bytes, done: int) -> None:
+        """`done` bytes of `data` went out: keep its whole lines, drop the rest."""
+        self.failure = error
+        whole = data.rfind(b"\n", 0, done) + 1
+        if done > whole:  # a cut line: a regular file loses it, a pipe keeps it
+            try:
+                fd = self._fd()
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    end = os.lseek(fd, 0, os.SEEK_CUR) - (done - whole)
+                    os.ftruncate(fd, end)
+                    os.lseek(fd, end, os.SEEK_SET)
+            except OSError:
+                pass  # the cut line stays: the failure is said either way
+        self.lines_out += data.count(b"\n", 0, whole)
+        self.lines_dropped += data.count(b"\n", whole)
+
+    def rows_dropped(self, header_lines: int) -> int:
+        """Lines dropped that were rows, not the first `header_lines` (a header)."""
+        return self.lines_dropped - max(0, header_lines - self.lines_out)
+
+    def retry(self) -> bool:
+        """After a failure, try once more (the trailer may fit where a batch of
+        rows did not); False when it cannot work (the reader is gone, stdout closed)."""
+        if self.failure is None:
+            return True
+        if self.failure.errno in (errno.EPIPE, errno.EBADF):
+            return False
+        self.failure = None
+        return True
+
+    def discard(self) -> None:
+        """Forget what is not written out yet (a trace that never ran)."""
+        self._pending, self._pending_bytes = [], 0
+
+    @property
+    def cause(self) -> str:
+        """The failure, as a key of the summary's `lost`: `output_enospc`."""
+        code = self.failure.errno if self.failure is not None else None
+        return "output_" + errno.errorcode.get(code or 0, "error").lower()
+
+    def describe_failure(self) -> str:
+        failure = self.failure
+        why = failure.strerror if failure is not None and failure.strerror else str(failure)
+        return f"writing {self.name} failed: {why}"
+
+    def failure_said(self) -> None:
+        """The failure was handled and said: close() need not raise it."""
+        self._reported = True
 
     def isatty(self) -> bool:
         return False
 
+    def _close_fd(self) -> None:
+        """Files close theirs; stdout stays open."""
+
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
+        """Write out what is left; a failure nobody said raises OutputFailed
+        (a report written at the end: one line, exit 1; EPIPE quietly)."""
+        self.flush()
+        self._close_fd()
+        if self.failure is not None and not self._reported:
+            self._reported = True
+            raise OutputFailed(self.describe_failure(), self.failure.errno)
 
 
-def open_output(path: str | None, force: bool, mode: int = DEFAULT_MODE) -> TextIO:
+class LazyOutputFile(OutputStream):
+    """A file opened when the first bytes are written out."""
+
+    def __init__(self, path: str, force: bool, mode: int = DEFAULT_MODE) -> None:
+        super().__init__(path)
+        self.path = path
+        self.force = force
+        self.mode = mode
+        self._fileno = -1
+        self._created = False
+
+    def _fd(self) -> int:
+        if self._fileno < 0:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+            flags |= os.O_TRUNC if self.force else os.O_EXCL
+            self._fileno = os.open(self.path, flags, self.mode)
+            self._created = True
+            if stat.S_ISREG(os.fstat(self._fileno).st_mode):  # not /dev/null's mode
+                os.fchmod(self._fileno, self.mode)
+        return self._fileno
+
+    def describe_failure(self) -> str:
+        if not self._created and self.failure is not None:
+            return f"cannot create {self.path!r}: {self.failure.strerror}"
+        return super().describe_failure()
+
+    def _close_fd(self) -> None:
+        if self._fileno >= 0:
+            fd, self._fileno = self._fileno, -1
+            try:
+                os.close(fd)
+            except OSError as e:  # NFS, some FUSE: a failed write said at close
+                self.failure = self.failure or e
+
+
+class StdoutStream(OutputStream):
+    """cudaprobe's stdout (fd 1), written around sys.stdout so that a failure is
+    this stream's and Python's own flush at exit has nothing left to fail."""
+
+    def __init__(self) -> None:
+        super().__init__("stdout")
+        if sys.stdout is None:  # started with fd 1 closed (`>&-`)
+            self.failure = OSError(errno.EBADF, "stdout is closed")
+
+    def _fd(self) -> int:
+        return 1
+
+    def isatty(self) -> bool:
+        return self.failure is None and os.isatty(1)
+
+
+def open_output(path: str | None, force: bool, mode: int = DEFAULT_MODE) -> OutputStream:
     if path is None or path == "-":
-        return sys.stdout
+        return StdoutStream()
     check_output_path(path, force)
-    return LazyOutputFile(path, force, mode)  # type: ignore[return-value]
+    return LazyOutputFile(path, force, mode)

@@ -41,16 +41,23 @@ def otlp_endpoints(endpoint: str) -> Endpoints:
     appended (as OTEL_EXPORTER_OTLP_ENDPOINT); a URL that already ends in one of
     them is taken as it is for that signal, and the other is its sibling."""
     text = endpoint.strip()
-    if "://" not in text:
+    bare = "://" not in text
+    if bare:
         text = "http://" + text
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"--otlp {endpoint!r} is not an OTLP/HTTP endpoint such as "
-                         "http://collector:4318")
+    not_endpoint = UsageError(f"--otlp {endpoint!r} is not an OTLP/HTTP endpoint such as "
+                              "http://collector:4318")
     try:
-        parts.port  # noqa: B018 (raises on a port that is no number)
+        parts = urlsplit(text)
+    except ValueError:  # an unclosed [IPv6 address
+        raise not_endpoint from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise not_endpoint
+    try:
+        port = parts.port
     except ValueError:
         raise UsageError(f"--otlp {endpoint!r}: the port is not a number") from None
+    if bare and port is None:  # a word such as `notaurl`: a typo more often than a host
+        raise not_endpoint
     path = parts.path.rstrip("/")
     for suffix in (TRACES_PATH, METRICS_PATH):
         if path.endswith(suffix):

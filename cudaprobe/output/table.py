@@ -3,6 +3,8 @@ one header, so every batch lines up; rich renders the header and summary."""
 
 from __future__ import annotations
 
+import errno
+import os
 from typing import TextIO
 
 from rich.console import Console
@@ -32,10 +34,18 @@ COLUMNS = (  # name, width, justify
 )
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """rich's own ends the program with exit status 1; the caller says what
+        a closed pipe means (cli.py: a quiet exit, the command's status kept)."""
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
 def make_console(stream: TextIO) -> Console:
     """A console that keeps rows on one line when writing to a file or pipe."""
     tty = stream.isatty() if hasattr(stream, "isatty") else False
-    return Console(file=stream, width=None if tty else 240, highlight=False,
+    return _Console(file=stream, width=None if tty else 240, highlight=False,
                    soft_wrap=False, force_terminal=tty or None)
 
 

@@ -151,6 +151,15 @@ class ProbeRun:
         if read is not None:
             read(0)
 
+    def wait_untraced(self) -> None:
+        """Tracing stopped early (its output failed) with the probes detached: wait
+        for a running -- COMMAND to exit, or for a stop signal, so that
+        exit_status() has its status to give."""
+        command = self.command
+        while (command is not None and command.released and not self._stop.requested
+               and command.wait() is None):
+            time.sleep(STEP_S)
+
     def exit_status(self) -> int:
         """The command's exit status, or 0 without one (command_exit_status)."""
         if self.command is None:

@@ -20,6 +20,7 @@ from cudaprobe.analysis.summary import Summary, count_lost, describe_lost
 from cudaprobe.decode.calls import Call, Symbolizer, decode_event
 from cudaprobe.decode.handles import KernelHandles
 from cudaprobe.decode.records import RecordDecoder
+from cudaprobe.output.files import OutputStream
 from cudaprobe.output.formats import Reporter
 from cudaprobe.probe.bpfprog import Settings
 from cudaprobe.probe.event import RawEvent
@@ -39,6 +40,8 @@ class SessionOptions(RunOptions):
     see_process: Callable[[int], None] | None = None
     # given the loss counters (tracer's and decode_errors), cumulative, each second
     on_counters: Callable[[dict[str, int]], None] | None = None
+    # the stream the reporter writes to, whose failure stops the trace
+    output: OutputStream | None = None
 
 
 class TraceSession:
@@ -59,6 +62,7 @@ class TraceSession:
         self._t0 = 0
         self._lost_said = 0
         self._next_loss_check = 0.0
+        self._header_lines = 0  # written by reporter.start(): not rows
 
     @property
     def decode_errors(self) -> int:
@@ -87,13 +91,46 @@ class TraceSession:
         with ProbeRun(self.plan, self.settings, self.options, self.summary,
                       on_attached=self._attached) as run:
             tracer = run.tracer
-            while run.running():
+            while run.running() and not self._output_failed(tracer):
                 self._read(tracer, POLL_MS)
                 self._say_losses(tracer)
                 self.sweeper.due(tracer)
             run.finish(lambda timeout_ms: self._read(tracer, timeout_ms))
+            if run.command is not None and not run.command.released:
+                self._never_ran()
+                return run.exit_status()
             self._finish(tracer, run.elapsed_s)
-        return run.exit_status()
+            output = self.options.output
+            if output is None or output.failure is None:
+                return run.exit_status()
+            quiet = output.cause == "output_epipe"
+            if quiet:
+                pass
+            elif output.cause in self.summary.lost:
+                self.options.notify(f"{output.describe_failure()}: tracing stopped, "
+                                    f"{self.summary.lost[output.cause]} calls not written "
+                                    "(counted as lost)")
+            else:  # the rows went out, the trailer did not
+                self.options.notify(f"{output.describe_failure()}: the summary was not written")
+            output.failure_said()
+            run.wait_untraced()  # -- COMMAND runs on: its status is still returned
+        return run.exit_status() if run.command is not None else int(not quiet)
+
+    def _output_failed(self, tracer: Tracer) -> bool:
+        """Rows written out each poll; after a failure the probes come off at once."""
+        output = self.options.output
+        if output is None:
+            return False
+        output.flush()
+        if output.failure is None:
+            return False
+        tracer.detach()
+        return True
+
+    def _never_ran(self) -> None:
+        """Stopped before -- COMMAND was started: leave an existing -o file as it was."""
+        if self.options.output is not None:
+            self.options.output.discard()
 
     def _attached(self, run: ProbeRun) -> None:
         """The probes are in and the command not yet run: ready decoder and reporter."""
@@ -103,6 +140,8 @@ class TraceSession:
         self.summary.attach_s = run.tracer.attach_seconds
         self.summary.startup_s = time.monotonic() - STARTED
         self.reporter.start()
+        if self.options.output is not None:
+            self._header_lines = self.options.output.lines
 
     def _read(self, tracer: Tracer, timeout_ms: int) -> None:
         """One poll's records; with no timeout (detached), all that is left, a batch
@@ -140,6 +179,12 @@ class TraceSession:
         self.summary.take_kernel_counts(self.plan.probes, tracer.read_tally())
         lost = tracer.counters()
         lost["decode_errors"] = self.decode_errors
+        output = self.options.output
+        if output is not None:
+            output.flush()
+            if output.failure is not None:
+                lost[output.cause] = output.rows_dropped(self._header_lines)
+                output.retry()  # the trailer may fit where rows did not
         self.summary.lost = lost
         self.summary.duration_s = duration_s
         self.kernel_handles.close()

@@ -15,6 +15,7 @@ import bisect
 import functools
 import mmap
 import os
+import stat
 import struct
 from dataclasses import dataclass
 from operator import itemgetter
@@ -106,6 +107,8 @@ def check_elf(path: str) -> None:
         raise LibraryNotFound(path)
     if os.path.isdir(path):
         raise LibraryNotFound(path, "is a directory without CUDA libraries")
+    if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block open() for good
+        raise LibraryNotFound(path, "not a regular file")
     try:
         with open(path, "rb") as f:
             magic = f.read(4)

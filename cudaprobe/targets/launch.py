@@ -3,6 +3,18 @@
 The child is forked first and held before exec until the probes are attached
 and its pid is in the BPF filter map; then it is released. Nothing is run
 through a shell.
+
+The command starts in the state it would have had untraced: the Python
+interpreter running cudaprobe ignores SIGPIPE and SIGXFSZ (so that writes
+fail with EPIPE and EFBIG instead of killing it) and, in the C locale, sets
+LC_CTYPE=C.UTF-8 in its environment (PEP 538). The child undoes both: those
+two signals go back to their default action (what a shell gives a command;
+cudaprobe cannot see whether they were ignored before the interpreter
+started), signals cudaprobe catches go back to the default and signals
+ignored when it started stay ignored (nohup), and the command gets the
+environment cudaprobe was started with. Its signal mask, resource limits,
+file descriptors and working directory are cudaprobe's, which tracing leaves
+as they were (tests/integration/test_launch_state.py compares them).
 """
 
 from __future__ import annotations
@@ -13,6 +25,36 @@ import shutil
 import signal
 
 from cudaprobe.errors import CommandNotFound
+
+# what the interpreter sets to SIG_IGN at startup, which a command started
+# from a shell would find at SIG_DFL (subprocess's restore_signals does the same)
+INTERPRETER_IGNORED = (signal.SIGPIPE, signal.SIGXFSZ)
+
+
+def _startup_environment() -> dict[bytes, bytes] | None:
+    """The environment cudaprobe was exec'd with, before the interpreter changed
+    os.environ (the kernel keeps the original block: /proc/self/environ)."""
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            block = f.read()
+    except OSError:
+        return None
+    return dict(entry.partition(b"=")[::2] for entry in block.split(b"\0") if b"=" in entry)
+
+
+STARTUP_ENVIRONMENT = _startup_environment()
+
+
+def restore_signals() -> None:
+    """In the child, before exec: what the interpreter ignores back to the default;
+    handlers back to the default (exec would, but a signal may come before it);
+    what was ignored when cudaprobe started stays ignored."""
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        handler = signal.getsignal(sig)
+        if sig in INTERPRETER_IGNORED or callable(handler):
+            signal.signal(sig, signal.SIG_DFL)
 
 
 def resolve_command(argv: list[str]) -> str:
@@ -43,12 +85,13 @@ class LaunchedCommand:
         if self.pid == 0:  # child: wait for the go, then exec
             try:
                 os.close(self._release_fd)
-                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-                    signal.signal(sig, signal.SIG_DFL)
+                restore_signals()
                 if os.read(read_end, 1) != b"g":
                     os._exit(126)  # cudaprobe gave up before releasing us
                 os.close(read_end)
-                os.execv(found, argv)
+                if STARTUP_ENVIRONMENT is None:
+                    os.execv(found, argv)
+                os.execve(found, argv, STARTUP_ENVIRONMENT)
             except OSError as e:
                 os.write(2, f"cudaprobe: cannot run {exe}: {e.strerror}\n".encode())
             finally:

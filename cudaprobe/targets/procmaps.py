@@ -37,8 +37,15 @@ def _read(pid: int, name: str) -> str:
 
 
 def _not_ours(pid: int, name: str) -> CudaprobeError:
-    return CudaprobeError(f"pid {pid}: cannot read /proc/{pid}/{name}: permission denied",
-                          fix="run it with sudo")
+    if os.geteuid() != 0:
+        return CudaprobeError(f"pid {pid}: cannot read /proc/{pid}/{name}: permission denied",
+                              fix="run it with sudo")
+    # root refused: the kernel's ptrace access check (another user namespace's
+    # process, such as a container's init; a security module)
+    return CudaprobeError(f"pid {pid}: cannot read /proc/{pid}/{name}: permission denied even "
+                          "to root (the process is protected from being inspected: another "
+                          "user namespace's, or a security module's rule)",
+                          fix="trace it from inside its own namespace")
 
 
 def process_name(pid: int) -> str:

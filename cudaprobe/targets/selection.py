@@ -27,6 +27,7 @@ from cudaprobe.targets.libs import discover_libraries
 from cudaprobe.targets.procmaps import (
     MappedFile,
     pids_named,
+    process_alive,
     process_name,
     read_maps,
     thread_group,
@@ -70,6 +71,9 @@ class Targets:
         for pid in pids:
             tgid = thread_group(pid)
             self.names[tgid] = process_name(tgid)
+            if not process_alive(tgid):
+                raise ProcessGone(tgid, f"{self.names[tgid]} has exited (a zombie its parent "
+                                        "has not reaped: nothing left to trace)")
             if uretprobes_kill_filtered() and seccomp_filtered(tgid):
                 raise SeccompHazard(tgid, self.names[tgid], os.uname().release)
             if tgid != pid:

@@ -23,6 +23,8 @@ CASES = {
     "lib not ELF": (["--lib", "libcudart.so.12"], ["not an ELF file"]),
     "lib wrong architecture": (["--lib", "arm/libcudart.so.12"],
                                ["built for EM_AARCH64, not x86-64"]),
+    "lib truncated ELF": (["--lib", "cut/libcudart.so.12"], ["malformed ELF"]),
+    "lib is a FIFO": (["--lib", "fifo.so", "-d", "1"], ["'fifo.so': not a regular file"]),
     "lib lacking every symbol": (["--lib", "/bin/true", "-d", "1"],
                                  ["defines none of the selected functions"]),
     "lib lacking every selected symbol, with COMMAND": (
@@ -57,6 +59,16 @@ def test_pid_that_exited(scratch):
     proc.wait()  # reaped: its pid names no process now (until reused)
     assert_one_line(run(scratch, "trace", "--pid", str(proc.pid)),
                     f"pid {proc.pid}: no such process")
+
+
+def test_pid_that_is_a_zombie(scratch):
+    proc = subprocess.Popen(["true"])
+    time.sleep(0.3)  # exited, not reaped: a zombie
+    try:
+        assert_one_line(run(scratch, "trace", "--pid", str(proc.pid)),
+                        f"pid {proc.pid}: true has exited (a zombie")
+    finally:
+        proc.wait()
 
 
 def test_pid_not_using_cuda(scratch):

@@ -47,3 +47,23 @@ def test_command_still_running_after_duration_is_left_running():
     finally:
         os.kill(command.pid, signal.SIGKILL)
         command.wait(block=True)
+
+
+def _ignored_signals(status: str) -> int:
+    return int(next(line for line in status.splitlines() if line.startswith("SigIgn:"))
+               .split()[1], 16)
+
+
+def test_command_gets_sigpipe_back_and_keeps_what_was_ignored(tmp_path):
+    """The interpreter ignores SIGPIPE and SIGXFSZ: the command gets them at their
+    default; SIGHUP ignored by whoever started cudaprobe (nohup) stays ignored."""
+    out = tmp_path / "status"
+    saved = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        assert signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN  # as in cudaprobe
+        command = LaunchedCommand(["sh", "-c", f"cat /proc/self/status > {out}"])
+    finally:
+        signal.signal(signal.SIGHUP, saved)
+    command.release()
+    assert command.wait(block=True) == 0
+    assert _ignored_signals(out.read_text()) == 1 << (signal.SIGHUP - 1)

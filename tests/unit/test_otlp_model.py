@@ -44,7 +44,8 @@ def test_endpoints_follow_the_otlp_http_convention(given, traces, metrics):
     assert (e.traces, e.metrics) == (traces, metrics)
 
 
-@pytest.mark.parametrize("bad", ["grpc://collector:4317", "http://", "http://c:43x8", ""])
+@pytest.mark.parametrize("bad", ["grpc://collector:4317", "http://", "http://c:43x8", "",
+                                 "http://[::1", "notaurl"])
 def test_bad_endpoints_are_usage_errors(bad):
     with pytest.raises(UsageError, match="--otlp"):
         otlp_endpoints(bad)

@@ -176,3 +176,14 @@ def test_pid_under_seccomp_is_refused_where_uretprobes_would_kill_it(monkeypatch
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_process_root_may_not_inspect_is_not_told_to_use_sudo(monkeypatch):
+    """-p 1 in a container, as root: /proc/1/ns/mnt refuses root too (another user
+    namespace's init), and "run it with sudo" would be no help."""
+    monkeypatch.setattr(procmaps.os, "geteuid", lambda: 0)
+    said = str(procmaps._not_ours(1, "ns/mnt"))
+    assert said.startswith("pid 1: cannot read /proc/1/ns/mnt: permission denied even to root")
+    assert "sudo" not in said
+    monkeypatch.setattr(procmaps.os, "geteuid", lambda: 1000)
+    assert str(procmaps._not_ours(1, "ns/mnt")).endswith("(run it with sudo)")

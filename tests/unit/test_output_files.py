@@ -1,0 +1,105 @@
+"""Output streams when writing fails (output/files.py): whole lines kept, the
+rest dropped and counted, the failure remembered rather than raised, and the
+trailer tried once more. Real failures, no root: a file-size limit (EFBIG,
+with a partial write first), /dev/full (ENOSPC), a pipe whose reader is gone
+(EPIPE), stdout closed."""
+
+from __future__ import annotations
+
+import errno
+import os
+import resource
+import sys
+
+import pytest
+
+from cudaprobe.errors import OutputFailed
+from cudaprobe.output.files import LazyOutputFile, StdoutStream, open_output
+
+ROW = "r" * 59 + "\n"  # 60 bytes
+
+
+@pytest.fixture
+def size_limit():
+    """Files this process writes may not grow past 1000 bytes (Python ignores
+    SIGXFSZ, so the write fails with EFBIG, after a partial write)."""
+    saved = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1000, saved[1]))
+    yield
+    resource.setrlimit(resource.RLIMIT_FSIZE, saved)
+
+
+def test_a_full_file_keeps_whole_lines_and_counts_the_rest(tmp_path, size_limit):
+    out = LazyOutputFile(str(tmp_path / "calls.jsonl"), force=False)
+    out.write("header\n")
+    out.write(ROW * 30)  # 7 + 1800 bytes: 1000 go out, the 17th row cut
+    out.flush()
+    assert out.failure is not None and out.failure.errno == errno.EFBIG
+    assert out.cause == "output_efbig"
+    out.write(ROW * 5)  # after the failure: dropped and counted
+    assert (out.lines_out, out.lines_dropped) == (17, 14 + 5)
+    assert out.rows_dropped(header_lines=1) == 19
+    assert out.retry()
+    out.write('{"summary":{}}\n')  # fits where the cut row was
+    out.failure_said()
+    out.close()
+    text = (tmp_path / "calls.jsonl").read_text()
+    assert text == "header\n" + ROW * 16 + '{"summary":{}}\n'
+
+
+def test_a_trailer_that_does_not_fit_leaves_the_whole_lines(tmp_path, size_limit):
+    out = LazyOutputFile(str(tmp_path / "calls.jsonl"), force=False)
+    out.write(ROW * 20)
+    out.flush()
+    assert out.retry()
+    out.write("t" * 100 + "\n")
+    out.flush()
+    assert out.failure is not None
+    with pytest.raises(OutputFailed, match="calls.jsonl failed: File too large"):
+        out.close()  # nobody said it: the end of a report says it
+    assert (tmp_path / "calls.jsonl").read_text() == ROW * 16
+
+
+def test_dev_full(tmp_path):
+    out = open_output("/dev/full", force=True)
+    out.write(ROW * 3)
+    out.flush()
+    assert out.failure is not None and out.cause == "output_enospc"
+    assert out.lines_dropped == 3 and out.rows_dropped(0) == 3
+    assert out.describe_failure() == "writing /dev/full failed: No space left on device"
+
+
+def test_a_pipe_whose_reader_is_gone_is_not_retried():
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    saved = os.dup(1)
+    os.dup2(write_end, 1)
+    try:
+        out = StdoutStream()
+        out.write(ROW)
+        out.flush()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(write_end)
+    assert out.failure is not None and out.cause == "output_epipe"
+    assert not out.retry()
+
+
+def test_closed_stdout_fails_without_writing(monkeypatch):
+    monkeypatch.setattr(sys, "stdout", None)  # what Python makes of `>&-`
+    out = StdoutStream()
+    out.write("header\n" + ROW * 2)
+    assert out.cause == "output_ebadf" and out.describe_failure().endswith("stdout is closed")
+    assert out.rows_dropped(header_lines=1) == 2 and not out.isatty()
+
+
+def test_discarded_output_leaves_an_existing_file_alone(tmp_path):
+    """--force, then stopped before -- COMMAND ran: the old file stays."""
+    old = tmp_path / "calls.csv"
+    old.write_text("old trace\n")
+    out = open_output(str(old), force=True)
+    out.write("header\n")
+    out.discard()
+    out.close()
+    assert old.read_text() == "old trace\n"
