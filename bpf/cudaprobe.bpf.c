@@ -482,20 +482,39 @@ struct cp_named {
 };
 BPF_PERCPU_ARRAY(named, struct cp_named, 1);
 
-static __always_inline long output_named(struct cp_event *e, s32 str_slot, u64 flags)
+static __always_inline long output_named(struct cp_event *e, u64 name_at, u64 flags)
 {
 	int zero = 0;
 	struct cp_named *n = named.lookup(&zero);
-	if (!n || str_slot < 0 || str_slot >= CP_MAX_SLOTS)
+	if (!n)
 		return events.ringbuf_output(e, sizeof(*e), flags);
 	bpf_probe_read_kernel(&n->e, sizeof(n->e), e);
-	long len = bpf_probe_read_user_str(n->name, sizeof(n->name),
-					   (void *)e->words[str_slot]);
+	long len = bpf_probe_read_user_str(n->name, sizeof(n->name), (void *)name_at);
 	u64 size = sizeof(n->e) + (len > 0 ? len : 0);
 	if (size > sizeof(*n))
 		size = sizeof(*n);
 	asm volatile("" : "+r"(size));
 	return events.ringbuf_output(n, size, flags);
+}
+
+/* Launches of a kernel handle made before the attach (PyTorch's are made
+ * when its libraries load) are named from the driver's object: the first
+ * successful launch of each handle in a process sends, as a named record, the
+ * string at the pointer the handle's object holds (CP_HANDLE_NAME_OFFSET),
+ * while the process lives. The loader keeps it if it is an identifier (a
+ * host stub's bytes are not). One LRU lookup per launch after that. */
+BPF_TABLE("lru_hash", struct cp_located_key, u8, handle_named, 16384);
+
+static __always_inline u64 handle_name_at(u32 tgid, u64 handle)
+{
+	struct cp_located_key key = {.tgid = tgid, .addr = handle};
+	u8 one = 1;
+	u64 at = 0;
+	if (!handle || handle_named.lookup(&key))
+		return 0;
+	handle_named.update(&key, &one);
+	bpf_probe_read_user(&at, sizeof(at), (void *)(handle + CP_HANDLE_NAME_OFFSET));
+	return at;
 }
 
 /* Exit: count the call in `tally`, complete it in its pairing entry, then
@@ -536,8 +555,15 @@ static __always_inline void end_call(struct cp_event *e, u32 probe_id, u64 now, 
 		size = sizeof(struct cp_event);
 	asm volatile("" : "+r"(size));	/* the bounded register is the one passed on */
 	u64 flags = wakeup_flag(e->pid, owner);
-	long err = cfg->str_slot >= 0 ? output_named(e, cfg->str_slot, flags)
-				      : events.ringbuf_output(e, size, flags);
+	u64 name_at = 0;	/* a string sent after the event: a name passed, or a handle's */
+	u32 str_slot = cfg->str_slot, handle_slot = cfg->handle_slot;	/* -1: above any slot */
+	asm volatile("" : "+r"(str_slot), "+r"(handle_slot));	/* checked as used */
+	if (str_slot < CP_MAX_SLOTS)
+		name_at = e->words[str_slot];
+	else if (ret == 0 && handle_slot < CP_MAX_SLOTS)
+		name_at = handle_name_at(e->pid, e->words[handle_slot]);
+	long err = name_at ? output_named(e, name_at, flags)
+			   : events.ringbuf_output(e, size, flags);
 	if (err < 0)
 		count(CP_LOST_RINGBUF);
 }

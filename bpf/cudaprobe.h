@@ -28,7 +28,13 @@ struct cp_probe_cfg {
 	__u32 size;      /* bytes of struct cp_event it puts in the ring: CP_EVENT_SIZE(nargs
 			  * + nouts), or the whole event where it copies at entry */
 	__s32 func_slot; /* slot holding a kernel's host-stub address (a launch), or -1 */
+	__s32 handle_slot; /* slot holding the launched kernel (FUNC or CU_FUNCTION), or -1 */
 };
+
+/* Where the driver keeps a kernel handle's name: the object a CUfunction,
+ * CUkernel or cudaKernel_t addresses holds a pointer to the mangled name at
+ * this offset (driver 580, scripts/gpu/handle_layout.cu; docs/driver.md). */
+#define CP_HANDLE_NAME_OFFSET 8
 
 #define CP_MAX_PROBES 1024
 

@@ -294,6 +294,8 @@ def decode_args(
         value, text = _decode_arg(arg.kind, raw.args, slot, raw.outs,
                                   function.out_index.get(arg.name))
         args[arg.name] = value
+        if raw.text and handles is not None and arg.kind in (ArgKind.FUNC, ArgKind.CU_FUNCTION):
+            handles.seen_in_record(pid, raw.args[slot], raw.text)
         if arg.kind is ArgKind.FUNC:
             name = None
             if symbolize is not None:

@@ -80,6 +80,14 @@ class KernelHandles:
             name = self._read[key]
         return name
 
+    def seen_in_record(self, pid: int, handle: int, text: bytes) -> None:
+        """The name the probe read from the handle's object at its first launch
+        (a record's text), kept if it is an identifier: a process that has
+        exited since is named all the same."""
+        name = text.split(b"\0", 1)[0]
+        if handle and _IDENTIFIER.fullmatch(name):
+            self._read[(pid, handle)] = name.decode()
+
     def _mem_of(self, pid: int) -> int:
         fd = self._mem.get(pid)
         if fd is None:

@@ -18,14 +18,19 @@ LONG = "void deep::f<" + ", ".join(["Box::Inner"] * 120) + ">()"
 LAUNCHES = 50
 
 
-def test_handles_made_before_the_attach_are_named(tmp_path):
+def late_launch() -> tuple[str, str]:
     lib = build_workload("fake_handles.c", "fakeh/libcuda.so.1",
                          extra=["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1"])
     exe = build_workload("late_launch.c",
                          extra=[f"-L{lib.parent}", "-l:libcuda.so.1", f"-Wl,-rpath,{lib.parent}"])
-    proc = subprocess.Popen([str(exe), str(LAUNCHES)], stdin=subprocess.PIPE,
+    return str(exe), str(lib.parent)
+
+
+def test_handles_made_before_the_attach_are_named(tmp_path):
+    exe, libdir = late_launch()
+    proc = subprocess.Popen([exe, str(LAUNCHES)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "LD_LIBRARY_PATH": str(lib.parent)})
+                            env={**os.environ, "LD_LIBRARY_PATH": libdir})
     out = Lines(proc.stdout)
     out.wait_for(lambda s: s == '{"ready":1}', "ready")
     tracing = Tracing(tmp_path, "--pid", str(proc.pid), "-e", "kernel")
@@ -43,3 +48,24 @@ def test_handles_made_before_the_attach_are_named(tmp_path):
     assert names == [VECADD, LONG] * LAUNCHES
     assert len(json.dumps(names[1])) > 1000  # whole, not cut
     assert all("name unknown" not in c["details"] for c in launches)
+
+
+def test_named_although_the_process_exits_right_after_its_launches(tmp_path):
+    """The name is read by the probe at the handle's first launch, while the
+    process lives; reading /proc/PID/mem later would find it gone. 20 runs."""
+    exe, libdir = late_launch()
+    for run in range(20):
+        proc = subprocess.Popen([exe, "3", "exit"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "LD_LIBRARY_PATH": libdir})
+        out = Lines(proc.stdout)
+        out.wait_for(lambda s: s == '{"ready":1}', "ready")
+        tracing = Tracing(tmp_path, "--pid", str(proc.pid), "-e", "kernel",
+                          name=f"run{run}.jsonl")
+        tracing.wait_for("attached to")
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.wait(timeout=30) == 0
+        calls, summary, _err = tracing.finish()  # ends with the process
+        names = [c["args"].get("func_name") for c in calls if c["event"] == "cuLaunchKernel"]
+        assert names == [VECADD, LONG] * 3, (run, names)

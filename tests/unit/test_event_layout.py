@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from cudaprobe.catalogue import functions as catalogue
+from cudaprobe.decode import handles
 from cudaprobe.probe import event
 from cudaprobe.probe.bpfprog import bpf_dir
 
@@ -29,6 +30,7 @@ int main(void) {
     printf("CP_LOST_RINGBUF %d\nCP_LOST_PAIRING %d\nCP_WAKEUPS %d\nCP_NR_COUNTERS %d\n",
            CP_LOST_RINGBUF, CP_LOST_PAIRING, CP_WAKEUPS, CP_NR_COUNTERS);
     printf("cfg_size %zu\n", sizeof(struct cp_probe_cfg));
+    printf("CP_HANDLE_NAME_OFFSET %d\n", CP_HANDLE_NAME_OFFSET);
     printf("CP_NAME_MAX %d\nCP_FRAME_WORD %d\nframe_size %zu\n", CP_NAME_MAX, CP_FRAME_WORD,
            sizeof(struct cp_frame));
     printf("frame_offset %zu\n", offsetof(struct cp_frame, offset));
@@ -65,7 +67,8 @@ def test_constants_match_header(c_layout):
     assert c_layout["CP_LOST_PAIRING"] == event.LOST_PAIRING
     assert c_layout["CP_WAKEUPS"] == event.WAKEUPS
     assert c_layout["CP_NR_COUNTERS"] == event.NR_COUNTERS
-    assert c_layout["cfg_size"] == 32
+    assert c_layout["cfg_size"] == 36  # ten 4-byte fields (bpfprog.probe_config)
+    assert c_layout["CP_HANDLE_NAME_OFFSET"] == handles.NAME_POINTER_OFFSET
     assert c_layout["CP_EVENT_HEAD"] == event.HEAD_SIZE
     assert c_layout["CP_NAME_MAX"] == event.NAME_MAX
     assert c_layout["CP_FRAME_WORD"] == event.FRAME_WORD

@@ -1,8 +1,10 @@
 /* Launches of kernel handles made before a tracer attaches, as PyTorch's are:
  * cuLibraryGetKernel for two kernels (one with a mangled name over 1 KiB),
  * then {"ready":1} and a wait for a line on stdin (the tracer attaches),
- * then LAUNCHES launches of each, {"launched":N}, and exit.
- * Usage: late_launch LAUNCHES   (linked against tests/workloads/fake_handles.c)
+ * then LAUNCHES launches of each, {"launched":N}, a wait for stdin to close
+ * (the tracer detaches), and exit; with `exit`, exit at once after launching,
+ * freeing the handles' names first, as a process's end does.
+ * Usage: late_launch LAUNCHES [exit]   (linked against tests/workloads/fake_handles.c)
  */
 #include <cuda.h>
 #include <stdio.h>
@@ -34,6 +36,8 @@ int main(int argc, char **argv)
 	}
 	printf("{\"launched\":%d}\n", launches);
 	fflush(stdout);
+	if (argc > 2 && strcmp(argv[2], "exit") == 0)
+		return 0;
 	fgets(line, sizeof line, stdin);	/* until the test has detached */
 	return 0;
 }
