@@ -46,8 +46,8 @@ def while_traced(loop: Path, calls: int, args: list[str], tmp: Path) -> float:
                                                      for a in args]),
                               stderr=subprocess.PIPE, text=True)
     try:
-        for line in tracer.stderr:  # attached once it says what it traces
-            if "tracing" in line or "attached to" in line or "following" in line:
+        for line in tracer.stderr:  # attached once the follower speaks ("tracing N
+            if "attached to" in line or "following" in line:  # functions" comes before)
                 break
         time.sleep(0.3)
         return measure(loop, calls)
