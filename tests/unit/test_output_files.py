@@ -10,6 +10,7 @@ import errno
 import os
 import resource
 import sys
+import traceback
 
 import pytest
 
@@ -19,45 +20,66 @@ from cudaprobe.output.files import LazyOutputFile, StdoutStream, open_output
 ROW = "r" * 59 + "\n"  # 60 bytes
 
 
-@pytest.fixture
-def size_limit():
-    """Files this process writes may not grow past 1000 bytes (Python ignores
-    SIGXFSZ, so the write fails with EFBIG, after a partial write)."""
-    saved = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (1000, saved[1]))
-    yield
-    resource.setrlimit(resource.RLIMIT_FSIZE, saved)
+def under_size_limit(body) -> None:
+    """Run body() where files may not grow past 1000 bytes (Python ignores
+    SIGXFSZ, so the write fails with EFBIG, after a partial write): in a forked
+    child, so that pytest's own output (perhaps a file already past 1000 bytes)
+    stays writable. The child's failure, traceback and all, is the test's."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        code = 0
+        try:
+            limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (1000, limit[1]))
+            body()
+        except BaseException:
+            os.write(write_fd, traceback.format_exc().encode())
+            code = 1
+        os._exit(code)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as f:
+        failure = f.read().decode()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, failure
 
 
-def test_a_full_file_keeps_whole_lines_and_counts_the_rest(tmp_path, size_limit):
-    out = LazyOutputFile(str(tmp_path / "calls.jsonl"), force=False)
-    out.write("header\n")
-    out.write(ROW * 30)  # 7 + 1800 bytes: 1000 go out, the 17th row cut
-    out.flush()
-    assert out.failure is not None and out.failure.errno == errno.EFBIG
-    assert out.cause == "output_efbig"
-    out.write(ROW * 5)  # after the failure: dropped and counted
-    assert (out.lines_out, out.lines_dropped) == (17, 14 + 5)
-    assert out.rows_dropped(header_lines=1) == 19
-    assert out.retry()
-    out.write('{"summary":{}}\n')  # fits where the cut row was
-    out.failure_said()
-    out.close()
-    text = (tmp_path / "calls.jsonl").read_text()
-    assert text == "header\n" + ROW * 16 + '{"summary":{}}\n'
+def test_a_full_file_keeps_whole_lines_and_counts_the_rest(tmp_path):
+    def body() -> None:
+        out = LazyOutputFile(str(tmp_path / "calls.jsonl"), force=False)
+        out.write("header\n")
+        out.write(ROW * 30)  # 7 + 1800 bytes: 1000 go out, the 17th row cut
+        out.flush()
+        assert out.failure is not None and out.failure.errno == errno.EFBIG
+        assert out.cause == "output_efbig"
+        out.write(ROW * 5)  # after the failure: dropped and counted
+        assert (out.lines_out, out.lines_dropped) == (17, 14 + 5)
+        assert out.rows_dropped(header_lines=1) == 19
+        assert out.retry()
+        out.write('{"summary":{}}\n')  # fits where the cut row was
+        out.failure_said()
+        out.close()
+        text = (tmp_path / "calls.jsonl").read_text()
+        assert text == "header\n" + ROW * 16 + '{"summary":{}}\n'
+
+    under_size_limit(body)
 
 
-def test_a_trailer_that_does_not_fit_leaves_the_whole_lines(tmp_path, size_limit):
-    out = LazyOutputFile(str(tmp_path / "calls.jsonl"), force=False)
-    out.write(ROW * 20)
-    out.flush()
-    assert out.retry()
-    out.write("t" * 100 + "\n")
-    out.flush()
-    assert out.failure is not None
-    with pytest.raises(OutputFailed, match="calls.jsonl failed: File too large"):
-        out.close()  # nobody said it: the end of a report says it
-    assert (tmp_path / "calls.jsonl").read_text() == ROW * 16
+def test_a_trailer_that_does_not_fit_leaves_the_whole_lines(tmp_path):
+    def body() -> None:
+        out = LazyOutputFile(str(tmp_path / "calls.jsonl"), force=False)
+        out.write(ROW * 20)
+        out.flush()
+        assert out.retry()
+        out.write("t" * 100 + "\n")
+        out.flush()
+        assert out.failure is not None
+        with pytest.raises(OutputFailed, match="calls.jsonl failed: File too large"):
+            out.close()  # nobody said it: the end of a report says it
+        assert (tmp_path / "calls.jsonl").read_text() == ROW * 16
+
+    under_size_limit(body)
 
 
 def test_dev_full(tmp_path):
