@@ -7,7 +7,7 @@ import shlex
 
 import click
 
-from cudaprobe.commands.options import APIS, resolve_libraries
+from cudaprobe.commands.options import APIS, events_help, resolve_libraries
 from cudaprobe.errors import CudaNotMapped, CudaprobeError, NotRoot
 from cudaprobe.output.bpftrace import ExportOptions, render_script
 from cudaprobe.output.files import open_output
@@ -61,8 +61,7 @@ def _command_line(libs: list[str], events: tuple[str, ...], api: str, pids: list
               help="Only trace this process, probing the CUDA code it maps (needs root). "
                    "Repeatable.")
 @click.option("-e", "--events", multiple=True, metavar="LIST",
-              help="Functions or categories to trace, comma-separated "
-                   "(see `cudaprobe list`). Default: all.")
+              help=events_help("trace"))
 @click.option("--api", type=click.Choice(sorted(APIS)), default="all",
               help="Runtime (libcudart), driver (libcuda), or both.")
 @click.option("--summary", is_flag=True,
