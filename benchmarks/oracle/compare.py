@@ -76,7 +76,7 @@ def main() -> int:
     traced = set(rows) | set(calls)
     print(f"{'function':40} {'cupti':>10} {'rows':>10} {'calls':>10}  match")
     mismatched = 0
-    for name in sorted(traced | {n for n in cupti if n in traced}):
+    for name in sorted(traced):
         ok = cupti[name] == rows[name] == (calls[name] or rows[name])
         mismatched += not ok
         print(f"{name:40} {cupti[name]:>10} {rows[name]:>10} {calls[name]:>10}  "

@@ -15,9 +15,11 @@ driver 580 (CUDA 13) a CUfunction, a CUkernel and the runtime's cudaKernel_t
 all hold, at byte NAME_POINTER_OFFSET of the object they address, a pointer to
 the kernel's mangled name (found with scripts/gpu/handle_layout.cu, which asks
 cuFuncGetName/cuKernelGetName and searches the handle for that pointer:
-docs/gpu-results/handle-layout.txt). It is read once per handle from
-/proc/PID/mem and kept only if it is a C identifier (a mangled name or an
-extern "C" one): a driver with another layout gives none, not a wrong one.
+docs/gpu-results/handle-layout.txt). The probe reads it at the handle's
+first launch in a process and sends it after the event (seen_in_record);
+where none came, it is read once per handle from /proc/PID/mem. Either is
+kept only if it is a C identifier (a mangled name or an extern "C" one): a
+driver with another layout gives none, not a wrong one.
 """
 
 from __future__ import annotations
@@ -28,15 +30,21 @@ import struct
 from typing import Any
 
 from cudaprobe.catalogue.functions import ArgKind, Function
+from cudaprobe.probe.event import NAME_MAX
 
 # shown for a handle that is named neither by a traced call nor in its memory
 UNKNOWN_WHY = "name unknown: not made by a traced call, and not readable from the handle"
 NAME_POINTER_OFFSET = 8
-NAME_MAX = 8192  # as the probe's own copy of a name (CP_NAME_MAX)
 _IDENTIFIER = re.compile(rb"[A-Za-z_$][A-Za-z0-9_$.]*")
 _CHUNK = 256
 # key of the kernel name in a call's args, for runtime and driver launches alike
 NAME_KEY = "func_name"
+
+
+def _as_name(data: bytes) -> str | None:
+    """The NUL-terminated string at the start of `data`, if it is an identifier."""
+    name = data.split(b"\0", 1)[0]
+    return name.decode() if _IDENTIFIER.fullmatch(name) else None
 
 
 def read_name(mem_fd: int, handle: int) -> str | None:
@@ -50,16 +58,14 @@ def read_name(mem_fd: int, handle: int) -> str | None:
         name = b""
         while len(name) < NAME_MAX:  # a chunk at a time: a read past the mapping fails
             chunk = os.pread(mem_fd, _CHUNK, at + len(name))
-            end = chunk.find(b"\0")
-            if end >= 0:
-                name += chunk[:end]
-                break
             if not chunk:
                 return None
             name += chunk
+            if b"\0" in chunk:
+                break
     except (OSError, OverflowError):
         return None
-    return name.decode() if _IDENTIFIER.fullmatch(name) else None
+    return _as_name(name)
 
 
 class KernelHandles:
@@ -84,9 +90,9 @@ class KernelHandles:
         """The name the probe read from the handle's object at its first launch
         (a record's text), kept if it is an identifier: a process that has
         exited since is named all the same."""
-        name = text.split(b"\0", 1)[0]
-        if handle and _IDENTIFIER.fullmatch(name):
-            self._read[(pid, handle)] = name.decode()
+        name = _as_name(text)
+        if handle and name:
+            self._read[(pid, handle)] = name
 
     def _mem_of(self, pid: int) -> int:
         fd = self._mem.get(pid)
