@@ -209,16 +209,15 @@ class Tracer:
         if self._per_process and pid not in self._pid_links:
             self._attach_process(pid, self._libraries)
 
-    def follow_children(self) -> list[int]:
+    def follow_children(self) -> None:
         """Per-process links for the targets the fork tracepoint added (children of
-        targets) since the last look; returns their pids. Until then a child
-        takes no trap and its calls are not seen (docs/attach.md)."""
+        targets) since the last look. Until then a child takes no trap and its
+        calls are not seen (docs/attach.md)."""
         if not self._per_process:
-            return []
-        new = [pid for pid in self.target_pids() if pid not in self._pid_links]
-        for pid in new:
-            self._attach_process(pid, self._libraries)
-        return new
+            return
+        for pid in self.target_pids():
+            if pid not in self._pid_links:
+                self._attach_process(pid, self._libraries)
 
     def remove_target(self, pid: int) -> None:
         targets = self._bpf["targets"]
