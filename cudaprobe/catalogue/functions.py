@@ -206,6 +206,14 @@ RUNTIME_FUNCTIONS: tuple[Function, ...] = (
     _rt("cudaMemsetAsync", "memory", ("devPtr", K.PTR), ("value", K.INT), ("count", K.SIZE),
         ("stream", K.STREAM), variants=PTSZ),
     _rt("cudaMemGetInfo", "memory", ("free", K.OUT_SIZE), ("total", K.OUT_SIZE)),
+    # memory accounting (issue 17 item 4): pools and host registration. Names and
+    # parameter names as cuda_runtime_api.h declares them; memtrack.ROLES reads
+    # the arguments by these names
+    _rt("cudaMallocFromPoolAsync", "memory", ("ptr", K.OUT_PTR), ("size", K.SIZE),
+        ("memPool", K.HANDLE), ("stream", K.STREAM), variants=PTSZ),
+    _rt("cudaHostRegister", "memory", ("ptr", K.PTR), ("size", K.SIZE), ("flags", K.FLAGS)),
+    _rt("cudaHostUnregister", "memory", ("ptr", K.PTR)),
+    # end of the issue 17 item 4 block
     # transfer
     _rt("cudaMemcpy", "transfer", ("dst", K.PTR), ("src", K.PTR), ("count", K.SIZE),
         ("kind", K.MEMCPY_KIND), variants=PTDS),
@@ -305,6 +313,26 @@ DRIVER_FUNCTIONS: tuple[Function, ...] = (
     _drv("cuMemAllocAsync", "memory", ("dptr", K.OUT_PTR), ("bytesize", K.SIZE),
          ("hStream", K.STREAM), variants=PTSZ),
     _drv("cuMemFreeAsync", "memory", ("dptr", K.PTR), ("hStream", K.STREAM), variants=PTSZ),
+    # memory accounting (issue 17 item 4): virtual memory (cuMemCreate makes
+    # physical memory, cuMemMap maps it at an address cuMemAddressReserve
+    # reserved), pools and host registration. Names, parameter names and the
+    # versions cuda.h #defines (cuMemHostRegister -> _v2); memtrack.ROLES reads
+    # the arguments by these names
+    _drv("cuMemCreate", "memory", ("handle", K.OUT_HANDLE), ("size", K.SIZE), ("prop", K.PTR),
+         ("flags", K.FLAGS)),
+    _drv("cuMemRelease", "memory", ("handle", K.HANDLE)),
+    _drv("cuMemMap", "memory", ("ptr", K.PTR), ("size", K.SIZE), ("offset", K.SIZE),
+         ("handle", K.HANDLE), ("flags", K.FLAGS)),
+    _drv("cuMemUnmap", "memory", ("ptr", K.PTR), ("size", K.SIZE)),
+    _drv("cuMemAddressReserve", "memory", ("ptr", K.OUT_PTR), ("size", K.SIZE),
+         ("alignment", K.SIZE), ("addr", K.PTR), ("flags", K.FLAGS)),
+    _drv("cuMemAddressFree", "memory", ("ptr", K.PTR), ("size", K.SIZE)),
+    _drv("cuMemAllocFromPoolAsync", "memory", ("dptr", K.OUT_PTR), ("bytesize", K.SIZE),
+         ("pool", K.HANDLE), ("hStream", K.STREAM), variants=PTSZ),
+    _drv("cuMemHostRegister", "memory", ("p", K.PTR), ("bytesize", K.SIZE), ("Flags", K.FLAGS),
+         version=V2),
+    _drv("cuMemHostUnregister", "memory", ("p", K.PTR)),
+    # end of the issue 17 item 4 block
     _drv("cuMemsetD8", "memory", ("dstDevice", K.PTR), ("uc", K.UINT8), ("N", K.COUNT),
          version=V2, variants=PTDS),
     _drv("cuMemsetD16", "memory", ("dstDevice", K.PTR), ("us", K.UINT16), ("N", K.COUNT),
