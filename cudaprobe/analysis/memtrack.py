@@ -1,8 +1,9 @@
 """CUDA memory accounting: pure Python over completed calls, no root, no BPF.
 
 What each memory function does is data (ROLES, keyed by catalogue name): an
-allocation of some kind, a free, or an implicit free of everything the
-process holds (cudaDeviceReset, cuCtxDestroy). The rules:
+allocation of some kind, a free, an implicit free of everything the process
+holds (cudaDeviceReset, cuCtxDestroy), or for virtual memory a release, a
+map or an unmap. The books of each process are kept in memstate.py. The rules:
 
 - Only successful calls count. A failed allocation allocated nothing and a
   failed free freed nothing; both are counted as failures.
@@ -18,6 +19,11 @@ process holds (cudaDeviceReset, cuCtxDestroy). The rules:
   by an API not traced) is counted as unknown; freeing NULL is no call at all.
 - Allocations never freed are leaks when their process exits; those freed
   only by a context destroy or device reset are reported with what freed them.
+- Virtual memory counts physical memory: cuMemCreate's size, live until the
+  handle is released and every mapping of it unmapped (memstate.py). Address
+  reservations and mappings are no memory of their own.
+- Arguments are looked up by the headers' parameter names, never by position,
+  and read as numbers whether decoded as ints or as hex text.
 
 The context of an allocation is not known, so an implicit free releases all
 that the process holds: exact for the primary context (what the runtime uses),
@@ -26,27 +32,39 @@ too much for a program that destroys one of several contexts it created.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from cudaprobe.analysis.memstate import (
+    ASYNC,
+    DEVICE,
+    MANAGED,
+    PINNED,
+    PROCESS_EXIT,
+    REGISTERED,
+    VMM,
+    Allocation,
+    ProcessMemory,
+)
 from cudaprobe.catalogue.functions import DRIVER, FUNCTIONS
 
 ALLOC, FREE, RELEASE_ALL = "alloc", "free", "release_all"
-DEVICE, PINNED, MANAGED, ASYNC = "device", "host-pinned", "managed", "async-pool"
-KINDS = (DEVICE, PINNED, MANAGED, ASYNC)
-PROCESS_EXIT = "process exit"
+# virtual memory: a handle released, an address range mapped to one, unmapped
+RELEASE, MAP, UNMAP = "release", "map", "unmap"
 
 
 @dataclass(frozen=True)
 class Role:
-    action: str  # ALLOC, FREE or RELEASE_ALL
+    action: str  # ALLOC, FREE, RELEASE_ALL, RELEASE, MAP or UNMAP
     kind: str | None = None  # what an ALLOC allocates
-    pointer: str | None = None  # the argument holding the pointer (an out-parameter for ALLOC)
+    # the argument holding the pointer (an out-parameter for ALLOC, but for a
+    # registration), the handle for RELEASE, the address for MAP and UNMAP
+    pointer: str | None = None
     size: tuple[str, ...] = ()  # arguments whose product is the size in bytes
     # what a failed call asked for, where `size` has an out-parameter (a pitch),
     # which a failed call does not set: width x height, a lower bound
     asked: tuple[str, ...] = ()
+    handle: str | None = None  # MAP: the argument holding the handle mapped
 
 
 def _alloc(kind: str, pointer: str, *size: str, asked: tuple[str, ...] = ()) -> Role:
@@ -80,15 +98,26 @@ ROLES: dict[str, Role] = {
     "cuMemFreeHost": _free("p"),
     "cuMemFreeAsync": _free("dptr"),
     "cuCtxDestroy": Role(RELEASE_ALL),
+    # pools: what the API says, live from allocation to free (memory freed to a
+    # pool may stay reserved by the pool)
+    "cudaMallocFromPoolAsync": _alloc(ASYNC, "ptr", "size"),
+    "cuMemAllocFromPoolAsync": _alloc(ASYNC, "dptr", "bytesize"),
+    # host memory page-locked in place: the pointer is the caller's own
+    "cudaHostRegister": _alloc(REGISTERED, "ptr", "size"),
+    "cudaHostUnregister": _free("ptr"),
+    "cuMemHostRegister": _alloc(REGISTERED, "p", "bytesize"),
+    "cuMemHostUnregister": _free("p"),
+    # virtual memory: physical memory made, then mapped at reserved addresses
+    "cuMemCreate": _alloc(VMM, "handle", "size"),
+    "cuMemRelease": Role(RELEASE, pointer="handle"),
+    "cuMemMap": Role(MAP, pointer="ptr", size=("size",), handle="handle"),
+    "cuMemUnmap": Role(UNMAP, pointer="ptr", size=("size",)),
 }
 
 # every probed symbol (versions and variants too) -> (api, role)
 _BY_SYMBOL: dict[str, tuple[str, Role]] = {
     symbol: (f.api, ROLES[f.name]) for f in FUNCTIONS if f.name in ROLES for symbol in f.symbols
 }
-
-MAX_TIMELINE = 4096  # points kept per process; older ones are thinned, the peak is kept apart
-
 
 def memory_functions(apis: set[str]) -> list:
     """The catalogue functions `cudaprobe memory` probes."""
@@ -112,82 +141,6 @@ class MemCall:
     @property
     def end_ns(self) -> int:
         return self.ts_ns + self.duration_ns
-
-
-@dataclass
-class Allocation:
-    ptr: int
-    size: int
-    kind: str
-    event: str
-    ts_ns: int
-    tid: int
-    site: tuple[str, ...]
-    ended_by: str | None = None  # RELEASE_ALL event or PROCESS_EXIT; None while live
-
-
-@dataclass
-class ProcessMemory:
-    pid: int
-    process: str
-    live: dict[int, Allocation] = field(default_factory=dict)
-    live_bytes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
-    peak_bytes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
-    peak_total: int = 0
-    peak_ns: int = 0
-    timeline: list[tuple[int, int]] = field(default_factory=list)  # (ns, live total)
-    counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    implicit: list[tuple[str, int, int, int]] = field(default_factory=list)  # by, ns, n, bytes
-    ended: list[Allocation] = field(default_factory=list)  # never freed explicitly
-    exited: bool = False
-
-    @property
-    def live_total(self) -> int:
-        return sum(self.live_bytes.values())
-
-    def _changed(self, ts_ns: int) -> None:
-        total = self.live_total
-        for kind, n in self.live_bytes.items():
-            self.peak_bytes[kind] = max(self.peak_bytes[kind], n)
-        if total > self.peak_total:
-            self.peak_total, self.peak_ns = total, ts_ns
-        self.timeline.append((ts_ns, total))
-        if len(self.timeline) > MAX_TIMELINE:
-            self.timeline = self.timeline[::2]
-
-    def allocate(self, a: Allocation) -> None:
-        old = self.live.pop(a.ptr, None)
-        if old is not None:  # freed by something we did not see
-            self.counts["replaced"] += 1
-            self.live_bytes[old.kind] -= old.size
-        self.live[a.ptr] = a
-        self.live_bytes[a.kind] += a.size
-        self.counts["allocations"] += 1
-        self.counts["bytes_allocated"] += a.size
-        self._changed(a.ts_ns)
-
-    def free(self, ptr: int, ts_ns: int) -> None:
-        a = self.live.pop(ptr, None)
-        if a is None:
-            self.counts["unknown_frees"] += 1
-            return
-        self.live_bytes[a.kind] -= a.size
-        self.counts["frees"] += 1
-        self.counts["bytes_freed"] += a.size
-        self._changed(ts_ns)
-
-    def release_all(self, by: str, ts_ns: int) -> None:
-        """Everything live ends without a free: a context destroy, or the process exit."""
-        released = list(self.live.values())
-        if by != PROCESS_EXIT:
-            self.implicit.append((by, ts_ns, len(released), sum(a.size for a in released)))
-        for a in released:
-            a.ended_by = by
-        self.ended += released
-        self.live.clear()
-        self.live_bytes = dict.fromkeys(KINDS, 0)
-        if released:
-            self._changed(ts_ns)
 
 
 # How long a returned call waits for the runtime call it may be nested in to
@@ -278,16 +231,26 @@ class MemoryAccounting:
             if call.ret == 0:
                 proc.release_all(call.event, call.end_ns)
             return
-        ptr = _pointer(call.args.get(role.pointer))
-        if role.action == FREE:
+        ptr = _number(call.args.get(role.pointer))
+        if role.action in (FREE, RELEASE):
             if call.ret != 0:
                 proc.counts["failed_frees"] += 1
-            elif ptr:
+            elif ptr and role.action == FREE:
                 proc.free(ptr, call.end_ns)
+            elif ptr:
+                proc.release(ptr, call.end_ns)
             return
         size = 1
         for name in (role.asked or role.size) if call.ret != 0 else role.size:
-            size *= int(call.args.get(name) or 0)
+            size *= _number(call.args.get(name))
+        if role.action in (MAP, UNMAP):
+            if call.ret != 0:
+                proc.counts["failed_maps"] += 1
+            elif role.action == MAP:
+                proc.map(ptr, size, _number(call.args.get(role.handle)))
+            else:
+                proc.unmap(ptr, size, call.end_ns)
+            return
         if call.ret != 0:
             proc.counts["failed_allocations"] += 1
             proc.counts["bytes_failed"] += size
@@ -296,10 +259,11 @@ class MemoryAccounting:
                                      call.tid, call.site))
 
 
-def _pointer(value: Any) -> int:
-    """Pointers are hex strings in decoded arguments (ints in hand-made ones)."""
+def _number(value: Any) -> int:
+    """An argument as a number: pointers and handles are hex text in decoded
+    calls, sizes ints; None where an out-parameter was not read."""
     if isinstance(value, str):
-        return int(value, 16)
+        return int(value, 16) if value.lower().startswith("0x") else int(value)
     return int(value or 0)
 
 
@@ -312,6 +276,7 @@ class LeakGroup:
     kind: str
     ended_by: str
     allocations: list[Allocation]
+    outstanding: str = ""  # VMM: what kept the physical memory (Allocation.outstanding)
 
     @property
     def bytes(self) -> int:
@@ -323,9 +288,10 @@ def group_by_site(allocations: list[Allocation]) -> list[LeakGroup]:
     biggest allocations first within a group."""
     groups: dict[tuple, LeakGroup] = {}
     for a in allocations:
-        key = (a.site, a.event, a.kind, a.ended_by or "")
+        key = (a.site, a.event, a.kind, a.ended_by or "", a.outstanding)
         if key not in groups:
-            groups[key] = LeakGroup(a.site, a.event, a.kind, a.ended_by or "", [])
+            groups[key] = LeakGroup(a.site, a.event, a.kind, a.ended_by or "", [],
+                                    a.outstanding)
         groups[key].allocations.append(a)
     for g in groups.values():
         g.allocations.sort(key=lambda a: (-a.size, a.ts_ns))

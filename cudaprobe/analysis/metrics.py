@@ -21,7 +21,8 @@ any exporter's types; an exporter only names and labels what it holds:
   one api, not both.
 - `memset_bytes[api]`: bytes set by successful memsets.
 - `live_bytes[(process, kind)]`: memory allocated and not yet freed, by
-  process and memtrack kind (device, host-pinned, managed, async-pool),
+  process and memtrack kind (device, host-pinned, managed, async-pool, vmm,
+  host-registered: memstate.KINDS),
   counted once across the two APIs as `cudaprobe memory` counts it
   (memtrack.py); it lags by memtrack.HOLD_NS, and a process's entries go when it exits.
 - `kernel_launches[(kernel, api)]`: completed launches by kernel name (whole,
@@ -49,7 +50,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Callable
 
-from cudaprobe.analysis.memtrack import KINDS, ROLES, MemCall, MemoryAccounting
+from cudaprobe.analysis.memstate import KINDS
+from cudaprobe.analysis.memtrack import ROLES, MemCall, MemoryAccounting
 from cudaprobe.analysis.summary import NOT_LOST
 from cudaprobe.catalogue.functions import FUNCTIONS, Function
 from cudaprobe.decode.calls import Call

@@ -327,6 +327,8 @@ DRIVER_FUNCTIONS: tuple[Function, ...] = (
     _drv("cuMemAddressReserve", "memory", ("ptr", K.OUT_PTR), ("size", K.SIZE),
          ("alignment", K.SIZE), ("addr", K.PTR), ("flags", K.FLAGS)),
     _drv("cuMemAddressFree", "memory", ("ptr", K.PTR), ("size", K.SIZE)),
+    _drv("cuMemSetAccess", "memory", ("ptr", K.PTR), ("size", K.SIZE), ("desc", K.PTR),
+         ("count", K.COUNT)),
     _drv("cuMemAllocFromPoolAsync", "memory", ("dptr", K.OUT_PTR), ("bytesize", K.SIZE),
          ("pool", K.HANDLE), ("hStream", K.STREAM), variants=PTSZ),
     _drv("cuMemHostRegister", "memory", ("p", K.PTR), ("bytesize", K.SIZE), ("Flags", K.FLAGS),

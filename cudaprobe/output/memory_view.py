@@ -9,13 +9,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cudaprobe.analysis.memtrack import (
-    KINDS,
-    PROCESS_EXIT,
-    Allocation,
-    ProcessMemory,
-    group_by_site,
-)
+from cudaprobe.analysis.memstate import BASE_KINDS, KINDS, PROCESS_EXIT, Allocation, ProcessMemory
+from cudaprobe.analysis.memtrack import group_by_site
 from cudaprobe.decode.calls import humanize_bytes
 from cudaprobe.decode.demangle import shorten
 
@@ -36,16 +31,23 @@ def _frame_text(frame: str, limit: int = 90) -> str:
     return shorten(name, limit) + plus + where if plus else frame
 
 
+def shown_kinds(processes: list[ProcessMemory]) -> list[str]:
+    """The table's kind columns: the usual four, and the others (vmm,
+    host-registered) once a process has held some."""
+    return [k for k in KINDS if k in BASE_KINDS or any(p.peak_bytes[k] for p in processes)]
+
+
 def render_processes(processes: list[ProcessMemory], console: Console, title: str) -> None:
     table = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
-    for col in ("PID", "PROCESS", *(k.upper() for k in KINDS), "LIVE", "PEAK", "ALLOCS",
+    kinds = shown_kinds(processes)
+    for col in ("PID", "PROCESS", *(k.upper() for k in kinds), "LIVE", "PEAK", "ALLOCS",
                 "FREES", "FAILED", "STATE"):
         table.add_column(col, justify="left" if col in ("PROCESS", "STATE") else "right")
     for p in sorted(processes, key=lambda p: p.pid):
         c = p.counts
         failed = c["failed_allocations"] + c["failed_frees"]
         table.add_row(str(p.pid), Text(p.process),
-                      *(humanize_bytes(p.live_bytes[k]) for k in KINDS),
+                      *(humanize_bytes(p.live_bytes[k]) for k in kinds),
                       humanize_bytes(p.live_total), humanize_bytes(p.peak_total),
                       str(c["allocations"]), str(c["frees"]),
                       Text(str(failed), style="red" if failed else ""),
@@ -74,7 +76,8 @@ def render_exit(p: ProcessMemory, console: Console, ms: Ms) -> None:
         table.add_column(col, justify="right" if col in ("BYTES", "COUNT") else "left",
                          no_wrap=col != "CALL SITE")
     for g in group_by_site(p.ended):
-        table.add_row(humanize_bytes(g.bytes), str(len(g.allocations)), g.kind, g.event,
+        function = f"{g.event} ({g.outstanding})" if g.outstanding else g.event
+        table.add_row(humanize_bytes(g.bytes), str(len(g.allocations)), g.kind, Text(function),
                       g.ended_by, Text(_frame_text(g.site[0]) if g.site else "(unknown)"))
         for frame in g.site[1:STACK_LINES + 1]:
             table.add_row("", "", "", "", "", Text("  " + _frame_text(frame), style="dim"))
@@ -100,17 +103,23 @@ def render_summary(processes: list[ProcessMemory], lost: dict[str, int], in_flig
 
 
 def _allocation(a: Allocation, ms: Ms) -> dict[str, Any]:
-    return {"ptr": f"{a.ptr:#x}", "size": a.size, "at_ms": ms(a.ts_ns), "tid": a.tid}
+    out = {"ptr": f"{a.ptr:#x}", "size": a.size, "at_ms": ms(a.ts_ns), "tid": a.tid}
+    if a.outstanding or a.released:  # VMM: ptr is the handle; where it is still mapped
+        out.update(released=a.released,
+                   mappings=[[f"{va:#x}", n] for va, n in sorted(a.mappings.items())])
+    return out
 
 
 def process_dict(p: ProcessMemory, ms: Ms) -> dict[str, Any]:
     counts = {k: p.counts[k] for k in (
         "allocations", "frees", "failed_allocations", "failed_frees", "unknown_frees",
-        "nested_driver_calls", "bytes_allocated", "bytes_freed", "bytes_failed", "replaced")}
+        "nested_driver_calls", "bytes_allocated", "bytes_freed", "bytes_failed", "replaced",
+        "failed_maps", "unknown_maps")}
 
     def groups(allocations: list[Allocation]) -> list[dict[str, Any]]:
         return [{"site": list(g.site), "event": g.event, "kind": g.kind,
-                 "ended_by": g.ended_by or None, "count": len(g.allocations), "bytes": g.bytes,
+                 "ended_by": g.ended_by or None, "outstanding": g.outstanding or None,
+                 "count": len(g.allocations), "bytes": g.bytes,
                  "allocations": [_allocation(a, ms) for a in g.allocations]}
                 for g in group_by_site(allocations)]
 

@@ -82,3 +82,33 @@ def test_json_document():
     assert p["peak_bytes"]["total"] == (4 << 20) + 4096 and p["peak_bytes"]["at_ms"] == 2.5
     assert p["timeline"][-1] == [9.0, 0] and p["live"] == []
     assert set(process_dict(acct.processes[7], ms)) == set(p)
+
+
+def test_vmm_and_registered_columns_only_once_used_and_what_kept_a_leak():
+    plain = io.StringIO()
+    render_summary(list(accounting().processes.values()), {}, 0, 1.0,
+                   Console(file=plain, width=300))
+    header = next(line for line in plain.getvalue().splitlines() if "PID" in line)
+    assert "ASYNC-POOL" in header and "VMM" not in header and "REGISTERED" not in header
+    acct = MemoryAccounting(hold_ns=0)
+    acct.feed([call("cuMemCreate", 1_000_000, handle="0x55aa00", size=20 << 20, prop="0x1",
+                    flags=0),
+               call("cuMemMap", 1_100_000, ptr="0x7f2000000000", size=20 << 20, offset=0,
+                    handle="0x55aa00", flags=0),
+               call("cudaHostRegister", 1_200_000, ptr="0x560000", size=4096, flags=0)])
+    acct.process_exited(7, 9_000_000)
+    out = io.StringIO()
+    p = acct.processes[7]
+    render_exit(p, Console(file=out, width=300), ms)
+    render_summary([p], {}, 0, 1.0, Console(file=out, width=300))
+    text = out.getvalue()
+    assert "cuMemCreate (not released, mapped at 1 address)" in text
+    header = next(line for line in text.splitlines() if "PID" in line)
+    assert "VMM" in header and "HOST-REGISTERED" in header
+    [vmm, registered] = process_dict(p, ms)["leaks"]
+    assert (vmm["kind"], vmm["outstanding"], vmm["bytes"]) == ("vmm", "not released, mapped "
+                                                                "at 1 address", 20 << 20)
+    assert vmm["allocations"][0]["mappings"] == [["0x7f2000000000", 20 << 20]]
+    assert vmm["allocations"][0]["released"] is False
+    assert (registered["kind"], registered["outstanding"]) == ("host-registered", None)
+    assert "mappings" not in registered["allocations"][0]

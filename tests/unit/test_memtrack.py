@@ -9,6 +9,7 @@ from cudaprobe.analysis.memtrack import (
     MANAGED,
     PINNED,
     PROCESS_EXIT,
+    REGISTERED,
     ROLES,
     MemCall,
     MemoryAccounting,
@@ -16,7 +17,6 @@ from cudaprobe.analysis.memtrack import (
     memory_functions,
 )
 from cudaprobe.catalogue import functions as catalogue
-from cudaprobe.catalogue.functions import ArgKind
 
 MiB = 1 << 20
 PID, TID = 100, 101
@@ -48,17 +48,19 @@ def run(calls: list[MemCall], exit_at: int | None = 10_000) -> MemoryAccounting:
 
 
 def test_roles_name_catalogue_functions_and_their_arguments():
+    """Arguments by the headers' names; what an allocation returns is an
+    out-parameter, but for a registration, which pins the caller's pointer."""
     for name, role in ROLES.items():
         fns = [f for f in catalogue.FUNCTIONS if f.name == name]
         assert fns, name
         for fn in fns:
-            kinds = {a.name: a.kind for a in fn.args}
-            for arg in role.size:
-                assert kinds[arg] in (ArgKind.SIZE, ArgKind.COUNT, ArgKind.OUT_SIZE), (name, arg)
+            args = {a.name: a for a in fn.args}
+            for arg in (*role.size, *role.asked, role.pointer, role.handle):
+                assert arg is None or arg in args, (name, arg)
             if role.action == ALLOC:
-                assert kinds[role.pointer] is ArgKind.OUT_PTR, name
+                assert args[role.pointer].is_out == (role.kind != REGISTERED), name
             elif role.pointer:
-                assert kinds[role.pointer] is ArgKind.PTR, name
+                assert not args[role.pointer].is_out, name
     names = {f.name for f in memory_functions({catalogue.RUNTIME, catalogue.DRIVER})}
     assert {"cudaMalloc", "cudaFree", "cuMemAlloc", "cuMemFree", "cudaDeviceReset"} <= names
     assert all(f.api == "runtime" for f in memory_functions({catalogue.RUNTIME}))
@@ -179,7 +181,7 @@ def test_kinds_sizes_and_unknown_frees():
     ], exit_at=None)
     p = acct.processes[PID]
     assert p.live_bytes == {"device": 10240 + 1536, "host-pinned": 256 * 1024 + 8192,
-                            "managed": 0, "async-pool": 0}
+                            "managed": 0, "async-pool": 0, "vmm": 0, "host-registered": 0}
     assert p.peak_bytes["async-pool"] == 512 and p.peak_bytes[PINNED] == 256 * 1024 + 8192
     assert p.counts["unknown_frees"] == 1 and p.counts["frees"] == 1
     assert p.counts["allocations"] == 5 and not p.exited
@@ -211,3 +213,122 @@ def test_timeline_is_thinned_but_peak_kept():
     acct = run(calls, exit_at=None)
     p = acct.processes[PID]
     assert len(p.timeline) <= 4096 and p.peak_total == 10_000 and p.peak_ns == 43210 + 10
+
+
+# virtual memory (PyTorch's expandable segments), pools, host registration
+
+GiB, CHUNK = 1 << 30, 20 * MiB
+VA = 0x7F10_0000_0000  # a reservation (cuMemAddressReserve: no memory of its own)
+
+
+def create(t, handle, size, **kw):
+    return call("cuMemCreate", t, handle=hex(handle), size=size, prop="0x7ffd0000", flags=0,
+                **kw)
+
+
+def mem_map(t, va, size, handle, **kw):
+    return call("cuMemMap", t, ptr=hex(va), size=size, offset=0, handle=hex(handle), flags=0,
+                **kw)
+
+
+def test_vmm_expandable_segment_grows_and_shrinks():
+    """As PyTorch's expandable segments do: a chunk made and mapped after the
+    last one at each growth; on shrink, unmapped then released."""
+    calls = [call("cuMemAddressReserve", 10, ptr=hex(VA), size=GiB, alignment=0, addr="0x0",
+                  flags=0)]
+    for i in range(5):
+        calls += [create(100 + 40 * i, 0x5500 + i, CHUNK),
+                  mem_map(110 + 40 * i, VA + i * CHUNK, CHUNK, 0x5500 + i),
+                  call("cuMemSetAccess", 120 + 40 * i, ptr=hex(VA + i * CHUNK), size=CHUNK,
+                       desc="0x7ffd", count=1)]
+    calls += [call("cuMemUnmap", 400, ptr=hex(VA + 3 * CHUNK), size=2 * CHUNK),  # the last two
+              call("cuMemRelease", 410, handle=hex(0x5503)),
+              call("cuMemRelease", 420, handle=hex(0x5504))]
+    p = run(calls, exit_at=None).processes[PID]
+    assert p.peak_bytes["vmm"] == p.peak_total == 5 * CHUNK
+    assert p.live_bytes["vmm"] == p.live_total == 3 * CHUNK
+    assert (p.counts["allocations"], p.counts["frees"]) == (5, 2)
+    # the unmap frees nothing yet: each release does
+    assert [n for _, n in p.timeline] == [CHUNK * k for k in (1, 2, 3, 4, 5, 4, 3)]
+    assert sorted(p.mapped) == [VA, VA + CHUNK, VA + 2 * CHUNK]
+
+
+def test_vmm_memory_lives_until_released_and_unmapped_in_either_order():
+    """NVIDIA's samples release the handle right after mapping it: the memory
+    stays until it is unmapped. A handle mapped twice needs both unmapped."""
+    p = run([create(100, 0xA1, 2 * MiB), mem_map(110, VA, 2 * MiB, 0xA1),
+             call("cuMemRelease", 120, handle=hex(0xA1)),  # still mapped: still allocated
+             create(130, 0xA2, 4 * MiB), mem_map(140, VA + 8 * MiB, 4 * MiB, 0xA2),
+             mem_map(150, VA + 16 * MiB, 4 * MiB, 0xA2),  # one handle, two addresses
+             call("cuMemUnmap", 160, ptr=hex(VA + 8 * MiB), size=4 * MiB),
+             call("cuMemRelease", 170, handle=hex(0xA2)),  # still mapped once
+             ], exit_at=None).processes[PID]
+    assert p.live_bytes["vmm"] == 6 * MiB and p.counts["frees"] == 2
+    p2 = run([create(100, 0xA1, 2 * MiB), mem_map(110, VA, 2 * MiB, 0xA1),
+              call("cuMemRelease", 120, handle=hex(0xA1)),
+              call("cuMemUnmap", 200, ptr=hex(VA), size=2 * MiB)], exit_at=None).processes[PID]
+    assert p2.live_total == 0 and p2.counts["bytes_freed"] == 2 * MiB
+    assert p2.timeline == [(110, 2 * MiB), (210, 0)]  # freed by the unmap, not the release
+
+
+def test_vmm_leaks_say_what_kept_the_memory():
+    acct = run([create(100, 0xB1, MiB, site=SITE_A),  # never mapped nor released
+                create(110, 0xB2, 2 * MiB, site=SITE_B), mem_map(120, VA, 2 * MiB, 0xB2),
+                call("cuMemRelease", 130, handle=hex(0xB2)),  # released, left mapped
+                create(140, 0xB3, 4 * MiB, site=SITE_B), mem_map(150, VA + 4 * MiB, 4 * MiB, 0xB3),
+                call("cuMemRelease", 160, handle=hex(0xB4)),  # not a handle made here
+                call("cuMemMap", 170, ptr=hex(VA + GiB), size=MiB, offset=0, handle=hex(0xB5),
+                     flags=0)])
+    p = acct.processes[PID]
+    assert (p.counts["unknown_frees"], p.counts["unknown_maps"]) == (1, 1)
+    groups = [(g.site, g.kind, g.outstanding, g.bytes, [a.ptr for a in g.allocations])
+              for g in group_by_site(p.ended)]
+    assert groups == [(SITE_B, "vmm", "not released, mapped at 1 address", 4 * MiB, [0xB3]),
+                      (SITE_B, "vmm", "mapped at 1 address", 2 * MiB, [0xB2]),
+                      (SITE_A, "vmm", "not released", MiB, [0xB1])]
+
+
+def test_vmm_failed_calls_change_nothing_and_handles_are_not_pointers():
+    p = run([call("cuMemCreate", 100, ret=2, handle=None, size=GiB, prop="0x1", flags=0),
+             create(110, 0xC000, MiB),
+             malloc(120, 0xC000, 64),  # the same number as a pointer: another thing
+             call("cuMemMap", 130, ret=1, ptr=hex(VA), size=MiB, offset=0, handle=hex(0xC000),
+                  flags=0),
+             call("cuMemRelease", 140, ret=1, handle=hex(0xC000)),
+             free(150, 0xC000)], exit_at=None).processes[PID]
+    assert p.counts["failed_allocations"] == 1 and p.counts["bytes_failed"] == GiB
+    assert (p.counts["failed_maps"], p.counts["failed_frees"]) == (1, 1)
+    assert p.live_bytes["vmm"] == MiB and p.live_bytes["device"] == 0 and not p.mapped
+
+
+def test_pools_and_registered_host_memory_by_kind_once_at_either_layer():
+    acct = run([
+        # cudaHostRegister [100, 200] serves itself with cuMemHostRegister_v2
+        call("cuMemHostRegister_v2", 150, 20, p=hex(0x5600_0000), bytesize=MiB, Flags=0),
+        call("cudaHostRegister", 100, 100, ptr=hex(0x5600_0000), size=MiB, flags=0),
+        call("cuMemAllocFromPoolAsync_ptsz", 350, 20, dptr=hex(0x7E40_0000), bytesize=4096,
+             pool="0x99", hStream="0x0"),
+        call("cudaMallocFromPoolAsync_ptsz", 300, 100, ptr=hex(0x7E40_0000), size=4096,
+             memPool="0x99", stream="0x0"),
+        call("cuMemAllocFromPoolAsync", 500, tid=9, dptr=hex(0x7E50_0000), bytesize=8192,
+             pool="0x99", hStream="0x0"),  # the program's own driver call
+        call("cuMemHostRegister_v2", 600, tid=9, p=hex(0x5700_0000), bytesize=2 * MiB, Flags=0),
+        call("cudaHostUnregister", 700, ptr=hex(0x5600_0000)),
+        call("cudaHostRegister", 800, ret=1, ptr=hex(0x5800_0000), size=MiB, flags=0),
+        call("cuMemFreeAsync", 900, tid=9, dptr=hex(0x7E50_0000), hStream="0x0"),
+    ], exit_at=None)
+    p = acct.processes[PID]
+    assert p.counts["nested_driver_calls"] == 2
+    assert p.live_bytes["host-registered"] == 2 * MiB and p.live_bytes["async-pool"] == 4096
+    assert p.peak_bytes["host-registered"] == 3 * MiB and p.peak_bytes["async-pool"] == 4096 + 8192
+    assert (p.counts["allocations"], p.counts["frees"], p.counts["failed_allocations"]) == (4, 2, 1)
+
+
+def test_arguments_read_as_numbers_however_decoded():
+    """After the catalogue is generated from the headers a handle may decode as an
+    int; hex text and decimal text read the same."""
+    p = run([call("cuMemCreate", 100, handle=0xD1, size="4096", prop=0, flags=0),
+             call("cuMemMap", 110, ptr=VA, size=4096, offset=0, handle="209", flags=0),
+             call("cuMemUnmap", 120, ptr=str(VA), size=4096),
+             call("cuMemRelease", 130, handle="0XD1")], exit_at=None).processes[PID]
+    assert p.peak_bytes["vmm"] == 4096 and p.live_total == 0 and p.counts["frees"] == 1

@@ -131,6 +131,21 @@ def test_live_bytes_count_an_allocation_once_with_both_apis_probed():
     assert m.snapshot(now_ns=S).live_bytes[("app", "device")] == MiB
 
 
+def test_live_bytes_by_kind_vmm_pool_and_registered():
+    m = metrics()
+    m.add([call("cuMemCreate", t=0, api="driver", handle="0x55aa00", size=20 * MiB, prop="0x1",
+                flags=0),
+           call("cuMemMap", t=10, api="driver", ptr="0x7f2000000000", size=20 * MiB, offset=0,
+                handle="0x55aa00", flags=0),
+           call("cuMemRelease", t=20, api="driver", handle="0x55aa00"),  # mapped: still there
+           call("cudaMallocFromPoolAsync", t=30, ptr="0x7e4000000000", size=4096,
+                memPool="0x9", stream="0x0"),
+           call("cudaHostRegister", t=40, ptr="0x560000", size=MiB, flags=0)])
+    live = m.snapshot(now_ns=S).live_bytes
+    assert (live[("app", "vmm")], live[("app", "async-pool")],
+            live[("app", "host-registered")], live[("app", "device")]) == (20 * MiB, 4096, MiB, 0)
+
+
 def test_live_bytes_wait_for_the_hold_then_apply_without_a_scrape():
     m = metrics()
     m.add([call("cudaMalloc", t=0, devPtr="0x1000", size=MiB)])
