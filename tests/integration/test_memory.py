@@ -169,3 +169,62 @@ def test_sigint_detaches_and_reports_what_is_live(tmp_path):
     assert not p["exited"] and p["leaks"] == []
     assert sorted(a["size"] for g in p["live"] for a in g["allocations"]) == [256 << 10, 3 << 20]
     assert p["live_bytes"]["total"] == (3 << 20) + (256 << 10)
+
+
+def vmm_workload() -> Path:
+    return build_workload("memory_vmm.c", extra=[f"-L{build_memstub()}", "-l:libcuda.so.1"])
+
+
+def test_virtual_memory_pools_and_registered_host_memory(tmp_path):
+    """memory_vmm.c on the memstub libraries: physical memory counted from
+    cuMemCreate until released and unmapped, pool and registered memory at both
+    layers counted once, and the leaks named with what kept them."""
+    stub = build_memstub()
+    exe = vmm_workload()
+    report, proc = memory_json(tmp_path, "--lib", str(stub), command=[str(exe), LINGER_MS],
+                               env=stub_env())
+    assert proc.returncode == 0, proc.stderr
+    truth = expected_calls(proc.stdout)
+    made = [t for t in truth if "kind" in t and t["ret"] == 0]
+    [p] = report["processes"]
+    assert report["lost_total"] == 0 and p["exited"]
+    assert (p["allocations"], p["frees"], p["failed_allocations"], p["failed_frees"]) == (
+        len(made), 6, 1, 0) == (10, 6, 1, 0)
+    assert p["bytes_allocated"] == sum(t["size"] for t in made) and p["bytes_failed"] == 1 << 50
+    # cudaMallocFromPoolAsync, cudaFreeAsync, cudaHostRegister, cudaHostUnregister: each
+    # served by its driver call
+    assert p["nested_driver_calls"] == 4 and p["unknown_frees"] == 0
+    # four 2 MiB chunks, two of them released; the 4 MiB one, released but mapped, and
+    # the 1 MiB one, before the 4 MiB one is unmapped
+    assert p["peak_bytes"]["vmm"] == 9 << 20
+    # the runtime's pool allocation and registration are undone before the driver's
+    assert p["peak_bytes"]["async-pool"] == 128 << 10
+    assert p["peak_bytes"]["host-registered"] == 1 << 20
+    assert p["peak_bytes"]["device"] == 0 and p["timeline"][-1][1] == 0
+    leaks = sorted((g["kind"], a["ptr"], a["size"], g["outstanding"] or "", g["ended_by"])
+                   for g in p["leaks"] for a in g["allocations"])
+    assert leaks == sorted((t["leak"], t["ptr"], t["size"], t["outstanding"], "process exit")
+                           for t in truth if "leak" in t)
+    assert "cuMemCreate (not released, mapped at 1 address)" in proc.stdout
+    header = next(line for line in proc.stdout.splitlines() if "PID" in line)
+    assert "VMM" in header and "HOST-REGISTERED" in header
+
+
+def test_virtual_memory_on_the_real_libraries_fails_and_allocates_nothing(tmp_path, libcudart,
+                                                                          libcuda):
+    """Without a GPU every call of memory_vmm.c fails on the toolkit's libcudart
+    (35) and Debian's libcuda (3): all counted failed, nothing allocated."""
+    exe = vmm_workload()
+    report, proc = memory_json(tmp_path, "--lib", str(libcudart), "--lib", str(libcuda),
+                               command=[str(exe)],
+                               env={**os.environ, "LD_LIBRARY_PATH": str(libcuda.parent)})
+    assert proc.returncode == 0, proc.stderr
+    truth = [t for t in expected_calls(proc.stdout) if "call" in t]
+    assert truth and all(t["ret"] != 0 for t in truth)
+    [p] = report["processes"]
+    calls = [t["call"] for t in truth]
+    assert p["failed_allocations"] == sum("kind" in t for t in truth) == 11
+    assert p["failed_frees"] == sum(c in ("cuMemRelease", "cudaFreeAsync", "cudaHostUnregister")
+                                    for c in calls) == 6
+    assert p["failed_maps"] == sum(c in ("cuMemMap", "cuMemUnmap") for c in calls) == 7
+    assert (p["allocations"], p["frees"], p["leaks"], p["peak_bytes"]["total"]) == (0, 0, [], 0)

@@ -2,9 +2,11 @@
  * functions cudaprobe tracks, over a toy allocator that hands out fake,
  * recognisable addresses (device 0x7e10..., pinned 0x7e20..., managed
  * 0x7e30..., async 0x7e40...) and checks frees, so that allocations succeed
- * and frees of unknown pointers fail, as on a GPU. memstub_cudart.c serves
- * the runtime's allocations with these, as the real runtime does. Not a
- * model of CUDA: enough for uprobes on real symbols and real call nesting.
+ * and frees of unknown pointers fail, as on a GPU; also pools, registered
+ * host memory and virtual memory (handles checked, mappings not kept).
+ * memstub_cudart.c serves the runtime's allocations with these, as the real
+ * runtime does. Not a model of CUDA: enough for uprobes on real symbols and
+ * real call nesting.
  */
 #include <cuda.h>
 #include <stdint.h>
@@ -87,6 +89,104 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
 	(void)hStream;
 	return give_back(dptr);
+}
+
+CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+					 CUstream hStream)
+{
+	(void)pool;
+	(void)hStream;
+	return take(dptr, bytesize, 3);
+}
+
+/* host memory registered in place: the caller's pointer is kept, as if taken */
+CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
+{
+	(void)Flags;
+	for (int i = 0; p && i < MAX_LIVE; i++) {
+		if (!live[i].ptr) {
+			live[i].ptr = (CUdeviceptr)p;
+			live[i].size = bytesize;
+			return CUDA_SUCCESS;
+		}
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuMemHostUnregister(void *p) { return give_back((CUdeviceptr)p); }
+
+/* virtual memory: handles from 0x5500..., reserved addresses from 0x7e50...;
+ * a handle can be mapped until it is released (a real driver keeps released
+ * memory while it is mapped; the stub keeps no mappings) */
+static CUdeviceptr next_va = 0x7e5000000000;
+static CUmemGenericAllocationHandle handles[MAX_LIVE];
+static CUmemGenericAllocationHandle next_handle = 0x550000001000;
+
+CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
+				     CUdeviceptr addr, unsigned long long flags)
+{
+	(void)alignment, (void)addr, (void)flags;
+	*ptr = next_va;
+	next_va += (size + 0xfffff) & ~(CUdeviceptr)0xfffff;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+	(void)ptr, (void)size;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+			     const CUmemAllocationProp *prop, unsigned long long flags)
+{
+	(void)prop, (void)flags;
+	if (size > ((size_t)1 << 40))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (int i = 0; i < MAX_LIVE; i++) {
+		if (!handles[i]) {
+			*handle = handles[i] = next_handle;
+			next_handle += 0x1000;
+			return CUDA_SUCCESS;
+		}
+	}
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static int known_handle(CUmemGenericAllocationHandle h)
+{
+	for (int i = 0; h && i < MAX_LIVE; i++)
+		if (handles[i] == h)
+			return i;
+	return -1;
+}
+
+CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	int i = known_handle(handle);
+	if (i < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	handles[i] = 0;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+			  CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+	(void)ptr, (void)size, (void)offset, (void)flags;
+	return known_handle(handle) < 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+	return ptr && size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+				size_t count)
+{
+	(void)ptr, (void)size, (void)desc, (void)count;
+	return CUDA_SUCCESS;
 }
 
 /* everything the context held goes with it */

@@ -63,6 +63,20 @@ cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
 	return rt(cuMemFreeAsync((CUdeviceptr)devPtr, (CUstream)hStream));
 }
 
+cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool,
+				    cudaStream_t stream)
+{
+	return rt(cuMemAllocFromPoolAsync((CUdeviceptr *)ptr, size, (CUmemoryPool)memPool,
+					  (CUstream)stream));
+}
+
+cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
+{
+	return rt(cuMemHostRegister(ptr, size, flags));
+}
+
+cudaError_t cudaHostUnregister(void *ptr) { return rt(cuMemHostUnregister(ptr)); }
+
 cudaError_t cudaDeviceReset(void) { return rt(cuCtxDestroy(NULL)); }
 
 cudaError_t cudaGetDeviceCount(int *count)
