@@ -1,14 +1,16 @@
 /* Virtual memory, pools and registered host memory, for `cudaprobe memory`
  * tests: on the memstub libraries (LD_LIBRARY_PATH=tests/workloads/bin/memstub),
- * where every call succeeds, and on the real libraries, where every call fails
- * without a GPU. What it does:
+ * where every call succeeds, on the real libraries, where every call fails
+ * without a GPU, and on a GPU (scripts/gpu/check-memory-vmm.sh), where all but
+ * the 1 PiB allocation succeed. Sizes are multiples of 2 MiB, the usual VMM
+ * granularity. What it does:
  * - an expandable segment as PyTorch grows one: one reservation, 2 MiB chunks
  *   made, mapped after the last one and given access; then shrunk by one
- *   cuMemUnmap of the last two chunks and a release of each;
+ *   cuMemUnmap and a release of each of the last two chunks;
  * - as NVIDIA's samples do: a 4 MiB chunk released right after it is mapped,
  *   freed by its unmap later;
  * - left at exit: chunk 0 (not released, mapped), chunk 1 (released, still
- *   mapped), a 1 MiB chunk never mapped nor released;
+ *   mapped), a 2 MiB chunk never mapped nor released;
  * - a cuMemCreate that fails (1 PiB);
  * - pool allocations at both layers, the runtime's freed, the driver's left;
  * - host memory registered at both layers, the runtime's unregistered.
@@ -67,25 +69,32 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	CUdeviceptr va = 0;
 	CUmemGenericAllocationHandle chunk[4], sample, lone;
+	CUcontext ctx = NULL;
+	cudaMemPool_t pool = NULL;
+	/* the primary context, as the runtime uses it; the device's default pool */
+	done("cuInit", cuInit(0));
+	done("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain(&ctx, 0));
+	done("cuCtxSetCurrent", cuCtxSetCurrent(ctx));
+	done("cudaDeviceGetDefaultMemPool", cudaDeviceGetDefaultMemPool(&pool, 0));
 	done("cuMemAddressReserve", cuMemAddressReserve(&va, 8 * CHUNK, 0, 0, 0));
 	for (int i = 0; i < 4; i++) {
 		chunk[i] = create(CHUNK);
 		map(va + i * CHUNK, CHUNK, chunk[i]);
 	}
-	done("cuMemUnmap", cuMemUnmap(va + 2 * CHUNK, 2 * CHUNK));
-	done("cuMemRelease", cuMemRelease(chunk[2]));
-	done("cuMemRelease", cuMemRelease(chunk[3]));
+	for (int i = 3; i >= 2; i--) {
+		done("cuMemUnmap", cuMemUnmap(va + i * CHUNK, CHUNK));
+		done("cuMemRelease", cuMemRelease(chunk[i]));
+	}
 	sample = create(2 * CHUNK);
 	map(va + 4 * CHUNK, 2 * CHUNK, sample);
 	done("cuMemRelease", cuMemRelease(sample));
 	done("cuMemRelease", cuMemRelease(chunk[1]));
-	lone = create(CHUNK / 2);
+	lone = create(CHUNK);
 	create((size_t)1 << 50);
 	done("cuMemUnmap", cuMemUnmap(va + 4 * CHUNK, 2 * CHUNK));
 
 	void *p = NULL;
 	CUdeviceptr d = 0;
-	cudaMemPool_t pool = (cudaMemPool_t)0x1; /* the stub takes any pool */
 	/* each call before its made(): arguments are evaluated in no set order */
 	int r = cudaMallocFromPoolAsync(&p, 64 << 10, pool, 0);
 	made("cudaMallocFromPoolAsync", r, "async-pool", (unsigned long long)p, 64 << 10);
@@ -103,7 +112,7 @@ int main(int argc, char **argv)
 
 	leak("vmm", chunk[0], CHUNK, "not released, mapped at 1 address");
 	leak("vmm", chunk[1], CHUNK, "mapped at 1 address");
-	leak("vmm", lone, CHUNK / 2, "not released");
+	leak("vmm", lone, CHUNK, "not released");
 	leak("async-pool", d, 128 << 10, "");
 	leak("host-registered", (unsigned long long)pages[1], 256 << 10, "");
 	if (argc > 1)

@@ -189,6 +189,25 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
 	return CUDA_SUCCESS;
 }
 
+/* what a program calls before the memory functions on a real driver */
+CUresult CUDAAPI cuInit(unsigned int Flags)
+{
+	(void)Flags;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	*pctx = (CUcontext)(uintptr_t)(0xc0c0 + dev);
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
+{
+	(void)ctx;
+	return CUDA_SUCCESS;
+}
+
 /* everything the context held goes with it */
 CUresult CUDAAPI cuCtxDestroy(CUcontext ctx)
 {

@@ -70,6 +70,13 @@ cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPo
 					  (CUstream)stream));
 }
 
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
+{
+	(void)device;
+	*memPool = (cudaMemPool_t)0x900d; /* the stub's pools take any handle */
+	return cudaSuccess;
+}
+
 cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
 {
 	return rt(cuMemHostRegister(ptr, size, flags));
