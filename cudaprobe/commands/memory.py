@@ -36,7 +36,9 @@ def memory_command(libs, api, duration, dump_bpf, pids, comm, wait, command, sta
                    as_json, output, force) -> None:
     """Track CUDA memory: allocations and frees at the runtime and driver layers
     (a cudaMalloc that the driver serves as cuMemAlloc_v2 counts once), by
-    kind: device, host-pinned, managed, async-pool. Live and peak bytes per
+    kind: device, host-pinned, managed, async-pool (cudaMallocAsync, pools),
+    vmm (physical memory of cuMemCreate, live until released and unmapped:
+    PyTorch's expandable segments), host-registered. Live and peak bytes per
     process; when a process exits, the allocations it never freed, biggest
     first, grouped by call site. Failed allocations and frees change nothing;
     memory freed by cudaDeviceReset or cuCtxDestroy is reported as freed
