@@ -172,45 +172,34 @@ def test_prometheus_scrapes_the_exact_counts(tmp_path, served):
     assert ", 0 lost" in err.text()
 
 
-def test_live_bytes_while_a_process_holds_memory_and_gone_when_it_exits(tmp_path, served):
-    prometheus, _, _, name = served
-    stub = build_memstub()
-    exe = renamed(build_workload("memory_mix.c", extra=[f"-L{stub}", "-l:libcuda.so.1"]),
-                  tmp_path, name)
-    # allocates, frees, resets the device, allocates 64 KiB it never frees, then sleeps
-    app = subprocess.Popen([str(exe), "4000"], env=stub_env(), stdout=subprocess.PIPE,
-                           text=True)
-    try:
-        live = f'cudaprobe_memory_live_bytes{{process="{exe.name}",kind="device"}}'
-        prometheus.wait_for(live, 64 << 10)  # counted once, though both APIs are probed
-        kinds = prometheus.query(f'cudaprobe_memory_live_bytes{{process="{exe.name}"}}')
-        assert {dict(k)["kind"]: v for k, v in kinds.items()} == {
-            "device": 64 << 10, "managed": 0, "async-pool": 0, "host-pinned": 0, "vmm": 0,
-            "host-registered": 0}
-        assert app.wait(timeout=WAIT_S) == 0
-        prometheus.wait_for(live, None)  # its process has exited: the series goes
-    finally:
-        app.kill()
-        app.wait()
+NONE = {"device": 0, "managed": 0, "async-pool": 0, "host-pinned": 0, "vmm": 0,
+        "host-registered": 0}
 
 
-def test_live_bytes_of_virtual_pool_and_registered_memory(tmp_path, served):
-    prometheus, _, _, name = served
-    stub = build_memstub()
-    exe = renamed(build_workload("memory_vmm.c", extra=[f"-L{stub}", "-l:libcuda.so.1"]),
-                  tmp_path, name)
+@pytest.mark.parametrize("workload, first, live", [
+    # allocates, frees, resets the device, allocates 64 KiB it never frees, then sleeps;
+    # its device bytes counted once, though both APIs are probed
+    ("memory_mix.c", "device", {**NONE, "device": 64 << 10}),
     # leaves three 2 MiB VMM chunks (one mapped, one released but mapped, one never
     # mapped), a 128 KiB pool allocation and 256 KiB registered, then sleeps
+    ("memory_vmm.c", "vmm", {**NONE, "vmm": 6 << 20, "async-pool": 128 << 10,
+                             "host-registered": 256 << 10}),
+])
+def test_live_bytes_while_a_process_holds_memory_and_gone_when_it_exits(tmp_path, served,
+                                                                        workload, first, live):
+    prometheus, _, _, name = served
+    stub = build_memstub()
+    exe = renamed(build_workload(workload, extra=[f"-L{stub}", "-l:libcuda.so.1"]),
+                  tmp_path, name)
     app = subprocess.Popen([str(exe), "4000"], env=stub_env(), stdout=subprocess.PIPE,
                            text=True)
     try:
-        prometheus.wait_for(f'cudaprobe_memory_live_bytes{{process="{exe.name}",kind="vmm"}}',
-                            6 << 20)
+        series = f'cudaprobe_memory_live_bytes{{process="{exe.name}",kind="{first}"}}'
+        prometheus.wait_for(series, live[first])
         kinds = prometheus.query(f'cudaprobe_memory_live_bytes{{process="{exe.name}"}}')
-        assert {dict(k)["kind"]: v for k, v in kinds.items()} == {
-            "device": 0, "managed": 0, "async-pool": 128 << 10, "host-pinned": 0,
-            "vmm": 6 << 20, "host-registered": 256 << 10}
+        assert {dict(k)["kind"]: v for k, v in kinds.items()} == live
         assert app.wait(timeout=WAIT_S) == 0
+        prometheus.wait_for(series, None)  # its process has exited: the series goes
     finally:
         app.kill()
         app.wait()
