@@ -37,12 +37,14 @@ print(json.dumps({"alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
                   "reserved_at_exit": torch.cuda.memory_reserved(),
                   "allocated_at_exit": torch.cuda.memory_allocated()}))
 PY
+unset PYTORCH_CUDA_ALLOC_CONF
 for mode in default expandable; do
-  conf=$([ $mode = expandable ] && echo expandable_segments:True)
-  PYTORCH_CUDA_ALLOC_CONF=$conf cudaprobe memory --json -o "$OUT/vmm-torch-$mode.json" \
-    --force -- "$TORCH_PY" /tmp/reserve.py > "$OUT/vmm-torch-$mode.txt" 2>&1
+  [ $mode = expandable ] && export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  cudaprobe memory --json -o "$OUT/vmm-torch-$mode.json" --force -- "$TORCH_PY" \
+    /tmp/reserve.py > "$OUT/vmm-torch-$mode.txt" 2>&1
   echo "exit status: $?" >> "$OUT/vmm-torch-$mode.txt"
 done
+unset PYTORCH_CUDA_ALLOC_CONF
 
 nvcc -cudart=shared -g -O1 -Xcompiler -fno-omit-frame-pointer -o build/memory_vmm \
   tests/workloads/memory_vmm.c -lcuda
