@@ -46,8 +46,13 @@ for mode in default expandable; do
 done
 unset PYTORCH_CUDA_ALLOC_CONF
 
-nvcc -cudart=shared -g -O1 -Xcompiler -fno-omit-frame-pointer -o build/memory_vmm \
-  tests/workloads/memory_vmm.c -lcuda
+# the driver's libcuda, as check-driver.sh finds it (the toolkit has no stub to link)
+LIBCUDA=/usr/local/nvidia/lib64/libcuda.so.1
+[ -e "$LIBCUDA" ] || LIBCUDA=$(ldconfig -p | awk '/libcuda\.so\.1 /{print $NF; exit}')
+echo "libcuda: $LIBCUDA" >> "$OUT/vmm-env.txt"
+gcc -O1 -g -fno-omit-frame-pointer -I/usr/local/cuda/include -o build/memory_vmm \
+  tests/workloads/memory_vmm.c -L/usr/local/cuda/lib64 -lcudart -Wl,-rpath,/usr/local/cuda/lib64 \
+  "$LIBCUDA"
 cudaprobe memory --json -o "$OUT/vmm-sample.json" --force -- build/memory_vmm 300 \
   > "$OUT/vmm-sample.txt" 2>&1
 echo "exit status: $?" >> "$OUT/vmm-sample.txt"
