@@ -9,7 +9,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cudaprobe.analysis.memstate import BASE_KINDS, KINDS, PROCESS_EXIT, Allocation, ProcessMemory
+from cudaprobe.analysis.memstate import (
+    BASE_KINDS,
+    KINDS,
+    PROCESS_EXIT,
+    VMM,
+    Allocation,
+    ProcessMemory,
+)
 from cudaprobe.analysis.memtrack import group_by_site
 from cudaprobe.decode.calls import humanize_bytes
 from cudaprobe.decode.demangle import shorten
@@ -104,7 +111,7 @@ def render_summary(processes: list[ProcessMemory], lost: dict[str, int], in_flig
 
 def _allocation(a: Allocation, ms: Ms) -> dict[str, Any]:
     out = {"ptr": f"{a.ptr:#x}", "size": a.size, "at_ms": ms(a.ts_ns), "tid": a.tid}
-    if a.outstanding or a.released:  # VMM: ptr is the handle; where it is still mapped
+    if a.kind == VMM:  # ptr is the handle; whether released, where it is still mapped
         out.update(released=a.released,
                    mappings=[[f"{va:#x}", n] for va, n in sorted(a.mappings.items())])
     return out
