@@ -27,6 +27,7 @@ MiB = 1 << 20
 tensors = [torch.empty(n * MiB, dtype=torch.uint8, device="cuda") for n in (256, 256, 256, 164)]
 for t in tensors:
     t.fill_(1)
+del t  # the loop's name holds the last tensor too
 torch.cuda.synchronize()
 peak = torch.cuda.memory_reserved()
 del tensors[-1]
