@@ -59,8 +59,8 @@ def find_libcupti() -> Path | None:
     return None
 
 
-def build_library() -> tuple[Path | None, str]:
-    """(the library, "") built or found in the cache, or (None, why not)."""
+def library_path() -> tuple[Path | None, str]:
+    """(where the library of this source is cached, ""), or (None, why it cannot be built)."""
     src = cupti_source_dir()
     if src is None:
         return None, f"{SOURCE} is not installed with cudaprobe"
@@ -68,9 +68,17 @@ def build_library() -> tuple[Path | None, str]:
     if not (include / "cupti.h").is_file():
         return None, f"no CUPTI headers ({include}/cupti.h): set CUDA_HOME to the CUDA toolkit"
     digest = hashlib.sha256((src / SOURCE).read_bytes() + (src / HEADER).read_bytes())
-    out = cache_dir() / f"gputime-{digest.hexdigest()[:16]}.so"
+    return cache_dir() / f"gputime-{digest.hexdigest()[:16]}.so", ""
+
+
+def build_library() -> tuple[Path | None, str]:
+    """(the library, "") built or found in the cache, or (None, why not)."""
+    out, why = library_path()
+    if out is None:
+        return None, why
     if out.is_file():
         return out, ""
+    src, include = cupti_source_dir(), cuda_home() / "include"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".gputime-", suffix=".so", dir=out.parent)
@@ -131,6 +139,9 @@ def prepare(command_env: dict[bytes, bytes] | None) -> GpuTimeSetup:
     return GpuTimeSetup(env=env, directory=directory)
 
 
-if __name__ == "__main__":  # scripts/setup: build it into the cache now
-    built, reason = build_library()
-    print(built if built else f"not built: {reason}")
+if __name__ == "__main__":  # scripts/setup: build it into the cache now, say what was done
+    cached, _ = library_path()
+    if cached is None or not cached.is_file():
+        built, reason = build_library()
+        print(f"built the --gpu-time library {built}" if built else
+              f"not built: the --gpu-time library: {reason}")
