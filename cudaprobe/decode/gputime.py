@@ -115,9 +115,13 @@ class _File:
 
 @dataclass
 class GpuReader:
-    """Reads every gputime.<pid>.bin of `directory`: what is new at each poll."""
+    """Reads every gputime.<pid>.bin of `directory`: what is new at each poll.
+    With `keep` False (serve, which only counts) neither the work nor the API
+    records are kept, so that a long run holds nothing, and none is joined."""
     directory: Path
-    work: list[GpuWork] = field(default_factory=list)  # in the order read
+    keep: bool = True
+    work: list[GpuWork] = field(default_factory=list)  # in the order read (keep)
+    seen: int = 0  # GPU records read
     statuses: dict[int, str] = field(default_factory=dict)  # pid -> why no GPU time
     dropped: int = 0  # activity records CUPTI dropped (buffers full)
     bad_files: int = 0  # files that are not the library's (cut or foreign)
@@ -138,10 +142,12 @@ class GpuReader:
                 if f is None:
                     f = self._files[name] = _File(self.directory / name)
                 self._read(f, new)
-        self.work.extend(new)
-        for w in self.work:  # an API record may come in a later batch than its work
-            if w.api is None:
-                w.api = self._apis.get((w.pid, w.correlation))
+        self.seen += len(new)
+        if self.keep:
+            self.work.extend(new)
+            for w in self.work:  # an API record may come in a later batch than its work
+                if w.api is None:
+                    w.api = self._apis.get((w.pid, w.correlation))
         return new
 
     def _read(self, f: _File, new: list[GpuWork]) -> None:
@@ -184,7 +190,7 @@ class GpuReader:
                     COPY_KINDS.get(copy_kind, "unknown") if kind == MEMCPY else ""
                 new.append(GpuWork(f.pid, KIND_NAMES[kind], start + shift, end + shift, device,
                                    context, stream, corr, name, nbytes))
-            elif kind == API:
+            elif kind == API and self.keep:
                 function = f.functions.get((domain, cbid), "")
                 self._apis[(f.pid, corr)] = ApiCall(tid, start + shift, end + shift, function)
             elif kind == NAME:

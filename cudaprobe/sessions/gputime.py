@@ -3,10 +3,11 @@ command before it starts, its records read once it has exited, and what
 came of it said in one line each (none recorded, and why; dropped by CUPTI;
 not joined to a traced call).
 
-The records are read when the command has exited: CUPTI hands them over in
-batches (each FLUSH_PERIOD_MS of cupti/gputime.c, and all at exit), so the
-GPU side of a call is known only up to half a second or more after its row.
-docs/gputime.md says why the rows of `trace --gpu-time` wait for the end.
+CUPTI hands the records over in batches (each FLUSH_PERIOD_MS of
+cupti/gputime.c, and all at exit), so the GPU side of a call is known only
+half a second or more after its row: `trace` and `stats` read them when the
+command has exited (docs/gputime.md says why the rows of `trace --gpu-time`
+wait for the end), `serve` polls them as they come.
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ def check_gpu_time(command: list[str]) -> None:
 
 
 class GpuTimeRun:
-    def __init__(self, notify: Callable[[str], None]) -> None:
+    def __init__(self, notify: Callable[[str], None], keep: bool = True) -> None:
         self.notify = notify
         self.setup: GpuTimeSetup = prepare(STARTUP_ENVIRONMENT)
         if self.setup.why:
             notify(f"no GPU time: {self.setup.why}")
-        self.reader = GpuReader(self.setup.directory) if self.setup.directory else None
+        self.reader = GpuReader(self.setup.directory, keep) if self.setup.directory else None
 
     @property
     def env(self) -> dict[str, str]:
@@ -41,13 +42,16 @@ class GpuTimeRun:
     def dropped(self) -> int:
         return self.reader.dropped if self.reader is not None else 0
 
+    def poll(self) -> list[GpuWork]:
+        """What the command's processes wrote since the last poll (serve: live)."""
+        return self.reader.poll() if self.reader is not None else []
+
     def read(self) -> list[GpuWork]:
         """Every record the command's processes wrote; the lines that say what came of it."""
         if self.reader is None:
             return []
         self.reader.poll()
-        work = self.reader.work
-        if not work:
+        if not self.reader.seen:
             why = "; ".join(sorted(set(self.reader.statuses.values())))
             if not why:
                 why = ("no kernel, copy or memset ran on a GPU" if self.reader.files else
@@ -58,7 +62,7 @@ class GpuTimeRun:
                         "(its buffers were full)")
         if self.reader.bad_files:
             self.notify(f"--gpu-time: {self.reader.bad_files} GPU-time files were unreadable")
-        return work
+        return self.reader.work
 
     def close(self) -> None:
         self.setup.close()

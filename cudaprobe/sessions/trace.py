@@ -23,7 +23,7 @@ from rich.console import Console
 from cudaprobe import STARTED
 from cudaprobe.analysis.summary import Summary, count_lost, describe_lost
 from cudaprobe.decode.calls import Call, Symbolizer, decode_event
-from cudaprobe.decode.gputime import join
+from cudaprobe.decode.gputime import GpuWork, join
 from cudaprobe.decode.handles import KernelHandles
 from cudaprobe.decode.records import RecordDecoder
 from cudaprobe.output.files import OutputStream
@@ -49,8 +49,10 @@ class SessionOptions(RunOptions):
     on_counters: Callable[[dict[str, int]], None] | None = None
     # the stream the reporter writes to, whose failure stops the trace
     output: OutputStream | None = None
-    # GPU time of the command's launches and copies (CUPTI): rows held until its exit
+    # GPU time of the command's launches and copies (CUPTI): rows held until its exit,
+    # unless on_gpu_work takes the GPU work as it comes (serve), rows going out as usual
     gpu_time: bool = False
+    on_gpu_work: Callable[[list[GpuWork]], None] | None = None
 
 
 class TraceSession:
@@ -103,9 +105,10 @@ class TraceSession:
     def run(self) -> int:
         """Trace until stopped; returns the exit status for cudaprobe."""
         if self.options.gpu_time:
-            self._gpu = GpuTimeRun(self.options.notify)
+            # serve only counts the GPU work: nothing kept, nothing joined
+            self._gpu = GpuTimeRun(self.options.notify, keep=self.options.on_gpu_work is None)
             self.options.command_env = {**self.options.command_env, **self._gpu.env}
-            if self._gpu.reader is not None:
+            if self._gpu.reader is not None and self.options.on_gpu_work is None:
                 self._held = []
         try:
             return self._run()
@@ -192,12 +195,21 @@ class TraceSession:
         if held:
             self.reporter.calls(held)
 
+    def _feed_gpu(self) -> bool:
+        """serve --gpu-time: the GPU work written since the last look, to be counted."""
+        if self._gpu is None or self.options.on_gpu_work is None:
+            return False
+        self.options.on_gpu_work(self._gpu.poll())
+        return True
+
     def _say_losses(self, tracer: Tracer) -> None:
-        """The live status line: on stderr, at most each second, when more was lost."""
+        """The live status line: on stderr, at most each second, when more was lost;
+        serve --gpu-time's GPU work read at the same pace."""
         now = time.monotonic()
         if now < self._next_loss_check:
             return
         self._next_loss_check = now + LOSS_REPORT_S
+        self._feed_gpu()
         lost = {**tracer.counters(), "decode_errors": self.decode_errors}
         if self.options.on_counters is not None:
             self.options.on_counters(lost)
@@ -212,6 +224,8 @@ class TraceSession:
         self.summary.exited_mid_call = self.sweeper.removed
         if self._held is not None:
             self._report_held()
+        elif self._feed_gpu():  # the last, written at the command's exit
+            self._gpu.read()  # and what came of it, said
         in_flight = self._in_flight(tracer.in_flight())
         in_flight.sort(key=lambda c: c.ts_ns)
         self.summary.in_flight = in_flight

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..conftest import build_workload
 from .conftest import run_cudaprobe, trace_jsonl
+from .test_serve_prometheus import free_port
 
 
 def program(libcuda: Path) -> Path:
@@ -81,3 +82,13 @@ def test_stats_gpu_time_without_gpu(tmp_path, libcuda):
     assert "no GPU activity was recorded" in line
     report = json.loads(out.read_text())
     assert "gpu" not in report and report["calls"] == 2
+
+
+def test_serve_gpu_time_without_gpu(libcuda):
+    exe = program(libcuda)
+    proc = run_cudaprobe("serve", "--prometheus", f"127.0.0.1:{free_port()}", "--gpu-time",
+                         "--lib", str(libcuda), "-e", "cuInit", "--", str(exe))
+    assert proc.returncode == 7, proc.stderr
+    assert proc.stdout == "cuInit 100 cuDeviceGet 3\ninjection -\n"
+    (line,) = gpu_lines(proc.stderr)
+    assert line.startswith("cudaprobe: --gpu-time: no GPU activity was recorded: "), line
