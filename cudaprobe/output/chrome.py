@@ -40,13 +40,13 @@ from cudaprobe.decode.calls import Call
 from cudaprobe.decode.demangle import demangle, shorten
 from cudaprobe.decode.handles import NAME_KEY
 from cudaprobe.output.base import Reporter
+from cudaprobe.output.chrome_check import GPU_PID_BASE
 
 PENDING_PER_THREAD = 256  # driver calls kept per thread, waiting for their runtime call
 MAX_THREADS = 4096  # threads with pending driver calls; the oldest thread is forgotten
 SUMMARY_EVENT = "cudaprobe summary"
 FLOW_CATEGORY = "runtime_to_driver"
 LAUNCH_FLOW_CATEGORY = "launch_to_gpu"
-GPU_PID_BASE = 1 << 30  # past any pid (pid_max is at most 2^22): the devices' "processes"
 # keys the reporter adds next to the decoded arguments (tests check no argument has one)
 RESULT_KEYS = ("ret", "ret_name", "details", "in_flight", "call")
 
