@@ -126,24 +126,37 @@ static void write_status(const char *why)
     pthread_mutex_unlock(&lock);
 }
 
-/* the kernel name's id, its NAME record written the first time; under lock */
-static uint32_t name_id(const char *name)
+/* the slot of CUPTI's name pointer: where it is, or the empty one it would take
+ * (-1: the table is full); under lock */
+static long name_slot(const char *name)
 {
-    if (!name)
-        return 0;
     size_t slot = ((uintptr_t)name >> 3) % MAX_NAMES;
-    for (size_t probes = 0; probes < MAX_NAMES; probes++, slot = (slot + 1) % MAX_NAMES) {
-        if (names[slot] == name)
-            return name_ids[slot];
-        if (!names[slot]) {
-            names[slot] = name;
-            name_ids[slot] = next_name_id++;
-            struct gputime_record r = {.type = GPUTIME_NAME, .name_id = name_ids[slot]};
-            write_text(&r, name);
-            return name_ids[slot];
-        }
+    for (size_t probes = 0; probes < MAX_NAMES; probes++, slot = (slot + 1) % MAX_NAMES)
+        if (names[slot] == name || !names[slot])
+            return (long)slot;
+    return -1;
+}
+
+/* the kernel name's id, its NAME record written the first time (`pending` records
+ * are written before it, so that the name comes before the kernels that use it;
+ * returns how many are still pending); under lock */
+static size_t name_id(const char *name, uint32_t *id, struct gputime_record *pending, size_t n)
+{
+    long slot = name ? name_slot(name) : -1;
+    *id = 0;  /* no name, or the table full: the kernel goes unnamed */
+    if (slot < 0)
+        return n;
+    if (!names[slot]) {
+        if (n)
+            write_all(pending, n * sizeof *pending);
+        n = 0;
+        names[slot] = name;
+        name_ids[slot] = next_name_id++;
+        struct gputime_record r = {.type = GPUTIME_NAME, .name_id = name_ids[slot]};
+        write_text(&r, name);
     }
-    return 0;  /* table full: the kernel goes unnamed */
+    *id = name_ids[slot];
+    return n;
 }
 
 /* whether calls of (domain, cbid) are kept: those that launch, copy or set memory */
@@ -199,11 +212,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
             r.device = k->deviceId;
             r.context = k->contextId;
             r.stream = k->streamId;
-            if (n) {  /* a NAME record goes before the kernel that uses it */
-                write_all(out, n * sizeof *out);
-                n = 0;
-            }
-            r.name_id = name_id(k->name);
+            n = name_id(k->name, &r.name_id, out, n);
             break;
         }
         case CUPTI_ACTIVITY_KIND_MEMCPY: {

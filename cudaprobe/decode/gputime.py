@@ -175,15 +175,17 @@ class GpuReader:
     def decode(self, f: _File, data: bytes, pos: int, new: list[GpuWork]) -> int:
         """Whole records of `data` from `pos` on; returns where the unread tail begins."""
         shift = f.clock_offset or 0
-        while pos + RECORD.size <= len(data):
+        unpack, end_of_data = RECORD.unpack_from, len(data)
+        while pos + RECORD.size <= end_of_data:
             (kind, size, corr, start, end, nbytes, device, context, stream, tid, cbid,
-             name_id, domain, copy_kind) = RECORD.unpack_from(data, pos)
-            if size < RECORD.size or pos + size > len(data):
+             name_id, domain, copy_kind) = unpack(data, pos)
+            if size < RECORD.size or pos + size > end_of_data:
                 if size < RECORD.size:
                     self.bad_files += 1
-                    return len(data)
+                    return end_of_data
                 break  # its text is not all written yet
-            text = data[pos + RECORD.size:pos + size].rstrip(b"\0").decode("utf-8", "replace")
+            text = (data[pos + RECORD.size:pos + size].rstrip(b"\0").decode("utf-8", "replace")
+                    if size > RECORD.size else "")
             pos += size
             if kind in KIND_NAMES:
                 name = f.names.get(name_id, "") if kind == KERNEL else \
