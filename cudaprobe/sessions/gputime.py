@@ -55,7 +55,8 @@ class GpuTimeRun:
             why = "; ".join(sorted(set(self.reader.statuses.values())))
             if not why:
                 why = ("no kernel, copy or memset ran on a GPU" if self.reader.files else
-                       "CUDA's driver was never initialised, so CUPTI never started")
+                       "the library wrote nothing (CUDA's driver was never initialised, "
+                       "or the command ran as a user that cannot write its directory)")
             self.notify(f"--gpu-time: no GPU activity was recorded: {why}")
         if self.reader.dropped:
             self.notify(f"--gpu-time: CUPTI dropped {self.reader.dropped} activity records "

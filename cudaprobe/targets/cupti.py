@@ -129,9 +129,9 @@ def prepare(command_env: dict[bytes, bytes] | None) -> GpuTimeSetup:
     lib, why = build_library()
     if lib is None:
         return GpuTimeSetup(why=why)
+    # private (0700, as mkdtemp makes it): no other user can put records there. A
+    # command that switches to another user cannot write there either: no GPU time
     directory = Path(tempfile.mkdtemp(prefix="cudaprobe-gputime-"))
-    # the command may run as another user (sudo -u): it must be able to write there
-    os.chmod(directory, 0o1777)
     env = {INJECTION_VAR: str(lib), DIR_VAR: str(directory)}
     cupti = find_libcupti()
     if cupti is not None:

@@ -217,6 +217,7 @@ def test_library_built_in_the_cache(tmp_path, monkeypatch):
     setup = cupti.prepare({})
     try:
         assert setup.env[cupti.INJECTION_VAR] == str(built)
-        assert Path(setup.env[cupti.DIR_VAR]).is_dir()
+        directory = Path(setup.env[cupti.DIR_VAR])
+        assert directory.is_dir() and directory.stat().st_mode & 0o777 == 0o700
     finally:
         setup.close()
