@@ -41,6 +41,7 @@ int main(int argc, char **argv)
     cupti.next_record = fake_next;
     cupti.callback_name = fake_name;
     clock_kind = GPUTIME_CLOCK_MONOTONIC;
+    system_tids = 1;
     for (int i = 0; i < PER_BUFFER / 2; i++) {
         apis[i] = (CUpti_ActivityAPI){.kind = CUPTI_ACTIVITY_KIND_RUNTIME, .cbid = 211,
                                       .start = 1000u * i, .end = 1000u * i + 500,

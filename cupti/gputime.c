@@ -11,7 +11,8 @@
  * runs only when CUPTI hands back a full buffer (on CUPTI's thread, or at
  * exit), never per call. Timestamps: ours (CLOCK_MONOTONIC, the clock of
  * bpf_ktime_get_ns) through cuptiActivityRegisterTimestampCallback; CUPTI
- * maps GPU timestamps onto it.
+ * maps GPU timestamps onto it. Thread ids: the kernel's (gettid), through
+ * cuptiSetThreadIdType, as the uprobe rows have them.
  *
  * Never harms the program: libcupti is dlopen'ed ($CUDAPROBE_CUPTI, else by
  * soname), so a machine without it still loads this library; any failure is
@@ -47,12 +48,14 @@ static struct {
     CUptiResult (*timestamp_callback)(CUpti_TimestampCallbackFunc);
     CUptiResult (*dropped)(CUcontext, uint32_t, size_t *);
     CUptiResult (*callback_name)(CUpti_CallbackDomain, uint32_t, const char **);
+    CUptiResult (*thread_id_type)(CUpti_ActivityThreadIdType);
 } cupti;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;  /* the file and the tables */
 static int out_fd = -1;
 static pid_t out_pid;
 static int clock_kind = GPUTIME_CLOCK_REALTIME;
+static int system_tids;  /* CUPTI gives gettid() in API records (not pthread_self()) */
 static int initialized;
 /* per domain (0 driver, 1 runtime) and cbid: 0 not seen, 1 kept (its name written), 2 not kept */
 static unsigned char api_kept[2][MAX_CBID];
@@ -100,6 +103,7 @@ static int open_output(void)
                                .record_size = sizeof(struct gputime_record)};
     memcpy(h.magic, GPUTIME_MAGIC, sizeof h.magic);
     h.realtime_to_monotonic_ns = (int64_t)(now_ns(CLOCK_MONOTONIC) - now_ns(CLOCK_REALTIME));
+    h.system_tids = (uint32_t)system_tids;
     write_all(&h, sizeof h);
     return 1;
 }
@@ -296,14 +300,16 @@ int InitializeInjection(void)
 {
     static const char *sonames[] = {"libcupti.so", "libcupti.so.13", "libcupti.so.12"};
     const char *path = getenv("CUDAPROBE_CUPTI");
-    void *lib = path && *path ? dlopen(path, RTLD_NOW | RTLD_GLOBAL) : NULL;
+    /* RTLD_LOCAL: its symbols stay out of the program's namespace (a program may
+     * load a libcupti of its own later, as PyTorch's profiler does) */
+    void *lib = path && *path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
     int missing = 0;
     char why[512];
     if (initialized)
         return 1;
     initialized = 1;
     for (size_t i = 0; !lib && i < sizeof sonames / sizeof *sonames; i++)
-        lib = dlopen(sonames[i], RTLD_NOW | RTLD_GLOBAL);
+        lib = dlopen(sonames[i], RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         write_status("cannot load libcupti (CUDA's CUPTI library)");
         return 1;
@@ -316,12 +322,18 @@ int InitializeInjection(void)
     cupti.timestamp_callback = dlsym(lib, "cuptiActivityRegisterTimestampCallback");
     cupti.dropped = dlsym(lib, "cuptiActivityGetNumDroppedRecords");
     cupti.callback_name = dlsym(lib, "cuptiGetCallbackName");
+    cupti.thread_id_type = dlsym(lib, "cuptiSetThreadIdType");
     if (missing || !cupti.callback_name) {
         write_status("libcupti lacks the activity API cudaprobe uses");
         return 1;
     }
     if (cupti.timestamp_callback && cupti.timestamp_callback(monotonic_ns) == CUPTI_SUCCESS)
         clock_kind = GPUTIME_CLOCK_MONOTONIC;
+    /* the kernel's thread ids, as the uprobe rows have them (CUPTI's default on Linux is
+     * pthread_self(), which Kineto maps back through a table of its own) */
+    if (cupti.thread_id_type &&
+        cupti.thread_id_type(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM) == CUPTI_SUCCESS)
+        system_tids = 1;
     CUptiResult res = cupti.register_callbacks(buffer_requested, buffer_completed);
     static const CUpti_ActivityKind kinds[] = {
         CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,

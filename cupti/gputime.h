@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #define GPUTIME_MAGIC "CPGPUT1"  /* 8 bytes with the NUL */
-#define GPUTIME_VERSION 1
+#define GPUTIME_VERSION 2
 
 enum gputime_clock {
     GPUTIME_CLOCK_REALTIME = 0,   /* CUPTI's own (CLOCK_REALTIME): add realtime_to_monotonic_ns */
@@ -36,6 +36,9 @@ struct gputime_header {
     uint32_t clock;        /* enum gputime_clock */
     uint32_t record_size;  /* sizeof(struct gputime_record) */
     int64_t realtime_to_monotonic_ns;  /* CLOCK_MONOTONIC - CLOCK_REALTIME when opened */
+    uint32_t system_tids;  /* 1: API records' tid is gettid()'s; 0: CUPTI's default,
+                              pthread_self()'s low 32 bits, which no row has */
+    uint32_t pad;
 };
 
 struct gputime_record {
@@ -48,7 +51,7 @@ struct gputime_record {
     uint32_t device;
     uint32_t context;
     uint32_t stream;
-    uint32_t tid;          /* API: the calling thread (gettid) */
+    uint32_t tid;          /* API: the calling thread (gettid: header system_tids) */
     uint32_t cbid;         /* API, FUNCTION: CUPTI's callback id */
     uint32_t name_id;      /* KERNEL, NAME: the kernel's name */
     uint8_t domain;        /* API, FUNCTION: 4 driver, 5 runtime (CUPTI_ACTIVITY_KIND_*) */

@@ -9,10 +9,11 @@ record may be cut short: `GpuReader.poll()` reads what is new and keeps an
 unfinished tail for the next poll.
 
 The join: a GPU record's correlation id names the runtime or driver API
-record of the call that queued it, which carries the thread and the call's
-CPU start and end (taken inside the call). The traced call it belongs to is
-the outermost call of that thread whose uprobe interval contains the API
-interval: the call the program made (cudaLaunchKernel, not the
+record of the call that queued it, which carries the thread (the kernel's
+tid: the library asks CUPTI for system thread ids, not its default
+pthread_self()) and the call's CPU start and end (taken inside the call).
+The traced call it belongs to is the outermost call of that thread whose
+uprobe interval contains the API interval: the call the program made (cudaLaunchKernel, not the
 cuLaunchKernel it made in turn). Timestamps are CLOCK_MONOTONIC ns, the
 clock of bpf_ktime_get_ns, or CUPTI's CLOCK_REALTIME moved onto it with the
 offset the library took when it opened the file (header `clock`).
@@ -30,17 +31,17 @@ from typing import Any
 
 from cudaprobe.decode.calls import Call
 
-HEADER = struct.Struct("<8sIIIIq")
+HEADER = struct.Struct("<8sIIIIqII")
 RECORD = struct.Struct("<HHIQQQIIIIIIBB6x")
 MAGIC = b"CPGPUT1\0"
-VERSION = 1
+VERSION = 2
 CLOCK_REALTIME, CLOCK_MONOTONIC = 0, 1
 KERNEL, MEMCPY, MEMSET, API, NAME, FUNCTION, STATUS, DROPPED = range(1, 9)
 DOMAIN_DRIVER, DOMAIN_RUNTIME = 4, 5  # CUPTI_ACTIVITY_KIND_DRIVER, _RUNTIME
 
 # field name -> byte offset, in declaration order (checked against the C header)
 HEADER_OFFSETS = {"magic": 0, "version": 8, "pid": 12, "clock": 16, "record_size": 20,
-                  "realtime_to_monotonic_ns": 24}
+                  "realtime_to_monotonic_ns": 24, "system_tids": 32}
 RECORD_OFFSETS = {"type": 0, "size": 2, "correlation": 4, "start": 8, "end": 16, "bytes": 24,
                   "device": 32, "context": 36, "stream": 40, "tid": 44, "cbid": 48,
                   "name_id": 52, "domain": 56, "copy_kind": 57}
@@ -109,6 +110,7 @@ class _File:
         self.offset = 0
         self.pid = 0
         self.clock_offset: int | None = None  # ns added to its timestamps; None: no header yet
+        self.system_tids = True  # its API records' tids are the kernel's (joinable)
         self.names: dict[int, str] = {}
         self.functions: dict[tuple[int, int], str] = {}
 
@@ -125,6 +127,7 @@ class GpuReader:
     statuses: dict[int, str] = field(default_factory=dict)  # pid -> why no GPU time
     dropped: int = 0  # activity records CUPTI dropped (buffers full)
     bad_files: int = 0  # files that are not the library's (cut or foreign)
+    foreign_tids: int = 0  # processes whose CUPTI could not give the kernel's thread ids
     _files: dict[str, _File] = field(default_factory=dict)
     _apis: dict[tuple[int, int], ApiCall] = field(default_factory=dict)  # (pid, correlation)
 
@@ -161,12 +164,16 @@ class GpuReader:
         if f.clock_offset is None:
             if len(data) < HEADER.size:
                 return
-            magic, version, pid, clock, record_size, offset = HEADER.unpack_from(data)
+            magic, version, pid, clock, record_size, offset, system_tids, _ = \
+                HEADER.unpack_from(data)
             if magic != MAGIC or version != VERSION or record_size != RECORD.size:
                 self.bad_files += 1
                 f.offset = 1 << 62  # never read again
                 return
             f.pid = pid
+            f.system_tids = bool(system_tids)
+            if not system_tids:
+                self.foreign_tids += 1
             f.clock_offset = offset if clock == CLOCK_REALTIME else 0
             pos = HEADER.size
         pos = self.decode(f, data, pos, new)
@@ -192,7 +199,7 @@ class GpuReader:
                     COPY_KINDS.get(copy_kind, "unknown") if kind == MEMCPY else ""
                 new.append(GpuWork(f.pid, KIND_NAMES[kind], start + shift, end + shift, device,
                                    context, stream, corr, name, nbytes))
-            elif kind == API and self.keep:
+            elif kind == API and self.keep and f.system_tids:  # else no row has its tid
                 function = f.functions.get((domain, cbid), "")
                 self._apis[(f.pid, corr)] = ApiCall(tid, start + shift, end + shift, function)
             elif kind == NAME:

@@ -61,6 +61,9 @@ class GpuTimeRun:
         if self.reader.dropped:
             self.notify(f"--gpu-time: CUPTI dropped {self.reader.dropped} activity records "
                         "(its buffers were full)")
+        if self.reader.foreign_tids and self.reader.seen:
+            self.notify(f"--gpu-time: in {self.reader.foreign_tids} processes CUPTI could not "
+                        "give the kernel's thread ids: their GPU work is not joined to rows")
         if self.reader.bad_files:
             self.notify(f"--gpu-time: {self.reader.bad_files} GPU-time files were unreadable")
         return self.reader.work

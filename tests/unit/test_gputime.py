@@ -28,7 +28,7 @@ LAYOUT_PROBE = r"""
 int main(void) {
     printf("header %zu\nrecord %zu\n", sizeof(struct gputime_header),
            sizeof(struct gputime_record));
-    H(magic) H(version) H(pid) H(clock) H(record_size) H(realtime_to_monotonic_ns)
+    H(magic) H(version) H(pid) H(clock) H(record_size) H(realtime_to_monotonic_ns) H(system_tids)
     R(type) R(size) R(correlation) R(start) R(end) R(bytes) R(device) R(context) R(stream)
     R(tid) R(cbid) R(name_id) R(domain) R(copy_kind)
     printf("KERNEL %d\nMEMCPY %d\nMEMSET %d\nAPI %d\nNAME %d\nFUNCTION %d\nSTATUS %d\n"
@@ -100,8 +100,10 @@ def test_library_writer_read_back(written):
     assert written.dropped == 5 and not written.statuses and written.files == 1
 
 
-def _header(clock: int = gputime.CLOCK_MONOTONIC, offset: int = 0, pid: int = 77) -> bytes:
-    return gputime.HEADER.pack(gputime.MAGIC, gputime.VERSION, pid, clock, RECORD.size, offset)
+def _header(clock: int = gputime.CLOCK_MONOTONIC, offset: int = 0, pid: int = 77,
+            system_tids: int = 1) -> bytes:
+    return gputime.HEADER.pack(gputime.MAGIC, gputime.VERSION, pid, clock, RECORD.size, offset,
+                               system_tids, 0)
 
 
 def _record(kind: int, text: str = "", **fields: int) -> bytes:
@@ -143,6 +145,18 @@ def test_cupti_realtime_clock_moved_onto_monotonic(tmp_path):
     (w,) = reader.poll()
     assert (w.start_ns, w.end_ns) == (4_000_000, 4_000_100)
     assert (w.api.start_ns, w.api.end_ns) == (3_000_000, 3_500_000)
+
+
+def test_cupti_default_thread_ids_are_not_joined(tmp_path):
+    """Without system thread ids CUPTI's API records carry pthread_self()'s low
+    32 bits, which no row has: the work is kept (stats), never joined, and said."""
+    (tmp_path / "gputime.6.bin").write_bytes(
+        _header(pid=6, system_tids=0)
+        + _record(gputime.KERNEL, correlation=1, start=10, end=20)
+        + _record(gputime.API, correlation=1, start=1, end=5, tid=0x5A5A5A00, domain=5))
+    reader = GpuReader(tmp_path)
+    (w,) = reader.poll()
+    assert w.api is None and reader.foreign_tids == 1
 
 
 def test_status_and_foreign_files(tmp_path):

@@ -50,6 +50,7 @@ int main(int argc, char **argv)
     cupti.callback_name = fake_name;
     cupti.dropped = fake_dropped;
     clock_kind = GPUTIME_CLOCK_MONOTONIC;
+    system_tids = 1;
 
     launch = (CUpti_ActivityAPI){.kind = CUPTI_ACTIVITY_KIND_RUNTIME, .cbid = 211, .start = 1000,
                                  .end = 1900, .processId = 1, .threadId = 4242,
