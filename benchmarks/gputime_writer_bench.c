@@ -1,25 +1,16 @@
 /* What cupti/gputime.c costs per activity record on CUPTI's side, without a
  * GPU: the library's buffer_completed() (its source included whole, CUPTI's
- * iterator faked as in tests/workloads/gputime_writer.c) given BUFFERS
+ * iterator faked: tests/workloads/gputime_fake_cupti.h) given BUFFERS
  * buffers of 4096 records each, half kernel records, half the launch API
  * records they correlate with, written to DIR. Prints ns per record and the
  * file's bytes per launch. docs/gputime.md and BENCHMARKS.md quote it.
- *   cc -O2 -Icupti -I/usr/local/cuda/include -o /tmp/gwb benchmarks/gputime_writer_bench.c -ldl -lpthread
+ *   cc -O2 -Icupti -Itests/workloads -I/usr/local/cuda/include -o /tmp/gwb \
+ *      benchmarks/gputime_writer_bench.c -ldl -lpthread
  *   /tmp/gwb DIR [BUFFERS] */
 #include "gputime.c"
+#include "gputime_fake_cupti.h"
 
-#define PER_BUFFER 4096
-static CUpti_Activity *fake[PER_BUFFER];
-static int next_fake;
-
-static CUptiResult CUPTIAPI fake_next(uint8_t *buffer, size_t valid, CUpti_Activity **record)
-{
-    (void)buffer, (void)valid;
-    if (next_fake >= PER_BUFFER)
-        return CUPTI_ERROR_MAX_LIMIT_REACHED;
-    *record = fake[next_fake++];
-    return CUPTI_SUCCESS;
-}
+#define PER_BUFFER FAKE_MAX
 
 static CUptiResult CUPTIAPI fake_name(CUpti_CallbackDomain domain, uint32_t cbid,
                                       const char **name)
@@ -37,11 +28,8 @@ int main(int argc, char **argv)
     int buffers = argc > 2 ? atoi(argv[2]) : 500;
     if (argc < 2)
         return 2;
-    setenv("CUDAPROBE_GPUTIME_DIR", argv[1], 1);
-    cupti.next_record = fake_next;
+    fake_initialized(argv[1]);
     cupti.callback_name = fake_name;
-    clock_kind = GPUTIME_CLOCK_MONOTONIC;
-    system_tids = 1;
     for (int i = 0; i < PER_BUFFER / 2; i++) {
         apis[i] = (CUpti_ActivityAPI){.kind = CUPTI_ACTIVITY_KIND_RUNTIME, .cbid = 211,
                                       .start = 1000u * i, .end = 1000u * i + 500,
@@ -49,12 +37,13 @@ int main(int argc, char **argv)
         kernels[i].kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
         kernels[i].start = 1000u * i + 600, kernels[i].end = 1000u * i + 900;
         kernels[i].correlationId = (uint32_t)i, kernels[i].name = names[i % 3];
-        fake[2 * i] = (CUpti_Activity *)&apis[i];
-        fake[2 * i + 1] = (CUpti_Activity *)&kernels[i];
+        fake_records[2 * i] = (CUpti_Activity *)&apis[i];
+        fake_records[2 * i + 1] = (CUpti_Activity *)&kernels[i];
     }
+    fake_count = PER_BUFFER;
     uint64_t start = now_ns(CLOCK_MONOTONIC);
     for (int b = 0; b < buffers; b++) {
-        next_fake = 0;
+        fake_next_record = 0;
         buffer_completed(NULL, 0, malloc(8), 8, 8);
     }
     uint64_t spent = now_ns(CLOCK_MONOTONIC) - start;

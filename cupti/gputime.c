@@ -193,6 +193,13 @@ static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *ma
     *max_records = 0;
 }
 
+/* the fields every kernel, memcpy and memset record has, by the same names */
+#define GPU_WORK(r, kind, a) do { \
+        (r).type = (kind); (r).correlation = (a)->correlationId; \
+        (r).start = (a)->start; (r).end = (a)->end; (r).device = (a)->deviceId; \
+        (r).context = (a)->contextId; (r).stream = (a)->streamId; \
+    } while (0)
+
 static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
                                       size_t size, size_t valid)
 {
@@ -209,39 +216,21 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
         case CUPTI_ACTIVITY_KIND_KERNEL:
         case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
             CUpti_ActivityKernel10 *k = (CUpti_ActivityKernel10 *)a;
-            r.type = GPUTIME_KERNEL;
-            r.correlation = k->correlationId;
-            r.start = k->start;
-            r.end = k->end;
-            r.device = k->deviceId;
-            r.context = k->contextId;
-            r.stream = k->streamId;
+            GPU_WORK(r, GPUTIME_KERNEL, k);
             n = name_id(k->name, &r.name_id, out, n);
             break;
         }
         case CUPTI_ACTIVITY_KIND_MEMCPY: {
             CUpti_ActivityMemcpy6 *m = (CUpti_ActivityMemcpy6 *)a;
-            r.type = GPUTIME_MEMCPY;
-            r.correlation = m->correlationId;
-            r.start = m->start;
-            r.end = m->end;
+            GPU_WORK(r, GPUTIME_MEMCPY, m);
             r.bytes = m->bytes;
-            r.device = m->deviceId;
-            r.context = m->contextId;
-            r.stream = m->streamId;
             r.copy_kind = m->copyKind;
             break;
         }
         case CUPTI_ACTIVITY_KIND_MEMSET: {
             CUpti_ActivityMemset4 *m = (CUpti_ActivityMemset4 *)a;
-            r.type = GPUTIME_MEMSET;
-            r.correlation = m->correlationId;
-            r.start = m->start;
-            r.end = m->end;
+            GPU_WORK(r, GPUTIME_MEMSET, m);
             r.bytes = m->bytes;
-            r.device = m->deviceId;
-            r.context = m->contextId;
-            r.stream = m->streamId;
             break;
         }
         case CUPTI_ACTIVITY_KIND_RUNTIME:

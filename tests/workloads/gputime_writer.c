@@ -5,18 +5,7 @@
  * file it writes with cudaprobe.decode.gputime and checks every field.
  * Usage: gputime_writer DIR   (writes DIR/gputime.<pid>.bin) */
 #include "gputime.c"
-
-static CUpti_Activity *fake[16];
-static int nfake, next_fake;
-
-static CUptiResult CUPTIAPI fake_next(uint8_t *buffer, size_t valid, CUpti_Activity **record)
-{
-    (void)buffer, (void)valid;
-    if (next_fake >= nfake)
-        return CUPTI_ERROR_MAX_LIMIT_REACHED;
-    *record = fake[next_fake++];
-    return CUPTI_SUCCESS;
-}
+#include "gputime_fake_cupti.h"
 
 static CUptiResult CUPTIAPI fake_name(CUpti_CallbackDomain domain, uint32_t cbid,
                                       const char **name)
@@ -45,12 +34,9 @@ int main(int argc, char **argv)
     static CUpti_ActivityAPI launch, memcpy_call, other, driver_launch;
     if (argc != 2)
         return 2;
-    setenv("CUDAPROBE_GPUTIME_DIR", argv[1], 1);
-    cupti.next_record = fake_next;
+    fake_initialized(argv[1]);
     cupti.callback_name = fake_name;
     cupti.dropped = fake_dropped;
-    clock_kind = GPUTIME_CLOCK_MONOTONIC;
-    system_tids = 1;
 
     launch = (CUpti_ActivityAPI){.kind = CUPTI_ACTIVITY_KIND_RUNTIME, .cbid = 211, .start = 1000,
                                  .end = 1900, .processId = 1, .threadId = 4242,
@@ -79,8 +65,8 @@ int main(int argc, char **argv)
                                  (CUpti_Activity *)&driver_launch, (CUpti_Activity *)&k1,
                                  (CUpti_Activity *)&k2, (CUpti_Activity *)&memcpy_call,
                                  (CUpti_Activity *)&copy, (CUpti_Activity *)&set};
-    nfake = (int)(sizeof records / sizeof *records);
-    memcpy(fake, records, sizeof records);
+    fake_count = (int)(sizeof records / sizeof *records);
+    memcpy(fake_records, records, sizeof records);
     buffer_completed(NULL, 0, malloc(8), 8, 8);
     return 0;
 }
