@@ -44,6 +44,9 @@ step() {  # step NAME SECONDS COMMAND...: run it under a timeout, say how it end
   "$NVCC" --version | tail -1
   echo "libcupti: $(find /usr/local/cuda/ /usr/local/cuda-*/ -name 'libcupti.so*' 2>/dev/null | head -3 | tr '\n' ' ')"
   echo "nsys: ${NSYS:-not found}"
+  "$TORCH_PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+  "$TORCH_PY" -c 'import glob, os, torch; print("torch libcupti:", glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "*", "lib", "libcupti*")))'
+
   git log --oneline -1 2>/dev/null
 } >> "$txt" 2>&1
 step build-library 120 python3 -m cudaprobe.targets.cupti >> "$txt" 2>&1
@@ -93,6 +96,8 @@ for c in d.get("copies", []):
     print("  %8d x %s %d bytes %s GB/s" % (c["calls"], c["name"], c["bytes"], c["bandwidth_gbps"]))
 PY
 done
+python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install -q --no-index \
+  --no-deps --target /tmp/site .whl/prometheus_client-*.whl >> "$txt" 2>&1
 port=$((20000 + RANDOM % 20000))
 python3 -m cudaprobe serve --prometheus "127.0.0.1:$port" --gpu-time -e kernel \
   -- "${W[@]}" mlp --seconds 20 > /dev/null 2> "$OUT/serve.err" &
@@ -100,13 +105,16 @@ spid=$!
 : > "$OUT/serve-gpu-metrics.txt"
 while kill -0 $spid 2>/dev/null; do  # the last scrape that had GPU time, while it runs
   sleep 2
-  curl -s "http://127.0.0.1:$port/metrics" > /tmp/scrape.txt
+  python3 -c "import urllib.request as u, sys
+sys.stdout.write(u.urlopen('http://127.0.0.1:$port/metrics', timeout=5).read().decode())" \
+    > /tmp/scrape.txt 2>/dev/null
   grep -q '^cudaprobe_gpu_kernel_duration_seconds_count' /tmp/scrape.txt \
-    && grep '^cudaprobe_gpu_kernel_duration_seconds_count' /tmp/scrape.txt \
-      | sort -t' ' -k2 -g -r > "$OUT/serve-gpu-metrics.txt"
+    && grep '^cudaprobe_gpu_kernel_duration_seconds_\(count\|sum\)' /tmp/scrape.txt \
+      > "$OUT/serve-gpu-metrics.txt"
 done
-wait $spid; say "serve: exit $?, $(wc -l < "$OUT/serve-gpu-metrics.txt") GPU-time series scraped"
-head -5 "$OUT/serve-gpu-metrics.txt" >> "$txt"
+wait $spid
+say "serve: exit $?, $(grep -c _count "$OUT/serve-gpu-metrics.txt") GPU-time series scraped"
+head -6 "$OUT/serve-gpu-metrics.txt" >> "$txt"
 
 # -- 3. the clock over a minute
 step drift $((DRIFT_S + 90)) python3 -m cudaprobe trace --gpu-time -e kernel,sync -f jsonl \
