@@ -17,6 +17,8 @@
  * Never harms the program: libcupti is dlopen'ed ($CUDAPROBE_CUPTI, else by
  * soname), so a machine without it still loads this library; any failure is
  * written as a STATUS record and InitializeInjection returns as on success.
+ * gputime_attach() is the same for a process already running: research for
+ * --pid, not used by cudaprobe (docs/gputime.md).
  *
  *   cc -O2 -shared -fPIC -o gputime.so cupti/gputime.c -I/usr/local/cuda/include -ldl */
 #define _GNU_SOURCE
@@ -53,6 +55,7 @@ static struct {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;  /* the file and the tables */
 static int out_fd = -1;
+static char out_dir[4096];  /* $CUDAPROBE_GPUTIME_DIR, read once (getenv is not thread-safe) */
 static pid_t out_pid;
 static int clock_kind = GPUTIME_CLOCK_REALTIME;
 static int system_tids;  /* CUPTI gives gettid() in API records (not pthread_self()) */
@@ -89,12 +92,11 @@ static int open_output(void)
 {
     if (out_fd >= 0 && out_pid == getpid())
         return 1;
-    const char *dir = getenv("CUDAPROBE_GPUTIME_DIR");
-    if (!dir)
+    if (!out_dir[0])
         return 0;
-    char path[4096];
+    char path[sizeof out_dir + 32];
     out_pid = getpid();
-    snprintf(path, sizeof path, "%s/gputime.%d.bin", dir, (int)out_pid);
+    snprintf(path, sizeof path, "%s/gputime.%d.bin", out_dir, (int)out_pid);
     out_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (out_fd < 0)
         return 0;
@@ -285,23 +287,24 @@ static void *symbol(void *lib, const char *name, int *missing)
     return f;
 }
 
-int InitializeInjection(void)
+/* CUPTI loaded and recording; 0, or -1 with why in a STATUS record */
+static int start_recording(const char *dir, const char *cupti_path)
 {
     static const char *sonames[] = {"libcupti.so", "libcupti.so.13", "libcupti.so.12"};
-    const char *path = getenv("CUDAPROBE_CUPTI");
     /* RTLD_LOCAL: its symbols stay out of the program's namespace (a program may
      * load a libcupti of its own later, as PyTorch's profiler does) */
-    void *lib = path && *path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+    void *lib = cupti_path && *cupti_path ? dlopen(cupti_path, RTLD_NOW | RTLD_LOCAL) : NULL;
     int missing = 0;
     char why[512];
     if (initialized)
-        return 1;
+        return -1;
     initialized = 1;
+    snprintf(out_dir, sizeof out_dir, "%s", dir ? dir : "");
     for (size_t i = 0; !lib && i < sizeof sonames / sizeof *sonames; i++)
         lib = dlopen(sonames[i], RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         write_status("cannot load libcupti (CUDA's CUPTI library)");
-        return 1;
+        return -1;
     }
     cupti.enable = symbol(lib, "cuptiActivityEnable", &missing);
     cupti.register_callbacks = symbol(lib, "cuptiActivityRegisterCallbacks", &missing);
@@ -314,7 +317,7 @@ int InitializeInjection(void)
     cupti.thread_id_type = dlsym(lib, "cuptiSetThreadIdType");
     if (missing || !cupti.callback_name) {
         write_status("libcupti lacks the activity API cudaprobe uses");
-        return 1;
+        return -1;
     }
     if (cupti.timestamp_callback && cupti.timestamp_callback(monotonic_ns) == CUPTI_SUCCESS)
         clock_kind = GPUTIME_CLOCK_MONOTONIC;
@@ -334,10 +337,26 @@ int InitializeInjection(void)
                  (int)res, res == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
                      ? ": the program has a CUPTI subscriber of its own" : "");
         write_status(why);
-        return 1;
+        return -1;
     }
     if (cupti.flush_period)
         cupti.flush_period(FLUSH_PERIOD_MS);
     atexit(at_exit);
+    return 0;
+}
+
+/* called by the CUDA driver at cuInit when CUDA_INJECTION64_PATH names this library;
+ * 1 whatever happened: the program goes on as without it */
+int InitializeInjection(void)
+{
+    start_recording(getenv("CUDAPROBE_GPUTIME_DIR"), getenv("CUDAPROBE_CUPTI"));
     return 1;
+}
+
+/* Research for GPU time with --pid (docs/gputime.md), not used by cudaprobe: the same
+ * in a process already running, called by a debugger after it dlopen'ed this library
+ * (scripts/gpu/check-gputime.sh tries it with gdb on PyTorch). 0: recording. */
+int gputime_attach(const char *dir, const char *cupti_path)
+{
+    return start_recording(dir, cupti_path);
 }

@@ -15,6 +15,7 @@
 #     `trace --gpu-time`, and `nsys profile -t cuda`, ROUNDS rounds alternating
 #     (`trace` without --gpu-time in the first round only);
 #     one nsys report's cuda_gpu_kern_sum beside `stats --gpu-time` of the same step.
+#  and, for the --pid research, gdb loading the library into a running PyTorch loop.
 # Results under $OUT: gputime.txt (readable, every step's status), *-compare.json,
 # cost.jsonl, and the traces. Run from the repo root, .gpukit and .whl carried:
 #   bash scripts/gpu/check-gputime.sh
@@ -126,6 +127,39 @@ python3 benchmarks/gputime_compare.py drift "$OUT/drift.jsonl" "$OUT/drift.out" 
   --json "$OUT/drift-compare.json" >> "$txt" 2>&1
 say "compare drift: exit $?"
 rm -f "$OUT/drift.jsonl"  # large; the comparison is kept
+
+# -- research for --pid (docs/gputime.md): the library loaded with gdb into a PyTorch
+# process already running (after its warm-up) and recording from then on: does the
+# process survive and finish, and are its kernels timed from the attach on?
+if command -v gdb > /dev/null; then
+  att=$(mktemp -d); rm -f /tmp/att.ready /tmp/att.go /tmp/att.done /tmp/att.quit
+  read -r lib cupti < <(python3 -c "from cudaprobe.targets.cupti import library_path as l, \
+find_libcupti as f; print(l()[0], f())")
+  "${W[@]}" loop --seconds 3 --ready /tmp/att.ready --go /tmp/att.go --done /tmp/att.done \
+    --quit /tmp/att.quit > "$OUT/attach.out" 2>&1 &
+  apid=$!
+  for _ in $(seq 600); do [ -e /tmp/att.ready ] || ! kill -0 $apid 2>/dev/null && break; sleep 0.2; done
+  timeout -k 5 60 gdb -p $apid -batch -nx -ex "call (void*)dlopen(\"$lib\", 2)" \
+    -ex "call (int)gputime_attach(\"$att\", \"$cupti\")" > "$OUT/attach-gdb.txt" 2>&1
+  say "attach: gdb exit $?: $(grep '^\$' "$OUT/attach-gdb.txt" | tr '\n' ' ')"
+  touch /tmp/att.go
+  for _ in $(seq 300); do [ -e /tmp/att.done ] || ! kill -0 $apid 2>/dev/null && break; sleep 0.2; done
+  touch /tmp/att.quit
+  wait $apid; say "attach: the workload exited $?: $(grep -m1 '^{' "$OUT/attach.out")"
+  python3 - "$att" >> "$txt" 2>&1 <<'PY'
+import sys
+from pathlib import Path
+from cudaprobe.decode.gputime import GpuReader
+r = GpuReader(Path(sys.argv[1]))
+r.poll()
+kernels = [w for w in r.work if w.kind == "kernel"]
+print("attach: kernels recorded after the attach", len(kernels), "statuses", r.statuses,
+      "dropped", r.dropped, "joinable API records", sum(w.api is not None for w in kernels))
+PY
+  rm -rf "$att"
+else
+  say "attach: no gdb on this machine, not tried"
+fi
 
 # -- 4. cost beside Nsight Systems, rounds alternating; `trace` alone (no --gpu-time)
 # in the first round only, for the share of the cost that is CUPTI's

@@ -18,7 +18,7 @@ static CUptiResult CUPTIAPI fake_next(uint8_t *buffer, size_t valid, CUpti_Activ
 /* the library as InitializeInjection leaves it, but with the fakes and `dir` */
 static void fake_initialized(const char *dir)
 {
-    setenv("CUDAPROBE_GPUTIME_DIR", dir, 1);
+    snprintf(out_dir, sizeof out_dir, "%s", dir);
     cupti.next_record = fake_next;
     clock_kind = GPUTIME_CLOCK_MONOTONIC;
     system_tids = 1;
