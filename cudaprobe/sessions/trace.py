@@ -110,6 +110,8 @@ class TraceSession:
             self.options.command_env = {**self.options.command_env, **self._gpu.env}
             if self._gpu.reader is not None and self.options.on_gpu_work is None:
                 self._held = []
+                self.options.notify("--gpu-time: the rows are written when the command has "
+                                    "exited (its GPU records come in batches)")
         try:
             return self._run()
         finally:

@@ -28,8 +28,13 @@ def untraced(exe: Path, env: dict[str, str] | None = None) -> subprocess.Complet
                           env={**os.environ, **(env or {})})
 
 
+HELD = "cudaprobe: --gpu-time: the rows are written when the command has exited"
+
+
 def gpu_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if "gpu-time" in line or "GPU time" in line]
+    """What --gpu-time said, less the line that says the rows are held."""
+    return [line for line in stderr.splitlines()
+            if ("gpu-time" in line or "GPU time" in line) and not line.startswith(HELD)]
 
 
 def test_no_gpu_said_in_one_line_and_the_program_unharmed(tmp_path, libcuda):
@@ -48,6 +53,7 @@ def test_no_gpu_said_in_one_line_and_the_program_unharmed(tmp_path, libcuda):
     (line,) = gpu_lines(proc.stderr)
     assert line.startswith("cudaprobe: --gpu-time: no GPU activity was recorded: "), line
     assert "wrote nothing" not in line
+    assert HELD in proc.stderr
     assert [(c["event"], c["ret"]) for c in calls] == [("cuInit", 100), ("cuDeviceGet", 3)]
     assert all("gpu" not in c for c in calls)
     assert summary["calls"] == 2
@@ -64,6 +70,7 @@ def test_program_own_injection_library_kept(tmp_path, libcuda):
                                  "-e", "cuInit", command=[str(exe)], env=env)
     assert proc.returncode == alone.returncode == 7, proc.stderr
     assert proc.stdout == alone.stdout and f"injection {own}\n" in proc.stdout
+    assert HELD not in proc.stderr  # no GPU time: the rows go out as they come
     (line,) = gpu_lines(proc.stderr)
     assert line == (f"cudaprobe: no GPU time: the command's environment sets "
                     f"CUDA_INJECTION64_PATH={own} (one CUDA injection library per process): "
