@@ -13,7 +13,9 @@ import os
 import subprocess
 from pathlib import Path
 
-from ..conftest import build_workload
+from cudaprobe.output import chrome_check
+
+from ..conftest import REPO, build_workload
 from .conftest import run_cudaprobe, trace_jsonl
 from .test_serve_prometheus import free_port
 
@@ -99,3 +101,72 @@ def test_serve_gpu_time_without_gpu(libcuda):
     assert proc.stdout == "cuInit 100 cuDeviceGet 3\ninjection -\n"
     (line,) = gpu_lines(proc.stderr)
     assert line.startswith("cudaprobe: --gpu-time: no GPU activity was recorded: "), line
+
+
+def fake_gpu() -> Path:
+    """gputime_fake_gpu.c, bound at load (-z now: no lazy PLT resolution inside
+    the first call's CLOCK_MONOTONIC window, which its API interval is made from)."""
+    return build_workload("gputime_fake_gpu.c",
+                          extra=[f"-I{REPO / 'cupti'}", "-Wl,-z,now"])
+
+
+LAUNCHES, COPIES = 200, 20
+
+
+def test_gpu_records_joined_to_real_rows(tmp_path):
+    """What the library would write on a GPU, written by the program itself
+    around real (failing, traced) runtime calls: the join works on the uprobe
+    rows' CLOCK_MONOTONIC and tids. Each API interval is the midpoint of clock
+    readings around the call, inside it unless the thread was preempted there,
+    so nearly all (not every one) must join; each joined row has its own work."""
+    calls, summary, proc = trace_jsonl(
+        tmp_path, "--gpu-time", "-e", "cudaLaunchKernel,cudaMemcpy",
+        command=[str(fake_gpu()), str(LAUNCHES), str(COPIES)])
+    assert proc.returncode == 0, proc.stderr
+    assert [c["event"] for c in calls] == ["cudaLaunchKernel"] * LAUNCHES + ["cudaMemcpy"] * COPIES
+    joined = [c for c in calls if "gpu" in c]
+    assert len(joined) >= 0.95 * len(calls), proc.stderr
+    for i, c in enumerate(calls):
+        if "gpu" not in c:
+            continue
+        g = c["gpu"]
+        end = c["ts_ns"] + c["duration_ns"]
+        assert 2000 <= g["start_ns"] - end < 10_000_000  # 2 µs after the call returned
+        if i < LAUNCHES:
+            assert g == {"kind": "kernel", "start_ns": g["start_ns"], "duration_ns": 1000 + i,
+                         "device": 0, "stream": 7, "context": 1}
+        else:
+            k = i - LAUNCHES
+            assert g == {"kind": "memcpy", "start_ns": g["start_ns"], "duration_ns": 500 + k,
+                         "device": 0, "stream": 14, "context": 1, "bytes": 4096 * (k + 1),
+                         "copy_kind": "HtoD"}
+    said = (f"cudaprobe: --gpu-time: {LAUNCHES} kernels, {COPIES} copies, 0 memsets timed "
+            "on the GPU")
+    unjoined = len(calls) - len(joined)
+    assert said + (f"; {unjoined} made by calls not traced" if unjoined else "") + "\n" \
+        in proc.stderr
+    assert summary["calls"] == len(calls)
+
+
+def test_gpu_tracks_in_chrome_and_stats(tmp_path):
+    out = tmp_path / "t.chrome.json"
+    proc = run_cudaprobe("trace", "--gpu-time", "-e", "cudaLaunchKernel,cudaMemcpy", "-o",
+                         str(out), "--", str(fake_gpu()), "50", "5")
+    assert proc.returncode == 0, proc.stderr
+    events, terminated = chrome_check.load_events(str(out))
+    report = chrome_check.check_events(events, terminated)
+    assert report.problems == []
+    gpu = {t: s for t, s in report.tracks.items() if t[0] == chrome_check.GPU_PID_BASE}
+    assert set(gpu) == {(chrome_check.GPU_PID_BASE, 7), (chrome_check.GPU_PID_BASE, 14)}
+    assert gpu[(chrome_check.GPU_PID_BASE, 7)].flows_in >= 45  # one per launch joined
+    assert report.process_names[chrome_check.GPU_PID_BASE] == "GPU 0"
+    stats = tmp_path / "stats.json"
+    proc = run_cudaprobe("stats", "--gpu-time", "--json", "-o", str(stats), "-e",
+                         "cudaLaunchKernel,cudaMemcpy", "--", str(fake_gpu()), "50", "5")
+    assert proc.returncode == 0, proc.stderr
+    gpu_stats = json.loads(stats.read_text())["gpu"]
+    (kernel,) = gpu_stats["kernels"]
+    assert (kernel["name"], kernel["calls"], kernel["min_ns"], kernel["max_ns"]) == (
+        "fake_vecadd()", 50, 1000, 1049)
+    (copy,) = gpu_stats["copies"]
+    assert (copy["name"], copy["calls"], copy["bytes"]) == ("memcpy HtoD", 5, 4096 * 15)
