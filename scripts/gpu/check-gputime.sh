@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # --gpu-time on the GPU machine (issue 18, items 1-4 and 7), each step guarded
-# so that one failure does not lose the rest; about 6 minutes.
+# so that one failure does not lose the rest; about 7 minutes (BUDGET_S bounds the
+# cost rounds: a round that would end past it is not started).
 #  1. accuracy: kernels' GPU durations from `cudaprobe trace --gpu-time` against
 #     CUDA events around the same kernels (benchmarks/gputime_compare.py regions,
 #     5% tolerance): a multi-stream program (benchmarks/multistream.cu), PyTorch
