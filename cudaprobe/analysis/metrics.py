@@ -33,6 +33,9 @@ any exporter's types; an exporter only names and labels what it holds:
   one that leaves it stops being exported, so every series only grows. The
   exact count per name is kept for the ranking, for `MAX_KERNEL_NAMES` names.
 - `lost[cause]`: events lost, as the summary counts them.
+- `gpu_time[kernel]` (serve --gpu-time): a `Histogram` of kernels' GPU
+  durations (CUPTI, decode.gputime), by demangled name: the first
+  `MAX_KERNELS` names seen, later ones under `other`.
 
 Every counter is cumulative since the start. Labels are bounded: `function`
 is the symbol as called (catalogue data, as trace's EVENT column), `error` a
@@ -55,6 +58,8 @@ from cudaprobe.analysis.memtrack import ROLES, MemCall, MemoryAccounting
 from cudaprobe.analysis.summary import NOT_LOST
 from cudaprobe.catalogue.functions import FUNCTIONS, Function
 from cudaprobe.decode.calls import Call
+from cudaprobe.decode.demangle import demangle
+from cudaprobe.decode.gputime import GpuWork
 from cudaprobe.decode.handles import NAME_KEY
 from cudaprobe.targets.procmaps import process_alive
 
@@ -133,6 +138,11 @@ class Histogram:
     def copy(self) -> Histogram:
         return Histogram(list(self.counts), self.sum_ns, self.count)
 
+    def add(self, ns: int) -> None:
+        self.counts[bisect.bisect_left(_BOUNDS_NS, ns)] += 1
+        self.sum_ns += ns
+        self.count += 1
+
 
 @dataclass
 class Snapshot:
@@ -144,6 +154,7 @@ class Snapshot:
     live_bytes: dict[tuple[str, str], int]
     lost: dict[str, int]
     kernel_launches: dict[tuple[str, str], int] = field(default_factory=dict)
+    gpu_time: dict[str, Histogram] = field(default_factory=dict)
 
 
 class KernelLaunches:
@@ -190,6 +201,7 @@ class CallMetrics:
         self._memset: dict[str, int] = {}
         self._lost: dict[str, int] = {}
         self._kernels = KernelLaunches()
+        self._gpu_time: dict[str, Histogram] = {}
         self._memory = MemoryAccounting()
         self._next_exit_check = 0
 
@@ -217,9 +229,7 @@ class CallMetrics:
                 hist = self._latency.get(key[:2])
                 if hist is None:
                     hist = self._latency[key[:2]] = Histogram()
-                hist.counts[bisect.bisect_left(_BOUNDS_NS, c.duration_ns)] += 1
-                hist.sum_ns += c.duration_ns
-                hist.count += 1
+                hist.add(c.duration_ns)
                 if c.category == "kernel":
                     self._kernels.add(c.args.get(NAME_KEY), c.api)
                 last_ns = max(last_ns, c.ts_ns + c.duration_ns)
@@ -238,6 +248,21 @@ class CallMetrics:
                 if last_ns >= self._next_exit_check:
                     self._next_exit_check = last_ns + EXIT_CHECK_NS
                     self._forget_exited(last_ns)
+
+    def add_gpu(self, work: Iterable[GpuWork]) -> None:
+        """Kernels as they ran on the GPU (copies and memsets are not counted here)."""
+        with self._lock:
+            for w in work:
+                if w.kind != "kernel":
+                    continue
+                name = demangle(w.name) if w.name else OTHER
+                hist = self._gpu_time.get(name)
+                if hist is None:
+                    if len(self._gpu_time) >= MAX_KERNELS + (OTHER in self._gpu_time):
+                        name = OTHER
+                    hist = self._gpu_time.get(name) or self._gpu_time.setdefault(
+                        name, Histogram())
+                hist.add(w.duration_ns)
 
     def _count_bytes(self, name: str, c: Call) -> None:
         copy = _copy(name, c.args)
@@ -278,4 +303,5 @@ class CallMetrics:
                 calls=dict(self._calls), errors=dict(self._errors),
                 latency={k: h.copy() for k, h in self._latency.items()},
                 memcpy_bytes=dict(self._memcpy), memset_bytes=dict(self._memset),
-                live_bytes=live, lost=dict(self._lost), kernel_launches=self._kernels.rank())
+                live_bytes=live, lost=dict(self._lost), kernel_launches=self._kernels.rank(),
+                gpu_time={k: h.copy() for k, h in self._gpu_time.items()})

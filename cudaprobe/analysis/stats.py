@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from cudaprobe.analysis.gpustats import GpuStats
 from cudaprobe.catalogue.cuda_errors import error_name
 from cudaprobe.decode.calls import Call
 from cudaprobe.decode.handles import NAME_KEY
@@ -196,6 +197,7 @@ class StatsReport:
     not_found: list[str] = field(default_factory=list)
     in_flight: int = 0  # calls entered but not returned when the report was made
     lost: dict[str, int] = field(default_factory=dict)
+    gpu: GpuStats | None = None  # stats --gpu-time
 
     def sorted(self, key: str = "total") -> list[FunctionStats]:
         return sorted(self.functions, key=lambda s: (SORT_KEYS[key](s), s.event))
@@ -217,4 +219,5 @@ class StatsReport:
             "lost_total": sum(self.lost.values()),
             "libraries": self.libraries,
             "not_found": self.not_found,
+            **({"gpu": self.gpu.to_dict()} if self.gpu is not None else {}),
         }

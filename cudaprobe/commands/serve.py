@@ -18,6 +18,7 @@ from cudaprobe.output.prometheus import MetricsServer, parse_listen_address
 from cudaprobe.output.table import make_console
 from cudaprobe.probe import bpfprog
 from cudaprobe.probe.plan import select_functions
+from cudaprobe.sessions.gputime import check_gpu_time
 from cudaprobe.sessions.trace import SessionOptions, TraceSession
 
 
@@ -26,9 +27,12 @@ from cudaprobe.sessions.trace import SessionOptions, TraceSession
 @click.option("--prometheus", "prometheus_at", metavar="[ADDR:]PORT",
               help="Serve Prometheus metrics on http://ADDR:PORT/metrics. ADDR: 127.0.0.1 "
                    "unless given (0.0.0.0 for every IPv4 address, [::] for every address).")
+@click.option("--gpu-time", is_flag=True,
+              help="With -- COMMAND: also a histogram of each kernel's GPU time, through "
+                   "CUPTI (docs/gputime.md).")
 @otlp_options
 def serve_command(libs, events, api, duration, dump_bpf, pids, comm, wait, command,
-                  prometheus_at, **otlp) -> None:
+                  prometheus_at, gpu_time, **otlp) -> None:
     """Count CUDA API calls and serve them as metrics: calls, errors and
     latency per function, bytes copied, live allocated bytes, lost events
     (docs/prometheus.md).
@@ -45,6 +49,7 @@ def serve_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
       sudo cudaprobe serve --prometheus :9464
       sudo cudaprobe serve --prometheus 0.0.0.0:9464 --api driver
       sudo cudaprobe serve --prometheus :9464 --comm python3 -e memory,transfer,kernel
+      sudo cudaprobe serve --prometheus :9464 --gpu-time -- python train.py
       sudo cudaprobe serve --otlp http://collector:4318 --otlp-slow 1ms
     """
     address = parse_listen_address(prometheus_at) if prometheus_at else None
@@ -52,6 +57,8 @@ def serve_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
     if address is None and otlp is None and not dump_bpf:
         raise UsageError("serve needs somewhere to serve: --prometheus [ADDR:]PORT "
                          "or --otlp ENDPOINT")
+    if gpu_time:
+        check_gpu_time(list(command))
     apis = APIS[api]
     functions = select_functions(list(events), apis)
     plan, settings, targets = plan_targets(functions, libs, apis, pids, comm, wait, command,
@@ -75,7 +82,9 @@ def serve_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
                                    SessionOptions(duration=duration, command=list(command),
                                                   symbolize=kernels, see_process=kernels.see,
                                                   targets=targets, notify=notify,
-                                                  on_counters=metrics.set_lost))
+                                                  on_counters=metrics.set_lost,
+                                                  gpu_time=gpu_time,
+                                                  on_gpu_work=metrics.add_gpu))
             status = session.run()
     finally:
         if targets is not None:

@@ -9,6 +9,7 @@ import time
 
 import click
 
+from cudaprobe.analysis.gpustats import gpu_stats
 from cudaprobe.analysis.stats import SORT_KEYS, KernelTally, StatsReport
 from cudaprobe.analysis.stats_compare import (
     DEFAULT_MIN_CALLS,
@@ -38,6 +39,7 @@ from cudaprobe.output.stats_view import render_stats
 from cudaprobe.output.table import make_console
 from cudaprobe.probe import bpfprog
 from cudaprobe.probe.plan import ProbePlan, select_functions
+from cudaprobe.sessions.gputime import GpuTimeRun, check_gpu_time
 from cudaprobe.sessions.stats import StatsOptions, run_stats
 from cudaprobe.sessions.trace import SessionOptions, TraceSession
 from cudaprobe.targets.selection import Targets
@@ -57,14 +59,14 @@ class _Tally(Reporter):
 
 
 def stats_by_kernel(plan: ProbePlan, settings: bpfprog.Settings, command: list[str],
-                    targets: Targets | None, notify, duration: float | None
-                    ) -> tuple[StatsReport, int]:
+                    targets: Targets | None, notify, duration: float | None,
+                    command_env: dict[str, str]) -> tuple[StatsReport, int]:
     """Trace the launches and count them per kernel name (analysis.stats.KernelTally)."""
     tally = KernelTally()
     kernels = KernelSymbolizer.for_session(command, [a.path for a in plan.attachments])
     session = TraceSession(plan, settings, _Tally(tally), None, SessionOptions(
         duration=duration, command=command, symbolize=kernels, see_process=kernels.see,
-        targets=targets, notify=notify))
+        targets=targets, notify=notify, command_env=command_env))
     started = time.monotonic()
     status = session.run()
     s = session.summary
@@ -91,8 +93,12 @@ def stats_by_kernel(plan: ProbePlan, settings: bpfprog.Settings, command: list[s
               metavar="PERCENT", help="How far a count or p50 may move under --compare.")
 @click.option("--min-calls", type=click.IntRange(min=1), default=DEFAULT_MIN_CALLS,
               metavar="N", help="Compare p50 only where both runs made at least N calls.")
+@click.option("--gpu-time", is_flag=True,
+              help="With -- COMMAND: also GPU time per kernel name and per copy kind, "
+                   "through CUPTI (docs/gputime.md).")
 def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, command, sort, by,
-                  interval, as_json, output, force, baseline, threshold, min_calls) -> None:
+                  interval, as_json, output, force, baseline, threshold, min_calls,
+                  gpu_time) -> None:
     """Count CUDA calls in the kernel: per function, calls, total, avg, min, max
     and p50/p95/p99 latency, and failed calls by error name. The table is
     sorted by total time. Percentiles are estimated from log2 latency buckets
@@ -113,6 +119,7 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
       sudo cudaprobe stats --json -o api.json -- python train.py
       sudo cudaprobe stats --compare api.json -- python train.py
       sudo cudaprobe stats --by kernel -- python train.py
+      sudo cudaprobe stats --gpu-time -- python train.py
 
     With --by kernel, a row per kernel name: the launches (category kernel)
     are traced, not counted in the kernel, and each is named as `trace` names
@@ -120,6 +127,8 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
     them); launches of an unknown kernel are a row per call, "(kernel unknown)".
     """
     apis = APIS[api]
+    if gpu_time:
+        check_gpu_time(list(command))
     by_kernel = by == "kernel"
     if by_kernel and interval:
         raise UsageError("--interval goes with --by function")
@@ -139,17 +148,23 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
     before = load_report(baseline) if baseline else None
     stream, as_json, human = report_output(output, force, as_json)
     notify = announce(plan, targets, "counting")
+    gpu = GpuTimeRun(notify) if gpu_time else None
+    command_env = gpu.env if gpu is not None else {}
     try:
         if by_kernel:
             report, status = stats_by_kernel(plan, settings, list(command), targets, notify,
-                                             duration)
+                                             duration, command_env)
         else:
             report, status = run_stats(plan, settings, StatsOptions(
                 command=list(command), targets=targets, notify=notify, duration=duration,
-                interval=interval, sort=sort), human)
+                interval=interval, sort=sort, command_env=command_env), human)
+        if gpu is not None and (work := gpu.read()):
+            report.gpu = gpu_stats(work, gpu.dropped)
     finally:
         if targets is not None:
             targets.close()
+        if gpu is not None:
+            gpu.close()
     document = report.to_dict(sort)
     changes = None
     if before is not None:

@@ -16,6 +16,7 @@ from cudaprobe.output.formats import FORMATS, REPORTERS, choose_format
 from cudaprobe.output.table import make_console
 from cudaprobe.probe import bpfprog
 from cudaprobe.probe.plan import select_functions
+from cudaprobe.sessions.gputime import check_gpu_time
 from cudaprobe.sessions.trace import SessionOptions, TraceSession
 
 
@@ -26,10 +27,14 @@ from cudaprobe.sessions.trace import SessionOptions, TraceSession
 @click.option("-o", "--output", metavar="FILE", help="Write calls to FILE (created 0600).")
 @click.option("--force", is_flag=True, help="Overwrite an existing -o FILE.")
 @click.option("--errors-only", is_flag=True, help="Only calls that returned an error.")
+@click.option("--gpu-time", is_flag=True,
+              help="With -- COMMAND: the GPU time of each launch, copy and memset, through "
+                   "CUPTI (rows are written when COMMAND exits; docs/gputime.md).")
 @output_options
 @otlp_options
-def trace_command(libs, events, api, fmt, output, force, duration, errors_only, mode, max_size,
-                  strict, ringbuf_pages, dump_bpf, pids, comm, wait, command, **otlp) -> None:
+def trace_command(libs, events, api, fmt, output, force, duration, errors_only, gpu_time, mode,
+                  max_size, strict, ringbuf_pages, dump_bpf, pids, comm, wait, command,
+                  **otlp) -> None:
     """Trace CUDA API calls: one row per completed call, then a summary.
 
     With `-- COMMAND`, start COMMAND, trace only it (and its children), and
@@ -53,12 +58,15 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
       sudo cudaprobe trace --comm python3 -e kernel,transfer
       sudo cudaprobe trace -e memory,cudaLaunchKernel -o calls.jsonl -- python train.py
       sudo cudaprobe trace --errors-only
+      sudo cudaprobe trace --gpu-time -o calls.jsonl -- python train.py
       sudo cudaprobe trace --otlp http://collector:4318 --otlp-slow 1ms -- python train.py
       cudaprobe trace --dump-bpf -e transfer
     """
     check_conflicts(output, dump_bpf, force=force, mode=mode, duration=duration,
                     strict=strict, **{"max-size": max_size})
     otlp = otlp_config(**otlp)
+    if gpu_time:
+        check_gpu_time(list(command))
     if output and fmt is None and output != "-":
         fmt = choose_format(None, output)
     fmt = choose_format(fmt, output)
@@ -74,6 +82,8 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
     stream = open_output(output, force, mode or DEFAULT_MODE)
     notify = announce(plan, targets, "tracing")
     reporter = REPORTERS[fmt](stream)
+    if gpu_time:
+        reporter.gpu_time = True
     if max_size:
         reporter = SizeCapped(reporter, stream, max_size, notify)
     reporter, on_counters = with_otlp(reporter, otlp, notify)
@@ -87,7 +97,8 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
                            SessionOptions(duration=duration, command=list(command),
                                           symbolize=kernels, see_process=kernels.see,
                                           targets=targets, notify=notify,
-                                          on_counters=on_counters, output=stream))
+                                          on_counters=on_counters, output=stream,
+                                          gpu_time=gpu_time))
     try:
         status = session.run()
     finally:

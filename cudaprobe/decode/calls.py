@@ -27,7 +27,7 @@ class Call:
     most reporters need one or neither of them. Either can be assigned."""
 
     __slots__ = ("time_ms", "ts_ns", "pid", "tid", "process", "event", "api", "category",
-                 "duration_ns", "ret", "ret_name", "_args", "_details", "lazy")
+                 "duration_ns", "ret", "ret_name", "_args", "_details", "lazy", "gpu")
 
     def __init__(self, time_ms: float, ts_ns: int, pid: int, tid: int, process: str, event: str,
                  api: str, category: str, duration_ns: int | None, ret: int | None,
@@ -48,6 +48,8 @@ class Call:
         self._details = details
         # (decoder, record): decoder.args_details(record) -> (args, details)
         self.lazy = lazy
+        # --gpu-time: the kernels, copies or memsets it queued (decode.gputime.GpuWork)
+        self.gpu: list | None = None
 
     def _decode(self) -> None:
         decoder, record = self.lazy

@@ -13,6 +13,8 @@ from cudaprobe.decode.records import RecordDecoder
 class Reporter:
     name: ClassVar[str]
     extensions: ClassVar[tuple[str, ...]] = ()
+    # --gpu-time: calls may carry `gpu` work (decode.gputime), shown where the format has room
+    gpu_time = False
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream

@@ -21,6 +21,11 @@ only); when a runtime call arrives, those that ended after it started are its
 children, and each top-level one gets a flow ("s" inside the runtime call,
 "f" just before the driver call, binding to the next slice) from it.
 Timestamps are µs since the probes were attached, at ns precision.
+
+--gpu-time: each device is a process ("GPU 0", pid GPU_PID_BASE + device)
+and each stream a thread of it ("stream 7"); a call's kernels, copies and
+memsets are slices there, on the same CLOCK_MONOTONIC timeline, each with a
+flow (category LAUNCH_FLOW_CATEGORY) from the call that queued it.
 """
 
 from __future__ import annotations
@@ -32,14 +37,16 @@ from typing import Any
 from cudaprobe.analysis.summary import Summary
 from cudaprobe.catalogue.functions import DRIVER, RUNTIME
 from cudaprobe.decode.calls import Call
-from cudaprobe.decode.demangle import shorten
+from cudaprobe.decode.demangle import demangle, shorten
 from cudaprobe.decode.handles import NAME_KEY
 from cudaprobe.output.base import Reporter
+from cudaprobe.output.chrome_check import GPU_PID_BASE
 
 PENDING_PER_THREAD = 256  # driver calls kept per thread, waiting for their runtime call
 MAX_THREADS = 4096  # threads with pending driver calls; the oldest thread is forgotten
 SUMMARY_EVENT = "cudaprobe summary"
 FLOW_CATEGORY = "runtime_to_driver"
+LAUNCH_FLOW_CATEGORY = "launch_to_gpu"
 # keys the reporter adds next to the decoded arguments (tests check no argument has one)
 RESULT_KEYS = ("ret", "ret_name", "details", "in_flight", "call")
 
@@ -79,6 +86,8 @@ class ChromeReporter(Reporter):
                 self._origin = c.ts_ns - round(c.time_ms * 1e6)
             self._name_track(out, c)
             self._emit(out, self._slice(c))
+            if c.gpu is not None:
+                self._gpu_slices(out, c)
             if c.api == DRIVER:
                 if c.duration_ns is not None:
                     self._remember(c)
@@ -118,6 +127,40 @@ class ChromeReporter(Reporter):
         args["details"] = c.details
         event.update(pid=c.pid, tid=c.tid, args=args)
         return event
+
+    def _gpu_slices(self, out: list[str], c: Call) -> None:
+        """The call's GPU work on its device and stream tracks, a flow to each."""
+        for w in c.gpu:
+            pid = GPU_PID_BASE + w.device
+            if pid not in self._processes:
+                self._processes.add(pid)
+                self._emit(out, {"name": "process_name", "ph": "M", "pid": pid, "tid": w.stream,
+                                 "args": {"name": f"GPU {w.device}"}})
+            if (pid, w.stream) not in self._threads:
+                self._threads.add((pid, w.stream))
+                self._emit(out, {"name": "thread_name", "ph": "M", "pid": pid, "tid": w.stream,
+                                 "args": {"name": f"stream {w.stream}"}})
+            if w.kind == "kernel":
+                name, args = shorten(demangle(w.name)) or "kernel", {NAME_KEY: demangle(w.name)}
+            else:
+                name = f"{w.kind} {w.name}".rstrip()
+                args = {"bytes": w.bytes}
+            args.update(call=c.event, correlation=w.correlation, context=w.context)
+            ts = w.start_ns - self._origin
+            self._emit(out, {"name": name, "cat": f"gpu,{w.kind}", "ph": "X", "ts": _us(ts),
+                             "dur": _us(w.duration_ns), "pid": pid, "tid": w.stream,
+                             "args": args})
+            self._last_ns = max(self._last_ns, ts + w.duration_ns)
+            flow_id = self._next_flow
+            self._next_flow += 1
+            # from inside the call (1 ns in, as the driver flows) to the slice's start
+            # ("bp": "e": bound to the slice that encloses it, the kernel's own)
+            self._emit(out, {"name": f"{c.event} -> {name}", "cat": LAUNCH_FLOW_CATEGORY,
+                             "ph": "s", "id": flow_id, "ts": _us(c.ts_ns + 1 - self._origin),
+                             "pid": c.pid, "tid": c.tid})
+            self._emit(out, {"name": f"{c.event} -> {name}", "cat": LAUNCH_FLOW_CATEGORY,
+                             "ph": "f", "bp": "e", "id": flow_id, "ts": _us(ts), "pid": pid,
+                             "tid": w.stream})
 
     def _remember(self, c: Call) -> None:
         pending = self._pending.get(c.tid)

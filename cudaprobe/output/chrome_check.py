@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MAX_PROBLEMS = 50  # said one by one; the rest are counted
+# the devices' "processes" of --gpu-time (chrome.py writes them; here, so that this
+# checker imports nothing of cudaprobe): past any pid, pid_max being at most 2^22
+GPU_PID_BASE = 1 << 30
 
 Track = tuple[int, int]
 
@@ -61,6 +64,8 @@ class ChromeReport:
     def lines(self) -> list[str]:
         """Counts per track, then the busiest names and flow pairs, then problems."""
         slices = sum(t.slices for t in self.tracks.values())
+        # the calls' slices: the GPU tracks (--gpu-time) hold the work they queued
+        call_slices = sum(t.slices for (pid, _), t in self.tracks.items() if pid < GPU_PID_BASE)
         in_flight = sum(t.in_flight for t in self.tracks.values())
         out = [f"{self.events} events, {'terminated' if self.terminated else 'no closing ]'}; "
                f"{slices} slices ({in_flight} in flight), {len(self.flows)} flows, "
@@ -69,7 +74,7 @@ class ChromeReport:
             s = self.summary
             # a slice per call, completed or in flight, less those --max-size left out
             dropped = (s.get("lost") or {}).get("output_max_size", 0)
-            same = slices == (s.get("calls") or 0) + (s.get("in_flight") or 0) - dropped
+            same = call_slices == (s.get("calls") or 0) + (s.get("in_flight") or 0) - dropped
             out.append(f"summary: calls {s.get('calls')}, in_flight {s.get('in_flight')}, "
                        f"lost_total {s.get('lost_total')}; the slices "
                        f"{'match' if same else 'DO NOT match'} it")

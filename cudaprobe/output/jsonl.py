@@ -1,4 +1,6 @@
-"""JSON Lines: one object per call, then one `{"summary": ...}` trailer line."""
+"""JSON Lines: one object per call, then one `{"summary": ...}` trailer line.
+With --gpu-time a call that queued GPU work has a `gpu` object last
+(decode.gputime.gpu_object: start_ns, duration_ns, device, stream, ...)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import Callable, TextIO
 
 from cudaprobe.analysis.summary import Summary
 from cudaprobe.decode.calls import Call
+from cudaprobe.decode.gputime import gpu_object
 from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.recordtext import compile_args_text, encode
@@ -25,7 +28,9 @@ class JsonlReporter(Reporter):
         self._json_details: dict[ProbeDecoder, Callable[[tuple], tuple[str, str]]] = {}
 
     def calls(self, calls: list[Call]) -> None:
-        self.stream.write("".join([self.json_line(c) + "\n" for c in calls]))
+        self.stream.write("".join([self.json_line(c) + "\n" if c.gpu is None
+                                   else self.json_line(c)[:-1] + ',"gpu":'
+                                   + encode(gpu_object(c.gpu)) + "}\n" for c in calls]))
 
     def records(self, records: list[tuple], decoder: RecordDecoder) -> None:
         self.stream.write("".join(decoder.decode(records, self)))

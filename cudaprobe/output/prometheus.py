@@ -18,7 +18,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from cudaprobe import __version__
-from cudaprobe.analysis.metrics import LATENCY_BOUNDS_S, MAX_KERNELS, CallMetrics
+from cudaprobe.analysis.metrics import LATENCY_BOUNDS_S, MAX_KERNELS, CallMetrics, Histogram
 from cudaprobe.errors import CudaprobeError, UsageError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -95,13 +95,24 @@ class CallCollector:
                                         "CUDA API call latency, entry to return.",
                                         labels=["function", "api"])
         les = [floatToGoString(b) for b in LATENCY_BOUNDS_S] + ["+Inf"]
-        for labels, h in sorted(snap.latency.items()):
-            running, buckets = 0, []
+
+        def buckets(h: Histogram) -> list[tuple[str, int]]:
+            running, out = 0, []
             for le, n in zip(les, h.counts):
                 running += n
-                buckets.append((le, running))
-            latency.add_metric(labels, buckets, h.sum_s)
+                out.append((le, running))
+            return out
+        for labels, h in sorted(snap.latency.items()):
+            latency.add_metric(labels, buckets(h), h.sum_s)
         yield latency
+        if snap.gpu_time:
+            gpu = HistogramMetricFamily(
+                "cudaprobe_gpu_kernel_duration_seconds",
+                f"Kernels' time on the GPU (serve --gpu-time, CUPTI), by kernel name: the "
+                f"first {MAX_KERNELS} names seen, the rest as `other`.", labels=["kernel"])
+            for name, h in sorted(snap.gpu_time.items()):
+                gpu.add_metric([name], buckets(h), h.sum_s)
+            yield gpu
         copied = CounterMetricFamily("cudaprobe_memcpy_bytes",
                                      "Bytes copied by successful memcpy calls, by direction.",
                                      labels=["kind", "api"])

@@ -6,8 +6,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from cudaprobe.analysis.gpustats import GpuStats
 from cudaprobe.analysis.stats import PERCENTILE_NOTE, PERCENTILES, StatsReport
-from cudaprobe.decode.calls import humanize_ns
+from cudaprobe.decode.calls import humanize_bytes, humanize_ns
 from cudaprobe.decode.demangle import shorten
 
 COLUMNS = ("EVENT", "CALLS", "TOTAL", "AVG", "MIN", "MAX", *(f"P{q}" for q in PERCENTILES),
@@ -31,6 +32,8 @@ def render_stats(report: StatsReport, console: Console, sort: str = "total",
                       *(humanize_ns(s.p(q)) for q in PERCENTILES),
                       Text(errors, style="red" if errors else ""))
     console.print(table)
+    if report.gpu is not None:
+        render_gpu_stats(report.gpu, console)
     lost = sum(report.lost.values())
     line = (f"{report.total_calls} calls in {report.duration_s:.2f}s, "
             f"{report.in_flight} still in flight, {lost} lost")
@@ -40,3 +43,34 @@ def render_stats(report: StatsReport, console: Console, sort: str = "total",
     if report.not_found:
         console.print(Text("not exported by the traced libraries: " + ", ".join(report.not_found),
                            style="dim"))
+
+
+GPU_KERNEL_COLUMNS = ("KERNEL", "CALLS", "GPU TOTAL", "AVG", "MIN", "MAX", "P50", "P99")
+GPU_COPY_COLUMNS = ("COPY", "CALLS", "GPU TOTAL", "AVG", "BYTES", "BANDWIDTH")
+
+
+def render_gpu_stats(gpu: GpuStats, console: Console) -> None:
+    """stats --gpu-time: per kernel name (as nsys' cuda_gpu_kern_sum), per copy kind."""
+    for columns, rows, kernel in ((GPU_KERNEL_COLUMNS, gpu.kernels, True),
+                                  (GPU_COPY_COLUMNS, gpu.copies, False)):
+        if not rows:
+            continue
+        table = Table(title="GPU time per kernel" if kernel else "GPU time per copy kind",
+                      title_justify="left", show_edge=False, header_style="bold")
+        for col in columns:
+            table.add_column(col, justify="left" if col in ("KERNEL", "COPY") else "right")
+        for r in rows:
+            d = r.to_dict(kernel)
+            cells = [Text(shorten(r.name)), str(r.calls), humanize_ns(d["total_ns"]),
+                     humanize_ns(d["avg_ns"])]
+            if kernel:
+                cells += [humanize_ns(d[k]) for k in ("min_ns", "max_ns", "p50_ns", "p99_ns")]
+            else:
+                bandwidth = d["bandwidth_gbps"]
+                cells += [humanize_bytes(r.bytes),
+                          "-" if bandwidth is None else f"{bandwidth:.2f} GB/s"]
+            table.add_row(*cells)
+        console.print(table)
+    if gpu.dropped:
+        console.print(Text(f"CUPTI dropped {gpu.dropped} GPU activity records: "
+                           "the GPU numbers miss them", style="bold red"))

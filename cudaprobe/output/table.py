@@ -12,6 +12,7 @@ from rich.text import Text
 
 from cudaprobe.analysis.summary import Summary
 from cudaprobe.decode.calls import Call, humanize_ns
+from cudaprobe.decode.gputime import gpu_span_ns
 from cudaprobe.output.base import Reporter
 
 
@@ -32,6 +33,7 @@ COLUMNS = (  # name, width, justify
     ("RESULT", 28, "left"),
     ("DETAILS", None, "left"),
 )
+GPU_COLUMN = ("GPU TIME", 9, "right")  # --gpu-time: before DETAILS
 
 
 class _Console(Console):
@@ -66,14 +68,18 @@ class TableReporter(Reporter):
         self.console = console or make_console(stream)
         self._color = self.console.is_terminal and not self.console.no_color
 
+    def _columns(self) -> tuple[tuple[str, int | None, str], ...]:
+        return COLUMNS[:-1] + (GPU_COLUMN, COLUMNS[-1]) if self.gpu_time else COLUMNS
+
     def start(self) -> None:
-        header = " ".join(_cell(name, width, justify) for name, width, justify in COLUMNS)
+        header = " ".join(_cell(name, width, justify) for name, width, justify in self._columns())
         self.console.print(Text(header.rstrip(), style="bold"))
 
     def calls(self, calls: list[Call]) -> None:
         if not calls:
             return
         lines = []
+        columns = self._columns()
         for c in calls:
             if c.in_flight:
                 latency, result = "-", "in flight"
@@ -81,7 +87,9 @@ class TableReporter(Reporter):
                 latency, result = humanize_ns(c.duration_ns), c.ret_name or ""
             cells = (f"{c.time_ms:.3f}", c.process, str(c.pid), str(c.tid), c.event, latency,
                      result)
-            row = " ".join(_cell(v, w, j) for (_n, w, j), v in zip(COLUMNS, cells))
+            if self.gpu_time:
+                cells += ("-" if c.gpu is None else humanize_ns(gpu_span_ns(c.gpu)),)
+            row = " ".join(_cell(v, w, j) for (_n, w, j), v in zip(columns, cells))
             line = f"{row} {c.details}"
             if self._color and (c.ret or c.in_flight):
                 line = f"\x1b[{33 if c.in_flight else 31}m{line}\x1b[0m"

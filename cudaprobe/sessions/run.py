@@ -51,6 +51,7 @@ def say_on_stderr(message: str) -> None:
 class RunOptions:
     """What every probing command says about its run (each command's options extend it)."""
     command: list[str] = field(default_factory=list)  # -- COMMAND, started held
+    command_env: dict[str, str] = field(default_factory=dict)  # added to its environment
     duration: float | None = None
     targets: Targets | None = None  # processes followed (--pid, --comm, -- COMMAND)
     notify: Callable[[str], None] = say_on_stderr  # what happens to them, said to the user
@@ -84,7 +85,8 @@ class ProbeRun:
 
     def __enter__(self) -> ProbeRun:
         try:
-            self.command = LaunchedCommand(self.options.command) if self.options.command else None
+            self.command = (LaunchedCommand(self.options.command, self.options.command_env)
+                            if self.options.command else None)
             self._stack.enter_context(self._stop)
             self.tracer = self._stack.enter_context(Tracer(self.plan, self.settings))
             if self.command:

@@ -5,6 +5,11 @@ period, teardown, exit status); this module is what trace and serve do in it:
 decode each poll's records for the reporter, say losses as they grow, sweep
 the calls of threads gone, and, once detached and drained, report the calls
 still in flight and the summary.
+
+With --gpu-time (sessions/gputime.py) the rows are held until the command
+has exited and its GPU records are read: each launch, copy and memset is
+then given its `gpu` work (decode.gputime.join) and the rows go out in the
+order they came.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from rich.console import Console
 from cudaprobe import STARTED
 from cudaprobe.analysis.summary import Summary, count_lost, describe_lost
 from cudaprobe.decode.calls import Call, Symbolizer, decode_event
+from cudaprobe.decode.gputime import GpuWork, join
 from cudaprobe.decode.handles import KernelHandles
 from cudaprobe.decode.records import RecordDecoder
 from cudaprobe.output.files import OutputStream
@@ -27,6 +33,7 @@ from cudaprobe.probe.event import RawEvent
 from cudaprobe.probe.plan import ProbePlan
 from cudaprobe.probe.sweep import Sweeper
 from cudaprobe.probe.tracer import Tracer
+from cudaprobe.sessions.gputime import GpuTimeRun
 from cudaprobe.sessions.run import POLL_MS, ProbeRun, RunOptions
 
 LOSS_REPORT_S = 1.0
@@ -42,6 +49,10 @@ class SessionOptions(RunOptions):
     on_counters: Callable[[dict[str, int]], None] | None = None
     # the stream the reporter writes to, whose failure stops the trace
     output: OutputStream | None = None
+    # GPU time of the command's launches and copies (CUPTI): rows held until its exit,
+    # unless on_gpu_work takes the GPU work as it comes (serve), rows going out as usual
+    gpu_time: bool = False
+    on_gpu_work: Callable[[list[GpuWork]], None] | None = None
 
 
 class TraceSession:
@@ -63,6 +74,8 @@ class TraceSession:
         self._lost_said = 0
         self._next_loss_check = 0.0
         self._header_lines = 0  # written by reporter.start(): not rows
+        self._gpu: GpuTimeRun | None = None
+        self._held: list[Call] | None = None  # --gpu-time: the rows, until the GPU's are read
 
     @property
     def decode_errors(self) -> int:
@@ -84,10 +97,28 @@ class TraceSession:
     def _emit(self, records: list[tuple]) -> None:
         if records:
             self._records.count(records, self.summary)  # until the kernel counts them
-            self.reporter.records(records, self._records)
+            if self._held is not None:
+                self._held.extend(self._records.calls(records))
+            else:
+                self.reporter.records(records, self._records)
 
     def run(self) -> int:
         """Trace until stopped; returns the exit status for cudaprobe."""
+        if self.options.gpu_time:
+            # serve only counts the GPU work: nothing kept, nothing joined
+            self._gpu = GpuTimeRun(self.options.notify, keep=self.options.on_gpu_work is None)
+            self.options.command_env = {**self.options.command_env, **self._gpu.env}
+            if self._gpu.reader is not None and self.options.on_gpu_work is None:
+                self._held = []
+                self.options.notify("--gpu-time: the rows are written when the command has "
+                                    "exited (its GPU records come in batches)")
+        try:
+            return self._run()
+        finally:
+            if self._gpu is not None:
+                self._gpu.close()
+
+    def _run(self) -> int:
         with ProbeRun(self.plan, self.settings, self.options, self.summary,
                       on_attached=self._attached) as run:
             tracer = run.tracer
@@ -152,12 +183,35 @@ class TraceSession:
         while records := tracer.drain_records():
             self._emit(records)
 
+    def _report_held(self) -> None:
+        """--gpu-time: the command has exited; its GPU work joined to the rows held."""
+        work = self._gpu.read()
+        held, self._held = self._held, None
+        if work:
+            unjoined = join(held, work)
+            kinds = {k: sum(1 for w in work if w.kind == k) for k in ("kernel", "memcpy", "memset")}
+            self.options.notify(
+                f"--gpu-time: {kinds['kernel']} kernels, {kinds['memcpy']} copies, "
+                f"{kinds['memset']} memsets timed on the GPU"
+                + (f"; {unjoined} made by calls not traced" if unjoined else ""))
+        if held:
+            self.reporter.calls(held)
+
+    def _feed_gpu(self) -> bool:
+        """serve --gpu-time: the GPU work written since the last look, to be counted."""
+        if self._gpu is None or self.options.on_gpu_work is None:
+            return False
+        self.options.on_gpu_work(self._gpu.poll())
+        return True
+
     def _say_losses(self, tracer: Tracer) -> None:
-        """The live status line: on stderr, at most each second, when more was lost."""
+        """The live status line: on stderr, at most each second, when more was lost;
+        serve --gpu-time's GPU work read at the same pace."""
         now = time.monotonic()
         if now < self._next_loss_check:
             return
         self._next_loss_check = now + LOSS_REPORT_S
+        self._feed_gpu()
         lost = {**tracer.counters(), "decode_errors": self.decode_errors}
         if self.options.on_counters is not None:
             self.options.on_counters(lost)
@@ -170,6 +224,10 @@ class TraceSession:
         """Detached and drained: the calls still in flight, then the summary."""
         self.sweeper.now(tracer)  # calls of threads gone are not "still running"
         self.summary.exited_mid_call = self.sweeper.removed
+        if self._held is not None:
+            self._report_held()
+        elif self._feed_gpu():  # the last, written at the command's exit
+            self._gpu.read()  # and what came of it, said
         in_flight = self._in_flight(tracer.in_flight())
         in_flight.sort(key=lambda c: c.ts_ns)
         self.summary.in_flight = in_flight

@@ -73,9 +73,20 @@ def resolve_command(argv: list[str]) -> str:
     return found
 
 
+def command_environment(extra: dict[str, str] | None = None) -> dict[bytes, bytes] | None:
+    """The environment the command starts with: cudaprobe's own as it was
+    started, plus `extra` (--gpu-time's library); None: os.environ as it is."""
+    if not extra:
+        return STARTUP_ENVIRONMENT
+    env = dict(STARTUP_ENVIRONMENT if STARTUP_ENVIRONMENT is not None else os.environb)
+    env.update({k.encode(): v.encode() for k, v in extra.items()})
+    return env
+
+
 class LaunchedCommand:
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], extra_env: dict[str, str] | None = None) -> None:
         found = resolve_command(argv)
+        env = command_environment(extra_env)
         exe = argv[0]
         self.argv = argv
         self.exit_status: int | None = None
@@ -89,9 +100,9 @@ class LaunchedCommand:
                 if os.read(read_end, 1) != b"g":
                     os._exit(126)  # cudaprobe gave up before releasing us
                 os.close(read_end)
-                if STARTUP_ENVIRONMENT is None:
+                if env is None:
                     os.execv(found, argv)
-                os.execve(found, argv, STARTUP_ENVIRONMENT)
+                os.execve(found, argv, env)
             except OSError as e:
                 os.write(2, f"cudaprobe: cannot run {exe}: {e.strerror}\n".encode())
             finally:

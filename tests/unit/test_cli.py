@@ -54,3 +54,12 @@ def test_bad_format_and_missing_lib():
     assert p.returncode == 2 and "xml" in p.stderr
     p = run("trace", "--lib", "/nonexistent/libcudart.so")
     assert p.returncode == 2 and "Traceback" not in p.stderr
+
+
+def test_gpu_time_needs_a_command():
+    for command in ("trace", "stats"):
+        p = run(command, "--gpu-time", "--pid", "1")
+        assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+        assert p.stderr.startswith("cudaprobe: --gpu-time goes with -- COMMAND"), p.stderr
+    p = run("trace", "--help")
+    assert "--gpu-time" in p.stdout and "trace --gpu-time -o calls.jsonl --" in p.stdout

@@ -1,4 +1,4 @@
-"""A non-editable install ships bpf/ as package data and finds it."""
+"""A non-editable install ships bpf/ and cupti/ as package data and finds them."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ def test_wheel_contains_bpf_sources_and_entry_point(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert "cudaprobe/bpf/cudaprobe.bpf.c" in names
     assert "cudaprobe/bpf/cudaprobe.h" in names
+    assert "cudaprobe/cupti/gputime.c" in names and "cudaprobe/cupti/gputime.h" in names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "cudaprobe = cudaprobe.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
 
@@ -35,8 +36,10 @@ def test_installed_package_finds_its_bpf_dir(wheel, tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
                     str(target), str(wheel)], check=True, capture_output=True, timeout=300)
-    code = "import cudaprobe.probe.bpfprog as b; print(b.bpf_dir())"
+    code = ("import cudaprobe.probe.bpfprog as b, cudaprobe.targets.cupti as c; "
+            "print(b.bpf_dir()); print(c.cupti_source_dir())")
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                        text=True, env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"})
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == str(target / "cudaprobe" / "bpf")
+    assert p.stdout.split() == [str(target / "cudaprobe" / "bpf"),
+                                str(target / "cudaprobe" / "cupti")]

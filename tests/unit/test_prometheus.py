@@ -12,7 +12,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cudaprobe import __version__
-from cudaprobe.analysis.metrics import LATENCY_BOUNDS_S, CallMetrics
+from cudaprobe.analysis.metrics import LATENCY_BOUNDS_S, MAX_KERNELS, CallMetrics
+from cudaprobe.decode.gputime import GpuWork
 from cudaprobe.errors import CudaprobeError, UsageError
 from cudaprobe.output.prometheus import (
     CannotListen,
@@ -155,3 +156,30 @@ def test_serve_without_an_exporter_or_with_a_bad_address_exits_2():
         p = run(*args)
         assert p.returncode == 2 and says in p.stderr, p.stderr
         assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
+
+
+def test_gpu_time_histogram_per_kernel_with_bounded_names():
+    """serve --gpu-time: a histogram of GPU time per kernel name; past
+    MAX_KERNELS names, the rest are one `other` series; copies are not kernels."""
+    m = CallMetrics(alive=lambda pid: True)
+    got = scrape_once(m)
+    assert "cudaprobe_gpu_kernel_duration_seconds" not in got  # no --gpu-time: no series
+    m.add_gpu([GpuWork(1, "kernel", 0, 3_000, 0, 1, 7, 1, "_Z6vecAddPfi"),
+               GpuWork(1, "kernel", 0, 40_000, 0, 1, 7, 2, "_Z6vecAddPfi"),
+               GpuWork(1, "memcpy", 0, 9_000, 0, 1, 7, 3, "HtoD", bytes=8)])
+    m.add_gpu([GpuWork(1, "kernel", 0, 1_000, 0, 1, 7, 4, f"k{i}") for i in range(MAX_KERNELS)])
+    hist = scrape_once(m)["cudaprobe_gpu_kernel_duration_seconds"]
+    counts = samples(hist, "cudaprobe_gpu_kernel_duration_seconds_count")
+    assert counts[(("kernel", "vecAdd(float*, int)"),)] == 2
+    assert len(counts) == MAX_KERNELS + 1 and counts[(("kernel", "other"),)] == 1
+    sums = samples(hist, "cudaprobe_gpu_kernel_duration_seconds_sum")
+    assert sums[(("kernel", "vecAdd(float*, int)"),)] == pytest.approx(43e-6)
+    buckets = {dict(k)["le"]: v for k, v in
+               samples(hist, "cudaprobe_gpu_kernel_duration_seconds_bucket").items()
+               if dict(k)["kernel"] == "vecAdd(float*, int)"}
+    assert buckets["2.5e-06"] == 0 and buckets["5e-06"] == 1 and buckets["5e-05"] == 2
+
+
+def scrape_once(m: CallMetrics) -> dict[str, object]:
+    with MetricsServer(m, "127.0.0.1", free_port()) as server:
+        return scrape(server.url)

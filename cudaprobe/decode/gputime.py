@@ -1,0 +1,262 @@
+"""GPU activity from cupti/gputime.c: its files read, its records decoded, and
+each kernel, copy and memset joined to the traced call that made it.
+
+The library writes one file per process (gputime.<pid>.bin: a header, then
+fixed-size records, some followed by text; layout in cupti/gputime.h, checked
+against this mirror by tests/unit/test_gputime_layout.py). CUPTI hands its
+records over in batches, so a file grows while the program runs and its last
+record may be cut short: `GpuReader.poll()` reads what is new and keeps an
+unfinished tail for the next poll.
+
+The join: a GPU record's correlation id names the runtime or driver API
+record of the call that queued it, which carries the thread (the kernel's
+tid: the library asks CUPTI for system thread ids, not its default
+pthread_self()) and the call's CPU start and end (taken inside the call).
+The traced call it belongs to is the outermost call of that thread whose
+uprobe interval contains the API interval: the call the program made (cudaLaunchKernel, not the
+cuLaunchKernel it made in turn). Timestamps are CLOCK_MONOTONIC ns, the
+clock of bpf_ktime_get_ns, or CUPTI's CLOCK_REALTIME moved onto it with the
+offset the library took when it opened the file (header `clock`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cudaprobe.decode.calls import Call
+
+HEADER = struct.Struct("<8sIIIIqII")
+RECORD = struct.Struct("<HHIQQQIIIIIIBB6x")
+MAGIC = b"CPGPUT1\0"
+VERSION = 2
+CLOCK_REALTIME, CLOCK_MONOTONIC = 0, 1
+KERNEL, MEMCPY, MEMSET, API, NAME, FUNCTION, STATUS, DROPPED = range(1, 9)
+DOMAIN_DRIVER, DOMAIN_RUNTIME = 4, 5  # CUPTI_ACTIVITY_KIND_DRIVER, _RUNTIME
+
+# field name -> byte offset, in declaration order (checked against the C header)
+HEADER_OFFSETS = {"magic": 0, "version": 8, "pid": 12, "clock": 16, "record_size": 20,
+                  "realtime_to_monotonic_ns": 24, "system_tids": 32}
+RECORD_OFFSETS = {"type": 0, "size": 2, "correlation": 4, "start": 8, "end": 16, "bytes": 24,
+                  "device": 32, "context": 36, "stream": 40, "tid": 44, "cbid": 48,
+                  "name_id": 52, "domain": 56, "copy_kind": 57}
+
+# CUpti_ActivityMemcpyKind -> the name nsys stats uses
+COPY_KINDS = {0: "unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA",
+              6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
+KIND_NAMES = {KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset"}
+_VERSION_SUFFIX = re.compile(r"_v\d+$")
+
+
+@dataclass
+class ApiCall:
+    """The CPU side of a call that queued GPU work, as CUPTI recorded it."""
+    tid: int
+    start_ns: int
+    end_ns: int
+    function: str  # CUPTI's name less its _vNNNN suffix: cudaLaunchKernel, cuMemcpyHtoD
+
+
+@dataclass
+class GpuWork:
+    """One kernel, copy or memset, as it ran on the device."""
+    pid: int
+    kind: str  # kernel, memcpy, memset
+    start_ns: int
+    end_ns: int
+    device: int
+    context: int
+    stream: int
+    correlation: int
+    name: str = ""  # kernel: its (mangled) name; memcpy: the copy kind (HtoD, ...)
+    bytes: int = 0
+    api: ApiCall | None = None  # the call that queued it, once its record is read
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+def gpu_span_ns(work: list[GpuWork]) -> int:
+    """From the first start to the last end of a call's GPU work."""
+    return max(w.end_ns for w in work) - min(w.start_ns for w in work)
+
+
+def gpu_object(work: list[GpuWork]) -> dict[str, Any]:
+    """A call's `gpu` object (JSONL, chrome args): when its work started on the
+    device and how long it took; a call that queued several (a graph) spans them."""
+    first = min(work, key=lambda w: w.start_ns)
+    obj = {"kind": first.kind, "start_ns": first.start_ns, "duration_ns": gpu_span_ns(work),
+           "device": first.device, "stream": first.stream, "context": first.context}
+    if first.kind != "kernel":
+        obj["bytes"] = sum(w.bytes for w in work)
+        if first.kind == "memcpy":
+            obj["copy_kind"] = first.name
+    if len(work) > 1:
+        obj["count"] = len(work)
+    return obj
+
+
+class _File:
+    """One process's file: read incrementally, its tables kept between reads."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.pid = 0
+        self.clock_offset: int | None = None  # ns added to its timestamps; None: no header yet
+        self.system_tids = True  # its API records' tids are the kernel's (joinable)
+        self.names: dict[int, str] = {}
+        self.functions: dict[tuple[int, int], str] = {}
+
+
+@dataclass
+class GpuReader:
+    """Reads every gputime.<pid>.bin of `directory`: what is new at each poll.
+    With `keep` False (serve, which only counts) neither the work nor the API
+    records are kept, so that a long run holds nothing, and none is joined."""
+    directory: Path
+    keep: bool = True
+    work: list[GpuWork] = field(default_factory=list)  # in the order read (keep)
+    seen: int = 0  # GPU records read
+    statuses: dict[int, str] = field(default_factory=dict)  # pid -> why no GPU time
+    dropped: int = 0  # activity records CUPTI dropped (buffers full)
+    bad_files: int = 0  # files that are not the library's (cut or foreign)
+    foreign_tids: int = 0  # processes whose CUPTI could not give the kernel's thread ids
+    _files: dict[str, _File] = field(default_factory=dict)
+    _apis: dict[tuple[int, int], ApiCall] = field(default_factory=dict)  # (pid, correlation)
+
+    def poll(self) -> list[GpuWork]:
+        """Records written since the last poll; the new GPU work, its API call
+        joined where its record was read too."""
+        new: list[GpuWork] = []
+        try:
+            names = sorted(os.listdir(self.directory))
+        except OSError:
+            return new
+        for name in names:
+            if name.startswith("gputime.") and name.endswith(".bin"):
+                f = self._files.get(name)
+                if f is None:
+                    f = self._files[name] = _File(self.directory / name)
+                self._read(f, new)
+        self.seen += len(new)
+        if self.keep:
+            self.work.extend(new)
+            for w in self.work:  # an API record may come in a later batch than its work
+                if w.api is None:
+                    w.api = self._apis.get((w.pid, w.correlation))
+        return new
+
+    def _read(self, f: _File, new: list[GpuWork]) -> None:
+        try:
+            with open(f.path, "rb") as fh:
+                fh.seek(f.offset)
+                data = fh.read()
+        except OSError:
+            return
+        pos = 0
+        if f.clock_offset is None:
+            if len(data) < HEADER.size:
+                return
+            magic, version, pid, clock, record_size, offset, system_tids, _ = \
+                HEADER.unpack_from(data)
+            if magic != MAGIC or version != VERSION or record_size != RECORD.size:
+                self.bad_files += 1
+                f.offset = 1 << 62  # never read again
+                return
+            f.pid = pid
+            f.system_tids = bool(system_tids)
+            if not system_tids:
+                self.foreign_tids += 1
+            f.clock_offset = offset if clock == CLOCK_REALTIME else 0
+            pos = HEADER.size
+        pos = self.decode(f, data, pos, new)
+        f.offset += pos
+
+    def decode(self, f: _File, data: bytes, pos: int, new: list[GpuWork]) -> int:
+        """Whole records of `data` from `pos` on; returns where the unread tail begins."""
+        shift = f.clock_offset or 0
+        unpack, end_of_data = RECORD.unpack_from, len(data)
+        while pos + RECORD.size <= end_of_data:
+            (kind, size, corr, start, end, nbytes, device, context, stream, tid, cbid,
+             name_id, domain, copy_kind) = unpack(data, pos)
+            if size < RECORD.size or pos + size > end_of_data:
+                if size < RECORD.size:
+                    self.bad_files += 1
+                    return end_of_data
+                break  # its text is not all written yet
+            text = (data[pos + RECORD.size:pos + size].rstrip(b"\0").decode("utf-8", "replace")
+                    if size > RECORD.size else "")
+            pos += size
+            if kind in KIND_NAMES:
+                name = f.names.get(name_id, "") if kind == KERNEL else \
+                    COPY_KINDS.get(copy_kind, "unknown") if kind == MEMCPY else ""
+                new.append(GpuWork(f.pid, KIND_NAMES[kind], start + shift, end + shift, device,
+                                   context, stream, corr, name, nbytes))
+            elif kind == API and self.keep and f.system_tids:  # else no row has its tid
+                function = f.functions.get((domain, cbid), "")
+                self._apis[(f.pid, corr)] = ApiCall(tid, start + shift, end + shift, function)
+            elif kind == NAME:
+                f.names[name_id] = text
+            elif kind == FUNCTION:
+                f.functions[(domain, cbid)] = _VERSION_SUFFIX.sub("", text)
+            elif kind == STATUS:
+                self.statuses[f.pid] = text
+            elif kind == DROPPED:
+                self.dropped += nbytes
+        return pos
+
+    @property
+    def files(self) -> int:
+        """Processes that loaded the library and wrote a header."""
+        return sum(1 for f in self._files.values() if f.clock_offset is not None)
+
+
+def join(calls: list[Call], work: list[GpuWork]) -> int:
+    """Gives each call in `calls` that queued GPU work its `gpu` list (GpuWork,
+    in start order); returns how many records found no call (not traced: a
+    function outside -e, a thread not followed, or its API record not read)."""
+    threads: dict[tuple[int, int], list[Call]] = {}
+    for c in calls:
+        if c.duration_ns is not None:
+            threads.setdefault((c.pid, c.tid), []).append(c)
+    starts: dict[tuple[int, int], list[int]] = {}
+    for key, thread in threads.items():
+        thread.sort(key=lambda c: c.ts_ns)
+        starts[key] = [c.ts_ns for c in thread]
+    unjoined = 0
+    for w in sorted(work, key=lambda w: w.start_ns):
+        call = _caller(w, threads, starts)
+        if call is None:
+            unjoined += 1
+        elif call.gpu is None:
+            call.gpu = [w]
+        else:
+            call.gpu.append(w)
+    return unjoined
+
+
+NESTED_SCAN = 8  # calls looked back at for the outermost one containing the API call
+
+
+def _caller(w: GpuWork, threads: dict[tuple[int, int], list[Call]],
+            starts: dict[tuple[int, int], list[int]]) -> Call | None:
+    api = w.api
+    if api is None:
+        return None
+    key = (w.pid, api.tid)
+    thread = threads.get(key)
+    if thread is None:
+        return None
+    i = bisect.bisect_right(starts[key], api.start_ns)
+    found = None
+    for c in reversed(thread[max(0, i - NESTED_SCAN):i]):
+        if c.ts_ns + c.duration_ns >= api.end_ns:
+            found = c  # keep looking: an outer call started earlier
+    return found

@@ -1,0 +1,72 @@
+"""--gpu-time around a run of `-- COMMAND`: the library's environment for the
+command before it starts, its records read once it has exited, and what
+came of it said in one line each (none recorded, and why; dropped by CUPTI;
+not joined to a traced call).
+
+CUPTI hands the records over in batches (each FLUSH_PERIOD_MS of
+cupti/gputime.c, and all at exit), so the GPU side of a call is known only
+half a second or more after its row: `trace` and `stats` read them when the
+command has exited (docs/gputime.md says why the rows of `trace --gpu-time`
+wait for the end), `serve` polls them as they come.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from cudaprobe.decode.gputime import GpuReader, GpuWork
+from cudaprobe.errors import UsageError
+from cudaprobe.targets.cupti import GpuTimeSetup, prepare
+from cudaprobe.targets.launch import STARTUP_ENVIRONMENT
+
+
+def check_gpu_time(command: list[str]) -> None:
+    if not command:
+        raise UsageError("--gpu-time goes with -- COMMAND (the GPU-time library is loaded "
+                         "when the command starts; docs/gputime.md says why not --pid)")
+
+
+class GpuTimeRun:
+    def __init__(self, notify: Callable[[str], None], keep: bool = True) -> None:
+        self.notify = notify
+        self.setup: GpuTimeSetup = prepare(STARTUP_ENVIRONMENT)
+        if self.setup.why:
+            notify(f"no GPU time: {self.setup.why}")
+        self.reader = GpuReader(self.setup.directory, keep) if self.setup.directory else None
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.setup.env
+
+    @property
+    def dropped(self) -> int:
+        return self.reader.dropped if self.reader is not None else 0
+
+    def poll(self) -> list[GpuWork]:
+        """What the command's processes wrote since the last poll (serve: live)."""
+        return self.reader.poll() if self.reader is not None else []
+
+    def read(self) -> list[GpuWork]:
+        """Every record the command's processes wrote; the lines that say what came of it."""
+        if self.reader is None:
+            return []
+        self.reader.poll()
+        if not self.reader.seen:
+            why = "; ".join(sorted(set(self.reader.statuses.values())))
+            if not why:
+                why = ("no kernel, copy or memset ran on a GPU" if self.reader.files else
+                       "the library wrote nothing (CUDA's driver was never initialised, "
+                       "or the command ran as a user that cannot write its directory)")
+            self.notify(f"--gpu-time: no GPU activity was recorded: {why}")
+        if self.reader.dropped:
+            self.notify(f"--gpu-time: CUPTI dropped {self.reader.dropped} activity records "
+                        "(its buffers were full)")
+        if self.reader.foreign_tids and self.reader.seen:
+            self.notify(f"--gpu-time: in {self.reader.foreign_tids} processes CUPTI could not "
+                        "give the kernel's thread ids: their GPU work is not joined to rows")
+        if self.reader.bad_files:
+            self.notify(f"--gpu-time: {self.reader.bad_files} GPU-time files were unreadable")
+        return self.reader.work
+
+    def close(self) -> None:
+        self.setup.close()

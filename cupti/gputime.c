@@ -1,0 +1,362 @@
+/* cudaprobe's GPU-time library: loaded into `cudaprobe trace --gpu-time --
+ * COMMAND` with CUDA_INJECTION64_PATH (the CUDA driver calls
+ * InitializeInjection() at cuInit), it turns on CUPTI's activity records for
+ * kernels, copies and memsets, and for the runtime and driver calls that made
+ * them, and writes them in the compact form of gputime.h to
+ * $CUDAPROBE_GPUTIME_DIR/gputime.<pid>.bin. cudaprobe reads the files when
+ * the command has exited and joins each GPU record to its uprobe row through
+ * the API record of the same correlation id (docs/gputime.md says why a file).
+ *
+ * Cost on the program's threads: CUPTI's own record keeping; this library
+ * runs only when CUPTI hands back a full buffer (on CUPTI's thread, or at
+ * exit), never per call. Timestamps: ours (CLOCK_MONOTONIC, the clock of
+ * bpf_ktime_get_ns) through cuptiActivityRegisterTimestampCallback; CUPTI
+ * maps GPU timestamps onto it. Thread ids: the kernel's (gettid), through
+ * cuptiSetThreadIdType, as the uprobe rows have them.
+ *
+ * Never harms the program: libcupti is dlopen'ed ($CUDAPROBE_CUPTI, else by
+ * soname), so a machine without it still loads this library; any failure is
+ * written as a STATUS record and InitializeInjection returns as on success.
+ * gputime_attach() is the same for a process already running: research for
+ * --pid, not used by cudaprobe (docs/gputime.md).
+ *
+ *   cc -O2 -shared -fPIC -o gputime.so cupti/gputime.c -I/usr/local/cuda/include -ldl */
+#define _GNU_SOURCE
+#include <cupti.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gputime.h"
+
+#define BUFFER_BYTES (8u << 20)   /* one CUPTI activity buffer */
+#define OUT_RECORDS 4096          /* records converted before one write() */
+#define MAX_CBID 4096
+#define MAX_NAMES 65536           /* kernel names kept for interning */
+#define FLUSH_PERIOD_MS 500       /* buffers handed back at least this often */
+
+static struct {
+    CUptiResult (*enable)(CUpti_ActivityKind);
+    CUptiResult (*register_callbacks)(CUpti_BuffersCallbackRequestFunc,
+                                      CUpti_BuffersCallbackCompleteFunc);
+    CUptiResult (*next_record)(uint8_t *, size_t, CUpti_Activity **);
+    CUptiResult (*flush_all)(uint32_t);
+    CUptiResult (*flush_period)(uint32_t);
+    CUptiResult (*timestamp_callback)(CUpti_TimestampCallbackFunc);
+    CUptiResult (*dropped)(CUcontext, uint32_t, size_t *);
+    CUptiResult (*callback_name)(CUpti_CallbackDomain, uint32_t, const char **);
+    CUptiResult (*thread_id_type)(CUpti_ActivityThreadIdType);
+} cupti;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;  /* the file and the tables */
+static int out_fd = -1;
+static char out_dir[4096];  /* $CUDAPROBE_GPUTIME_DIR, read once (getenv is not thread-safe) */
+static pid_t out_pid;
+static int clock_kind = GPUTIME_CLOCK_REALTIME;
+static int system_tids;  /* CUPTI gives gettid() in API records (not pthread_self()) */
+static int initialized;
+/* per domain (0 driver, 1 runtime) and cbid: 0 not seen, 1 kept (its name written), 2 not kept */
+static unsigned char api_kept[2][MAX_CBID];
+static const char *names[MAX_NAMES];  /* open addressing on CUPTI's name pointers */
+static uint32_t name_ids[MAX_NAMES];
+static uint32_t next_name_id = 1;
+
+static uint64_t now_ns(clockid_t clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t CUPTIAPI monotonic_ns(void) { return now_ns(CLOCK_MONOTONIC); }
+
+static void write_all(const void *data, size_t n)
+{
+    const char *p = data;
+    while (n) {
+        ssize_t w = write(out_fd, p, n);
+        if (w <= 0)
+            return;  /* disk full: the records are lost; cudaprobe sees a short file */
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+/* the file of this process (a forked child gets its own), opened on first use; under lock */
+static int open_output(void)
+{
+    if (out_fd >= 0 && out_pid == getpid())
+        return 1;
+    if (!out_dir[0])
+        return 0;
+    char path[sizeof out_dir + 32];
+    out_pid = getpid();
+    snprintf(path, sizeof path, "%s/gputime.%d.bin", out_dir, (int)out_pid);
+    out_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (out_fd < 0)
+        return 0;
+    struct gputime_header h = {.version = GPUTIME_VERSION, .pid = (uint32_t)out_pid,
+                               .clock = (uint32_t)clock_kind,
+                               .record_size = sizeof(struct gputime_record)};
+    memcpy(h.magic, GPUTIME_MAGIC, sizeof h.magic);
+    h.realtime_to_monotonic_ns = (int64_t)(now_ns(CLOCK_MONOTONIC) - now_ns(CLOCK_REALTIME));
+    h.system_tids = (uint32_t)system_tids;
+    write_all(&h, sizeof h);
+    return 1;
+}
+
+/* a record followed by text, NUL-padded to 8 bytes; under lock */
+static void write_text(struct gputime_record *r, const char *text)
+{
+    char buf[sizeof *r + 4096] = {0};
+    size_t len = strnlen(text, 4096 - 1) + 1;
+    size_t size = sizeof *r + ((len + 7) & ~(size_t)7);
+    r->size = (uint16_t)size;
+    memcpy(buf, r, sizeof *r);
+    memcpy(buf + sizeof *r, text, len - 1);
+    write_all(buf, size);
+}
+
+static void write_status(const char *why)
+{
+    pthread_mutex_lock(&lock);
+    if (open_output()) {
+        struct gputime_record r = {.type = GPUTIME_STATUS};
+        write_text(&r, why);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* the slot of CUPTI's name pointer: where it is, or the empty one it would take
+ * (-1: the table is full); under lock */
+static long name_slot(const char *name)
+{
+    size_t slot = ((uintptr_t)name >> 3) % MAX_NAMES;
+    for (size_t probes = 0; probes < MAX_NAMES; probes++, slot = (slot + 1) % MAX_NAMES)
+        if (names[slot] == name || !names[slot])
+            return (long)slot;
+    return -1;
+}
+
+/* the kernel name's id, its NAME record written the first time (`pending` records
+ * are written before it, so that the name comes before the kernels that use it;
+ * returns how many are still pending); under lock */
+static size_t name_id(const char *name, uint32_t *id, struct gputime_record *pending, size_t n)
+{
+    long slot = name ? name_slot(name) : -1;
+    *id = 0;  /* no name, or the table full: the kernel goes unnamed */
+    if (slot < 0)
+        return n;
+    if (!names[slot]) {
+        if (n)
+            write_all(pending, n * sizeof *pending);
+        n = 0;
+        names[slot] = name;
+        name_ids[slot] = next_name_id++;
+        struct gputime_record r = {.type = GPUTIME_NAME, .name_id = name_ids[slot]};
+        write_text(&r, name);
+    }
+    *id = name_ids[slot];
+    return n;
+}
+
+/* whether calls of (domain, cbid) are kept: those that launch, copy or set memory */
+static int api_is_kept(CUpti_ActivityKind kind, uint32_t cbid)
+{
+    int d = kind == CUPTI_ACTIVITY_KIND_RUNTIME;
+    if (cbid >= MAX_CBID)
+        return 0;
+    if (!api_kept[d][cbid]) {
+        const char *name = NULL;
+        if (cupti.callback_name)
+            cupti.callback_name(d ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API,
+                                cbid, &name);
+        int keep = name && (strstr(name, "Launch") || strstr(name, "Memcpy") ||
+                            strstr(name, "Memset"));
+        api_kept[d][cbid] = keep ? 1 : 2;
+        if (keep) {
+            struct gputime_record r = {.type = GPUTIME_FUNCTION, .cbid = cbid,
+                                       .domain = (uint8_t)kind};
+            write_text(&r, name);
+        }
+    }
+    return api_kept[d][cbid] == 1;
+}
+
+static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
+{
+    *buffer = aligned_alloc(8, BUFFER_BYTES);  /* NULL: CUPTI drops and counts */
+    *size = *buffer ? BUFFER_BYTES : 0;
+    *max_records = 0;
+}
+
+/* the fields every kernel, memcpy and memset record has, by the same names */
+#define GPU_WORK(r, kind, a) do { \
+        (r).type = (kind); (r).correlation = (a)->correlationId; \
+        (r).start = (a)->start; (r).end = (a)->end; (r).device = (a)->deviceId; \
+        (r).context = (a)->contextId; (r).stream = (a)->streamId; \
+    } while (0)
+
+static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
+                                      size_t size, size_t valid)
+{
+    static struct gputime_record out[OUT_RECORDS];  /* under lock */
+    CUpti_Activity *a = NULL;
+    size_t n = 0, dropped = 0;
+    pthread_mutex_lock(&lock);
+    if (!open_output())
+        goto done;
+    while (valid && cupti.next_record(buffer, valid, &a) == CUPTI_SUCCESS) {
+        struct gputime_record r = {0};
+        r.size = sizeof r;
+        switch (a->kind) {
+        case CUPTI_ACTIVITY_KIND_KERNEL:
+        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+            CUpti_ActivityKernel10 *k = (CUpti_ActivityKernel10 *)a;
+            GPU_WORK(r, GPUTIME_KERNEL, k);
+            n = name_id(k->name, &r.name_id, out, n);
+            break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMCPY: {
+            CUpti_ActivityMemcpy6 *m = (CUpti_ActivityMemcpy6 *)a;
+            GPU_WORK(r, GPUTIME_MEMCPY, m);
+            r.bytes = m->bytes;
+            r.copy_kind = m->copyKind;
+            break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMSET: {
+            CUpti_ActivityMemset4 *m = (CUpti_ActivityMemset4 *)a;
+            GPU_WORK(r, GPUTIME_MEMSET, m);
+            r.bytes = m->bytes;
+            break;
+        }
+        case CUPTI_ACTIVITY_KIND_RUNTIME:
+        case CUPTI_ACTIVITY_KIND_DRIVER: {
+            CUpti_ActivityAPI *api = (CUpti_ActivityAPI *)a;
+            if (n && !api_kept[api->kind == CUPTI_ACTIVITY_KIND_RUNTIME][api->cbid % MAX_CBID]) {
+                write_all(out, n * sizeof *out);  /* its FUNCTION record may come first */
+                n = 0;
+            }
+            if (!api_is_kept(api->kind, api->cbid))
+                continue;
+            r.type = GPUTIME_API;
+            r.correlation = api->correlationId;
+            r.start = api->start;
+            r.end = api->end;
+            r.tid = api->threadId;
+            r.cbid = api->cbid;
+            r.domain = (uint8_t)api->kind;
+            break;
+        }
+        default:
+            continue;
+        }
+        out[n++] = r;
+        if (n == OUT_RECORDS) {
+            write_all(out, sizeof out);
+            n = 0;
+        }
+    }
+    if (n)
+        write_all(out, n * sizeof *out);
+    if (cupti.dropped && cupti.dropped(ctx, stream_id, &dropped) == CUPTI_SUCCESS && dropped) {
+        struct gputime_record r = {.type = GPUTIME_DROPPED, .size = sizeof r, .bytes = dropped};
+        write_all(&r, sizeof r);
+    }
+done:
+    pthread_mutex_unlock(&lock);
+    free(buffer);
+    (void)size;
+}
+
+static void at_exit(void)
+{
+    cupti.flush_all(1);  /* CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: incomplete records too */
+}
+
+static void *symbol(void *lib, const char *name, int *missing)
+{
+    void *f = dlsym(lib, name);
+    if (!f)
+        *missing = 1;
+    return f;
+}
+
+/* CUPTI loaded and recording; 0, or -1 with why in a STATUS record */
+static int start_recording(const char *dir, const char *cupti_path)
+{
+    static const char *sonames[] = {"libcupti.so", "libcupti.so.13", "libcupti.so.12"};
+    /* RTLD_LOCAL: its symbols stay out of the program's namespace (a program may
+     * load a libcupti of its own later, as PyTorch's profiler does) */
+    void *lib = cupti_path && *cupti_path ? dlopen(cupti_path, RTLD_NOW | RTLD_LOCAL) : NULL;
+    int missing = 0;
+    char why[512];
+    if (initialized)
+        return -1;
+    initialized = 1;
+    snprintf(out_dir, sizeof out_dir, "%s", dir ? dir : "");
+    for (size_t i = 0; !lib && i < sizeof sonames / sizeof *sonames; i++)
+        lib = dlopen(sonames[i], RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        write_status("cannot load libcupti (CUDA's CUPTI library)");
+        return -1;
+    }
+    cupti.enable = symbol(lib, "cuptiActivityEnable", &missing);
+    cupti.register_callbacks = symbol(lib, "cuptiActivityRegisterCallbacks", &missing);
+    cupti.next_record = symbol(lib, "cuptiActivityGetNextRecord", &missing);
+    cupti.flush_all = symbol(lib, "cuptiActivityFlushAll", &missing);
+    cupti.flush_period = dlsym(lib, "cuptiActivityFlushPeriod");
+    cupti.timestamp_callback = dlsym(lib, "cuptiActivityRegisterTimestampCallback");
+    cupti.dropped = dlsym(lib, "cuptiActivityGetNumDroppedRecords");
+    cupti.callback_name = dlsym(lib, "cuptiGetCallbackName");
+    cupti.thread_id_type = dlsym(lib, "cuptiSetThreadIdType");
+    if (missing || !cupti.callback_name) {
+        write_status("libcupti lacks the activity API cudaprobe uses");
+        return -1;
+    }
+    if (cupti.timestamp_callback && cupti.timestamp_callback(monotonic_ns) == CUPTI_SUCCESS)
+        clock_kind = GPUTIME_CLOCK_MONOTONIC;
+    /* the kernel's thread ids, as the uprobe rows have them (CUPTI's default on Linux is
+     * pthread_self(), which Kineto maps back through a table of its own) */
+    if (cupti.thread_id_type &&
+        cupti.thread_id_type(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM) == CUPTI_SUCCESS)
+        system_tids = 1;
+    CUptiResult res = cupti.register_callbacks(buffer_requested, buffer_completed);
+    static const CUpti_ActivityKind kinds[] = {
+        CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+        CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER};
+    for (size_t i = 0; res == CUPTI_SUCCESS && i < sizeof kinds / sizeof *kinds; i++)
+        res = cupti.enable(kinds[i]);
+    if (res != CUPTI_SUCCESS) {
+        snprintf(why, sizeof why, "CUPTI refused activity recording (CUptiResult %d%s)",
+                 (int)res, res == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+                     ? ": the program has a CUPTI subscriber of its own" : "");
+        write_status(why);
+        return -1;
+    }
+    if (cupti.flush_period)
+        cupti.flush_period(FLUSH_PERIOD_MS);
+    atexit(at_exit);
+    return 0;
+}
+
+/* called by the CUDA driver at cuInit when CUDA_INJECTION64_PATH names this library;
+ * 1 whatever happened: the program goes on as without it */
+int InitializeInjection(void)
+{
+    start_recording(getenv("CUDAPROBE_GPUTIME_DIR"), getenv("CUDAPROBE_CUPTI"));
+    return 1;
+}
+
+/* Research for GPU time with --pid (docs/gputime.md), not used by cudaprobe: the same
+ * in a process already running, called by a debugger after it dlopen'ed this library
+ * (scripts/gpu/check-gputime.sh tries it with gdb on PyTorch). 0: recording. */
+int gputime_attach(const char *dir, const char *cupti_path)
+{
+    return start_recording(dir, cupti_path);
+}

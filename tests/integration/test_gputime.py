@@ -1,0 +1,172 @@
+"""--gpu-time on a machine without a GPU (CI, this one): the library is
+injected into a real program through the real libcuda (Debian's 535), CUPTI
+refuses to record without a device, and cudaprobe says in one line that no
+GPU activity was recorded; the program's output and exit status are those of
+an untraced run, and the trace is as without --gpu-time. A program that
+names its own CUDA_INJECTION64_PATH keeps it. The GPU side is checked on
+the GPU machine: scripts/gpu/check-gputime.sh."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from cudaprobe.output import chrome_check
+
+from ..conftest import REPO, build_workload
+from .conftest import run_cudaprobe, trace_jsonl
+from .test_serve_prometheus import free_port
+
+
+def program(libcuda: Path) -> Path:
+    d = str(libcuda.parent)
+    return build_workload("gputime_program.c", extra=[f"-L{d}", "-lcuda", f"-Wl,-rpath,{d}"])
+
+
+def untraced(exe: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(exe)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})})
+
+
+HELD = "cudaprobe: --gpu-time: the rows are written when the command has exited"
+
+
+def gpu_lines(stderr: str) -> list[str]:
+    """What --gpu-time said, less the line that says the rows are held."""
+    return [line for line in stderr.splitlines()
+            if ("gpu-time" in line or "GPU time" in line) and not line.startswith(HELD)]
+
+
+def test_no_gpu_said_in_one_line_and_the_program_unharmed(tmp_path, libcuda):
+    exe = program(libcuda)
+    alone = untraced(exe)
+    assert alone.returncode == 7 and alone.stdout == "cuInit 100 cuDeviceGet 3\ninjection -\n"
+    tmp = tmp_path / "tmp"  # where cudaprobe makes the library's directory (TMPDIR)
+    tmp.mkdir()
+    calls, summary, proc = trace_jsonl(tmp_path, "--gpu-time", "--lib", str(libcuda),
+                                       "-e", "cuInit,cuDeviceGet", command=[str(exe)],
+                                       env={**os.environ, "TMPDIR": str(tmp)})
+    assert proc.returncode == 7, proc.stderr
+    assert proc.stdout == alone.stdout
+    assert "Traceback" not in proc.stderr
+    # the library ran in the program (cuInit loaded it) and said why CUPTI gave nothing
+    (line,) = gpu_lines(proc.stderr)
+    assert line.startswith("cudaprobe: --gpu-time: no GPU activity was recorded: "), line
+    assert "wrote nothing" not in line
+    assert HELD in proc.stderr
+    assert [(c["event"], c["ret"]) for c in calls] == [("cuInit", 100), ("cuDeviceGet", 3)]
+    assert all("gpu" not in c for c in calls)
+    assert summary["calls"] == 2
+    assert list(tmp.iterdir()) == []  # the library's directory is gone with the trace
+
+
+def test_program_own_injection_library_kept(tmp_path, libcuda):
+    exe = program(libcuda)
+    own = tmp_path / "own.so"  # not loadable: the driver ignores it, as untraced
+    own.write_text("not a library\n")
+    env = {**os.environ, "CUDA_INJECTION64_PATH": str(own)}
+    alone = untraced(exe, env)
+    calls, _, proc = trace_jsonl(tmp_path, "--gpu-time", "--lib", str(libcuda),
+                                 "-e", "cuInit", command=[str(exe)], env=env)
+    assert proc.returncode == alone.returncode == 7, proc.stderr
+    assert proc.stdout == alone.stdout and f"injection {own}\n" in proc.stdout
+    assert HELD not in proc.stderr  # no GPU time: the rows go out as they come
+    (line,) = gpu_lines(proc.stderr)
+    assert line == (f"cudaprobe: no GPU time: the command's environment sets "
+                    f"CUDA_INJECTION64_PATH={own} (one CUDA injection library per process): "
+                    "kept, no GPU time")
+    assert [c["event"] for c in calls] == ["cuInit"]
+
+
+def test_stats_gpu_time_without_gpu(tmp_path, libcuda):
+    exe = program(libcuda)
+    out = tmp_path / "stats.json"
+    proc = run_cudaprobe("stats", "--gpu-time", "--json", "-o", str(out), "--lib", str(libcuda),
+                         "-e", "cuInit,cuDeviceGet", "--", str(exe))
+    assert proc.returncode == 7, proc.stderr
+    assert proc.stdout.startswith("cuInit 100 cuDeviceGet 3\ninjection -\n")  # then the table
+    (line,) = gpu_lines(proc.stderr)
+    assert "no GPU activity was recorded" in line
+    report = json.loads(out.read_text())
+    assert "gpu" not in report and report["calls"] == 2
+
+
+def test_serve_gpu_time_without_gpu(libcuda):
+    exe = program(libcuda)
+    proc = run_cudaprobe("serve", "--prometheus", f"127.0.0.1:{free_port()}", "--gpu-time",
+                         "--lib", str(libcuda), "-e", "cuInit", "--", str(exe))
+    assert proc.returncode == 7, proc.stderr
+    assert proc.stdout == "cuInit 100 cuDeviceGet 3\ninjection -\n"
+    (line,) = gpu_lines(proc.stderr)
+    assert line.startswith("cudaprobe: --gpu-time: no GPU activity was recorded: "), line
+
+
+def fake_gpu() -> Path:
+    """gputime_fake_gpu.c, bound at load (-z now: no lazy PLT resolution inside
+    the first call's CLOCK_MONOTONIC window, which its API interval is made from)."""
+    return build_workload("gputime_fake_gpu.c",
+                          extra=[f"-I{REPO / 'cupti'}", "-Wl,-z,now"])
+
+
+LAUNCHES, COPIES = 200, 20
+
+
+def test_gpu_records_joined_to_real_rows(tmp_path):
+    """What the library would write on a GPU, written by the program itself
+    around real (failing, traced) runtime calls: the join works on the uprobe
+    rows' CLOCK_MONOTONIC and tids. Each API interval is the midpoint of clock
+    readings around the call, inside it unless the thread was preempted there,
+    so nearly all (not every one) must join; each joined row has its own work."""
+    calls, summary, proc = trace_jsonl(
+        tmp_path, "--gpu-time", "-e", "cudaLaunchKernel,cudaMemcpy",
+        command=[str(fake_gpu()), str(LAUNCHES), str(COPIES)])
+    assert proc.returncode == 0, proc.stderr
+    assert [c["event"] for c in calls] == ["cudaLaunchKernel"] * LAUNCHES + ["cudaMemcpy"] * COPIES
+    joined = [c for c in calls if "gpu" in c]
+    assert len(joined) >= 0.95 * len(calls), proc.stderr
+    for i, c in enumerate(calls):
+        if "gpu" not in c:
+            continue
+        g = c["gpu"]
+        end = c["ts_ns"] + c["duration_ns"]
+        assert 2000 <= g["start_ns"] - end < 10_000_000  # 2 µs after the call returned
+        if i < LAUNCHES:
+            assert g == {"kind": "kernel", "start_ns": g["start_ns"], "duration_ns": 1000 + i,
+                         "device": 0, "stream": 7, "context": 1}
+        else:
+            k = i - LAUNCHES
+            assert g == {"kind": "memcpy", "start_ns": g["start_ns"], "duration_ns": 500 + k,
+                         "device": 0, "stream": 14, "context": 1, "bytes": 4096 * (k + 1),
+                         "copy_kind": "HtoD"}
+    said = (f"cudaprobe: --gpu-time: {LAUNCHES} kernels, {COPIES} copies, 0 memsets timed "
+            "on the GPU")
+    unjoined = len(calls) - len(joined)
+    assert said + (f"; {unjoined} made by calls not traced" if unjoined else "") + "\n" \
+        in proc.stderr
+    assert summary["calls"] == len(calls)
+
+
+def test_gpu_tracks_in_chrome_and_stats(tmp_path):
+    out = tmp_path / "t.chrome.json"
+    proc = run_cudaprobe("trace", "--gpu-time", "-e", "cudaLaunchKernel,cudaMemcpy", "-o",
+                         str(out), "--", str(fake_gpu()), "50", "5")
+    assert proc.returncode == 0, proc.stderr
+    events, terminated = chrome_check.load_events(str(out))
+    report = chrome_check.check_events(events, terminated)
+    assert report.problems == []
+    gpu = {t: s for t, s in report.tracks.items() if t[0] == chrome_check.GPU_PID_BASE}
+    assert set(gpu) == {(chrome_check.GPU_PID_BASE, 7), (chrome_check.GPU_PID_BASE, 14)}
+    assert gpu[(chrome_check.GPU_PID_BASE, 7)].flows_in >= 45  # one per launch joined
+    assert report.process_names[chrome_check.GPU_PID_BASE] == "GPU 0"
+    stats = tmp_path / "stats.json"
+    proc = run_cudaprobe("stats", "--gpu-time", "--json", "-o", str(stats), "-e",
+                         "cudaLaunchKernel,cudaMemcpy", "--", str(fake_gpu()), "50", "5")
+    assert proc.returncode == 0, proc.stderr
+    gpu_stats = json.loads(stats.read_text())["gpu"]
+    (kernel,) = gpu_stats["kernels"]
+    assert (kernel["name"], kernel["calls"], kernel["min_ns"], kernel["max_ns"]) == (
+        "fake_vecadd()", 50, 1000, 1049)
+    (copy,) = gpu_stats["copies"]
+    assert (copy["name"], copy["calls"], copy["bytes"]) == ("memcpy HtoD", 5, 4096 * 15)

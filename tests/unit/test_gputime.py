@@ -1,0 +1,237 @@
+"""--gpu-time without a GPU: the library's record layout against its Python
+mirror, the library's own writer (cupti/gputime.c, CUPTI faked) read back,
+the reader on files cut mid-record and on CUPTI's own clock, and the join of
+GPU work to the traced calls."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cudaprobe.decode import gputime
+from cudaprobe.decode.calls import Call
+from cudaprobe.decode.gputime import RECORD, GpuReader, GpuWork, gpu_object, join
+from cudaprobe.targets import cupti
+from cudaprobe.targets.cupti import cuda_home, cupti_source_dir
+
+from ..conftest import WORKLOADS
+
+LAYOUT_PROBE = r"""
+#include <stddef.h>
+#include <stdio.h>
+#include "gputime.h"
+#define H(name) printf("h.%s %zu\n", #name, offsetof(struct gputime_header, name));
+#define R(name) printf("r.%s %zu\n", #name, offsetof(struct gputime_record, name));
+int main(void) {
+    printf("header %zu\nrecord %zu\n", sizeof(struct gputime_header),
+           sizeof(struct gputime_record));
+    H(magic) H(version) H(pid) H(clock) H(record_size) H(realtime_to_monotonic_ns) H(system_tids)
+    R(type) R(size) R(correlation) R(start) R(end) R(bytes) R(device) R(context) R(stream)
+    R(tid) R(cbid) R(name_id) R(domain) R(copy_kind)
+    printf("KERNEL %d\nMEMCPY %d\nMEMSET %d\nAPI %d\nNAME %d\nFUNCTION %d\nSTATUS %d\n"
+           "DROPPED %d\nVERSION %d\n", GPUTIME_KERNEL, GPUTIME_MEMCPY, GPUTIME_MEMSET,
+           GPUTIME_API, GPUTIME_NAME, GPUTIME_FUNCTION, GPUTIME_STATUS, GPUTIME_DROPPED,
+           GPUTIME_VERSION);
+    return 0;
+}
+"""
+
+
+def _cc() -> str:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    return cc
+
+
+def test_layout_matches_header(tmp_path):
+    (tmp_path / "probe.c").write_text(LAYOUT_PROBE)
+    subprocess.run([_cc(), f"-I{cupti_source_dir()}", "-o", str(tmp_path / "probe"),
+                    str(tmp_path / "probe.c")], check=True, capture_output=True)
+    out = subprocess.run([str(tmp_path / "probe")], check=True, capture_output=True,
+                         text=True).stdout
+    c = {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+    assert c["header"] == gputime.HEADER.size and c["record"] == RECORD.size
+    for name, offset in gputime.HEADER_OFFSETS.items():
+        assert c[f"h.{name}"] == offset, name
+    for name, offset in gputime.RECORD_OFFSETS.items():
+        assert c[f"r.{name}"] == offset, name
+    for name in ("KERNEL", "MEMCPY", "MEMSET", "API", "NAME", "FUNCTION", "STATUS", "DROPPED",
+                 "VERSION"):
+        assert c[name] == getattr(gputime, name), name
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory) -> GpuReader:
+    """What the library's buffer_completed() wrote for gputime_writer.c's records."""
+    if not (cuda_home() / "include" / "cupti.h").is_file():
+        pytest.skip("no CUPTI headers")
+    d = tmp_path_factory.mktemp("writer")
+    exe = d / "writer"
+    subprocess.run([_cc(), "-O1", f"-I{cupti_source_dir()}", f"-I{cuda_home()}/include",
+                    "-o", str(exe), str(WORKLOADS / "gputime_writer.c"), "-ldl", "-lpthread"],
+                   check=True, capture_output=True)
+    out = d / "out"
+    out.mkdir()
+    subprocess.run([str(exe), str(out)], check=True)
+    reader = GpuReader(out)
+    reader.poll()
+    return reader
+
+
+def test_library_writer_read_back(written):
+    kernel, again, copy, memset = written.work
+    pid = kernel.pid
+    assert (kernel.kind, kernel.start_ns, kernel.end_ns, kernel.device, kernel.context,
+            kernel.stream, kernel.correlation, kernel.name) == (
+        "kernel", 2000, 4500, 1, 3, 13, 7, "_Z6vecAddPKfS0_Pfi")
+    assert kernel.api == gputime.ApiCall(4242, 1000, 1900, "cudaLaunchKernel")
+    assert again.name == kernel.name and again.api is None  # correlation 10: no API record
+    assert (copy.kind, copy.name, copy.bytes, copy.stream, copy.duration_ns) == (
+        "memcpy", "HtoD", 1 << 20, 14, 2000)
+    assert copy.api == gputime.ApiCall(4243, 5000, 9000, "cudaMemcpy")
+    assert (memset.kind, memset.bytes, memset.device, memset.stream) == ("memset", 4096, 0, 7)
+    # the driver launch is kept too; cudaGetDevice (no launch, copy or memset) is not
+    assert written._apis[(pid, 8)].function == "cuLaunchKernel"
+    assert (pid, 6) not in written._apis
+    assert written.dropped == 5 and not written.statuses and written.files == 1
+
+
+def _header(clock: int = gputime.CLOCK_MONOTONIC, offset: int = 0, pid: int = 77,
+            system_tids: int = 1) -> bytes:
+    return gputime.HEADER.pack(gputime.MAGIC, gputime.VERSION, pid, clock, RECORD.size, offset,
+                               system_tids, 0)
+
+
+def _record(kind: int, text: str = "", **fields: int) -> bytes:
+    body = text.encode() + b"\0" if text else b""
+    body += b"\0" * (-len(body) % 8)
+    values = dict(correlation=0, start=0, end=0, bytes=0, device=0, context=0, stream=0, tid=0,
+                  cbid=0, name_id=0, domain=0, copy_kind=0)
+    values.update(fields)
+    return RECORD.pack(kind, RECORD.size + len(body), *values.values()) + body
+
+
+def test_reader_takes_records_as_they_are_written(tmp_path):
+    """A record cut short (CUPTI's thread mid-write) is read at the next poll, whole."""
+    data = (_header() + _record(gputime.NAME, "k", name_id=1)
+            + _record(gputime.KERNEL, correlation=3, start=10, end=30, name_id=1)
+            + _record(gputime.FUNCTION, "cudaLaunchKernel_v7000", domain=5, cbid=211)
+            + _record(gputime.API, correlation=3, start=1, end=5, tid=9, domain=5, cbid=211))
+    path = tmp_path / "gputime.77.bin"
+    cut = gputime.HEADER.size + RECORD.size + 8 + 20  # inside the kernel record
+    path.write_bytes(data[:cut])
+    reader = GpuReader(tmp_path)
+    assert reader.poll() == []
+    with open(path, "ab") as f:
+        f.write(data[cut:])
+    (kernel,) = reader.poll()
+    assert (kernel.pid, kernel.name, kernel.duration_ns) == (77, "k", 20)
+    assert kernel.api == gputime.ApiCall(9, 1, 5, "cudaLaunchKernel")
+    assert reader.poll() == []
+
+
+def test_cupti_realtime_clock_moved_onto_monotonic(tmp_path):
+    """When the timestamp callback could not be set, CUPTI's CLOCK_REALTIME
+    stamps are moved by the offset the library took."""
+    (tmp_path / "gputime.5.bin").write_bytes(
+        _header(gputime.CLOCK_REALTIME, -1_000_000, pid=5)
+        + _record(gputime.MEMSET, correlation=1, start=5_000_000, end=5_000_100, bytes=8)
+        + _record(gputime.API, correlation=1, start=4_000_000, end=4_500_000, tid=5, domain=5))
+    reader = GpuReader(tmp_path)
+    (w,) = reader.poll()
+    assert (w.start_ns, w.end_ns) == (4_000_000, 4_000_100)
+    assert (w.api.start_ns, w.api.end_ns) == (3_000_000, 3_500_000)
+
+
+def test_cupti_default_thread_ids_are_not_joined(tmp_path):
+    """Without system thread ids CUPTI's API records carry pthread_self()'s low
+    32 bits, which no row has: the work is kept (stats), never joined, and said."""
+    (tmp_path / "gputime.6.bin").write_bytes(
+        _header(pid=6, system_tids=0)
+        + _record(gputime.KERNEL, correlation=1, start=10, end=20)
+        + _record(gputime.API, correlation=1, start=1, end=5, tid=0x5A5A5A00, domain=5))
+    reader = GpuReader(tmp_path)
+    (w,) = reader.poll()
+    assert w.api is None and reader.foreign_tids == 1
+
+
+def test_status_and_foreign_files(tmp_path):
+    (tmp_path / "gputime.8.bin").write_bytes(
+        _header(pid=8) + _record(gputime.STATUS, "cannot load libcupti"))
+    (tmp_path / "gputime.9.bin").write_bytes(b"not ours" * 8)
+    reader = GpuReader(tmp_path)
+    assert reader.poll() == []
+    assert reader.statuses == {8: "cannot load libcupti"} and reader.bad_files == 1
+
+
+def call(event: str, ts: int, duration: int, tid: int = 9, pid: int = 77,
+         api: str = "runtime") -> Call:
+    return Call(ts / 1e6, ts, pid, tid, "app", event, api, "kernel", duration, 0, "cudaSuccess",
+                args={}, details="")
+
+
+def work(correlation: int, start: int, end: int, api_start: int, api_end: int, tid: int = 9,
+         kind: str = "kernel", name: str = "k") -> GpuWork:
+    return GpuWork(77, kind, start, end, 0, 1, 7, correlation, name,
+                   api=gputime.ApiCall(tid, api_start, api_end, "cudaLaunchKernel"))
+
+
+def test_join_gives_the_work_to_the_outermost_call():
+    """cudaLaunchKernel made cuLaunchKernel: the API interval lies inside both;
+    the call the program made gets it. Calls of other threads and calls that
+    end before the API call do not."""
+    before = call("cudaMalloc", 100, 50)
+    runtime = call("cudaLaunchKernel", 1000, 900)
+    driver = call("cuLaunchKernel", 1100, 700, api="driver")
+    other_thread = call("cudaLaunchKernel", 1000, 900, tid=10)
+    w = work(1, 3000, 4000, 1200, 1700)
+    assert join([before, runtime, driver, other_thread], [w]) == 0
+    assert runtime.gpu == [w]
+    assert driver.gpu is None and before.gpu is None and other_thread.gpu is None
+
+
+def test_join_counts_work_of_calls_not_traced():
+    c = call("cudaLaunchKernel", 1000, 100)
+    unknown = work(1, 3000, 4000, 5000, 5100)  # its call started after c ended
+    no_api = GpuWork(77, "kernel", 1, 2, 0, 0, 0, 2, "k")
+    assert join([c], [unknown, no_api]) == 2 and c.gpu is None
+
+
+def test_graph_launch_spans_its_kernels():
+    c = call("cudaGraphLaunch", 1000, 900)
+    ws = [work(1, 5000, 6000, 1100, 1200), work(1, 3000, 4000, 1100, 1200, name="k2")]
+    assert join([c], ws) == 0
+    assert [w.start_ns for w in c.gpu] == [3000, 5000]
+    assert gpu_object(c.gpu) == {"kind": "kernel", "start_ns": 3000, "duration_ns": 3000,
+                                 "device": 0, "stream": 7, "context": 1, "count": 2}
+
+
+def test_gpu_object_of_a_copy():
+    w = GpuWork(1, "memcpy", 10, 110, 2, 1, 14, 3, "DtoH", bytes=4096)
+    assert gpu_object([w]) == {"kind": "memcpy", "start_ns": 10, "duration_ns": 100,
+                               "device": 2, "stream": 14, "context": 1, "bytes": 4096,
+                               "copy_kind": "DtoH"}
+
+
+def test_library_built_in_the_cache(tmp_path, monkeypatch):
+    if not (cuda_home() / "include" / "cupti.h").is_file():
+        pytest.skip("no CUPTI headers")
+    monkeypatch.setenv("CUDAPROBE_CACHE", str(tmp_path))
+    built, why = cupti.build_library()
+    assert built is not None and built.parent == tmp_path, why
+    assert "InitializeInjection" in subprocess.run(["nm", "-D", str(built)], capture_output=True,
+                                                   text=True).stdout
+    assert cupti.build_library() == (built, "")  # the cached one, not built again
+    setup = cupti.prepare({b"CUDA_INJECTION64_PATH": b"/opt/other.so"})
+    assert setup.env == {} and "CUDA_INJECTION64_PATH=/opt/other.so" in setup.why
+    setup = cupti.prepare({})
+    try:
+        assert setup.env[cupti.INJECTION_VAR] == str(built)
+        directory = Path(setup.env[cupti.DIR_VAR])
+        assert directory.is_dir() and directory.stat().st_mode & 0o777 == 0o700
+    finally:
+        setup.close()

@@ -1,0 +1,134 @@
+"""--gpu-time in every output: the JSONL `gpu` object, the table's GPU TIME
+column, the Chrome device/stream tracks with a flow from each launch, the
+stats per kernel and per copy kind; calls joined to GPU work as the library
+writes it (decode.gputime.join, tested in test_gputime.py)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from cudaprobe.analysis.gpustats import gpu_stats
+from cudaprobe.analysis.stats import StatsReport
+from cudaprobe.analysis.summary import Summary
+from cudaprobe.decode.gputime import ApiCall, GpuWork, join
+from cudaprobe.output import chrome_check
+from cudaprobe.output.chrome import GPU_PID_BASE, LAUNCH_FLOW_CATEGORY
+from cudaprobe.output.formats import REPORTERS
+from cudaprobe.output.stats_view import render_stats
+from cudaprobe.output.table import TableReporter, make_console
+
+from .test_chrome import T0, call
+
+VECADD = "_Z6vecAddPKfS0_Pfi"
+
+
+def launched(n_kernels: int = 1) -> tuple[list, list[GpuWork]]:
+    """A cudaMalloc, then a launch 100 µs after attach whose kernel(s) ran on
+    device 0 stream 7 from 150 µs, 20 µs each."""
+    calls = [call("cudaMalloc", 10, 20, args=(0x1000, 64)),
+             call("cudaLaunchKernel", 100, 110, args=(0x4000, 1, 1, 1, 1, 0, 0))]
+    work = [GpuWork(7, "kernel", T0 + 150_000 + 30_000 * i, T0 + 170_000 + 30_000 * i, 0, 1, 7,
+                    5 + i, VECADD, api=ApiCall(8, T0 + 101_000, T0 + 109_000,
+                                               "cudaLaunchKernel"))
+            for i in range(n_kernels)]
+    assert join(calls, work) == 0
+    return calls, work
+
+
+def test_jsonl_gpu_object_on_the_launch_only():
+    calls, _ = launched()
+    buf = io.StringIO()
+    r = REPORTERS["jsonl"](buf)
+    r.gpu_time = True
+    r.start()
+    r.calls(calls)
+    r.finish(Summary())
+    malloc, launch, trailer = (json.loads(line) for line in buf.getvalue().splitlines())
+    assert "gpu" not in malloc and "summary" in trailer
+    assert launch["event"] == "cudaLaunchKernel"
+    assert launch["gpu"] == {"kind": "kernel", "start_ns": T0 + 150_000, "duration_ns": 20_000,
+                             "device": 0, "stream": 7, "context": 1}
+    assert list(launch)[-1] == "gpu"  # the schema's keys first, as without --gpu-time
+
+
+def test_table_gpu_time_column():
+    calls, _ = launched()
+    buf = io.StringIO()
+    r = TableReporter(buf, console=make_console(buf))
+    r.gpu_time = True
+    r.start()
+    r.calls(calls)
+    header, malloc, launch = buf.getvalue().splitlines()
+    at = header.index("GPU TIME")
+    assert header.index("RESULT") < at < header.index("DETAILS")
+    end = at + len("GPU TIME")  # right-justified under its header
+    assert malloc[:end].endswith(" -") and launch[:end].endswith(" 20.0µs")
+
+
+def test_table_without_gpu_time_has_no_column():
+    calls, _ = launched()
+    buf = io.StringIO()
+    r = TableReporter(buf, console=make_console(buf))
+    r.start()
+    r.calls(calls)
+    assert "GPU TIME" not in buf.getvalue() and "20.0µs" not in buf.getvalue()
+
+
+def test_chrome_gpu_tracks_and_launch_flows():
+    calls, _ = launched(n_kernels=2)
+    buf = io.StringIO()
+    r = REPORTERS["chrome"](buf)
+    r.start()
+    r.calls(calls)
+    summary = Summary()
+    summary.add(calls)
+    r.finish(summary)
+    events = json.loads(buf.getvalue())
+    report = chrome_check.check_events(events)
+    assert report.problems == []
+    gpu = (GPU_PID_BASE, 7)
+    assert report.process_names[GPU_PID_BASE] == "GPU 0"
+    assert report.thread_names[gpu] == "stream 7"
+    assert report.tracks[gpu].slices == 2 and report.tracks[gpu].flows_in == 2
+    kernels = [e for e in events if e.get("pid") == GPU_PID_BASE and e["ph"] == "X"]
+    assert [(k["ts"], k["dur"]) for k in kernels] == [(150.0, 20.0), (180.0, 20.0)]
+    assert kernels[0]["name"] == "vecAdd(float const*, float const*, float*, int)"
+    assert kernels[0]["args"]["call"] == "cudaLaunchKernel"
+    launch_flows = [(cat_name, src, dst) for cat_name, src, dst in report.flows
+                    if src.track == (7, 8)]
+    assert len(launch_flows) == 2
+    assert all(src.name == "cudaLaunchKernel" for _, src, _ in launch_flows)
+    assert [dst.start_ns for _, _, dst in launch_flows] == [150_000, 180_000]
+    assert {e["cat"] for e in events if e["ph"] == "s" and e.get("id")} == {LAUNCH_FLOW_CATEGORY}
+    # the summary line counts the calls' slices, not the GPU's
+    assert any("the slices match" in line for line in report.lines())
+
+
+def test_stats_per_kernel_and_per_copy_kind():
+    work = [GpuWork(1, "kernel", 0, d, 0, 1, 7, i, VECADD) for i, d in
+            enumerate(range(1000, 101_000, 1000))]  # 1..100 µs
+    work.append(GpuWork(1, "kernel", 0, 5, 0, 1, 7, 200, "other"))
+    work += [GpuWork(1, "memcpy", 0, 1000, 0, 1, 7, 300, "HtoD", bytes=4_000),
+             GpuWork(1, "memcpy", 0, 3000, 0, 1, 7, 301, "HtoD", bytes=8_000),
+             GpuWork(1, "memset", 0, 100, 0, 1, 7, 302, "", bytes=1_000)]
+    stats = gpu_stats(work, dropped=3)
+    vecadd, other = (r.to_dict(True) for r in stats.kernels)
+    assert vecadd == {"name": "vecAdd(float const*, float const*, float*, int)", "calls": 100,
+                      "total_ns": 5_050_000, "avg_ns": 50_500, "min_ns": 1000,
+                      "max_ns": 100_000, "p50_ns": 50_000, "p99_ns": 99_000}
+    assert other["calls"] == 1 and other["p99_ns"] == 5
+    htod, memset = (r.to_dict(False) for r in stats.copies)
+    assert (htod["name"], htod["calls"], htod["total_ns"], htod["bytes"],
+            htod["bandwidth_gbps"]) == ("memcpy HtoD", 2, 4000, 12_000, 3.0)
+    assert (memset["name"], memset["bytes"], memset["bandwidth_gbps"]) == ("memset", 1000, 10.0)
+    report = StatsReport([], gpu=stats)
+    assert report.to_dict()["gpu"]["dropped"] == 3
+    assert report.to_dict()["gpu"]["kernel_total_ns"] == 5_050_005
+    buf = io.StringIO()
+    render_stats(report, make_console(buf))
+    text = buf.getvalue()
+    assert "GPU time per kernel" in text and "GPU time per copy kind" in text
+    assert "3.00 GB/s" in text and "CUPTI dropped 3" in text
+    assert "gpu" not in StatsReport([]).to_dict()
+

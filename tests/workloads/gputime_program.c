@@ -1,0 +1,21 @@
+/* A program for the --gpu-time integration tests: initialises the driver
+ * (where the CUDA driver loads CUDA_INJECTION64_PATH), asks for a device,
+ * prints what it got and the injection library its environment names, and
+ * exits 7, so that tests can check that output and status are those of an
+ * untraced run. Without a GPU cuInit returns 100 and cuDeviceGet 3.
+ * Usage: gputime_program */
+#include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int main(void)
+{
+    const char *injection = getenv("CUDA_INJECTION64_PATH");
+    CUdevice device = -1;
+    CUresult init = cuInit(0);
+    CUresult get = cuDeviceGet(&device, 0);
+    printf("cuInit %d cuDeviceGet %d\n", (int)init, (int)get);
+    /* the test's own library when it set one; cudaprobe's is not named here */
+    printf("injection %s\n", injection && !getenv("CUDAPROBE_GPUTIME_DIR") ? injection : "-");
+    return 7;
+}
