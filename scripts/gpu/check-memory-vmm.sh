@@ -13,10 +13,10 @@
 # program says it left.
 # Run on the device machine from the repo root with .gpukit and .whl carried:
 #   bash scripts/gpu/check-memory-vmm.sh
-# Writes under $OUT (8 files): vmm-env.txt; vmm-torch-default.{txt,json} and
-# vmm-torch-expandable.{txt,json} (the script's own line, then cudaprobe's
-# report); vmm-sample.{txt,json}; vmm-summary.txt, with one OK/MISMATCH line
-# per comparison.
+# Writes under $OUT (6 files): vmm-env.txt; vmm-torch-default.txt and
+# vmm-torch-expandable.txt (the script's own line, then cudaprobe's output);
+# vmm-sample.txt; vmm-summary.txt, with one OK/MISMATCH line per comparison;
+# vmm-traces.tar.gz, the three JSON reports.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 { nvidia-smi -L; uname -r; nvcc --version | tail -1; "$TORCH_PY" -c 'import torch;
 print("torch", torch.__version__, "cuda", torch.version.cuda)'; } > "$OUT/vmm-env.txt" 2>&1
@@ -127,3 +127,5 @@ else:
     print("  peak by kind:", p["peak_bytes"], "(vmm 10 MiB expected)")
 PY
 cat "$OUT/vmm-summary.txt"
+# the reports in one file: the device tool brings back only a few files
+(cd "$OUT" && tar czf vmm-traces.tar.gz vmm-*.json && rm -f vmm-*.json)
