@@ -1,14 +1,25 @@
 """Checks `cudaprobe trace --gpu-time` against independent timings, for
 scripts/gpu/check-gputime.sh. Plain Python: no torch, no cudaprobe import.
 
-  gputime_compare.py regions TRACE.jsonl PROGRAM.out [--tolerance 5] [--json OUT]
+  gputime_compare.py regions TRACE.jsonl PROGRAM.out [--markers events|sleep]
+                     [--tolerance 5] [--json OUT]
       PROGRAM.out: {"op", "ms"} lines, one per region timed with CUDA events, in
       the order issued (benchmarks/gputime_torch.py, multistream.cu streams).
-      In the trace the regions are the calls between each pair of
-      cudaEventRecord calls of the thread that made them; a region's GPU time
-      is its calls' `gpu` work, first start to last end. Per op: regions,
-      median and worst error against the event time, and how many are within
-      the tolerance. Exit 1 when an op's median error is beyond it.
+      In the trace the regions are found per thread, in call order:
+        events  the calls between each pair of event records: cudaEventRecord*
+                (cudaEventRecord, cudaEventRecordWithFlags, _ptsz...), or where a
+                thread has none of those, the driver's cuEventRecord* (a runtime
+                record makes a driver one inside it: one kind only, or each would
+                count twice); multistream.cu
+        sleep   the calls after each launch of a sleep kernel (torch.cuda._sleep's
+                spin_kernel, given before each op so that the op's kernels are
+                queued before its first event runs) up to the next one or a
+                synchronize: the op's own kernels, whatever function PyTorch
+                records its events with (2.11's is not cudaEventRecord);
+                gputime_torch.py
+      A region's GPU time is its calls' `gpu` work, first start to last end. Per
+      op: regions, median and worst error against the event time, and how many
+      are within the tolerance. Exit 1 when an op's median error is beyond it.
   gputime_compare.py drift TRACE.jsonl PROGRAM.out [--json OUT]
       PROGRAM.out: multistream.cu drift's {"marker", "before_ns", "after_ns"};
       the trace's launches of marker_kernel, in order. Each marker kernel must
@@ -35,15 +46,31 @@ def load(path: str) -> list[dict]:
     return rows
 
 
+EVENT_MARKERS = ("cudaEventRecord", "cuEventRecord")  # runtime first: see the docstring
+SLEEP_KERNELS = ("spin_kernel",)  # at::cuda::sleep's kernel (torch.cuda._sleep)
+
+
+def _calls(trace: list[dict]) -> dict[int, list[dict]]:
+    """The traced calls of each thread, in call order."""
+    threads: dict[int, list[dict]] = {}
+    for r in sorted((r for r in trace if "event" in r and "summary" not in r),
+                    key=lambda r: r["ts_ns"]):
+        threads.setdefault(r["tid"], []).append(r)
+    return threads
+
+
 def regions(trace: list[dict]) -> list[list[dict]]:
     """The calls between each pair of event records, per thread, in call order."""
-    calls = [r for r in trace if "event" in r and "summary" not in r]
-    record_tids = {r["tid"] for r in calls if r["event"].startswith("cudaEventRecord")}
     out = []
-    for tid in sorted(record_tids):
+    for calls in _calls(trace).values():
+        for prefix in EVENT_MARKERS:
+            if any(r["event"].startswith(prefix) for r in calls):
+                break
+        else:
+            continue
         inside: list[dict] | None = None
-        for r in sorted((r for r in calls if r["tid"] == tid), key=lambda r: r["ts_ns"]):
-            if r["event"].startswith("cudaEventRecord"):
+        for r in calls:
+            if r["event"].startswith(prefix):
                 if inside is None:
                     inside = []
                 else:
@@ -52,6 +79,37 @@ def regions(trace: list[dict]) -> list[list[dict]]:
             elif inside is not None:
                 inside.append(r)
     return out
+
+
+def _sleep_kernel(r: dict) -> bool:
+    name = str(r.get("args", {}).get("func_name", ""))
+    return any(k in name for k in SLEEP_KERNELS)
+
+
+def sleep_regions(trace: list[dict]) -> list[list[dict]]:
+    """The calls after each sleep-kernel launch up to the next one or a
+    synchronize, per thread; the launch's nested driver call (the same kernel
+    name) is part of its marker, and a stretch without a launch is no region."""
+    out = []
+    for calls in _calls(trace).values():
+        inside: list[dict] | None = None
+        for r in calls:
+            if _sleep_kernel(r) or "Synchronize" in r["event"]:
+                if inside and any(c.get("category") == "kernel" or "gpu" in c
+                                  for c in inside):
+                    out.append(inside)
+                inside = [] if _sleep_kernel(r) else None
+            elif inside is not None:
+                inside.append(r)
+        if inside and any(c.get("category") == "kernel" or "gpu" in c for c in inside):
+            out.append(inside)
+    return out
+
+
+MARKERS = {"events": (regions, "calls named " + "* or ".join(EVENT_MARKERS)
+                      + "* (are they in the catalogue, and selected by -e?)"),
+           "sleep": (sleep_regions, "launches of a kernel named like " + ", ".join(
+               SLEEP_KERNELS) + " (torch.cuda._sleep's)")}
 
 
 def gpu_ms(region: list[dict]) -> float | None:
@@ -63,9 +121,15 @@ def gpu_ms(region: list[dict]) -> float | None:
     return (end - start) / 1e6
 
 
-def compare_regions(trace: list[dict], program: list[dict], tolerance: float) -> dict:
-    found = regions(trace)
-    result: dict = {"regions_program": len(program), "regions_trace": len(found), "ops": {}}
+def compare_regions(trace: list[dict], program: list[dict], tolerance: float,
+                    markers: str = "events") -> dict:
+    find, looked_for = MARKERS[markers]
+    found = find(trace)
+    result: dict = {"regions_program": len(program), "regions_trace": len(found),
+                    "markers": markers, "ops": {}}
+    if not found:
+        result["problem"] = f"no regions in the trace: no {looked_for}"
+        return result
     if len(found) != len(program):
         result["problem"] = "the trace and the program do not have the same regions"
         return result
@@ -117,6 +181,8 @@ def main() -> int:
     p.add_argument("mode", choices=["regions", "drift"])
     p.add_argument("trace")
     p.add_argument("program")
+    p.add_argument("--markers", choices=sorted(MARKERS), default="events",
+                   help="regions: what bounds them in the trace")
     p.add_argument("--tolerance", type=float, default=5.0, help="percent")
     p.add_argument("--json")
     a = p.parse_args()
@@ -126,7 +192,7 @@ def main() -> int:
         print(json.dumps({"problem": f"cannot read the inputs: {e}", "pass": False}))
         return 1
     if a.mode == "regions":
-        result = compare_regions(trace, program, a.tolerance)
+        result = compare_regions(trace, program, a.tolerance, a.markers)
     else:
         result = compare_drift(trace, program)
     text = json.dumps(result, indent=1)

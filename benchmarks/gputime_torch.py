@@ -10,7 +10,10 @@ GPU is given a ~1 ms torch.cuda._sleep, so that the op's kernels are queued
 before the first event runs and the region holds the GPU's time only (not
 the host's launch, which tracing makes slower). After the iterations and a
 synchronize, one {"op": NAME, "ms": elapsed} line per region, in the order the
-regions were issued.
+regions were issued. In the trace the sleep's kernel (spin_kernel) marks
+where each region begins (gputime_compare.py regions --markers sleep): the
+function PyTorch records events with changes between versions (2.11's is not
+cudaEventRecord) and may not be traced at all.
 
   python gputime_torch.py eager|gemm [--iters N]
 """

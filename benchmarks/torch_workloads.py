@@ -9,7 +9,10 @@ attached tracer can be lined up with.
 Each runs WARMUP iterations first (kernels loaded, handles made: what a tracer
 attached later has not seen), then the measured iterations (--iters N or
 --seconds S), each synchronized, and prints one JSON line: workload,
-iterations, seconds, ms per iteration (median).
+iterations, seconds, ms per iteration (median). Several workloads named run in
+one process, one after the other, each with its line (--iters N: the count of
+the first; --iters-next M: of the others), so that a cost measurement pays
+Python's, CUDA's and the tracer's start-up once for all of them.
 
 For `--pid` checks: with --ready FILE --go FILE --done FILE --quit FILE, it
 writes READY after the warm-up and waits for GO before the measured part,
@@ -101,34 +104,39 @@ def snapshot(label: str) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("workload", choices=sorted(WORKLOADS))
+    p.add_argument("workload", choices=sorted(WORKLOADS), nargs="+")
     p.add_argument("--iters", type=int, default=0)
+    p.add_argument("--iters-next", type=int, default=0,
+                   help="iterations of the second and later workloads (default: --iters)")
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--warmup", type=int, default=20)
     for name in ("ready", "go", "done", "quit"):
         p.add_argument(f"--{name}")
     a = p.parse_args()
-    step = WORKLOADS[a.workload]()
-    for _ in range(a.warmup):
-        step()
+    steps = [WORKLOADS[w]() for w in a.workload]
+    for step in steps:
+        for _ in range(a.warmup):
+            step()
     torch.cuda.synchronize()
     if a.ready:
         open(a.ready, "w").close()
         wait_for(a.go)
     snapshot("before")
-    times = []
-    start = time.monotonic()
-    while (len(times) < a.iters) if a.iters else (time.monotonic() - start < a.seconds):
-        t = time.perf_counter()
-        step()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
-    seconds = time.monotonic() - start
+    for i, (name, step) in enumerate(zip(a.workload, steps)):
+        iters = a.iters_next if i and a.iters_next else a.iters
+        times = []
+        start = time.monotonic()
+        while (len(times) < iters) if iters else (time.monotonic() - start < a.seconds):
+            t = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+        seconds = time.monotonic() - start
+        print(json.dumps({"workload": name, "iterations": len(times),
+                          "seconds": round(seconds, 3),
+                          "ms_per_iter": round(statistics.median(times) * 1e3, 4),
+                          "ms_min": round(min(times) * 1e3, 4)}), flush=True)
     snapshot("after")
-    print(json.dumps({"workload": a.workload, "iterations": len(times),
-                      "seconds": round(seconds, 3),
-                      "ms_per_iter": round(statistics.median(times) * 1e3, 4),
-                      "ms_min": round(min(times) * 1e3, 4)}), flush=True)
     if a.done:
         open(a.done, "w").close()
         wait_for(a.quit)

@@ -51,6 +51,8 @@ static struct {
     CUptiResult (*dropped)(CUcontext, uint32_t, size_t *);
     CUptiResult (*callback_name)(CUpti_CallbackDomain, uint32_t, const char **);
     CUptiResult (*thread_id_type)(CUpti_ActivityThreadIdType);
+    CUptiResult (*enable_runtime_api)(CUpti_CallbackId, uint8_t);  /* fine-grained, may be NULL */
+    CUptiResult (*enable_driver_api)(CUpti_CallbackId, uint8_t);
 } cupti;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;  /* the file and the tables */
@@ -59,6 +61,7 @@ static char out_dir[4096];  /* $CUDAPROBE_GPUTIME_DIR, read once (getenv is not 
 static pid_t out_pid;
 static int clock_kind = GPUTIME_CLOCK_REALTIME;
 static int system_tids;  /* CUPTI gives gettid() in API records (not pthread_self()) */
+static int api_records = GPUTIME_API_UNKNOWN;  /* which calls CUPTI records (the header says) */
 static int initialized;
 /* per domain (0 driver, 1 runtime) and cbid: 0 not seen, 1 kept (its name written), 2 not kept */
 static unsigned char api_kept[2][MAX_CBID];
@@ -106,6 +109,7 @@ static int open_output(void)
     memcpy(h.magic, GPUTIME_MAGIC, sizeof h.magic);
     h.realtime_to_monotonic_ns = (int64_t)(now_ns(CLOCK_MONOTONIC) - now_ns(CLOCK_REALTIME));
     h.system_tids = (uint32_t)system_tids;
+    h.api_records = (uint32_t)api_records;
     write_all(&h, sizeof h);
     return 1;
 }
@@ -165,7 +169,13 @@ static size_t name_id(const char *name, uint32_t *id, struct gputime_record *pen
     return n;
 }
 
-/* whether calls of (domain, cbid) are kept: those that launch, copy or set memory */
+/* whether a call of CUPTI's name `name` queues GPU work: it launches, copies or sets memory */
+static int name_is_kept(const char *name)
+{
+    return name && (strstr(name, "Launch") || strstr(name, "Memcpy") || strstr(name, "Memset"));
+}
+
+/* whether API records of (domain, cbid) are kept (CUPTI may record others: GPUTIME_API_ALL) */
 static int api_is_kept(CUpti_ActivityKind kind, uint32_t cbid)
 {
     int d = kind == CUPTI_ACTIVITY_KIND_RUNTIME;
@@ -176,8 +186,7 @@ static int api_is_kept(CUpti_ActivityKind kind, uint32_t cbid)
         if (cupti.callback_name)
             cupti.callback_name(d ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API,
                                 cbid, &name);
-        int keep = name && (strstr(name, "Launch") || strstr(name, "Memcpy") ||
-                            strstr(name, "Memset"));
+        int keep = name_is_kept(name);
         api_kept[d][cbid] = keep ? 1 : 2;
         if (keep) {
             struct gputime_record r = {.type = GPUTIME_FUNCTION, .cbid = cbid,
@@ -287,6 +296,57 @@ static void *symbol(void *lib, const char *name, int *missing)
     return f;
 }
 
+/* API records for the calls that launch, copy or set memory only, through CUPTI's
+ * fine-grained switches (CUPTI 12.x on): with the whole RUNTIME and DRIVER kinds
+ * CUPTI builds a record for every call (PyTorch makes several cudaGetDevice,
+ * cudaStreamIsCapturing, cuCtxGetCurrent... per op) that api_is_kept() then
+ * throws away. Every cbid CUPTI has a name for, up to MAX_CBID (a libcupti newer
+ * than the headers may have more than CUPTI_*_TRACE_CBID_SIZE). 1: done; 0: the
+ * switches are missing or refused one, or no name matched (the caller enables the
+ * whole kinds, which override whatever was switched on here). */
+static int enable_kept_apis(void)
+{
+    static const CUpti_CallbackDomain domains[] = {CUPTI_CB_DOMAIN_RUNTIME_API,
+                                                   CUPTI_CB_DOMAIN_DRIVER_API};
+    int enabled = 0;
+    if (!cupti.enable_runtime_api || !cupti.enable_driver_api)
+        return 0;
+    for (size_t d = 0; d < sizeof domains / sizeof *domains; d++) {
+        CUptiResult (*enable)(CUpti_CallbackId, uint8_t) =
+            domains[d] == CUPTI_CB_DOMAIN_RUNTIME_API ? cupti.enable_runtime_api
+                                                      : cupti.enable_driver_api;
+        for (uint32_t cbid = 1; cbid < MAX_CBID; cbid++) {
+            const char *name = NULL;
+            if (cupti.callback_name(domains[d], cbid, &name) != CUPTI_SUCCESS ||
+                !name_is_kept(name))
+                continue;
+            if (enable(cbid, 1) != CUPTI_SUCCESS)
+                return 0;
+            enabled++;
+        }
+    }
+    return enabled > 0;
+}
+
+/* CUPTI's buffers ours and its records on: kernels, copies, memsets, and the API
+ * records of the calls that queued them (api_records says how those were chosen) */
+static CUptiResult enable_activity(void)
+{
+    CUptiResult res = cupti.register_callbacks(buffer_requested, buffer_completed);
+    /* CONCURRENT_KERNEL, not KERNEL: KERNEL serialises the program's kernels */
+    static const CUpti_ActivityKind kinds[] = {
+        CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+        CUPTI_ACTIVITY_KIND_MEMSET};
+    for (size_t i = 0; res == CUPTI_SUCCESS && i < sizeof kinds / sizeof *kinds; i++)
+        res = cupti.enable(kinds[i]);
+    if (res == CUPTI_SUCCESS && enable_kept_apis())
+        api_records = GPUTIME_API_SELECTED;
+    else if (res == CUPTI_SUCCESS && (res = cupti.enable(CUPTI_ACTIVITY_KIND_RUNTIME)) ==
+             CUPTI_SUCCESS && (res = cupti.enable(CUPTI_ACTIVITY_KIND_DRIVER)) == CUPTI_SUCCESS)
+        api_records = GPUTIME_API_ALL;  /* these kinds override what enable_kept_apis did */
+    return res;
+}
+
 /* CUPTI loaded and recording; 0, or -1 with why in a STATUS record */
 static int start_recording(const char *dir, const char *cupti_path)
 {
@@ -315,6 +375,8 @@ static int start_recording(const char *dir, const char *cupti_path)
     cupti.dropped = dlsym(lib, "cuptiActivityGetNumDroppedRecords");
     cupti.callback_name = dlsym(lib, "cuptiGetCallbackName");
     cupti.thread_id_type = dlsym(lib, "cuptiSetThreadIdType");
+    cupti.enable_runtime_api = dlsym(lib, "cuptiActivityEnableRuntimeApi");
+    cupti.enable_driver_api = dlsym(lib, "cuptiActivityEnableDriverApi");
     if (missing || !cupti.callback_name) {
         write_status("libcupti lacks the activity API cudaprobe uses");
         return -1;
@@ -326,12 +388,7 @@ static int start_recording(const char *dir, const char *cupti_path)
     if (cupti.thread_id_type &&
         cupti.thread_id_type(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM) == CUPTI_SUCCESS)
         system_tids = 1;
-    CUptiResult res = cupti.register_callbacks(buffer_requested, buffer_completed);
-    static const CUpti_ActivityKind kinds[] = {
-        CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-        CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER};
-    for (size_t i = 0; res == CUPTI_SUCCESS && i < sizeof kinds / sizeof *kinds; i++)
-        res = cupti.enable(kinds[i]);
+    CUptiResult res = enable_activity();
     if (res != CUPTI_SUCCESS) {
         snprintf(why, sizeof why, "CUPTI refused activity recording (CUptiResult %d%s)",
                  (int)res, res == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED

@@ -11,11 +11,18 @@
 #include <stdint.h>
 
 #define GPUTIME_MAGIC "CPGPUT1"  /* 8 bytes with the NUL */
-#define GPUTIME_VERSION 2
+#define GPUTIME_VERSION 3
 
 enum gputime_clock {
     GPUTIME_CLOCK_REALTIME = 0,   /* CUPTI's own (CLOCK_REALTIME): add realtime_to_monotonic_ns */
     GPUTIME_CLOCK_MONOTONIC = 1,  /* ours, through cuptiActivityRegisterTimestampCallback */
+};
+
+enum gputime_api_records {  /* which calls CUPTI builds API records for */
+    GPUTIME_API_UNKNOWN = 0,   /* not decided (CUPTI refused, or not loaded) */
+    GPUTIME_API_SELECTED = 1,  /* launches, copies and memsets only (cuptiActivityEnable*Api) */
+    GPUTIME_API_ALL = 2,       /* every call (the whole RUNTIME and DRIVER kinds: that libcupti
+                                  lacks the fine-grained switches); the library keeps the same */
 };
 
 enum gputime_type {
@@ -38,7 +45,7 @@ struct gputime_header {
     int64_t realtime_to_monotonic_ns;  /* CLOCK_MONOTONIC - CLOCK_REALTIME when opened */
     uint32_t system_tids;  /* 1: API records' tid is gettid()'s; 0: CUPTI's default,
                               pthread_self()'s low 32 bits, which no row has */
-    uint32_t pad;
+    uint32_t api_records;  /* enum gputime_api_records */
 };
 
 struct gputime_record {

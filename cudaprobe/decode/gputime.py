@@ -34,14 +34,16 @@ from cudaprobe.decode.calls import Call
 HEADER = struct.Struct("<8sIIIIqII")
 RECORD = struct.Struct("<HHIQQQIIIIIIBB6x")
 MAGIC = b"CPGPUT1\0"
-VERSION = 2
+VERSION = 3
 CLOCK_REALTIME, CLOCK_MONOTONIC = 0, 1
+API_UNKNOWN, API_SELECTED, API_ALL = 0, 1, 2  # which calls CUPTI made API records of
 KERNEL, MEMCPY, MEMSET, API, NAME, FUNCTION, STATUS, DROPPED = range(1, 9)
 DOMAIN_DRIVER, DOMAIN_RUNTIME = 4, 5  # CUPTI_ACTIVITY_KIND_DRIVER, _RUNTIME
 
 # field name -> byte offset, in declaration order (checked against the C header)
 HEADER_OFFSETS = {"magic": 0, "version": 8, "pid": 12, "clock": 16, "record_size": 20,
-                  "realtime_to_monotonic_ns": 24, "system_tids": 32}
+                  "realtime_to_monotonic_ns": 24, "system_tids": 32,
+                  "api_records": 36}
 RECORD_OFFSETS = {"type": 0, "size": 2, "correlation": 4, "start": 8, "end": 16, "bytes": 24,
                   "device": 32, "context": 36, "stream": 40, "tid": 44, "cbid": 48,
                   "name_id": 52, "domain": 56, "copy_kind": 57}
@@ -128,6 +130,7 @@ class GpuReader:
     dropped: int = 0  # activity records CUPTI dropped (buffers full)
     bad_files: int = 0  # files that are not the library's (cut or foreign)
     foreign_tids: int = 0  # processes whose CUPTI could not give the kernel's thread ids
+    all_api_records: int = 0  # processes whose CUPTI recorded every call (no fine-grained switch)
     _files: dict[str, _File] = field(default_factory=dict)
     _apis: dict[tuple[int, int], ApiCall] = field(default_factory=dict)  # (pid, correlation)
 
@@ -164,7 +167,7 @@ class GpuReader:
         if f.clock_offset is None:
             if len(data) < HEADER.size:
                 return
-            magic, version, pid, clock, record_size, offset, system_tids, _ = \
+            magic, version, pid, clock, record_size, offset, system_tids, api_records = \
                 HEADER.unpack_from(data)
             if magic != MAGIC or version != VERSION or record_size != RECORD.size:
                 self.bad_files += 1
@@ -174,6 +177,8 @@ class GpuReader:
             f.system_tids = bool(system_tids)
             if not system_tids:
                 self.foreign_tids += 1
+            if api_records == API_ALL:
+                self.all_api_records += 1
             f.clock_offset = offset if clock == CLOCK_REALTIME else 0
             pos = HEADER.size
         pos = self.decode(f, data, pos, new)

@@ -64,6 +64,10 @@ class GpuTimeRun:
         if self.reader.foreign_tids and self.reader.seen:
             self.notify(f"--gpu-time: in {self.reader.foreign_tids} processes CUPTI could not "
                         "give the kernel's thread ids: their GPU work is not joined to rows")
+        if self.reader.all_api_records and self.reader.seen:
+            self.notify(f"--gpu-time: in {self.reader.all_api_records} processes CUPTI recorded "
+                        "every CUDA call, not only launches and copies (its libcupti lacks "
+                        "cuptiActivityEnableRuntimeApi): it cost the program more")
         if self.reader.bad_files:
             self.notify(f"--gpu-time: {self.reader.bad_files} GPU-time files were unreadable")
         return self.reader.work

@@ -8,7 +8,9 @@
 # script and what it printed), export-demo-trace.jsonl (cudaprobe trace of
 # the demo), export-demo-all.txt (runtime and driver), export-demo-summary.txt
 # (--summary), export-torch.bt and export-torch.txt, export-torch-summary.txt,
-# and export-check.txt, which compares them.
+# and export-check.txt, which compares them; all but export-env.txt and
+# export-check.txt packed at the end into export-files.tar.gz (the device tool
+# brings back about 8 files).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 LIBCUDA=/usr/local/nvidia/lib64/libcuda.so.1
 [ -e "$LIBCUDA" ] || LIBCUDA=$(ldconfig -p | awk '/libcuda\.so\.1 /{print $NF; exit}')
@@ -87,4 +89,5 @@ for name in ("export-demo-summary", "export-torch-summary"):
     print(f"== {name}:", open(f"{out}/{name}.stderr").read().strip().splitlines()[-1:])
     print("\n".join(l for l in text.splitlines() if l.startswith(("@calls", "@errors"))))
 PY
+pack_out export-files.tar.gz export-env.txt export-check.txt
 cat "$OUT/export-check.txt"

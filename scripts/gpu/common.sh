@@ -26,3 +26,20 @@ find_nsys() {
     [ -x "$c" ] && { echo "$c"; return; }
   done
 }
+
+# pack_out ARCHIVE KEEP...: every file under $OUT but ARCHIVE and the KEEP names
+# (the summary, small results) moved into $OUT/ARCHIVE, a .tar.gz: the device tool
+# brings back only about 8 files of $OUT (gpu-run1 of check-gputime.sh lost 28).
+# Read it back with: tar -xzf ARCHIVE -C DIR
+pack_out() {
+  local archive=$1 f name files=()
+  shift
+  for f in "$OUT"/*; do
+    [ -e "$f" ] || continue
+    name=$(basename "$f")
+    [[ " $archive $* " == *" $name "* ]] || files+=("$name")
+  done
+  [ ${#files[@]} -gt 0 ] || return 0
+  tar -czf "$OUT/$archive" -C "$OUT" "${files[@]}" \
+    && (cd "$OUT" && rm -rf -- "${files[@]}")
+}

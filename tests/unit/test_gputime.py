@@ -6,6 +6,7 @@ GPU work to the traced calls."""
 from __future__ import annotations
 
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -29,12 +30,14 @@ int main(void) {
     printf("header %zu\nrecord %zu\n", sizeof(struct gputime_header),
            sizeof(struct gputime_record));
     H(magic) H(version) H(pid) H(clock) H(record_size) H(realtime_to_monotonic_ns) H(system_tids)
+    H(api_records)
     R(type) R(size) R(correlation) R(start) R(end) R(bytes) R(device) R(context) R(stream)
     R(tid) R(cbid) R(name_id) R(domain) R(copy_kind)
     printf("KERNEL %d\nMEMCPY %d\nMEMSET %d\nAPI %d\nNAME %d\nFUNCTION %d\nSTATUS %d\n"
-           "DROPPED %d\nVERSION %d\n", GPUTIME_KERNEL, GPUTIME_MEMCPY, GPUTIME_MEMSET,
-           GPUTIME_API, GPUTIME_NAME, GPUTIME_FUNCTION, GPUTIME_STATUS, GPUTIME_DROPPED,
-           GPUTIME_VERSION);
+           "DROPPED %d\nVERSION %d\nAPI_UNKNOWN %d\nAPI_SELECTED %d\nAPI_ALL %d\n",
+           GPUTIME_KERNEL, GPUTIME_MEMCPY, GPUTIME_MEMSET, GPUTIME_API, GPUTIME_NAME,
+           GPUTIME_FUNCTION, GPUTIME_STATUS, GPUTIME_DROPPED, GPUTIME_VERSION,
+           GPUTIME_API_UNKNOWN, GPUTIME_API_SELECTED, GPUTIME_API_ALL);
     return 0;
 }
 """
@@ -60,26 +63,63 @@ def test_layout_matches_header(tmp_path):
     for name, offset in gputime.RECORD_OFFSETS.items():
         assert c[f"r.{name}"] == offset, name
     for name in ("KERNEL", "MEMCPY", "MEMSET", "API", "NAME", "FUNCTION", "STATUS", "DROPPED",
-                 "VERSION"):
+                 "VERSION", "API_UNKNOWN", "API_SELECTED", "API_ALL"):
         assert c[name] == getattr(gputime, name), name
 
 
 @pytest.fixture(scope="module")
-def written(tmp_path_factory) -> GpuReader:
-    """What the library's buffer_completed() wrote for gputime_writer.c's records."""
+def writer(tmp_path_factory) -> Path:
+    """tests/workloads/gputime_writer.c built: the library's own code, CUPTI faked."""
     if not (cuda_home() / "include" / "cupti.h").is_file():
         pytest.skip("no CUPTI headers")
-    d = tmp_path_factory.mktemp("writer")
-    exe = d / "writer"
+    exe = tmp_path_factory.mktemp("writer") / "writer"
     subprocess.run([_cc(), "-O1", f"-I{cupti_source_dir()}", f"-I{cuda_home()}/include",
                     "-o", str(exe), str(WORKLOADS / "gputime_writer.c"), "-ldl", "-lpthread"],
                    check=True, capture_output=True)
-    out = d / "out"
+    return exe
+
+
+def _run_writer(exe: Path, out: Path, *args: str) -> tuple[GpuReader, list[str]]:
+    """The file it wrote, read back, and the lines it printed (what it switched on)."""
     out.mkdir()
-    subprocess.run([str(exe), str(out)], check=True)
+    printed = subprocess.run([str(exe), str(out), *args], check=True, capture_output=True,
+                             text=True).stdout.splitlines()
     reader = GpuReader(out)
     reader.poll()
-    return reader
+    return reader, printed
+
+
+@pytest.fixture(scope="module")
+def written(writer, tmp_path_factory) -> GpuReader:
+    """What the library's buffer_completed() wrote for gputime_writer.c's records."""
+    return _run_writer(writer, tmp_path_factory.mktemp("written") / "out")[0]
+
+
+def test_api_records_of_launches_copies_and_memsets_only(writer, tmp_path):
+    """With CUPTI's fine-grained switches the library asks for API records of the
+    calls that queue GPU work only (CUPTI then builds none for cudaGetDevice, ...),
+    and not the whole RUNTIME and DRIVER kinds, which would override them; the
+    header says so. Without the switches: the whole kinds, and the header says that."""
+    reader, printed = _run_writer(writer, tmp_path / "selected")
+    kinds = {int(line.split()[1]) for line in printed if line.startswith("kind ")}
+    assert kinds == {10, 1, 2}  # CONCURRENT_KERNEL, MEMCPY, MEMSET
+    assert sorted(line for line in printed if not line.startswith("kind ")) == [
+        "driver 279 1", "driver 307 1", "runtime 211 1", "runtime 31 1"]
+    assert reader.all_api_records == 0
+    assert _header_field(tmp_path / "selected", "api_records") == gputime.API_SELECTED
+
+    reader, printed = _run_writer(writer, tmp_path / "all", "all")
+    assert {int(line.split()[1]) for line in printed} == {10, 1, 2, 5, 4}  # + RUNTIME, DRIVER
+    assert reader.all_api_records == 1
+    assert _header_field(tmp_path / "all", "api_records") == gputime.API_ALL
+    # the records kept are the same either way: cudaGetDevice's is thrown away
+    assert len(reader.work) == 4 and (reader.work[0].pid, 6) not in reader._apis
+
+
+def _header_field(directory: Path, name: str) -> int:
+    (path,) = directory.glob("gputime.*.bin")
+    data = path.read_bytes()
+    return struct.unpack_from("<I", data, gputime.HEADER_OFFSETS[name])[0]
 
 
 def test_library_writer_read_back(written):

@@ -1,5 +1,5 @@
 """benchmarks/gputime_compare.py, which the GPU check trusts with its verdicts:
-regions found between event records, their GPU time against the events', and
+regions found between event records or after sleep kernels, their GPU time against the events', and
 the drift of marker kernels against their host windows."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ spec.loader.exec_module(compare)
 
 def row(event: str, ts: int, tid: int = 1, gpu: tuple[int, int] | None = None,
         name: str = "") -> dict:
-    r = {"event": event, "ts_ns": ts, "tid": tid, "args": {"func_name": name}}
+    r = {"event": event, "ts_ns": ts, "tid": tid, "args": {"func_name": name},
+         "category": "kernel" if "Launch" in event else "event"}
     if gpu:
         r["gpu"] = {"start_ns": gpu[0], "duration_ns": gpu[1]}
     return r
@@ -37,6 +38,50 @@ def test_regions_between_event_records_against_event_times():
     program[1]["ms"] = 0.001
     assert compare.compare_regions(trace, program, 5.0)["pass"]
     assert not compare.compare_regions(trace, program[:1], 5.0).get("pass")
+
+
+def test_event_markers_any_record_function_one_api_only():
+    """cudaEventRecordWithFlags marks as cudaEventRecord does; the cuEventRecord
+    inside each runtime record is not a second marker; a thread with driver
+    records only is bounded by them; none at all is said, with what was looked for."""
+    trace = [row("cudaEventRecordWithFlags", 10), row("cuEventRecord", 11),
+             row("cudaLaunchKernel", 20, gpu=(1000, 1000)),
+             row("cudaEventRecord_ptsz", 30), row("cuEventRecord", 31),
+             row("cuEventRecord_ptsz", 10, tid=2),
+             row("cuLaunchKernel", 20, tid=2, gpu=(5000, 2000)),
+             row("cuEventRecordWithFlags", 30, tid=2)]
+    program = [{"op": "a", "ms": 0.001}, {"op": "b", "ms": 0.002}]
+    result = compare.compare_regions(trace, program, 5.0)
+    assert result["pass"] and result["regions_trace"] == 2
+    result = compare.compare_regions([row("cudaLaunchKernel", 20, gpu=(1, 1))], program, 5.0)
+    assert result["regions_trace"] == 0 and not result.get("pass")
+    assert "cudaEventRecord* or cuEventRecord*" in result["problem"]
+
+
+def test_sleep_markers_bound_the_ops_kernels():
+    """PyTorch's regions: each op's kernels follow a torch.cuda._sleep launch (its
+    nested cuLaunchKernel is the same marker), up to the next one or a synchronize;
+    the warm-up before the first and event calls inside do not count."""
+    spin = "at::cuda::(anonymous namespace)::spin_kernel(long)"
+    trace = [row("cudaLaunchKernel", 1, gpu=(1, 1), name="warmup"),
+             row("cudaLaunchKernel", 10, gpu=(100, 1_000_000), name=spin),
+             row("cuLaunchKernel", 11, name=spin),
+             row("cudaEventCreateWithFlags", 12),
+             row("cudaLaunchKernel", 20, gpu=(1_000_200, 500), name="matmul"),
+             row("cuLaunchKernelEx", 25, gpu=(1_000_800, 500), name="splitk"),
+             row("cudaLaunchKernel", 30, gpu=(2_000_000, 1_000_000), name=spin),
+             row("cuLaunchKernel", 31, name=spin),
+             row("cudaLaunchKernel", 40, gpu=(3_000_100, 2000), name="gelu"),
+             row("cudaDeviceSynchronize", 50),
+             row("cudaLaunchKernel", 60, gpu=(9_000_000, 7), name="after the sync"),
+             row("cudaEventElapsedTime", 70)]
+    program = [{"op": "matmul", "ms": 0.0011}, {"op": "gelu", "ms": 0.002}]
+    result = compare.compare_regions(trace, program, 5.0, "sleep")
+    assert result["regions_trace"] == 2 and result["pass"], result
+    assert result["ops"]["matmul"]["median_error_pct"] == 0.0
+    assert not compare.compare_regions(trace, program, 5.0, "events").get("pass")
+    result = compare.compare_regions(trace[:1], program, 5.0, "sleep")
+    assert "spin_kernel" in result["problem"]
 
 
 def test_drift_markers_inside_host_windows():

@@ -2,8 +2,11 @@
  * included whole, CUPTI's record iterator and callback names replaced by
  * fakes, and buffer_completed() given one buffer of activity records made
  * here, as CUPTI would hand them over. tests/unit/test_gputime.py reads the
- * file it writes with cudaprobe.decode.gputime and checks every field.
- * Usage: gputime_writer DIR   (writes DIR/gputime.<pid>.bin) */
+ * file it writes with cudaprobe.decode.gputime and checks every field. Before
+ * that, enable_activity() with CUPTI's switches faked: it prints the kinds and
+ * the cbids it switched on ("kind 10", "runtime 211", "driver 307"), with
+ * `all` as if libcupti lacked the fine-grained switches.
+ * Usage: gputime_writer DIR [all]   (writes DIR/gputime.<pid>.bin) */
 #include "gputime.c"
 #include "gputime_fake_cupti.h"
 
@@ -14,7 +17,33 @@ static CUptiResult CUPTIAPI fake_name(CUpti_CallbackDomain domain, uint32_t cbid
         *name = cbid == 211 ? "cudaLaunchKernel_v7000" : cbid == 31 ? "cudaMemcpy_v3020"
                                                                    : "cudaGetDevice_v3020";
     else
-        *name = "cuLaunchKernel";
+        *name = cbid == 307 ? "cuLaunchKernel" : cbid == 279 ? "cuMemsetD8_v2"
+                                                            : "cuCtxGetCurrent";
+    return CUPTI_SUCCESS;
+}
+
+static CUptiResult CUPTIAPI fake_register(CUpti_BuffersCallbackRequestFunc requested,
+                                          CUpti_BuffersCallbackCompleteFunc completed)
+{
+    (void)requested, (void)completed;
+    return CUPTI_SUCCESS;
+}
+
+static CUptiResult CUPTIAPI fake_enable(CUpti_ActivityKind kind)
+{
+    printf("kind %d\n", (int)kind);
+    return CUPTI_SUCCESS;
+}
+
+static CUptiResult CUPTIAPI fake_enable_runtime(CUpti_CallbackId cbid, uint8_t enable)
+{
+    printf("runtime %u %d\n", cbid, enable);
+    return CUPTI_SUCCESS;
+}
+
+static CUptiResult CUPTIAPI fake_enable_driver(CUpti_CallbackId cbid, uint8_t enable)
+{
+    printf("driver %u %d\n", cbid, enable);
     return CUPTI_SUCCESS;
 }
 
@@ -32,11 +61,19 @@ int main(int argc, char **argv)
     static CUpti_ActivityMemcpy6 copy;
     static CUpti_ActivityMemset4 set;
     static CUpti_ActivityAPI launch, memcpy_call, other, driver_launch;
-    if (argc != 2)
+    if (argc < 2)
         return 2;
     fake_initialized(argv[1]);
     cupti.callback_name = fake_name;
     cupti.dropped = fake_dropped;
+    cupti.register_callbacks = fake_register;
+    cupti.enable = fake_enable;
+    if (argc < 3 || strcmp(argv[2], "all")) {
+        cupti.enable_runtime_api = fake_enable_runtime;
+        cupti.enable_driver_api = fake_enable_driver;
+    }
+    if (enable_activity() != CUPTI_SUCCESS)
+        return 1;
 
     launch = (CUpti_ActivityAPI){.kind = CUPTI_ACTIVITY_KIND_RUNTIME, .cbid = 211, .start = 1000,
                                  .end = 1900, .processId = 1, .threadId = 4242,
