@@ -60,8 +60,10 @@ def resolve_libraries(libs: tuple[str, ...], apis: set[str]) -> list[str]:
 
 def events_help(verb: str) -> str:
     return (f"Functions to {verb}, comma-separated: names, categories, globs ('cudaMemcpy*') "
-            f"or `all`; `!ITEM` leaves one out ('memory,!cudaFree'). Default: all but the hot "
-            f"getters ({', '.join(sorted(HOT))}). See `cudaprobe list`.")
+            f"or `all`; `!ITEM` leaves one out ('memory,!cudaFree'). Default: the functions "
+            f"that say something and are not called per launch: no getters, queries, "
+            f"attributes, textures, occupancy, nor the hot getters ({', '.join(sorted(HOT))}). "
+            f"`cudaprobe list` shows which (DEFAULT).")
 
 
 def probe_options(events: str | None) -> Callable[[Callable], Callable]:

@@ -34,8 +34,10 @@ def test_a_category_or_a_name_selects_hot_getters_too():
 
 def test_globs_match_names_and_variant_symbols():
     copies = names(select_functions(["cudaMemcpy*"]))
-    assert copies == ["cudaMemcpy", "cudaMemcpyAsync", "cudaMemcpy2D", "cudaMemcpy2DAsync",
-                      "cudaMemcpyPeer", "cudaMemcpyPeerAsync"]
+    assert {"cudaMemcpy", "cudaMemcpyAsync", "cudaMemcpy2D", "cudaMemcpy2DAsync",
+            "cudaMemcpyPeer", "cudaMemcpyPeerAsync", "cudaMemcpy3D",
+            "cudaMemcpyToSymbol"} <= set(copies)
+    assert all(n.startswith("cudaMemcpy") for n in copies)
     assert names(select_functions(["*_ptsz"])) == names(
         f for f in FUNCTIONS if "_ptsz" in f.variants)
     assert names(select_functions(["cuMemAlloc_v?"], {DRIVER})) == ["cuMemAlloc"]
