@@ -35,6 +35,8 @@ ARGS: dict[tuple[str, str], ArgKind] = {
     # ints that are byte values, not counts
     ("cudaMemset", "value"): K.INT,
     ("cudaMemsetAsync", "value"): K.INT,
+    # a count of access descriptors, not bytes
+    ("cuMemSetAccess", "count"): K.COUNT,
     # out-parameter arrays (NULL to ask for the count): the pointer, not a value
     **{(fn, arg): K.PTR for fn, arg in (
         ("cudaGraphGetNodes", "nodes"), ("cudaGraphGetRootNodes", "pRootNodes"),
