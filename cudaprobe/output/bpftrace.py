@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from cudaprobe import __version__
 from cudaprobe.catalogue.cuda_errors import DRIVER_ERRORS, RUNTIME_ERRORS
-from cudaprobe.catalogue.functions import MAX_SLOTS, MEMCPY_KINDS, ArgKind, Function
+from cudaprobe.catalogue.functions import MAX_SLOTS, MEMCPY_KINDS, Arg, ArgKind, Function
 from cudaprobe.errors import UsageError
 from cudaprobe.output.bpftrace_fields import (
     CONFIG_WORDS,
@@ -109,9 +109,19 @@ def _entry(probe: Probe, paths: list[str], options: ExportOptions) -> list[str]:
             cfg = [f"*uptr((uint64 *)({base} + {8 * i}))" if i else f"*uptr((uint64 *){base})"
                    for i in range(CONFIG_WORDS)]
             lines.append(f"\t@cfg[tid, {n}] = {_tuple(cfg, CONFIG_WORDS)};")
-        if fn.string_slot >= 0:
+        if copies_string(fn):
             lines.append(f"\t@str[tid, {n}] = str(uptr({entry_word(fn.string_slot)}));")
     return lines + ["}"]
+
+
+# A string and more argument words than this pass the BPF stack's 512 bytes in
+# bpftrace's code for the probe pair (cudaLibraryLoadFromFile): the string's
+# address is printed instead.
+STRING_MAX_WORDS = 4
+
+
+def copies_string(fn: Function) -> bool:
+    return fn.string_slot >= 0 and fn.words <= STRING_MAX_WORDS
 
 
 def _row_printf(probe: Probe, table: str, fields: list[Field]) -> str:
@@ -150,13 +160,15 @@ def _exit(probe: Probe, paths: list[str], options: ExportOptions) -> list[str]:
             if var in _RESERVED:
                 raise ValueError(f"{fn.name}: argument {var!r} clashes with a script variable")
             body.append(f"${var} = $a.{i};")
-        fields = [f for f in (arg_field(a, s, n) for a, s in zip(fn.args, fn.slots))
+        args = [a if a.kind is not ArgKind.CSTRING or copies_string(fn)
+                else Arg(a.name, ArgKind.PTR) for a in fn.args]
+        fields = [f for f in (arg_field(a, s, n) for a, s in zip(args, fn.slots))
                   if f is not None]
         body += [line for f in fields for line in f.setup]
         body.append(_row_printf(probe, table, fields))
         body += [f"delete({m}[tid, {n}]);" for m, used in (
             ("@arg", words), ("@cfg", launch_config_slot(fn) >= 0),
-            ("@str", fn.string_slot >= 0)) if used]
+            ("@str", copies_string(fn))) if used]
     body.append(f"delete(@start[tid, {n}]);")
     return [_probe_specs(probe, paths, True), f"/@start[tid, {n}]/", "{",
             *("\t" + line for line in body), "}"]
