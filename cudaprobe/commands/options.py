@@ -149,8 +149,12 @@ def announce(plan: ProbePlan, targets: Targets | None, doing: str) -> Callable[[
     for note in prepare_machine() + (targets.notes if targets else []):
         notify(note)
     paths = sorted({a.path for a in plan.attachments})
-    functions_probed = len({a.probe.func_id for a in plan.attachments})
-    notify(f"{doing} {functions_probed} functions in {', '.join(paths)}" if paths
+    # counted as `cudaprobe list` and doctor count: catalogue functions, and
+    # the symbols of theirs that the libraries export (one probe id each)
+    functions_probed = len({id(a.probe.function) for a in plan.attachments})
+    symbols_probed = len({a.probe.func_id for a in plan.attachments})
+    notify(f"{doing} {functions_probed} functions ({symbols_probed} symbols) in "
+           f"{', '.join(paths)}" if paths
            else "no CUDA code mapped yet: probes go in as it is loaded")
     return notify
 
