@@ -405,8 +405,11 @@ static __always_inline void begin_call(struct pt_regs *ctx, struct cp_event *e, 
 		bpf_probe_read_user(&e->words[CP_REG_SLOTS], nstack * 8,
 				    (void *)(PT_REGS_SP(ctx) + 8));
 	s32 cfg_slot = cfg->cfg_slot;
-	if (cfg_slot >= 0 && cfg_slot < CP_MAX_SLOTS)
-		bpf_probe_read_user(e->cfg, CP_CONFIG_BYTES, (void *)e->words[cfg_slot]);
+	u32 cfg_len = cfg->cfg_len;
+	if (cfg_len > CP_CONFIG_MAX)
+		cfg_len = CP_CONFIG_MAX;
+	if (cfg_slot >= 0 && cfg_slot < CP_MAX_SLOTS && cfg_len > 0)
+		bpf_probe_read_user(e->cfg, cfg_len, (void *)(e->words[cfg_slot] + cfg->cfg_off));
 	s32 str_slot = cfg->str_slot;	/* a kernel name, before the call makes its handle */
 	if (str_slot >= 0 && str_slot < CP_MAX_SLOTS)
 		bpf_probe_read_user_str(e->cfg, sizeof(e->cfg), (void *)e->words[str_slot]);

@@ -7,7 +7,7 @@
 #define CP_REG_SLOTS 6
 #define CP_MAX_OUTS 4     /* out-parameters read at exit */
 #define CP_CFG_WORDS 16   /* copied at entry: a launch config struct, or a C string */
-#define CP_CONFIG_BYTES 40  /* the launch config structs' fields up to the stream */
+#define CP_CONFIG_MAX 64  /* bytes of a struct copied at entry (cfg words before CP_FRAME_WORD) */
 #define CP_COMM_LEN 16
 
 /* indices into the per-CPU `counters` array */
@@ -29,6 +29,8 @@ struct cp_probe_cfg {
 			  * + nouts), or the whole event where it copies at entry */
 	__s32 func_slot; /* slot holding a kernel's host-stub address (a launch), or -1 */
 	__s32 handle_slot; /* slot holding the launched kernel (FUNC or CU_FUNCTION), or -1 */
+	__u32 cfg_off;   /* the window of the cfg_slot struct copied at entry: its offset */
+	__u32 cfg_len;   /* and length, at most CP_CONFIG_MAX (catalogue/structs.py) */
 };
 
 /* Where the driver keeps a kernel handle's name: the object a CUfunction,
@@ -36,7 +38,7 @@ struct cp_probe_cfg {
  * this offset (driver 580, scripts/gpu/handle_layout.cu; docs/driver.md). */
 #define CP_HANDLE_NAME_OFFSET 8
 
-#define CP_MAX_PROBES 1024
+#define CP_MAX_PROBES 2048  /* every symbol of the catalogue (-e all: ~920) fits */
 
 /* One completed call. The entry probe fills it in place in `inflight` (one
  * entry per thread and probe, kept between calls: ts_ns == 0 there means

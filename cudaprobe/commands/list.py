@@ -8,9 +8,18 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from cudaprobe.catalogue.functions import DRIVER, HOT, RUNTIME
+from cudaprobe.catalogue.functions import DRIVER, HOT, RUNTIME, is_default
+from cudaprobe.commands.options import resolve_libraries
 from cudaprobe.output.table import make_console
 from cudaprobe.probe.plan import ALL, select_functions
+from cudaprobe.targets.elfsyms import read_symbols
+from cudaprobe.targets.libs import discover_libraries
+
+
+def _default_text(name: str, category: str) -> str:
+    if is_default(name, category):
+        return "yes"
+    return "no (hot)" if name in HOT else "no"
 
 
 @click.command("list")
@@ -18,7 +27,9 @@ from cudaprobe.probe.plan import ALL, select_functions
               help="Only these functions or categories, comma-separated.")
 @click.option("--api", type=click.Choice(["runtime", "driver", "all"]), default="all",
               help="Which API's functions.")
-def list_command(events, api) -> None:
+@click.option("--lib", "libs", multiple=True, metavar="PATH",
+              help="Count EXPORTED in this library (repeatable); default: those found.")
+def list_command(events, api, libs) -> None:
     """List the CUDA functions cudaprobe can trace, with their arguments.
 
     \b
@@ -26,17 +37,36 @@ def list_command(events, api) -> None:
       cudaprobe list
       cudaprobe list -e memory,transfer
       cudaprobe list -e 'cudaMemcpy*'
+      cudaprobe list -e vmm,pool --lib /usr/lib/x86_64-linux-gnu/libcuda.so.1
 
-    Every function is listed; DEFAULT says whether trace, stats and serve
-    probe it without -e (the hot getters are left out: -e all adds them).
+    Every function the CUDA headers declare is listed, with its category;
+    DEFAULT says whether trace, stats and serve probe it without -e (getters
+    and the hot getters are left out: -e all adds them); EXPORTED how many of
+    its symbols the libraries found here export ("-" with none found; a
+    function that none exports cannot be traced with these libraries). The
+    last line counts functions and symbols as trace and doctor do.
     """
     apis = {RUNTIME, DRIVER} if api == "all" else {api}
+    exported: set[str] | None = None
+    libraries = resolve_libraries(libs, apis) if libs else discover_libraries(apis)
+    if libraries:
+        exported = {s for path in libraries for s in read_symbols(path).functions}
     table = Table(show_edge=False)
-    for col in ("FUNCTION", "API", "CATEGORY", "DEFAULT", "ARGUMENTS", "SYMBOLS PROBED"):
+    for col in ("FUNCTION", "API", "CATEGORY", "DEFAULT", "EXPORTED", "ARGUMENTS",
+                "SYMBOLS PROBED"):
         table.add_column(col)
-    for fn in select_functions(list(events) or [ALL], apis):
+    functions = select_functions(list(events) or [ALL], apis)
+    symbols = found = 0
+    for fn in functions:
         args = ", ".join(f"{a.name}:{a.kind.value}" for a in fn.args)
-        default = "no (hot)" if fn.name in HOT else "yes"
-        table.add_row(Text(fn.name), fn.api, fn.category, default, Text(args),
+        have = "-" if exported is None else sum(s in exported for s in fn.symbols)
+        symbols += len(fn.symbols)
+        found += have if isinstance(have, int) else 0
+        table.add_row(Text(fn.name), fn.api, fn.category, _default_text(fn.name, fn.category),
+                      f"{have}/{len(fn.symbols)}" if exported is not None else "-", Text(args),
                       " ".join(fn.symbols))
-    make_console(sys.stdout).print(table)
+    console = make_console(sys.stdout)
+    console.print(table)
+    where = ", ".join(libraries) if libraries else "no library found"
+    console.print(Text(f"{len(functions)} functions, {symbols} symbols; {found} of them "
+                       f"exported by {where}"))

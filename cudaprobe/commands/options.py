@@ -60,8 +60,10 @@ def resolve_libraries(libs: tuple[str, ...], apis: set[str]) -> list[str]:
 
 def events_help(verb: str) -> str:
     return (f"Functions to {verb}, comma-separated: names, categories, globs ('cudaMemcpy*') "
-            f"or `all`; `!ITEM` leaves one out ('memory,!cudaFree'). Default: all but the hot "
-            f"getters ({', '.join(sorted(HOT))}). See `cudaprobe list`.")
+            f"or `all`; `!ITEM` leaves one out ('memory,!cudaFree'). Default: the functions "
+            f"that say something and are not called per launch: no getters, queries, "
+            f"attributes, textures, occupancy, nor the hot getters ({', '.join(sorted(HOT))}). "
+            f"`cudaprobe list` shows which (DEFAULT).")
 
 
 def probe_options(events: str | None) -> Callable[[Callable], Callable]:
@@ -147,8 +149,12 @@ def announce(plan: ProbePlan, targets: Targets | None, doing: str) -> Callable[[
     for note in prepare_machine() + (targets.notes if targets else []):
         notify(note)
     paths = sorted({a.path for a in plan.attachments})
-    functions_probed = len({a.probe.func_id for a in plan.attachments})
-    notify(f"{doing} {functions_probed} functions in {', '.join(paths)}" if paths
+    # counted as `cudaprobe list` and doctor count: catalogue functions, and
+    # the symbols of theirs that the libraries export (one probe id each)
+    functions_probed = len({id(a.probe.function) for a in plan.attachments})
+    symbols_probed = len({a.probe.func_id for a in plan.attachments})
+    notify(f"{doing} {functions_probed} functions ({symbols_probed} symbols) in "
+           f"{', '.join(paths)}" if paths
            else "no CUDA code mapped yet: probes go in as it is loaded")
     return notify
 

@@ -7,7 +7,16 @@ import struct
 from typing import Any, Callable
 
 from cudaprobe.catalogue.cuda_errors import error_name
-from cudaprobe.catalogue.functions import MEMCPY_KINDS, OUT_KINDS, ArgKind, Function
+from cudaprobe.catalogue.enums import enum_name
+from cudaprobe.catalogue.functions import (
+    MEMCPY_KINDS,
+    NOT_CAPTURED_SLOT,
+    OUT_KINDS,
+    Arg,
+    ArgKind,
+    Function,
+)
+from cudaprobe.catalogue.structs import LAYOUTS
 from cudaprobe.decode.demangle import demangle, shorten
 from cudaprobe.decode.handles import NAME_KEY, UNKNOWN_WHY, KernelHandles
 from cudaprobe.probe.event import NAME_MAX, RawEvent, site_frame
@@ -186,6 +195,7 @@ WORD_DECODERS: dict[ArgKind, Callable[[int], tuple[Any, str]]] = {
                      ArgKind.OUT_FUNCTION), _hex_value),
     ArgKind.SIZE: _size_value,
     ArgKind.OUT_SIZE: _size_value,
+    ArgKind.OUT_U64: _unsigned(0xFFFFFFFFFFFFFFFF),
     ArgKind.SIZE32: lambda v: _size_value(v & 0xFFFFFFFF),
     ArgKind.COUNT: _unsigned(0xFFFFFFFFFFFFFFFF),
     ArgKind.UINT: _unsigned(0xFFFFFFFF),
@@ -224,6 +234,53 @@ def _decode_arg(
         assert out is not None, kind
         return decode(outs[out]) if out < len(outs) else NOT_READ
     return decode(words[slot])
+
+
+# (JSON value, DETAILS text) of an argument not captured: a float in an SSE
+# register, a struct passed on the stack, or one past the slots (model.py)
+NOT_CAPTURED: tuple[None, str] = (None, "?")
+
+
+def _enum_value(enum: str, v: int) -> tuple[Any, str]:
+    """An enum by value: its enumerator's name, or the number where it has none."""
+    v = _s32(v)
+    name = enum_name(enum, v)
+    return (name, name) if name is not None else (v, str(v))
+
+
+def _byval_value(words: tuple[int, ...]) -> tuple[Any, str]:
+    """A small struct passed in registers: its words, in hex."""
+    if len(words) == 1:
+        return _hex_value(words[0])
+    texts = [_hex(w) for w in words]
+    return texts, "{" + ",".join(texts) + "}"
+
+
+def _field_value(kind: str, data: bytes, at: int) -> tuple[Any, str]:
+    if kind == "dim3":
+        d = list(struct.unpack_from("<3I", data, at))
+        return d, _dim3_text(d)
+    width = {"u8": 1, "u16": 2, "u32": 4, "s32": 4}.get(kind, 8)
+    v = int.from_bytes(data[at:at + width], "little", signed=kind == "s32")
+    if kind.startswith("enum:"):
+        return _enum_value(kind[len("enum:"):], v)
+    if kind == "ptr":
+        return _hex_value(v)
+    if kind == "size":
+        return _size_value(v)
+    return v, str(v)
+
+
+def _struct_value(arg: Arg, address: int, cfg: tuple[int, ...]) -> tuple[dict[str, Any], str]:
+    """A `const struct *` whose window of bytes was copied at entry (structs.py)."""
+    layout = LAYOUTS[arg.type_name]
+    data = b"".join(w.to_bytes(8, "little") for w in cfg)
+    value: dict[str, Any] = {"address": _hex(address)}
+    texts = []
+    for field, offset, kind in layout.fields:
+        value[field], text = _field_value(kind, data, offset - layout.offset)
+        texts.append(f"{field}={text}")
+    return value, f"{_hex(address)}{{{' '.join(texts)}}}"
 
 
 def _grid_block(cfg: tuple[int, ...]) -> tuple[list[int], list[int]]:
@@ -266,6 +323,14 @@ _CONFIG_DECODERS = {
 }
 
 
+# kinds decoded with what the catalogue says of the argument's type
+_TYPED_DECODERS: dict[ArgKind, Callable[[Arg, RawEvent, int], tuple[Any, str]]] = {
+    ArgKind.ENUM: lambda arg, raw, slot: _enum_value(arg.type_name, raw.args[slot]),
+    ArgKind.STRUCT: lambda arg, raw, slot: _struct_value(arg, raw.args[slot], raw.cfg),
+    ArgKind.BYVAL: lambda arg, raw, slot: _byval_value(raw.args[slot:slot + arg.words]),
+}
+
+
 def decode_args(
     function: Function, raw: RawEvent, pid: int, symbolize: Symbolizer | None,
     handles: KernelHandles | None = None,
@@ -273,6 +338,14 @@ def decode_args(
     args: dict[str, Any] = {}
     parts: list[str] = []
     for arg, slot in zip(function.args, function.slots):
+        if slot == NOT_CAPTURED_SLOT:
+            args[arg.name], text = NOT_CAPTURED
+            parts.append(f"{arg.name}={text}")
+            continue
+        if arg.kind in _TYPED_DECODERS:
+            args[arg.name], text = _TYPED_DECODERS[arg.kind](arg, raw, slot)
+            parts.append(f"{arg.name}={text}")
+            continue
         if arg.kind in _CONFIG_DECODERS:
             args[arg.name] = _hex(raw.args[slot])
             cfg = _CONFIG_DECODERS[arg.kind](raw.cfg)

@@ -142,7 +142,8 @@ class RecordDecoder:
                  handles: KernelHandles | None = None,
                  see_process: Callable[[int], None] | None = None) -> None:
         self.probes = probes
-        self.decoders = [ProbeDecoder(p) for p in probes]
+        # made at each probe's first record: -e all has ~900 probes, a few of them used
+        self._decoders: list[ProbeDecoder | None] = [None] * len(probes)
         self.t0_ns = t0_ns
         self.symbolize = symbolize
         self.handles = handles
@@ -153,12 +154,18 @@ class RecordDecoder:
         self._makers: dict[int, tuple[RowFormat, list[RowMaker | None]]] = {}
         self.errors = 0  # records that could not be decoded (unknown probe id)
 
+    def decoder(self, fid: int) -> ProbeDecoder:
+        d = self._decoders[fid]
+        if d is None:
+            d = self._decoders[fid] = ProbeDecoder(self.probes[fid])
+        return d
+
     def decode(self, records: list[tuple], rows: RowFormat) -> list:
         """The rows of a batch of records, in order; records of an unknown probe
         are counted in `errors`, not made into rows."""
         entry = self._makers.get(id(rows))
         if entry is None:
-            entry = self._makers[id(rows)] = (rows, [None] * len(self.decoders))
+            entry = self._makers[id(rows)] = (rows, [None] * len(self._decoders))
         makers = entry[1]
         out: list = []
         append = out.append
@@ -173,7 +180,7 @@ class RecordDecoder:
                 continue
             make = makers[fid]
             if make is None:
-                make = makers[fid] = self._maker(self.decoders[fid], rows)
+                make = makers[fid] = self._maker(self.decoder(fid), rows)
             append(make(rec))
         if self.errors != errors:  # a record decoded whole failed (None), or unknown ids
             out = [row for row in out if row is not None]
@@ -235,9 +242,9 @@ class RecordDecoder:
         for fid, ns in zip(map(_FUNC, records), map(_DURATION, records)):
             total_ns[fid] = total_ns.get(fid, 0) + ns
         for fid, ns in total_ns.items():
-            if fid >= len(self.decoders):
+            if fid >= len(self._decoders):
                 continue  # unknown probe: counted in errors by decode()
-            d = self.decoders[fid]
+            d = self.decoder(fid)
             calls, named = 0, Counter()
             for (f, ret), n in by_ret.items():
                 if f == fid:

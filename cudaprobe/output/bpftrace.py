@@ -16,9 +16,16 @@ from dataclasses import dataclass
 
 from cudaprobe import __version__
 from cudaprobe.catalogue.cuda_errors import DRIVER_ERRORS, RUNTIME_ERRORS
-from cudaprobe.catalogue.functions import CONFIG_KINDS, MAX_SLOTS, MEMCPY_KINDS, ArgKind, Function
+from cudaprobe.catalogue.functions import MAX_SLOTS, MEMCPY_KINDS, Arg, ArgKind, Function
 from cudaprobe.errors import UsageError
-from cudaprobe.output.bpftrace_fields import CONFIG_WORDS, Field, arg_field, arg_words, entry_word
+from cudaprobe.output.bpftrace_fields import (
+    CONFIG_WORDS,
+    Field,
+    arg_field,
+    arg_words,
+    entry_word,
+    launch_config_slot,
+)
 from cudaprobe.probe.plan import Probe, ProbePlan
 
 MIN_BPFTRACE = "0.17"
@@ -97,14 +104,24 @@ def _entry(probe: Probe, paths: list[str], options: ExportOptions) -> list[str]:
     words = arg_words(fn)
     if not options.summary and words:
         lines.append(f"\t@arg[tid, {n}] = {_tuple([entry_word(s) for _, s in words], MAX_SLOTS)};")
-        if fn.config_slot >= 0:  # the struct and the string are the caller's: copy them now
-            base = entry_word(fn.config_slot)
+        if launch_config_slot(fn) >= 0:  # the struct and the string are the caller's: copy
+            base = entry_word(launch_config_slot(fn))  # them now
             cfg = [f"*uptr((uint64 *)({base} + {8 * i}))" if i else f"*uptr((uint64 *){base})"
                    for i in range(CONFIG_WORDS)]
             lines.append(f"\t@cfg[tid, {n}] = {_tuple(cfg, CONFIG_WORDS)};")
-        if fn.string_slot >= 0:
+        if copies_string(fn):
             lines.append(f"\t@str[tid, {n}] = str(uptr({entry_word(fn.string_slot)}));")
     return lines + ["}"]
+
+
+# A string and more argument words than this pass the BPF stack's 512 bytes in
+# bpftrace's code for the probe pair (cudaLibraryLoadFromFile): the string's
+# address is printed instead.
+STRING_MAX_WORDS = 4
+
+
+def copies_string(fn: Function) -> bool:
+    return fn.string_slot >= 0 and fn.words <= STRING_MAX_WORDS
 
 
 def _row_printf(probe: Probe, table: str, fields: list[Field]) -> str:
@@ -139,15 +156,19 @@ def _exit(probe: Probe, paths: list[str], options: ExportOptions) -> list[str]:
         body.append(f'$rc_unnamed = {table}[$rc] == "" ? $rc : 0;')
         if words:
             body.append(f"$a = @arg[tid, {n}];")
-        for var, slot in words:
+        for i, (var, _slot) in enumerate(words):
             if var in _RESERVED:
                 raise ValueError(f"{fn.name}: argument {var!r} clashes with a script variable")
-            body.append(f"${var} = $a.{slot};")
-        fields = [f for f in (arg_field(a, n) for a in fn.args) if f is not None]
+            body.append(f"${var} = $a.{i};")
+        args = [a if a.kind is not ArgKind.CSTRING or copies_string(fn)
+                else Arg(a.name, ArgKind.PTR) for a in fn.args]
+        fields = [f for f in (arg_field(a, s, n) for a, s in zip(args, fn.slots))
+                  if f is not None]
         body += [line for f in fields for line in f.setup]
         body.append(_row_printf(probe, table, fields))
         body += [f"delete({m}[tid, {n}]);" for m, used in (
-            ("@arg", words), ("@cfg", fn.config_slot >= 0), ("@str", fn.string_slot >= 0)) if used]
+            ("@arg", words), ("@cfg", launch_config_slot(fn) >= 0),
+            ("@str", copies_string(fn))) if used]
     body.append(f"delete(@start[tid, {n}]);")
     return [_probe_specs(probe, paths, True), f"/@start[tid, {n}]/", "{",
             *("\t" + line for line in body), "}"]
@@ -228,7 +249,7 @@ def _filled_maps(fns: list[Function], options: ExportOptions) -> list[str]:
     maps = ["@start"]
     if not options.summary:
         maps += ["@arg"] if any(f.args for f in fns) else []
-        maps += ["@cfg"] if kinds & CONFIG_KINDS else []
+        maps += ["@cfg"] if any(launch_config_slot(f) >= 0 for f in fns) else []
         maps += ["@str"] if ArgKind.CSTRING in kinds else []
         maps += ["@memcpy_kind"] if ArgKind.MEMCPY_KIND in kinds else []
     return maps + [ERROR_TABLES[api][0] for api in sorted({f.api for f in fns})]

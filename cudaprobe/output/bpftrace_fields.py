@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cudaprobe.catalogue.functions import MEMCPY_KINDS, REGISTER_SLOTS, Arg, ArgKind, Function
+from cudaprobe.catalogue.functions import (
+    MEMCPY_KINDS,
+    NOT_CAPTURED_SLOT,
+    REGISTER_SLOTS,
+    Arg,
+    ArgKind,
+    Function,
+)
 
 CONFIG_WORDS = 5  # of a launch config struct: what DETAILS shows of it
 
@@ -31,6 +38,10 @@ _SCALARS = {
     ArgKind.UINT16: ("%u", "(uint16)"),
     ArgKind.UINT8: ("%u", "(uint8)"),
     ArgKind.FLAGS: ("0x%x", "(uint32)"),
+    # named by `cudaprobe trace`; here their number, their address, their first word
+    ArgKind.ENUM: ("%d", "(int32)"),
+    ArgKind.STRUCT: ("0x%lx", ""),
+    ArgKind.BYVAL: ("0x%lx", ""),
 }
 # out-parameters, read at return through the pointer saved at entry:
 # target type, printf conversion
@@ -40,10 +51,17 @@ _OUTS = {
     ArgKind.OUT_FUNCTION: ("uint64", "0x%lx"),
     ArgKind.OUT_SIZE: ("uint64", "%lu"),
     ArgKind.OUT_INT: ("int32", "%d"),
+    ArgKind.OUT_U64: ("uint64", "%lu"),
 }
 # launch config structs start with (grid x,y | grid z, block x | block y,z),
 # then shared memory bytes (a size_t, or an unsigned int), then the stream
 _CONFIG_SMEM_CAST = {ArgKind.LAUNCH_CONFIG: "", ArgKind.CU_LAUNCH_CONFIG: "(uint32)"}
+
+
+def launch_config_slot(fn: Function) -> int:
+    """Slot of a launch config the script copies at entry, or -1."""
+    arg = fn.config_arg
+    return fn.config_slot if arg is not None and arg.kind in _CONFIG_SMEM_CAST else -1
 
 
 @dataclass
@@ -68,6 +86,8 @@ def arg_words(fn: Function) -> list[tuple[str, int]]:
     """(name, slot) of every argument word saved at entry."""
     words = []
     for arg, slot in zip(fn.args, fn.slots):
+        if slot == NOT_CAPTURED_SLOT:
+            continue
         words.append((arg.name, slot))
         if arg.kind is ArgKind.DIM3:
             words.append((arg.name + "_z", slot + 1))
@@ -105,10 +125,12 @@ def _float_setup(var: str, bits: str) -> list[str]:
     ]
 
 
-def arg_field(arg: Arg, probe_id: int) -> Field | None:
+def arg_field(arg: Arg, slot: int, probe_id: int) -> Field | None:
     """DETAILS text for one argument at return, where `$<name>` holds its word.
     None for the X and Y of a DIM triple, which print with its Z."""
     v, name, k = f"${arg.name}", arg.name, arg.kind
+    if slot == NOT_CAPTURED_SLOT or k in (ArgKind.NOT_CAPTURED, ArgKind.STACK_STRUCT):
+        return Field(f"{name}=?", [])
     if k in _SCALARS:
         conversion, cast = _SCALARS[k]
         return Field(f"{name}={conversion}", [cast + v])

@@ -55,14 +55,15 @@ class Settings:
 
 def probe_config(probe: Probe) -> tuple[int, ...]:
     """struct cp_probe_cfg for one probe: (nstack, cfg_slot, out8, out4, str_slot,
-    nargs, nouts, size, func_slot, handle_slot)."""
+    nargs, nouts, size, func_slot, handle_slot, cfg_off, cfg_len)."""
     fn = probe.function
     func_slot = next((slot for arg, slot in zip(fn.args, fn.slots) if arg.kind is ArgKind.FUNC),
                      -1)
     handle_slot = next((slot for arg, slot in zip(fn.args, fn.slots)
                         if arg.kind in (ArgKind.FUNC, ArgKind.CU_FUNCTION)), -1)
     return (fn.stack_words, fn.config_slot, fn.out_mask(8), fn.out_mask(4), fn.string_slot,
-            fn.words, len(fn.out_index), event.record_size(fn), func_slot, handle_slot)
+            fn.words, len(fn.out_index), event.record_size(fn), func_slot, handle_slot,
+            *fn.config_window)
 
 
 PAIR_BYTES = 8 << 20  # at most, for the per-thread pairing entries (`owned`)
@@ -134,7 +135,7 @@ def render(probes: list[Probe], settings: Settings) -> str:
     src = src.replace(f'#include "{HEADER_NAME}"', f"/* {HEADER_NAME} */\n{header}")
     table = ["", "/* the `probes` map, as the loader fills it: "
                  "id: {nstack, cfg_slot, out8, out4, str_slot, nargs, nouts, size, "
-                 "func_slot, handle_slot} */"]
+                 "func_slot, handle_slot, cfg_off, cfg_len} */"]
     table += [f"/* {p.func_id:3d} {p.symbol}: {{{', '.join(map(str, probe_config(p)))}}} */"
               for p in probes]
     return "\n".join(lines) + "\n\n" + src + "\n".join(table) + "\n"

@@ -6,7 +6,7 @@ import difflib
 import fnmatch
 from dataclasses import dataclass
 
-from cudaprobe.catalogue.functions import CATEGORIES, FUNCTIONS, HOT, Function
+from cudaprobe.catalogue.functions import CATEGORIES, FUNCTIONS, Function, is_default
 from cudaprobe.errors import SymbolMissing, UnknownEvent
 from cudaprobe.targets.elfsyms import ElfSymbols, read_symbols
 from cudaprobe.targets.libs import api_of
@@ -27,8 +27,8 @@ ALL = "all"
 def select_functions(events: list[str] | None, apis: set[str] | None = None) -> list[Function]:
     """Catalogue functions named by --events, in catalogue order.
 
-    Without --events: the default set, every function but the hot getters
-    (catalogue.HOT). Each comma-separated item is `all`, a category, a function
+    Without --events: the default set (catalogue.is_default: no getters, no
+    hot getters, docs/events.md). Each comma-separated item is `all`, a category, a function
     name (any ABI version or variant symbol), or a glob of names
     (`cudaMemcpy*`); a leading `!` takes the item out again, as strace's
     `-e trace=!open` does: `memory,!cudaFree`. Items that only take out start
@@ -37,7 +37,7 @@ def select_functions(events: list[str] | None, apis: set[str] | None = None) -> 
     items = [e.strip() for spec in events or () for e in spec.split(",") if e.strip()]
     chosen: set[str] = set()
     if not items or all(item.startswith("!") for item in items):
-        chosen = {f.symbol for f in pool if f.name not in HOT}
+        chosen = {f.symbol for f in pool if is_default(f.name, f.category)}
     for item in items:
         if item.startswith("!"):
             chosen -= _matching(item[1:], pool)

@@ -258,10 +258,14 @@ def _check_library(path: str) -> Check:
     wanted = [f for f in FUNCTIONS if api is None or f.api == api]
     found = [f.name for f in wanted if any(s in symbols for s in f.symbols)]
     missing = [f.name for f in wanted if f.name not in found]
+    # counted as `cudaprobe list` counts them: catalogue entries, and their symbols
+    all_symbols = [s for f in wanted for s in f.symbols]
+    exported = sum(s in symbols for s in all_symbols)
     details = {"path": path, "api": api, "version": _version_of(path),
-               "functions": found, "missing": missing}
+               "functions": found, "missing": missing,
+               "symbols": {"catalogue": len(all_symbols), "exported": exported}}
     text = (f"{path}: {api or 'unknown API'} {details['version']}, {len(found)} of "
-            f"{len(wanted)} catalogue functions")
+            f"{len(wanted)} catalogue functions ({exported} of {len(all_symbols)} symbols)")
     if not found:
         return Check("CUDA library", WARN, text, "not a CUDA runtime or driver library?", details)
     if missing:

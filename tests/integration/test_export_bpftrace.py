@@ -63,7 +63,9 @@ def run_bpftrace(script: Path, command: str, timeout: float = 180
                  ) -> tuple[str, subprocess.CompletedProcess]:
     """`bpftrace -o OUT SCRIPT -c COMMAND`: (what the script printed, the process)."""
     out = script.with_suffix(".out")
-    env = dict(os.environ, BPFTRACE_PERF_RB_PAGES="1024")  # thousands of lines, none lost
+    # thousands of lines, none lost; and the default set's ~1000 attach points, as
+    # the script's usage line says (bpftrace's limit is 512)
+    env = dict(os.environ, BPFTRACE_PERF_RB_PAGES="1024", BPFTRACE_MAX_PROBES="4096")
     for _ in range(3):
         p = subprocess.run([BPFTRACE, "-o", str(out), str(script), "-c", command], env=env,
                            capture_output=True, text=True, timeout=timeout)

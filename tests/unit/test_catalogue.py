@@ -56,8 +56,26 @@ def test_out_parameter_widths():
     assert catalogue.BY_NAME["cudaLaunchKernelExC"].config_slot == 0
 
 
-def test_dim3_straddling_registers_is_rejected():
+def test_dim3_that_registers_cannot_hold_goes_on_the_stack_whole():
+    # x86-64 System V: a two-word struct with one register left goes on the
+    # stack, and the next integer argument still takes that register
     args = tuple(catalogue.Arg(f"a{i}", ArgKind.PTR) for i in range(5))
-    with pytest.raises(ValueError, match="straddles"):
-        catalogue.Function("f", catalogue.RUNTIME, "kernel",
-                           args + (catalogue.Arg("d", ArgKind.DIM3),))
+    fn = catalogue.Function("f", catalogue.RUNTIME, "kernel", args + (
+        catalogue.Arg("d", ArgKind.DIM3), catalogue.Arg("n", ArgKind.INT)))
+    assert fn.slots == (0, 1, 2, 3, 4, 6, 5)
+    assert fn.words == 8 and fn.stack_words == 2
+
+
+def test_structs_over_16_bytes_and_floats_are_not_captured_but_keep_the_slots_right():
+    fn = catalogue.BY_NAME["cudaMemset3D"]  # (cudaPitchedPtr, int, cudaExtent) by value
+    assert [a.kind for a in fn.args] == [ArgKind.STACK_STRUCT, ArgKind.INT, ArgKind.STACK_STRUCT]
+    assert fn.slots == (-1, 0, -1)
+    # cudaMemPrefetchAsync's cudaMemLocation (8 bytes) takes one register
+    assert catalogue.BY_NAME["cudaMemPrefetchAsync"].slots == (0, 1, 2, 3, 4)
+
+
+def test_arguments_past_the_slots_are_marked_not_captured():
+    args = tuple(catalogue.Arg(f"a{i}", ArgKind.SIZE) for i in range(14))
+    fn = catalogue.Function("f", catalogue.DRIVER, "other", args)
+    assert fn.slots == tuple(range(12)) + (-1, -1)
+    assert fn.words == 12

@@ -15,6 +15,8 @@ import pytest
 
 from cudaprobe.catalogue import functions as catalogue
 from cudaprobe.catalogue.functions import ArgKind as K
+from cudaprobe.catalogue.generated import ENUMS
+from cudaprobe.catalogue.structs import LAYOUTS
 from cudaprobe.decode.calls import decode_event, humanize_bytes
 from cudaprobe.decode.handles import UNKNOWN_WHY, KernelHandles
 from cudaprobe.probe.event import CFG_WORDS
@@ -66,7 +68,9 @@ class Expected:
 
     def add(self, arg: catalogue.Arg, slot: int, out: int | None, i: int) -> None:
         kind, name, words = arg.kind, arg.name, self.words
-        if kind in HEX:
+        if slot == -1:
+            self.value(name, None, "?")  # not in any word the probe reads
+        elif kind in HEX:
             words[slot] = 0x7F00_0000_1000 + 0x10 * i
             text = f"{words[slot]:#x}"
             self.value(name, text, f"{text} ({UNKNOWN_WHY})" if kind is K.CU_FUNCTION else text)
@@ -128,8 +132,54 @@ class Expected:
         elif kind is K.OUT_FLOAT:
             bits = struct.unpack("<I", struct.pack("<f", 0.5 + i))[0]
             self.out(name, out, bits, 0.5 + i, f"{0.5 + i:g}")
+        elif kind is K.OUT_U64:
+            self.out(name, out, (7 << 40) + i, (7 << 40) + i, str((7 << 40) + i))
+        elif kind in (K.NOT_CAPTURED, K.STACK_STRUCT):
+            self.value(name, None, "?")  # not in any word the probe reads
+        elif kind is K.ENUM:  # an enumerator of the headers' enum, garbage above
+            value, label = next(iter(ENUMS[arg.type_name].items()))
+            words[slot] = GARBAGE | (value & 0xFFFFFFFF)
+            self.value(name, label, label)
+        elif kind is K.BYVAL:
+            got = [0x6100_0000 + 0x10 * i + w for w in range(arg.words)]
+            words[slot:slot + arg.words] = got
+            texts = [f"{w:#x}" for w in got]
+            self.value(name, texts[0] if len(got) == 1 else texts,
+                       texts[0] if len(got) == 1 else "{" + ",".join(texts) + "}")
+        elif kind is K.STRUCT:
+            words[slot] = 0x7FFC_0000_0200
+            self.struct(name, LAYOUTS[arg.type_name], words[slot])
         else:
             raise AssertionError(f"{kind}: the test says nothing of what it decodes to")
+
+    def struct(self, name: str, layout, address: int) -> None:
+        """Each field of the window copied at entry: a distinct number, or an
+        enum's last enumerator; what it must decode to."""
+        data = bytearray(8 * CFG_WORDS)
+        value: dict[str, Any] = {"address": f"{address:#x}"}
+        texts = []
+        for n, (field, offset, kind) in enumerate(layout.fields):
+            at = offset - layout.offset
+            if kind == "dim3":
+                struct.pack_into("<3I", data, at, n, n + 1, n + 2)
+                value[field], text = [n, n + 1, n + 2], dims([n, n + 1, n + 2])
+            elif kind.startswith("enum:"):
+                number, label = list(ENUMS[kind[5:]].items())[-1]
+                struct.pack_into("<i", data, at, number)
+                value[field] = text = label
+            else:
+                fmt = {"u8": "<B", "u16": "<H", "u32": "<I", "s32": "<i"}.get(kind, "<Q")
+                number = 100 + n if fmt != "<Q" else (9 << 33) + n
+                struct.pack_into(fmt, data, at, number)
+                value[field] = number
+                text = str(number)
+                if kind == "ptr":
+                    value[field] = text = f"{number:#x}"
+                elif kind == "size":
+                    text = humanize_bytes(number)
+            texts.append(f"{field}={text}")
+        self.cfg = tuple(int.from_bytes(data[k:k + 8], "little") for k in range(0, len(data), 8))
+        self.value(name, value, f"{address:#x}{{{' '.join(texts)}}}")
 
 
 @pytest.mark.parametrize("ret", [0, 1], ids=["succeeded", "failed"])

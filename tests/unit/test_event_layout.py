@@ -67,7 +67,7 @@ def test_constants_match_header(c_layout):
     assert c_layout["CP_LOST_PAIRING"] == event.LOST_PAIRING
     assert c_layout["CP_WAKEUPS"] == event.WAKEUPS
     assert c_layout["CP_NR_COUNTERS"] == event.NR_COUNTERS
-    assert c_layout["cfg_size"] == 36  # ten 4-byte fields (bpfprog.probe_config)
+    assert c_layout["cfg_size"] == 44  # eleven fields: 4 bytes each (bpfprog.probe_config)
     assert c_layout["CP_HANDLE_NAME_OFFSET"] == handles.NAME_POINTER_OFFSET
     assert c_layout["CP_EVENT_HEAD"] == event.HEAD_SIZE
     assert c_layout["CP_NAME_MAX"] == event.NAME_MAX

@@ -209,7 +209,7 @@ def test_unknown_codes_and_kinds_print_as_numbers():
 def test_every_argument_kind_has_a_decoder():
     for kind in ArgKind:
         name = "gridDimZ" if kind is ArgKind.DIM else "x"
-        assert arg_field(Arg(name, kind), 0) is not None, kind
+        assert arg_field(Arg(name, kind), 0, 0) is not None, kind
 
 
 def test_the_whole_catalogue_renders(monkeypatch):

@@ -1,0 +1,29 @@
+"""Names of enum values, from the headers' enums (generated.ENUMS)."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from cudaprobe.catalogue.generated import ENUMS
+
+
+@cache
+def _is_flags(enum: str) -> bool:
+    """An enum of bits: every non-zero value a power of two, and more than one."""
+    values = [v for v in ENUMS.get(enum, {}) if v]
+    return len(values) > 1 and all(v > 0 and not v & (v - 1) for v in values)
+
+
+def enum_name(enum: str, value: int) -> str | None:
+    """The enumerator of `enum` that is `value`; for an enum of bits, the
+    enumerators of its bits joined by `|`; None where the headers name none."""
+    names = ENUMS.get(enum, {})
+    name = names.get(value)
+    if name is not None or not _is_flags(enum) or value <= 0:
+        return name
+    parts, rest = [], value
+    for bit, bit_name in names.items():
+        if bit and rest & bit:
+            parts.append(bit_name)
+            rest &= ~bit
+    return "|".join(parts) if not rest else None
