@@ -4,8 +4,10 @@ probe, and which processes: `-- COMMAND`, --pid, --comm."""
 from __future__ import annotations
 
 import errno
+import functools
 import math
 import os
+import shlex
 import sys
 from typing import Callable
 
@@ -22,6 +24,7 @@ from cudaprobe.errors import (
     UsageError,
 )
 from cudaprobe.output.files import OutputStream, StdoutStream, open_output
+from cudaprobe.output.formats import REPORT_EXTENSIONS, format_of_output
 from cudaprobe.output.table import make_console
 from cudaprobe.probe import bpfprog
 from cudaprobe.probe.plan import ProbePlan, plan_probes
@@ -91,15 +94,38 @@ def probe_options(events: str | None) -> Callable[[Callable], Callable]:
                           "now or started later."),
         click.option("--wait", is_flag=True,
                      help="With --pid: attach even if the process maps no CUDA code yet."),
+        click.option("-c", "--cmd", metavar="CMD",
+                     help="The command to start and trace, as one string split as the "
+                          "shell would (bpftrace's -c): the same as `-- CMD...`."),
         click.argument("command", nargs=-1, type=click.UNPROCESSED),
     ]
 
     def decorate(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def with_command(*args: object, cmd: str | None, command: tuple[str, ...],
+                         **kwargs: object) -> object:
+            return f(*args, command=command_of(cmd, command), **kwargs)
+
         for option in reversed(options):
-            f = option(f)
-        return f
+            with_command = option(with_command)
+        return with_command
 
     return decorate
+
+
+def command_of(cmd: str | None, command: tuple[str, ...]) -> tuple[str, ...]:
+    """-c CMD, split as the shell would, or `-- COMMAND...`; not both."""
+    if cmd is None:
+        return command
+    if command:
+        raise UsageError("-c CMD and -- COMMAND both name the command: give one")
+    try:
+        words = tuple(shlex.split(cmd))
+    except ValueError as e:  # an unclosed quote
+        raise UsageError(f"-c {cmd!r}: {e}") from None
+    if not words:
+        raise UsageError("-c needs a command")
+    return words
 
 
 def plan_targets(functions: list[Function], libs: tuple[str, ...], apis: set[str],
@@ -154,11 +180,15 @@ def announce(plan: ProbePlan, targets: Targets | None, doing: str) -> Callable[[
 
 
 def report_file_options(schema_doc: str) -> Callable[[Callable], Callable]:
-    """--json, -o/--output and --force: the options report_output() takes."""
+    """-f/--format, -o/--output and --force (and --json, hidden, the old name of
+    `-f json`): the options report_output() takes."""
     options = [
-        click.option("--json", "as_json", is_flag=True,
-                     help=f"Write the report as JSON (schema: {schema_doc}); "
-                          "implied by -o FILE.json."),
+        click.option("-f", "--format", "fmt", type=click.Choice(sorted(REPORT_EXTENSIONS)),
+                     default=None,
+                     help=f"Format of the report: a table, or one JSON document (schema: "
+                          f"{schema_doc}). Default: from the -o extension (.json), else table."),
+        click.option("--json", "as_json", is_flag=True, hidden=True,
+                     help="The same as `-f json` (deprecated)."),
         click.option("-o", "--output", metavar="FILE",
                      help="Write the report to FILE (created 0600)."),
         click.option("--force", is_flag=True, help="Overwrite an existing -o FILE."),
@@ -172,12 +202,14 @@ def report_file_options(schema_doc: str) -> Callable[[Callable], Callable]:
     return decorate
 
 
-def report_output(output: str | None, force: bool,
+def report_output(output: str | None, force: bool, fmt: str | None,
                   as_json: bool) -> tuple[OutputStream, bool, Console]:
     """Where a report goes: the -o stream (stdout without it), whether it is JSON
-    (--json, or FILE.json), and the console for the human report: stdout, unless
-    the JSON goes there."""
-    as_json = as_json or bool(output and output.endswith(".json"))
+    (-f json, --json, or -o FILE.json), and the console for the human report:
+    stdout, unless the JSON goes there."""
+    if as_json and fmt not in (None, "json"):
+        raise UsageError(f"--json and -f {fmt} disagree: give one (--json is -f json)")
+    as_json = format_of_output("json" if as_json else fmt, output, REPORT_EXTENSIONS) == "json"
     stream = open_output(output, force)
     return stream, as_json, make_console(
         sys.stderr if as_json and isinstance(stream, StdoutStream) else sys.stdout)

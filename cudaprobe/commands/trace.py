@@ -23,7 +23,9 @@ from cudaprobe.sessions.trace import SessionOptions, TraceSession
 @click.command("trace", context_settings={"show_default": True})
 @probe_options(events="trace")
 @click.option("-f", "--format", "fmt", type=click.Choice(FORMATS), default=None,
-              help="Output format. Default: from the -o extension, else table.")
+              help="Output format: json is one document ({\"calls\": [...], \"summary\": "
+                   "{...}}), jsonl a line per call. Default: from the -o extension (.jsonl, "
+                   ".json, .csv, .chrome.json), else table.")
 @click.option("-o", "--output", metavar="FILE", help="Write calls to FILE (created 0600).")
 @click.option("--force", is_flag=True, help="Overwrite an existing -o FILE.")
 @click.option("--errors-only", is_flag=True, help="Only calls that returned an error.")
@@ -53,6 +55,7 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
     \b
     Examples:
       sudo cudaprobe trace -- ./my_app --its-args
+      sudo cudaprobe trace -c './my_app --its-args' -o calls.json
       sudo cudaprobe trace --lib /usr/local/cuda/lib64/libcudart.so -d 10
       sudo cudaprobe trace --pid 31337 -o calls.jsonl
       sudo cudaprobe trace --comm python3 -e kernel,transfer
@@ -67,8 +70,6 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
     otlp = otlp_config(**otlp)
     if gpu_time:
         check_gpu_time(list(command))
-    if output and fmt is None and output != "-":
-        fmt = choose_format(None, output)
     fmt = choose_format(fmt, output)
     apis = APIS[api]
     functions = select_functions(list(events), apis)

@@ -60,7 +60,7 @@ def _us(ns: int) -> float:
 
 class ChromeReporter(Reporter):
     name = "chrome"
-    # `.json` alone is JSONL; these double extensions are matched first
+    # `.json` alone is the JSON document; these double extensions are matched first
     extensions = (".chrome.json", ".perfetto.json")
 
     def start(self) -> None:

@@ -19,7 +19,7 @@ from cudaprobe.probe.event import R_COMM, R_DURATION, R_PID, R_RET, R_TID, R_TS,
 
 class JsonlReporter(Reporter):
     name = "jsonl"
-    extensions = (".jsonl", ".ndjson", ".json")
+    extensions = (".jsonl", ".ndjson")
 
     def __init__(self, stream: TextIO) -> None:
         super().__init__(stream)
@@ -28,9 +28,13 @@ class JsonlReporter(Reporter):
         self._json_details: dict[ProbeDecoder, Callable[[tuple], tuple[str, str]]] = {}
 
     def calls(self, calls: list[Call]) -> None:
-        self.stream.write("".join([self.json_line(c) + "\n" if c.gpu is None
-                                   else self.json_line(c)[:-1] + ',"gpu":'
-                                   + encode(gpu_object(c.gpu)) + "}\n" for c in calls]))
+        self.stream.write("".join(self.lines_of(calls)))
+
+    def lines_of(self, calls: list[Call]) -> list[str]:
+        """Each call's line, with its newline (and its `gpu` object, where it has one)."""
+        return [self.json_line(c) + "\n" if c.gpu is None
+                else self.json_line(c)[:-1] + ',"gpu":' + encode(gpu_object(c.gpu)) + "}\n"
+                for c in calls]
 
     def records(self, records: list[tuple], decoder: RecordDecoder) -> None:
         self.stream.write("".join(decoder.decode(records, self)))

@@ -208,7 +208,7 @@ def test_added_keys_do_not_hide_an_argument():
 def test_chrome_format_from_its_extensions():
     assert choose_format(None, "run.chrome.json") == "chrome"
     assert choose_format(None, "/tmp/RUN.Perfetto.JSON") == "chrome"
-    assert choose_format(None, "run.json") == "jsonl"
+    assert choose_format(None, "run.json") == "json"
     assert choose_format("chrome", "run.jsonl") == "chrome"
 
 
