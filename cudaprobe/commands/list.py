@@ -9,12 +9,13 @@ from rich.table import Table
 from rich.text import Text
 
 from cudaprobe.catalogue.functions import DRIVER, HOT, RUNTIME
+from cudaprobe.commands.completion import complete_events
 from cudaprobe.output.table import make_console
 from cudaprobe.probe.plan import ALL, select_functions
 
 
 @click.command("list")
-@click.option("-e", "--events", multiple=True, metavar="LIST",
+@click.option("-e", "--events", multiple=True, metavar="LIST", shell_complete=complete_events,
               help="Only these functions or categories, comma-separated.")
 @click.option("--api", type=click.Choice(["runtime", "driver", "all"]), default="all",
               help="Which API's functions.")

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from cudaprobe.catalogue.functions import DRIVER, HOT, RUNTIME, Function
+from cudaprobe.commands.completion import complete_events
 from cudaprobe.errors import (
     LibraryNotFound,
     NotRoot,
@@ -77,7 +78,7 @@ def probe_options(events: str | None) -> Callable[[Callable], Callable]:
     ]
     if events:
         options.append(click.option("-e", "--events", multiple=True, metavar="LIST",
-                                    help=events_help(events)))
+                                    shell_complete=complete_events, help=events_help(events)))
     options += [
         click.option("--api", type=click.Choice(sorted(APIS)), default="all",
                      help="Runtime (libcudart), driver (libcuda), or both."),
