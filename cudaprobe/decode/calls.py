@@ -27,12 +27,14 @@ class Call:
     most reporters need one or neither of them. Either can be assigned."""
 
     __slots__ = ("time_ms", "ts_ns", "pid", "tid", "process", "event", "api", "category",
-                 "duration_ns", "ret", "ret_name", "_args", "_details", "lazy", "gpu")
+                 "duration_ns", "ret", "ret_name", "_args", "_details", "lazy", "gpu", "depth",
+                 "parent")
 
     def __init__(self, time_ms: float, ts_ns: int, pid: int, tid: int, process: str, event: str,
                  api: str, category: str, duration_ns: int | None, ret: int | None,
                  ret_name: str | None, args: dict[str, Any] | None = None,
-                 details: str | None = None, lazy: Any = None) -> None:
+                 details: str | None = None, lazy: Any = None, depth: int = 0,
+                 parent: int | None = None) -> None:
         self.time_ms = time_ms
         self.ts_ns = ts_ns
         self.pid = pid
@@ -50,6 +52,10 @@ class Call:
         self.lazy = lazy
         # --gpu-time: the kernels, copies or memsets it queued (decode.gputime.GpuWork)
         self.gpu: list | None = None
+        # nesting on its thread (nesting.CallOrder): 0 at the top; the ts_ns of the
+        # call this one was made in
+        self.depth = depth
+        self.parent = parent
 
     def _decode(self) -> None:
         decoder, record = self.lazy
@@ -97,7 +103,7 @@ class Call:
 
 JSONL_KEYS = (
     "time_ms", "ts_ns", "pid", "tid", "process", "event", "api", "category",
-    "duration_ns", "ret", "ret_name", "args", "details",
+    "duration_ns", "ret", "ret_name", "args", "details", "depth", "parent",
 )
 
 

@@ -11,6 +11,7 @@ import json
 
 from cudaprobe.analysis.summary import Summary
 from cudaprobe.decode.calls import Call
+from cudaprobe.decode.nesting import Mark
 from cudaprobe.decode.records import RecordDecoder
 from cudaprobe.output.jsonl import JsonlReporter
 
@@ -31,8 +32,9 @@ class JsonReporter(JsonlReporter):
     def calls(self, calls: list[Call]) -> None:
         self._write_lines(self.lines_of(calls))
 
-    def records(self, records: list[tuple], decoder: RecordDecoder) -> None:
-        self._write_lines(decoder.decode(records, self))
+    def records(self, records: list[tuple], decoder: RecordDecoder,
+                nesting: list[Mark] | None = None) -> None:
+        self._write_lines(decoder.decode(records, self, nesting))
 
     def finish(self, summary: Summary) -> None:
         self.stream.write('\n],"summary":' + json.dumps(summary.to_dict(), separators=(",", ":"))

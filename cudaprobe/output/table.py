@@ -48,7 +48,7 @@ class Column:
 
 def _event(c: Call) -> str:
     """Indented by its depth, as uftrace shows calls made inside a call."""
-    return INDENT * getattr(c, "depth", 0) + c.event
+    return INDENT * c.depth + c.event if c.depth else c.event
 
 
 def _latency(c: Call) -> str:

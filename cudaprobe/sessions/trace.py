@@ -22,9 +22,11 @@ from rich.console import Console
 
 from cudaprobe import STARTED
 from cudaprobe.analysis.summary import Summary, count_lost, describe_lost
+from cudaprobe.catalogue.functions import RUNTIME
 from cudaprobe.decode.calls import Call, Symbolizer, decode_event
 from cudaprobe.decode.gputime import GpuWork, join
 from cudaprobe.decode.handles import KernelHandles
+from cudaprobe.decode.nesting import CallOrder, Mark
 from cudaprobe.decode.records import RecordDecoder
 from cudaprobe.output.files import OutputStream
 from cudaprobe.output.formats import Reporter
@@ -68,6 +70,8 @@ class TraceSession:
                                not_found=plan.not_found)
         self._in_flight_errors = 0
         self._records: RecordDecoder | None = None  # made once t0 is known
+        # the rows in call order, each under the call it was made in
+        self.order = CallOrder([p.function.api == RUNTIME for p in plan.probes])
         self.kernel_handles = KernelHandles()  # driver launches' kernel names, as made
         self.sweeper = Sweeper()
         self._t0 = 0
@@ -95,12 +99,20 @@ class TraceSession:
         return calls
 
     def _emit(self, records: list[tuple]) -> None:
+        """A poll's records (none: the poll found nothing, and calls held
+        long enough go out all the same)."""
         if records:
             self._records.count(records, self.summary)  # until the kernel counts them
-            if self._held is not None:
-                self._held.extend(self._records.calls(records))
-            else:
-                self.reporter.records(records, self._records)
+        self._pass_on(*self.order.add(records))
+
+    def _pass_on(self, ordered: list[tuple], nesting: list[Mark]) -> None:
+        """Records in call order, to the reporter, or held (--gpu-time)."""
+        if not ordered:
+            return
+        if self._held is not None:  # --gpu-time: until the GPU's records are read
+            self._held.extend(self._records.calls(ordered, nesting))
+        else:
+            self.reporter.records(ordered, self._records, nesting)
 
     def run(self) -> int:
         """Trace until stopped; returns the exit status for cudaprobe."""
@@ -182,6 +194,7 @@ class TraceSession:
             return
         while records := tracer.drain_records():
             self._emit(records)
+        self._pass_on(*self.order.flush())
 
     def _report_held(self) -> None:
         """--gpu-time: the command has exited; its GPU work joined to the rows held."""
