@@ -8,6 +8,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from cudaprobe.catalogue.count import count_text
 from cudaprobe.catalogue.functions import DRIVER, HOT, RUNTIME
 from cudaprobe.commands.completion import complete_events
 from cudaprobe.output.table import make_console
@@ -30,12 +31,16 @@ def list_command(events, api) -> None:
 
     Every function is listed; DEFAULT says whether trace, stats and serve
     probe it without -e (the hot getters are left out: -e all adds them).
+    The last line counts them as trace and doctor do: functions, and the
+    symbols (variants such as _ptsz, _v2) that are probed for them.
     """
     apis = {RUNTIME, DRIVER} if api == "all" else {api}
-    table = Table(show_edge=False)
+    functions = select_functions(list(events) or [ALL], apis)
+    table = Table(show_edge=False, caption_justify="left", caption=count_text(
+        [f.name for f in functions], [s for f in functions for s in f.symbols]))
     for col in ("FUNCTION", "API", "CATEGORY", "DEFAULT", "ARGUMENTS", "SYMBOLS PROBED"):
         table.add_column(col)
-    for fn in select_functions(list(events) or [ALL], apis):
+    for fn in functions:
         args = ", ".join(f"{a.name}:{a.kind.value}" for a in fn.args)
         default = "no (hot)" if fn.name in HOT else "yes"
         table.add_row(Text(fn.name), fn.api, fn.category, default, Text(args),

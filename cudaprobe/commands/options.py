@@ -15,6 +15,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
+from cudaprobe.catalogue.count import count_text
 from cudaprobe.catalogue.functions import DRIVER, HOT, RUNTIME, Function
 from cudaprobe.commands.completion import complete_events
 from cudaprobe.errors import (
@@ -174,8 +175,9 @@ def announce(plan: ProbePlan, targets: Targets | None, doing: str) -> Callable[[
     for note in prepare_machine() + (targets.notes if targets else []):
         notify(note)
     paths = sorted({a.path for a in plan.attachments})
-    functions_probed = len({a.probe.func_id for a in plan.attachments})
-    notify(f"{doing} {functions_probed} functions in {', '.join(paths)}" if paths
+    probed = count_text({a.probe.function.name for a in plan.attachments},
+                        {a.probe.symbol for a in plan.attachments})
+    notify(f"{doing} {probed} in {', '.join(paths)}" if paths
            else "no CUDA code mapped yet: probes go in as it is loaded")
     return notify
 

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from cudaprobe.catalogue.count import count_text
 from cudaprobe.catalogue.functions import DRIVER, FUNCTIONS, RUNTIME
 from cudaprobe.errors import CudaprobeError
 from cudaprobe.probe import bpfprog, sweep, uprobe_multi
@@ -260,8 +261,9 @@ def _check_library(path: str) -> Check:
     missing = [f.name for f in wanted if f.name not in found]
     details = {"path": path, "api": api, "version": _version_of(path),
                "functions": found, "missing": missing}
-    text = (f"{path}: {api or 'unknown API'} {details['version']}, {len(found)} of "
-            f"{len(wanted)} catalogue functions")
+    defined = [s for f in wanted for s in f.symbols if s in symbols]
+    text = (f"{path}: {api or 'unknown API'} {details['version']}, "
+            f"{count_text(found, defined)} (of {len(wanted)} catalogue functions)")
     if not found:
         return Check("CUDA library", WARN, text, "not a CUDA runtime or driver library?", details)
     if missing:

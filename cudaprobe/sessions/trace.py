@@ -36,7 +36,7 @@ from cudaprobe.probe.plan import ProbePlan
 from cudaprobe.probe.sweep import Sweeper
 from cudaprobe.probe.tracer import Tracer
 from cudaprobe.sessions.gputime import GpuTimeRun
-from cudaprobe.sessions.run import POLL_MS, ProbeRun, RunOptions
+from cudaprobe.sessions.run import POLL_MS, ProbeRun, RunOptions, say_if_no_cuda
 
 LOSS_REPORT_S = 1.0
 
@@ -262,4 +262,5 @@ class TraceSession:
         self.reporter.finish(self.summary)
         if self.summary_console is not None:
             self.summary.render(self.summary_console)
+        say_if_no_cuda(self.options, self.summary.total_calls + len(in_flight))
 
