@@ -30,6 +30,7 @@ from cudaprobe.decode.nesting import CallOrder, Mark
 from cudaprobe.decode.records import RecordDecoder
 from cudaprobe.output.files import OutputStream
 from cudaprobe.output.formats import Reporter
+from cudaprobe.output.status import StatusLine
 from cudaprobe.probe.bpfprog import Settings
 from cudaprobe.probe.event import RawEvent
 from cudaprobe.probe.plan import ProbePlan
@@ -55,6 +56,8 @@ class SessionOptions(RunOptions):
     # unless on_gpu_work takes the GPU work as it comes (serve), rows going out as usual
     gpu_time: bool = False
     on_gpu_work: Callable[[list[GpuWork]], None] | None = None
+    # the live line on the terminal while rows go to a file or pipe
+    status: StatusLine | None = None
 
 
 class TraceSession:
@@ -76,6 +79,7 @@ class TraceSession:
         self.sweeper = Sweeper()
         self._t0 = 0
         self._lost_said = 0
+        self._lost_total = 0  # as last counted (each second)
         self._next_loss_check = 0.0
         self._header_lines = 0  # written by reporter.start(): not rows
         self._gpu: GpuTimeRun | None = None
@@ -127,6 +131,8 @@ class TraceSession:
         try:
             return self._run()
         finally:
+            if self.options.status is not None:  # taken away before anything else is said
+                self.options.status.stop()
             if self._gpu is not None:
                 self._gpu.close()
 
@@ -134,11 +140,18 @@ class TraceSession:
         with ProbeRun(self.plan, self.settings, self.options, self.summary,
                       on_attached=self._attached) as run:
             tracer = run.tracer
+            status = self.options.status
+            if status is not None:
+                status.start()
             while run.running() and not self._output_failed(tracer):
                 self._read(tracer, POLL_MS)
                 self._say_losses(tracer)
                 self.sweeper.due(tracer)
+                if status is not None:
+                    status.update(run.elapsed_s, self.summary.total_rows, self._lost_total)
             run.finish(lambda timeout_ms: self._read(tracer, timeout_ms))
+            if status is not None:
+                status.stop()
             if run.command is not None and not run.command.released:
                 self._never_ran()
                 return run.exit_status()
@@ -228,7 +241,7 @@ class TraceSession:
         lost = {**tracer.counters(), "decode_errors": self.decode_errors}
         if self.options.on_counters is not None:
             self.options.on_counters(lost)
-        total = count_lost(lost)
+        total = self._lost_total = count_lost(lost)
         if total > self._lost_said:
             self._lost_said = total
             self.options.notify(f"{total} events lost so far ({describe_lost(lost)})")
