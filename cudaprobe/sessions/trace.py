@@ -32,7 +32,7 @@ from cudaprobe.output.files import OutputStream
 from cudaprobe.output.formats import Reporter
 from cudaprobe.output.status import StatusLine
 from cudaprobe.probe.bpfprog import Settings
-from cudaprobe.probe.event import RawEvent
+from cudaprobe.probe.event import R_TID, R_TS, RawEvent
 from cudaprobe.probe.plan import ProbePlan
 from cudaprobe.probe.sweep import Sweeper
 from cudaprobe.probe.tracer import Tracer
@@ -207,8 +207,6 @@ class TraceSession:
             return
         while records := tracer.drain_records():
             self._emit(records)
-        self._pass_on(*self.order.flush())
-
     def _report_held(self) -> None:
         """--gpu-time: the command has exited; its GPU work joined to the rows held."""
         work = self._gpu.read()
@@ -246,19 +244,41 @@ class TraceSession:
             self._lost_said = total
             self.options.notify(f"{total} events lost so far ({describe_lost(lost)})")
 
+    def _report_last(self, in_flight: list[Call]) -> None:
+        """The calls CallOrder still holds, and those still running: a call still
+        running (the outermost of its thread) encloses the calls its thread
+        made since it began, so it comes first and they come under it. To the
+        reporter, or to the rows held for --gpu-time."""
+        held, nesting = self.order.flush()
+        outer: dict[int, Call] = {}
+        for c in in_flight:
+            top = outer.setdefault(c.tid, c)
+            if top is not c:
+                c.depth, c.parent = 1, top.ts_ns
+        for i, rec in enumerate(held):
+            top = outer.get(rec[R_TID])
+            if top is not None and rec[R_TS] >= top.ts_ns:
+                depth, parent = nesting[i]
+                nesting[i] = (depth + 1, top.ts_ns if parent is None else parent)
+        if in_flight:
+            if self._held is not None:
+                self._held.extend(in_flight)
+            else:
+                self.reporter.calls(in_flight)
+        self._pass_on(held, nesting)
+
     def _finish(self, tracer: Tracer, duration_s: float) -> None:
         """Detached and drained: the calls still in flight, then the summary."""
         self.sweeper.now(tracer)  # calls of threads gone are not "still running"
         self.summary.exited_mid_call = self.sweeper.removed
+        in_flight = self._in_flight(tracer.in_flight())
+        in_flight.sort(key=lambda c: c.ts_ns)
+        self.summary.in_flight = in_flight
+        self._report_last(in_flight)
         if self._held is not None:
             self._report_held()
         elif self._feed_gpu():  # the last, written at the command's exit
             self._gpu.read()  # and what came of it, said
-        in_flight = self._in_flight(tracer.in_flight())
-        in_flight.sort(key=lambda c: c.ts_ns)
-        self.summary.in_flight = in_flight
-        if in_flight:
-            self.reporter.calls(in_flight)
         # calls, errors and latency as the kernel counted them: exact when rows were lost
         self.summary.take_kernel_counts(self.plan.probes, tracer.read_tally())
         lost = tracer.counters()
