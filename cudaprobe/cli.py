@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 import click
 
 from cudaprobe import __version__
+from cudaprobe.commands.completion import completion_command
 from cudaprobe.commands.doctor import doctor_command
 from cudaprobe.commands.export import export_group
 from cudaprobe.commands.list import list_command
@@ -134,3 +135,4 @@ main.add_command(memory_command)
 main.add_command(serve_command)
 main.add_command(export_group)
 main.add_command(doctor_command)
+main.add_command(completion_command)

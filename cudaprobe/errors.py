@@ -81,12 +81,12 @@ class CudaNotMapped(CudaprobeError):
     # named in the message, where selected, before the count of the rest
     LANDMARKS = ("cudaLaunchKernel", "cudaMalloc", "cuLaunchKernel", "cuMemAlloc_v2")
 
-    def __init__(self, processes: str, files: int, symbols: list[str]) -> None:
+    def __init__(self, processes: str, files: int, symbols: list[str], note: str = "") -> None:
         shown = [s for s in self.LANDMARKS if s in symbols] or symbols[:3]
         super().__init__(
             f"{processes} not using CUDA: none of the {files} files mapped defines "
             f"{', '.join(shown)} or any other of the {len(symbols)} traced symbols "
-            "(as libcudart, libcuda, or a runtime linked in statically would)",
+            f"(as libcudart, libcuda, or a runtime linked in statically would){note}",
             fix="add --wait to attach when it loads CUDA",
         )
 

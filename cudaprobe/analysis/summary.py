@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cudaprobe.catalogue.cuda_errors import error_name
-from cudaprobe.decode.calls import Call, humanize_ns
+from cudaprobe.decode.calls import Call, cut_middle, humanize_ns
 from cudaprobe.probe.event import CallTally
 from cudaprobe.probe.plan import Probe
 
@@ -131,15 +131,25 @@ class Summary:
         }
 
     def render(self, console: Console) -> None:
-        table = Table(title="cudaprobe summary", title_justify="left", show_edge=False)
-        for col, justify in (("EVENT", "left"), ("CALLS", "right"), ("TOTAL", "right"),
-                             ("AVG", "right"), ("ERRORS", "left")):
-            table.add_column(col, justify=justify)
+        """The table, a line per function at any width from 80: an error per line
+        of its cell, never split; names cut in the middle where the line is short
+        (the suffix stays: `cudaLaunchCoop…Kernel_ptsz`)."""
         by_total = sorted(self.counts.items(), key=lambda kv: -kv[1].total_ns)
+        rows = []
         for name, s in by_total:
-            errors = ", ".join(f"{n} x{k}" for n, k in s.errors.most_common())
+            errors = "\n".join(f"{n} x{k}" for n, k in s.errors.most_common())
             avg = humanize_ns(s.total_ns // s.calls) if s.calls else "-"
-            table.add_row(Text(name), str(s.calls), humanize_ns(s.total_ns), avg, Text(errors))
+            rows.append([name, str(s.calls), humanize_ns(s.total_ns), avg, errors])
+        titles = ("EVENT", "CALLS", "TOTAL", "AVG", "ERRORS")
+        widths = [max([len(titles[i])] + [len(line) for r in rows for line in r[i].split("\n")])
+                  for i in range(len(titles))]
+        # each column's padding and rule: 3 characters, less the edge
+        event_width = max(len(titles[0]), console.width - sum(widths[1:]) - 3 * len(titles))
+        table = Table(title="cudaprobe summary", title_justify="left", show_edge=False)
+        for col, justify in zip(titles, ("left", "right", "right", "right", "left")):
+            table.add_column(col, justify=justify, no_wrap=True)
+        for name, *cells in rows:
+            table.add_row(Text(cut_middle(name, event_width)), *cells[:-1], Text(cells[-1]))
         console.print(table)
         lost = self.total_lost
         line = f"{self.total_calls} calls in {self.duration_s:.2f}s, "

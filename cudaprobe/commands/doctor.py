@@ -12,10 +12,13 @@ from cudaprobe.sessions.doctor import render, run_checks, to_json, tracing_works
 
 
 @click.command("doctor")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of the table.")
+@click.option("-f", "--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True, help="A table, or one JSON object.")
+@click.option("--json", "as_json", is_flag=True, hidden=True,
+              help="The same as `-f json` (deprecated).")
 @click.option("--lib", "libs", multiple=True, metavar="PATH",
               help="Check this CUDA library instead of the ones found. Repeatable.")
-def doctor_command(as_json, libs) -> None:
+def doctor_command(fmt, as_json, libs) -> None:
     """Check that this machine can trace CUDA calls, and say how to fix what
     is missing: privileges, kernel and its config, BTF, tracefs, kernel
     headers, bcc, bpftrace, how probes attach, the uretprobe/seccomp hazard of
@@ -25,11 +28,11 @@ def doctor_command(as_json, libs) -> None:
     \b
     Examples:
       sudo cudaprobe doctor
-      cudaprobe doctor --json | jq '.checks[] | select(.status != "ok")'
+      cudaprobe doctor -f json | jq '.checks[] | select(.status != "ok")'
       sudo cudaprobe doctor --lib /opt/app/lib/libcudart.so.12
     """
     checks = run_checks(list(libs) or None)
-    if as_json:
+    if as_json or fmt == "json":
         click.echo(json.dumps(to_json(checks), indent=2))
     else:
         render(checks, make_console(sys.stdout))

@@ -7,6 +7,7 @@ import shlex
 
 import click
 
+from cudaprobe.commands.completion import complete_events
 from cudaprobe.commands.options import APIS, events_help, resolve_libraries
 from cudaprobe.errors import CudaNotMapped, CudaprobeError, NotRoot
 from cudaprobe.output.bpftrace import ExportOptions, render_script
@@ -60,7 +61,7 @@ def _command_line(libs: list[str], events: tuple[str, ...], api: str, pids: list
 @click.option("-p", "--pid", "pids", multiple=True, type=click.IntRange(min=1), metavar="PID",
               help="Only trace this process, probing the CUDA code it maps (needs root). "
                    "Repeatable.")
-@click.option("-e", "--events", multiple=True, metavar="LIST",
+@click.option("-e", "--events", multiple=True, metavar="LIST", shell_complete=complete_events,
               help=events_help("trace"))
 @click.option("--api", type=click.Choice(sorted(APIS)), default="all",
               help="Runtime (libcudart), driver (libcuda), or both.")

@@ -8,7 +8,9 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from cudaprobe.catalogue.count import count_text
 from cudaprobe.catalogue.functions import DRIVER, HOT, RUNTIME, is_default
+from cudaprobe.commands.completion import complete_events
 from cudaprobe.commands.options import resolve_libraries
 from cudaprobe.output.table import make_console
 from cudaprobe.probe.plan import ALL, select_functions
@@ -23,7 +25,7 @@ def _default_text(name: str, category: str) -> str:
 
 
 @click.command("list")
-@click.option("-e", "--events", multiple=True, metavar="LIST",
+@click.option("-e", "--events", multiple=True, metavar="LIST", shell_complete=complete_events,
               help="Only these functions or categories, comma-separated.")
 @click.option("--api", type=click.Choice(["runtime", "driver", "all"]), default="all",
               help="Which API's functions.")
@@ -56,11 +58,10 @@ def list_command(events, api, libs) -> None:
                 "SYMBOLS PROBED"):
         table.add_column(col)
     functions = select_functions(list(events) or [ALL], apis)
-    symbols = found = 0
+    found = 0
     for fn in functions:
         args = ", ".join(f"{a.name}:{a.kind.value}" for a in fn.args)
         have = "-" if exported is None else sum(s in exported for s in fn.symbols)
-        symbols += len(fn.symbols)
         found += have if isinstance(have, int) else 0
         table.add_row(Text(fn.name), fn.api, fn.category, _default_text(fn.name, fn.category),
                       f"{have}/{len(fn.symbols)}" if exported is not None else "-", Text(args),
@@ -68,5 +69,5 @@ def list_command(events, api, libs) -> None:
     console = make_console(sys.stdout)
     console.print(table)
     where = ", ".join(libraries) if libraries else "no library found"
-    console.print(Text(f"{len(functions)} functions, {symbols} symbols; {found} of them "
-                       f"exported by {where}"))
+    counted = count_text([f.name for f in functions], [s for f in functions for s in f.symbols])
+    console.print(Text(f"{counted}; {found} of them exported by {where}"))

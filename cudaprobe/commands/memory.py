@@ -33,7 +33,7 @@ from cudaprobe.sessions.memory import MemoryOptions, MemorySession
               help="Show live bytes per process every SECONDS.")
 @report_file_options("docs/memory.md")
 def memory_command(libs, api, duration, dump_bpf, pids, comm, wait, command, stacks, interval,
-                   as_json, output, force) -> None:
+                   fmt, as_json, output, force) -> None:
     """Track CUDA memory: allocations and frees at the runtime and driver layers
     (a cudaMalloc that the driver serves as cuMemAlloc_v2 counts once), by
     kind: device, host-pinned, managed, async-pool (cudaMallocAsync, pools),
@@ -55,7 +55,7 @@ def memory_command(libs, api, duration, dump_bpf, pids, comm, wait, command, sta
       sudo cudaprobe memory -- ./my_app
       sudo cudaprobe memory --pid 31337 --interval 5
       sudo cudaprobe memory --stacks --interval 5 -- python train.py
-      sudo cudaprobe memory --json -o memory.json -- ./my_app
+      sudo cudaprobe memory -o memory.json -- ./my_app
     """
     apis = APIS[api]
     plan, settings, targets = plan_targets(memory_functions(apis), libs, apis, pids, comm, wait,
@@ -64,7 +64,7 @@ def memory_command(libs, api, duration, dump_bpf, pids, comm, wait, command, sta
     if dump_bpf:
         click.echo(bpfprog.render(plan.probes, settings))
         return
-    stream, as_json, human = report_output(output, force, as_json)
+    stream, as_json, human = report_output(output, force, fmt, as_json)
     notify = announce(plan, targets, "tracking memory:")
     session: MemorySession
 

@@ -4,8 +4,10 @@ probe, and which processes: `-- COMMAND`, --pid, --comm."""
 from __future__ import annotations
 
 import errno
+import functools
 import math
 import os
+import shlex
 import sys
 from typing import Callable
 
@@ -13,7 +15,9 @@ import click
 from rich.console import Console
 from rich.text import Text
 
+from cudaprobe.catalogue.count import count_text
 from cudaprobe.catalogue.functions import DRIVER, HOT, RUNTIME, Function
+from cudaprobe.commands.completion import complete_events
 from cudaprobe.errors import (
     LibraryNotFound,
     NotRoot,
@@ -22,6 +26,7 @@ from cudaprobe.errors import (
     UsageError,
 )
 from cudaprobe.output.files import OutputStream, StdoutStream, open_output
+from cudaprobe.output.formats import REPORT_EXTENSIONS, format_of_output
 from cudaprobe.output.table import make_console
 from cudaprobe.probe import bpfprog
 from cudaprobe.probe.plan import ProbePlan, plan_probes
@@ -76,7 +81,7 @@ def probe_options(events: str | None) -> Callable[[Callable], Callable]:
     ]
     if events:
         options.append(click.option("-e", "--events", multiple=True, metavar="LIST",
-                                    help=events_help(events)))
+                                    shell_complete=complete_events, help=events_help(events)))
     options += [
         click.option("--api", type=click.Choice(sorted(APIS)), default="all",
                      help="Runtime (libcudart), driver (libcuda), or both."),
@@ -93,15 +98,38 @@ def probe_options(events: str | None) -> Callable[[Callable], Callable]:
                           "now or started later."),
         click.option("--wait", is_flag=True,
                      help="With --pid: attach even if the process maps no CUDA code yet."),
+        click.option("-c", "--cmd", metavar="CMD",
+                     help="The command to start and trace, as one string split as the "
+                          "shell would (bpftrace's -c): the same as `-- CMD...`."),
         click.argument("command", nargs=-1, type=click.UNPROCESSED),
     ]
 
     def decorate(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def with_command(*args: object, cmd: str | None, command: tuple[str, ...],
+                         **kwargs: object) -> object:
+            return f(*args, command=command_of(cmd, command), **kwargs)
+
         for option in reversed(options):
-            f = option(f)
-        return f
+            with_command = option(with_command)
+        return with_command
 
     return decorate
+
+
+def command_of(cmd: str | None, command: tuple[str, ...]) -> tuple[str, ...]:
+    """-c CMD, split as the shell would, or `-- COMMAND...`; not both."""
+    if cmd is None:
+        return command
+    if command:
+        raise UsageError("-c CMD and -- COMMAND both name the command: give one")
+    try:
+        words = tuple(shlex.split(cmd))
+    except ValueError as e:  # an unclosed quote
+        raise UsageError(f"-c {cmd!r}: {e}") from None
+    if not words:
+        raise UsageError("-c needs a command")
+    return words
 
 
 def plan_targets(functions: list[Function], libs: tuple[str, ...], apis: set[str],
@@ -149,22 +177,23 @@ def announce(plan: ProbePlan, targets: Targets | None, doing: str) -> Callable[[
     for note in prepare_machine() + (targets.notes if targets else []):
         notify(note)
     paths = sorted({a.path for a in plan.attachments})
-    # counted as `cudaprobe list` and doctor count: catalogue functions, and
-    # the symbols of theirs that the libraries export (one probe id each)
-    functions_probed = len({id(a.probe.function) for a in plan.attachments})
-    symbols_probed = len({a.probe.func_id for a in plan.attachments})
-    notify(f"{doing} {functions_probed} functions ({symbols_probed} symbols) in "
-           f"{', '.join(paths)}" if paths
+    probed = count_text({a.probe.function.name for a in plan.attachments},
+                        {a.probe.symbol for a in plan.attachments})
+    notify(f"{doing} {probed} in {', '.join(paths)}" if paths
            else "no CUDA code mapped yet: probes go in as it is loaded")
     return notify
 
 
 def report_file_options(schema_doc: str) -> Callable[[Callable], Callable]:
-    """--json, -o/--output and --force: the options report_output() takes."""
+    """-f/--format, -o/--output and --force (and --json, hidden, the old name of
+    `-f json`): the options report_output() takes."""
     options = [
-        click.option("--json", "as_json", is_flag=True,
-                     help=f"Write the report as JSON (schema: {schema_doc}); "
-                          "implied by -o FILE.json."),
+        click.option("-f", "--format", "fmt", type=click.Choice(sorted(REPORT_EXTENSIONS)),
+                     default=None,
+                     help=f"Format of the report: a table, or one JSON document (schema: "
+                          f"{schema_doc}). Default: from the -o extension (.json), else table."),
+        click.option("--json", "as_json", is_flag=True, hidden=True,
+                     help="The same as `-f json` (deprecated)."),
         click.option("-o", "--output", metavar="FILE",
                      help="Write the report to FILE (created 0600)."),
         click.option("--force", is_flag=True, help="Overwrite an existing -o FILE."),
@@ -178,12 +207,14 @@ def report_file_options(schema_doc: str) -> Callable[[Callable], Callable]:
     return decorate
 
 
-def report_output(output: str | None, force: bool,
+def report_output(output: str | None, force: bool, fmt: str | None,
                   as_json: bool) -> tuple[OutputStream, bool, Console]:
     """Where a report goes: the -o stream (stdout without it), whether it is JSON
-    (--json, or FILE.json), and the console for the human report: stdout, unless
-    the JSON goes there."""
-    as_json = as_json or bool(output and output.endswith(".json"))
+    (-f json, --json, or -o FILE.json), and the console for the human report:
+    stdout, unless the JSON goes there."""
+    if as_json and fmt not in (None, "json"):
+        raise UsageError(f"--json and -f {fmt} disagree: give one (--json is -f json)")
+    as_json = format_of_output("json" if as_json else fmt, output, REPORT_EXTENSIONS) == "json"
     stream = open_output(output, force)
     return stream, as_json, make_console(
         sys.stderr if as_json and isinstance(stream, StdoutStream) else sys.stdout)

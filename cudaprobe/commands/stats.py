@@ -87,7 +87,7 @@ def stats_by_kernel(plan: ProbePlan, settings: bpfprog.Settings, command: list[s
               help="Also print the table (cumulative) every SECONDS.")
 @report_file_options("docs/stats.md")
 @click.option("--compare", "baseline", metavar="BASELINE.json",
-              help=f"Compare with an earlier --json report; exit {REGRESSION_EXIT} if a "
+              help=f"Compare with an earlier JSON report (-o X.json); exit {REGRESSION_EXIT} if a "
                    "function's count or p50 moved more than --threshold.")
 @click.option("--threshold", type=click.FloatRange(min=0), default=DEFAULT_THRESHOLD,
               metavar="PERCENT", help="How far a count or p50 may move under --compare.")
@@ -97,7 +97,7 @@ def stats_by_kernel(plan: ProbePlan, settings: bpfprog.Settings, command: list[s
               help="With -- COMMAND: also GPU time per kernel name and per copy kind, "
                    "through CUPTI (docs/gputime.md).")
 def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, command, sort, by,
-                  interval, as_json, output, force, baseline, threshold, min_calls,
+                  interval, fmt, as_json, output, force, baseline, threshold, min_calls,
                   gpu_time) -> None:
     """Count CUDA calls in the kernel: per function, calls, total, avg, min, max
     and p50/p95/p99 latency, and failed calls by error name. The table is
@@ -116,7 +116,7 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
       sudo cudaprobe stats -- ./my_app
       sudo cudaprobe stats --pid 31337 --interval 5
       sudo cudaprobe stats --interval 5 -e memory,transfer
-      sudo cudaprobe stats --json -o api.json -- python train.py
+      sudo cudaprobe stats -o api.json -- python train.py
       sudo cudaprobe stats --compare api.json -- python train.py
       sudo cudaprobe stats --by kernel -- python train.py
       sudo cudaprobe stats --gpu-time -- python train.py
@@ -146,7 +146,7 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
         click.echo(bpfprog.render(plan.probes, settings))
         return
     before = load_report(baseline) if baseline else None
-    stream, as_json, human = report_output(output, force, as_json)
+    stream, as_json, human = report_output(output, force, fmt, as_json)
     notify = announce(plan, targets, "counting")
     gpu = GpuTimeRun(notify) if gpu_time else None
     command_env = gpu.env if gpu is not None else {}

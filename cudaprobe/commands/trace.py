@@ -13,6 +13,8 @@ from cudaprobe.decode.symbolize import KernelSymbolizer
 from cudaprobe.output.capped import SizeCapped
 from cudaprobe.output.files import DEFAULT_MODE, StdoutStream, open_output
 from cudaprobe.output.formats import FORMATS, REPORTERS, choose_format
+from cudaprobe.output.status import StatusLine
+from cudaprobe.output.status import wanted as status_line_wanted
 from cudaprobe.output.table import make_console
 from cudaprobe.probe import bpfprog
 from cudaprobe.probe.plan import select_functions
@@ -23,7 +25,9 @@ from cudaprobe.sessions.trace import SessionOptions, TraceSession
 @click.command("trace", context_settings={"show_default": True})
 @probe_options(events="trace")
 @click.option("-f", "--format", "fmt", type=click.Choice(FORMATS), default=None,
-              help="Output format. Default: from the -o extension, else table.")
+              help="Output format: json is one document ({\"calls\": [...], \"summary\": "
+                   "{...}}), jsonl a line per call. Default: from the -o extension (.jsonl, "
+                   ".json, .csv, .chrome.json), else table.")
 @click.option("-o", "--output", metavar="FILE", help="Write calls to FILE (created 0600).")
 @click.option("--force", is_flag=True, help="Overwrite an existing -o FILE.")
 @click.option("--errors-only", is_flag=True, help="Only calls that returned an error.")
@@ -50,9 +54,13 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
     reaches both, and COMMAND's own status is returned. Exit status 2: bad
     input, said in one line; 3: events were lost and --strict was given.
 
+    While the rows go to a file or a pipe and stderr is a terminal, a status
+    line there shows the time, calls a second, rows written and events lost.
+
     \b
     Examples:
       sudo cudaprobe trace -- ./my_app --its-args
+      sudo cudaprobe trace -c './my_app --its-args' -o calls.json
       sudo cudaprobe trace --lib /usr/local/cuda/lib64/libcudart.so -d 10
       sudo cudaprobe trace --pid 31337 -o calls.jsonl
       sudo cudaprobe trace --comm python3 -e kernel,transfer
@@ -67,8 +75,6 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
     otlp = otlp_config(**otlp)
     if gpu_time:
         check_gpu_time(list(command))
-    if output and fmt is None and output != "-":
-        fmt = choose_format(None, output)
     fmt = choose_format(fmt, output)
     apis = APIS[api]
     functions = select_functions(list(events), apis)
@@ -81,6 +87,11 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
         return
     stream = open_output(output, force, mode or DEFAULT_MODE)
     notify = announce(plan, targets, "tracing")
+    status_line = None
+    if status_line_wanted(stream.isatty(), sys.stderr):
+        status_line = StatusLine(make_console(sys.stderr),
+                                 output if output and output != "-" else "stdout")
+        notify = status_line.say_through(notify)
     reporter = REPORTERS[fmt](stream)
     if gpu_time:
         reporter.gpu_time = True
@@ -98,7 +109,7 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
                                           symbolize=kernels, see_process=kernels.see,
                                           targets=targets, notify=notify,
                                           on_counters=on_counters, output=stream,
-                                          gpu_time=gpu_time))
+                                          gpu_time=gpu_time, status=status_line))
     try:
         status = session.run()
     finally:

@@ -36,12 +36,14 @@ class Call:
     most reporters need one or neither of them. Either can be assigned."""
 
     __slots__ = ("time_ms", "ts_ns", "pid", "tid", "process", "event", "api", "category",
-                 "duration_ns", "ret", "ret_name", "_args", "_details", "lazy", "gpu")
+                 "duration_ns", "ret", "ret_name", "_args", "_details", "lazy", "gpu", "depth",
+                 "parent")
 
     def __init__(self, time_ms: float, ts_ns: int, pid: int, tid: int, process: str, event: str,
                  api: str, category: str, duration_ns: int | None, ret: int | None,
                  ret_name: str | None, args: dict[str, Any] | None = None,
-                 details: str | None = None, lazy: Any = None) -> None:
+                 details: str | None = None, lazy: Any = None, depth: int = 0,
+                 parent: int | None = None) -> None:
         self.time_ms = time_ms
         self.ts_ns = ts_ns
         self.pid = pid
@@ -59,6 +61,10 @@ class Call:
         self.lazy = lazy
         # --gpu-time: the kernels, copies or memsets it queued (decode.gputime.GpuWork)
         self.gpu: list | None = None
+        # nesting on its thread (nesting.CallOrder): 0 at the top; the ts_ns of the
+        # call this one was made in
+        self.depth = depth
+        self.parent = parent
 
     def _decode(self) -> None:
         decoder, record = self.lazy
@@ -106,7 +112,7 @@ class Call:
 
 JSONL_KEYS = (
     "time_ms", "ts_ns", "pid", "tid", "process", "event", "api", "category",
-    "duration_ns", "ret", "ret_name", "args", "details",
+    "duration_ns", "ret", "ret_name", "args", "details", "depth", "parent",
 )
 
 
@@ -118,6 +124,27 @@ def humanize_bytes(n: int) -> str:
         if n < 1024 or unit == "TiB":
             return f"{n:.1f} {unit}"
     raise AssertionError("unreachable")
+
+
+def cut_end(text: str, width: int) -> str:
+    """`text` in `width` characters: cut at the end with `…`."""
+    if len(text) <= width:
+        return text
+    return text[: width - 1] + "…" if width > 0 else ""
+
+
+def cut_middle(text: str, width: int) -> str:
+    """`text` in `width` characters, cut in the middle with `…`: the end of a name
+    (its variant suffix, `_ptsz`, `_v2`) stays. Leading indentation is kept."""
+    if len(text) <= width:
+        return text
+    name = text.lstrip(" ")
+    indent = text[: len(text) - len(name)]
+    room = width - len(indent)
+    if room < 3:
+        return cut_end(text, width)
+    tail = (room - 1) // 2
+    return indent + name[: room - 1 - tail] + "…" + name[len(name) - tail:]
 
 
 def humanize_ns(ns: int) -> str:

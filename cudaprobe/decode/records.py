@@ -21,6 +21,7 @@ turns those Calls into its rows (`row_of_call`).
 from __future__ import annotations
 
 from collections import Counter
+from itertools import repeat
 from operator import itemgetter
 from typing import Any, Callable, Protocol
 
@@ -50,6 +51,7 @@ from cudaprobe.probe.event import (
 )
 from cudaprobe.probe.plan import Probe
 
+TOP = (0, None)  # the (depth, parent) of a call made at the top of its thread
 # what a row maker makes of one record: a Call, a JSONL line, a CSV row ...
 RowMaker = Callable[[tuple], Any]
 
@@ -59,10 +61,12 @@ class RowFormat(Protocol):
     RecordDecoder itself for Calls)."""
 
     def row_maker(self, probe: ProbeDecoder, t0_ns: int) -> RowMaker:
-        """The row of one of `probe`'s records (probe.simple: its words decode alone)."""
+        """The row of one of `probe`'s records (probe.simple: its words decode
+        alone), called as make(rec) or make(rec, depth, parent)."""
 
     def row_of_call(self, call: Call) -> Any:
-        """The row of a call decoded whole (not probe.simple)."""
+        """The row of a call decoded whole (not probe.simple); its depth and
+        parent set."""
 
 
 class Summary(Protocol):
@@ -160,9 +164,11 @@ class RecordDecoder:
             d = self._decoders[fid] = ProbeDecoder(self.probes[fid])
         return d
 
-    def decode(self, records: list[tuple], rows: RowFormat) -> list:
+    def decode(self, records: list[tuple], rows: RowFormat,
+               nesting: list[tuple[int, int | None]] | None = None) -> list:
         """The rows of a batch of records, in order; records of an unknown probe
-        are counted in `errors`, not made into rows."""
+        are counted in `errors`, not made into rows. `nesting`: each record's
+        (depth, parent), as nesting.CallOrder gives them (else depth 0)."""
         entry = self._makers.get(id(rows))
         if entry is None:
             entry = self._makers[id(rows)] = (rows, [None] * len(self._decoders))
@@ -170,7 +176,7 @@ class RecordDecoder:
         out: list = []
         append = out.append
         nmakers, seen, errors = len(makers), self._seen, self.errors
-        for rec in records:
+        for rec, (depth, parent) in zip(records, repeat(TOP) if nesting is None else nesting):
             pid = rec[R_PID]
             if pid not in seen:
                 self._see(pid)
@@ -181,7 +187,7 @@ class RecordDecoder:
             make = makers[fid]
             if make is None:
                 make = makers[fid] = self._maker(self.decoder(fid), rows)
-            append(make(rec))
+            append(make(rec, depth, parent))
         if self.errors != errors:  # a record decoded whole failed (None), or unknown ids
             out = [row for row in out if row is not None]
         return out
@@ -191,13 +197,14 @@ class RecordDecoder:
             return rows.row_maker(d, self.t0_ns)
         row_of_call = rows.row_of_call
 
-        def whole(rec: tuple) -> Any:
+        def whole(rec: tuple, depth: int = 0, parent: int | None = None) -> Any:
             try:
                 call = decode_event(from_record(rec), self.probes, self.t0_ns, self.symbolize,
                                     handles=self.handles)
             except ValueError:
                 self.errors += 1
                 return None
+            call.depth, call.parent = depth, parent
             return row_of_call(call)
         return whole
 
@@ -213,8 +220,9 @@ class RecordDecoder:
             text = self._comms[raw] = comm_text(raw)
         return text
 
-    def calls(self, records: list[tuple]) -> list[Call]:
-        return self.decode(records, self)
+    def calls(self, records: list[tuple],
+              nesting: list[tuple[int, int | None]] | None = None) -> list[Call]:
+        return self.decode(records, self, nesting)
 
     # RowFormat, for calls(): a Call per record, args and details decoded lazily
     def row_maker(self, probe: ProbeDecoder, t0_ns: int) -> RowMaker:
@@ -222,12 +230,12 @@ class RecordDecoder:
         event, api, category, ret_names, ret_name = (d.event, d.api, d.category, d.ret_names,
                                                      d.ret_name)
 
-        def make(rec: tuple) -> Call:
+        def make(rec: tuple, depth: int = 0, parent: int | None = None) -> Call:
             ret, ts = rec[R_RET], rec[R_TS]
             return Call(round((ts - t0_ns) / 1e6, 3), ts, rec[R_PID], rec[R_TID],
                         comms.get(rec[R_COMM]) or comm(rec[R_COMM]), event, api, category,
                         rec[R_DURATION], ret, ret_names.get(ret) or ret_name(ret), None, None,
-                        (d, rec))
+                        (d, rec), depth, parent)
         return make
 
     def row_of_call(self, call: Call) -> Call:

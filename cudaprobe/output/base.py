@@ -7,6 +7,7 @@ from typing import ClassVar, TextIO
 
 from cudaprobe.analysis.summary import Summary
 from cudaprobe.decode.calls import Call
+from cudaprobe.decode.nesting import Mark
 from cudaprobe.decode.records import RecordDecoder
 
 
@@ -22,12 +23,14 @@ class Reporter:
     def start(self) -> None:
         """Called once the probes are attached, before any call."""
 
-    def records(self, records: list[tuple], decoder: RecordDecoder) -> None:
-        """A batch of ring records, in order: as Calls to calls(), by default. A
-        reporter that writes text per record is a decode.records.RowFormat
-        (row_maker, row_of_call) and writes `decoder.decode(records, self)`:
-        no Call per record (JSONL, CSV)."""
-        self.calls(decoder.calls(records))
+    def records(self, records: list[tuple], decoder: RecordDecoder,
+                nesting: list[Mark] | None = None) -> None:
+        """A batch of ring records, in call order, with each one's (depth, parent)
+        in `nesting` (decode.nesting.CallOrder): as Calls to calls(), by default.
+        A reporter that writes text per record is a decode.records.RowFormat
+        (row_maker, row_of_call) and writes `decoder.decode(records, self,
+        nesting)`: no Call per record (JSONL, CSV)."""
+        self.calls(decoder.calls(records, nesting))
 
     def calls(self, calls: list[Call]) -> None:
         raise NotImplementedError

@@ -199,8 +199,13 @@ _LINE_LEGEND = """\
 One line per completed call. TIME(ms): when it started, since tracing
  * began; LAT(us): how long it took; RESULT: its return code's name (its
  * number where the CUDA 13 table has none); DETAILS: its arguments, sizes in
- * bytes, out-parameters as the call wrote them. Kernel names come from
- * usym(), which bpftrace resolves while the process is alive. Calls in
+ * bytes, out-parameters as the call wrote them. A launch's func is its
+ * kernel's name, from usym(), or its address where bpftrace cannot name it:
+ * usym() reads /proc/PID/maps when the line is printed, which is too late
+ * once the process has exited, and a CUDA 12+ driver passes a cudaKernel_t
+ * handle that no symbol holds (its name is on the cuLibraryGetKernel line).
+ * At exit bpftrace 0.17 prints two empty lines, and one more per map the
+ * script used (cleared in END, so none prints its contents). Calls in
  * flight are kept per thread in @start and @arg, up to BPFTRACE_MAP_KEYS_MAX
  * (default 4096) at once."""
 

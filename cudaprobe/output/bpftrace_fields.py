@@ -149,9 +149,11 @@ def arg_field(arg: Arg, slot: int, probe_id: int) -> Field | None:
             return None
         return Field(f"{name[:-1]}=(%u,%u,%u)", [f"(uint32){v[:-1]}{a}" for a in "XYZ"])
     if k is ArgKind.FUNC:
-        # bpftrace resolves usym() when it prints the line, if the process is
-        # still alive; after it has exited, the name prints as the address
-        return Field(f"{name}=0x%lx %s", [v, f"usym({v})"])
+        # the stub's name by usym(), or its address where bpftrace cannot name it:
+        # it looks the address up in /proc/PID/maps when it prints the line, so
+        # not once the process has exited; nor a CUDA 12+ driver's cudaKernel_t
+        # handle, which no symbol holds (docs/export.md)
+        return Field(f"{name}=%s", [f"usym({v})"])
     if k is ArgKind.CSTRING:
         return Field(f"{name}=%s", [f"@str[tid, {probe_id}]"])
     if k in _CONFIG_SMEM_CAST:

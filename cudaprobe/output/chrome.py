@@ -14,12 +14,12 @@ time a pid or tid is seen. The summary is the last event: a global instant
 ("i", "s": "g") named "cudaprobe summary" (the array format has no room for
 `otherData`).
 
-Runtime -> driver flows: calls arrive as they complete, so the driver calls
-a runtime call made (same thread, inside its interval) arrive before it. The
-last PENDING_PER_THREAD driver calls of each thread are kept (start and end
-only); when a runtime call arrives, those that ended after it started are its
-children, and each top-level one gets a flow ("s" inside the runtime call,
-"f" just before the driver call, binding to the next slice) from it.
+Runtime -> driver flows: calls come in call order with their depth
+(decode.nesting.CallOrder), so the driver calls a runtime call made follow
+it at depth 1, with its ts_ns as their parent. The latest call at depth 0 of
+each thread is kept (MAX_THREADS threads), and each driver call made in a
+runtime call gets a flow from it ("s" inside the runtime call, "f" just
+before the driver call, binding to the next slice).
 Timestamps are µs since the probes were attached, at ns precision.
 
 --gpu-time: each device is a process ("GPU 0", pid GPU_PID_BASE + device)
@@ -31,7 +31,6 @@ flow (category LAUNCH_FLOW_CATEGORY) from the call that queued it.
 from __future__ import annotations
 
 import json
-from collections import deque
 from typing import Any
 
 from cudaprobe.analysis.summary import Summary
@@ -42,8 +41,7 @@ from cudaprobe.decode.handles import NAME_KEY
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.chrome_check import GPU_PID_BASE
 
-PENDING_PER_THREAD = 256  # driver calls kept per thread, waiting for their runtime call
-MAX_THREADS = 4096  # threads with pending driver calls; the oldest thread is forgotten
+MAX_THREADS = 4096  # threads whose latest top-level call is kept; the oldest forgotten
 SUMMARY_EVENT = "cudaprobe summary"
 FLOW_CATEGORY = "runtime_to_driver"
 LAUNCH_FLOW_CATEGORY = "launch_to_gpu"
@@ -60,7 +58,7 @@ def _us(ns: int) -> float:
 
 class ChromeReporter(Reporter):
     name = "chrome"
-    # `.json` alone is JSONL; these double extensions are matched first
+    # `.json` alone is the JSON document; these double extensions are matched first
     extensions = (".chrome.json", ".perfetto.json")
 
     def start(self) -> None:
@@ -68,8 +66,8 @@ class ChromeReporter(Reporter):
         self._origin: int | None = None  # CLOCK_MONOTONIC ns at attach, from the first call
         self._processes: set[int] = set()
         self._threads: set[tuple[int, int]] = set()
-        # tid -> (start ns, end ns, event) of its latest driver calls, in completion order
-        self._pending: dict[int, deque[tuple[int, int, str]]] = {}
+        # tid -> (start ns, event, api) of its latest call at depth 0
+        self._tops: dict[int, tuple[int, str, str]] = {}
         self._next_flow = 1
         self._last_ns = 0
         self.stream.write("[\n")
@@ -88,11 +86,12 @@ class ChromeReporter(Reporter):
             self._emit(out, self._slice(c))
             if c.gpu is not None:
                 self._gpu_slices(out, c)
-            if c.api == DRIVER:
-                if c.duration_ns is not None:
-                    self._remember(c)
-            elif c.api == RUNTIME:
-                self._flows(out, c)
+            if c.depth == 0:
+                if len(self._tops) >= MAX_THREADS and c.tid not in self._tops:
+                    del self._tops[next(iter(self._tops))]
+                self._tops[c.tid] = (c.ts_ns, c.event, c.api)
+            elif c.depth == 1 and c.api == DRIVER:
+                self._flow(out, c)
         if out:
             self.stream.write("".join(out))
 
@@ -162,32 +161,19 @@ class ChromeReporter(Reporter):
                              "ph": "f", "bp": "e", "id": flow_id, "ts": _us(ts), "pid": pid,
                              "tid": w.stream})
 
-    def _remember(self, c: Call) -> None:
-        pending = self._pending.get(c.tid)
-        if pending is None:
-            if len(self._pending) >= MAX_THREADS:
-                del self._pending[next(iter(self._pending))]
-            pending = self._pending[c.tid] = deque(maxlen=PENDING_PER_THREAD)
-        pending.append((c.ts_ns, c.ts_ns + c.duration_ns, c.event))
-
-    def _flows(self, out: list[str], c: Call) -> None:
-        """Flows to the driver calls this runtime call made: on one thread calls
-        complete in order, so its children are the latest pending ones that
-        ended after it started."""
-        pending = self._pending.get(c.tid)
-        outer_start = None  # start of the last top-level child taken (children of it are not)
-        while pending and pending[-1][1] > c.ts_ns:
-            start, end, event = pending.pop()
-            if outer_start is not None and end > outer_start:
-                continue  # a driver call made by a driver call
-            outer_start = start
-            name, flow_id = f"{c.event} -> {event}", self._next_flow
-            self._next_flow += 1
-            # the start, 1 ns into the runtime call (before any child), binds to it; the
-            # end, 1 ns before the driver call, binds to the next slice: the driver call
-            for ph, ns in (("s", c.ts_ns + 1), ("f", start - 1)):
-                self._emit(out, {"name": name, "cat": FLOW_CATEGORY, "ph": ph, "id": flow_id,
-                                 "ts": _us(ns - self._origin), "pid": c.pid, "tid": c.tid})
+    def _flow(self, out: list[str], c: Call) -> None:
+        """A flow from the runtime call this driver call was made in."""
+        top = self._tops.get(c.tid)
+        if top is None or top[0] != c.parent or top[2] != RUNTIME:
+            return
+        start, parent = top[0], top[1]
+        name, flow_id = f"{parent} -> {c.event}", self._next_flow
+        self._next_flow += 1
+        # the start, 1 ns into the runtime call (before any child), binds to it; the
+        # end, 1 ns before the driver call, binds to the next slice: the driver call
+        for ph, ns in (("s", start + 1), ("f", c.ts_ns - 1)):
+            self._emit(out, {"name": name, "cat": FLOW_CATEGORY, "ph": ph, "id": flow_id,
+                             "ts": _us(ns - self._origin), "pid": c.pid, "tid": c.tid})
 
     def finish(self, summary: Summary) -> None:
         event = {"name": SUMMARY_EVENT, "ph": "i", "s": "g", "ts": _us(self._last_ns),

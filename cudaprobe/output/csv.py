@@ -1,4 +1,5 @@
-"""CSV: the JSONL keys as columns, `args` as a JSON object in one cell."""
+"""CSV: the JSONL keys as columns, `args` as a JSON object in one cell, `parent`
+empty at the top."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from typing import TextIO
 
 from cudaprobe.decode.calls import JSONL_KEYS, Call
+from cudaprobe.decode.nesting import Mark
 from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.recordtext import compile_args_text
@@ -28,8 +30,9 @@ class CsvReporter(Reporter):
     def calls(self, calls: list[Call]) -> None:
         self._writer.writerows([csv_row(c) for c in calls])
 
-    def records(self, records: list[tuple], decoder: RecordDecoder) -> None:
-        self._writer.writerows(decoder.decode(records, self))
+    def records(self, records: list[tuple], decoder: RecordDecoder,
+                nesting: list[Mark] | None = None) -> None:
+        self._writer.writerows(decoder.decode(records, self, nesting))
 
     def row_maker(self, probe: ProbeDecoder, t0_ns: int) -> RowMaker:
         """The probe's record -> its row (JSONL_KEYS, `args` as JSON text)."""
@@ -42,12 +45,12 @@ class CsvReporter(Reporter):
         event, api, category = probe.event, probe.api, probe.category
         ret_names, ret_name = probe.ret_names, probe.ret_name
 
-        def row(rec: tuple) -> tuple:
+        def row(rec: tuple, depth: int = 0, parent: int | None = None) -> tuple:
             ts, ret = rec[R_TS], rec[R_RET]
             return (round((ts - t0_ns) / 1e6, 3), ts, rec[R_PID], rec[R_TID],
                     comms.get(rec[R_COMM]) or comm(rec[R_COMM]), event, api, category,
                     rec[R_DURATION], ret, ret_names.get(ret) or ret_name(ret),
-                    *json_details(rec))
+                    *json_details(rec), depth, parent)
         return row
 
     def row_of_call(self, call: Call) -> list:

@@ -11,6 +11,7 @@ from typing import Callable, TextIO
 from cudaprobe.analysis.summary import Summary
 from cudaprobe.decode.calls import Call
 from cudaprobe.decode.gputime import gpu_object
+from cudaprobe.decode.nesting import Mark
 from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.recordtext import compile_args_text, encode
@@ -19,7 +20,7 @@ from cudaprobe.probe.event import R_COMM, R_DURATION, R_PID, R_RET, R_TID, R_TS,
 
 class JsonlReporter(Reporter):
     name = "jsonl"
-    extensions = (".jsonl", ".ndjson", ".json")
+    extensions = (".jsonl", ".ndjson")
 
     def __init__(self, stream: TextIO) -> None:
         super().__init__(stream)
@@ -28,12 +29,17 @@ class JsonlReporter(Reporter):
         self._json_details: dict[ProbeDecoder, Callable[[tuple], tuple[str, str]]] = {}
 
     def calls(self, calls: list[Call]) -> None:
-        self.stream.write("".join([self.json_line(c) + "\n" if c.gpu is None
-                                   else self.json_line(c)[:-1] + ',"gpu":'
-                                   + encode(gpu_object(c.gpu)) + "}\n" for c in calls]))
+        self.stream.write("".join(self.lines_of(calls)))
 
-    def records(self, records: list[tuple], decoder: RecordDecoder) -> None:
-        self.stream.write("".join(decoder.decode(records, self)))
+    def lines_of(self, calls: list[Call]) -> list[str]:
+        """Each call's line, with its newline (and its `gpu` object, where it has one)."""
+        return [self.json_line(c) + "\n" if c.gpu is None
+                else self.json_line(c)[:-1] + ',"gpu":' + encode(gpu_object(c.gpu)) + "}\n"
+                for c in calls]
+
+    def records(self, records: list[tuple], decoder: RecordDecoder,
+                nesting: list[Mark] | None = None) -> None:
+        self.stream.write("".join(decoder.decode(records, self, nesting)))
 
     def row_maker(self, probe: ProbeDecoder, t0_ns: int) -> RowMaker:
         """The probe's record -> its JSONL line, with its newline."""
@@ -52,13 +58,14 @@ class JsonlReporter(Reporter):
             text = ret_json[ret] = encode_basestring(probe.ret_name(ret))
             return text
 
-        def line(rec: tuple) -> str:
+        def line(rec: tuple, depth: int = 0, parent: int | None = None) -> str:
             ts, ret, comm = rec[R_TS], rec[R_RET], rec[R_COMM]
             return (f'{{"time_ms":{round((ts - t0_ns) / 1e6, 3)!r},"ts_ns":{ts},'
                     f'"pid":{rec[R_PID]},"tid":{rec[R_TID]},'
                     f'"process":{comms.get(comm) or comm_json(comm)}{event}{rec[R_DURATION]},'
                     f'"ret":{ret},"ret_name":{ret_json.get(ret) or ret_name_json(ret)},'
-                    f'"args":{tail(rec)}')
+                    f'"args":{tail(rec)},"depth":{depth},'
+                    f'"parent":{"null" if parent is None else parent}}}\n')
         return line
 
     def row_of_call(self, call: Call) -> str:
@@ -83,7 +90,8 @@ class JsonlReporter(Reporter):
                 f'"event":{encode_basestring(call.event)},"api":"{call.api}",'
                 f'"category":"{call.category}","duration_ns":{call.duration_ns},'
                 f'"ret":{call.ret},"ret_name":{encode_basestring(call.ret_name)},'
-                f'"args":{args},"details":{encode_basestring(details)}}}')
+                f'"args":{args},"details":{encode_basestring(details)},"depth":{call.depth},'
+                f'"parent":{"null" if call.parent is None else call.parent}}}')
 
     def finish(self, summary: Summary) -> None:
         self.stream.write(json.dumps({"summary": summary.to_dict()}, separators=(",", ":")) + "\n")

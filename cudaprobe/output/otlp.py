@@ -33,7 +33,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from cudaprobe import __version__
 from cudaprobe.analysis.summary import Summary
 from cudaprobe.decode.calls import Call
-from cudaprobe.decode.nesting import CallTree, Nesting
+from cudaprobe.decode.nesting import CallTree, call_trees
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.otlp_model import OtlpConfig, is_error, span_attributes
 
@@ -110,7 +110,6 @@ class OtlpSink(Reporter):
         self.metrics = metrics
         self.delivery = Delivery()
         self.left_out = 0  # calls --otlp-slow/--otlp-sample did not choose
-        self.nesting = Nesting()
         self.errors = ExportErrors.install()
         self._said: set[str] = set()
         self._offset = 0
@@ -139,11 +138,9 @@ class OtlpSink(Reporter):
 
     def calls(self, calls: list[Call]) -> None:
         if self._provider is not None:
-            self._send(self.nesting.add(calls))
+            self._send(call_trees(calls))
 
     def finish(self, summary: Summary) -> None:
-        if self._provider is not None:
-            self._send(self.nesting.flush())
         if self.metrics is not None:
             self.metrics.set_lost(summary.lost)  # type: ignore[attr-defined]
         if not self._close(time.monotonic() + FLUSH_S):

@@ -49,7 +49,9 @@ def _json_of(kind: ArgKind) -> Callable[[Any], str]:
 def compile_args_text(probe: ProbeDecoder
                       ) -> tuple[Callable[[tuple], str], Callable[[tuple], tuple[str, str]]]:
     """(json_tail, json_details) of a probe whose arguments decode from its
-    record alone (probe.simple). A probe with out-parameters gets one test of
+    record alone (probe.simple): the args object and `,"details":` as JSONL
+    writes them (json_tail, the line's object left open), or the pair of
+    texts (json_details). A probe with out-parameters gets one test of
     the record's nouts and two returns: the out-parameters decoded, or all of
     them not read (NOT_READ, written as constants: null in `args`, `-` in
     details). Only repr()s of catalogue names and ints go into the source."""
@@ -76,12 +78,12 @@ def compile_args_text(probe: ProbeDecoder
         else:
             args_unread.append(args[-1])
             details_unread.append(details[-1])
-    details_key, end = repr(',"details":'), repr("}\n")
+    details_key = repr(',"details":')
 
     def returns(arg_texts: list[str], detail_texts: list[str], indent: str) -> tuple[str, str]:
         args_text = " + ".join(["'{'", *arg_texts, "'}'"])
         details_text = " + ".join(detail_texts) or repr("")
-        return (f"{indent}return {args_text} + {details_key} + enc({details_text}) + {end}",
+        return (f"{indent}return {args_text} + {details_key} + enc({details_text})",
                 f"{indent}return {args_text}, {details_text}")
 
     if outs:  # read at exit only when the call returned 0: the record's nouts says

@@ -1,39 +1,101 @@
 """The live table: rows streamed as calls complete, as fixed-width text under
-one header, so every batch lines up; rich renders the header and summary."""
+one header, so every batch lines up; rich renders the header and summary.
+
+The columns are data (`COLUMNS`): a title, the width it wants, how narrow it
+may get, how its text is cut, and the cell of a call. `layout` fits them to
+the terminal's width: one line per call and a header that never wraps, at
+any width from 80; the columns that can give shrink (PROCESS, RESULT, then
+EVENT) and DETAILS takes what is left, cut with `…`. Names are cut in the
+middle, so a variant's suffix stays (`cudaLaunchCoop…Kernel_ptsz`). To a
+file or a pipe nothing limits the width: the columns have the width they
+want and DETAILS is whole.
+
+Rows come in call order (sessions/trace.py puts them so: decode.nesting's
+CallOrder), a call made inside another indented under it.
+"""
 
 from __future__ import annotations
 
 import errno
 import os
-from typing import TextIO
+from dataclasses import dataclass
+from typing import Callable, TextIO
 
 from rich.console import Console
 from rich.text import Text
 
 from cudaprobe.analysis.summary import Summary
-from cudaprobe.decode.calls import Call, humanize_ns
+from cudaprobe.decode.calls import Call, cut_end, cut_middle, humanize_ns
 from cudaprobe.decode.gputime import gpu_span_ns
 from cudaprobe.output.base import Reporter
 
-
-def _cell(value: str, width: int | None, justify: str) -> str:
-    if width is None:
-        return value
-    value = _fit(value, width)
-    return value.rjust(width) if justify == "right" else value.ljust(width)
+INDENT = "  "  # EVENT's, per level of nesting
 
 
-COLUMNS = (  # name, width, justify
-    ("TIME(ms)", 10, "right"),
-    ("PROCESS", 15, "left"),
-    ("PID", 7, "right"),
-    ("TID", 7, "right"),
-    ("EVENT", 26, "left"),
-    ("LATENCY", 9, "right"),
-    ("RESULT", 28, "left"),
-    ("DETAILS", None, "left"),
+@dataclass(frozen=True)
+class Column:
+    title: str
+    width: int  # what it wants
+    cell: Callable[[Call], str]
+    justify: str = "left"
+    min_width: int | None = None  # how narrow it may get; None: never narrower
+    cut: Callable[[str, int], str] = cut_end
+
+    def text(self, value: str, width: int) -> str:
+        value = self.cut(value, width)
+        return value.rjust(width) if self.justify == "right" else value.ljust(width)
+
+
+def _event(c: Call) -> str:
+    """Indented by its depth, as uftrace shows calls made inside a call."""
+    return INDENT * c.depth + c.event if c.depth else c.event
+
+
+def _latency(c: Call) -> str:
+    return "-" if c.in_flight else humanize_ns(c.duration_ns)
+
+
+def _result(c: Call) -> str:
+    return "in flight" if c.in_flight else c.ret_name or ""
+
+
+COLUMNS = (
+    Column("TIME(ms)", 10, lambda c: f"{c.time_ms:.3f}", "right"),
+    Column("PROCESS", 15, lambda c: c.process, min_width=8),
+    Column("PID", 7, lambda c: str(c.pid), "right"),
+    Column("TID", 7, lambda c: str(c.tid), "right"),
+    Column("EVENT", 26, _event, min_width=18, cut=cut_middle),
+    Column("LATENCY", 9, _latency, "right"),
+    Column("RESULT", 28, _result, min_width=12, cut=cut_middle),
 )
-GPU_COLUMN = ("GPU TIME", 9, "right")  # --gpu-time: before DETAILS
+# --gpu-time: what the call's GPU work took, from its first start to its last end
+GPU_COLUMN = Column("GPU TIME", 9,
+                    lambda c: "-" if c.gpu is None else humanize_ns(gpu_span_ns(c.gpu)), "right")
+DETAILS = "DETAILS"  # the last column: what the line has left
+SHRINK_ORDER = ("PROCESS", "RESULT", "EVENT")  # the first gives first
+DETAILS_MIN = 8  # what the shrinking makes room for, where it can
+EVENT_MAX = 40  # EVENT grows to this when the line is wide (LONG names whole)
+DETAILS_ROOM = 60  # ... and DETAILS would still have this much
+
+
+def layout(width: int | None, columns: tuple[Column, ...] = COLUMNS) -> list[int]:
+    """Each column's width in a line of `width` characters (None: unlimited)."""
+    widths = [c.width for c in columns]
+    if width is None:
+        return widths
+    index = {c.title: i for i, c in enumerate(columns)}
+    used = sum(widths) + len(widths)  # each column and the space after it
+    for title in SHRINK_ORDER:
+        i = index[title]
+        give = min(max(0, used + DETAILS_MIN - width),
+                   widths[i] - (columns[i].min_width or widths[i]))
+        widths[i] -= give
+        used -= give
+    event = index["EVENT"]
+    grow = min(EVENT_MAX - widths[event], width - used - DETAILS_ROOM)
+    if grow > 0:
+        widths[event] += grow
+    return widths
 
 
 class _Console(Console):
@@ -48,11 +110,7 @@ def make_console(stream: TextIO) -> Console:
     """A console that keeps rows on one line when writing to a file or pipe."""
     tty = stream.isatty() if hasattr(stream, "isatty") else False
     return _Console(file=stream, width=None if tty else 240, highlight=False,
-                   soft_wrap=False, force_terminal=tty or None)
-
-
-def _fit(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+                    soft_wrap=False, force_terminal=tty or None)
 
 
 class TableReporter(Reporter):
@@ -67,30 +125,44 @@ class TableReporter(Reporter):
         super().__init__(stream)
         self.console = console or make_console(stream)
         self._color = self.console.is_terminal and not self.console.no_color
+        # a terminal's width bounds the line; a file's or a pipe's does not
+        self.width = self.console.width if self.console.is_terminal else None
+        self._cells: list[tuple[Column, int]] = []
+        self._details_width: int | None = None
+        self._lay_out()
 
-    def _columns(self) -> tuple[tuple[str, int | None, str], ...]:
-        return COLUMNS[:-1] + (GPU_COLUMN, COLUMNS[-1]) if self.gpu_time else COLUMNS
+    def columns(self) -> tuple[Column, ...]:
+        """The columns before DETAILS (--gpu-time adds GPU TIME)."""
+        return (*COLUMNS, GPU_COLUMN) if self.gpu_time else COLUMNS
+
+    def _lay_out(self) -> None:
+        """Each column's width (again at start(): options are set by then)."""
+        columns = self.columns()
+        widths = layout(self.width, columns)
+        self._cells = list(zip(columns, widths))
+        if self.width is not None:
+            self._details_width = self.width - sum(widths) - len(widths)
 
     def start(self) -> None:
-        header = " ".join(_cell(name, width, justify) for name, width, justify in self._columns())
-        self.console.print(Text(header.rstrip(), style="bold"))
+        self._lay_out()
+        header = " ".join(c.text(c.title, w) for c, w in self._cells) + " "
+        if self._details_width is None:
+            header += DETAILS
+        else:
+            header = header[: self.width] + cut_end(DETAILS, self._details_width)
+        self.console.print(Text(header.rstrip(), style="bold"), no_wrap=True, crop=True)
 
     def calls(self, calls: list[Call]) -> None:
         if not calls:
             return
         lines = []
-        columns = self._columns()
+        details_width, cells = self._details_width, self._cells
         for c in calls:
-            if c.in_flight:
-                latency, result = "-", "in flight"
+            row = " ".join([column.text(column.cell(c), w) for column, w in cells])
+            if details_width is None:
+                line = f"{row} {c.details}"
             else:
-                latency, result = humanize_ns(c.duration_ns), c.ret_name or ""
-            cells = (f"{c.time_ms:.3f}", c.process, str(c.pid), str(c.tid), c.event, latency,
-                     result)
-            if self.gpu_time:
-                cells += ("-" if c.gpu is None else humanize_ns(gpu_span_ns(c.gpu)),)
-            row = " ".join(_cell(v, w, j) for (_n, w, j), v in zip(columns, cells))
-            line = f"{row} {c.details}"
+                line = f"{row} {cut_end(c.details, details_width)}".rstrip()
             if self._color and (c.ret or c.in_flight):
                 line = f"\x1b[{33 if c.in_flight else 31}m{line}\x1b[0m"
             lines.append(line)

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from cudaprobe.catalogue.count import count_text
 from cudaprobe.catalogue.functions import DRIVER, FUNCTIONS, RUNTIME
 from cudaprobe.errors import CudaprobeError
 from cudaprobe.probe import bpfprog, sweep, uprobe_multi
@@ -264,8 +265,10 @@ def _check_library(path: str) -> Check:
     details = {"path": path, "api": api, "version": _version_of(path),
                "functions": found, "missing": missing,
                "symbols": {"catalogue": len(all_symbols), "exported": exported}}
-    text = (f"{path}: {api or 'unknown API'} {details['version']}, {len(found)} of "
-            f"{len(wanted)} catalogue functions ({exported} of {len(all_symbols)} symbols)")
+    defined = [s for s in all_symbols if s in symbols]
+    text = (f"{path}: {api or 'unknown API'} {details['version']}, "
+            f"{count_text(found, defined)} (of {len(wanted)} catalogue functions, "
+            f"{len(all_symbols)} symbols)")
     if not found:
         return Check("CUDA library", WARN, text, "not a CUDA runtime or driver library?", details)
     if missing:

@@ -57,6 +57,24 @@ class RunOptions:
     notify: Callable[[str], None] = say_on_stderr  # what happens to them, said to the user
 
 
+def say_if_no_cuda(options: RunOptions, calls: int) -> None:
+    """-- COMMAND ran and made none of the traced calls: say whether it loaded
+    CUDA at all (what the follow machinery saw in its maps, and what its
+    executable links), rather than leave an empty summary to be puzzled over."""
+    if not options.command or calls or options.targets is None:
+        return
+    name = options.command[0]
+    seen = sorted(options.targets.cuda_seen)
+    if seen:
+        options.notify(f"{name} made none of the traced calls, though it maps "
+                       f"{', '.join(seen)} (-e chooses them: see `cudaprobe list`)")
+    elif not options.targets.discover:  # --lib: its maps were not looked at
+        options.notify(f"{name} made none of the traced calls")
+    else:
+        options.notify(f"{name} made no CUDA call and mapped no CUDA library (no libcudart, "
+                       "libcuda, or CUDA code of its own)")
+
+
 # reads what the probes sent within timeout_ms; 0: everything left (after detach)
 Read = Callable[[int], None]
 

@@ -14,7 +14,7 @@ from cudaprobe.output.stats_view import render_stats
 from cudaprobe.probe.bpfprog import Settings
 from cudaprobe.probe.plan import ProbePlan
 from cudaprobe.probe.tracer import Tracer
-from cudaprobe.sessions.run import ProbeRun, RunOptions
+from cudaprobe.sessions.run import ProbeRun, RunOptions, say_if_no_cuda
 
 
 @dataclass
@@ -51,4 +51,6 @@ def run_stats(plan: ProbePlan, settings: Settings, options: StatsOptions,
                 console.print()
         run.finish()
         report = snapshot(run.tracer, plan, run.probed, run.elapsed_s)
+    if run.command is None or run.command.released:
+        say_if_no_cuda(options, report.total_calls + report.in_flight)
     return report, run.exit_status()

@@ -22,19 +22,22 @@ from rich.console import Console
 
 from cudaprobe import STARTED
 from cudaprobe.analysis.summary import Summary, count_lost, describe_lost
+from cudaprobe.catalogue.functions import RUNTIME
 from cudaprobe.decode.calls import Call, Symbolizer, decode_event
 from cudaprobe.decode.gputime import GpuWork, join
 from cudaprobe.decode.handles import KernelHandles
+from cudaprobe.decode.nesting import CallOrder, Mark
 from cudaprobe.decode.records import RecordDecoder
 from cudaprobe.output.files import OutputStream
 from cudaprobe.output.formats import Reporter
+from cudaprobe.output.status import StatusLine
 from cudaprobe.probe.bpfprog import Settings
-from cudaprobe.probe.event import RawEvent
+from cudaprobe.probe.event import R_TID, R_TS, RawEvent
 from cudaprobe.probe.plan import ProbePlan
 from cudaprobe.probe.sweep import Sweeper
 from cudaprobe.probe.tracer import Tracer
 from cudaprobe.sessions.gputime import GpuTimeRun
-from cudaprobe.sessions.run import POLL_MS, ProbeRun, RunOptions
+from cudaprobe.sessions.run import POLL_MS, ProbeRun, RunOptions, say_if_no_cuda
 
 LOSS_REPORT_S = 1.0
 
@@ -53,6 +56,8 @@ class SessionOptions(RunOptions):
     # unless on_gpu_work takes the GPU work as it comes (serve), rows going out as usual
     gpu_time: bool = False
     on_gpu_work: Callable[[list[GpuWork]], None] | None = None
+    # the live line on the terminal while rows go to a file or pipe
+    status: StatusLine | None = None
 
 
 class TraceSession:
@@ -68,10 +73,13 @@ class TraceSession:
                                not_found=plan.not_found)
         self._in_flight_errors = 0
         self._records: RecordDecoder | None = None  # made once t0 is known
+        # the rows in call order, each under the call it was made in
+        self.order = CallOrder([p.function.api == RUNTIME for p in plan.probes])
         self.kernel_handles = KernelHandles()  # driver launches' kernel names, as made
         self.sweeper = Sweeper()
         self._t0 = 0
         self._lost_said = 0
+        self._lost_total = 0  # as last counted (each second)
         self._next_loss_check = 0.0
         self._header_lines = 0  # written by reporter.start(): not rows
         self._gpu: GpuTimeRun | None = None
@@ -95,12 +103,20 @@ class TraceSession:
         return calls
 
     def _emit(self, records: list[tuple]) -> None:
+        """A poll's records (none: the poll found nothing, and calls held
+        long enough go out all the same)."""
         if records:
             self._records.count(records, self.summary)  # until the kernel counts them
-            if self._held is not None:
-                self._held.extend(self._records.calls(records))
-            else:
-                self.reporter.records(records, self._records)
+        self._pass_on(*self.order.add(records))
+
+    def _pass_on(self, ordered: list[tuple], nesting: list[Mark]) -> None:
+        """Records in call order, to the reporter, or held (--gpu-time)."""
+        if not ordered:
+            return
+        if self._held is not None:  # --gpu-time: until the GPU's records are read
+            self._held.extend(self._records.calls(ordered, nesting))
+        else:
+            self.reporter.records(ordered, self._records, nesting)
 
     def run(self) -> int:
         """Trace until stopped; returns the exit status for cudaprobe."""
@@ -115,6 +131,8 @@ class TraceSession:
         try:
             return self._run()
         finally:
+            if self.options.status is not None:  # taken away before anything else is said
+                self.options.status.stop()
             if self._gpu is not None:
                 self._gpu.close()
 
@@ -122,11 +140,18 @@ class TraceSession:
         with ProbeRun(self.plan, self.settings, self.options, self.summary,
                       on_attached=self._attached) as run:
             tracer = run.tracer
+            status = self.options.status
+            if status is not None:
+                status.start()
             while run.running() and not self._output_failed(tracer):
                 self._read(tracer, POLL_MS)
                 self._say_losses(tracer)
                 self.sweeper.due(tracer)
+                if status is not None:
+                    status.update(run.elapsed_s, self.summary.total_rows, self._lost_total)
             run.finish(lambda timeout_ms: self._read(tracer, timeout_ms))
+            if status is not None:
+                status.stop()
             if run.command is not None and not run.command.released:
                 self._never_ran()
                 return run.exit_status()
@@ -182,7 +207,6 @@ class TraceSession:
             return
         while records := tracer.drain_records():
             self._emit(records)
-
     def _report_held(self) -> None:
         """--gpu-time: the command has exited; its GPU work joined to the rows held."""
         work = self._gpu.read()
@@ -215,24 +239,46 @@ class TraceSession:
         lost = {**tracer.counters(), "decode_errors": self.decode_errors}
         if self.options.on_counters is not None:
             self.options.on_counters(lost)
-        total = count_lost(lost)
+        total = self._lost_total = count_lost(lost)
         if total > self._lost_said:
             self._lost_said = total
             self.options.notify(f"{total} events lost so far ({describe_lost(lost)})")
+
+    def _report_last(self, in_flight: list[Call]) -> None:
+        """The calls CallOrder still holds, and those still running: a call still
+        running (the outermost of its thread) encloses the calls its thread
+        made since it began, so it comes first and they come under it. To the
+        reporter, or to the rows held for --gpu-time."""
+        held, nesting = self.order.flush()
+        outer: dict[int, Call] = {}
+        for c in in_flight:
+            top = outer.setdefault(c.tid, c)
+            if top is not c:
+                c.depth, c.parent = 1, top.ts_ns
+        for i, rec in enumerate(held):
+            top = outer.get(rec[R_TID])
+            if top is not None and rec[R_TS] >= top.ts_ns:
+                depth, parent = nesting[i]
+                nesting[i] = (depth + 1, top.ts_ns if parent is None else parent)
+        if in_flight:
+            if self._held is not None:
+                self._held.extend(in_flight)
+            else:
+                self.reporter.calls(in_flight)
+        self._pass_on(held, nesting)
 
     def _finish(self, tracer: Tracer, duration_s: float) -> None:
         """Detached and drained: the calls still in flight, then the summary."""
         self.sweeper.now(tracer)  # calls of threads gone are not "still running"
         self.summary.exited_mid_call = self.sweeper.removed
+        in_flight = self._in_flight(tracer.in_flight())
+        in_flight.sort(key=lambda c: c.ts_ns)
+        self.summary.in_flight = in_flight
+        self._report_last(in_flight)
         if self._held is not None:
             self._report_held()
         elif self._feed_gpu():  # the last, written at the command's exit
             self._gpu.read()  # and what came of it, said
-        in_flight = self._in_flight(tracer.in_flight())
-        in_flight.sort(key=lambda c: c.ts_ns)
-        self.summary.in_flight = in_flight
-        if in_flight:
-            self.reporter.calls(in_flight)
         # calls, errors and latency as the kernel counted them: exact when rows were lost
         self.summary.take_kernel_counts(self.plan.probes, tracer.read_tally())
         lost = tracer.counters()
@@ -249,4 +295,5 @@ class TraceSession:
         self.reporter.finish(self.summary)
         if self.summary_console is not None:
             self.summary.render(self.summary_console)
+        say_if_no_cuda(self.options, self.summary.total_calls + len(in_flight))
 

@@ -70,6 +70,15 @@ def vm_pages(pid: int) -> int:
     return int(_read(pid, "statm").split(maxsplit=1)[0])
 
 
+PF_KTHREAD = 0x00200000  # include/linux/sched.h: the task is a kernel thread
+
+
+def is_kernel_thread(pid: int) -> bool:
+    """A kernel thread (kthreadd, kworker/...): no user address space (no mm)."""
+    fields = _read(pid, "stat").rsplit(")", 1)[1].split()
+    return bool(int(fields[6]) & PF_KTHREAD)  # the 9th field: flags
+
+
 def process_alive(pid: int) -> bool:
     """Running (a zombie has exited: its memory is gone)."""
     try:

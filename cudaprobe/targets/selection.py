@@ -20,16 +20,18 @@ import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cudaprobe.errors import CudaNotMapped, ProcessGone, SeccompHazard
+from cudaprobe.errors import CudaNotMapped, CudaprobeError, ProcessGone, SeccompHazard
 from cudaprobe.targets.elfscan import defines_any, interpreter, name_pattern
 from cudaprobe.targets.environment import seccomp_filtered, uretprobes_kill_filtered
 from cudaprobe.targets.libs import discover_libraries
 from cudaprobe.targets.procmaps import (
     MappedFile,
+    is_kernel_thread,
     pids_named,
     process_alive,
     process_name,
     read_maps,
+    same_mount_namespace,
     thread_group,
     vm_pages,
 )
@@ -64,6 +66,9 @@ class Targets:
         self.probed: set[tuple[int, int]] = set()  # identities of files probed already
         self._vm_pages: dict[int, int] = {}  # pid -> address-space size when last scanned
         self._mapped: dict[int, int] = {}  # pid -> files it mapped when last scanned
+        # CUDA code seen in the targets' maps or a command's links, probed or not:
+        # what says a command without calls loaded no CUDA
+        self.cuda_seen: set[str] = set()
         self._me = os.getpid()
         # --pid targets still running, each with a pidfd that says when it exits
         self.requested: dict[int, int] = {}
@@ -71,6 +76,9 @@ class Targets:
         for pid in pids:
             tgid = thread_group(pid)
             self.names[tgid] = process_name(tgid)
+            if is_kernel_thread(tgid):
+                raise CudaprobeError(f"pid {tgid} ({self.names[tgid]}) is a kernel thread: it "
+                                     "has no user address space, so no CUDA code to probe")
             if not process_alive(tgid):
                 raise ProcessGone(tgid, f"{self.names[tgid]} has exited (a zombie its parent "
                                         "has not reaped: nothing left to trace)")
@@ -104,7 +112,10 @@ class Targets:
         found = []
         for path in [exe, *_linked_libraries(exe)]:
             identity = _identity(path)
-            if identity not in self.probed and defines_any(path, self._pattern):
+            if not self._is_cuda(MappedFile(path, path, identity)):
+                continue
+            self.cuda_seen.add(os.path.realpath(path))
+            if identity not in self.probed:
                 self.probed.add(identity)
                 found.append(os.path.realpath(path))
         return found
@@ -137,7 +148,10 @@ class Targets:
             self._vm_pages[pid] = pages
             self._mapped[pid] = len(files)
             for f in files:
-                if f.identity not in self.probed and self._is_cuda(f):
+                if not self._is_cuda(f):
+                    continue
+                self.cuda_seen.add(f.path)
+                if f.identity not in self.probed:
                     self.probed.add(f.identity)
                     found.append(CudaObject(f.host_path, f.path, pid))
         return found, gone
@@ -153,7 +167,12 @@ class Targets:
         pids = sorted(self.requested)
         names = ", ".join(f"pid {pid} ({self.names[pid]})" for pid in pids)
         files = sum(self._mapped.get(pid, 0) for pid in pids)
-        return CudaNotMapped(names + (" is" if len(pids) == 1 else " are"), files, self.symbols)
+        elsewhere = [pid for pid in pids if not same_mount_namespace(pid)]
+        note = (f"; {', '.join(f'pid {pid}' for pid in elsewhere)} "
+                f"{'runs' if len(elsewhere) == 1 else 'run'} in another mount namespace, "
+                "its files read through /proc/PID/root") if elsewhere else ""
+        return CudaNotMapped(names + (" is" if len(pids) == 1 else " are"), files, self.symbols,
+                             note)
 
     def exited(self) -> list[int]:
         """--pid targets that exited since the last call."""

@@ -87,3 +87,36 @@ def test_verbose_shows_the_traceback_of_a_library_not_found(scratch):
     assert proc.returncode == 2
     assert "Traceback" in proc.stderr and "LibraryNotFound" in proc.stderr
     assert proc.stderr.splitlines()[-1].startswith("cudaprobe: CUDA library")
+
+
+def kernel_thread() -> int:
+    """A kernel thread's pid (kthreadd is 2 where the pid namespace is the host's)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[6]) & 0x00200000:
+                return int(entry.name)
+    pytest.skip("no kernel thread visible in this pid namespace")
+
+
+@pytest.mark.parametrize("command", ["trace", "stats", "memory"])
+def test_pid_that_is_a_kernel_thread(scratch, command):
+    pid = kernel_thread()
+    line = assert_one_line(run(scratch, command, "--pid", str(pid)),
+                           f"pid {pid} (", ") is a kernel thread", "no user address space")
+    assert "sudo" not in line and "not using CUDA" not in line
+
+
+def test_pid_in_another_mount_namespace_not_using_cuda(scratch):
+    sleeper = subprocess.Popen(["unshare", "-m", "sleep", "60"])
+    try:
+        time.sleep(0.3)
+        assert_one_line(run(scratch, "trace", "--pid", str(sleeper.pid)),
+                        f"pid {sleeper.pid} (sleep) is not using CUDA",
+                        f"pid {sleeper.pid} runs in another mount namespace", "add --wait")
+    finally:
+        sleeper.kill()
+        sleeper.wait()

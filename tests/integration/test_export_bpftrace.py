@@ -97,7 +97,8 @@ def parse_rows(output: str) -> list[dict]:
 
 
 def parse_details(details: str) -> dict[str, str]:
-    """`k=v k=v`; a word without `=` (usym's kernel name) belongs to the value before it."""
+    """`k=v k=v`; a word without `=` (of a demangled kernel name) belongs to the value
+    before it."""
     args: dict[str, str] = {}
     key = None
     for word in details.split():
@@ -135,9 +136,8 @@ def test_script_records_what_trace_records(tmp_path, cudart):
         assert row["args"].keys() == call["args"].keys() - {"func_name"}, row
         for key, value in call["args"].items():
             text = row["args"].get(key)
-            if key == "func":  # an address: differs between the two runs (ASLR)
-                address, _, name = text.partition(" ")
-                assert address == made["func"] and name in (address, "fake_kernel"), text
+            if key == "func":  # named, or the address (ASLR: not trace's) printed once
+                assert text in (made["func"], "fake_kernel"), text
             elif key == "args":  # the kernel's argument array, on the workload's stack
                 assert re.fullmatch(r"0x7f[0-9a-f]+", text), text
             elif value is None:  # a failed call's out-parameter: trace does not read it,
@@ -171,12 +171,12 @@ def test_threads_pair_their_own_calls_and_names_resolve(tmp_path, cudart):
         assert {r["args"]["size"] for r in rows if r["EVENT"] == "cudaMalloc"} == {"1048576"}
         times = [float(r["TIME(ms)"]) for r in rows]
         assert times == sorted(times)
-    names = [r["args"]["func"].split()[1] for rows in per_tid.values() for r in rows
-             if r["EVENT"] == "cudaLaunchKernel"]
-    # usym() resolves while the process lives: the early launches at least
-    assert "fake_kernel" in names and set(names) <= {"fake_kernel"} | {
-        r["args"]["func"].split()[0] for rows in per_tid.values() for r in rows
-        if r["EVENT"] == "cudaLaunchKernel"}
+    names = {r["args"]["func"] for rows in per_tid.values() for r in rows
+             if r["EVENT"] == "cudaLaunchKernel"}
+    # usym() resolves while the process lives: the early launches at least; the
+    # rest print the stub's address, once
+    assert "fake_kernel" in names and len(names) <= 2, names
+    assert all(n == "fake_kernel" or re.fullmatch(r"0x[0-9a-f]+", n) for n in names), names
 
 
 def perf_events(pid: int) -> int:

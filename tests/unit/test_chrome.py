@@ -101,15 +101,22 @@ def test_processes_and_threads_named_once_before_their_first_event():
     assert {t: s.slices for t, s in report.tracks.items()} == {(7, 8): 2, (7, 9): 2, (10, 10): 1}
 
 
+def under(child, parent, depth=1):
+    """`child` as CallOrder gives it: made inside `parent`, `depth` deep."""
+    child.depth, child.parent = depth, parent.ts_ns
+    return child
+
+
 def test_runtime_to_driver_flows_where_nesting_shows_them():
-    # arrival order is completion order: the driver calls inside cudaMalloc come first
+    # in call order, as CallOrder gives them: the driver calls inside cudaMalloc after it
+    malloc, alloc = call("cudaMalloc", 100, 200), call("cuMemAlloc_v2", 120, 150)
     batch = [
         call("cuMemAlloc_v2", 50, 60),  # before cudaMalloc: the program's own driver call
-        call("cuCtxSynchronize", 125, 130),  # made by the cuMemAlloc_v2 below: no flow
-        call("cuMemAlloc_v2", 120, 150),
+        malloc,
+        under(alloc, malloc),
+        under(call("cuCtxSynchronize", 125, 130), alloc, 2),  # made by cuMemAlloc_v2: no flow
         call("cuMemAlloc_v2", 110, 118, tid=9, comm="worker"),  # other thread: no flow
-        call("cuCtxSynchronize", 160, 170),
-        call("cudaMalloc", 100, 200),
+        under(call("cuCtxSynchronize", 160, 170), malloc),
         call("cudaLaunchKernel", 300, 400),  # nothing inside: no flow
     ]
     events = render(batch)
@@ -135,7 +142,8 @@ def test_in_flight_calls_begin_and_never_end():
     s = Summary()
     s.add([done])
     s.in_flight = [sync]
-    events = render([done], [sync], summary=s)
+    # the session reports a call still running before the calls made inside it
+    events = render([sync], [under(done, sync)], summary=s)
     b = [e for e in events if e["ph"] == "B"]
     assert len(b) == 1 and "dur" not in b[0] and not [e for e in events if e["ph"] == "E"]
     assert b[0]["args"]["in_flight"] is True and "ret" not in b[0]["args"]
@@ -180,7 +188,8 @@ def test_streamed_before_finish_and_loadable_if_cut_short(tmp_path):
     buf = io.StringIO()
     r = REPORTERS["chrome"](buf)
     r.start()
-    r.calls([call("cuMemAlloc_v2", 1, 2), call("cudaMalloc", 0.5, 3)])
+    malloc = call("cudaMalloc", 0.5, 3)
+    r.calls([malloc, under(call("cuMemAlloc_v2", 1, 2), malloc)])
     text = buf.getvalue()
     assert text.startswith("[\n") and "]" not in text.splitlines()[-1]
     path = tmp_path / "cut.chrome.json"
@@ -190,14 +199,13 @@ def test_streamed_before_finish_and_loadable_if_cut_short(tmp_path):
     assert chrome_check.check_events(events).flows
 
 
-def test_pending_driver_calls_are_bounded(monkeypatch):
+def test_threads_kept_for_flows_are_bounded(monkeypatch):
     monkeypatch.setattr(chrome_reporter, "MAX_THREADS", 4)
     r = REPORTERS["chrome"](io.StringIO())
     r.start()
-    for i in range(3 * chrome_reporter.PENDING_PER_THREAD):
+    for i in range(100):
         r.calls([call("cuMemAlloc_v2", 10 * i, 10 * i + 5, tid=i % 6)])
-    assert len(r._pending) <= 4
-    assert all(len(p) <= chrome_reporter.PENDING_PER_THREAD for p in r._pending.values())
+    assert len(r._tops) <= 4
 
 
 def test_added_keys_do_not_hide_an_argument():
@@ -208,7 +216,7 @@ def test_added_keys_do_not_hide_an_argument():
 def test_chrome_format_from_its_extensions():
     assert choose_format(None, "run.chrome.json") == "chrome"
     assert choose_format(None, "/tmp/RUN.Perfetto.JSON") == "chrome"
-    assert choose_format(None, "run.json") == "jsonl"
+    assert choose_format(None, "run.json") == "json"
     assert choose_format("chrome", "run.jsonl") == "chrome"
 
 

@@ -135,12 +135,14 @@ def test_cuda_library_lists_the_catalogue_functions_it_defines(libcudart):
     d = check.details
     assert d["api"] == "runtime" and d["path"] == str(libcudart)
     assert "cudaMalloc" in d["functions"] and "cudaLaunchKernel" in d["functions"]
-    assert f"{len(d['functions'])} of {len(d['functions']) + len(d['missing'])}" in check.found
+    assert (f"{len(d['functions'])} functions, " in check.found
+            and f"(of {len(d['functions']) + len(d['missing'])} catalogue functions, "
+            in check.found)
 
 
 def test_cuda_library_that_is_not_one(tmp_path):
     (check,) = doctor.check_cuda(["/bin/true"])
-    assert check.status == WARN and "0 of" in check.found
+    assert check.status == WARN and "0 functions, 0 symbols (of" in check.found
     text = tmp_path / "libcudart.so.12"
     text.write_text("not ELF")
     (check,) = doctor.check_cuda([str(text)])

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from cudaprobe.decode.calls import Call
-from cudaprobe.decode.nesting import CallTree, Nesting
+from cudaprobe.decode.nesting import CallTree, call_trees
 from cudaprobe.errors import UsageError
 from cudaprobe.output.otlp_model import (
     Selection,
@@ -161,35 +161,30 @@ def test_sample_ratio_draws_that_fraction():
     assert 900 < fast < 1_100 and both.wants(tree(call("cudaFree", dur=1_000)))
 
 
-def test_driver_calls_nest_under_the_runtime_call_around_them():
-    n = Nesting(clock=lambda: 10_000)
-    inner = [call("cuInit", ts=1_100, dur=100, api="driver"),
-             call("cuDriverGetVersion", ts=1_300, dur=50, api="driver")]
-    before = call("cuMemAlloc_v2", ts=500, dur=100, api="driver")
-    other_thread = call("cuMemFree_v2", ts=1_200, dur=10, api="driver", tid=9)
-    assert n.add([before, inner[0], other_thread, inner[1]]) == []
-    out = n.add([call("cudaGetDeviceCount", ts=1_000, dur=1_000)])
+def nested(child: Call, parent: Call, depth: int = 1) -> Call:
+    child.depth, child.parent = depth, parent.ts_ns
+    return child
+
+
+def test_calls_made_inside_a_call_are_its_tree():
+    # in call order, with their depth, as decode.nesting.CallOrder gives them
+    top = call("cudaGetDeviceCount", ts=1_000, dur=1_000)
+    init = call("cuInit", ts=1_100, dur=100, api="driver")
+    calls = [call("cuMemAlloc_v2", ts=500, dur=100, api="driver"), top, nested(init, top),
+             nested(call("cuDriverGetVersion", ts=1_120, dur=50, api="driver"), init, 2),
+             call("cuMemFree_v2", ts=1_200, dur=10, api="driver", tid=9),
+             nested(call("cuDeviceGet", ts=1_300, dur=50, api="driver"), top)]
+    out = call_trees(calls)
     assert [(t.call.event, [c.event for c in t.children]) for t in out] == [
-        ("cuMemAlloc_v2", []), ("cudaGetDeviceCount", ["cuInit", "cuDriverGetVersion"])]
-    assert [t.call.event for t in n.flush()] == ["cuMemFree_v2"]
-    assert n.flush() == []
+        ("cuMemAlloc_v2", []),
+        ("cudaGetDeviceCount", ["cuInit", "cuDriverGetVersion", "cuDeviceGet"]),
+        ("cuMemFree_v2", [])]
+    assert call_trees([]) == []
 
 
-def test_held_driver_calls_come_out_alone_after_the_hold_or_past_the_cap():
-    now = [0]
-    n = Nesting(hold_ns=1_000, max_held=3, clock=lambda: now[0])
-    assert n.add([call("cuLaunchKernel", ts=100, dur=10, api="driver")]) == []
-    now[0] = 1_111
-    assert [t.call.ts_ns for t in n.add([])] == [100]
-    many = [call("cuLaunchKernel", ts=2_000 + i, dur=1, api="driver", tid=i % 2)
-            for i in range(5)]
-    out = n.add(many)
-    assert sorted(t.call.ts_ns for t in out) == [2_000, 2_001]
-    assert len(n.flush()) == 3
+def test_a_child_without_its_parent_in_the_batch_is_a_tree_of_its_own():
+    parent = call("cudaMalloc", ts=1_000, dur=1_000)
+    orphan = nested(call("cuMemAlloc_v2", ts=1_100, dur=10, api="driver"), parent)
+    assert [t.call.event for t in call_trees([orphan])] == ["cuMemAlloc_v2"]
 
 
-def test_in_flight_runtime_call_takes_driver_calls_made_since():
-    n = Nesting()
-    n.add([call("cuCtxSynchronize", ts=2_000, dur=None, api="driver", ret=None)])
-    out = n.add([call("cudaDeviceSynchronize", ts=1_900, dur=None, ret=None)])
-    assert [len(t) for t in out] == [2]

@@ -52,12 +52,15 @@ def run_sink(url: str, calls: list[Call], notes: list[str], **config) -> Summary
 
 def test_spans_nested_timed_and_failed_as_the_calls_were():
     t0 = time.monotonic_ns()
-    calls = [call("cuMemAlloc_v2", t0 + 2_000, 500, ret=2, api="driver",
-                  ret_name="CUDA_ERROR_OUT_OF_MEMORY", bytesize=1 << 30),
-             call("cudaMalloc", t0 + 1_000, 3_000, ret=2, ret_name="cudaErrorMemoryAllocation",
+    # in call order, as the trace session gives them: cudaMalloc, then the driver
+    # call it made (depth 1, its parent's ts_ns)
+    calls = [call("cudaMalloc", t0 + 1_000, 3_000, ret=2, ret_name="cudaErrorMemoryAllocation",
                   devPtr="0x0", size=1 << 30),
+             call("cuMemAlloc_v2", t0 + 2_000, 500, ret=2, api="driver",
+                  ret_name="CUDA_ERROR_OUT_OF_MEMORY", bytesize=1 << 30),
              call("cudaFree", t0 + 9_000, 400, devPtr="0x10"),
              call("cudaDeviceSynchronize", t0 + 20_000, None, ret=None, ret_name=None)]
+    calls[1].depth, calls[1].parent = 1, calls[0].ts_ns
     notes: list[str] = []
     with OtlpReceiver() as r:
         epoch_before = time.time_ns()

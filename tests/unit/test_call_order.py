@@ -1,0 +1,149 @@
+"""decode.nesting.CallOrder: records, which arrive as calls return (a nested call
+before its parent), put back in call order with their depth and parent; what
+it holds is bounded; the reporters write depth and parent."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from rich.console import Console
+from rich.text import Text
+
+from cudaprobe.catalogue.functions import RUNTIME
+from cudaprobe.decode.nesting import CallOrder
+from cudaprobe.decode.records import RecordDecoder
+from cudaprobe.output.formats import REPORTERS
+from cudaprobe.output.table import TableReporter
+from cudaprobe.probe.event import R_TS, RECORD_STRUCTS
+
+from .eventbuild import EVERY_PROBE
+
+FID = {p.symbol: p.func_id for p in EVERY_PROBE}
+IS_RUNTIME = [p.function.api == RUNTIME for p in EVERY_PROBE]
+MS = 1_000_000
+
+
+def rec(symbol: str, start_ms: float, end_ms: float, tid: int = 8) -> tuple:
+    """A record of `symbol` on thread `tid`, from start_ms to end_ms (no arguments
+    read: the words are zeros)."""
+    probe = EVERY_PROBE[FID[symbol]]
+    nargs = probe.function.words
+    layout = RECORD_STRUCTS[nargs]
+    values = (int(start_ms * MS), int((end_ms - start_ms) * MS), 7, tid, probe.func_id, nargs,
+              0, 0, b"app", 0, -1, *([0] * nargs))
+    return layout.unpack(layout.pack(*values))
+
+
+def names(out: list[tuple]) -> list[str]:
+    return [EVERY_PROBE[r[4]].symbol for r in out]
+
+
+def order(clock_ms: float = 0.0, **kw) -> CallOrder:
+    return CallOrder(IS_RUNTIME, clock=lambda: int(clock_ms * MS), **kw)
+
+
+def test_a_driver_call_made_inside_a_runtime_call_comes_under_it():
+    # the issue's trace: cuDriverGetVersion (at 35.752) arrived before the
+    # cudaGetDeviceCount (at 29.685) that made it
+    o = order()
+    inner = rec("cuDriverGetVersion", 35.752, 35.760)
+    outer = rec("cudaGetDeviceCount", 29.685, 36.0)
+    assert o.add([inner]) == ([], [])  # held: its parent may be on the way
+    out, marks = o.add([outer])
+    assert names(out) == ["cudaGetDeviceCount", "cuDriverGetVersion"]
+    assert marks == [(0, None), (1, outer[R_TS])]
+
+
+def test_nesting_goes_deeper_and_calls_outside_come_first_at_the_top():
+    o = order()
+    before = rec("cuInit", 1, 2)  # made by the program itself, before
+    leaf = rec("cuDriverGetVersion", 4, 5)
+    mid = rec("cuInit", 3, 6)  # (a driver call that made another)
+    sibling = rec("cuDeviceGetCount", 7, 8)
+    top = rec("cudaGetDeviceCount", 2.5, 9)
+    out, marks = o.add([before, leaf, mid, sibling, top])
+    assert names(out) == ["cuInit", "cudaGetDeviceCount", "cuInit", "cuDriverGetVersion",
+                          "cuDeviceGetCount"]
+    assert marks == [(0, None), (0, None), (1, top[R_TS]), (2, mid[R_TS]), (1, top[R_TS])]
+
+
+def test_threads_are_ordered_apart():
+    o = order()
+    out, marks = o.add([rec("cuDriverGetVersion", 4, 5, tid=1), rec("cudaMalloc", 1, 2, tid=2),
+                        rec("cudaGetDeviceCount", 3, 6, tid=1)])
+    assert names(out) == ["cudaMalloc", "cudaGetDeviceCount", "cuDriverGetVersion"]
+    assert marks == [(0, None), (0, None), (1, 3 * MS)]
+
+
+def test_a_driver_call_alone_waits_at_most_the_hold():
+    o = order(clock_ms=100.0, hold_ns=10 * MS)
+    assert o.add([rec("cuInit", 1, 2)]) == ([], [])
+    # newer calls of other threads move time on: 2 ms is not yet 10 ms before 11.5 ms
+    assert names(o.add([rec("cudaMalloc", 11, 11.5, tid=9)])[0]) == ["cudaMalloc"]
+    out, marks = o.add([rec("cudaMalloc", 12, 12.5, tid=9)])
+    assert names(out) == ["cudaMalloc", "cuInit"] and marks == [(0, None), (0, None)]
+    # a poll that found nothing: the clock says how old a held call is
+    assert o.add([rec("cuInit", 95, 96)]) == ([], [])
+    late = order(clock_ms=200.0, hold_ns=10 * MS)
+    late._held, late._count = o._held, o._count
+    assert names(late.add([])[0]) == ["cuInit"]
+
+
+def test_a_parent_open_longer_than_the_hold_comes_without_its_children():
+    o = order(hold_ns=10 * MS)
+    o.add([rec("cuInit", 1, 2)])
+    out, _ = o.add([rec("cudaMalloc", 20, 21, tid=9)])  # time moves on: cuInit goes alone
+    assert names(out) == ["cudaMalloc", "cuInit"]
+    out, marks = o.add([rec("cudaGetDeviceCount", 0.5, 30)])
+    assert names(out) == ["cudaGetDeviceCount"] and marks == [(0, None)]
+
+
+def test_what_is_held_is_bounded_in_number():
+    o = order(max_held=3)
+    out, _ = o.add([rec("cuInit", t, t + 0.5, tid=t) for t in range(1, 6)])
+    assert names(out) == ["cuInit", "cuInit"] and [r[3] for r in out] == [1, 2]
+    assert o._count == 3
+    out, marks = o.flush()
+    assert [r[3] for r in out] == [3, 4, 5] and o._count == 0 and o.flush() == ([], [])
+
+
+def batch() -> tuple[list[tuple], list]:
+    o = order()
+    return o.add([rec("cuDriverGetVersion", 35.752, 35.760),
+                  rec("cudaGetDeviceCount", 29.685, 36.0)])
+
+
+def test_jsonl_and_csv_rows_carry_depth_and_parent():
+    out, marks = batch()
+    for fmt in ("jsonl", "json", "csv"):
+        buf = io.StringIO()
+        r = REPORTERS[fmt](buf)
+        r.start()
+        r.records(out, RecordDecoder(EVERY_PROBE, 0), marks)
+        # and the same of Calls (in flight at the end, or a reporter given Calls)
+        r.calls(RecordDecoder(EVERY_PROBE, 0).calls(out, marks))
+        text = buf.getvalue()
+        if fmt == "jsonl":
+            rows = [json.loads(line) for line in text.splitlines()]
+        elif fmt == "json":
+            rows = json.loads(text + "]}")["calls"]
+        else:
+            rows = list(csv.DictReader(io.StringIO(text)))
+            for row in rows:
+                row["depth"] = int(row["depth"])
+                row["parent"] = int(row["parent"]) if row["parent"] else None
+        assert [(x["event"], x["depth"], x["parent"]) for x in rows] == [
+            ("cudaGetDeviceCount", 0, None), ("cuDriverGetVersion", 1, 29_685_000)] * 2, fmt
+
+
+def test_the_table_indents_a_call_under_its_parent():
+    out, marks = batch()
+    buf = io.StringIO()
+    r = TableReporter(buf, console=Console(file=buf, width=120, force_terminal=True,
+                                            no_color=True))
+    r.records(out, RecordDecoder(EVERY_PROBE, 0), marks)
+    lines = Text.from_ansi(buf.getvalue()).plain.splitlines()
+    event_at = lines[0].index("cudaGetDeviceCount")
+    assert lines[1][event_at:].startswith("  cuDriverGetVersion")

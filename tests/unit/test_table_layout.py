@@ -1,0 +1,83 @@
+"""The table at any terminal width from 80: a header that never wraps, one line
+per call, DETAILS cut with `…`, long names cut in the middle keeping their
+suffix; the summary's errors never split. Rendered to a StringIO console of
+each width, as a terminal of that width would show it."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+from rich.text import Text
+
+from cudaprobe.decode.calls import cut_middle
+from cudaprobe.output.table import COLUMNS, TableReporter, layout
+
+from .test_reporters import calls, summary_for
+
+WIDTHS = (80, 100, 120, 200)
+LONG = "cudaLaunchCooperativeKernel_ptsz"
+
+
+def render(width: int) -> list[str]:
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, force_terminal=True, no_color=True,
+                      color_system=None)
+    cs = calls()
+    cs[1].event = LONG
+    r = TableReporter(buf, console=console)
+    r.start()
+    r.calls(cs)
+    summary = summary_for(cs)
+    summary.add(cs)
+    summary.add(cs)  # x3 of cudaErrorInsufficientDriver
+    r.finish(summary)
+    return Text.from_ansi(buf.getvalue()).plain.splitlines()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_line_fits_and_the_header_is_one_line(width):
+    lines = render(width)
+    assert all(len(line) <= width for line in lines), [len(x) for x in lines]
+    header, malloc, launch = lines[:3]
+    assert header.split()[:7] == [c.title for c in COLUMNS]
+    assert header.split()[-1].startswith("D")  # DETAILS, cut where it must be
+    assert malloc.split()[4] == "cudaMalloc" and launch.split()[4].endswith("_ptsz")
+    assert launch.split()[4].startswith("cudaLaunc")
+    assert "…" in launch or width >= 200  # DETAILS (or the name) cut at the edge
+    if width >= 200:
+        assert LONG in launch and "cudaErrorInsufficientDriver" in launch
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_summary_keeps_each_error_whole(width):
+    lines = render(width)
+    assert any("cudaErrorInsufficientDriver x3" in line for line in lines)
+    row = next(line for line in lines if "x3" in line)
+    assert "_ptsz" in row  # the name's suffix kept, cut or not
+
+
+def test_a_file_or_pipe_has_whole_details():
+    buf = io.StringIO()  # not a terminal: no width to fit
+    r = TableReporter(buf)
+    r.start()
+    r.calls(calls())
+    text = buf.getvalue()
+    assert "func=0x401000 gridDim=(1,1,1) blockDim=(32,1,1)" in text and "…" not in text
+    assert layout(None) == [c.width for c in COLUMNS]
+
+
+def test_names_cut_in_the_middle_keep_their_suffix():
+    assert cut_middle(LONG, 26) == "cudaLaunchCoo…eKernel_ptsz"
+    assert len(cut_middle(LONG, 26)) == 26
+    assert cut_middle("cudaMalloc", 26) == "cudaMalloc"
+    assert cut_middle("    " + LONG, 20) == "    cudaLaun…el_ptsz"  # indentation kept
+
+
+@pytest.mark.parametrize("width", range(80, 241, 7))
+def test_layout_fits_every_width(width):
+    widths = layout(width)
+    assert sum(widths) + len(widths) < width
+    for c, w in zip(COLUMNS, widths):
+        assert (c.min_width or c.width) <= w and len(c.title) <= w
