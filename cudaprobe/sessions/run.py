@@ -93,6 +93,7 @@ class ProbeRun:
             if self.options.targets is not None:
                 self._follower = Follower(self.options.targets, self.tracer, self.plan,
                                           self.probed, self.notify)
+            self.tracer.start()  # every probe in: each function traced from this instant
             if self._on_attached is not None:
                 self._on_attached(self)
         except BaseException:
