@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from cudaprobe.analysis.summary import Untraced
 from cudaprobe.catalogue.cuda_errors import error_name
 from cudaprobe.decode.calls import Call
 from cudaprobe.decode.handles import NAME_KEY
@@ -196,6 +197,7 @@ class StatsReport:
     not_found: list[str] = field(default_factory=list)
     in_flight: int = 0  # calls entered but not returned when the report was made
     lost: dict[str, int] = field(default_factory=dict)
+    untraced: list[Untraced] = field(default_factory=list)  # spans whose calls were not seen
 
     def sorted(self, key: str = "total") -> list[FunctionStats]:
         return sorted(self.functions, key=lambda s: (SORT_KEYS[key](s), s.event))
@@ -217,4 +219,5 @@ class StatsReport:
             "lost_total": sum(self.lost.values()),
             "libraries": self.libraries,
             "not_found": self.not_found,
+            "untraced": [u.to_dict() for u in self.untraced],
         }

@@ -34,6 +34,7 @@ def snapshot(tracer: Tracer, plan: ProbePlan, probed: Summary,
         not_found=probed.not_found,
         in_flight=tracer.in_flight_count(),
         lost={k: counters[k] for k in ("pairing_map_full", "recursion_depth")},
+        untraced=probed.untraced,
     )
 
 
