@@ -283,9 +283,10 @@ static __always_inline cp_entry_t *nested_entry(cp_entry_t *outer, u64 pid_tgid,
 }
 
 /* Exit side of nested_entry: the innermost nested call returns (calls return
- * in the reverse order of their entries). Its entry is taken out of the hash
- * for the caller to complete (0: none, counted at entry); *key says which to
- * delete then. */
+ * in the reverse order of their entries), one fewer is counted in `outer`.
+ * Its entry in the hash, for the caller to complete and then delete by *key;
+ * 0 where it has none (past CP_MAX_DEPTH, or the hash was full: counted at
+ * entry). */
 static __always_inline cp_entry_t *innermost_entry(cp_entry_t *outer, u64 pid_tgid,
 						   u32 probe_id, u64 *key)
 {
