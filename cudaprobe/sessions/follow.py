@@ -41,14 +41,18 @@ class Follower:
         if targets.comm is not None:  # the present ones are targets before we say so
             tracer.set_comm(targets.comm)
             self._add_named()
-            for pid in self._named:
-                self._ran_before_attach(pid, _name(pid))
             self._next_comm_scan = time.monotonic() + COMM_RESCAN_S
-            notify(f"following every process named {targets.comm[:15]!r}, present and future")
         for pid in targets.requested:
             tracer.add_target(pid)
-            self._ran_before_attach(pid, targets.names[pid])
+        # every probe of the start is in: tracing starts before the notices say so
+        tracer.start()
         targets.attached_at(tracer.target_pids())
+        for pid in sorted(self._named):
+            self._ran_before_attach(pid, _name(pid))
+        for pid in targets.requested:
+            self._ran_before_attach(pid, targets.names[pid])
+        if targets.comm is not None:
+            notify(f"following every process named {targets.comm[:15]!r}, present and future")
         if targets.requested:
             names = ", ".join(f"pid {pid} ({targets.names[pid]})" for pid in targets.requested)
             notify(f"attached to {names}: tracing ends when "
