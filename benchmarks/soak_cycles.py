@@ -79,6 +79,7 @@ def cycles(count: int, libcudart: str, workload: Path) -> dict:
     start = time.monotonic()
     for _ in range(count):
         with Tracer(plan, Settings()) as tracer:
+            tracer.start()
             made |= bpf_objects()
             subprocess.run([str(workload), str(LOOPS), "0", "0"], check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

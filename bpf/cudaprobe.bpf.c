@@ -41,13 +41,18 @@
 /* per-probe settings (struct cp_probe_cfg), filled by the loader from the
  * catalogue, indexed by probe id */
 BPF_ARRAY(probes, struct cp_probe_cfg, CP_MAX_PROBES);
+/* CP_ATTACHING .. CP_STOPPED (cudaprobe.h): set by the loader, so that every
+ * probe begins and ends at one instant, whatever order they attach in */
+BPF_ARRAY(phase, u32, 1);
 /* thread slots: which thread holds each (claimed by compare-and-swap), its
  * name, and whether its first record is still to come */
 BPF_ARRAY(owners, struct cp_owner, CP_PAIR_THREADS);
 /* the pairing entries of the slots' threads: slot * CP_NR_PROBES + probe id */
 BPF_ARRAY(owned, cp_entry_t, CP_PAIR_THREADS * CP_NR_PROBES);
 /* pairing entries of threads whose slot another thread holds, keyed by
- * pairing_key(); made at a thread's first call of a probe, kept after */
+ * pairing_key() at depth 0, made at a thread's first call of a probe and kept
+ * after; and of calls nested in a call of the same probe (depth 1..
+ * CP_MAX_DEPTH), removed when they return */
 BPF_HASH(inflight, u64, cp_entry_t, CP_MAX_INFLIGHT);
 /* all zero, never written: the initial value of a new `inflight` entry */
 BPF_PERCPU_ARRAY(zeroed, cp_entry_t, 1);
@@ -165,10 +170,20 @@ static __always_inline void count_error(u32 probe_id, s32 ret, s64 *err_ret, u64
 
 /* ---- pairing: a call's entry in its thread's slot, or in the hash ---- */
 
-static __always_inline u64 pairing_key(u64 pid_tgid, u32 probe_id)
+_Static_assert(CP_MAX_PROBES <= 0x10000 && CP_MAX_DEPTH < 0x10000, "pairing_key's fields");
+
+static __always_inline u64 pairing_key(u64 pid_tgid, u32 probe_id, u64 depth)
 {
-	return (pid_tgid << 32) | probe_id;	/* tid in the high half */
+	return (pid_tgid << 32) | (depth << 16) | probe_id;	/* tid in the high half */
 }
+
+/* The calls of the same probe nested in a pairing entry's call (recursion):
+ * a field the entry does not use until its call returns. */
+#ifdef CP_STATS
+#define cp_nested(e) ((e)->nested)
+#else
+#define cp_nested(e) ((e)->duration_ns)
+#endif
 
 /* The `inflight` entry of this thread and probe, made on its first call. */
 static __always_inline cp_entry_t *hashed_entry(u64 key)
@@ -229,7 +244,7 @@ static __always_inline cp_entry_t *pairing_entry(u64 pid_tgid, u32 probe_id,
 		*mine = o;
 		return owned_entry(slot, probe_id);
 	}
-	return hashed_entry(pairing_key(pid_tgid, probe_id));
+	return hashed_entry(pairing_key(pid_tgid, probe_id, 0));
 }
 
 /* Exit side: the entry of the call returning, or 0 (filtered out, or entered
@@ -247,8 +262,39 @@ static __always_inline cp_entry_t *paired_entry(u64 pid_tgid, u32 probe_id,
 			return e;
 		}
 	}
-	u64 key = pairing_key(pid_tgid, probe_id);
+	u64 key = pairing_key(pid_tgid, probe_id, 0);
 	cp_entry_t *e = inflight.lookup(&key);
+	return e && e->ts_ns ? e : 0;
+}
+
+/* Entry of a call made while the thread is in a call of the same probe
+ * (`outer`, its outermost): the call's depth is counted in the outer entry,
+ * and its pairing entry made in the hash for that depth. Past CP_MAX_DEPTH
+ * the call is counted as lost; its depth is still counted, so that the
+ * exits pair with the right entries. */
+static __always_inline cp_entry_t *nested_entry(cp_entry_t *outer, u64 pid_tgid, u32 probe_id)
+{
+	u64 depth = ++cp_nested(outer);
+	if (depth > CP_MAX_DEPTH) {
+		count(CP_LOST_DEPTH);
+		return 0;
+	}
+	return hashed_entry(pairing_key(pid_tgid, probe_id, depth));
+}
+
+/* Exit side of nested_entry: the innermost nested call returns (calls return
+ * in the reverse order of their entries), one fewer is counted in `outer`.
+ * Its entry in the hash, for the caller to complete and then delete by *key;
+ * 0 where it has none (past CP_MAX_DEPTH, or the hash was full: counted at
+ * entry). */
+static __always_inline cp_entry_t *innermost_entry(cp_entry_t *outer, u64 pid_tgid,
+						   u32 probe_id, u64 *key)
+{
+	u64 depth = cp_nested(outer)--;
+	if (depth > CP_MAX_DEPTH)
+		return 0;
+	*key = pairing_key(pid_tgid, probe_id, depth);
+	cp_entry_t *e = inflight.lookup(key);
 	return e && e->ts_ns ? e : 0;
 }
 
@@ -261,6 +307,7 @@ static __always_inline void begin_call(struct pt_regs *ctx, struct cp_stamp *s, 
 {
 	s->pid = pid_tgid >> 32;
 	s->tid = (u32)pid_tgid;
+	s->nested = 0;
 	s->ts_ns = bpf_ktime_get_ns();
 }
 
@@ -386,6 +433,7 @@ static __always_inline void begin_call(struct pt_regs *ctx, struct cp_event *e, 
 		return;
 	e->pid = pid_tgid >> 32;
 	e->tid = (u32)pid_tgid;
+	e->duration_ns = 0;	/* cp_nested() until the exit sets it */
 	e->func_id = probe_id;
 	e->nargs = cfg->nargs;
 	e->nouts = cfg->nouts;
@@ -574,48 +622,52 @@ static __always_inline void end_call(struct cp_event *e, u32 probe_id, u64 now, 
 
 /* ---- the programs ---- */
 
-#ifdef CP_PROBES
-/* The perf fallback's probes outlive Tracer.detach(): a child process closes
- * them one by one afterwards. detach() sets this first, so that nothing is
- * paired, counted or sent from then on: the records it drains and the counts
- * it reads are of the same calls. */
-BPF_ARRAY(detached, u32, 1);
-
-static __always_inline int is_detached(void)
+static __always_inline u32 current_phase(void)
 {
 	int zero = 0;
-	u32 *d = detached.lookup(&zero);
-	return d && *d;
+	u32 *p = phase.lookup(&zero);
+	return p ? *p : CP_STOPPED;
 }
-#else
-/* uprobe_multi links are gone when detach() has closed them */
-static __always_inline int is_detached(void)
-{
-	return 0;
-}
-#endif
 
+/* A call begins only while CP_TRACING. If the thread is in a call of this
+ * probe already, the call is nested in it (recursion): paired at its depth. */
 static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
 {
-	if (is_detached())
+	if (current_phase() != CP_TRACING)
 		return 0;
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct cp_owner *owner = 0;
 	cp_entry_t *entry = pairing_entry(pid_tgid, probe_id, &owner);
+	if (entry && entry->ts_ns)
+		entry = nested_entry(entry, pid_tgid, probe_id);
 	if (entry)
 		begin_call(ctx, entry, probe_id, pid_tgid, owner);
 	return 0;
 }
 
+/* A call that began completes until CP_STOPPED: the calls under way when
+ * tracing stops are whole. */
 static __always_inline int cp_exit(struct pt_regs *ctx, u32 probe_id)
 {
-	if (is_detached())
+	if (current_phase() == CP_STOPPED)
 		return 0;	/* a call under way then stays in flight */
+	u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct cp_owner *owner = 0;
-	cp_entry_t *entry = paired_entry(bpf_get_current_pid_tgid(), probe_id, &owner);
+	cp_entry_t *entry = paired_entry(pid_tgid, probe_id, &owner);
 	if (!entry)
-		return 0;	/* filtered out, or entered before we attached */
-	end_call(entry, probe_id, bpf_ktime_get_ns(), (s32)PT_REGS_RC(ctx), owner);
+		return 0;	/* filtered out, or entered before tracing began */
+	u64 now = bpf_ktime_get_ns();
+	s32 ret = (s32)PT_REGS_RC(ctx);
+	if (cp_nested(entry)) {
+		u64 key = 0;
+		cp_entry_t *inner = innermost_entry(entry, pid_tgid, probe_id, &key);
+		if (inner) {
+			end_call(inner, probe_id, now, ret, owner);
+			inflight.delete(&key);
+		}
+		return 0;
+	}
+	end_call(entry, probe_id, now, ret, owner);
 	entry->ts_ns = 0;	/* done: the entry waits for this thread's next call */
 	return 0;
 }

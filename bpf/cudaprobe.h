@@ -14,7 +14,23 @@
 #define CP_LOST_RINGBUF 0   /* ring buffer full: event dropped */
 #define CP_LOST_PAIRING 1   /* in-flight map full: call not paired */
 #define CP_WAKEUPS 2        /* forced reader wakeups */
-#define CP_NR_COUNTERS 3
+#define CP_LOST_DEPTH 3     /* a call nested past CP_MAX_DEPTH in its own function: not paired */
+#define CP_NR_COUNTERS 4
+
+/* Calls of one function nested in each other on one thread (recursion) that
+ * are paired: the outermost in the thread's pairing entry, the next
+ * CP_MAX_DEPTH each in an `inflight` entry of its depth (pairing_key). */
+#define CP_MAX_DEPTH 32
+
+/* map `phase`: when the probes count. Entries begin calls only while
+ * CP_TRACING, which the loader sets once every probe is attached and leaves
+ * for CP_STOPPING before it detaches any: every function starts and stops at
+ * the same instant. Exits complete calls until CP_STOPPED (perf probes only,
+ * which outlive the detach). */
+#define CP_ATTACHING 0
+#define CP_TRACING 1
+#define CP_STOPPING 2
+#define CP_STOPPED 3
 
 /* Per-probe settings, filled by the loader from the catalogue (map `probes`). */
 struct cp_probe_cfg {
@@ -51,7 +67,8 @@ struct cp_probe_cfg {
 
 struct cp_event {
 	__u64 ts_ns;        /* entry time, CLOCK_MONOTONIC */
-	__u64 duration_ns;  /* set at exit */
+	__u64 duration_ns;  /* set at exit; in a pairing entry until then: the calls of
+			     * the same function nested in this one (cp_nested) */
 	__u32 pid;          /* tgid, host pid namespace */
 	__u32 tid;
 	__u16 func_id;      /* index into the probe table built by the loader */
@@ -103,6 +120,7 @@ struct cp_stamp {
 	__u64 ts_ns;
 	__u32 pid;
 	__u32 tid;
+	__u64 nested;  /* calls of the same function nested in this one (cp_nested) */
 };
 
 #define CP_ERR_SLOTS 4  /* return codes counted in struct cp_stat and cp_tally, per CPU */

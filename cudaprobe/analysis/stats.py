@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cudaprobe.analysis.gpustats import GpuStats
+from cudaprobe.analysis.summary import Untraced
 from cudaprobe.catalogue.cuda_errors import error_name
 from cudaprobe.decode.calls import Call
 from cudaprobe.decode.handles import NAME_KEY
@@ -198,6 +199,7 @@ class StatsReport:
     in_flight: int = 0  # calls entered but not returned when the report was made
     lost: dict[str, int] = field(default_factory=dict)
     gpu: GpuStats | None = None  # stats --gpu-time
+    untraced: list[Untraced] = field(default_factory=list)  # spans whose calls were not seen
 
     def sorted(self, key: str = "total") -> list[FunctionStats]:
         return sorted(self.functions, key=lambda s: (SORT_KEYS[key](s), s.event))
@@ -220,4 +222,5 @@ class StatsReport:
             "libraries": self.libraries,
             "not_found": self.not_found,
             **({"gpu": self.gpu.to_dict()} if self.gpu is not None else {}),
+            "untraced": [u.to_dict() for u in self.untraced],
         }

@@ -36,6 +36,42 @@ def describe_lost(lost: dict[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in lost.items() if v and k not in NOT_LOST)
 
 
+@dataclass(frozen=True)
+class Untraced:
+    """A span in which a traced process's calls could not be seen: before
+    cudaprobe attached to it (--pid), or before a CUDA library it mapped was
+    found and probed (the maps rescan). `seconds` is at most that long."""
+    pid: int
+    process: str
+    seconds: float
+    before: str  # "the attach", or the library's path
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "process": self.process, "up_to_s": round(self.seconds, 3),
+                "before": self.before}
+
+    def describe(self) -> str:
+        if self.before == ATTACH:
+            return (f"pid {self.pid} ({self.process}) ran {self.seconds:.2f}s before the "
+                    "attach: its calls until then, and those under way then, are not included")
+        return (f"pid {self.pid} ({self.process}) mapped {self.before} up to "
+                f"{self.seconds:.2f}s before it was probed: its calls there until then are "
+                "not included")
+
+
+ATTACH = "the attach"
+SHOWN_UNTRACED = 5  # said one by one; more are counted
+
+
+def describe_untraced(spans: list[Untraced]) -> list[str]:
+    """The summary's lines about calls not seen: one per span, then a count."""
+    lines = [f"not traced: {u.describe()}" for u in spans[:SHOWN_UNTRACED]]
+    if len(spans) > SHOWN_UNTRACED:
+        lines.append(f"not traced: {len(spans) - SHOWN_UNTRACED} more such spans (see --json "
+                     "or the JSONL trailer's `untraced`)")
+    return lines
+
+
 @dataclass
 class EventStats:
     calls: int = 0
@@ -57,6 +93,7 @@ class Summary:
     exit_status: int | None = None
     # calls whose thread exited before they returned (sweep.py): no result to report
     exited_mid_call: int = 0
+    untraced: list[Untraced] = field(default_factory=list)  # spans whose calls were not seen
 
     def add(self, calls: list[Call]) -> None:
         for c in calls:
@@ -128,6 +165,7 @@ class Summary:
             "startup_s": round(self.startup_s, 3),
             "libraries": self.libraries,
             "not_found": self.not_found,
+            "untraced": [u.to_dict() for u in self.untraced],
         }
 
     def render(self, console: Console) -> None:
@@ -161,6 +199,8 @@ class Summary:
         if lost:
             line += f" ({describe_lost(self.lost)})"
         console.print(Text(line, style="bold red" if lost else ""))
+        for note in describe_untraced(self.untraced):
+            console.print(Text(note, style="yellow"))
         if self.not_found:
             console.print(Text("not exported by the traced libraries: " + ", ".join(self.not_found),
                                style="dim"))

@@ -8,6 +8,7 @@ from rich.text import Text
 
 from cudaprobe.analysis.gpustats import GpuStats
 from cudaprobe.analysis.stats import PERCENTILE_NOTE, PERCENTILES, StatsReport
+from cudaprobe.analysis.summary import describe_untraced
 from cudaprobe.decode.calls import humanize_bytes, humanize_ns
 from cudaprobe.decode.demangle import shorten
 
@@ -40,6 +41,8 @@ def render_stats(report: StatsReport, console: Console, sort: str = "total",
     if lost:
         line += " (" + ", ".join(f"{k}={v}" for k, v in report.lost.items() if v) + ")"
     console.print(Text(line, style="bold red" if lost else ""))
+    for note in describe_untraced(report.untraced):
+        console.print(Text(note, style="yellow"))
     if report.not_found:
         console.print(Text("not exported by the traced libraries: " + ", ".join(report.not_found),
                            style="dim"))

@@ -68,7 +68,7 @@ def probe_config(probe: Probe) -> tuple[int, ...]:
 
 PAIR_BYTES = 8 << 20  # at most, for the per-thread pairing entries (`owned`)
 PAIR_THREADS = 64  # thread slots at most (their tid modulo): a power of 2
-STAMP_SIZE = 16  # struct cp_stamp, what `stats` keeps per call
+STAMP_SIZE = 24  # struct cp_stamp, what `stats` keeps per call
 
 
 def pair_threads(nprobes: int, entry_size: int) -> int:

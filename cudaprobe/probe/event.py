@@ -20,11 +20,16 @@ MAX_OUTS = 4
 CFG_WORDS = 16  # copied at entry: a launch config struct (40 bytes), or a C string
 COMM_LEN = 16
 
-# counter indices (CP_LOST_RINGBUF, CP_LOST_PAIRING, CP_WAKEUPS)
+# counter indices (CP_LOST_RINGBUF, CP_LOST_PAIRING, CP_WAKEUPS, CP_LOST_DEPTH)
 LOST_RINGBUF = 0
 LOST_PAIRING = 1
 WAKEUPS = 2
-NR_COUNTERS = 3
+LOST_DEPTH = 3
+NR_COUNTERS = 4
+MAX_DEPTH = 32  # CP_MAX_DEPTH: calls nested in a call of the same function, paired
+
+# map `phase` (CP_ATTACHING ...): calls begin only while TRACING (bpf/cudaprobe.h)
+ATTACHING, TRACING, STOPPING, STOPPED = range(4)
 
 # struct cp_event, in declaration order. `words` holds a probe's argument words
 # then its out-parameters (nargs and nouts in the header); ring buffer records

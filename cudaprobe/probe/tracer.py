@@ -15,10 +15,14 @@ from typing import Any, Callable
 from cudaprobe.errors import BccMissing, BpfError, NotRoot, ProcessGone
 from cudaprobe.probe import bpfprog, cleanup, perf_uprobe, uprobe_multi
 from cudaprobe.probe.event import (
+    LOST_DEPTH,
     LOST_PAIRING,
     LOST_RINGBUF,
     NR_COUNTERS,
     RECORD_STRUCTS,
+    STOPPED,
+    STOPPING,
+    TRACING,
     WAKEUPS,
     CallTally,
     RawEvent,
@@ -33,6 +37,9 @@ from cudaprobe.targets import environment
 # with a different reference-counter offset (see perf_uprobe.py)
 REF_CTR_HINT = ("if dmesg says 'ref_ctr_offset mismatch', another tracer (a bcc Python tool) "
                 "holds uprobes on these functions: stop it and retry")
+# at the end, between the stop of new calls and the stop of returns: for the
+# calls under way to return, and so to be whole in the trace
+STOP_GRACE_S = 0.01
 
 
 def prepare_machine() -> list[str]:
@@ -52,7 +59,12 @@ def import_bcc() -> Any:
 
 
 class Tracer:
-    """Owns the BPF object: `with Tracer(plan, settings) as t: t.poll(...)`."""
+    """Owns the BPF object: `with Tracer(plan, settings) as t: t.start(); t.poll(...)`.
+
+    Entering compiles and attaches; no call is traced before start(), and none
+    begins after detach() has begun, so that every function is traced over the
+    same span, however long attaching and detaching the probes one by one take.
+    """
 
     def __init__(self, plan: ProbePlan, settings: bpfprog.Settings) -> None:
         self.plan = plan
@@ -68,6 +80,7 @@ class Tracer:
         self._libraries: dict[str, list[Attachment]] = {}
         self._pid_links: dict[int, list[int]] = {}
         self._pair_threads = int(bpfprog.defines(plan.probes, settings)["CP_PAIR_THREADS"])
+        self._phase = 0  # event.ATTACHING: what the `phase` map holds
 
     def __enter__(self) -> Tracer:
         if os.geteuid() != 0:
@@ -136,6 +149,8 @@ class Tracer:
                 return
 
     def _attach_multi(self, path: str, atts: list[Attachment], pid: int = 0) -> list[int]:
+        """[the return probes' link, the entry probes' link] (detach() counts on
+        the pairs)."""
         links = []
         try:
             for fn_name, retprobe in ((b"cp_return", True), (b"cp_enter", False)):
@@ -172,23 +187,47 @@ class Tracer:
                     raise BpfError(f"attaching {kind} to {a.probe.symbol} in {a.path}",
                                    e.strerror, fix=REF_CTR_HINT) from None
 
+    def _set_phase(self, phase: int) -> None:
+        if self._bpf is not None and phase > self._phase:
+            table = self._bpf["phase"]
+            table[table.Key(0)] = table.Leaf(phase)
+            self._phase = phase
+
+    def start(self) -> None:
+        """Calls begin to be traced, in every function at once: call it when
+        every probe of the start is attached (the kernel puts them in one at a
+        time; a program calling meanwhile would otherwise be traced in some
+        functions and not others). Probes attached later count at once."""
+        self._set_phase(TRACING)
+
     def detach(self) -> None:
-        """Stop the probes; the maps and ring buffer stay readable until close()."""
+        """Stop the probes, all at once; the maps and ring buffer stay readable
+        until close(). No call begins from now on (STOPPING, before any probe
+        comes off: the kernel removes them one at a time); the calls under way
+        get the entry probes' removal plus STOP_GRACE_S to return, whole, before
+        returns stop being seen too (STOPPED); those still under way then are
+        left in flight, reported as such."""
+        stopping = self._phase == TRACING
+        self._set_phase(STOPPING)
         links, self._links = self._links, []
         for pid_links in self._pid_links.values():
             links += pid_links
         self._pid_links = {}
-        for fd in reversed(links):  # entry probes first: calls under way still complete
+        entry_links = links[1::2]  # each library's pair: (return, entry)
+        for fd in reversed(entry_links):
             with contextlib.suppress(OSError):
                 os.close(fd)
-        perf = sorted(self._bpf.uprobe_fds.items() if self._bpf is not None else [],
-                      key=lambda probe: not probe[0].startswith(b"p_"))  # entries first
-        if perf:  # they fire until the closer below is done: the programs stop now
-            detached = self._bpf["detached"]
-            detached[detached.Key(0)] = detached.Leaf(1)
-        # bcc would close these one by one, 0.1 s each: a child process does it
-        if perf and cleanup.close_in_background([fd for _name, fd in perf]):
-            for name, _fd in perf:
+        if stopping:
+            time.sleep(STOP_GRACE_S)
+        self._set_phase(STOPPED)
+        for fd in reversed(links[0::2]):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        perf = [fd for _name, fd in (self._bpf.uprobe_fds.items() if self._bpf else [])]
+        # perf probes fire until the closer is done, doing nothing (STOPPED); bcc
+        # would close them one by one, 0.1 s each: a child process does it
+        if perf and cleanup.close_in_background(perf):
+            for name in list(self._bpf.uprobe_fds):
                 self._bpf._del_uprobe_fd(name)
 
     def close(self) -> None:
@@ -287,7 +326,8 @@ class Tracer:
         """Calls entered but not returned: the pairing entries, which stay between
         calls with ts_ns 0. (Trace mode; see in_flight_count.) Their
         out-parameters are not read yet: none are given."""
-        return [unpack_event(bytes(v))._replace(outs=()) for v in self._entries()]
+        return [unpack_event(bytes(v))._replace(outs=(), duration_ns=0)
+                for v in self._entries()]
 
     def in_flight_count(self) -> int:
         return len(self._entries())
@@ -373,5 +413,6 @@ class Tracer:
             "ringbuf_full": totals[LOST_RINGBUF],
             "pairing_map_full": totals[LOST_PAIRING],
             "wakeups": totals[WAKEUPS],
+            "recursion_depth": totals[LOST_DEPTH],
             "malformed": self._ring.malformed if self._ring else 0,
         }

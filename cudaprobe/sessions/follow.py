@@ -13,11 +13,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from cudaprobe.analysis.summary import Summary
+from cudaprobe.analysis.summary import ATTACH, Summary, Untraced
 from cudaprobe.errors import CudaprobeError, ProcessGone
 from cudaprobe.probe.plan import ProbePlan, attachments_in, missing_symbols
 from cudaprobe.probe.tracer import Tracer
-from cudaprobe.targets.procmaps import process_name
+from cudaprobe.targets.procmaps import process_age_s, process_name
 from cudaprobe.targets.selection import CudaObject, Targets
 
 MAPS_RESCAN_S = 0.25  # a statm read per target; maps only when the size changed
@@ -42,13 +42,31 @@ class Follower:
             tracer.set_comm(targets.comm)
             self._add_named()
             self._next_comm_scan = time.monotonic() + COMM_RESCAN_S
-            notify(f"following every process named {targets.comm[:15]!r}, present and future")
         for pid in targets.requested:
             tracer.add_target(pid)
+        # every probe of the start is in: tracing starts before the notices say so
+        tracer.start()
+        targets.attached_at(tracer.target_pids())
+        for pid in sorted(self._named):
+            self._ran_before_attach(pid, _name(pid))
+        for pid in targets.requested:
+            self._ran_before_attach(pid, targets.names[pid])
+        if targets.comm is not None:
+            notify(f"following every process named {targets.comm[:15]!r}, present and future")
         if targets.requested:
             names = ", ".join(f"pid {pid} ({targets.names[pid]})" for pid in targets.requested)
             notify(f"attached to {names}: tracing ends when "
-                   f"{'it exits' if len(targets.requested) == 1 else 'they have exited'}")
+                   f"{'it exits' if len(targets.requested) == 1 else 'they have exited'}; "
+                   "calls made before the attach, or under way at it, are not included")
+
+    def _ran_before_attach(self, pid: int, name: str) -> None:
+        """A target running at the start (--pid, --comm) ran untraced until now:
+        the summary says for how long."""
+        try:
+            seconds = process_age_s(pid)
+        except ProcessGone:
+            return
+        self.summary.untraced.append(Untraced(pid, name, seconds, ATTACH))
 
     def step(self) -> bool:
         """Report exits, rescan when due; True once every --pid target has exited."""
@@ -90,8 +108,10 @@ class Follower:
         except (CudaprobeError, OSError) as e:  # it went away, or the kernel refused
             self.notify(f"cannot probe {obj.where}, mapped by pid {obj.pid}: {e}")
             return
-        self.notify(f"pid {obj.pid} ({_name(obj.pid)}) maps {obj.where}: "
-                    f"{len(atts)} probes attached")
+        name, untraced_s = _name(obj.pid), time.monotonic() - obj.mapped_since
+        self.notify(f"pid {obj.pid} ({name}) maps {obj.where}: {len(atts)} probes attached; "
+                    f"its calls there in the up to {untraced_s:.2f}s before are not included")
+        self.summary.untraced.append(Untraced(obj.pid, name, untraced_s, obj.host_path))
         self._defined |= {a.probe.symbol for a in atts}
         self._libraries.append(obj.host_path)
         self.summary.libraries = sorted(self._libraries)

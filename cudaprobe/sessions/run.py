@@ -113,6 +113,9 @@ class ProbeRun:
             if self.options.targets is not None:
                 self._follower = Follower(self.options.targets, self.tracer, self.plan,
                                           self.probed, self.notify)
+            # every probe in: each function traced from this instant (the Follower
+            # starts it already, before it says it is attached)
+            self.tracer.start()
             if self._on_attached is not None:
                 self._on_attached(self)
         except BaseException:

@@ -33,7 +33,8 @@ def snapshot(tracer: Tracer, plan: ProbePlan, probed: Summary,
         libraries=probed.libraries,
         not_found=probed.not_found,
         in_flight=tracer.in_flight_count(),
-        lost={"pairing_map_full": counters["pairing_map_full"]},
+        lost={k: counters[k] for k in ("pairing_map_full", "recursion_depth")},
+        untraced=probed.untraced,
     )
 
 

@@ -61,6 +61,14 @@ def thread_group(pid: int) -> int:
     raise ProcessGone(pid, "no Tgid in /proc/PID/status")
 
 
+def process_age_s(pid: int) -> float:
+    """Seconds since the process was forked (/proc/PID/stat's starttime)."""
+    fields = _read(pid, "stat").rsplit(")", 1)[1].split()
+    started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: ticks after boot
+    with open("/proc/uptime") as f:
+        return max(0.0, float(f.read().split()[0]) - started)
+
+
 def vm_pages(pid: int) -> int:
     """Size of the address space in pages: a cheap sign that the mappings changed.
 

@@ -17,6 +17,7 @@ import re
 import select
 import shutil
 import subprocess
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ from cudaprobe.targets.procmaps import (
     MappedFile,
     is_kernel_thread,
     pids_named,
+    process_age_s,
     process_alive,
     process_name,
     read_maps,
@@ -42,6 +44,9 @@ class CudaObject:
     host_path: str  # what the probes attach to
     path: str  # the name the process knows it by
     pid: int  # the process it was found in
+    # since when it may have been mapped (time.monotonic()): the process's last
+    # scan without it, or the process's start
+    mapped_since: float = 0.0
 
     @property
     def where(self) -> str:
@@ -69,6 +74,7 @@ class Targets:
         # CUDA code seen in the targets' maps or a command's links, probed or not:
         # what says a command without calls loaded no CUDA
         self.cuda_seen: set[str] = set()
+        self._scanned_at: dict[int, float] = {}  # pid -> when last scanned (monotonic)
         self._me = os.getpid()
         # --pid targets still running, each with a pidfd that says when it exits
         self.requested: dict[int, int] = {}
@@ -120,6 +126,13 @@ class Targets:
                 found.append(os.path.realpath(path))
         return found
 
+    def attached_at(self, pids: Iterable[int]) -> None:
+        """`pids` are traced from now: a CUDA object scan() finds in them later
+        was mapped after this."""
+        now = time.monotonic()
+        for pid in pids:
+            self._scanned_at.setdefault(pid, now)
+
     def named_now(self) -> list[int]:
         """Processes called --comm NAME right now (not cudaprobe itself)."""
         if self.comm is None:
@@ -134,16 +147,22 @@ class Targets:
         """
         found: list[CudaObject] = []
         gone: list[int] = []
+        now = time.monotonic()
         for pid in pids:
+            since = self._scanned_at.get(pid)
+            self._scanned_at[pid] = now
             try:
                 pages = vm_pages(pid)
                 if self._vm_pages.get(pid) == pages or not self.discover:
                     continue
                 files = read_maps(pid)
+                if since is None:
+                    since = now - process_age_s(pid)
             except ProcessGone:
                 gone.append(pid)
                 self._vm_pages.pop(pid, None)
                 self._mapped.pop(pid, None)
+                self._scanned_at.pop(pid, None)
                 continue
             self._vm_pages[pid] = pages
             self._mapped[pid] = len(files)
@@ -153,7 +172,7 @@ class Targets:
                 self.cuda_seen.add(f.path)
                 if f.identity not in self.probed:
                     self.probed.add(f.identity)
-                    found.append(CudaObject(f.host_path, f.path, pid))
+                    found.append(CudaObject(f.host_path, f.path, pid, since))
         return found, gone
 
     def _is_cuda(self, f: MappedFile) -> bool:

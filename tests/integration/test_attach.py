@@ -19,6 +19,7 @@ from .conftest import run_cudaprobe
 from .running import Loop, Tracing, build_loop, check_iterations, host_pid_of, read_jsonl
 
 MORE = 20  # iterations the workload runs once cudaprobe said it is attached
+PERIOD_S = 0.005  # the loops' period ("5"): an iteration takes at least that
 
 
 def traced_since_attach(calls: list[dict], last: int) -> int:
@@ -53,8 +54,16 @@ def test_pid_attaches_mid_run_and_ends_with_the_process(tmp_path, libcudart):
     loop = Loop([build_loop("shared"), "5"])
     tracing, (last,) = attach_and_run(tmp_path, [loop], "--pid", str(loop.pid))
     calls, summary, err = tracing.finish()
-    assert traced_since_attach(calls, last) >= 3
+    first = traced_since_attach(calls, last)
+    assert first >= 3
     assert summary["calls"] == len(calls) and summary["lost_total"] == 0
+    # the iterations before the attach are said not to be in the trace, and when
+    [span] = summary["untraced"]
+    assert (span["pid"], span["process"], span["before"]) == (loop.pid, "loop_shared",
+                                                              "the attach")
+    assert first * PERIOD_S <= span["up_to_s"] < 60
+    assert "calls made before the attach, or under way at it, are not included" in err
+    assert f"not traced: pid {loop.pid} (loop_shared) ran " in err
     assert summary["libraries"] == [str(libcudart)]
     assert {(c["pid"], c["tid"], c["process"]) for c in calls} == {(loop.pid, loop.pid,
                                                                    "loop_shared")}
@@ -159,6 +168,9 @@ def test_comm_traces_present_and_future_processes_of_that_name_only(tmp_path):
     per_pid = by_pid(calls)
     assert set(per_pid) == {present.pid, future.pid}
     assert traced_since_attach(per_pid[present.pid], lasts[0]) >= 3
+    # the one running at the start ran untraced before it; the later one did not
+    assert [(u["pid"], u["before"]) for u in _summary["untraced"]] == [(present.pid,
+                                                                        "the attach")]
     # it exec'd under the name after attach: a target before its first call
     assert check_iterations(per_pid[future.pid], lasts[1]) == 0
     assert per_pid[future.pid][0]["event"] == "cudaGetDeviceCount"
@@ -173,9 +185,32 @@ def test_comm_picks_up_a_library_loaded_after_attach(tmp_path, libcudart):
     loop = Loop([named, "5", "1000000", lib])  # like `import torch` in a python traced by name
     last, line = load_late_and_run(loop, tracing, lib)
     assert line.startswith(f"cudaprobe: pid {loop.pid} (cp_late_loop) maps {lib}: ")
+    assert "its calls there in the up to " in line and line.endswith("s before are not included")
     calls, summary, _err = tracing.interrupt()
-    traced_since_attach(calls, last)
+    first = traced_since_attach(calls, last)
     assert lib in summary["libraries"]
+    [span] = summary["untraced"]
+    assert (span["pid"], span["before"]) == (loop.pid, lib)
+    assert first * PERIOD_S <= span["up_to_s"] < 10
+
+
+def test_command_child_with_its_own_libcudart_says_how_long_it_went_untraced(tmp_path,
+                                                                             libcudart):
+    # env execs the loop with a libcudart no search finds up front: probed from
+    # the next rescan of its maps, and the summary says how long that took at most
+    lib = private_libcudart(tmp_path, libcudart)
+    out = tmp_path / "calls.jsonl"
+    loop = Loop(cudaprobe_cmd("trace", "-o", str(out), "--", "env",
+                              f"LD_LIBRARY_PATH={os.path.dirname(lib)}", build_loop("shared"), "5"))
+    loop.wait_iter(100)
+    last = loop.stop()
+    calls, summary = read_jsonl(out)
+    first = check_iterations(calls, last)
+    assert lib in summary["libraries"]
+    [span] = summary["untraced"]
+    assert (span["pid"], span["process"], span["before"]) == (loop.pid, "loop_shared", lib)
+    # what was missed, `first` iterations of 5 ms at least, fits in the span said
+    assert first * PERIOD_S <= span["up_to_s"] < 10
 
 
 def test_process_in_other_mount_and_pid_namespaces(tmp_path, libcudart):

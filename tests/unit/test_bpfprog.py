@@ -70,7 +70,7 @@ def test_pairing_slots_fit_their_memory_budget(monkeypatch):
     # 1000 probes: 64 slots would be 20 MB, so 16 slots (5 MB), a power of 2
     assert bpfprog.pair_threads(1000, 320) == 16
     assert 16 * 1000 * 320 <= bpfprog.PAIR_BYTES < 32 * 1000 * 320
-    assert bpfprog.pair_threads(1000, bpfprog.STAMP_SIZE) == 64  # stats: 16-byte stamps
+    assert bpfprog.pair_threads(1000, bpfprog.STAMP_SIZE) == 64  # stats: 24-byte stamps
     assert bpfprog.pair_threads(10**6, 320) == 1  # never none: the hash takes the rest
 
 

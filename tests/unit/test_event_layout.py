@@ -9,7 +9,7 @@ import pytest
 
 from cudaprobe.catalogue import functions as catalogue
 from cudaprobe.decode import handles
-from cudaprobe.probe import event
+from cudaprobe.probe import bpfprog, event
 from cudaprobe.probe.bpfprog import bpf_dir
 
 from .eventbuild import pack_event
@@ -29,6 +29,10 @@ int main(void) {
            CP_MAX_SLOTS, CP_MAX_OUTS, CP_CFG_WORDS, CP_COMM_LEN);
     printf("CP_LOST_RINGBUF %d\nCP_LOST_PAIRING %d\nCP_WAKEUPS %d\nCP_NR_COUNTERS %d\n",
            CP_LOST_RINGBUF, CP_LOST_PAIRING, CP_WAKEUPS, CP_NR_COUNTERS);
+    printf("CP_LOST_DEPTH %d\nCP_MAX_DEPTH %d\nstamp_size %zu\n", CP_LOST_DEPTH, CP_MAX_DEPTH,
+           sizeof(struct cp_stamp));
+    printf("CP_ATTACHING %d\nCP_TRACING %d\nCP_STOPPING %d\nCP_STOPPED %d\n", CP_ATTACHING,
+           CP_TRACING, CP_STOPPING, CP_STOPPED);
     printf("cfg_size %zu\n", sizeof(struct cp_probe_cfg));
     printf("CP_HANDLE_NAME_OFFSET %d\n", CP_HANDLE_NAME_OFFSET);
     printf("CP_NAME_MAX %d\nCP_FRAME_WORD %d\nframe_size %zu\n", CP_NAME_MAX, CP_FRAME_WORD,
@@ -67,6 +71,11 @@ def test_constants_match_header(c_layout):
     assert c_layout["CP_LOST_PAIRING"] == event.LOST_PAIRING
     assert c_layout["CP_WAKEUPS"] == event.WAKEUPS
     assert c_layout["CP_NR_COUNTERS"] == event.NR_COUNTERS
+    assert c_layout["CP_LOST_DEPTH"] == event.LOST_DEPTH
+    assert c_layout["CP_MAX_DEPTH"] == event.MAX_DEPTH
+    assert c_layout["stamp_size"] == bpfprog.STAMP_SIZE
+    assert [c_layout[k] for k in ("CP_ATTACHING", "CP_TRACING", "CP_STOPPING", "CP_STOPPED")] \
+        == [event.ATTACHING, event.TRACING, event.STOPPING, event.STOPPED]
     assert c_layout["cfg_size"] == 44  # eleven fields: 4 bytes each (bpfprog.probe_config)
     assert c_layout["CP_HANDLE_NAME_OFFSET"] == handles.NAME_POINTER_OFFSET
     assert c_layout["CP_EVENT_HEAD"] == event.HEAD_SIZE

@@ -8,7 +8,7 @@ from collections import Counter
 
 from rich.console import Console
 
-from cudaprobe.analysis.summary import UNKNOWN_CODE, Summary
+from cudaprobe.analysis.summary import ATTACH, UNKNOWN_CODE, Summary, Untraced
 from cudaprobe.catalogue import functions as catalogue
 from cudaprobe.probe.event import CallTally
 from cudaprobe.probe.plan import Probe
@@ -62,3 +62,26 @@ def test_without_kernel_counts_the_rows_are_the_calls():
     assert d["by_event"]["cudaMalloc"] == {"calls": 3, "total_ns": 3000,
                                            "errors": {"cudaErrorInsufficientDriver": 2}}
     assert "3 calls in 1.00s, 0 still in flight, 997 lost" in rendered(s)
+
+
+def test_spans_not_traced_are_said_one_by_one_then_counted():
+    s = rows_seen()
+    s.untraced = [Untraced(42, "loop", 3.5, ATTACH),
+                  *(Untraced(100 + i, "child", 0.25, "/opt/x/libcudart.so.13") for i in range(6))]
+    d = s.to_dict()
+    assert d["untraced"][0] == {"pid": 42, "process": "loop", "up_to_s": 3.5,
+                                "before": "the attach"}
+    assert len(d["untraced"]) == 7
+    text = rendered(s)
+    assert ("not traced: pid 42 (loop) ran 3.50s before the attach: its calls until then, and "
+            "those under way then, are not included") in text
+    assert ("not traced: pid 100 (child) mapped /opt/x/libcudart.so.13 up to 0.25s before it "
+            "was probed") in text
+    assert "pid 103 (child)" in text and "pid 104 (child)" not in text  # 5 said
+    assert "not traced: 2 more such spans" in text
+
+
+def test_nothing_missed_says_nothing():
+    s = rows_seen()
+    assert s.to_dict()["untraced"] == []
+    assert "not traced" not in rendered(s)

@@ -91,12 +91,17 @@ def test_targets_find_the_runtime_a_process_maps_once(libcudart):
     exe = build_workload("cuda_loop.c", "loop_shared")
     loop = subprocess.Popen([str(exe), "20"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True)
+    started = time.monotonic()
     try:
         loop.stdout.readline()  # {"pid": ...}: libraries are mapped
         targets = Targets(RUNTIME_SYMBOLS, [loop.pid])
         found, gone = targets.scan([loop.pid])
         assert [o.host_path for o in found] == [str(libcudart)] and gone == []
         assert found[0].where == str(libcudart)
+        # never scanned before: it may have been mapped since the process started
+        # (clock ticks: 10 ms)
+        assert started - 0.02 <= found[0].mapped_since <= time.monotonic()
+        assert 0 <= procmaps.process_age_s(loop.pid) < time.monotonic() - started + 0.02
         assert targets.scan([loop.pid]) == ([], [])  # probed already
         assert targets.exited() == []
     finally:
