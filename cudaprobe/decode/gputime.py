@@ -14,7 +14,9 @@ tid: the library asks CUPTI for system thread ids, not its default
 pthread_self()) and the call's CPU start and end (taken inside the call).
 The traced call it belongs to is the outermost call of that thread whose
 uprobe interval contains the API interval: the call the program made (cudaLaunchKernel, not the
-cuLaunchKernel it made in turn). Timestamps are CLOCK_MONOTONIC ns, the
+cuLaunchKernel it made in turn). Where no traced call contains it (the API call
+was made by a runtime linked statically into cuBLAS, which has no symbols to
+probe), the first traced call inside it: the driver call that queued the work. Timestamps are CLOCK_MONOTONIC ns, the
 clock of bpf_ktime_get_ns, or CUPTI's CLOCK_REALTIME moved onto it with the
 offset the library took when it opened the file (header `clock`).
 """
@@ -264,4 +266,11 @@ def _caller(w: GpuWork, threads: dict[tuple[int, int], list[Call]],
     for c in reversed(thread[max(0, i - NESTED_SCAN):i]):
         if c.ts_ns + c.duration_ns >= api.end_ns:
             found = c  # keep looking: an outer call started earlier
+    if found is None and i < len(thread):
+        # the API call itself was not traced (the runtime that cuBLAS links in
+        # statically has no symbols): the first traced call made inside it, the
+        # driver call that queued the work (cuLaunchKernelEx under cudaLaunchKernelExC)
+        c = thread[i]
+        if c.ts_ns + c.duration_ns <= api.end_ns:
+            found = c
     return found

@@ -267,8 +267,7 @@ def _check_library(path: str) -> Check:
                "symbols": {"catalogue": len(all_symbols), "exported": exported}}
     defined = [s for s in all_symbols if s in symbols]
     text = (f"{path}: {api or 'unknown API'} {details['version']}, "
-            f"{count_text(found, defined)} (of {len(wanted)} catalogue functions, "
-            f"{len(all_symbols)} symbols)")
+            f"{count_text(found, defined)} (of {len(wanted)} catalogue functions)")
     if not found:
         return Check("CUDA library", WARN, text, "not a CUDA runtime or driver library?", details)
     if missing:

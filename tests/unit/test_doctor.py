@@ -136,7 +136,7 @@ def test_cuda_library_lists_the_catalogue_functions_it_defines(libcudart):
     assert d["api"] == "runtime" and d["path"] == str(libcudart)
     assert "cudaMalloc" in d["functions"] and "cudaLaunchKernel" in d["functions"]
     assert (f"{len(d['functions'])} functions, " in check.found
-            and f"(of {len(d['functions']) + len(d['missing'])} catalogue functions, "
+            and f"(of {len(d['functions']) + len(d['missing'])} catalogue functions)"
             in check.found)
 
 

@@ -241,6 +241,20 @@ def test_join_counts_work_of_calls_not_traced():
     assert join([c], [unknown, no_api]) == 2 and c.gpu is None
 
 
+def test_join_falls_back_to_the_driver_call_inside_an_untraced_api_call():
+    """cuBLAS's static runtime made cudaLaunchKernelExC (no symbol: not traced),
+    which made cuLaunchKernelEx (traced): CUPTI's API record is the runtime
+    call's; the kernel goes to the driver call inside it, not to a call after it."""
+    before = call("cudaMalloc", 100, 50)
+    driver = call("cuLaunchKernelEx", 1100, 500, api="driver")
+    after = call("cuLaunchKernelEx", 2000, 500, api="driver")
+    w = work(1, 3000, 4000, 1000, 1700)
+    assert join([before, driver, after], [w]) == 0
+    assert driver.gpu == [w] and after.gpu is None and before.gpu is None
+    late = work(2, 5000, 6000, 1800, 2200)  # the call after starts inside but ends outside
+    assert join([before, driver, after], [late]) == 1
+
+
 def test_graph_launch_spans_its_kernels():
     c = call("cudaGraphLaunch", 1000, 900)
     ws = [work(1, 5000, 6000, 1100, 1200), work(1, 3000, 4000, 1100, 1200, name="k2")]
