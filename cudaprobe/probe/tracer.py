@@ -10,6 +10,7 @@ import errno
 import mmap
 import os
 import time
+import warnings
 from typing import Any, Callable
 
 from cudaprobe.errors import BccMissing, BpfError, NotRoot, ProcessGone
@@ -52,7 +53,11 @@ def prepare_machine() -> list[str]:
 
 def import_bcc() -> Any:
     try:
-        import bcc  # noqa: PLC0415 - imported at run time: not on PyPI
+        # bcc 0.26's own source has invalid escapes ('\.'): Python 3.12 says so on
+        # stderr while compiling it, a line that is bcc's, not the user's to act on
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)
+            import bcc  # noqa: PLC0415 - imported at run time: not on PyPI
     except ImportError as e:
         raise BccMissing(str(e)) from None
     return bcc
