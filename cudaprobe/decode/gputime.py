@@ -17,8 +17,9 @@ uprobe interval contains the API interval: the call the program made (cudaLaunch
 cuLaunchKernel it made in turn). Where no traced call contains it (the API call
 was made by a runtime linked statically into cuBLAS, which has no symbols to
 probe), the first traced call inside it: the driver call that queued the work.
-Timestamps are CLOCK_MONOTONIC ns, the clock of bpf_ktime_get_ns, or CUPTI's CLOCK_REALTIME moved onto it with the
-offset the library took when it opened the file (header `clock`).
+Timestamps are CLOCK_MONOTONIC ns, the clock of bpf_ktime_get_ns, or CUPTI's
+CLOCK_REALTIME moved onto it with the offset the library took when it opened
+the file (header `clock`).
 """
 
 from __future__ import annotations
