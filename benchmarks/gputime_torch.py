@@ -5,7 +5,9 @@ independent source that cudaprobe's --gpu-time durations are checked against
   eager  matmul (fp32, 2048), softmax, layer norm and GELU of a 16384x4096 tensor
   gemm   cuBLAS GEMMs: fp16, bf16 and fp32 at 4096x4096x4096, 8192x1024x4096
 
-Each op is a region: event.record(), the op, event.record(); before it the
+Each op is a region: event.record(), the op REPEAT times (--repeat, 4), event.record()
+(the events' own few microseconds between a record and the first kernel are then
+spread over four runs of the op, not one); before it the
 GPU is given a ~1 ms torch.cuda._sleep, so that the op's kernels are queued
 before the first event runs and the region holds the GPU's time only (not
 the host's launch, which tracing makes slower). After the iterations and a
@@ -15,7 +17,7 @@ where each region begins (gputime_compare.py regions --markers sleep): the
 function PyTorch records events with changes between versions (2.11's is not
 cudaEventRecord) and may not be traced at all.
 
-  python gputime_torch.py eager|gemm [--iters N]
+  python gputime_torch.py eager|gemm [--iters N] [--repeat R]
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("workload", choices=["eager", "gemm"])
     p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--repeat", type=int, default=4)
     a = p.parse_args()
     ops = eager_ops() if a.workload == "eager" else gemm_ops()
     for op in ops.values():  # warm-up: cuBLAS handles and kernels loaded
@@ -60,7 +63,8 @@ def main() -> None:
             torch.cuda._sleep(2_000_000)  # ~1 ms at 2 GHz: the GPU behind the host
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            op()
+            for _ in range(a.repeat):
+                op()
             end.record()
             regions.append((name, start, end))
         torch.cuda.synchronize()
