@@ -196,6 +196,11 @@ def test_live_bytes_while_a_process_holds_memory_and_gone_when_it_exits(tmp_path
     try:
         series = f'cudaprobe_memory_live_bytes{{process="{exe.name}",kind="{first}"}}'
         prometheus.wait_for(series, live[first])
+        # the program makes its kinds one after another: a scrape may fall between them
+        for kind, value in live.items():
+            if value:
+                prometheus.wait_for(
+                    f'cudaprobe_memory_live_bytes{{process="{exe.name}",kind="{kind}"}}', value)
         kinds = prometheus.query(f'cudaprobe_memory_live_bytes{{process="{exe.name}"}}')
         assert {dict(k)["kind"]: v for k, v in kinds.items()} == live
         assert app.wait(timeout=WAIT_S) == 0
