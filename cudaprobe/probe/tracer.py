@@ -53,10 +53,12 @@ def prepare_machine() -> list[str]:
 
 def import_bcc() -> Any:
     try:
-        # bcc 0.26's own source has invalid escapes ('\.'): Python 3.12 says so on
-        # stderr while compiling it, a line that is bcc's, not the user's to act on
+        # bcc 0.26's own source has invalid escapes ('\.'): Python says so while
+        # compiling it (3.12 on stderr as a SyntaxWarning, 3.11 as a
+        # DeprecationWarning), a line that is bcc's, not the user's to act on
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SyntaxWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
             import bcc  # noqa: PLC0415 - imported at run time: not on PyPI
     except ImportError as e:
         raise BccMissing(str(e)) from None
