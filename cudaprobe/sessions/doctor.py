@@ -261,11 +261,10 @@ def _check_library(path: str) -> Check:
     missing = [f.name for f in wanted if f.name not in found]
     # counted as `cudaprobe list` counts them: catalogue entries, and their symbols
     all_symbols = [s for f in wanted for s in f.symbols]
-    exported = sum(s in symbols for s in all_symbols)
+    defined = [s for s in all_symbols if s in symbols]
     details = {"path": path, "api": api, "version": _version_of(path),
                "functions": found, "missing": missing,
-               "symbols": {"catalogue": len(all_symbols), "exported": exported}}
-    defined = [s for s in all_symbols if s in symbols]
+               "symbols": {"catalogue": len(all_symbols), "exported": len(defined)}}
     text = (f"{path}: {api or 'unknown API'} {details['version']}, "
             f"{count_text(found, defined)} (of {len(wanted)} catalogue functions)")
     if not found:
