@@ -2,7 +2,10 @@
 # (CUDA_VERSION 13000): `enum cudaError` in driver_types.h and
 # `enum cudaError_enum` in cuda.h. Do not edit; rerun the script.
 # Where names share a value, the first non-deprecated one is kept.
-"""Names of CUDA runtime (cudaError_t) and driver (CUresult) return codes."""
+"""Names of CUDA runtime (cudaError_t) and driver (CUresult) return codes,
+and of NCCL's (ncclResult_t, from nccl.h by scripts/gen-catalogue)."""
+
+from cudaprobe.catalogue.generated import ENUMS
 
 CUDA_VERSION = 13000
 
@@ -250,17 +253,18 @@ DRIVER_ERRORS: dict[int, str] = {
 _TABLES = {
     "runtime": ("cudaError", RUNTIME_ERRORS),
     "driver": ("CUresult", DRIVER_ERRORS),
+    "nccl": ("ncclResult_t", ENUMS["ncclResult_t"]),
 }
 
 
 def error_name(api: str, code: int) -> str:
     """Name a return code: error_name("driver", 100) == "CUDA_ERROR_NO_DEVICE".
 
-    api is "runtime" or "driver"; a code the table lacks renders as its
+    api is "runtime", "driver" or "nccl"; a code the table lacks renders as its
     type and number, e.g. "cudaError(12345)".
     """
     try:
         type_name, table = _TABLES[api]
     except KeyError:
-        raise ValueError(f"api must be 'runtime' or 'driver', not {api!r}") from None
+        raise ValueError(f"api must be 'runtime', 'driver' or 'nccl', not {api!r}") from None
     return table.get(code, f"{type_name}({code})")

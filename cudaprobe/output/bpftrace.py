@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from cudaprobe import __version__
 from cudaprobe.catalogue.cuda_errors import DRIVER_ERRORS, RUNTIME_ERRORS
 from cudaprobe.catalogue.functions import MAX_SLOTS, MEMCPY_KINDS, Arg, ArgKind, Function
+from cudaprobe.catalogue.generated import ENUMS
 from cudaprobe.errors import UsageError
 from cudaprobe.output.bpftrace_fields import (
     CONFIG_WORDS,
@@ -35,6 +36,7 @@ BPFTRACE_MAX_PROBES = 512  # bpftrace's default; more attach points need it rais
 ERROR_TABLES = {
     "runtime": ("@runtime_error", RUNTIME_ERRORS),
     "driver": ("@driver_error", DRIVER_ERRORS),
+    "nccl": ("@nccl_error", ENUMS["ncclResult_t"]),
 }
 
 
