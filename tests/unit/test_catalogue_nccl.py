@@ -13,8 +13,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from cudaprobe.catalogue import generated
-from cudaprobe.catalogue.cuda_errors import error_name
-from cudaprobe.catalogue.enums import enum_name
+from cudaprobe.catalogue.enums import enum_name, error_name
 from cudaprobe.catalogue.functions import BY_NAME, NCCL_FUNCTIONS, ArgKind, is_default
 from cudaprobe.decode.nccl import DATATYPE_SIZES
 from cudaprobe.targets.libs import api_of
