@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cudaprobe.catalogue.cuda_errors import error_name
+from cudaprobe.catalogue.enums import error_name
 from cudaprobe.decode.calls import Call, cut_middle, humanize_ns
 from cudaprobe.probe.event import CallTally
 from cudaprobe.probe.plan import Probe

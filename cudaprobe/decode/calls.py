@@ -6,8 +6,7 @@ import math
 import struct
 from typing import Any, Callable
 
-from cudaprobe.catalogue.cuda_errors import error_name
-from cudaprobe.catalogue.enums import enum_name
+from cudaprobe.catalogue.enums import enum_name, error_name
 from cudaprobe.catalogue.functions import (
     MEMCPY_KINDS,
     NOT_CAPTURED_SLOT,

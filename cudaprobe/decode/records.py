@@ -25,7 +25,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any, Callable, Protocol
 
-from cudaprobe.catalogue.cuda_errors import error_name
+from cudaprobe.catalogue.enums import error_name
 from cudaprobe.catalogue.functions import OUT_KINDS, ArgKind
 from cudaprobe.decode.calls import (
     NOT_READ,
