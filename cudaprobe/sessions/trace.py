@@ -21,7 +21,7 @@ from typing import Callable
 from rich.console import Console
 
 from cudaprobe import STARTED
-from cudaprobe.analysis.summary import Summary, count_lost, describe_lost
+from cudaprobe.analysis.summary import Summary, count_lost
 from cudaprobe.catalogue.functions import RUNTIME
 from cudaprobe.decode.calls import Call, Symbolizer, decode_event
 from cudaprobe.decode.gputime import GpuWork, join
@@ -31,6 +31,7 @@ from cudaprobe.decode.records import RecordDecoder
 from cudaprobe.output.files import OutputStream
 from cudaprobe.output.formats import Reporter
 from cudaprobe.output.status import StatusLine
+from cudaprobe.output.summary_view import describe_lost, render_summary
 from cudaprobe.probe.bpfprog import Settings
 from cudaprobe.probe.event import R_TID, R_TS, RawEvent
 from cudaprobe.probe.plan import ProbePlan
@@ -294,6 +295,6 @@ class TraceSession:
         self.kernel_handles.close()
         self.reporter.finish(self.summary)
         if self.summary_console is not None:
-            self.summary.render(self.summary_console)
+            render_summary(self.summary, self.summary_console)
         say_if_no_cuda(self.options, self.summary.total_calls + len(in_flight))
 
