@@ -20,7 +20,8 @@ row, the records between the two positions are one contiguous slice. The
 spool holds the records as the ring had them, headers and all, discarded
 ones too (the decoder skips them). A record longer than the longest layout
 is that layout followed by a string (a kernel name read at exit, see
-cp_named in bpf/cudaprobe.bpf.c): its bytes are the tuple's last item.
+cp_named in bpf/cudaprobe.bpf.c): its bytes are the tuple's last item; or,
+where its first word is 0, a side record (a Python stack), given as bytes.
 
 The two positions are read and written as whole 8-byte words, through
 memoryviews cast to "Q": struct's "<Q" reads and writes them a byte at a
@@ -50,6 +51,9 @@ BUSY = 1 << 31
 DISCARD = 1 << 30
 LENGTH = ~(BUSY | DISCARD) & 0xFFFFFFFF
 HEADER = struct.Struct("<II")
+# a side record (--py-stacks, bpf/pystacks.h) starts with a zero word where a
+# call record has its entry time: handed over as its bytes, not unpacked
+SIDE = bytes(8)
 
 BATCH_BYTES = 1 << 20  # spool bytes unpacked per consume(): ~12k records, tens of ms to decode
 AGAIN_BYTES = 256 << 10  # a copy this big: the reader goes again at once, more is coming
@@ -169,6 +173,8 @@ class RingBuffer:
                 unpack = by_length.get(real)
                 if unpack is not None:
                     append(unpack(blob, pos))
+                elif real > self.longest and blob[pos + 8 : pos + 16] == SIDE:
+                    append(bytes(blob[pos + HEADER.size : pos + HEADER.size + real]))
                 elif real > self.longest:  # an event and its string
                     text = bytes(blob[pos + HEADER.size + self.longest : pos + HEADER.size + real])
                     append(self.unpack_longest(blob, pos) + (text,))

@@ -31,6 +31,7 @@ from cudaprobe.probe.event import (
     unpack_event,
 )
 from cudaprobe.probe.plan import Attachment, ProbePlan
+from cudaprobe.probe.pyattach import PyStackProbe
 from cudaprobe.probe.ringbuf import RingBuffer
 from cudaprobe.targets import environment
 
@@ -88,6 +89,7 @@ class Tracer:
         self._pid_links: dict[int, list[int]] = {}
         self._pair_threads = int(bpfprog.defines(plan.probes, settings)["CP_PAIR_THREADS"])
         self._phase = 0  # event.ATTACHING: what the `phase` map holds
+        self.py: PyStackProbe | None = None  # --py-stacks: the interpreters, the stacks
 
     def __enter__(self) -> Tracer:
         if os.geteuid() != 0:
@@ -95,13 +97,15 @@ class Tracer:
         bcc = import_bcc()
         try:
             self._bpf = bcc.BPF(
-                src_file=bpfprog.source_path().encode(),
+                text=bpfprog.source_text().encode(),
                 cflags=bpfprog.cflags(self.plan.probes, self.settings),
             )
         except Exception as e:  # bcc: compile errors are printed above by clang
             raise BpfError("compiling the BPF program failed", str(e),
                            fix="run `cudaprobe doctor`") from None
         try:
+            if self.settings.py_stacks and not self.settings.stats:
+                self.py = PyStackProbe(self._bpf)
             self._attach_all()
             if not self.settings.stats:  # stats mode aggregates in maps: no events
                 self._ring = RingBuffer(self._bpf["events"].map_fd,
@@ -252,6 +256,8 @@ class Tracer:
         """Trace this process (and, through the fork tracepoint, its children)."""
         targets = self._bpf["targets"]
         targets[targets.Key(pid)] = targets.Leaf(1)
+        if self.py is not None:
+            self.py.add_process(pid)
         if self._per_process and pid not in self._pid_links:
             self._attach_process(pid, self._libraries)
 
@@ -299,11 +305,13 @@ class Tracer:
         """poll(), as flat record tuples (event.R_* indices), for decode.RecordDecoder."""
         if self._ring.available() == 0:
             self._ring.wait(timeout_ms)
-        return self._ring.consume()
+        records = self._ring.consume()
+        return records if self.py is None else self.py.take(records)
 
     def drain_records(self) -> list[tuple]:
         """After detach(): the records left, a batch per call; [] when none are."""
-        return self._ring.drain()
+        records = self._ring.drain()
+        return records if self.py is None else self.py.take(records)
 
     def _owned_slots(self) -> list[tuple[int, int, int]]:
         """(slot, pid, tid) of the pairing slots that threads hold (`owners`)."""
