@@ -4,7 +4,7 @@ Two ways (bpf/pystacks.bpf.h): an interpreter executable in `py_exes`, so that
 a process that runs it is found at its first call, however soon after its
 start (a command launched, its children); and a running process in
 `py_procs` (--pid), found from its maps. The versions' layouts go in
-`py_layouts`. What cannot be read (a version without a layout, an
+`py_layouts`, which decode.pystacks reads the side records with. What cannot be read (a version without a layout, an
 interpreter the probes cannot find) is said once, and its calls have no stack.
 """
 
@@ -30,8 +30,6 @@ class PyStackProbe:
         self.notify = notify
         # index in py_layouts -> (version, layout): how the side records read
         self.layouts: list[tuple[tuple[int, int], Layout]] = []
-        # where take() sends the side records (decode.pystacks.PyStacks.add)
-        self.sink: Callable[[list[bytes]], None] = lambda side: None
         self._exes: set[tuple[int, int]] = set()
         self._said: set[str] = set()
         self._gen = 0
@@ -145,11 +143,3 @@ class PyStackProbe:
             if len(fields) == 6 and fields[5] == path and int(fields[2], 16) == 0:
                 return int(fields[0].split("-")[0], 16) - image.load_vaddr
         return None
-
-    def take(self, records: list) -> list:
-        """The call records of a batch; its side records go to `sink`."""
-        side = [r for r in records if r.__class__ is bytes]
-        if not side:
-            return records
-        self.sink(side)
-        return [r for r in records if r.__class__ is not bytes]

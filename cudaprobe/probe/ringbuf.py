@@ -44,6 +44,7 @@ import struct
 import tempfile
 import time
 import traceback
+from typing import Callable
 
 from cudaprobe.errors import OutputError
 
@@ -100,6 +101,8 @@ class RingBuffer:
         longest = max(records, key=lambda r: r.size)
         self.longest, self.unpack_longest = longest.size - HEADER.size, longest.unpack_from
         self.malformed = 0
+        # where consume() hands the side records (--py-stacks: decode.pystacks.PyStacks.add)
+        self.on_side: Callable[[list[bytes]], None] | None = None
         consumer = mmap.mmap(map_fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,
                              offset=0)
         data = mmap.mmap(map_fd, page + 2 * size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
@@ -144,6 +147,13 @@ class RingBuffer:
         except BlockingIOError:
             pass
 
+    def poll(self, timeout_ms: int) -> list[tuple]:
+        """Wait up to timeout_ms for records when none are spooled, then the
+        next batch (consume)."""
+        if self.available() == 0:
+            self.wait(timeout_ms)
+        return self.consume()
+
     def available(self) -> int:
         """Spooled bytes not consumed yet."""
         return self._words[WRITTEN] - self._read
@@ -160,6 +170,7 @@ class RingBuffer:
             return []
         blob = os.pread(self._spool, n, self._read)
         out: list[tuple] = []
+        side: list[bytes] = []
         by_length, header = self.by_length, HEADER.unpack_from
         append = out.append
         pos, end = 0, len(blob)
@@ -174,7 +185,7 @@ class RingBuffer:
                 if unpack is not None:
                     append(unpack(blob, pos))
                 elif real > self.longest and blob[pos + 8 : pos + 16] == SIDE:
-                    append(bytes(blob[pos + HEADER.size : pos + HEADER.size + real]))
+                    side.append(bytes(blob[pos + HEADER.size : pos + HEADER.size + real]))
                 elif real > self.longest:  # an event and its string
                     text = bytes(blob[pos + HEADER.size + self.longest : pos + HEADER.size + real])
                     append(self.unpack_longest(blob, pos) + (text,))
@@ -182,6 +193,8 @@ class RingBuffer:
                     self.malformed += 1
             pos += step
         self._read += pos
+        if side and self.on_side is not None:
+            self.on_side(side)
         if self._read - self._punched >= PUNCH_BYTES:
             self._free_read()
         return out
