@@ -4,8 +4,9 @@ Two ways (bpf/pystacks.bpf.h): an interpreter executable in `py_exes`, so that
 a process that runs it is found at its first call, however soon after its
 start (a command launched, its children); and a running process in
 `py_procs` (--pid), found from its maps. The versions' layouts go in
-`py_layouts`, which decode.pystacks reads the side records with. What cannot be read (a version without a layout, an
-interpreter the probes cannot find) is said once, and its calls have no stack.
+`py_layouts` (and `layouts`, which decode.pystacks reads the side records
+with). What cannot be read (a version without a layout, an interpreter the
+probes cannot find) is said once, and its calls have no stack.
 """
 
 from __future__ import annotations
