@@ -18,6 +18,7 @@ from cudaprobe.catalogue.functions import (
 from cudaprobe.catalogue.structs import LAYOUTS
 from cudaprobe.decode.demangle import demangle, shorten
 from cudaprobe.decode.handles import NAME_KEY, UNKNOWN_WHY, KernelHandles
+from cudaprobe.decode.nccl import describe
 from cudaprobe.probe.event import NAME_MAX, RawEvent, site_frame
 from cudaprobe.probe.plan import Probe
 
@@ -413,6 +414,8 @@ def decode_event(
     args, details = decode_args(fn, raw, raw.pid, symbolize, handles)
     if handles is not None and not in_flight and raw.ret == 0:
         handles.learn(fn, raw.pid, args)
+    details = describe(fn, raw.pid, args, details,
+                       handles.communicators if handles is not None else None, humanize_bytes)
     if in_flight:
         duration, ret, ret_name = None, None, None
         details = f"{details} (still running when the trace ended)".lstrip()

@@ -22,7 +22,7 @@ from rich.console import Console
 
 from cudaprobe import STARTED
 from cudaprobe.analysis.summary import Summary, count_lost
-from cudaprobe.catalogue.functions import RUNTIME
+from cudaprobe.catalogue.functions import NCCL, RUNTIME
 from cudaprobe.decode.calls import Call, Symbolizer, decode_event
 from cudaprobe.decode.gputime import GpuWork, join
 from cudaprobe.decode.handles import KernelHandles
@@ -75,7 +75,7 @@ class TraceSession:
         self._in_flight_errors = 0
         self._records: RecordDecoder | None = None  # made once t0 is known
         # the rows in call order, each under the call it was made in
-        self.order = CallOrder([p.function.api == RUNTIME for p in plan.probes])
+        self.order = CallOrder([p.function.api in (RUNTIME, NCCL) for p in plan.probes])
         self.kernel_handles = KernelHandles()  # driver launches' kernel names, as made
         self.sweeper = Sweeper()
         self._t0 = 0
