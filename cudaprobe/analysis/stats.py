@@ -104,7 +104,7 @@ class FunctionStats:
 
 
 def combine_cpus(per_cpu: list[tuple[int, ...]]) -> FunctionStats:
-    """Sum one probe's per-CPU `struct cp_stat`s, flattened as Tracer.read_stats gives
+    """Sum one probe's per-CPU `struct cp_stat`s, flattened as MapReader.read_stats gives
     them: (count, total_ns, min_ns, max_ns, errors_unkeyed, *hist, *hist_ns)."""
     s = FunctionStats("", "", "")
     mins = []
@@ -125,8 +125,8 @@ def combine_cpus(per_cpu: list[tuple[int, ...]]) -> FunctionStats:
 
 def collect(probes: list[Probe], raw_stats: dict[int, list[tuple[int, ...]]],
             raw_errors: dict[tuple[int, int], int]) -> list[FunctionStats]:
-    """FunctionStats for every probe that saw a call, from what Tracer.read_stats
-    and Tracer.read_errors returned."""
+    """FunctionStats for every probe that saw a call, from what MapReader.read_stats
+    and MapReader.read_errors returned."""
     out = []
     for probe in probes:
         s = combine_cpus(raw_stats.get(probe.func_id, []))
