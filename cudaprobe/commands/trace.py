@@ -6,7 +6,7 @@ import functools
 
 import click
 
-from cudaprobe.commands.options import probe_options, run_probing
+from cudaprobe.commands.options import probe_options, py_stacks_option, run_probing
 from cudaprobe.commands.otlp_options import otlp_config, otlp_options
 from cudaprobe.commands.trace_options import check_conflicts, output_options
 from cudaprobe.output.formats import FORMATS, choose_format
@@ -29,10 +29,11 @@ from cudaprobe.sessions.tracing import TraceRequest, run_trace
 @click.option("--gpu-time", is_flag=True,
               help="With -- COMMAND: the GPU time of each launch, copy and memset, through "
                    "CUPTI (rows are written when COMMAND exits; docs/gputime.md).")
+@py_stacks_option
 @output_options
 @otlp_options
-def trace_command(probe: ProbeRequest, fmt, output, force, errors_only, gpu_time, mode,
-                  max_size, strict, ringbuf_pages, **otlp) -> None:
+def trace_command(probe: ProbeRequest, fmt, output, force, errors_only, gpu_time, py_stacks,
+                  mode, max_size, strict, ringbuf_pages, **otlp) -> None:
     """Trace CUDA API calls: one row per completed call, then a summary.
 
     With `-- COMMAND`, start COMMAND, trace only it (and its children), and
@@ -61,6 +62,7 @@ def trace_command(probe: ProbeRequest, fmt, output, force, errors_only, gpu_time
       sudo cudaprobe trace -e memory,cudaLaunchKernel -o calls.jsonl -- python train.py
       sudo cudaprobe trace --errors-only
       sudo cudaprobe trace --gpu-time -o calls.jsonl -- python train.py
+      sudo cudaprobe trace --py-stacks -o calls.jsonl -- python train.py
       sudo cudaprobe trace --otlp http://collector:4318 --otlp-slow 1ms -- python train.py
       cudaprobe trace --dump-bpf -e transfer
     """
@@ -73,4 +75,5 @@ def trace_command(probe: ProbeRequest, fmt, output, force, errors_only, gpu_time
                            gpu_time, otlp)
     run_probing(probe, select_functions(list(probe.events), set(probe.apis)),
                 functools.partial(run_trace, request=request), errors_only=errors_only,
-                ringbuf_pages=ringbuf_pages or bpfprog.Settings.ringbuf_pages)
+                ringbuf_pages=ringbuf_pages or bpfprog.Settings.ringbuf_pages,
+                py_stacks=py_stacks)
