@@ -16,6 +16,7 @@ from typing import Callable
 from cudaprobe.analysis.memtrack import MemCall, MemoryAccounting, ProcessMemory
 from cudaprobe.decode.calls import decode_event
 from cudaprobe.decode.callsites import CallSites
+from cudaprobe.decode.schema import time_ms
 from cudaprobe.probe.bpfprog import Settings
 from cudaprobe.probe.event import RawEvent, from_record, site_frame
 from cudaprobe.probe.plan import ProbePlan
@@ -109,4 +110,4 @@ class MemorySession:
 
     def ms(self, ts_ns: int) -> float:
         """A monotonic timestamp as milliseconds since tracing began."""
-        return round((ts_ns - self.t0_ns) / 1e6, 3)
+        return time_ms(ts_ns, self.t0_ns)
