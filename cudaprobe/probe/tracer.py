@@ -95,7 +95,7 @@ class Tracer:
         bcc = import_bcc()
         try:
             self._bpf = bcc.BPF(
-                src_file=bpfprog.source_path().encode(),
+                text=bpfprog.source(self.settings).encode(),
                 cflags=bpfprog.cflags(self.plan.probes, self.settings),
             )
         except Exception as e:  # bcc: compile errors are printed above by clang
@@ -319,21 +319,21 @@ class Tracer:
         """(key, entry) of the slot's pairing entries in `owned` that are in a call."""
         owned, n = self._bpf["owned"], len(self.plan.probes)
         keys = (owned.Key(idx) for idx in range(slot * n, (slot + 1) * n))
-        return [(k, e) for k, e in ((k, owned[k]) for k in keys) if e.ts_ns]
+        return [(k, e) for k, e in ((k, owned[k]) for k in keys) if e.call.ts_ns]
 
     def _entries(self) -> list[Any]:
         """The pairing entries in a call now: those of held slots in `owned`,
         then the hashed ones (`inflight`)."""
         found = [e for slot, _pid, _tid in self._owned_slots()
                  for _k, e in self._calls_in_slot(slot)]
-        found += [v for v in self._bpf["inflight"].values() if v.ts_ns]
+        found += [v for v in self._bpf["inflight"].values() if v.call.ts_ns]
         return found
 
     def in_flight(self) -> list[RawEvent]:
         """Calls entered but not returned: the pairing entries, which stay between
         calls with ts_ns 0. (Trace mode; see in_flight_count.) Their
         out-parameters are not read yet: none are given."""
-        return [unpack_event(bytes(v))._replace(outs=(), duration_ns=0)
+        return [unpack_event(bytes(v.call))._replace(outs=(), duration_ns=0)
                 for v in self._entries()]
 
     def in_flight_count(self) -> int:
@@ -352,18 +352,19 @@ class Tracer:
                 continue
             for key, entry in self._calls_in_slot(slot):
                 mid_call += 1
-                entry.ts_ns = 0  # so that the slot's next thread does not pair with it
+                entry.call.ts_ns = 0  # so that the slot's next thread does not pair with it
                 owned[key] = entry
             owners[owners.Key(slot)] = owners.Leaf(0)
         table = self._bpf["inflight"]
-        dead = [(k, v.ts_ns) for k, v in table.items() if v.tid and not alive(v.pid, v.tid)]
+        dead = [(k, v.call.ts_ns) for k, v in table.items()
+                if v.call.tid and not alive(v.call.pid, v.call.tid)]
         for k, _ts in dead:
             with contextlib.suppress(KeyError):
                 del table[k]
         return mid_call + sum(1 for _k, ts in dead if ts)  # those that were in a call
 
     def read_stats(self) -> dict[int, list[tuple[int, ...]]]:
-        """CP_STATS: probe id -> one struct cp_stat per CPU, as a flat tuple
+        """Stats program: probe id -> one struct cp_stat per CPU, as a flat tuple
         (count, total_ns, min_ns, max_ns, errors_unkeyed, *hist, *hist_ns)."""
         table = self._bpf["stats"]
         out = {}

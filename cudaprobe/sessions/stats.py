@@ -1,6 +1,7 @@
-"""A stats session: attach in CP_STATS mode, read the aggregation maps every
---interval and at the end. The maps are read, never drained, so what the
-kernel counted since attach is there whatever the call rate."""
+"""A stats session: attach the stats program (bpf/stats.bpf.c), read the
+aggregation maps every --interval and at the end. The maps are read, never
+drained, so what the kernel counted since attach is there whatever the call
+rate."""
 
 from __future__ import annotations
 
