@@ -52,7 +52,13 @@ def measure(argv: list[str], cwd: str | None = None) -> list[int]:
     programs: fdinfo does not tell which is which), cheaper first. `cwd`: the
     source tree whose cudaprobe runs (`python -m` imports from there first)."""
     p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
-    time.sleep(4)
+    # the window opens 1 s after the programs first run, however long the tracer
+    # took to start (seconds on a loaded machine), well before the workload ends
+    deadline = time.monotonic() + 60
+    while (p.poll() is None and time.monotonic() < deadline
+           and not any(n for _t, n in program_times(p.pid).values())):
+        time.sleep(0.1)
+    time.sleep(1)
     a = program_times(p.pid)
     time.sleep(3)
     b = program_times(p.pid)
