@@ -30,8 +30,8 @@ from cudaprobe.output.files import OutputStream, StdoutStream, open_output
 from cudaprobe.output.formats import REPORT_EXTENSIONS, format_of_output
 from cudaprobe.output.table import make_console
 from cudaprobe.probe import bpfprog
+from cudaprobe.probe.load import prepare_machine
 from cudaprobe.probe.plan import ProbePlan, plan_probes
-from cudaprobe.probe.tracer import prepare_machine
 from cudaprobe.targets.launch import resolve_command
 from cudaprobe.targets.libs import discover_libraries, resolve_lib_arg
 from cudaprobe.targets.selection import Targets, initial_libraries

@@ -140,6 +140,13 @@ class RingBuffer:
         except BlockingIOError:
             pass
 
+    def poll(self, timeout_ms: int) -> list[tuple]:
+        """Wait up to timeout_ms for records when none are spooled, then the
+        next batch (consume)."""
+        if self.available() == 0:
+            self.wait(timeout_ms)
+        return self.consume()
+
     def available(self) -> int:
         """Spooled bytes not consumed yet."""
         return self._words[WRITTEN] - self._read
