@@ -75,6 +75,9 @@ BPF_STACK_TRACE_BUILDID(stacks, CP_MAX_STACKS);
 /* a pairing entry holds the whole event, filled at entry, completed at exit */
 #define CP_ENTRY struct cp_trace_entry
 #include "pairing.bpf.h"
+#ifdef CP_PYSTACKS
+#include "pystacks.bpf.h"	/* its maps, and py_capture() */
+#endif
 
 /* A thread claiming a slot takes its name there (task_rename keeps it up to
  * date), and its first record wakes the reader. */
@@ -202,7 +205,13 @@ static __always_inline void begin_call(struct pt_regs *ctx, struct cp_event *e, 
 #else
 	e->stack_id = -1;
 #endif
-	e->ts_ns = bpf_ktime_get_ns();	/* last: the entry is complete */
+	/* last: the entry is complete. With the Python stack, sent first, a later
+	 * entry time: the call's from then on */
+#ifdef CP_PYSTACKS
+	e->ts_ns = py_capture(pid_tgid);
+#else
+	e->ts_ns = bpf_ktime_get_ns();
+#endif
 }
 
 /* A process's first record wakes the reader at once: a slot's thread's first

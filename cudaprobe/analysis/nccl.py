@@ -10,6 +10,10 @@ all-to-all, 1 for broadcast, reduce and send/recv). nccl-tests' size is the
 whole buffer: for all-gather what each rank receives (sendcount x n), for
 reduce-scatter what each sends (recvcount x n).
 
+The bandwidths are the median call's: a collective's kernel runs until every
+rank has joined it, so a call that waited for a late rank (its straggler's
+wait) would count as a slow transfer in a mean. An NCCL call made inside
+another (ncclBcast calls ncclBroadcast) is counted once, as the outer call.
 NCCL queues a group's kernels at ncclGroupEnd: the GPU work of a group with
 one collective or transfer in it is that call's; that of a larger group stays
 with its ncclGroupEnd (a row of its own).
@@ -24,10 +28,12 @@ ranks and the order in which each process first used one of that size.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from statistics import median
 from typing import Any
 
 from cudaprobe.decode.calls import Call
 from cudaprobe.decode.gputime import gpu_span_ns
+from cudaprobe.decode.nesting import encloses
 
 TRANSFERS = ("collective", "p2p")
 IN_PROGRESS = 7  # ncclInProgress: queued by a non-blocking communicator, no failure
@@ -66,12 +72,12 @@ class CollectiveRow:
     host_ns: int = 0
     gpu_calls: int = 0  # calls whose GPU work was joined
     gpu_ns: int = 0
-    gpu_bytes: int = 0  # the size of those calls
+    rates: list[float] = field(default_factory=list, repr=False)  # their size / GPU ns
 
     @property
     def algbw(self) -> float | None:
-        """GB/s (1e9 bytes a second) over the calls with GPU time."""
-        return self.gpu_bytes / self.gpu_ns if self.gpu_ns else None
+        """GB/s (1e9 bytes a second, a byte a ns): the median call's size / GPU time."""
+        return median(self.rates) if self.rates else None
 
     @property
     def busbw(self) -> float | None:
@@ -133,9 +139,23 @@ class NcclStats:
                 "stragglers": [w.to_dict() for w in self.waits]}
 
 
+def outermost(calls: list[Call]) -> list[Call]:
+    """The NCCL calls not made inside another traced NCCL call of their thread
+    (ncclBcast's ncclBroadcast), in time order."""
+    out: list[Call] = []
+    last: dict[tuple[int, int], Call] = {}  # (pid, tid) -> its latest outer call
+    for c in sorted((c for c in calls if c.api == "nccl"), key=lambda c: c.ts_ns):
+        outer = last.get((c.pid, c.tid))
+        if outer is not None and outer is not c and encloses(outer, c):
+            continue
+        last[(c.pid, c.tid)] = c
+        out.append(c)
+    return out
+
+
 def _transfers(calls: list[Call]) -> list[Call]:
-    return [c for c in calls if c.api == "nccl" and c.category in TRANSFERS
-            and c.duration_ns is not None and c.ret in (0, IN_PROGRESS)]
+    return [c for c in calls if c.category in TRANSFERS and c.duration_ns is not None
+            and c.ret in (0, IN_PROGRESS)]
 
 
 def _group_gpu(calls: list[Call]) -> dict[int, int]:
@@ -144,7 +164,7 @@ def _group_gpu(calls: list[Call]) -> dict[int, int]:
     out: dict[int, int] = {}
     members: dict[tuple[int, int], list[Call]] = {}
     depth: dict[tuple[int, int], int] = {}
-    for c in sorted((c for c in calls if c.api == "nccl"), key=lambda c: c.ts_ns):
+    for c in calls:
         key = (c.pid, c.tid)
         if c.event == "ncclGroupStart":
             depth[key] = depth.get(key, 0) + 1
@@ -161,10 +181,11 @@ def _group_gpu(calls: list[Call]) -> dict[int, int]:
 
 
 def collective_stats(calls: list[Call]) -> NcclStats:
+    calls = outermost(calls)
     grouped = _group_gpu(calls)
     rows: dict[tuple, CollectiveRow] = {}
     for c in calls:
-        if c.api != "nccl" or c.duration_ns is None or not (
+        if c.duration_ns is None or not (
                 c.category in TRANSFERS or (c.event == "ncclGroupEnd" and c.gpu)):
             continue
         rank, nranks = c.args.get("rank"), c.args.get("nranks")
@@ -183,7 +204,7 @@ def collective_stats(calls: list[Call]) -> NcclStats:
         if gpu_ns:
             row.gpu_calls += 1
             row.gpu_ns += gpu_ns
-            row.gpu_bytes += size
+            row.rates.append(size / gpu_ns)
     ordered = sorted(rows.values(), key=lambda r: (r.event, r.rank is None, r.rank or 0, r.pid))
     return NcclStats(ordered, stragglers(calls))
 
@@ -192,10 +213,11 @@ def stragglers(calls: list[Call]) -> list[CommWaits]:
     """Per communicator used by more than one process: per rank, how often it
     entered the n-th operation last and how long the first rank had waited."""
     # (nranks, ordinal) -> pid -> its operations' (entry ns, rank)
+    calls = outermost(calls)
     seqs: dict[tuple[int | None, int], dict[int, list[tuple[int, Any]]]] = {}
     # pid -> comm -> (nranks, its ordinal among the pid's communicators of that size)
     ordinals: dict[int, dict[Any, tuple[int | None, int]]] = {}
-    for c in sorted(_transfers(calls), key=lambda c: c.ts_ns):
+    for c in _transfers(calls):
         nranks = c.args.get("nranks")
         mine = ordinals.setdefault(c.pid, {})
         comm = c.args.get("comm")

@@ -247,3 +247,9 @@ def write_report(write: Callable[[], None], status: int, command: bool) -> int:
     if command:
         return status
     return 0 if failure == errno.EPIPE else OutputFailed.exit_code
+
+
+py_stacks_option = click.option(
+    "--py-stacks", is_flag=True,
+    help="Each call made by a thread running Python carries that thread's Python stack, "
+         "read by the probe at the call (CPython 3.9-3.13; docs/pystacks.md).")

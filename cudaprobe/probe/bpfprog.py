@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudaprobe.catalogue.functions import ArgKind
-from cudaprobe.probe import event, uprobe_multi
+from cudaprobe.errors import EnvironmentProblem
+from cudaprobe.probe import event, kernel_btf, uprobe_multi
 from cudaprobe.probe.plan import Probe
 
 PROGRAMS = {"trace": "trace.bpf.c", "stats": "stats.bpf.c"}
@@ -54,6 +55,10 @@ class Settings:
     max_sites: int = 16384  # host stubs and call sites located, per process (`located`)
     max_handles: int = 16384  # kernel handles named, per process (`handle_named`)
     error_codes_per_probe: int = 16  # return codes past CP_ERR_SLOTS (`error_codes`)
+    max_py_procs: int = 16384  # processes whose interpreter was looked for (`py_procs`)
+    max_py_exes: int = 256  # interpreter executables described (`py_exes`)
+    max_py_threads: int = 65536  # threads' PyThreadState cached (`py_tstates`)
+    max_py_codes: int = 65536  # code objects whose record was sent (`py_codes_seen`)
     filter_pid: bool = False
     filter_comm: bool = False  # with filter_pid: exec under the --comm name joins `targets`
     # uprobe_multi links per target process (--pid, -- COMMAND), so that other
@@ -63,6 +68,7 @@ class Settings:
     stats: bool = False  # aggregate in the kernel (cudaprobe stats) instead of emitting events
     stacks: bool = False  # record user stacks (cudaprobe memory --stacks)
     callers: bool = False  # record each call's return address (cudaprobe memory)
+    py_stacks: bool = False  # send each call's Python stack (--py-stacks; trace records only)
     # "multi": uprobe_multi links (Linux >= 6.6); "perf": one perf event per probe
     attach: str = field(default_factory=lambda: default_attach())
 
@@ -126,7 +132,25 @@ def numbers(probes: list[Probe], settings: Settings) -> dict[str, int]:
             "CP_MAX_HANDLES": settings.max_handles,
             "CP_MAX_STACKS": settings.max_stacks,
         }
+    if settings.py_stacks and not settings.stats:
+        d |= {
+            "CP_MAX_PY_PROCS": settings.max_py_procs,
+            "CP_MAX_PY_EXES": settings.max_py_exes,
+            "CP_MAX_PY_THREADS": settings.max_py_threads,
+            "CP_MAX_PY_CODES": settings.max_py_codes,
+            **task_offsets(),
+        }
     return d
+
+
+def task_offsets() -> dict[str, int]:
+    """The kernel struct offsets --py-stacks reads at (CP_OFF_*), from its BTF."""
+    offsets = kernel_btf.task_offsets()
+    if offsets is None:
+        raise EnvironmentProblem(f"--py-stacks reads the kernel's task fields at offsets "
+                                 f"that {kernel_btf.BTF_PATH} gives, and it is not there",
+                                 fix="a kernel built with CONFIG_DEBUG_INFO_BTF")
+    return offsets
 
 
 def switches(probes: list[Probe], settings: Settings) -> dict[str, str]:
@@ -145,6 +169,8 @@ def switches(probes: list[Probe], settings: Settings) -> dict[str, str]:
         d["CP_STACKS"] = "1"
     if settings.callers:
         d["CP_CALLER"] = "1"
+    if settings.py_stacks and not settings.stats:
+        d["CP_PYSTACKS"] = "1"
     return d
 
 
@@ -158,7 +184,7 @@ def cflags(probes: list[Probe], settings: Settings) -> list[str]:
     return [f"-D{k}={v}" for k, v in defines(probes, settings).items()]
 
 
-LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+)"$', re.M)
+LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+)".*$', re.M)
 
 
 def inline_includes(text: str) -> str:

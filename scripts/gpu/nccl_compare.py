@@ -29,8 +29,18 @@ def functions(op: dict) -> set[str]:
 
 
 def rows(path: Path) -> tuple[list[dict], dict]:
+    """The trace's NCCL calls, but those made inside another of their thread
+    (ncclBcast's ncclBroadcast), in time order; and its summary."""
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    return lines[:-1], lines[-1]["summary"]
+    calls, last = [], {}
+    for c in sorted(lines[:-1], key=lambda c: c["ts_ns"]):
+        outer = last.get((c["pid"], c["tid"]))
+        end = c["ts_ns"] + (c["duration_ns"] or 0)
+        if outer is not None and outer[0] <= c["ts_ns"] and end <= outer[1]:
+            continue
+        last[(c["pid"], c["tid"])] = (c["ts_ns"], end)
+        calls.append(c)
+    return calls, lines[-1]["summary"]
 
 
 def stats_run(d: Path) -> None:
@@ -91,7 +101,6 @@ def gpu_ns(calls: list[dict]) -> dict[int, int]:
 
 def trace_run(d: Path) -> None:
     calls, summary = rows(d / "trace.jsonl")
-    calls.sort(key=lambda c: c["ts_ns"])
     job = jobs(d)
     check("B lost", summary["lost_total"] == 0, lost=summary.get("lost"))
     gpu = gpu_ns(calls)

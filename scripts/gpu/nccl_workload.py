@@ -7,7 +7,10 @@ Run by torchrun, one process a GPU. Each rank makes, in order:
   [--hold]  writes DIR/ready.RANK (its pid) and waits for DIR/go
   timed     ITERS of each, in that order, each between two CUDA events on the
             current stream and followed by a synchronize: its time on the GPU
-            as the program sees it
+            as the program sees it. A 1 ms spin kernel (torch.cuda._sleep) comes
+            before the first event, so that the NCCL kernel is queued by the time
+            the event is reached: the events then time the GPU's work, not the
+            host's time to launch it (the GPU would wait idle for that)
   slow      SLOW reduce (to rank 0) of 1 MiB, rank --slow-rank sleeping SLOW_MS
             before each: the rank the others wait for
 and writes DIR/rank.RANK.json: the NCCL function each torch call makes and how
@@ -29,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 MIB = 1 << 20
+SPIN_CYCLES = 2_000_000  # about 1 ms at the H100's clock: longer than a launch takes
 
 
 def main() -> None:
@@ -87,6 +91,7 @@ def main() -> None:
         for _ in range(args.iters):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
                 enable_timing=True)
+            torch.cuda._sleep(SPIN_CYCLES)
             start.record()
             call()
             end.record()

@@ -57,6 +57,10 @@ def test_every_call_is_traced_in_order(traced):
     assert by_event["ncclAllReduce"]["category"] == "collective"
     assert by_event["ncclSend"]["category"] == "p2p"
     assert by_event["ncclGroupStart"]["category"] == "group"
+    # the all-reduce made in the group comes under its ncclGroupStart; the rest at the top
+    depths = {c["event"]: (c["depth"], c["parent"]) for c in calls}
+    assert depths["ncclAllReduce"] == (1, by_event["ncclGroupStart"]["ts_ns"])
+    assert depths["ncclGroupEnd"] == depths["ncclGroupStart"] == depths["ncclSend"] == (0, None)
 
 
 def test_every_argument_is_decoded_as_passed(traced):

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from cudaprobe.catalogue import functions as catalogue
-from cudaprobe.probe import bpfprog
+from cudaprobe.probe import bpfprog, kernel_btf
 from cudaprobe.probe.plan import Probe
 
 
@@ -105,37 +105,13 @@ SETTINGS = [bpfprog.Settings(attach="multi"),
             bpfprog.Settings(attach="perf", filter_pid=True, filter_comm=True, errors_only=True,
                              stacks=True, callers=True),
             bpfprog.Settings(attach="multi", stats=True),
-            bpfprog.Settings(attach="perf", stats=True, filter_pid=True)]
+            bpfprog.Settings(attach="perf", stats=True, filter_pid=True),
+            bpfprog.Settings(attach="multi", py_stacks=True)]
 
 
-def required_numbers(text: str) -> set[str]:
-    """The settings the C stops at #error without (CP_ENTRY: the program's own)."""
-    return set(re.findall(r"^#ifndef (CP_\w+)\n#error", text, re.M)) - {"CP_ENTRY"}
-
-
-def test_the_c_takes_every_number_from_defines():
-    """bpfprog.Settings holds the defaults: the C has none, it stops at #error
-    for each number it is not given, and defines() gives each program exactly
-    the numbers it needs, in any mode."""
-    for settings in SETTINGS:
-        src = bpfprog.source(settings)
-        needed = required_numbers(src)
-        assert {"CP_NR_PROBES", "CP_MAX_INFLIGHT", "CP_MAX_TARGETS"} <= needed
-        assert not [n for n in needed if re.search(rf"^#define {n}\b", src, re.M)]
-        assert set(bpfprog.numbers(probes(), settings)) == needed
-        assert not needed & set(bpfprog.switches(probes(), settings))
-    trace, stats = (required_numbers(bpfprog.source(s)) for s in SETTINGS[::2])
-    assert {"CP_RINGBUF_PAGES", "CP_MAX_STACKS", "CP_MAX_SITES"} <= trace - stats
-
-
-def test_no_map_size_is_a_literal():
-    """Every map's size is a setting, a constant of cudaprobe.h, or 1."""
-    for settings in SETTINGS:
-        maps = re.findall(r"^(BPF_\w+)\((.*)\);", bpfprog.source(settings), re.M)
-        assert len(maps) >= 9
-        for kind, args in maps:
-            size = args.rsplit(",", 1)[-1].strip()
-            assert size == "1" or re.fullmatch(r"CP_\w+( \* CP_\w+)?", size), (kind, args)
+def needs_btf(settings: bpfprog.Settings) -> None:
+    if settings.py_stacks and kernel_btf.task_offsets() is None:
+        pytest.skip("no kernel BTF: --py-stacks has no offsets to give")
 
 
 @pytest.fixture(scope="module")
@@ -155,10 +131,42 @@ def preprocess(tmp_path_factory):
     return run
 
 
-def test_the_compile_stops_for_a_missing_setting(preprocess):
-    for settings in SETTINGS[:3]:
-        flags = bpfprog.cflags(probes(), settings)
-        assert preprocess(settings, flags).returncode == 0
-        for name in bpfprog.numbers(probes(), settings):
-            p = preprocess(settings, [f for f in flags if not f.startswith(f"-D{name}=")])
-            assert p.returncode != 0 and f"{name} (" in p.stderr, (name, p.stderr[-300:])
+@pytest.mark.parametrize("settings", SETTINGS)
+def test_the_c_takes_every_number_from_bpfprog(settings, preprocess):
+    """bpfprog.Settings holds the defaults: the C has none. Given only the
+    switches, the program stops at an #error for each number it uses, and
+    numbers() gives exactly those; given them, it builds."""
+    needs_btf(settings)
+    switches = [f"-D{k}={v}" for k, v in bpfprog.switches(probes(), settings).items()]
+    p = preprocess(settings, switches)
+    needed = set(re.findall(r'#error "(CP_\w+) \(', p.stderr))
+    assert p.returncode != 0 and {"CP_NR_PROBES", "CP_MAX_INFLIGHT"} <= needed
+    assert set(bpfprog.numbers(probes(), settings)) == needed
+    assert preprocess(settings, bpfprog.cflags(probes(), settings)).returncode == 0
+    src = bpfprog.source(settings)
+    assert not [n for n in needed if re.search(rf"^#define {n}\b", src, re.M)]
+
+
+def test_each_program_is_given_only_its_numbers():
+    trace, stats = (set(bpfprog.numbers(probes(), SETTINGS[i])) for i in (0, 2))
+    assert {"CP_RINGBUF_PAGES", "CP_MAX_STACKS", "CP_MAX_SITES"} <= trace - stats
+    assert stats < trace
+
+
+def test_no_map_size_is_a_literal():
+    """Every map's size is a setting, a constant of a bpf/ header, or 1."""
+    for settings in SETTINGS:
+        maps = re.findall(r"^(BPF_\w+)\((.*)\);", bpfprog.source(settings), re.M)
+        assert len(maps) >= 9
+        for kind, args in maps:
+            size = args.rsplit(",", 1)[-1].strip()
+            assert size == "1" or re.fullmatch(r"CP_\w+( \* CP_\w+)?", size), (kind, args)
+
+
+@pytest.mark.parametrize("settings", SETTINGS[::2])
+def test_the_compile_stops_for_a_missing_setting(settings, preprocess):
+    needs_btf(settings)
+    flags = bpfprog.cflags(probes(), settings)
+    for name in bpfprog.numbers(probes(), settings):
+        p = preprocess(settings, [f for f in flags if not f.startswith(f"-D{name}=")])
+        assert p.returncode != 0 and f"{name} (" in p.stderr, (name, p.stderr[-300:])

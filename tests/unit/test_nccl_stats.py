@@ -15,7 +15,7 @@ from cudaprobe.output.stats_view import render_stats
 from cudaprobe.output.table import make_console
 
 MS = 1_000_000
-CATEGORY = {"ncclAllReduce": "collective", "ncclAllGather": "collective",
+CATEGORY = {"ncclAllReduce": "collective", "ncclBcast": "collective", "ncclAllGather": "collective",
             "ncclReduceScatter": "collective", "ncclBroadcast": "collective",
             "ncclSend": "p2p", "ncclRecv": "p2p", "ncclGroupStart": "group",
             "ncclGroupEnd": "group"}
@@ -107,3 +107,23 @@ def test_the_rank_the_others_wait_for_is_named():
 
 def test_one_process_has_no_stragglers():
     assert stragglers([nccl("ncclAllReduce", i * MS) for i in range(3)]) == []
+
+
+def test_a_call_made_inside_another_is_counted_once():
+    # ncclBcast calls ncclBroadcast: two probes fire, one operation
+    outer = nccl("ncclBcast", 0, duration=30_000, gpu_ns=100_000)
+    inner = nccl("ncclBroadcast", 5_000, duration=20_000)
+    calls = [outer, inner, nccl("ncclBcast", MS, pid=11, rank=1, duration=30_000),
+             nccl("ncclBroadcast", MS + 5_000, pid=11, rank=1, duration=20_000)]
+    stats = collective_stats(calls)
+    assert [(r.event, r.calls) for r in stats.rows] == [("ncclBcast", 1), ("ncclBcast", 1)]
+    assert stats.waits[0].matched == 1
+
+
+def test_bandwidth_is_the_median_calls():
+    # a call whose kernel waited 100 ms for a late rank is no slow transfer
+    calls = [nccl("ncclAllReduce", i * MS, gpu_ns=100_000) for i in range(4)]
+    calls.append(nccl("ncclAllReduce", 9 * MS, gpu_ns=100_000_000))
+    (row,) = collective_stats(calls).rows
+    assert row.algbw == pytest.approx((1 << 20) / 100_000)
+    assert row.gpu_ns == 4 * 100_000 + 100_000_000  # the total keeps it
