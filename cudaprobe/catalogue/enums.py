@@ -32,22 +32,24 @@ def enum_name(enum: str, value: int) -> str | None:
 
 # api -> (the return type's name, its enum in the headers)
 _RESULT_ENUMS = {"runtime": ("cudaError", "cudaError"),
-                 "driver": ("CUresult", "cudaError_enum")}
+                 "driver": ("CUresult", "cudaError_enum"),
+                 "nccl": ("ncclResult_t", "ncclResult_t")}
 
 
 def error_table(api: str) -> dict[int, str]:
     """The names of `api`'s return codes by value: the headers' `enum cudaError`
-    (runtime) or `enum cudaError_enum` (driver, typedef CUresult)."""
+    (runtime), `enum cudaError_enum` (driver, typedef CUresult) or nccl.h's
+    ncclResult_t (nccl)."""
     try:
         return ENUMS[_RESULT_ENUMS[api][1]]
     except KeyError:
-        raise ValueError(f"api must be 'runtime' or 'driver', not {api!r}") from None
+        raise ValueError(f"api must be 'runtime', 'driver' or 'nccl', not {api!r}") from None
 
 
 def error_name(api: str, code: int) -> str:
     """Name a return code: error_name("driver", 100) == "CUDA_ERROR_NO_DEVICE".
 
-    api is "runtime" or "driver"; a code the headers do not name renders as
+    api is "runtime", "driver" or "nccl"; a code the headers do not name renders as
     its type and number, e.g. "cudaError(12345)".
     """
     return error_table(api).get(code, f"{_RESULT_ENUMS[api][0]}({code})")

@@ -18,6 +18,7 @@ from cudaprobe.catalogue.functions import (
 from cudaprobe.catalogue.structs import LAYOUTS
 from cudaprobe.decode.demangle import demangle, shorten
 from cudaprobe.decode.handles import NAME_KEY, UNKNOWN_WHY, KernelHandles
+from cudaprobe.decode.nccl import describe
 from cudaprobe.probe.event import NAME_MAX, RawEvent, site_frame
 from cudaprobe.probe.plan import Probe
 
@@ -36,7 +37,7 @@ class Call:
 
     __slots__ = ("time_ms", "ts_ns", "pid", "tid", "process", "event", "api", "category",
                  "duration_ns", "ret", "ret_name", "_args", "_details", "lazy", "gpu", "depth",
-                 "parent")
+                 "parent", "py_stack")
 
     def __init__(self, time_ms: float, ts_ns: int, pid: int, tid: int, process: str, event: str,
                  api: str, category: str, duration_ns: int | None, ret: int | None,
@@ -64,6 +65,8 @@ class Call:
         # call this one was made in
         self.depth = depth
         self.parent = parent
+        # --py-stacks: the thread's Python stack at the call (decode.pystacks.PyStack)
+        self.py_stack: Any = None
 
     def _decode(self) -> None:
         decoder, record = self.lazy
@@ -98,7 +101,12 @@ class Call:
         return self.duration_ns is None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in JSONL_KEYS}
+        d = {k: getattr(self, k) for k in JSONL_KEYS}
+        if self.py_stack is not None:  # absent for a thread with no Python frame
+            d["py_stack"] = self.py_stack.frames
+            if self.py_stack.cut:
+                d["py_stack_cut"] = True
+        return d
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Call) and self.to_dict() == other.to_dict()
@@ -413,6 +421,8 @@ def decode_event(
     args, details = decode_args(fn, raw, raw.pid, symbolize, handles)
     if handles is not None and not in_flight and raw.ret == 0:
         handles.learn(fn, raw.pid, args)
+    details = describe(fn, raw.pid, args, details,
+                       handles.communicators if handles is not None else None, humanize_bytes)
     if in_flight:
         duration, ret, ret_name = None, None, None
         details = f"{details} (still running when the trace ended)".lstrip()

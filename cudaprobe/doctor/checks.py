@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cudaprobe.catalogue.count import count_text
-from cudaprobe.catalogue.functions import DRIVER, FUNCTIONS, RUNTIME
+from cudaprobe.catalogue.functions import APIS, FUNCTIONS
 from cudaprobe.errors import CudaprobeError
 from cudaprobe.probe import bpfprog, sweep, uprobe_multi
 from cudaprobe.targets import environment
@@ -143,7 +143,7 @@ def check_headers() -> Check:
 
 
 def check_bcc() -> Check:
-    from cudaprobe.probe.tracer import import_bcc  # noqa: PLC0415 - tracer imports bcc's helpers lazily too
+    from cudaprobe.probe.load import import_bcc  # noqa: PLC0415 - load imports bcc's helpers lazily too
 
     try:
         bcc = import_bcc()
@@ -233,7 +233,7 @@ def _version_of(path: str) -> str:
 def check_cuda(libs: list[str] | None) -> list[Check]:
     try:
         paths = sorted({p for arg in libs for p in resolve_lib_arg(arg)}) if libs else (
-            discover_libraries({RUNTIME, DRIVER}))
+            discover_libraries(set(APIS)))
     except CudaprobeError as e:
         return [Check("CUDA library", FAIL, e.message, "give --lib a libcudart or libcuda")]
     if not paths:

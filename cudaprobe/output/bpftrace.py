@@ -35,6 +35,7 @@ BPFTRACE_MAX_PROBES = 512  # bpftrace's default; more attach points need it rais
 ERROR_TABLES = {
     "runtime": ("@runtime_error", error_table("runtime")),
     "driver": ("@driver_error", error_table("driver")),
+    "nccl": ("@nccl_error", error_table("nccl")),
 }
 
 
