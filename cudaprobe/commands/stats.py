@@ -30,6 +30,7 @@ from cudaprobe.commands.options import (
     report_output,
     write_report,
 )
+from cudaprobe.commands.stats_line import stats_by_line
 from cudaprobe.decode.calls import Call
 from cudaprobe.decode.symbolize import KernelSymbolizer
 from cudaprobe.errors import UsageError
@@ -81,12 +82,13 @@ def stats_by_kernel(plan: ProbePlan, settings: bpfprog.Settings, command: list[s
 @probe_options(events="count")
 @click.option("--sort", type=click.Choice(sorted(SORT_KEYS)), default="total",
               help="Order of the rows (largest first; `name` alphabetical).")
-@click.option("--by", type=click.Choice(["function", "kernel", "collective"]),
+@click.option("--by", type=click.Choice(["function", "kernel", "collective", "line"]),
               default="function",
               help="A row per traced function (counted in the kernel), per kernel "
-                   "launched (counted from traced launches: costs what `trace` does), or "
+                   "launched (counted from traced launches: costs what `trace` does), "
                    "per NCCL collective and rank, with bandwidths and stragglers "
-                   "(docs/nccl.md).")
+                   "(docs/nccl.md), or per Python line that made the calls (their Python "
+                   "stacks traced: docs/pystacks.md).")
 @click.option("-i", "--interval", type=Seconds(), metavar="SECONDS",
               help="Also print the table (cumulative) every SECONDS.")
 @report_file_options("docs/stats.md")
@@ -123,6 +125,7 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
       sudo cudaprobe stats -o api.json -- python train.py
       sudo cudaprobe stats --compare api.json -- python train.py
       sudo cudaprobe stats --by kernel -- python train.py
+      sudo cudaprobe stats --by line --gpu-time -- python train.py
       sudo cudaprobe stats --gpu-time -- python train.py
       sudo cudaprobe stats --by collective --gpu-time -- torchrun --nproc_per_node 2 train.py
 
@@ -130,6 +133,12 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
     are traced, not counted in the kernel, and each is named as `trace` names
     it (the calls that make driver kernel handles are traced too, to name
     them); launches of an unknown kernel are a row per call, "(kernel unknown)".
+
+    With --by line, the calls are traced with their Python stacks (as `trace
+    --py-stacks`) and counted per Python line: the innermost frame that is
+    the program's own (outside site-packages and the standard library), as
+    `file:line (function)`; with --gpu-time, the GPU time of what each line
+    queued. Calls from threads with no Python frame are one row.
 
     With --by collective, NCCL's calls are traced (the default set of --api nccl,
     or -e): a row per collective and rank with calls, bytes and host latency,
@@ -140,8 +149,8 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
     apis = APIS[api]
     if gpu_time:
         check_gpu_time(list(command))
-    by_kernel, by_collective = by == "kernel", by == "collective"
-    if (by_kernel or by_collective) and interval:
+    by_kernel, by_collective, by_line = by == "kernel", by == "collective", by == "line"
+    if by != "function" and interval:
         raise UsageError("--interval goes with --by function")
     if by_collective and NCCL not in apis:
         raise UsageError("--by collective counts NCCL's calls: --api must include nccl")
@@ -156,19 +165,23 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
         functions += [f for f in select_functions([], apis)
                       if any(a.kind is ArgKind.OUT_FUNCTION for a in f.args)]
     plan, settings, targets = plan_targets(functions, libs, apis, pids, comm, wait, command,
-                                           dump_bpf, stats=by == "function")
+                                           dump_bpf, stats=by == "function",
+                                           py_stacks=by_line)
     if dump_bpf:
         click.echo(bpfprog.render(plan.probes, settings))
         return
     before = load_report(baseline) if baseline else None
     stream, as_json, human = report_output(output, force, fmt, as_json)
     notify = announce(plan, targets, "counting")
-    gpu = GpuTimeRun(notify) if gpu_time else None
+    gpu = GpuTimeRun(notify) if gpu_time and not by_line else None
     command_env = gpu.env if gpu is not None else {}
     try:
         if by_collective:
             report, status = stats_by_collective(plan, settings, list(command), targets,
                                                  notify, duration, gpu)
+        elif by_line:  # its trace joins the GPU work to the calls itself
+            report, status = stats_by_line(plan, settings, list(command), targets, notify,
+                                           duration, gpu_time)
         elif by_kernel:
             report, status = stats_by_kernel(plan, settings, list(command), targets, notify,
                                              duration, command_env)

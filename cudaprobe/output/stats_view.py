@@ -62,10 +62,13 @@ def render_gpu_stats(gpu: GpuStats, console: Console) -> None:
                                   (GPU_COPY_COLUMNS, gpu.copies, False)):
         if not rows:
             continue
-        table = Table(title="GPU time per kernel" if kernel else "GPU time per copy kind",
-                      title_justify="left", show_edge=False, header_style="bold")
+        title = "GPU time per kernel" if kernel else "GPU time per copy kind"
+        if gpu.per == "line":  # stats --by line: a row per Python line
+            title = "GPU time of the kernels" if kernel else "GPU time of the copies and memsets"
+            title, columns = title + " each Python line queued", ("LINE", *columns[1:])
+        table = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
         for col in columns:
-            table.add_column(col, justify="left" if col in ("KERNEL", "COPY") else "right")
+            table.add_column(col, justify="left" if col in ("KERNEL", "COPY", "LINE") else "right")
         for r in rows:
             d = r.to_dict(kernel)
             cells = [Text(shorten(r.name)), str(r.calls), humanize_ns(d["total_ns"]),
