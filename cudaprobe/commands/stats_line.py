@@ -49,7 +49,7 @@ def stats_by_line(plan: ProbePlan, settings: bpfprog.Settings, command: list[str
     s = session.summary
     lost = {k: v for k, v in s.lost.items() if k not in NOT_LOST}
     report = StatsReport(by_line.tally.functions, time.monotonic() - started, s.libraries,
-                         s.not_found, len(s.in_flight), lost)
+                         s.not_found, len(s.in_flight), lost, per="line")
     if gpu_time:
         report.gpu = by_line.gpu.stats()
     return report, status
