@@ -103,6 +103,7 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
     reporter = REPORTERS[fmt](stream)
     if gpu_time:
         reporter.gpu_time = True
+    reporter.py_stacks = py_stacks
     if max_size:
         reporter = SizeCapped(reporter, stream, max_size, notify)
     reporter, on_counters = with_otlp(reporter, otlp, notify)

@@ -16,6 +16,8 @@ class Reporter:
     extensions: ClassVar[tuple[str, ...]] = ()
     # --gpu-time: calls may carry `gpu` work (decode.gputime), shown where the format has room
     gpu_time = False
+    # --py-stacks: calls may carry `py_stack` (decode.pystacks), shown where the format has room
+    py_stacks = False
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream

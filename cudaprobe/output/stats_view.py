@@ -31,7 +31,8 @@ def render_stats(report: StatsReport, console: Console, sort: str = "total",
             errors += f"{', ' if errors else ''}unknown code x{s.errors_unkeyed}"
         # kernel names (--by kernel) run to kilobytes: shortened here, whole in --json;
         # Python lines (--by line) are paths, kept whole
-        table.add_row(Text(s.event if report.per == "line" else shorten(s.event)), str(s.count), humanize_ns(s.total_ns),
+        name = s.event if report.per == "line" else shorten(s.event)
+        table.add_row(Text(name), str(s.count), humanize_ns(s.total_ns),
                       humanize_ns(s.avg_ns), humanize_ns(s.min_ns), humanize_ns(s.max_ns),
                       *(humanize_ns(s.p(q)) for q in PERCENTILES),
                       Text(errors, style="red" if errors else ""))
@@ -72,8 +73,8 @@ def render_gpu_stats(gpu: GpuStats, console: Console) -> None:
             table.add_column(col, justify="left" if col in ("KERNEL", "COPY", "LINE") else "right")
         for r in rows:
             d = r.to_dict(kernel)
-            cells = [Text(r.name if gpu.per == "line" else shorten(r.name)), str(r.calls), humanize_ns(d["total_ns"]),
-                     humanize_ns(d["avg_ns"])]
+            name = r.name if gpu.per == "line" else shorten(r.name)
+            cells = [Text(name), str(r.calls), humanize_ns(d["total_ns"]), humanize_ns(d["avg_ns"])]
             if kernel:
                 cells += [humanize_ns(d[k]) for k in ("min_ns", "max_ns", "p50_ns", "p99_ns")]
             else:
