@@ -21,7 +21,7 @@ grep -m3 '"py_stack"' /tmp/launched.jsonl | cut -c1-1500 > "$OUT/pystacks-rows.t
 tail -1 /tmp/launched.jsonl >> "$OUT/pystacks-rows.txt"
 
 echo "== attached mid-run" | tee -a "$log"
-"$TORCH_PY" "${T[@]}" --steps 3000 > /tmp/attached.out 2>&1 &
+"$TORCH_PY" "${T[@]}" --steps 100000 > /tmp/attached.out 2>&1 &
 pid=$!
 for _ in $(seq 200); do grep -q "^step 50 " /tmp/attached.out && break; sleep 0.1; done
 cudaprobe trace --py-stacks --pid "$pid" -d 4 -o /tmp/attached.jsonl --force 2>> "$log"
@@ -33,7 +33,7 @@ COLUMNS=160 cudaprobe stats --by line --gpu-time -- "$TORCH_PY" "${T[@]}" --step
   > "$OUT/pystacks-stats-by-line.txt" 2>> "$log"
 
 echo "== cost" | tee -a "$log"
-for round in 1 2 3; do
+for round in 1 2; do
   echo "round $round untraced $("$TORCH_PY" "${T[@]}" 2>/dev/null | tail -1)" >> "$log"
   echo "round $round trace $(cudaprobe trace -o /tmp/c.jsonl --force -- "$TORCH_PY" "${T[@]}" \
     2>/dev/null | tail -1)" >> "$log"
