@@ -1,4 +1,4 @@
-"""`cudaprobe stats --by line`: a row per Python line (--py-stacks), from the
+"""`cudaprobe stats --by line` (sessions/stats.py): a row per Python line (--py-stacks), from the
 trace path: each call's stack read by the probe, its calls counted under
 the innermost line that is the user's own (analysis/by_line.py)."""
 
