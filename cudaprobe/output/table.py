@@ -163,6 +163,7 @@ class TableReporter(Reporter):
             self._details_width = self.width - sum(widths) - len(widths)
 
     def start(self) -> None:
+        self._lay_out()  # again: py_stacks is set after construction
         header = " ".join(c.text(c.title, w) for c, w in self._cells) + " "
         if self._details_width is None:
             header += DETAILS
