@@ -1,8 +1,8 @@
-"""A stats session: attach in CP_STATS mode, read the aggregation maps every
---interval and at the end. The maps are read, never drained, so what the
-kernel counted since attach is there whatever the call rate. With --by
-kernel the launches are traced instead and counted per kernel name
-(stats_by_kernel); with --by collective, NCCL's calls (collectives.py);
+"""A stats session: attach the stats program (bpf/stats.bpf.c), read the
+aggregation maps every --interval and at the end. The maps are read, never
+drained, so what the kernel counted since attach is there whatever the call
+rate. With --by kernel the launches are traced instead and counted per kernel
+name (stats_by_kernel); with --by collective, NCCL's calls (collectives.py);
 count() runs the one --by asks for, with --gpu-time's GPU work beside it."""
 
 from __future__ import annotations
