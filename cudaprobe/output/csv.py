@@ -21,8 +21,8 @@ class CsvReporter(Reporter):
     name = "csv"
     extensions = (".csv",)
 
-    def __init__(self, stream: TextIO, gpu_time: bool = False) -> None:
-        super().__init__(stream, gpu_time)
+    def __init__(self, stream: TextIO, gpu_time: bool = False, py_stacks: bool = False) -> None:
+        super().__init__(stream, gpu_time, py_stacks)
         self._comms: dict[bytes, str] = {}  # the kernel's comm -> its text
 
     def start(self) -> None:

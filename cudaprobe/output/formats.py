@@ -51,7 +51,7 @@ def choose_format(fmt: str | None, output: str | None) -> str:
 
 
 def schema_table() -> str:
-    """The row schema (decode/schema.py) as the README's Markdown table."""
+    """The row schema (decode/schema.py) as docs/formats.md's Markdown table."""
     lines = ["| key | type | meaning |", "| --- | --- | --- |"]
     lines += [f"| {', '.join(f'`{n}`' for n in key.names)} | {key.type} | {key.meaning} |"
               for key in ROW_SCHEMA]

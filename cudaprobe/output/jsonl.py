@@ -24,8 +24,8 @@ class JsonlReporter(Reporter):
     name = "jsonl"
     extensions = (".jsonl", ".ndjson")
 
-    def __init__(self, stream: TextIO, gpu_time: bool = False) -> None:
-        super().__init__(stream, gpu_time)
+    def __init__(self, stream: TextIO, gpu_time: bool = False, py_stacks: bool = False) -> None:
+        super().__init__(stream, gpu_time, py_stacks)
         self._comms: dict[bytes, str] = {}  # the kernel's comm -> its text as JSON
         # probe -> its json_details, for Calls not decoded yet (json_line)
         self._json_details: dict[ProbeDecoder, Callable[[tuple], tuple[str, str]]] = {}

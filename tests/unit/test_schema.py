@@ -1,5 +1,5 @@
-"""The row schema, written once (decode/schema.py): the README's table is made
-from it, and the rows of every format have its keys in its order."""
+"""The row schema, written once (decode/schema.py): docs/formats.md's table is
+made from it, and the rows of every format have its keys in its order."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from cudaprobe.output.formats import REPORTERS, schema_table
 from ..conftest import REPO
 
 
-def test_readme_table_is_the_schema():
-    readme = (REPO / "README.md").read_text()
-    start = readme.index("| key | type | meaning |")
-    end = readme.index("\n\n", start)
-    assert readme[start:end + 1] == schema_table(), \
-        "README's key table differs from cudaprobe/decode/schema.py"
+def test_the_documented_table_is_the_schema():
+    doc = (REPO / "docs" / "formats.md").read_text()
+    start = doc.index("| key | type | meaning |")
+    end = doc.index("\n\n", start)
+    assert doc[start:end + 1] == schema_table(), \
+        "docs/formats.md's key table differs from cudaprobe/decode/schema.py"
 
 
 def test_every_format_has_the_schema_keys_in_order():
