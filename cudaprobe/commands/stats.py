@@ -39,7 +39,8 @@ from cudaprobe.output.stats_view import render_stats
 from cudaprobe.output.table import make_console
 from cudaprobe.probe import bpfprog
 from cudaprobe.probe.plan import ProbePlan, select_functions
-from cudaprobe.sessions.gputime import GpuTimeRun, check_gpu_time
+from cudaprobe.sessions.gputime import check_gpu_time
+from cudaprobe.sessions.gputime_attach import GpuTimeAttach, gpu_time_for
 from cudaprobe.sessions.stats import StatsOptions, run_stats
 from cudaprobe.sessions.trace import SessionOptions, TraceSession
 from cudaprobe.targets.selection import Targets
@@ -60,13 +61,13 @@ class _Tally(Reporter):
 
 def stats_by_kernel(plan: ProbePlan, settings: bpfprog.Settings, command: list[str],
                     targets: Targets | None, notify, duration: float | None,
-                    command_env: dict[str, str]) -> tuple[StatsReport, int]:
+                    command_env: dict[str, str], on_probes_in=None) -> tuple[StatsReport, int]:
     """Trace the launches and count them per kernel name (analysis.stats.KernelTally)."""
     tally = KernelTally()
     kernels = KernelSymbolizer.for_session(command, [a.path for a in plan.attachments])
     session = TraceSession(plan, settings, _Tally(tally), None, SessionOptions(
         duration=duration, command=command, symbolize=kernels, see_process=kernels.see,
-        targets=targets, notify=notify, command_env=command_env))
+        targets=targets, notify=notify, command_env=command_env, on_probes_in=on_probes_in))
     started = time.monotonic()
     status = session.run()
     s = session.summary
@@ -94,8 +95,9 @@ def stats_by_kernel(plan: ProbePlan, settings: bpfprog.Settings, command: list[s
 @click.option("--min-calls", type=click.IntRange(min=1), default=DEFAULT_MIN_CALLS,
               metavar="N", help="Compare p50 only where both runs made at least N calls.")
 @click.option("--gpu-time", is_flag=True,
-              help="With -- COMMAND: also GPU time per kernel name and per copy kind, "
-                   "through CUPTI (docs/gputime.md).")
+              help="Also GPU time per kernel name and per copy kind, through CUPTI; with "
+                   "--pid/--comm the library is injected into the running process "
+                   "(docs/gputime.md).")
 def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, command, sort, by,
                   interval, fmt, as_json, output, force, baseline, threshold, min_calls,
                   gpu_time) -> None:
@@ -128,7 +130,7 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
     """
     apis = APIS[api]
     if gpu_time:
-        check_gpu_time(list(command))
+        check_gpu_time(list(command), pids, comm)
     by_kernel = by == "kernel"
     if by_kernel and interval:
         raise UsageError("--interval goes with --by function")
@@ -148,16 +150,18 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
     before = load_report(baseline) if baseline else None
     stream, as_json, human = report_output(output, force, fmt, as_json)
     notify = announce(plan, targets, "counting")
-    gpu = GpuTimeRun(notify) if gpu_time else None
+    gpu = gpu_time_for(notify, list(command)) if gpu_time else None
     command_env = gpu.env if gpu is not None else {}
+    on_probes_in = gpu.attach_all if isinstance(gpu, GpuTimeAttach) else None
     try:
         if by_kernel:
             report, status = stats_by_kernel(plan, settings, list(command), targets, notify,
-                                             duration, command_env)
+                                             duration, command_env, on_probes_in)
         else:
             report, status = run_stats(plan, settings, StatsOptions(
                 command=list(command), targets=targets, notify=notify, duration=duration,
-                interval=interval, sort=sort, command_env=command_env), human)
+                interval=interval, sort=sort, command_env=command_env,
+                on_probes_in=on_probes_in), human)
         if gpu is not None and (work := gpu.read()):
             report.gpu = gpu_stats(work, gpu.dropped)
     finally:

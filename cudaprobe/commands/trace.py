@@ -32,8 +32,9 @@ from cudaprobe.sessions.trace import SessionOptions, TraceSession
 @click.option("--force", is_flag=True, help="Overwrite an existing -o FILE.")
 @click.option("--errors-only", is_flag=True, help="Only calls that returned an error.")
 @click.option("--gpu-time", is_flag=True,
-              help="With -- COMMAND: the GPU time of each launch, copy and memset, through "
-                   "CUPTI (rows are written when COMMAND exits; docs/gputime.md).")
+              help="The GPU time of each launch, copy and memset, through CUPTI (rows are "
+                   "written when tracing ends); with --pid/--comm the library is injected "
+                   "into the running process (docs/gputime.md).")
 @output_options
 @otlp_options
 def trace_command(libs, events, api, fmt, output, force, duration, errors_only, gpu_time, mode,
@@ -67,6 +68,7 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
       sudo cudaprobe trace -e memory,cudaLaunchKernel -o calls.jsonl -- python train.py
       sudo cudaprobe trace --errors-only
       sudo cudaprobe trace --gpu-time -o calls.jsonl -- python train.py
+      sudo cudaprobe trace --gpu-time --pid 31337 -d 5 -o calls.jsonl
       sudo cudaprobe trace --otlp http://collector:4318 --otlp-slow 1ms -- python train.py
       cudaprobe trace --dump-bpf -e transfer
     """
@@ -74,7 +76,7 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
                     strict=strict, **{"max-size": max_size})
     otlp = otlp_config(**otlp)
     if gpu_time:
-        check_gpu_time(list(command))
+        check_gpu_time(list(command), pids, comm)
     fmt = choose_format(fmt, output)
     apis = APIS[api]
     functions = select_functions(list(events), apis)

@@ -20,10 +20,10 @@ from cudaprobe.targets.cupti import GpuTimeSetup, prepare
 from cudaprobe.targets.launch import STARTUP_ENVIRONMENT
 
 
-def check_gpu_time(command: list[str]) -> None:
-    if not command:
-        raise UsageError("--gpu-time goes with -- COMMAND (the GPU-time library is loaded "
-                         "when the command starts; docs/gputime.md says why not --pid)")
+def check_gpu_time(command: list[str], pids: tuple[int, ...] = (), comm: str | None = None
+                   ) -> None:
+    if not command and not pids and comm is None:
+        raise UsageError("--gpu-time goes with -- COMMAND, --pid or --comm")
 
 
 class GpuTimeRun:
@@ -51,26 +51,33 @@ class GpuTimeRun:
         if self.reader is None:
             return []
         self.reader.poll()
-        if not self.reader.seen:
-            why = "; ".join(sorted(set(self.reader.statuses.values())))
-            if not why:
-                why = ("no kernel, copy or memset ran on a GPU" if self.reader.files else
-                       "the library wrote nothing (CUDA's driver was never initialised, "
-                       "or the command ran as a user that cannot write its directory)")
-            self.notify(f"--gpu-time: no GPU activity was recorded: {why}")
-        if self.reader.dropped:
-            self.notify(f"--gpu-time: CUPTI dropped {self.reader.dropped} activity records "
-                        "(its buffers were full)")
-        if self.reader.foreign_tids and self.reader.seen:
-            self.notify(f"--gpu-time: in {self.reader.foreign_tids} processes CUPTI could not "
-                        "give the kernel's thread ids: their GPU work is not joined to rows")
-        if self.reader.all_api_records and self.reader.seen:
-            self.notify(f"--gpu-time: in {self.reader.all_api_records} processes CUPTI recorded "
-                        "every CUDA call, not only launches and copies (its libcupti lacks "
-                        "cuptiActivityEnableRuntimeApi): it cost the program more")
-        if self.reader.bad_files:
-            self.notify(f"--gpu-time: {self.reader.bad_files} GPU-time files were unreadable")
-        return self.reader.work
+        return say_outcome(self.reader, self.notify,
+                           "the library wrote nothing (CUDA's driver was never initialised, "
+                           "or the command ran as a user that cannot write its directory)")
 
     def close(self) -> None:
         self.setup.close()
+
+
+def say_outcome(reader: GpuReader, notify: Callable[[str], None], nothing: str
+                ) -> list[GpuWork]:
+    """What came of the GPU time, in a line each; the work read. `nothing`: why,
+    when no process of it wrote a file."""
+    if not reader.seen:
+        why = "; ".join(sorted(set(reader.statuses.values())))
+        if not why:
+            why = "no kernel, copy or memset ran on a GPU" if reader.files else nothing
+        notify(f"--gpu-time: no GPU activity was recorded: {why}")
+    if reader.dropped:
+        notify(f"--gpu-time: CUPTI dropped {reader.dropped} activity records "
+               "(its buffers were full)")
+    if reader.foreign_tids and reader.seen:
+        notify(f"--gpu-time: in {reader.foreign_tids} processes CUPTI could not "
+               "give the kernel's thread ids: their GPU work is not joined to rows")
+    if reader.all_api_records and reader.seen:
+        notify(f"--gpu-time: in {reader.all_api_records} processes CUPTI recorded "
+               "every CUDA call, not only launches and copies (its libcupti lacks "
+               "cuptiActivityEnableRuntimeApi): it cost the program more")
+    if reader.bad_files:
+        notify(f"--gpu-time: {reader.bad_files} GPU-time files were unreadable")
+    return reader.work

@@ -36,7 +36,7 @@ from cudaprobe.probe.event import R_TID, R_TS, RawEvent
 from cudaprobe.probe.plan import ProbePlan
 from cudaprobe.probe.sweep import Sweeper
 from cudaprobe.probe.tracer import Tracer
-from cudaprobe.sessions.gputime import GpuTimeRun
+from cudaprobe.sessions.gputime_attach import GpuTimeAttach, GpuTimeRun, gpu_time_for
 from cudaprobe.sessions.run import POLL_MS, ProbeRun, RunOptions, say_if_no_cuda
 
 LOSS_REPORT_S = 1.0
@@ -82,7 +82,7 @@ class TraceSession:
         self._lost_total = 0  # as last counted (each second)
         self._next_loss_check = 0.0
         self._header_lines = 0  # written by reporter.start(): not rows
-        self._gpu: GpuTimeRun | None = None
+        self._gpu: GpuTimeRun | GpuTimeAttach | None = None
         self._held: list[Call] | None = None  # --gpu-time: the rows, until the GPU's are read
 
     @property
@@ -122,12 +122,17 @@ class TraceSession:
         """Trace until stopped; returns the exit status for cudaprobe."""
         if self.options.gpu_time:
             # serve only counts the GPU work: nothing kept, nothing joined
-            self._gpu = GpuTimeRun(self.options.notify, keep=self.options.on_gpu_work is None)
+            self._gpu = gpu_time_for(self.options.notify, self.options.command,
+                                     keep=self.options.on_gpu_work is None)
             self.options.command_env = {**self.options.command_env, **self._gpu.env}
+            if isinstance(self._gpu, GpuTimeAttach):
+                self.options.on_probes_in = self._gpu.attach_all
             if self._gpu.reader is not None and self.options.on_gpu_work is None:
                 self._held = []
-                self.options.notify("--gpu-time: the rows are written when the command has "
-                                    "exited (its GPU records come in batches)")
+                self.options.notify("--gpu-time: the rows are written when "
+                                    + ("the command has exited" if self.options.command
+                                       else "tracing ends")
+                                    + " (its GPU records come in batches)")
         try:
             return self._run()
         finally:
