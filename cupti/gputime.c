@@ -499,6 +499,10 @@ int gputime_record_to(int fd, const char *cupti_path, char *why, size_t why_size
     pthread_mutex_lock(&lock);
     out_fd = fd;
     out_pid = getpid();
+    /* a new file: the kernel names and functions written into it again */
+    memset(names, 0, sizeof names);
+    memset(api_kept, 0, sizeof api_kept);
+    next_name_id = 1;
     clock_kind = GPUTIME_CLOCK_REALTIME;
     api_records = GPUTIME_API_UNKNOWN;
     res = enable_activity();

@@ -55,6 +55,9 @@ class GpuTimeRun:
                            "the library wrote nothing (CUDA's driver was never initialised, "
                            "or the command ran as a user that cannot write its directory)")
 
+    def stop(self) -> None:
+        """Nothing to stop: the library flushes at the command's exit."""
+
     def close(self) -> None:
         self.setup.close()
 

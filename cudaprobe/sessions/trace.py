@@ -282,7 +282,9 @@ class TraceSession:
         self._report_last(in_flight)
         if self._held is not None:
             self._report_held()
-        elif self._feed_gpu():  # the last, written at the command's exit
+        elif self._gpu is not None and self.options.on_gpu_work is not None:
+            self._gpu.stop()  # attached: the recording stopped and flushed first
+            self._feed_gpu()  # the last, written at the command's exit or the stop
             self._gpu.read()  # and what came of it, said
         # calls, errors and latency as the kernel counted them: exact when rows were lost
         self.summary.take_kernel_counts(self.plan.probes, tracer.read_tally())

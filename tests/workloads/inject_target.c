@@ -4,16 +4,20 @@
  * uprobes fire), each checking its own arithmetic as it goes (registers
  * or memory changed under it would show). Prints "ready" once every thread
  * runs; runs until stdin is closed; then prints what each thread found
- * (the same lines whatever the speed) and exits with EXIT.
- * Usage: inject_target THREADS EXIT */
+ * (the same lines whatever the speed) and exits with EXIT. With "seccomp"
+ * it first puts itself under a seccomp filter (one that allows everything).
+ * Usage: inject_target THREADS EXIT [seccomp] */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 static atomic_int stop, running;
@@ -76,6 +80,12 @@ int main(int argc, char **argv)
     pthread_t t[64];
     int n = 0;
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc > 3 && !strcmp(argv[3], "seccomp")) {
+        struct sock_filter allow = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+        struct sock_fprog prog = {.len = 1, .filter = &allow};
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
+            return 70;
+    }
     pthread_create(&t[n++], NULL, mallocs, NULL);
     pthread_create(&t[n++], NULL, dlopens, NULL);
     for (int k = 0; k < threads && n < 64; k++)
