@@ -23,12 +23,11 @@ _attach_uprobe.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c
                            ctypes.c_uint64, ctypes.c_int, ctypes.c_uint32]
 
 
-def attach(bpf: Any, fn_name: str, path: str, addr: int, retprobe: bool, pid: int = -1) -> None:
-    """Attach program `fn_name` at `addr` of `path` (in process `pid` only, if
-    given); bpf.cleanup() detaches it."""
+def attach(bpf: Any, fn_name: str, path: str, addr: int, retprobe: bool) -> None:
+    """Attach program `fn_name` at `addr` of `path`; bpf.cleanup() detaches it."""
     fn = bpf.load_func(fn_name.encode(), bpf.KPROBE)
-    ev_name = bpf._get_uprobe_evname(b"r" if retprobe else b"p", path.encode(), addr, pid)
-    fd = _attach_uprobe(fn.fd, 1 if retprobe else 0, ev_name, path.encode(), addr, pid, 0)
+    ev_name = bpf._get_uprobe_evname(b"r" if retprobe else b"p", path.encode(), addr, -1)
+    fd = _attach_uprobe(fn.fd, 1 if retprobe else 0, ev_name, path.encode(), addr, -1, 0)
     if fd < 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err) if err else "bpf_attach_uprobe failed")

@@ -12,7 +12,7 @@ from typing import Any
 
 from cudaprobe.probe import perf_uprobe
 from cudaprobe.probe.bpfprog import bpf_dir
-from cudaprobe.probe.tracer import import_bcc
+from cudaprobe.probe.load import import_bcc
 from cudaprobe.targets.elfsyms import read_symbols
 
 SOURCE_NAME = "safepoint.bpf.c"

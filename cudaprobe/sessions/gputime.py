@@ -1,21 +1,29 @@
 """--gpu-time around a run of `-- COMMAND`: the library's environment for the
 command before it starts, its records read once it has exited, and what
 came of it said in one line each (none recorded, and why; dropped by CUPTI;
-not joined to a traced call).
+not joined to a traced call). For --pid and --comm, the library injected
+into the running processes instead (sessions/gputime_attach.py): the same
+records, read the same way.
 
 CUPTI hands the records over in batches (each FLUSH_PERIOD_MS of
 cupti/gputime.c, and all at exit), so the GPU side of a call is known only
 half a second or more after its row: `trace` and `stats` read them when the
 command has exited (docs/gputime.md says why the rows of `trace --gpu-time`
-wait for the end), `serve` polls them as they come.
+wait for the end), `serve` polls them as they come. In a trace session
+(GpuTimeRows) the rows are held until then, each launch, copy and memset
+is given its `gpu` work (decode.gputime.join), and the rows go out in the
+order they came.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from cudaprobe.decode.gputime import GpuReader, GpuWork
+from cudaprobe.decode.calls import Call
+from cudaprobe.decode.gputime import GpuReader, GpuWork, join
 from cudaprobe.errors import UsageError
+from cudaprobe.output.formats import Reporter
+from cudaprobe.sessions.gputime_attach import GpuTimeAttach, say_outcome
 from cudaprobe.targets.cupti import GpuTimeSetup, prepare
 from cudaprobe.targets.launch import STARTUP_ENVIRONMENT
 
@@ -62,25 +70,77 @@ class GpuTimeRun:
         self.setup.close()
 
 
-def say_outcome(reader: GpuReader, notify: Callable[[str], None], nothing: str
-                ) -> list[GpuWork]:
-    """What came of the GPU time, in a line each; the work read. `nothing`: why,
-    when no process of it wrote a file."""
-    if not reader.seen:
-        why = "; ".join(sorted(set(reader.statuses.values())))
-        if not why:
-            why = "no kernel, copy or memset ran on a GPU" if reader.files else nothing
-        notify(f"--gpu-time: no GPU activity was recorded: {why}")
-    if reader.dropped:
-        notify(f"--gpu-time: CUPTI dropped {reader.dropped} activity records "
-               "(its buffers were full)")
-    if reader.foreign_tids and reader.seen:
-        notify(f"--gpu-time: in {reader.foreign_tids} processes CUPTI could not "
-               "give the kernel's thread ids: their GPU work is not joined to rows")
-    if reader.all_api_records and reader.seen:
-        notify(f"--gpu-time: in {reader.all_api_records} processes CUPTI recorded "
-               "every CUDA call, not only launches and copies (its libcupti lacks "
-               "cuptiActivityEnableRuntimeApi): it cost the program more")
-    if reader.bad_files:
-        notify(f"--gpu-time: {reader.bad_files} GPU-time files were unreadable")
-    return reader.work
+def gpu_time_for(notify: Callable[[str], None], command: list[str], keep: bool = True
+                 ) -> GpuTimeRun | GpuTimeAttach:
+    """--gpu-time: the library in the environment of `-- COMMAND`, or injected
+    into the processes traced (--pid, --comm) once the probes are in
+    (RunOptions.on_probes_in: its attach_all)."""
+    return GpuTimeRun(notify, keep) if command else GpuTimeAttach(notify, keep)
+
+
+class GpuTimeRows:
+    """--gpu-time in a trace session: the rows held (hold) until the command
+    has exited and its GPU records are read, then joined to them and passed on
+    (finish); or, where `on_gpu_work` takes the GPU work as it comes (serve),
+    nothing held and the work handed on at each feed()."""
+
+    def __init__(self, notify: Callable[[str], None],
+                 on_gpu_work: Callable[[list[GpuWork]], None] | None,
+                 command: list[str]) -> None:
+        self.notify = notify
+        self.on_gpu_work = on_gpu_work
+        # serve only counts the GPU work: nothing kept, nothing joined
+        self.gpu = gpu_time_for(notify, command, keep=on_gpu_work is None)
+        self._held: list[Call] | None = None
+        if self.gpu.reader is not None and on_gpu_work is None:
+            self._held = []
+            notify(f"--gpu-time: the rows are written when "
+                   f"{'the command has exited' if command else 'tracing ends'} (its GPU "
+                   "records come in batches)")
+
+    @property
+    def attach(self) -> Callable[[list[int]], None] | None:
+        """--pid/--comm: what injects the library, given the processes traced."""
+        return self.gpu.attach_all if isinstance(self.gpu, GpuTimeAttach) else None
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.gpu.env
+
+    @property
+    def holding(self) -> bool:
+        return self._held is not None
+
+    def hold(self, calls: list[Call]) -> None:
+        self._held.extend(calls)
+
+    def feed(self) -> bool:
+        """serve: the GPU work written since the last look, to be counted."""
+        if self.on_gpu_work is None:
+            return False
+        self.on_gpu_work(self.gpu.poll())
+        return True
+
+    def finish(self, reporter: Reporter) -> None:
+        """The command has exited: its GPU work joined to the rows held, which go
+        to `reporter`; or (serve) the last of the work, and what came of it, said."""
+        if self._held is None:
+            if self.on_gpu_work is not None:
+                self.gpu.stop()  # attached: the recording stopped and flushed first
+                self.feed()  # the last, written at the command's exit or the stop
+                self.gpu.read()  # and what came of it, said
+            return
+        work = self.gpu.read()
+        held, self._held = self._held, None
+        if work:
+            unjoined = join(held, work)
+            kinds = {k: sum(1 for w in work if w.kind == k) for k in ("kernel", "memcpy", "memset")}
+            self.notify(
+                f"--gpu-time: {kinds['kernel']} kernels, {kinds['memcpy']} copies, "
+                f"{kinds['memset']} memsets timed on the GPU"
+                + (f"; {unjoined} made by calls not traced" if unjoined else ""))
+        if held:
+            reporter.calls(held)
+
+    def close(self) -> None:
+        self.gpu.close()

@@ -21,7 +21,6 @@ from pathlib import Path
 from cudaprobe.decode.gputime import GpuReader, GpuWork
 from cudaprobe.errors import CudaprobeError
 from cudaprobe.probe.safepoint import SafePoint
-from cudaprobe.sessions.gputime import GpuTimeRun, say_outcome
 from cudaprobe.targets.cupti import build_library, cupti_source_dir, find_libcupti
 from cudaprobe.targets.inject import (
     CodeSpace,
@@ -64,6 +63,31 @@ def _memfd(pid: int, fd: int, name: str, flags: int) -> int | None:
         pass
     os.close(ours)
     return None
+
+
+def say_outcome(reader: GpuReader, notify: Callable[[str], None], nothing: str
+                ) -> list[GpuWork]:
+    """What came of the GPU time, in a line each; the work read. `nothing`: why,
+    when no process wrote a file. (Here, not in sessions/gputime.py, which
+    imports this module.)"""
+    if not reader.seen:
+        why = "; ".join(sorted(set(reader.statuses.values())))
+        if not why:
+            why = "no kernel, copy or memset ran on a GPU" if reader.files else nothing
+        notify(f"--gpu-time: no GPU activity was recorded: {why}")
+    if reader.dropped:
+        notify(f"--gpu-time: CUPTI dropped {reader.dropped} activity records "
+               "(its buffers were full)")
+    if reader.foreign_tids and reader.seen:
+        notify(f"--gpu-time: in {reader.foreign_tids} processes CUPTI could not "
+               "give the kernel's thread ids: their GPU work is not joined to rows")
+    if reader.all_api_records and reader.seen:
+        notify(f"--gpu-time: in {reader.all_api_records} processes CUPTI recorded "
+               "every CUDA call, not only launches and copies (its libcupti lacks "
+               "cuptiActivityEnableRuntimeApi): it cost the program more")
+    if reader.bad_files:
+        notify(f"--gpu-time: {reader.bad_files} GPU-time files were unreadable")
+    return reader.work
 
 
 @dataclass
@@ -342,9 +366,3 @@ class GpuTimeAttach:
                 i.mem.close()
             self._done.clear()
 
-
-def gpu_time_for(notify: Callable[[str], None], command: list[str], keep: bool = True
-                 ) -> GpuTimeRun | GpuTimeAttach:
-    """--gpu-time: the library in the environment of `-- COMMAND`, or injected
-    into the processes traced (--pid, --comm) once the probes are in."""
-    return GpuTimeRun(notify, keep) if command else GpuTimeAttach(notify, keep)

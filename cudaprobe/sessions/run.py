@@ -110,17 +110,21 @@ class ProbeRun:
                             if self.options.command else None)
             self._stack.enter_context(self._stop)
             self.tracer = self._stack.enter_context(Tracer(self.plan, self.settings))
+            if self.tracer.py is not None:
+                self.tracer.py.notify = self.notify
+                if self.command:
+                    self.tracer.py.add_command(self.command.argv)
             if self.command:
-                self.tracer.add_target(self.command.pid)
+                self.tracer.attacher.add_target(self.command.pid)
             self.t0_ns = time.monotonic_ns()
             if self.options.targets is not None:
-                self._follower = Follower(self.options.targets, self.tracer, self.plan,
+                self._follower = Follower(self.options.targets, self.tracer.attacher, self.plan,
                                           self.probed, self.notify)
             # every probe in: each function traced from this instant (the Follower
             # starts it already, before it says it is attached)
-            self.tracer.start()
+            self.tracer.attacher.start()
             if self.options.on_probes_in is not None and self.command is None:
-                self.options.on_probes_in(self.tracer.target_pids())
+                self.options.on_probes_in(self.tracer.attacher.target_pids())
             if self._on_attached is not None:
                 self._on_attached(self)
         except BaseException:
@@ -175,7 +179,7 @@ class ProbeRun:
                     time.sleep(GRACE_POLL_MS / 1000)
                 else:
                     read(GRACE_POLL_MS)
-        self.tracer.detach()
+        self.tracer.attacher.detach()
         if read is not None:
             read(0)
 

@@ -23,7 +23,8 @@ from cudaprobe.catalogue.functions import ArgKind
 from cudaprobe.probe.plan import missing_symbols
 from cudaprobe.targets.elfsyms import read_symbols
 
-from ..conftest import CUDA_HOME, libcuda_path
+from ..conftest import CUDA_HOME, NCCL_HOME, libcuda_path
+from ..every import check_every
 
 # declared in CUDA 13's cuda.h, exported only by drivers newer than Debian's 535
 NEWER_THAN_535 = {"cuCtxCreate_v4"}
@@ -59,7 +60,9 @@ def regenerated() -> str:
     include = CUDA_HOME / "include"
     if not (include / "cuda.h").is_file():
         pytest.skip(f"{include}/cuda.h not found (CUDA toolkit missing)")
-    return load_generator().generate(include)
+    if not (NCCL_HOME / "include" / "nccl.h").is_file():
+        pytest.skip("nccl.h not unpacked: run scripts/setup")
+    return load_generator().generate(include, NCCL_HOME / "include")
 
 
 def test_generated_tables_are_the_installed_headers():
@@ -70,7 +73,8 @@ def test_generated_tables_are_the_installed_headers():
 
 def test_every_declared_function_is_catalogued():
     declared = {(api, e[0] + e[1]) for api, table in (("runtime", generated.RUNTIME),
-                                                     ("driver", generated.DRIVER))
+                                                     ("driver", generated.DRIVER),
+                                                     ("nccl", generated.NCCL))
                 for e in table}
     assert declared <= {(f.api, f.symbol) for f in catalogue.FUNCTIONS}
     # CUDA 13: 310 functions in cuda_runtime_api.h, 2 in cuda_profiler_api.h
@@ -135,13 +139,16 @@ def test_driver_symbols_are_exported_by_libcuda():
     assert len(uncatalogued) <= 3, uncatalogued
 
 
-@pytest.mark.parametrize("fn", catalogue.FUNCTIONS, ids=lambda f: f.symbol)
-def test_dim_arguments_come_as_x_y_z(fn):
+def dims_come_as_x_y_z(fn: catalogue.Function) -> None:
     dims = [a.name for a in fn.args if a.kind is ArgKind.DIM]
     assert len(dims) % 3 == 0
     for i in range(0, len(dims), 3):
         stem = dims[i][:-1]
         assert dims[i : i + 3] == [stem + "X", stem + "Y", stem + "Z"]
+
+
+def test_dim_arguments_come_as_x_y_z():
+    check_every(catalogue.FUNCTIONS, dims_come_as_x_y_z, lambda fn: fn.symbol)
 
 
 def test_cu_launch_kernel_abi_slots():

@@ -23,9 +23,10 @@ from cudaprobe.analysis.stats import (
     slot_bounds,
     slot_of,
 )
-from cudaprobe.analysis.stats_compare import Change, compare, load_report, render_changes
+from cudaprobe.analysis.stats_compare import Change, compare, load_report
 from cudaprobe.catalogue import functions as catalogue
 from cudaprobe.errors import UsageError
+from cudaprobe.output.compare_view import render_changes
 from cudaprobe.output.stats_view import render_stats
 from cudaprobe.probe import bpfprog
 from cudaprobe.probe.bpfprog import bpf_dir
@@ -235,7 +236,7 @@ def test_stat_struct_matches_header(tmp_path):
         int, out.stdout.split())
     assert slots == HIST_SLOTS
     assert (hist, unkeyed) == (8 * SCALARS, 8 * (SCALARS - 1))
-    # the return codes after the histogram: read by name (Tracer.read_errors), not by offset
+    # the return codes after the histogram: read by name (MapReader.read_errors), not by offset
     assert hist_ns == hist + 8 * HIST_SLOTS and err_ret == hist_ns + 8 * HIST_SLOTS
     assert err_count == err_ret + 8 * err_slots and size == err_count + 8 * err_slots
     assert key == 8

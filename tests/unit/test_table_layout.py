@@ -11,8 +11,8 @@ import pytest
 from rich.console import Console
 from rich.text import Text
 
-from cudaprobe.decode.calls import cut_middle
 from cudaprobe.output.table import COLUMNS, TableReporter, layout
+from cudaprobe.output.text import cut_middle, humanize_ns
 
 from .test_reporters import calls, summary_for
 
@@ -81,3 +81,8 @@ def test_layout_fits_every_width(width):
     assert sum(widths) + len(widths) < width
     for c, w in zip(COLUMNS, widths):
         assert (c.min_width or c.width) <= w and len(c.title) <= w
+
+
+def test_humanize_ns():
+    assert humanize_ns(999) == "999ns" and humanize_ns(41_200) == "41.2µs"
+    assert humanize_ns(2_500_000) == "2.50ms" and humanize_ns(3_000_000_000) == "3.00s"

@@ -1,0 +1,160 @@
+"""cudaprobe trace on NCCL: the real libnccl.so.2 of the nvidia-nccl-cu13 wheel
+(scripts/setup unpacks it), called by nccl_calls.c with known arguments.
+
+No GPU: ncclGetVersion succeeds, ncclCommInitRank fails (no device) and the
+collectives refuse the communicator they are given; the probes fire on the
+real code with the real arguments all the same, and each decoded argument is
+compared with what the workload printed that it passed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cudaprobe.catalogue.generated import ENUMS
+from cudaprobe.targets.nccl_comm import comm_layout
+
+from ..conftest import NCCL_HOME, build_workload
+from .conftest import expected_calls, run_cudaprobe, trace_jsonl
+from .running import WAIT_S, Lines, Tracing
+
+SIZES = {"ncclInt8": 1, "ncclUint8": 1, "ncclInt64": 8, "ncclFloat16": 2, "ncclFloat32": 4,
+         "ncclFloat64": 8, "ncclBfloat16": 2}
+
+
+def nccl_calls(libnccl: Path) -> Path:
+    d = str(libnccl.parent)
+    return build_workload("nccl_calls.c", extra=[f"-I{NCCL_HOME / 'include'}", f"-L{d}",
+                                                 "-l:libnccl.so.2", f"-Wl,-rpath,{d}"])
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory, libnccl):
+    exe = nccl_calls(libnccl)
+    # --lib names the wheel's lib directory: libnccl is found in it
+    calls, summary, proc = trace_jsonl(tmp_path_factory.mktemp("nccl"), "--api", "nccl",
+                                       "--lib", str(libnccl.parent), "-e", "all",
+                                       command=[str(exe)])
+    assert proc.returncode == 0, proc.stderr
+    return calls, summary, expected_calls(proc.stdout)
+
+
+def test_every_call_is_traced_in_order(traced):
+    calls, summary, truth = traced
+    assert [c["event"] for c in calls] == [t["event"] for t in truth]
+    assert summary["lost_total"] == 0
+    results = ENUMS["ncclResult_t"]
+    for call, t in zip(calls, truth):
+        assert call["api"] == "nccl" and call["process"] == "nccl_calls"
+        assert call["ret"] == t["ret"] and call["ret_name"] == results[t["ret"]], call
+    by_event = {c["event"]: c for c in calls}
+    assert by_event["ncclGetVersion"]["ret_name"] == "ncclSuccess"
+    assert by_event["ncclAllReduce"]["ret_name"] == "ncclInvalidArgument"
+    assert by_event["ncclAllReduce"]["category"] == "collective"
+    assert by_event["ncclSend"]["category"] == "p2p"
+    assert by_event["ncclGroupStart"]["category"] == "group"
+
+
+def test_every_argument_is_decoded_as_passed(traced):
+    calls, _, truth = traced
+    names = ENUMS["ncclDataType_t"]
+    ops = ENUMS["ncclRedOp_t"]
+    checked = 0
+    for call, t in zip(calls, truth):
+        args = call["args"]
+        if call["event"] == "ncclGetVersion":
+            assert args == {"version": t["version"]}  # read at exit: it succeeded
+            continue
+        if call["event"] == "ncclCommInitRank":
+            # failed: the communicator it would have written is not read
+            assert args == {"comm": None, "nranks": t["nranks"], "commId": None,
+                            "rank": t["rank"]}
+            assert "comm=-" in call["details"].split()
+            continue
+        if "datatype" not in t:
+            assert args == {}  # the group calls take nothing
+            continue
+        for key in ("sendbuff", "recvbuff", "comm", "stream"):
+            if key in t:
+                assert args[key] == hex(int(t[key], 16)), (call, key)
+        count_key = next(k for k in ("count", "sendcount", "recvcount") if k in t)
+        assert args[count_key] == t[count_key]
+        datatype = names[t["datatype"]]
+        assert args["datatype"] == datatype
+        assert args["bytes"] == t[count_key] * SIZES[datatype]
+        for key in ("root", "peer"):
+            if key in t:
+                assert args[key] == t[key]
+        if "op" in t:
+            assert args["op"] == ops[t["op"]]
+        # the communicator was made by no traced call, and is no real one
+        assert args["rank"] is None and args["nranks"] is None
+        assert f"comm={args['comm']} (rank unknown)" in call["details"]
+        assert f"datatype={datatype} bytes=" in call["details"]
+        checked += 1
+    assert checked == 7
+
+
+def test_a_communicator_made_before_the_attach_is_read_from_memory(tmp_path, libnccl):
+    """--pid: nccl_comm.c's communicator was made before cudaprobe attached, so no
+    traced call says its rank; it is read from the process's memory, at the
+    offsets this libnccl's code gives (targets/nccl_comm.py), and only where it
+    starts with NCCL's magic. The workload runs until cudaprobe has stopped: a
+    communicator is read while its process lives."""
+    layout = comm_layout(str(libnccl))
+    assert layout is not None
+    d = str(libnccl.parent)
+    exe = build_workload("nccl_comm.c", extra=[f"-I{NCCL_HOME / 'include'}", f"-L{d}",
+                                               "-l:libnccl.so.2", f"-Wl,-rpath,{d}"])
+    workload = subprocess.Popen([str(exe), str(layout.rank_offset), str(layout.nranks_offset)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        out = Lines(workload.stdout)
+        made = json.loads(out.wait_for(lambda s: s.startswith('{"pid"'), "its pid"))
+        tracing = Tracing(tmp_path, "--api", "nccl", "--pid", str(made["pid"]))
+        tracing.wait_for(f"attached to pid {made['pid']}")
+        workload.stdin.write("go\n")
+        workload.stdin.flush()
+        out.wait_for(lambda s: s.startswith('{"done"'), "done")
+        calls, summary, _ = tracing.interrupt()
+        workload.stdin.close()
+        assert workload.wait(timeout=WAIT_S) == 0
+    finally:
+        workload.kill()
+        workload.wait()
+    assert summary["lost_total"] == 0
+    assert [c["event"] for c in calls] == ["ncclCommCuDevice", "ncclAllReduce"] * 2
+    for call, comm, said in zip(calls, [made["comm"]] * 2 + [made["zeroed"]] * 2,
+                                ["(rank 2 of 5)"] * 2 + ["(rank unknown)"] * 2):
+        assert call["args"]["comm"] == hex(int(comm, 16))
+        assert f"comm={call['args']['comm']} {said}" in call["details"], call
+        known = said != "(rank unknown)"
+        assert (call["args"]["rank"], call["args"]["nranks"]) == ((2, 5) if known else
+                                                                  (None, None))
+        assert call["ret_name"] == "ncclInvalidArgument"  # NCCL refused both: no GPU
+
+
+def test_stats_by_collective_sums_each_collective(tmp_path, libnccl):
+    exe = nccl_calls(libnccl)
+    out = tmp_path / "stats.json"
+    proc = run_cudaprobe("stats", "--by", "collective", "-o", str(out), "--lib", str(libnccl),
+                         "--", str(exe))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    truth = [t for t in expected_calls(proc.stdout) if "datatype" in t]
+    rows = {r["event"]: r for r in report["nccl"]["collectives"]}
+    assert set(rows) == {t["event"] for t in truth}
+    for t in truth:
+        row = rows[t["event"]]
+        # every one failed (no GPU): counted, but no bytes moved
+        assert (row["calls"], row["failed"], row["bytes"]) == (1, 1, 0), row
+        assert (row["rank"], row["nranks"]) == (None, None)
+    assert report["nccl"]["stragglers"] == []  # one process
+    assert report["lost_total"] == 0
+    assert {f["event"] for f in report["functions"]} >= {"ncclCommInitRank", "ncclAllReduce"}
+    refused = run_cudaprobe("stats", "--by", "collective", "--api", "runtime", "--", "true")
+    assert refused.returncode == 2 and "--api must include nccl" in refused.stderr
