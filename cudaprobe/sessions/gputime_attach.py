@@ -9,7 +9,6 @@ trace goes on without it. docs/gputime.md says what is done, step by step.
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import os
 import struct
 import threading
@@ -22,12 +21,16 @@ from cudaprobe.decode.gputime import GpuReader, GpuWork
 from cudaprobe.errors import CudaprobeError
 from cudaprobe.probe.safepoint import SafePoint
 from cudaprobe.targets.cupti import build_library, cupti_source_dir, find_libcupti
+from cudaprobe.targets.elfsyms import read_symbols
 from cudaprobe.targets.inject import (
     CodeSpace,
+    Mapping,
     ProcessMemory,
     StubCall,
     code_space,
+    fill_memfd,
     mappings,
+    open_memfd,
     read_layout,
     run_stub,
     stub_code,
@@ -46,23 +49,6 @@ RECORDS_NAME = "/memfd:cudaprobe-gpu-records (deleted)"
 FALLOC_PUNCH_HOLE = 0x03  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
-
-
-def _memfd(pid: int, fd: int, name: str, flags: int) -> int | None:
-    """Our own descriptor of the process's fd, if it is the memfd named `name`
-    (a process could have put another file there: checked on what was opened)."""
-    try:
-        ours = os.open(f"/proc/{pid}/fd/{fd}", flags | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        fcntl.fcntl(ours, fcntl.F_GET_SEALS)  # memfd (shmem) only
-        if os.readlink(f"/proc/self/fd/{ours}") == name:
-            return ours
-    except OSError:
-        pass
-    os.close(ours)
-    return None
 
 
 def say_outcome(reader: GpuReader, notify: Callable[[str], None], nothing: str
@@ -158,7 +144,7 @@ class GpuTimeAttach:
         if loaded and not any(self.memfd_name in m.path for m in loaded):
             return ("it holds the GPU-time library of another cudaprobe version: "
                     "restart it to use this one's")
-        call = self._call(pid, [m for m in loaded if m.offset == 0])
+        call = self._call(pid, [m for m in loaded if m.offset == 0], view.cupti)
         mem = ProcessMemory(pid)
         try:
             if mem.read(space.stub_address, len(self.stub)) != self.stub:
@@ -168,34 +154,22 @@ class GpuTimeAttach:
             if not any(i.mem is mem for i in self._done):
                 mem.close()
 
-    def _call(self, pid: int, loaded: list) -> StubCall:
+    def _call(self, pid: int, loaded: list[Mapping], mapped_cupti: str) -> StubCall:
         """Load the library, or call it where it is loaded already."""
         cupti = ""
         if same_mount_namespace(pid):
             cupti = os.environ.get("CUDAPROBE_CUPTI") or str(find_libcupti() or "")
-        view_cupti = cuda_view(pid, mappings(pid)).cupti
-        text = view_cupti or cupti  # the program's own libcupti first: one CUPTI per process
+        text = mapped_cupti or cupti  # the program's own libcupti first: one CUPTI a process
         args = (0, os.getpid(), 1)
         if loaded:
-            from cudaprobe.targets.elfsyms import read_symbols  # noqa: PLC0415
             fn = loaded[0].start + read_symbols(str(self.library)).vaddrs["gputime_inject_attach"]
             return StubCall(fn=fn, args=args, text=text, text_arg=0)
         return StubCall(symbol="gputime_inject_attach", args=args, text=text, text_arg=0,
                         memfd_name=self.memfd_name)
 
     def _fill(self, pid: int, fd: int) -> str:
-        ours = _memfd(pid, fd, f"/memfd:{self.memfd_name} (deleted)", os.O_RDWR)
-        if ours is None:
-            return ""
-        try:
-            if os.fstat(ours).st_size:
-                return ""
-            os.write(ours, self.library.read_bytes())
-            fcntl.fcntl(ours, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
-                        | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL)
-        finally:
-            os.close(ours)
-        return f"/proc/self/fd/{fd}"
+        return fill_memfd(pid, fd, f"/memfd:{self.memfd_name} (deleted)",
+                          self.library.read_bytes())
 
     def _at_safe_point(self, pid: int, view: CudaView, mem: ProcessMemory, space: CodeSpace,
                        call: StubCall) -> str:
@@ -274,7 +248,7 @@ class GpuTimeAttach:
         if owner != os.getpid() or state != L["ATTACH_RECORDING"]:
             return (f"its GPU-time library is recording for cudaprobe pid {owner} (or one "
                     "killed less than 5 s ago)")
-        ours = _memfd(pid, fd, RECORDS_NAME, os.O_RDWR)
+        ours = open_memfd(pid, fd, RECORDS_NAME, os.O_RDWR)
         if ours is None:
             return "the library's records memfd is not where it said"
         with self._lock:

@@ -21,6 +21,7 @@ thread goes back to its CUDA call with every register as it was.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import struct
@@ -232,3 +233,37 @@ def run_stub(thread: TracedThread, signal: int, mem: ProcessMemory, layout: dict
             return result
         else:  # ours, but not the stub's (sent again by the program?): suppressed
             thread.resume(0)
+
+
+def open_memfd(pid: int, fd: int, name: str, flags: int) -> int | None:
+    """Our own descriptor of the process's fd, if it is the memfd named `name`
+    (a process could have put another file there: checked on what was opened)."""
+    try:
+        ours = os.open(f"/proc/{pid}/fd/{fd}", flags | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.fcntl(ours, fcntl.F_GET_SEALS)  # memfd (shmem) only
+        if os.readlink(f"/proc/self/fd/{ours}") == name:
+            return ours
+    except OSError:
+        pass
+    os.close(ours)
+    return None
+
+
+def fill_memfd(pid: int, fd: int, name: str, data: bytes) -> str:
+    """The stub's memfd (stage 1), checked empty, filled and sealed; the path its
+    process opens it by, or "" to give up."""
+    ours = open_memfd(pid, fd, name, os.O_RDWR)
+    if ours is None:
+        return ""
+    try:
+        if os.fstat(ours).st_size:
+            return ""
+        os.write(ours, data)
+        fcntl.fcntl(ours, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+                    | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL)
+    finally:
+        os.close(ours)
+    return f"/proc/self/fd/{fd}"
