@@ -21,10 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from cudaprobe.sessions.gputime_attach import GpuTimeAttach
 from cudaprobe.targets import injectable
 
 from ..conftest import REPO, build_workload
 from .conftest import trace_jsonl
+from .test_serve_prometheus import free_port
 
 HELPER = Path(__file__).with_name("attach_helper.py")
 UNTRACED = "malloc ok\ndlopen ok\ncuda ok\n"
@@ -216,7 +218,6 @@ def test_refusals(target_exe, fake_cupti):
     no_cuda = subprocess.Popen(["sleep", "600"])
     try:
         said: list[str] = []
-        from cudaprobe.sessions.gputime_attach import GpuTimeAttach  # noqa: PLC0415
         GpuTimeAttach(said.append).attach(no_cuda.pid)
         assert said == [f"no GPU time for pid {no_cuda.pid}: it maps no CUDA library "
                         "(libcuda, libcudart)"]
@@ -236,3 +237,20 @@ def test_yama_scope_3(tmp_path, monkeypatch):
     monkeypatch.setattr(injectable, "YAMA", str(scope))
     assert injectable.refusal(os.getpid()) == ("ptrace is disabled on this machine (Yama "
                                                "ptrace_scope is 3)")
+
+
+def test_serve_with_pid(target_exe, fake_cupti):
+    t = Target([str(target_exe), "1", "0"])
+    env = {**os.environ, "CUDAPROBE_CUPTI": str(fake_cupti)}
+    try:
+        p = subprocess.run([sys.executable, "-m", "cudaprobe", "serve", "--prometheus",
+                            f"127.0.0.1:{free_port()}", "--pid", str(t.pid), "--gpu-time",
+                            "-e", "cudaMalloc", "-d", "1"],
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert p.returncode == 0, p.stderr
+        assert f"--gpu-time: the GPU-time library is recording in pid {t.pid}" in p.stderr
+        # the stop's flush reached the metrics: no "no GPU activity" line
+        assert "no GPU activity" not in p.stderr and "Traceback" not in p.stderr
+        t.wait_settled()
+    finally:
+        assert t.finish() == (UNTRACED, 0)
