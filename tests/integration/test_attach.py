@@ -14,9 +14,17 @@ import shutil
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from ..conftest import cudaprobe_cmd
+from ..conftest import HANG_S, cudaprobe_cmd
 from .conftest import run_cudaprobe
-from .running import Loop, Tracing, build_loop, check_iterations, host_pid_of, read_jsonl
+from .running import (
+    Loop,
+    Tracing,
+    build_loop,
+    check_iterations,
+    first_traced_iteration,
+    host_pid_of,
+    read_jsonl,
+)
 
 MORE = 20  # iterations the workload runs once cudaprobe said it is attached
 PERIOD_S = 0.005  # the loops' period ("5"): an iteration takes at least that
@@ -37,16 +45,18 @@ def by_pid(calls: list[dict]) -> dict[int, list[dict]]:
     return out
 
 
-def attach_and_run(tmp_path, loops: list[Loop], *args: str) -> tuple[Tracing, list[int]]:
+def attach_and_run(tmp_path, loops: list[Loop], *args: str,
+                   pids: list[int] | None = None) -> tuple[Tracing, list[int]]:
     """Attach with `trace ARGS` once every loop has run a few iterations, let
-    each run MORE more, and stop them; returns cudaprobe, still running, and
-    the last iteration of each loop."""
+    each run MORE more from its first call traced, and stop them; returns
+    cudaprobe, still running, and the last iteration of each loop. `pids`: the
+    loops' pids as seen here, where they differ from their own."""
     for loop in loops:
         loop.wait_iter(3)
     tracing = Tracing(tmp_path, *args)
     tracing.wait_for("attached to")
-    for loop in loops:
-        loop.wait_iter(loop.iteration + MORE)
+    for loop, pid in zip(loops, pids or [loop.pid for loop in loops]):
+        loop.wait_iter(first_traced_iteration(tracing.output, pid) + MORE)
     return tracing, [loop.stop() for loop in loops]
 
 
@@ -131,14 +141,14 @@ def load_late_and_run(loop: Loop, tracing: Tracing, lib: str) -> tuple[int, str]
     iterations and stop. Returns the last iteration and cudaprobe's line about it."""
     loop.send("go")
     line = tracing.wait_for(f"maps {lib}: ")
-    loop.wait_iter(loop.iteration + MORE)
+    loop.wait_iter(first_traced_iteration(tracing.output, loop.pid) + MORE)
     return loop.stop(), line
 
 
 def test_pid_not_using_cuda_yet_is_an_error_and_wait_picks_up_dlopen(tmp_path, libcudart):
     lib = private_libcudart(tmp_path, libcudart)
     loop = Loop([build_loop("dlopen"), "5", "1000000", lib])
-    refused = run_cudaprobe("trace", "--pid", str(loop.pid), timeout=60)
+    refused = run_cudaprobe("trace", "--pid", str(loop.pid), timeout=HANG_S)
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
     assert f"pid {loop.pid} (loop_dlopen) is not using CUDA" in refused.stderr
     assert "cudaLaunchKernel" in refused.stderr and "--wait" in refused.stderr
@@ -161,8 +171,9 @@ def test_comm_traces_present_and_future_processes_of_that_name_only(tmp_path):
     tracing = Tracing(tmp_path, "--comm", "cp_comm_loop")
     tracing.wait_for("following every process named 'cp_comm_loop'")
     future, stranger = Loop([named, "5"]), Loop([other, "5"])
-    for loop in (present, future, stranger):
-        loop.wait_iter(loop.iteration + MORE)
+    present.wait_iter(first_traced_iteration(tracing.output, present.pid) + MORE)
+    for loop in (future, stranger):
+        loop.wait_iter(MORE)
     lasts = [loop.stop() for loop in (present, future, stranger)]
     calls, _summary, _err = tracing.interrupt()
     per_pid = by_pid(calls)
@@ -222,7 +233,7 @@ def test_process_in_other_mount_and_pid_namespaces(tmp_path, libcudart):
     host_pid = host_pid_of(loop.proc.pid, "loop_shared")
     assert loop.pid == 1 and host_pid != 1
     assert not (hidden / "libcudart.so.13").exists()
-    tracing, (last,) = attach_and_run(tmp_path, [loop], "--pid", str(host_pid))
+    tracing, (last,) = attach_and_run(tmp_path, [loop], "--pid", str(host_pid), pids=[host_pid])
     calls, summary, err = tracing.finish()
     traced_since_attach(calls, last)
     assert {c["pid"] for c in calls} == {host_pid}  # host pids, not the namespace's

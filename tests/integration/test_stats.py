@@ -9,7 +9,7 @@ import subprocess
 
 from cudaprobe.catalogue.enums import error_name
 
-from ..conftest import build_workload
+from ..conftest import HANG_S, build_workload
 from .conftest import run_cudaprobe
 from .memstub import build_memstub, stub_env
 
@@ -141,7 +141,7 @@ def test_attach_to_a_running_process(tmp_path, libcudart):
         out = tmp_path / "pid.json"
         proc = run_cudaprobe("stats", "--pid", str(app.pid), "--lib", str(libcudart), "-o",
                              str(out))
-        app.wait(timeout=30)
+        app.wait(timeout=HANG_S)
     finally:
         app.kill()
     assert proc.returncode == 0, proc.stderr
