@@ -109,7 +109,10 @@ def test_pid_with_a_full_output_exits_1_and_leaves_the_program_running(libcudart
     workload = subprocess.Popen(steady(0, 0)[:2] + ["1000", "0"], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
     try:
-        time.sleep(0.3)
+        deadline = time.monotonic() + HANG_S  # until its loader has mapped libcudart
+        while "libcudart" not in Path(f"/proc/{workload.pid}/maps").read_text():
+            assert time.monotonic() < deadline, "the workload never mapped libcudart"
+            time.sleep(0.01)
         proc = trace(libcudart, "--pid", str(workload.pid), "-o", "/dev/full", "--force",
                      "-f", "jsonl")
         assert proc.returncode == 1, proc.stderr
