@@ -117,6 +117,7 @@ class Loop:
     """
 
     def __init__(self, argv: list, env: dict | None = None) -> None:
+        self.started = time.monotonic()
         self.proc = started(subprocess.Popen([str(a) for a in argv], stdin=subprocess.PIPE,
                                              stdout=subprocess.PIPE, text=True, env=env))
         self.out = Lines(self.proc.stdout)
@@ -127,6 +128,11 @@ class Loop:
             lambda s: s.startswith("{") and json.loads(s).get(key, -1) >= at_least,
             f'{{"{key}": >= {at_least}}}')
         return json.loads(line)[key]
+
+    def age_s(self) -> float:
+        """Seconds since it was started: more than any span of its life said since
+        (the clock read before the process existed)."""
+        return time.monotonic() - self.started
 
     def wait_iter(self, n: int) -> int:
         return self._value("iter", n)
