@@ -14,11 +14,13 @@ from cudaprobe.decode.records import RecordDecoder
 class Reporter:
     name: ClassVar[str]
     extensions: ClassVar[tuple[str, ...]] = ()
-    # --gpu-time: calls may carry `gpu` work (decode.gputime), shown where the format has room
-    gpu_time = False
-
-    def __init__(self, stream: TextIO) -> None:
+    # --py-stacks: calls may carry `py_stack` (decode.pystacks), shown where the format has room
+    py_stacks = False
+    def __init__(self, stream: TextIO, gpu_time: bool = False) -> None:
         self.stream = stream
+        # --gpu-time: calls may carry `gpu` work (decode.gputime), shown where the format
+        # has room
+        self.gpu_time = gpu_time
 
     def start(self) -> None:
         """Called once the probes are attached, before any call."""
@@ -33,6 +35,10 @@ class Reporter:
         self.calls(decoder.calls(records, nesting))
 
     def calls(self, calls: list[Call]) -> None:
+        raise NotImplementedError
+
+    def with_py_stack(self, row: object, stack: object) -> object:
+        """A row of row_maker's with its call's Python stack (RowFormat)."""
         raise NotImplementedError
 
     def finish(self, summary: Summary) -> None:

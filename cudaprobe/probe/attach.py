@@ -14,7 +14,7 @@ import contextlib
 import errno
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 from cudaprobe.errors import BpfError, ProcessGone
 from cudaprobe.probe import bpfprog, cleanup, perf_uprobe, uprobe_multi
@@ -47,6 +47,7 @@ class Attacher:
         self._libraries: dict[str, list[Attachment]] = {}
         self._pid_links: dict[int, list[int]] = {}
         self._phase = 0  # event.ATTACHING: what the `phase` map holds
+        self.on_target: Callable[[int], None] | None = None  # told of each target (--py-stacks)
 
     def attach_all(self) -> None:
         """The plan's probes: their settings into the `probes` map, then attached."""
@@ -132,6 +133,8 @@ class Attacher:
         """Trace this process (and, through the fork tracepoint, its children)."""
         targets = self._bpf["targets"]
         targets[targets.Key(pid)] = targets.Leaf(1)
+        if self.on_target is not None:
+            self.on_target(pid)
         if self._per_process and pid not in self._pid_links:
             self._attach_process(pid, self._libraries)
 

@@ -20,6 +20,7 @@ from cudaprobe.probe.load import load_program
 from cudaprobe.probe.maps import MapReader
 from cudaprobe.probe.pairing import PairingEntries
 from cudaprobe.probe.plan import ProbePlan
+from cudaprobe.probe.pyattach import PyStackProbe
 from cudaprobe.probe.ringbuf import RingBuffer
 
 
@@ -39,6 +40,7 @@ class Tracer:
         self.maps: MapReader
         self.pairing: PairingEntries
         self.ring: RingBuffer | None = None  # none in stats mode: it aggregates in maps
+        self.py: PyStackProbe | None = None  # --py-stacks: where the interpreters are
 
     def __enter__(self) -> Tracer:
         self._bpf = load_program(self.plan, self.settings)
@@ -46,6 +48,9 @@ class Tracer:
         self.maps = MapReader(self._bpf, self.plan, self.settings.stats)
         self.pairing = PairingEntries(self._bpf, self.plan, self.settings)
         try:
+            if self.settings.py_stacks and not self.settings.stats:
+                self.py = PyStackProbe(self._bpf)
+                self.attacher.on_target = self.py.add_process
             self.attacher.attach_all()
             if not self.settings.stats:
                 self.ring = RingBuffer(self._bpf["events"].map_fd,

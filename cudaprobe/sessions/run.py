@@ -107,6 +107,10 @@ class ProbeRun:
                             if self.options.command else None)
             self._stack.enter_context(self._stop)
             self.tracer = self._stack.enter_context(Tracer(self.plan, self.settings))
+            if self.tracer.py is not None:
+                self.tracer.py.notify = self.notify
+                if self.command:
+                    self.tracer.py.add_command(self.command.argv)
             if self.command:
                 self.tracer.attacher.add_target(self.command.pid)
             self.t0_ns = time.monotonic_ns()

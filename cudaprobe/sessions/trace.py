@@ -22,7 +22,9 @@ from cudaprobe.catalogue.functions import NCCL, RUNTIME
 from cudaprobe.decode.calls import Call, Symbolizer, decode_event
 from cudaprobe.decode.gputime import GpuWork
 from cudaprobe.decode.handles import KernelHandles
+from cudaprobe.decode.nccl import GROUP_STEPS
 from cudaprobe.decode.nesting import CallOrder, Mark
+from cudaprobe.decode.pystacks import PyStacks
 from cudaprobe.decode.records import RecordDecoder
 from cudaprobe.output.files import OutputStream
 from cudaprobe.output.formats import Reporter
@@ -71,7 +73,9 @@ class TraceSession:
         self._in_flight_errors = 0
         self._records: RecordDecoder | None = None  # made once t0 is known
         # the rows in call order, each under the call it was made in
-        self.order = CallOrder([p.function.api in (RUNTIME, NCCL) for p in plan.probes])
+        self.order = CallOrder([p.function.api in (RUNTIME, NCCL) for p in plan.probes],
+                               groups=[GROUP_STEPS.get(p.function.name, 0)
+                                       for p in plan.probes])
         self.kernel_handles = KernelHandles()  # driver launches' kernel names, as made
         self.sweeper = Sweeper()
         self._t0 = 0
@@ -147,6 +151,7 @@ class TraceSession:
                 self._never_ran()
                 return run.exit_status()
             self._finish(tracer, run.elapsed_s)
+            self._say_py_stacks()
             output = self.options.output
             if output is None or output.failure is None:
                 return run.exit_status()
@@ -168,6 +173,14 @@ class TraceSession:
         tracer.attacher.detach()
         return True
 
+    def _say_py_stacks(self) -> None:
+        """--py-stacks: the calls whose stack could not be read, never shown wrong."""
+        stacks = self._records.py_stacks if self._records else None
+        if stacks is not None and stacks.unreadable:
+            self.options.notify(f"--py-stacks: {stacks.unreadable} calls without their Python "
+                                "stack: a frame's code object could not be read (freed as "
+                                "the call was made, or its record lost)")
+
     def _never_ran(self) -> None:
         """Stopped before -- COMMAND was started: leave an existing -o file as it was."""
         if self.options.output is not None:
@@ -178,6 +191,9 @@ class TraceSession:
         self._t0 = run.t0_ns
         self._records = RecordDecoder(self.plan.probes, self._t0, self.options.symbolize,
                                       self.kernel_handles, self.options.see_process)
+        if run.tracer.py is not None:  # --py-stacks: each call's stack joined as it is decoded
+            self._records.py_stacks = PyStacks(run.tracer.py.layouts)
+            run.tracer.ring.on_side = self._records.py_stacks.add
         self.summary.attach_s = run.tracer.attacher.attach_seconds
         self.summary.startup_s = time.monotonic() - STARTED
         self.reporter.start()

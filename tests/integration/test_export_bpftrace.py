@@ -219,7 +219,7 @@ def wait_for_rows(out: Path, pid: int, count: int) -> None:
 def test_pid_filter_traces_only_that_process(tmp_path, cudart):
     exe = build_workload("runtime_calls.c")
     # both make their calls once told to, when bpftrace is attached
-    other, target = (subprocess.Popen([str(exe), "2", "1", "stdin"], stdin=subprocess.PIPE,
+    other, target = (subprocess.Popen([str(exe), "2", "1", "-"], stdin=subprocess.PIPE,
                                       stdout=subprocess.DEVNULL, text=True) for _ in range(2))
     bt = None
     try:

@@ -5,13 +5,17 @@ cudaErrorInsufficientDriver (35), which is the error histogram to check."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import subprocess
 
 from cudaprobe.catalogue.enums import error_name
 
-from ..conftest import HANG_S, build_workload
+from ..conftest import build_workload, cudaprobe_cmd
 from .conftest import run_cudaprobe
 from .memstub import build_memstub, stub_env
+from .running import WAIT_S, Lines
 
 LOOP = ["cudaGetDeviceCount", "cudaMalloc", "cudaMemcpy", "cudaMemcpyAsync", "cudaMemset",
         "cudaLaunchKernel", "cudaStreamCreate", "cudaEventElapsedTime", "cudaFree",
@@ -135,27 +139,42 @@ def test_latency_buckets_of_calls_of_known_length(tmp_path):
 
 def test_attach_to_a_running_process(tmp_path, libcudart):
     exe = build_workload("runtime_calls.c")
-    # 4 loops after 3 s: time for cudaprobe to attach
-    app = subprocess.Popen([str(exe), "4", "1", "3000"], stdout=subprocess.DEVNULL)
+    # 4 loops, begun once cudaprobe says it has attached
+    app = subprocess.Popen([str(exe), "4", "1", "-"], stdin=subprocess.PIPE,
+                           stdout=subprocess.DEVNULL)
+    out = tmp_path / "pid.json"
+    stats = subprocess.Popen(cudaprobe_cmd("stats", "--pid", str(app.pid), "--lib",
+                                           str(libcudart), "-o", str(out)),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        out = tmp_path / "pid.json"
-        proc = run_cudaprobe("stats", "--pid", str(app.pid), "--lib", str(libcudart), "-o",
-                             str(out))
-        app.wait(timeout=HANG_S)
+        err = Lines(stats.stderr)
+        err.wait_for(lambda s: f"attached to pid {app.pid}" in s, "the attach")
+        app.stdin.close()  # go
+        assert app.wait(timeout=WAIT_S) == 0
+        assert stats.wait(timeout=WAIT_S) == 0, err.text()
     finally:
         app.kill()
-    assert proc.returncode == 0, proc.stderr
-    assert "every traced pid has exited" in proc.stderr
+        stats.kill()
+    assert "every traced pid has exited" in err.text()
     report = json.loads(out.read_text())
     assert {f["event"]: f["count"] for f in report["functions"]} == dict.fromkeys(LOOP, 4)
 
 
-def test_duration_over_leaves_the_command_running(libcudart):
-    # as trace does: never harm the command; say so, and exit 124 as timeout(1)
-    proc = run_cudaprobe("stats", "--lib", str(libcudart), "-d", "0.5", "--", "sleep", "3")
-    assert proc.returncode == 124, proc.stderr
-    assert "--duration is over: sleep (pid" in proc.stderr and "keeps running" in proc.stderr
-    assert "0 calls in" in proc.stdout
+def test_duration_over_leaves_the_command_running(libcudart, tmp_path):
+    # as trace does: never harm the command; say so, and exit 124 as timeout(1).
+    # Files, not pipes: the command left running holds them (and is killed after)
+    out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        rc = subprocess.run(cudaprobe_cmd("stats", "--lib", str(libcudart), "-d", "0.5", "--",
+                                          "sleep", "infinity"),
+                            stdout=stdout, stderr=stderr, timeout=WAIT_S).returncode
+    said = err.read_text()
+    running = re.search(r"--duration is over: sleep \(pid (\d+)\) keeps running", said)
+    if running:
+        os.kill(int(running[1]), signal.SIGKILL)
+    assert rc == 124, said
+    assert running, said
+    assert "0 calls in" in out.read_text()
 
 
 def test_every_return_code_counted_past_the_codes_a_record_holds(tmp_path):

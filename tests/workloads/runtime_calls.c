@@ -2,9 +2,9 @@
  * arguments, ITER times, and prints one JSON line per call with what it passed
  * and what the call returned and wrote to its out-parameters, so tests can
  * compare cudaprobe's decoded events against the truth.
- * Usage: runtime_calls [ITER] [THREADS] [SLEEP_MS_BEFORE_START]
- * SLEEP_MS_BEFORE_START "stdin": wait for a line (or EOF) on stdin instead, so
- * that a test starts the calls once its tracer is attached, on any machine.
+ * Usage: runtime_calls [ITER] [THREADS] [SLEEP_MS_BEFORE_START | -]
+ * With `-` it starts once a line (or the end) comes on stdin: a test lets it
+ * go when cudaprobe says it has attached.
  */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -72,7 +72,7 @@ int main(int argc, char **argv)
 {
 	iterations = argc > 1 ? atoi(argv[1]) : 1;
 	int threads = argc > 2 ? atoi(argv[2]) : 1;
-	if (argc > 3 && strcmp(argv[3], "stdin") == 0) {
+	if (argc > 3 && strcmp(argv[3], "-") == 0) {
 		char line[16];
 		if (!fgets(line, sizeof(line), stdin))
 			line[0] = 0;
