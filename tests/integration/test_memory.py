@@ -15,6 +15,7 @@ from pathlib import Path
 from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 from .conftest import expected_calls, run_cudaprobe
 from .memstub import build_memstub, stub_env
+from .running import Lines, started
 
 LINGER_MS = "300"  # a process that exits within ~1 ms of its first call may lose its names
 
@@ -119,18 +120,22 @@ def test_attach_to_a_running_process(tmp_path):
     stub = build_memstub()
     exe = build_workload("leak_two.cu", extra=["-cudart=shared", "-Xcompiler",
                                                "-fno-omit-frame-pointer"])
-    # it waits 3 s before its first call: time for cudaprobe to attach
-    app = subprocess.Popen([str(exe), LINGER_MS, "3000"], env=stub_env(), text=True,
-                           stdout=subprocess.PIPE)
-    try:
-        assert app.stdout.readline() == "waiting\n"
-        report, proc = memory_json(tmp_path, "--pid", str(app.pid), command=[])
-        out, _ = app.communicate(timeout=HANG_S)
-    finally:
-        app.kill()
+    # it waits before its first call until cudaprobe has attached
+    app = started(subprocess.Popen([str(exe), LINGER_MS, "-"], env=stub_env(), text=True,
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+    out_json = tmp_path / "memory.json"
+    assert app.stdout.readline() == "waiting\n"
+    memory = started(subprocess.Popen(cudaprobe_cmd("memory", "-o", str(out_json), "--pid",
+                                                    str(app.pid)),
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      text=True))
+    err = Lines(memory.stderr)
+    err.wait_for(lambda s: f"attached to pid {app.pid}" in s, "the attach")
+    out, _ = app.communicate("go\n", timeout=HANG_S)
+    assert memory.wait(timeout=HANG_S) == 0, err.text()
+    err.wait_for(lambda s: "every traced pid has exited" in s, "the end")
+    report = json.loads(out_json.read_text())
     # no --lib: what the process maps (the memstub libraries) is probed; it stops by itself
-    assert proc.returncode == 0, proc.stderr
-    assert "every traced pid has exited" in proc.stderr
     assert sorted(report["libraries"]) == [str(stub / "libcuda.so.1"),
                                            str(stub / "libcudart.so.13")]
     [p] = report["processes"]
