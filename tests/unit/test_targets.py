@@ -89,9 +89,9 @@ def test_gone_process_is_process_gone():
 
 def test_targets_find_the_runtime_a_process_maps_once(libcudart):
     exe = build_workload("cuda_loop.c", "loop_shared")
+    started = time.monotonic()  # before the process exists, however long Popen takes
     loop = subprocess.Popen([str(exe), "20"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True)
-    started = time.monotonic()
     try:
         loop.stdout.readline()  # {"pid": ...}: libraries are mapped
         targets = Targets(RUNTIME_SYMBOLS, [loop.pid])
