@@ -3,7 +3,7 @@ each kernel, copy and memset joined to the traced call that made it.
 
 The library writes one file per process (gputime.<pid>.bin: a header, then
 fixed-size records, some followed by text; layout in cupti/gputime.h, checked
-against this mirror by tests/unit/test_gputime_layout.py). CUPTI hands its
+against this mirror by tests/unit/test_gputime.py). CUPTI hands its
 records over in batches, so a file grows while the program runs and its last
 record may be cut short: `GpuReader.poll()` reads what is new and keeps an
 unfinished tail for the next poll.
