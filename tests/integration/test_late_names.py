@@ -1,4 +1,4 @@
-"""Late attach (issue 16): launches of kernel handles made before cudaprobe
+"""Late attach: launches of kernel handles made before cudaprobe
 attached are named from the handle's own object, which the driver keeps the
 name in (at byte 8 on driver 580: scripts/gpu/handle_layout.cu). The stand-in
 libcuda (tests/workloads/fake_handles.c) lays its handles out the same way;

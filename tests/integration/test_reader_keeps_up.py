@@ -1,4 +1,4 @@
-"""Issue 15.1: whatever the probes produce, the reader takes without loss.
+"""Whatever the probes produce, the reader takes without loss.
 
 Four unpaced threads each call a failing cudaMalloc and cudaFree 50,000
 times (tests/workloads/malloc_free_threads.c): on the 2-core CPU machine the

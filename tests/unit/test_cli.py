@@ -56,10 +56,11 @@ def test_bad_format_and_missing_lib():
     assert p.returncode == 2 and "Traceback" not in p.stderr
 
 
-def test_gpu_time_needs_a_command():
-    for command in ("trace", "stats"):
-        p = run(command, "--gpu-time", "--pid", "1")
+def test_gpu_time_needs_a_process():
+    for command in ("trace", "stats"):  # every process: none to load the library into
+        p = run(command, "--gpu-time", "-d", "1")
         assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
-        assert p.stderr.startswith("cudaprobe: --gpu-time goes with -- COMMAND"), p.stderr
+        assert p.stderr == "cudaprobe: --gpu-time goes with -- COMMAND, --pid or --comm\n"
     p = run("trace", "--help")
     assert "--gpu-time" in p.stdout and "trace --gpu-time -o calls.jsonl --" in p.stdout
+    assert "trace --gpu-time --pid 31337" in p.stdout
