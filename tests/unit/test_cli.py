@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import subprocess
 
-from ..conftest import as_not_root, cudaprobe_cmd, libcudart_path
+from ..conftest import HANG_S, as_not_root, cudaprobe_cmd, libcudart_path
 
 
 def run(*args):
-    return subprocess.run(cudaprobe_cmd(*args), capture_output=True, text=True, timeout=60)
+    return subprocess.run(cudaprobe_cmd(*args), capture_output=True, text=True, timeout=HANG_S)
 
 
 def test_help_has_examples():
@@ -33,7 +33,7 @@ def test_dump_bpf_without_root():
     lib = libcudart_path()
     args = ["trace", "--dump-bpf", "-e", "cudaMalloc"] + (["--lib", str(lib)] if lib else [])
     p = subprocess.run(as_not_root(cudaprobe_cmd(*args)), capture_output=True, text=True,
-                       timeout=60)
+                       timeout=HANG_S)
     if lib is None:
         assert p.returncode == 2
         return
@@ -43,7 +43,7 @@ def test_dump_bpf_without_root():
 
 def test_not_root_is_one_line():
     p = subprocess.run(as_not_root(cudaprobe_cmd("trace", "-d", "1")),
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=HANG_S)
     assert p.returncode == 2
     assert p.stderr == ("cudaprobe: tracing needs root (CAP_BPF and CAP_PERFMON) "
                         "(run it with sudo)\n")
