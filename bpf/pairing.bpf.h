@@ -109,27 +109,45 @@ TRACEPOINT_PROBE(sched, sched_process_fork)
  * The comm is the one exec has just set (from the file name). Processes that
  * already run, or rename themselves, are added by the loader's /proc scan. The
  * process's name, not the thread's: PyTorch names its worker threads. */
-TRACEPOINT_PROBE(sched, sched_process_exec)
+static __always_inline void comm_exec(u32 tgid)
 {
 	int zero = 0;
 	struct cp_comm *want = comm_filter.lookup(&zero);
 	char comm[CP_COMM_LEN];
 	if (!want)
-		return 0;
+		return;
 	bpf_get_current_comm(comm, sizeof(comm));
 #pragma unroll
 	for (int i = 0; i < CP_COMM_LEN; i++) {
 		if (comm[i] != want->name[i])
-			return 0;
+			return;
 		if (comm[i] == 0)
 			break;
 	}
-	u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	u8 one = 1;
 	targets.update(&tgid, &one);
-	return 0;
 }
 #endif
+#endif
+
+#if defined(CP_FILTER_COMM) || defined(CP_PYSTACKS)
+#ifdef CP_PYSTACKS
+static __always_inline void py_exec(u32 tgid);	/* in pystacks.bpf.h */
+#endif
+
+/* The one exec tracepoint (a program may attach only one): each job that
+ * exec has, in turn. */
+TRACEPOINT_PROBE(sched, sched_process_exec)
+{
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
+#ifdef CP_FILTER_COMM
+	comm_exec(tgid);
+#endif
+#ifdef CP_PYSTACKS
+	py_exec(tgid);
+#endif
+	return 0;
+}
 #endif
 
 /* ---- counting ---- */

@@ -74,11 +74,9 @@ BPF_TABLE("lru_hash", struct cp_py_code_key, u8, py_codes_seen, CP_MAX_PY_CODES)
 
 /* A process's image changes at exec; a pid is reused after exit: either way
  * its entry goes, and the next call finds the interpreter again. */
-TRACEPOINT_PROBE(sched, sched_process_exec)
+static __always_inline void py_exec(u32 tgid)	/* from pairing.bpf.h's exec tracepoint */
 {
-	u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	py_procs.delete(&tgid);
-	return 0;
 }
 
 TRACEPOINT_PROBE(sched, sched_process_exit)

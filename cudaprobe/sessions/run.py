@@ -114,6 +114,10 @@ class ProbeRun:
                 self.tracer.py.notify = self.notify
                 if self.command:
                     self.tracer.py.add_command(self.command.argv)
+                elif self.options.targets is not None and self.options.targets.comm:
+                    # a process exec'ing under the name later: the program of
+                    # that name on PATH, and the pythons there
+                    self.tracer.py.add_command([self.options.targets.comm])
             if self.command:
                 self.tracer.attacher.add_target(self.command.pid)
             self.t0_ns = time.monotonic_ns()

@@ -141,3 +141,22 @@ def test_memory_names_the_python_line_of_each_leak(tmp_path):
     assert leaks[0]["site"][0] == f"{script}:6 (alloc)", leaks
     [peak] = report["processes"][0]["peak_by_site"]  # both allocations live, one line
     assert peak == {"site": leaks[0]["site"], "bytes": (1 << 20) + 4096}
+
+
+def test_comm_execs_with_their_stacks(tmp_path, libcudart, monkeypatch):
+    """--comm and --py-stacks together (both act at exec): an interpreter
+    exec'd under the name after the start is traced from its first call,
+    each row with the stack the interpreter gave."""
+    named = tmp_path / "cp_py_comm"
+    named.symlink_to(PYTHONS[-1])
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    tracing = Tracing(tmp_path, "--py-stacks", "--comm", named.name, *EVENTS,
+                      "--lib", str(libcudart))
+    tracing.wait_for("following every process named")
+    proc = subprocess.run([str(named), str(WORKLOAD), str(libcudart)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    rows, summary, _err = tracing.interrupt()
+    assert summary["lost_total"] == 0
+    assert len({row["pid"] for row in rows}) == 1
+    check_stacks(rows, expected_calls(proc.stdout))

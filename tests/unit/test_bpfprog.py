@@ -170,3 +170,36 @@ def test_the_compile_stops_for_a_missing_setting(settings, preprocess):
     for name in bpfprog.numbers(probes(), settings):
         p = preprocess(settings, [f for f in flags if not f.startswith(f"-D{name}=")])
         assert p.returncode != 0 and f"{name} (" in p.stderr, (name, p.stderr[-300:])
+
+
+SWITCHES = ("filter_pid", "filter_comm", "errors_only", "stats", "stacks", "callers",
+            "py_stacks")
+
+
+def every_settings():
+    """Settings for every combination of the switches, in both attach modes."""
+    for attach in bpfprog.ATTACH_MODES:
+        for bits in range(1 << len(SWITCHES)):
+            on = {name: bool(bits >> i & 1) for i, name in enumerate(SWITCHES)}
+            yield bpfprog.Settings(attach=attach, **on)
+
+
+def test_no_combination_attaches_a_tracepoint_twice(preprocess):
+    """A program may define each tracepoint once: whatever the settings turn on
+    (the --comm filter and --py-stacks both act at exec), the preprocessed
+    program has no tracepoint twice, and builds."""
+    if kernel_btf.task_offsets() is None:
+        pytest.skip("no kernel BTF: --py-stacks has no offsets to give")
+    seen = set()
+    for settings in every_settings():
+        flags = bpfprog.cflags(probes(), settings)
+        if tuple(flags) in seen:
+            continue
+        seen.add(tuple(flags))
+        p = preprocess(settings, flags)
+        assert p.returncode == 0, (settings, p.stderr[-300:])
+        points = re.findall(r"TRACEPOINT_PROBE\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)", p.stdout)
+        assert len(points) == len(set(points)), (settings, points)
+        if settings.filter_pid and settings.filter_comm or settings.py_stacks and not settings.stats:
+            assert ("sched", "sched_process_exec") in points, settings
+    assert len(seen) > 32
