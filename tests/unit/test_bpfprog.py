@@ -200,6 +200,7 @@ def test_no_combination_attaches_a_tracepoint_twice(preprocess):
         assert p.returncode == 0, (settings, p.stderr[-300:])
         points = re.findall(r"TRACEPOINT_PROBE\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)", p.stdout)
         assert len(points) == len(set(points)), (settings, points)
-        if settings.filter_pid and settings.filter_comm or settings.py_stacks and not settings.stats:
+        comm = settings.filter_pid and settings.filter_comm
+        if comm or settings.py_stacks and not settings.stats:
             assert ("sched", "sched_process_exec") in points, settings
     assert len(seen) > 32
