@@ -11,6 +11,7 @@ from cudaprobe.analysis.memtrack import memory_functions
 from cudaprobe.commands.options import (
     APIS,
     Seconds,
+    StartsCommand,
     announce,
     plan_targets,
     probe_options,
@@ -24,7 +25,7 @@ from cudaprobe.probe import bpfprog
 from cudaprobe.sessions.memory import MemoryOptions, MemorySession
 
 
-@click.command("memory", context_settings={"show_default": True})
+@click.command("memory", cls=StartsCommand, context_settings={"show_default": True})
 @probe_options(events=None)
 @click.option("--stacks", is_flag=True,
               help="Record each allocation's user stack: callers under the call site "

@@ -54,6 +54,30 @@ class Seconds(click.ParamType):
         return seconds
 
 
+class StartsCommand(click.Command):
+    """A command that takes `-- COMMAND`: its options end at the command's name,
+    as strace's do (`trace python3 -c 'print(1)'` runs python3 with -c), and
+    a `--` with nothing after it is an error, not a trace of every process."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("context_settings", {})
+        kwargs["context_settings"].setdefault("allow_interspersed_args", False)
+        super().__init__(*args, **kwargs)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[-1] == "--" and not self._takes_value(args[-2:-1]):
+            raise UsageError("-- needs a command after it (`-- ./my_app --its-args`)")
+        return super().parse_args(ctx, args)
+
+    def _takes_value(self, before: list[str]) -> bool:
+        """Whether the word before a last `--` is an option whose value it is (`-e --`)."""
+        if not before:
+            return False
+        word = before[0]
+        return any(isinstance(p, click.Option) and not p.is_flag
+                   and word in p.opts + p.secondary_opts for p in self.params)
+
+
 def resolve_libraries(libs: tuple[str, ...], apis: set[str]) -> list[str]:
     if libs:
         return sorted({p for arg in libs for p in resolve_lib_arg(arg)})

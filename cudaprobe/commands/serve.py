@@ -8,7 +8,7 @@ import sys
 import click
 
 from cudaprobe.analysis.metrics import CallMetrics
-from cudaprobe.commands.options import APIS, announce, plan_targets, probe_options
+from cudaprobe.commands.options import APIS, StartsCommand, announce, plan_targets, probe_options
 from cudaprobe.commands.otlp_options import otlp_config, otlp_options, otlp_sink
 from cudaprobe.decode.symbolize import KernelSymbolizer
 from cudaprobe.errors import UsageError
@@ -22,7 +22,7 @@ from cudaprobe.sessions.gputime import check_gpu_time
 from cudaprobe.sessions.trace import SessionOptions, TraceSession
 
 
-@click.command("serve", context_settings={"show_default": True})
+@click.command("serve", cls=StartsCommand, context_settings={"show_default": True})
 @probe_options(events="count")
 @click.option("--prometheus", "prometheus_at", metavar="[ADDR:]PORT",
               help="Serve Prometheus metrics on http://ADDR:PORT/metrics. ADDR: 127.0.0.1 "

@@ -24,6 +24,7 @@ from cudaprobe.catalogue.functions import ArgKind
 from cudaprobe.commands.options import (
     APIS,
     Seconds,
+    StartsCommand,
     announce,
     plan_targets,
     probe_options,
@@ -76,7 +77,7 @@ def stats_by_kernel(plan: ProbePlan, settings: bpfprog.Settings, command: list[s
     return report, status
 
 
-@click.command("stats", context_settings={"show_default": True})
+@click.command("stats", cls=StartsCommand, context_settings={"show_default": True})
 @probe_options(events="count")
 @click.option("--sort", type=click.Choice(sorted(SORT_KEYS)), default="total",
               help="Order of the rows (largest first; `name` alphabetical).")

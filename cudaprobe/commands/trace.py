@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from cudaprobe.commands.options import APIS, announce, plan_targets, probe_options
+from cudaprobe.commands.options import APIS, StartsCommand, announce, plan_targets, probe_options
 from cudaprobe.commands.otlp_options import otlp_config, otlp_options, with_otlp
 from cudaprobe.commands.trace_options import STRICT_EXIT, check_conflicts, output_options
 from cudaprobe.decode.symbolize import KernelSymbolizer
@@ -22,7 +22,7 @@ from cudaprobe.sessions.gputime import check_gpu_time
 from cudaprobe.sessions.trace import SessionOptions, TraceSession
 
 
-@click.command("trace", context_settings={"show_default": True})
+@click.command("trace", cls=StartsCommand, context_settings={"show_default": True})
 @probe_options(events="trace")
 @click.option("-f", "--format", "fmt", type=click.Choice(FORMATS), default=None,
               help="Output format: json is one document ({\"calls\": [...], \"summary\": "
@@ -42,7 +42,8 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
     """Trace CUDA API calls: one row per completed call, then a summary.
 
     With `-- COMMAND`, start COMMAND, trace only it (and its children), and
-    exit with its exit status. With --pid or --comm, attach to processes
+    exit with its exit status. Options end at COMMAND's name, as strace's
+    do: `trace python3 -c 'print(1)'` runs python3 -c. With --pid or --comm, attach to processes
     already running (no --lib needed: what they map is probed, and libraries
     they load later too); --pid stops when its processes have exited.
     Otherwise trace every process using the libraries, until Ctrl-C or

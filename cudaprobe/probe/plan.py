@@ -7,7 +7,7 @@ import fnmatch
 from dataclasses import dataclass
 
 from cudaprobe.catalogue.functions import CATEGORIES, FUNCTIONS, Function, is_default
-from cudaprobe.errors import SymbolMissing, UnknownEvent
+from cudaprobe.errors import SymbolMissing, UnknownEvent, UsageError
 from cudaprobe.targets.elfsyms import ElfSymbols, read_symbols
 from cudaprobe.targets.libs import api_of
 
@@ -35,6 +35,9 @@ def select_functions(events: list[str] | None, apis: set[str] | None = None) -> 
     from the default set (`!cudaEventQuery`)."""
     pool = [f for f in FUNCTIONS if apis is None or f.api in apis]
     items = [e.strip() for spec in events or () for e in spec.split(",") if e.strip()]
+    if events and not items:
+        raise UsageError(f"-e {','.join(events)!r} names no function: give names, "
+                         "categories or globs (see `cudaprobe list`)")
     chosen: set[str] = set()
     if not items or all(item.startswith("!") for item in items):
         chosen = {f.symbol for f in pool if is_default(f.name, f.category)}
@@ -43,6 +46,9 @@ def select_functions(events: list[str] | None, apis: set[str] | None = None) -> 
             chosen -= _matching(item[1:], pool)
         else:
             chosen |= _matching(item, pool)
+    if not chosen:
+        raise UsageError(f"-e {','.join(events or ())!r} selects no function: what it names "
+                         "it also leaves out (see `cudaprobe list`)")
     return [f for f in pool if f.symbol in chosen]
 
 

@@ -34,6 +34,14 @@ CASES = {
     "wait without pid": (["--wait"], ["--wait goes with --pid"]),
     "bad mode": (["--mode", "888", "-o", "new.jsonl"], ["not an octal file mode"]),
     "bad max-size": (["--max-size", "lots", "-o", "new.jsonl"], ["not a size"]),
+    "events all left out": (["-e", "!all"], ["-e '!all' selects no function"]),
+    "events taken back": (["-e", "cudaMalloc,!cudaMalloc"],
+                          ["-e 'cudaMalloc,!cudaMalloc' selects no function"]),
+    "events empty": (["-e", ""], ["-e '' names no function"]),
+    "events only commas": (["-e", ","], ["-e ',' names no function"]),
+    "nothing after --": (["--"], ["-- needs a command after it"]),
+    "nothing after -- with options": (["-o", "new.jsonl", "--"],
+                                      ["-- needs a command after it"]),
 }
 
 

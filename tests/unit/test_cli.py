@@ -63,3 +63,27 @@ def test_gpu_time_needs_a_command():
         assert p.stderr.startswith("cudaprobe: --gpu-time goes with -- COMMAND"), p.stderr
     p = run("trace", "--help")
     assert "--gpu-time" in p.stdout and "trace --gpu-time -o calls.jsonl --" in p.stdout
+
+
+def test_options_end_at_the_command_name():
+    """Words after the command's name are its own, as strace reads them:
+    `trace python3 -c ...` runs python3 -c, `-d 2` after the name is the
+    command's, and `-e --` takes `--` as -e's value."""
+    from cudaprobe.commands.trace import trace_command  # noqa: PLC0415
+
+    def parsed(*args: str) -> dict:
+        return trace_command.make_context("trace", list(args)).params
+
+    assert parsed("python3", "-c", "print(1)")["command"] == ("python3", "-c", "print(1)")
+    assert parsed("python3", "-c", "print(1)")["cmd"] is None
+    params = parsed("-d", "1", "./loop", "-d", "2", "0")
+    assert params["duration"] == 1 and params["command"] == ("./loop", "-d", "2", "0")
+    assert parsed("ls", "-p", "/tmp")["pids"] == ()
+    assert parsed("-o", "x.jsonl", "--", "ls", "--", "-o")["command"] == ("ls", "--", "-o")
+    assert parsed("-e", "--")["events"] == ("--",)
+
+
+def test_a_command_with_options_runs_them_not_cudaprobe():
+    p = run("trace", "--dump-bpf", "python3", "-c", "print(1)")
+    assert p.returncode in (0, 2), p.stderr  # 2: no libcudart on this machine
+    assert "both name the command" not in p.stderr
