@@ -45,11 +45,11 @@ def memory_command(libs, api, duration, dump_bpf, pids, comm, wait, command, sta
     memory freed by cudaDeviceReset or cuCtxDestroy is reported as freed
     implicitly.
 
-    With `-- COMMAND`, start COMMAND, track only it (and its children), and
-    exit with its exit status. With --pid or --comm, attach to processes
-    already running (what they allocated before is not known: its frees
-    count as unknown); --pid stops when they have exited. Else track every
-    process until Ctrl-C or --duration.
+    With `-- COMMAND`, start COMMAND, track it and every process it starts
+    until the last has exited, and exit with its exit status. With --pid or
+    --comm, attach to processes already running (what they allocated before
+    is not known: its frees count as unknown); --pid stops when they have
+    exited. Else track every process until Ctrl-C or --duration.
 
     \b
     Examples:

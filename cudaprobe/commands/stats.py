@@ -106,11 +106,12 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
     (within a factor of 2). The kernel keeps the counts, so the cost to
     cudaprobe does not grow with the call rate.
 
-    With `-- COMMAND`, start COMMAND, count only it (and its children), and
-    exit with its exit status. With --pid or --comm, attach to processes
-    already running; --pid stops when they have exited. Else count every
-    process until Ctrl-C or --duration. With --compare, exit 3 when something
-    moved (a failing COMMAND's status wins); 2 is cudaprobe's own errors.
+    With `-- COMMAND`, start COMMAND, count it and every process it starts
+    until the last has exited, and exit with its exit status. With --pid or
+    --comm, attach to processes already running; --pid stops when they have
+    exited. Else count every process until Ctrl-C or --duration. With
+    --compare, exit 3 when something moved (a failing COMMAND's status
+    wins); 2 is cudaprobe's own errors.
 
     \b
     Examples:

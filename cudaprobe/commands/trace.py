@@ -41,22 +41,31 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
                   **otlp) -> None:
     """Trace CUDA API calls: one row per completed call, then a summary.
 
-    With `-- COMMAND`, start COMMAND, trace only it (and its children), and
-    exit with its exit status. Options end at COMMAND's name, as strace's
-    do: `trace python3 -c 'print(1)'` runs python3 -c. With --pid or --comm, attach to processes
+    With `-- COMMAND`, start COMMAND and trace it and every process it
+    starts, until the last of them has exited (as strace -f), and exit with
+    COMMAND's exit status. Options end at COMMAND's name, as strace's do:
+    `trace python3 -c 'print(1)'` runs python3 -c. With --pid or --comm, attach to processes
     already running (no --lib needed: what they map is probed, and libraries
     they load later too); --pid stops when its processes have exited.
     Otherwise trace every process using the libraries, until Ctrl-C or
     --duration.
 
-    cudaprobe never signals COMMAND. Stopped while COMMAND runs on (SIGINT,
-    SIGTERM or SIGHUP sent to cudaprobe alone, or --duration), it says so
-    and exits 128+N for signal N, 124 after --duration; Ctrl-C at a terminal
-    reaches both, and COMMAND's own status is returned. Exit status 2: bad
-    input, said in one line; 3: events were lost and --strict was given.
+    cudaprobe never signals COMMAND. One line says how the trace ended.
+    Stopped while COMMAND or a process it started runs on (SIGINT, SIGTERM
+    or SIGHUP sent to cudaprobe alone, or --duration), it exits 128+N for
+    signal N, 124 after --duration; Ctrl-C at a terminal reaches both, and
+    COMMAND's own status is returned if it exits too. A stop signal during
+    the drain at the end cuts it short: what was decoded is written, the rest
+    counted as lost, exit 128+N. Exit status 2: bad input, said in one line;
+    3: events were lost and --strict was given.
 
-    While the rows go to a file or a pipe and stderr is a terminal, a status
-    line there shows the time, calls a second, rows written and events lost.
+    Rows go to stdout, or with `-- COMMAND` to stderr (as strace writes its
+    trace), so that the command keeps stdout; -o FILE (`-o -`: stdout)
+    chooses. At a terminal the table fits its width: at 80 columns TIME,
+    PROCESS, PID, EVENT and DETAILS, which then begins with an error's name
+    and ends with the latency. While the rows go to a file or a pipe and
+    stderr is a terminal, a status line there shows the time, calls a
+    second, rows written and events lost.
 
     \b
     Examples:
@@ -86,12 +95,12 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
     if dump_bpf:
         click.echo(bpfprog.render(plan.probes, settings))
         return
-    stream = open_output(output, force, mode or DEFAULT_MODE)
+    stream = open_output(output, force, mode or DEFAULT_MODE, command=bool(command))
     notify = announce(plan, targets, "tracing")
     status_line = None
     if status_line_wanted(stream.isatty(), sys.stderr):
-        status_line = StatusLine(make_console(sys.stderr),
-                                 output if output and output != "-" else "stdout")
+        status_line = StatusLine(make_console(sys.stderr), output if output and output != "-"
+                                 else stream.name)
         notify = status_line.say_through(notify)
     reporter = REPORTERS[fmt](stream)
     if gpu_time:
@@ -102,7 +111,7 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
     # the table shows its own summary; other formats get the human one on stderr
     err = make_console(sys.stderr)
     summary_console = None if fmt == "table" else err
-    if fmt == "table" and not isinstance(stream, StdoutStream):
+    if fmt == "table" and not isinstance(stream, StdoutStream):  # StderrStream is one
         summary_console = err
     kernels = KernelSymbolizer.for_session(list(command), [a.path for a in plan.attachments])
     session = TraceSession(plan, settings, reporter, summary_console,

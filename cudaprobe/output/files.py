@@ -213,7 +213,27 @@ class StdoutStream(OutputStream):
         return self.failure is None and os.isatty(1)
 
 
-def open_output(path: str | None, force: bool, mode: int = DEFAULT_MODE) -> OutputStream:
+class StderrStream(StdoutStream):
+    """cudaprobe's stderr (fd 2): where `trace -- COMMAND` writes without -o, as
+    strace does, so that the command keeps stdout to itself."""
+
+    def __init__(self) -> None:
+        OutputStream.__init__(self, "stderr")
+        if sys.stderr is None:
+            self.failure = OSError(errno.EBADF, "stderr is closed")
+
+    def _fd(self) -> int:
+        return 2
+
+    def isatty(self) -> bool:
+        return self.failure is None and os.isatty(2)
+
+
+def open_output(path: str | None, force: bool, mode: int = DEFAULT_MODE,
+                command: bool = False) -> OutputStream:
+    """-o FILE, or stdout (`-o -`, or no -o); with no -o and a -- COMMAND, stderr."""
+    if path is None and command:
+        return StderrStream()
     if path is None or path == "-":
         return StdoutStream()
     check_output_path(path, force)

@@ -305,6 +305,10 @@ class Tracer:
         """After detach(): the records left, a batch per call; [] when none are."""
         return self._ring.drain()
 
+    def skip_records(self) -> int:
+        """The drain cut short: how many records were left unread (now skipped)."""
+        return self._ring.skip_rest() if self._ring is not None else 0
+
     def _owned_slots(self) -> list[tuple[int, int, int]]:
         """(slot, pid, tid) of the pairing slots that threads hold (`owners`)."""
         owners = self._bpf["owners"]

@@ -84,6 +84,8 @@ class TraceSession:
         self._header_lines = 0  # written by reporter.start(): not rows
         self._gpu: GpuTimeRun | None = None
         self._held: list[Call] | None = None  # --gpu-time: the rows, until the GPU's are read
+        self._lifecycle: ProbeRun | None = None
+        self._undecoded = 0  # records the drain left when a second stop signal cut it
 
     @property
     def decode_errors(self) -> int:
@@ -155,7 +157,7 @@ class TraceSession:
             if run.command is not None and not run.command.released:
                 self._never_ran()
                 return run.exit_status()
-            self._finish(tracer, run.elapsed_s)
+            self._finish(tracer, run.traced_s)
             output = self.options.output
             if output is None or output.failure is None:
                 return run.exit_status()
@@ -191,6 +193,7 @@ class TraceSession:
     def _attached(self, run: ProbeRun) -> None:
         """The probes are in and the command not yet run: ready decoder and reporter."""
         self._t0 = run.t0_ns
+        self._lifecycle = run
         self._records = RecordDecoder(self.plan.probes, self._t0, self.options.symbolize,
                                       self.kernel_handles, self.options.see_process)
         self.summary.attach_s = run.tracer.attach_seconds
@@ -205,8 +208,13 @@ class TraceSession:
         if timeout_ms:
             self._emit(tracer.poll_records(timeout_ms))
             return
-        while records := tracer.drain_records():
+        run = self._lifecycle
+        while not run.drain_cut and (records := tracer.drain_records()):
             self._emit(records)
+        if run.drain_cut:  # a second stop signal: the rest is counted, not decoded
+            self._undecoded = tracer.skip_records()
+            run.say_drain_cut(self._undecoded)
+
     def _report_held(self) -> None:
         """--gpu-time: the command has exited; its GPU work joined to the rows held."""
         work = self._gpu.read()
@@ -283,6 +291,8 @@ class TraceSession:
         self.summary.take_kernel_counts(self.plan.probes, tracer.read_tally())
         lost = tracer.counters()
         lost["decode_errors"] = self.decode_errors
+        if self._undecoded:
+            lost["undecoded"] = self._undecoded
         output = self.options.output
         if output is not None:
             output.flush()

@@ -85,7 +85,7 @@ def test_output_that_cannot_take_a_byte(libcudart, where):
         full = where == "stdout on /dev/full"
         with open("/dev/full", "w") as dev_full:
             proc = subprocess.run(
-                cudaprobe_cmd("trace", "--lib", str(libcudart), "--", "sh", "-c",
+                cudaprobe_cmd("trace", "--lib", str(libcudart), "-o", "-", "--", "sh", "-c",
                               f"exec {' '.join(steady())} >/dev/null"),
                 stdout=dev_full if full else None, stderr=subprocess.PIPE, text=True,
                 timeout=300, preexec_fn=None if full else (lambda: os.close(1)))
@@ -96,7 +96,8 @@ def test_output_that_cannot_take_a_byte(libcudart, where):
 
 def test_a_reader_that_closes_the_pipe_is_a_quiet_exit(libcudart):
     """`cudaprobe trace -f jsonl -- COMMAND | head -1`: no message, the command's status."""
-    sh = (f"{' '.join(cudaprobe_cmd('trace', '--lib', str(libcudart), '-f', 'jsonl'))} -- "
+    sh = (f"{' '.join(cudaprobe_cmd('trace', '--lib', str(libcudart), '-f', 'jsonl', '-o', '-'))}"
+          " -- "
           f"sh -c 'exec {' '.join(steady())} >/dev/null' | head -1; exit ${{PIPESTATUS[0]}}")
     proc = subprocess.run(["bash", "-c", sh], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 7, proc.stderr
