@@ -21,6 +21,8 @@ WORKLOADS = REPO / "tests" / "workloads"
 WORKLOAD_BIN = WORKLOADS / "bin"
 CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
 NVCC = CUDA_HOME / "bin" / "nvcc"
+# the nvidia-nccl-cu13 wheel, unpacked by scripts/setup
+NCCL_HOME = REPO / ".deps" / "nccl" / "nvidia" / "nccl"
 
 
 def libcudart_path() -> Path | None:
@@ -52,6 +54,14 @@ def libcuda() -> Path:
     p = libcuda_path()
     if p is None:
         pytest.skip("libcuda not extracted: run scripts/setup")
+    return p
+
+
+@pytest.fixture(scope="session")
+def libnccl() -> Path:
+    p = NCCL_HOME / "lib" / "libnccl.so.2"
+    if not p.is_file():
+        pytest.skip("libnccl not unpacked: run scripts/setup")
     return p
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from cudaprobe.analysis.gpustats import GpuStats
 from cudaprobe.analysis.summary import Untraced
-from cudaprobe.catalogue.cuda_errors import error_name
+from cudaprobe.catalogue.enums import error_name
 from cudaprobe.decode.calls import Call
 from cudaprobe.decode.handles import NAME_KEY
 from cudaprobe.probe.plan import Probe

@@ -14,12 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 from cudaprobe.analysis.stats import SCHEMA
-from cudaprobe.decode.calls import humanize_ns
 from cudaprobe.errors import UsageError
 
 DEFAULT_THRESHOLD = 20.0  # percent
@@ -87,21 +82,3 @@ def compare(baseline: dict[str, Any], current: dict[str, Any],
                 _moved(b["p50_ns"], a["p50_ns"], threshold):
             changes.append(Change(event, "p50_ns", b["p50_ns"], a["p50_ns"]))
     return changes
-
-
-def render_changes(changes: list[Change], console: Console, baseline: str,
-                   threshold: float) -> None:
-    if not changes:
-        console.print(f"compared with {baseline}: no count or p50 moved more than "
-                      f"{threshold:g}%")
-        return
-    table = Table(title=f"moved more than {threshold:g}% since {baseline}", title_justify="left",
-                  show_edge=False, header_style="bold")
-    for col in ("EVENT", "METRIC", "BEFORE", "AFTER", "CHANGE"):
-        table.add_column(col, justify="left" if col in ("EVENT", "METRIC") else "right")
-    for c in changes:
-        show = humanize_ns if c.metric == "p50_ns" else str
-        pct = c.percent
-        table.add_row(Text(c.event), c.metric.removesuffix("_ns"), show(c.before), show(c.after),
-                      Text("new" if pct is None else f"{pct:+.0f}%", style="bold red"))
-    console.print(table)

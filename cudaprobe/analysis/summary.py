@@ -14,12 +14,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
-from cudaprobe.catalogue.cuda_errors import error_name
-from cudaprobe.decode.calls import Call, cut_middle, humanize_ns
+from cudaprobe.catalogue.enums import error_name
+from cudaprobe.decode.calls import Call
 from cudaprobe.probe.event import CallTally
 from cudaprobe.probe.plan import Probe
 
@@ -29,11 +25,6 @@ UNKNOWN_CODE = "unknown code"  # a failed call whose code the kernel could not k
 
 def count_lost(lost: dict[str, int]) -> int:
     return sum(v for k, v in lost.items() if k not in NOT_LOST)
-
-
-def describe_lost(lost: dict[str, int]) -> str:
-    """`ringbuf_full=12, decode_errors=1`: the causes that happened."""
-    return ", ".join(f"{k}={v}" for k, v in lost.items() if v and k not in NOT_LOST)
 
 
 @dataclass(frozen=True)
@@ -50,26 +41,8 @@ class Untraced:
         return {"pid": self.pid, "process": self.process, "up_to_s": round(self.seconds, 3),
                 "before": self.before}
 
-    def describe(self) -> str:
-        if self.before == ATTACH:
-            return (f"pid {self.pid} ({self.process}) ran {self.seconds:.2f}s before the "
-                    "attach: its calls until then, and those under way then, are not included")
-        return (f"pid {self.pid} ({self.process}) mapped {self.before} up to "
-                f"{self.seconds:.2f}s before it was probed: its calls there until then are "
-                "not included")
 
-
-ATTACH = "the attach"
-SHOWN_UNTRACED = 5  # said one by one; more are counted
-
-
-def describe_untraced(spans: list[Untraced]) -> list[str]:
-    """The summary's lines about calls not seen: one per span, then a count."""
-    lines = [f"not traced: {u.describe()}" for u in spans[:SHOWN_UNTRACED]]
-    if len(spans) > SHOWN_UNTRACED:
-        lines.append(f"not traced: {len(spans) - SHOWN_UNTRACED} more such spans (see --json "
-                     "or the JSONL trailer's `untraced`)")
-    return lines
+ATTACH = "the attach"  # Untraced.before of a process's calls before cudaprobe attached
 
 
 @dataclass
@@ -167,40 +140,3 @@ class Summary:
             "not_found": self.not_found,
             "untraced": [u.to_dict() for u in self.untraced],
         }
-
-    def render(self, console: Console) -> None:
-        """The table, a line per function at any width from 80: an error per line
-        of its cell, never split; names cut in the middle where the line is short
-        (the suffix stays: `cudaLaunchCoop…Kernel_ptsz`)."""
-        by_total = sorted(self.counts.items(), key=lambda kv: -kv[1].total_ns)
-        rows = []
-        for name, s in by_total:
-            errors = "\n".join(f"{n} x{k}" for n, k in s.errors.most_common())
-            avg = humanize_ns(s.total_ns // s.calls) if s.calls else "-"
-            rows.append([name, str(s.calls), humanize_ns(s.total_ns), avg, errors])
-        titles = ("EVENT", "CALLS", "TOTAL", "AVG", "ERRORS")
-        widths = [max([len(titles[i])] + [len(line) for r in rows for line in r[i].split("\n")])
-                  for i in range(len(titles))]
-        # each column's padding and rule: 3 characters, less the edge
-        event_width = max(len(titles[0]), console.width - sum(widths[1:]) - 3 * len(titles))
-        table = Table(title="cudaprobe summary", title_justify="left", show_edge=False)
-        for col, justify in zip(titles, ("left", "right", "right", "right", "left")):
-            table.add_column(col, justify=justify, no_wrap=True)
-        for name, *cells in rows:
-            table.add_row(Text(cut_middle(name, event_width)), *cells[:-1], Text(cells[-1]))
-        console.print(table)
-        lost = self.total_lost
-        line = f"{self.total_calls} calls in {self.duration_s:.2f}s, "
-        if self.total_rows != self.total_calls:  # lost, or --errors-only
-            line += f"{self.total_rows} as rows, "
-        line += f"{len(self.in_flight)} still in flight, {lost} lost"
-        if self.exited_mid_call:
-            line += f", {self.exited_mid_call} ended with their thread"
-        if lost:
-            line += f" ({describe_lost(self.lost)})"
-        console.print(Text(line, style="bold red" if lost else ""))
-        for note in describe_untraced(self.untraced):
-            console.print(Text(note, style="yellow"))
-        if self.not_found:
-            console.print(Text("not exported by the traced libraries: " + ", ".join(self.not_found),
-                               style="dim"))

@@ -1,5 +1,5 @@
 """What can be traced: every CUDA function as data (functions.py) and the
-names of return codes (cuda_errors.py, generated from the toolkit headers);
+names of enum values and return codes (enums.py, from the headers' enums);
 how functions and symbols are counted wherever they are said (count.py).
 
 The bottom of the data path: imports nothing of cudaprobe but `errors`.

@@ -17,6 +17,7 @@ from cudaprobe.catalogue.model import (
     CONFIG_KINDS,
     DRIVER,
     MAX_OUTS,
+    NCCL,
     OUT_KINDS,
     RUNTIME,
     Arg,
@@ -24,7 +25,7 @@ from cudaprobe.catalogue.model import (
     Function,
 )
 
-STATUS_TYPES = {"cudaError_t", "CUresult"}
+STATUS_TYPES = {"cudaError_t", "CUresult", "ncclResult_t"}
 COPIED_KINDS = CONFIG_KINDS | {ArgKind.CSTRING}
 KERNEL_KINDS = {ArgKind.FUNC, ArgKind.CU_FUNCTION}
 
@@ -58,7 +59,8 @@ def make_function(api: str, entry: tuple) -> Function:
 def build_functions() -> tuple[Function, ...]:
     older = {(name, version): params for name, version, params in overrides.OLDER_HEADERS}
     functions = []
-    for api, declared in ((RUNTIME, generated.RUNTIME), (DRIVER, generated.DRIVER)):
+    for api, declared in ((RUNTIME, generated.RUNTIME), (DRIVER, generated.DRIVER),
+                          (NCCL, generated.NCCL)):
         for entry in declared:
             # a name's older ABI version comes first: BY_NAME keeps the newest
             functions += [make_function(api, (name, version, (), False, "CUresult", params))

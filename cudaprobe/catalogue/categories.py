@@ -72,13 +72,26 @@ cuStreamSynchronize cuEventSynchronize
 # mapped, a pool made, a callback queued): in the default set, but for getters.
 DEFAULT_CATEGORIES = frozenset({"memory", "transfer", "kernel", "stream", "event", "sync",
                                 "context", "module", "graph", "capture", "vmm", "pool", "ipc",
-                                "peer", "callback", "profiler"})
+                                "peer", "callback", "profiler", "collective", "p2p", "group",
+                                "comm"})
 # Getters and queries: per launch in some frameworks (cudaStreamGetCaptureInfo,
 # cudaFuncGetAttributes, cuPointerGetAttribute), and saying nothing new
 GETTER_WORDS = ("Get", "Query", "Is")
 
 
+# NCCL's functions (nccl*): its own categories, tried before RULES
+NCCL_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("group", ("Group",)),
+    ("p2p", ("Send", "Recv")),
+    ("collective", ("Reduce", "Bcast", "Broadcast", "Gather", "Scatter", "AlltoAll")),
+)
+NCCL_OTHER = "comm"  # communicators, and what is neither a collective nor a transfer
+
+
 def category_of(name: str) -> str:
+    if name.startswith("nccl"):
+        return next((c for c, words in NCCL_RULES if any(w in name for w in words)),
+                    NCCL_OTHER)
     for category, words in RULES:
         if any(w in name for w in words):
             return category

@@ -1,4 +1,4 @@
-"""The catalogue: every CUDA function, as data.
+"""The catalogue: every CUDA and NCCL function, as data.
 
 This is the single source of truth: the BPF probe table, the decoders, the
 bpftrace exporter, `cudaprobe list` and the docs are all derived from it.
@@ -14,12 +14,14 @@ from __future__ import annotations
 from cudaprobe.catalogue.build import build_functions
 from cudaprobe.catalogue.categories import HOT, is_default
 from cudaprobe.catalogue.model import (
+    APIS,
     CATEGORIES,
     CONFIG_KINDS,
     CONFIG_MAX_BYTES,
     DRIVER,
     MAX_OUTS,
     MAX_SLOTS,
+    NCCL,
     NOT_CAPTURED_SLOT,
     OUT4_KINDS,
     OUT_KINDS,
@@ -30,7 +32,8 @@ from cudaprobe.catalogue.model import (
     Function,
 )
 
-__all__ = ["CATEGORIES", "CONFIG_KINDS", "CONFIG_MAX_BYTES", "DRIVER", "MAX_OUTS", "MAX_SLOTS",
+__all__ = ["APIS", "NCCL", "NCCL_FUNCTIONS", "CATEGORIES", "CONFIG_KINDS", "CONFIG_MAX_BYTES",
+           "DRIVER", "MAX_OUTS", "MAX_SLOTS",
            "NOT_CAPTURED_SLOT", "OUT4_KINDS", "OUT_KINDS", "REGISTER_SLOTS", "RUNTIME", "Arg",
            "ArgKind", "Function", "HOT", "is_default", "FUNCTIONS", "RUNTIME_FUNCTIONS",
            "DRIVER_FUNCTIONS", "BY_SYMBOL", "BY_NAME", "MEMCPY_KINDS"]
@@ -38,6 +41,7 @@ __all__ = ["CATEGORIES", "CONFIG_KINDS", "CONFIG_MAX_BYTES", "DRIVER", "MAX_OUTS
 FUNCTIONS: tuple[Function, ...] = build_functions()
 RUNTIME_FUNCTIONS = tuple(f for f in FUNCTIONS if f.api == RUNTIME)
 DRIVER_FUNCTIONS = tuple(f for f in FUNCTIONS if f.api == DRIVER)
+NCCL_FUNCTIONS = tuple(f for f in FUNCTIONS if f.api == NCCL)
 
 # exported symbol (without variant suffix) -> function; unique
 BY_SYMBOL: dict[str, Function] = {f.symbol: f for f in FUNCTIONS}

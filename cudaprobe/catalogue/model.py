@@ -29,10 +29,13 @@ MAX_OUTS = 4
 
 RUNTIME = "runtime"
 DRIVER = "driver"
+NCCL = "nccl"  # the NCCL library's API (libnccl), above the runtime's
+APIS = (RUNTIME, DRIVER, NCCL)
 
 CATEGORIES = ("memory", "transfer", "kernel", "stream", "event", "device", "sync", "context",
               "module", "graph", "capture", "vmm", "pool", "ipc", "peer", "callback", "profiler",
-              "texture", "occupancy", "attribute", "interop", "other")
+              "texture", "occupancy", "attribute", "interop", "other",
+              "collective", "p2p", "group", "comm")
 
 
 class ArgKind(enum.Enum):
@@ -122,7 +125,7 @@ class Arg:
 @dataclass(frozen=True)
 class Function:
     name: str  # base symbol, as declared in the headers
-    api: str  # RUNTIME or DRIVER
+    api: str  # RUNTIME, DRIVER or NCCL
     category: str
     args: tuple[Arg, ...]
     # Per-thread-stream variants (suffixes of `symbol`), probed where the
@@ -133,7 +136,7 @@ class Function:
     # the unversioned one is the legacy ABI, with a different signature.
     version: str = ""
     deprecated: bool = False  # __CUDA_DEPRECATED in the headers
-    returns: str = ""  # C return type; "" for cudaError_t / CUresult
+    returns: str = ""  # C return type; "" for cudaError_t / CUresult / ncclResult_t
     slots: tuple[int, ...] = field(init=False, repr=False)
     out_index: dict[str, int] = field(init=False, repr=False, compare=False)
 

@@ -7,6 +7,7 @@ checks that each entry here still names a declared function and parameter.
 
 from __future__ import annotations
 
+from cudaprobe.catalogue import generated
 from cudaprobe.catalogue.model import ArgKind
 
 K = ArgKind
@@ -37,6 +38,10 @@ ARGS: dict[tuple[str, str], ArgKind] = {
     ("cudaMemsetAsync", "value"): K.INT,
     # a count of access descriptors, not bytes
     ("cuMemSetAccess", "count"): K.COUNT,
+    # NCCL counts elements of its datatype (the runtime's size_t `count` is bytes)
+    **{(fn, name): K.COUNT for fn, *_, params in generated.NCCL
+       for name, ctype, _ in params if name == "count" and ctype == "size_t"},
+    ("ncclCommShrink", "excludeRanksList"): K.PTR,  # ranks the call reads
     # out-parameter arrays (NULL to ask for the count): the pointer, not a value
     **{(fn, arg): K.PTR for fn, arg in (
         ("cudaGraphGetNodes", "nodes"), ("cudaGraphGetRootNodes", "pRootNodes"),

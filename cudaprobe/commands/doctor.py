@@ -7,8 +7,9 @@ import sys
 
 import click
 
+from cudaprobe.doctor.checks import run_checks, to_json, tracing_works
+from cudaprobe.output.doctor_view import render_checks
 from cudaprobe.output.table import make_console
-from cudaprobe.sessions.doctor import render, run_checks, to_json, tracing_works
 
 
 @click.command("doctor")
@@ -35,5 +36,5 @@ def doctor_command(fmt, as_json, libs) -> None:
     if as_json or fmt == "json":
         click.echo(json.dumps(to_json(checks), indent=2))
     else:
-        render(checks, make_console(sys.stdout))
+        render_checks(checks, make_console(sys.stdout))
     sys.exit(0 if tracing_works(checks) else 1)

@@ -9,9 +9,9 @@ from rich.table import Table
 from rich.text import Text
 
 from cudaprobe.catalogue.count import count_text
-from cudaprobe.catalogue.functions import DRIVER, HOT, RUNTIME, is_default
+from cudaprobe.catalogue.functions import HOT, is_default
 from cudaprobe.commands.completion import complete_events
-from cudaprobe.commands.options import resolve_libraries
+from cudaprobe.commands.options import APIS, resolve_libraries
 from cudaprobe.output.table import make_console
 from cudaprobe.probe.plan import ALL, select_functions
 from cudaprobe.targets.elfsyms import read_symbols
@@ -27,12 +27,12 @@ def _default_text(name: str, category: str) -> str:
 @click.command("list")
 @click.option("-e", "--events", multiple=True, metavar="LIST", shell_complete=complete_events,
               help="Only these functions or categories, comma-separated.")
-@click.option("--api", type=click.Choice(["runtime", "driver", "all"]), default="all",
+@click.option("--api", type=click.Choice(sorted(APIS)), default="all",
               help="Which API's functions.")
 @click.option("--lib", "libs", multiple=True, metavar="PATH",
               help="Count EXPORTED in this library (repeatable); default: those found.")
 def list_command(events, api, libs) -> None:
-    """List the CUDA functions cudaprobe can trace, with their arguments.
+    """List the CUDA and NCCL functions cudaprobe can trace, with their arguments.
 
     \b
     Examples:
@@ -40,15 +40,16 @@ def list_command(events, api, libs) -> None:
       cudaprobe list -e memory,transfer
       cudaprobe list -e 'cudaMemcpy*'
       cudaprobe list -e vmm,pool --lib /usr/lib/x86_64-linux-gnu/libcuda.so.1
+      cudaprobe list --api nccl
 
-    Every function the CUDA headers declare is listed, with its category;
+    Every function the CUDA headers and nccl.h declare is listed, with its category;
     DEFAULT says whether trace, stats and serve probe it without -e (getters
     and the hot getters are left out: -e all adds them); EXPORTED how many of
     its symbols the libraries found here export ("-" with none found; a
     function that none exports cannot be traced with these libraries). The
     last line counts functions and symbols as trace and doctor do.
     """
-    apis = {RUNTIME, DRIVER} if api == "all" else {api}
+    apis = APIS[api]
     exported: set[str] | None = None
     libraries = resolve_libraries(libs, apis) if libs else discover_libraries(apis)
     if libraries:

@@ -16,7 +16,8 @@ from rich.console import Console
 from rich.text import Text
 
 from cudaprobe.catalogue.count import count_text
-from cudaprobe.catalogue.functions import DRIVER, HOT, RUNTIME, Function
+from cudaprobe.catalogue.functions import APIS as ALL_APIS
+from cudaprobe.catalogue.functions import DRIVER, HOT, NCCL, RUNTIME, Function
 from cudaprobe.commands.completion import complete_events
 from cudaprobe.errors import (
     LibraryNotFound,
@@ -35,7 +36,7 @@ from cudaprobe.targets.launch import resolve_command
 from cudaprobe.targets.libs import discover_libraries, resolve_lib_arg
 from cudaprobe.targets.selection import Targets, initial_libraries
 
-APIS = {"runtime": {RUNTIME}, "driver": {DRIVER}, "all": {RUNTIME, DRIVER}}
+APIS = {"runtime": {RUNTIME}, "driver": {DRIVER}, "nccl": {NCCL}, "all": set(ALL_APIS)}
 
 
 class Seconds(click.ParamType):
@@ -83,7 +84,8 @@ def resolve_libraries(libs: tuple[str, ...], apis: set[str]) -> list[str]:
         return sorted({p for arg in libs for p in resolve_lib_arg(arg)})
     found = discover_libraries(apis)
     if not found:
-        raise LibraryNotFound("(default search)", "no libcudart/libcuda found; name one with --lib")
+        raise LibraryNotFound("(default search)",
+                              "no libcudart/libcuda/libnccl found; name one with --lib")
     return found
 
 
@@ -108,7 +110,7 @@ def probe_options(events: str | None) -> Callable[[Callable], Callable]:
                                     shell_complete=complete_events, help=events_help(events)))
     options += [
         click.option("--api", type=click.Choice(sorted(APIS)), default="all",
-                     help="Runtime (libcudart), driver (libcuda), or both."),
+                     help="Runtime (libcudart), driver (libcuda), NCCL (libnccl), or all."),
         click.option("-d", "--duration", type=Seconds(),
                      metavar="SECONDS", help="Stop after this many seconds."),
         click.option("--dump-bpf", is_flag=True,

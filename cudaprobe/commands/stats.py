@@ -17,7 +17,6 @@ from cudaprobe.analysis.stats_compare import (
     REGRESSION_EXIT,
     compare,
     load_report,
-    render_changes,
 )
 from cudaprobe.analysis.summary import NOT_LOST
 from cudaprobe.catalogue.functions import ArgKind
@@ -36,6 +35,7 @@ from cudaprobe.decode.calls import Call
 from cudaprobe.decode.symbolize import KernelSymbolizer
 from cudaprobe.errors import UsageError
 from cudaprobe.output.base import Reporter
+from cudaprobe.output.compare_view import render_changes
 from cudaprobe.output.stats_view import render_stats
 from cudaprobe.output.table import make_console
 from cudaprobe.probe import bpfprog

@@ -6,8 +6,7 @@ import math
 import struct
 from typing import Any, Callable
 
-from cudaprobe.catalogue.cuda_errors import error_name
-from cudaprobe.catalogue.enums import enum_name
+from cudaprobe.catalogue.enums import enum_name, error_name
 from cudaprobe.catalogue.functions import (
     MEMCPY_KINDS,
     NOT_CAPTURED_SLOT,
@@ -19,6 +18,7 @@ from cudaprobe.catalogue.functions import (
 from cudaprobe.catalogue.structs import LAYOUTS
 from cudaprobe.decode.demangle import demangle, shorten
 from cudaprobe.decode.handles import NAME_KEY, UNKNOWN_WHY, KernelHandles
+from cudaprobe.decode.nccl import describe
 from cudaprobe.probe.event import NAME_MAX, RawEvent, site_frame
 from cudaprobe.probe.plan import Probe
 
@@ -117,6 +117,8 @@ JSONL_KEYS = (
 
 
 def humanize_bytes(n: int) -> str:
+    """`1.5 KiB`: how a size is written in a call's details, and so in every view
+    (output's tables use this one spelling too)."""
     if n < 1024:
         return f"{n} B"
     for unit in ("KiB", "MiB", "GiB", "TiB"):
@@ -124,37 +126,6 @@ def humanize_bytes(n: int) -> str:
         if n < 1024 or unit == "TiB":
             return f"{n:.1f} {unit}"
     raise AssertionError("unreachable")
-
-
-def cut_end(text: str, width: int) -> str:
-    """`text` in `width` characters: cut at the end with `…`."""
-    if len(text) <= width:
-        return text
-    return text[: width - 1] + "…" if width > 0 else ""
-
-
-def cut_middle(text: str, width: int) -> str:
-    """`text` in `width` characters, cut in the middle with `…`: the end of a name
-    (its variant suffix, `_ptsz`, `_v2`) stays. Leading indentation is kept."""
-    if len(text) <= width:
-        return text
-    name = text.lstrip(" ")
-    indent = text[: len(text) - len(name)]
-    room = width - len(indent)
-    if room < 3:
-        return cut_end(text, width)
-    tail = (room - 1) // 2
-    return indent + name[: room - 1 - tail] + "…" + name[len(name) - tail:]
-
-
-def humanize_ns(ns: int) -> str:
-    if ns < 1_000:
-        return f"{ns}ns"
-    if ns < 1_000_000:
-        return f"{ns / 1e3:.1f}µs"
-    if ns < 1_000_000_000:
-        return f"{ns / 1e6:.2f}ms"
-    return f"{ns / 1e9:.2f}s"
 
 
 def _s32(v: int) -> int:
@@ -443,6 +414,8 @@ def decode_event(
     args, details = decode_args(fn, raw, raw.pid, symbolize, handles)
     if handles is not None and not in_flight and raw.ret == 0:
         handles.learn(fn, raw.pid, args)
+    details = describe(fn, raw.pid, args, details,
+                       handles.communicators if handles is not None else None, humanize_bytes)
     if in_flight:
         duration, ret, ret_name = None, None, None
         details = f"{details} (still running when the trace ended)".lstrip()

@@ -29,7 +29,8 @@ import re
 import struct
 from typing import Any
 
-from cudaprobe.catalogue.functions import ArgKind, Function
+from cudaprobe.catalogue.functions import NCCL, ArgKind, Function
+from cudaprobe.decode.nccl import Communicators
 from cudaprobe.probe.event import NAME_MAX
 
 # shown for a handle that is named neither by a traced call nor in its memory
@@ -69,10 +70,14 @@ def read_name(mem_fd: int, handle: int) -> str | None:
 
 
 class KernelHandles:
+    """Kernel handles' names per process, and (`communicators`) what is known
+    of NCCL communicators, learned from the calls that make them."""
+
     def __init__(self) -> None:
         self._names: dict[tuple[int, int], str] = {}
         self._read: dict[tuple[int, int], str | None] = {}  # from the handles' memory
         self._mem: dict[int, int] = {}  # pid -> its /proc/PID/mem, open
+        self.communicators = Communicators()
 
     def name(self, pid: int, handle: int) -> str | None:
         """The handle's kernel name: as a traced call made it, else as the
@@ -112,6 +117,9 @@ class KernelHandles:
 
     def learn(self, function: Function, pid: int, args: dict[str, Any]) -> None:
         """Record the handles a successful call of `function` made; `args` decoded."""
+        if function.api == NCCL:
+            self.communicators.learn(function, pid, args)
+            return
         name = None
         for arg in function.args:
             if arg.kind is ArgKind.CSTRING:

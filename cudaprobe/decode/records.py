@@ -25,8 +25,8 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any, Callable, Protocol
 
-from cudaprobe.catalogue.cuda_errors import error_name
-from cudaprobe.catalogue.functions import OUT_KINDS, ArgKind
+from cudaprobe.catalogue.enums import error_name
+from cudaprobe.catalogue.functions import NCCL, OUT_KINDS, ArgKind
 from cudaprobe.decode.calls import (
     NOT_READ,
     WORD_DECODERS,
@@ -113,7 +113,8 @@ class ProbeDecoder:
         fn = probe.function
         self.probe = probe
         self.event, self.api, self.category = probe.symbol, fn.api, fn.category
-        self.simple = all(arg.kind in SIMPLE_KINDS for arg in fn.args)
+        # NCCL calls learn and name communicators (decode/nccl.py): decoded whole
+        self.simple = fn.api != NCCL and all(arg.kind in SIMPLE_KINDS for arg in fn.args)
         self.fields: list[ArgField] = []
         if self.simple:
             for arg, slot in zip(fn.args, fn.slots):

@@ -15,7 +15,7 @@ import string
 from dataclasses import dataclass
 
 from cudaprobe import __version__
-from cudaprobe.catalogue.cuda_errors import DRIVER_ERRORS, RUNTIME_ERRORS
+from cudaprobe.catalogue.enums import error_table
 from cudaprobe.catalogue.functions import MAX_SLOTS, MEMCPY_KINDS, Arg, ArgKind, Function
 from cudaprobe.errors import UsageError
 from cudaprobe.output.bpftrace_fields import (
@@ -33,8 +33,9 @@ BPFTRACE_MAX_PROBES = 512  # bpftrace's default; more attach points need it rais
 
 # api -> (name lookup map filled in BEGIN, names by return code)
 ERROR_TABLES = {
-    "runtime": ("@runtime_error", RUNTIME_ERRORS),
-    "driver": ("@driver_error", DRIVER_ERRORS),
+    "runtime": ("@runtime_error", error_table("runtime")),
+    "driver": ("@driver_error", error_table("driver")),
+    "nccl": ("@nccl_error", error_table("nccl")),
 }
 
 

@@ -39,8 +39,9 @@ from cudaprobe.decode.calls import Call
 from cudaprobe.decode.demangle import demangle, shorten
 from cudaprobe.decode.handles import NAME_KEY
 from cudaprobe.output.base import Reporter
-from cudaprobe.output.chrome_check import GPU_PID_BASE
 
+# the devices' "processes" of --gpu-time: past any pid, pid_max being at most 2^22
+GPU_PID_BASE = 1 << 30
 MAX_THREADS = 4096  # threads whose latest top-level call is kept; the oldest forgotten
 SUMMARY_EVENT = "cudaprobe summary"
 FLOW_CATEGORY = "runtime_to_driver"

@@ -8,9 +8,10 @@ from rich.text import Text
 
 from cudaprobe.analysis.gpustats import GpuStats
 from cudaprobe.analysis.stats import PERCENTILE_NOTE, PERCENTILES, StatsReport
-from cudaprobe.analysis.summary import describe_untraced
-from cudaprobe.decode.calls import humanize_bytes, humanize_ns
+from cudaprobe.decode.calls import humanize_bytes
 from cudaprobe.decode.demangle import shorten
+from cudaprobe.output.summary_view import describe_untraced
+from cudaprobe.output.text import humanize_ns
 
 COLUMNS = ("EVENT", "CALLS", "TOTAL", "AVG", "MIN", "MAX", *(f"P{q}" for q in PERCENTILES),
            "ERRORS")

@@ -30,9 +30,11 @@ from rich.console import Console
 from rich.text import Text
 
 from cudaprobe.analysis.summary import Summary
-from cudaprobe.decode.calls import Call, cut_end, cut_middle, humanize_ns
+from cudaprobe.decode.calls import Call
 from cudaprobe.decode.gputime import gpu_span_ns
 from cudaprobe.output.base import Reporter
+from cudaprobe.output.summary_view import render_summary
+from cudaprobe.output.text import cut_end, cut_middle, humanize_ns
 
 INDENT = "  "  # EVENT's, per level of nesting
 
@@ -225,5 +227,5 @@ class TableReporter(Reporter):
 
     def finish(self, summary: Summary) -> None:
         self.console.print()
-        summary.render(self.console)
+        render_summary(summary, self.console)
         super().finish(summary)

@@ -21,8 +21,8 @@ from typing import Callable
 from rich.console import Console
 
 from cudaprobe import STARTED
-from cudaprobe.analysis.summary import Summary, count_lost, describe_lost
-from cudaprobe.catalogue.functions import RUNTIME
+from cudaprobe.analysis.summary import Summary, count_lost
+from cudaprobe.catalogue.functions import NCCL, RUNTIME
 from cudaprobe.decode.calls import Call, Symbolizer, decode_event
 from cudaprobe.decode.gputime import GpuWork, join
 from cudaprobe.decode.handles import KernelHandles
@@ -31,6 +31,7 @@ from cudaprobe.decode.records import RecordDecoder
 from cudaprobe.output.files import OutputStream
 from cudaprobe.output.formats import Reporter
 from cudaprobe.output.status import StatusLine
+from cudaprobe.output.summary_view import describe_lost, render_summary
 from cudaprobe.probe.bpfprog import Settings
 from cudaprobe.probe.event import R_TID, R_TS, RawEvent
 from cudaprobe.probe.plan import ProbePlan
@@ -74,7 +75,7 @@ class TraceSession:
         self._in_flight_errors = 0
         self._records: RecordDecoder | None = None  # made once t0 is known
         # the rows in call order, each under the call it was made in
-        self.order = CallOrder([p.function.api == RUNTIME for p in plan.probes])
+        self.order = CallOrder([p.function.api in (RUNTIME, NCCL) for p in plan.probes])
         self.kernel_handles = KernelHandles()  # driver launches' kernel names, as made
         self.sweeper = Sweeper()
         self._t0 = 0
@@ -304,6 +305,6 @@ class TraceSession:
         self.kernel_handles.close()
         self.reporter.finish(self.summary)
         if self.summary_console is not None:
-            self.summary.render(self.summary_console)
+            render_summary(self.summary, self.summary_console)
         say_if_no_cuda(self.options, self.summary.total_calls + len(in_flight))
 

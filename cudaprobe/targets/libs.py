@@ -1,8 +1,9 @@
-"""Finding the CUDA libraries to probe.
+"""Finding the CUDA and NCCL libraries to probe.
 
 `--lib` accepts a path, a directory holding CUDA libraries, or a soname
-(`libcudart.so.13`). Without `--lib`, the usual places are searched: the
-ld.so cache, /usr/local/cuda*, $CUDA_HOME, and pip's nvidia/*/lib wheels.
+(`libcudart.so.13`, `libnccl.so.2`). Without `--lib`, the usual places are
+searched: the ld.so cache, /usr/local/cuda*, $CUDA_HOME, and pip's
+nvidia/*/lib wheels (PyTorch's libnccl is nvidia/nccl/lib/libnccl.so.2).
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ import re
 import subprocess
 import sys
 
-from cudaprobe.catalogue.functions import DRIVER, RUNTIME
+from cudaprobe.catalogue.functions import DRIVER, NCCL, RUNTIME
 from cudaprobe.errors import LibraryNotFound
 from cudaprobe.targets.elfsyms import check_elf
 
 # library file name stem -> api
-LIBRARY_STEMS = {"libcudart.so": RUNTIME, "libcuda.so": DRIVER}
-_NAME_RE = re.compile(r"^(libcudart|libcuda)\.so(\.\d+)*$")
+LIBRARY_STEMS = {"libcudart.so": RUNTIME, "libcuda.so": DRIVER, "libnccl.so": NCCL}
+_NAME_RE = re.compile(r"^(libcudart|libcuda|libnccl)\.so(\.\d+)*$")
 
 
 def api_of(path: str) -> str | None:
@@ -86,7 +87,8 @@ def resolve_lib_arg(arg: str) -> list[str]:
     if os.path.isdir(arg):
         found = _dedupe(_cuda_libs_in(arg))
         if not found:
-            raise LibraryNotFound(arg, "directory holds no libcudart.so* or libcuda.so*")
+            raise LibraryNotFound(arg, "directory holds no libcudart.so*, libcuda.so* or "
+                                       "libnccl.so*")
         return found
     if os.sep in arg or os.path.exists(arg):
         check_elf(arg)

@@ -2,7 +2,7 @@
 # GPU check for `cudaprobe trace --format chrome` (docs/chrome.md): the PyTorch
 # snippet traced with its own libcudart and the driver, written as Chrome Trace
 # Event JSON, then checked and counted per track (slices, flows) by
-# cudaprobe.output.chrome_check. Run on the device machine from the repo root with
+# tests/chrome_check.py. Run on the device machine from the repo root with
 # .gpukit and .whl carried:  bash scripts/gpu/check-chrome.sh
 # Writes 5 files under $OUT: chrome-env.txt, chrome-run.txt (the snippet's
 # output and cudaprobe's summary), chrome-summary.txt (the checker's report),
@@ -26,7 +26,7 @@ cudaprobe trace --lib "${TORCH_CUDART:-$LIBCUDART}" --lib "$LIBCUDA" -o "$TRACE"
   -- "$TORCH_PY" scripts/gpu/torch_snippet.py > "$OUT/chrome-run.txt" 2>&1
 echo "trace: exit $?, ${SECONDS} s, $(stat -c %s "$TRACE" 2>&1) bytes" >> "$OUT/chrome-env.txt"
 
-python3 -m cudaprobe.output.chrome_check "$TRACE" > "$OUT/chrome-summary.txt" 2>&1
+python3 tests/chrome_check.py "$TRACE" > "$OUT/chrome-summary.txt" 2>&1
 echo "chrome_check exit status: $?" >> "$OUT/chrome-summary.txt"
 head -n 41 "$TRACE" > "$OUT/chrome-head.txt"
 gzip -c "$TRACE" > "$OUT/chrome-torch.json.gz"

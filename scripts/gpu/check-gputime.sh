@@ -110,7 +110,7 @@ regions torch-gemm sleep "${G[@]}" gemm --iters 10
 step chrome-multistream 120 python3 -m cudaprobe trace --gpu-time -f chrome \
   -o "$OUT/multistream.chrome.json" --force -- build/multistream streams 4 5 500 \
   > /dev/null 2>> "$txt"
-python3 -m cudaprobe.output.chrome_check "$OUT/multistream.chrome.json" \
+python3 tests/chrome_check.py "$OUT/multistream.chrome.json" \
   > "$OUT/multistream-chrome-check.txt" 2>&1
 say "chrome check: exit $?"; head -12 "$OUT/multistream-chrome-check.txt" >> "$txt"
 

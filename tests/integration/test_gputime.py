@@ -13,8 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from cudaprobe.output import chrome_check
-
+from .. import chrome_check
 from ..conftest import REPO, build_workload
 from .conftest import run_cudaprobe, trace_jsonl
 from .test_serve_prometheus import free_port

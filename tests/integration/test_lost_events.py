@@ -12,7 +12,7 @@ import json
 import re
 import subprocess
 
-from cudaprobe.catalogue.cuda_errors import error_name
+from cudaprobe.catalogue.enums import error_name
 
 from ..conftest import build_workload, cudaprobe_cmd
 from .steady import trace_steady, trailer

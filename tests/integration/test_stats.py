@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from cudaprobe.catalogue.cuda_errors import error_name
+from cudaprobe.catalogue.enums import error_name
 
 from ..conftest import build_workload
 from .conftest import run_cudaprobe

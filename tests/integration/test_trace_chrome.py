@@ -1,5 +1,5 @@
 """cudaprobe trace --format chrome on the toolkit's real libcudart (and Debian's
-real libcuda): the trace file is checked with cudaprobe.output.chrome_check and
+real libcuda): the trace file is checked with tests/chrome_check.py and
 compared with what the workload says it called."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ from __future__ import annotations
 import collections
 import os
 
-from cudaprobe.output import chrome_check
-
+from .. import chrome_check
 from ..conftest import build_workload
 from .conftest import expected_calls, run_cudaprobe
 

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from cudaprobe.catalogue.cuda_errors import error_name
+from cudaprobe.catalogue.enums import error_name
 
 from ..conftest import build_workload
 from .conftest import expected_calls, trace_jsonl

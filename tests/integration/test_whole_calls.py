@@ -1,4 +1,4 @@
-"""No call goes missing uncounted (issue 20, item 3), with real uprobes:
+"""No call goes missing uncounted, with real uprobes:
 
 - a function that calls itself on one thread: every level is a row, with its
   own arguments, result and out-parameter, in every mode of the BPF program
@@ -6,14 +6,16 @@
   thread's pairing slot and the hash), and calls nested past CP_MAX_DEPTH
   are counted as lost (`recursion_depth`);
 - the end of a trace is one instant for every function: a malloc/free loop
-  cut by --duration is counted call for call (cudaMalloc = cudaFree, or one
-  more where the cut fell between the two), its rows alternate to the last.
+  cut while it runs (by a stop signal, once each thread has made MARK pairs)
+  is counted call for call (cudaMalloc = cudaFree, or one more where the cut
+  fell between the two), its rows alternate to the last.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -21,8 +23,9 @@ import pytest
 
 from cudaprobe.probe.event import MAX_DEPTH
 
-from ..conftest import build_workload
+from ..conftest import build_workload, cudaprobe_cmd
 from .conftest import expected_calls, run_cudaprobe, trace_jsonl
+from .running import WAIT_S, Lines
 
 MODES = {"multi": {}, "perf": {"CUDAPROBE_ATTACH": "perf"}}
 
@@ -104,37 +107,54 @@ def alternating(calls: list[dict]) -> dict[int, list[str]]:
     return seq
 
 
-def run_cut(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    """cudaprobe ARGV -d 1 -- malloc_free_threads (forever): the trace ends with the
-    loop running; the loop is then stopped (its pid is in cudaprobe's last line)."""
+MARK = 1000  # pairs each thread of the loop has made when its trace is cut
+
+
+def run_cut(tmp_path: Path, argv: list[str], env: dict[str, str]) -> None:
+    """cudaprobe ARGV -- malloc_free_threads (forever), stopped by SIGTERM as soon
+    as each of the loop's 2 threads has made MARK pairs: the trace ends with the
+    loop running, on any machine; the loop, left running, is then killed."""
     exe = build_workload("malloc_free_threads.c")
-    proc = run_cudaprobe(*argv, "-d", "1", "--", str(exe), "1000000000", "2", env=env)
-    assert proc.returncode == 124, proc.stderr  # --duration over, the command running
-    pid = int(proc.stderr.split("(pid ")[1].split(")")[0])
-    os.kill(pid, 9)
-    return proc
+    err = tmp_path / "stderr.txt"
+    with open(err, "w") as stderr:  # a file, not a pipe: the loop keeps it open
+        proc = subprocess.Popen(
+            cudaprobe_cmd(*argv, "--", str(exe), "1000000000", "2", str(MARK)),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+    out, pid = Lines(proc.stdout), None
+    try:
+        pid = json.loads(out.wait_for(lambda s: s.startswith('{"pid"'), "the loop's pid"))["pid"]
+        out.wait_for(lambda s: s.startswith('{"made"'), f"{MARK} pairs in each thread")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=WAIT_S) == 128 + signal.SIGTERM, err.read_text()
+        assert f"(pid {pid}) keeps running" in err.read_text()  # cut with the loop running
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_stats_cut_by_duration_counts_malloc_and_free_call_for_call(tmp_path, mode):
+def test_stats_cut_mid_loop_counts_malloc_and_free_call_for_call(tmp_path, mode):
     # before the probes came off all at once, cudaFree outlived cudaMalloc by
     # ~4 ms: 373,585 cudaMalloc and 376,615 cudaFree in one second
     for run in range(3):
         out = tmp_path / f"stats{run}.json"
-        run_cut(["stats", "-e", "cudaMalloc,cudaFree", "-o", str(out)], env_for(mode))
+        run_cut(tmp_path, ["stats", "-e", "cudaMalloc,cudaFree", "-o", str(out)], env_for(mode))
         report = json.loads(out.read_text())
         count = {f["event"]: f["count"] for f in report["functions"]}
-        assert count["cudaMalloc"] > 1000
+        assert count["cudaMalloc"] >= 2 * MARK  # every call from the first is counted
         # 2 threads: each may be cut between its cudaMalloc and its cudaFree
         assert 0 <= count["cudaMalloc"] - count["cudaFree"] <= 2, count
         assert report["lost"]["pairing_map_full"] == 0
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_trace_cut_by_duration_ends_with_whole_loops(tmp_path, mode):
+def test_trace_cut_mid_loop_ends_with_whole_loops(tmp_path, mode):
     for run in range(3):
         out = tmp_path / f"calls{run}.jsonl"
-        run_cut(["trace", "-e", "cudaMalloc,cudaFree", "-o", str(out)], env_for(mode))
+        run_cut(tmp_path, ["trace", "-e", "cudaMalloc,cudaFree", "-o", str(out)], env_for(mode))
         lines = [json.loads(line) for line in out.read_text().splitlines()]
         s = lines[-1]["summary"]
         assert s["lost_total"] == 0
@@ -142,7 +162,7 @@ def test_trace_cut_by_duration_ends_with_whole_loops(tmp_path, mode):
         for tid, seq in alternating(rows).items():
             # from the first call to the last: cudaMalloc, cudaFree, ... and at
             # most a cudaMalloc without its cudaFree at the cut
-            assert len(seq) > 1000
+            assert len(seq) >= 2 * MARK
             assert seq[0::2] == ["cudaMalloc"] * len(seq[0::2]), tid
             assert seq[1::2] == ["cudaFree"] * len(seq[1::2]), tid
         # the kernel's counts agree with the rows

@@ -23,7 +23,7 @@ from cudaprobe.catalogue.functions import ArgKind
 from cudaprobe.probe.plan import missing_symbols
 from cudaprobe.targets.elfsyms import read_symbols
 
-from ..conftest import CUDA_HOME, libcuda_path
+from ..conftest import CUDA_HOME, NCCL_HOME, libcuda_path
 
 # declared in CUDA 13's cuda.h, exported only by drivers newer than Debian's 535
 NEWER_THAN_535 = {"cuCtxCreate_v4"}
@@ -59,7 +59,9 @@ def regenerated() -> str:
     include = CUDA_HOME / "include"
     if not (include / "cuda.h").is_file():
         pytest.skip(f"{include}/cuda.h not found (CUDA toolkit missing)")
-    return load_generator().generate(include)
+    if not (NCCL_HOME / "include" / "nccl.h").is_file():
+        pytest.skip("nccl.h not unpacked: run scripts/setup")
+    return load_generator().generate(include, NCCL_HOME / "include")
 
 
 def test_generated_tables_are_the_installed_headers():
@@ -70,7 +72,8 @@ def test_generated_tables_are_the_installed_headers():
 
 def test_every_declared_function_is_catalogued():
     declared = {(api, e[0] + e[1]) for api, table in (("runtime", generated.RUNTIME),
-                                                     ("driver", generated.DRIVER))
+                                                     ("driver", generated.DRIVER),
+                                                     ("nccl", generated.NCCL))
                 for e in table}
     assert declared <= {(f.api, f.symbol) for f in catalogue.FUNCTIONS}
     # CUDA 13: 310 functions in cuda_runtime_api.h, 2 in cuda_profiler_api.h

@@ -1,5 +1,5 @@
 """--format chrome: Chrome Trace Event JSON rendered to a StringIO and checked
-with cudaprobe.output.chrome_check, which the GPU check uses too."""
+with tests/chrome_check.py, which the GPU check uses too."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from cudaprobe.analysis.summary import Summary
 from cudaprobe.catalogue import functions as catalogue
 from cudaprobe.decode.calls import decode_event
 from cudaprobe.output import chrome as chrome_reporter
-from cudaprobe.output import chrome_check
 from cudaprobe.output.formats import REPORTERS, choose_format
 from cudaprobe.probe.plan import Probe
 
+from .. import chrome_check
 from .eventbuild import make_event
 
 T0 = 5_000_000_000  # the attach time, CLOCK_MONOTONIC ns

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from cudaprobe.decode.calls import JSONL_KEYS, decode_event, humanize_bytes, humanize_ns
+from cudaprobe.decode.calls import JSONL_KEYS, decode_event, humanize_bytes
 
 from .eventbuild import make_event, probes_for
 
@@ -129,5 +129,3 @@ def test_unknown_probe_id_is_a_value_error():
 def test_humanize():
     assert humanize_bytes(0) == "0 B" and humanize_bytes(1023) == "1023 B"
     assert humanize_bytes(1536) == "1.5 KiB" and humanize_bytes(3 << 30) == "3.0 GiB"
-    assert humanize_ns(999) == "999ns" and humanize_ns(41_200) == "41.2µs"
-    assert humanize_ns(2_500_000) == "2.50ms" and humanize_ns(3_000_000_000) == "3.00s"

@@ -54,6 +54,31 @@ class Expected:
         self.read_outs = read_outs
         for i, (arg, slot) in enumerate(zip(fn.args, fn.slots)):
             self.add(arg, slot, fn.out_index.get(arg.name), i + 1)
+        if fn.api == "nccl":
+            self.nccl(fn)
+
+    def nccl(self, fn: catalogue.Function) -> None:
+        """What an NCCL call adds: the bytes of its count of its datatype (here
+        ncclInt8, the enum's first: a byte each), and for a communicator it is
+        given that no traced call made, rank and nranks unknown, but what the
+        call itself asked of it (ncclCommUserRank: its rank; ncclCommCount: its
+        number of ranks), where it succeeded."""
+        count = next((self.args[a] for a in ("count", "sendcount", "recvcount")
+                      if isinstance(self.args.get(a), int)), None)
+        if count is not None and self.args.get("datatype") == "ncclInt8":
+            self.args["bytes"] = count
+            self.say("datatype", f"bytes={humanize_bytes(count)}")
+        if any(a.name == "comm" and a.kind is K.HANDLE for a in fn.args):
+            rank = self.args["rank"] if fn.name == "ncclCommUserRank" else None
+            nranks = self.args["count"] if fn.name == "ncclCommCount" else None
+            self.args["rank"], self.args["nranks"] = rank, nranks
+            self.say("comm", "(rank unknown)" if rank is None and nranks is None else
+                     f"(rank {'?' if rank is None else rank} of "
+                     f"{'?' if nranks is None else nranks})")
+
+    def say(self, name: str, more: str) -> None:
+        at = next(i for i, t in enumerate(self.texts) if t.startswith(name + "="))
+        self.texts[at] += " " + more
 
     def value(self, name: str, value: Any, text: str) -> None:
         self.args[name] = value

@@ -11,8 +11,9 @@ from collections import namedtuple
 import pytest
 from rich.console import Console
 
-from cudaprobe.sessions import doctor
-from cudaprobe.sessions.doctor import FAIL, OK, WARN
+from cudaprobe.doctor import checks as doctor
+from cudaprobe.doctor.checks import FAIL, OK, WARN
+from cudaprobe.output.doctor_view import render_checks
 from cudaprobe.targets import environment
 
 from ..conftest import as_not_root, cudaprobe_cmd, not_root_uid
@@ -153,7 +154,7 @@ def test_render_says_whether_tracing_works():
     checks = [doctor.Check("privileges", FAIL, "uid 1000, not root", "run it with sudo"),
               doctor.Check("CUDA library", OK, "/opt/[lib]/libcudart.so.12: runtime 12")]
     out = io.StringIO()
-    doctor.render(checks, Console(file=out, width=200))
+    render_checks(checks, Console(file=out, width=200))
     text = out.getvalue()
     assert "/opt/[lib]/libcudart.so.12" in text  # not eaten as markup
     assert text.rstrip().endswith("tracing will not work: fix privileges")

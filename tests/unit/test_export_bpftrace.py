@@ -217,7 +217,7 @@ def test_the_whole_catalogue_renders(monkeypatch):
     monkeypatch.setattr(probes_module, "read_symbols", lambda path: SimpleNamespace(
         path=path, is_pie_or_shared=True, functions=dict.fromkeys(everything, 0x1000),
         vaddrs=dict.fromkeys(everything, 0x1000), by_address=(), loads=()))
-    script = export(["all"], [CUDART])
+    script = export(["all"], [CUDART], apis=("runtime", "driver", "nccl"))
     assert script.count("\nuprobe:") == len(everything)
     assert "\t\t\n" not in script and "${" not in script
 

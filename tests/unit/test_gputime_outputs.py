@@ -12,12 +12,12 @@ from cudaprobe.analysis.gpustats import gpu_stats
 from cudaprobe.analysis.stats import StatsReport
 from cudaprobe.analysis.summary import Summary
 from cudaprobe.decode.gputime import ApiCall, GpuWork, join
-from cudaprobe.output import chrome_check
 from cudaprobe.output.chrome import GPU_PID_BASE, LAUNCH_FLOW_CATEGORY
 from cudaprobe.output.formats import REPORTERS
 from cudaprobe.output.stats_view import render_stats
 from cudaprobe.output.table import TableReporter, make_console
 
+from .. import chrome_check
 from .test_chrome import T0, call
 
 VECADD = "_Z6vecAddPKfS0_Pfi"

@@ -1,18 +1,22 @@
 """The package's shape: subpackages along the data path, imports one way.
 
-catalogue -> targets -> probe -> decode -> analysis -> output -> sessions ->
-commands: a module may import its own subpackage and those before it, never
-one after it (cudaprobe.errors and the package itself, which every layer
-uses, sit below them all). Read from the source with ast, so that an import
-against the direction fails here before it lands."""
+catalogue -> targets -> probe -> (doctor) -> decode -> analysis -> output ->
+sessions -> commands: a module may import its own subpackage and those before
+it, never one after it (cudaprobe.errors and the package itself, which every
+layer uses, sit below them all); and only the subpackages its own
+`__init__.py` says it may import. Read from the source with ast, so that an
+import against the direction fails here before it lands."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "cudaprobe"
-LAYERS = ("catalogue", "targets", "probe", "decode", "analysis", "output", "sessions",
+# doctor, the machine checks, is a side room: it reads what targets and probe need,
+# and output shows its report
+LAYERS = ("catalogue", "targets", "probe", "doctor", "decode", "analysis", "output", "sessions",
           "commands")
 MAX_TOP_MODULES = 8
 
@@ -68,6 +72,52 @@ def test_every_subpackage_says_what_it_owns_and_may_import():
         doc = ast.get_docstring(ast.parse(init.read_text()))
         assert doc, f"{init} has no docstring"
         assert "import" in doc, f"{init}'s docstring does not say what it may import"
+
+
+def _may_import(layer: str) -> set[str]:
+    """The subpackages that `layer`'s __init__.py says it may import (`May import:
+    a, b.` or `every other subpackage`); the bottom imports none."""
+    doc = ast.get_docstring(ast.parse((PACKAGE / layer / "__init__.py").read_text())) or ""
+    said = re.search(r"May import:(.*?)(?:\.\s|\.$|$)", doc, re.S)
+    if said is None:
+        return set()
+    if "every other subpackage" in said.group(1):
+        return set(LAYERS) - {layer}
+    return set(re.findall(r"\b[a-z]+\b", said.group(1))) & set(LAYERS)
+
+
+def test_what_each_subpackage_may_import_runs_one_way():
+    for layer in LAYERS:
+        later = _may_import(layer) - set(LAYERS[:LAYERS.index(layer)])
+        assert not later, f"{layer} says it may import {sorted(later)}, after it"
+    assert _may_import("output") == {"analysis", "decode", "doctor", "probe", "targets",
+                                     "catalogue"}
+    assert _may_import("catalogue") == set()
+
+
+def _beyond(source: str, module: str) -> list[str]:
+    """The imports of `module` (in a subpackage) of subpackages its __init__.py
+    does not name."""
+    layer = module.split(".")[1]
+    allowed = _may_import(layer) | {layer}
+    return [f"{module}:{line} imports {target}"
+            for line, target in _imports(source, module)
+            if _layer(target) is not None and target.split(".")[1] not in allowed]
+
+
+def test_each_subpackage_imports_only_what_it_says():
+    beyond = []
+    for layer in LAYERS:
+        for path in sorted((PACKAGE / layer).rglob("*.py")):
+            beyond += _beyond(path.read_text(), _module_name(path))
+    assert not beyond, "imports beyond what __init__.py says:\n" + "\n".join(beyond)
+
+
+def test_an_import_beyond_the_declaration_is_found():
+    # decode comes after doctor, yet does not say it may import it
+    assert _beyond("from cudaprobe.doctor.checks import OK\n", "cudaprobe.decode.calls")
+    assert not _beyond("from cudaprobe.doctor.checks import OK\n", "cudaprobe.output.x")
+    assert not _beyond("from cudaprobe.decode import calls\n", "cudaprobe.decode.records")
 
 
 def test_few_modules_at_the_top():

@@ -28,6 +28,9 @@ def test_wheel_contains_bpf_sources_and_entry_point(wheel):
     assert "cudaprobe/bpf/cudaprobe.bpf.c" in names
     assert "cudaprobe/bpf/cudaprobe.h" in names
     assert "cudaprobe/cupti/gputime.c" in names and "cudaprobe/cupti/gputime.h" in names
+    # every subpackage is listed in setup.cfg, so shipped
+    for init in sorted((REPO / "cudaprobe").glob("*/__init__.py")):
+        assert f"cudaprobe/{init.parent.name}/__init__.py" in names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "cudaprobe = cudaprobe.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
 

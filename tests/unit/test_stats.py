@@ -23,9 +23,10 @@ from cudaprobe.analysis.stats import (
     slot_bounds,
     slot_of,
 )
-from cudaprobe.analysis.stats_compare import Change, compare, load_report, render_changes
+from cudaprobe.analysis.stats_compare import Change, compare, load_report
 from cudaprobe.catalogue import functions as catalogue
 from cudaprobe.errors import UsageError
+from cudaprobe.output.compare_view import render_changes
 from cudaprobe.output.stats_view import render_stats
 from cudaprobe.probe import bpfprog
 from cudaprobe.probe.bpfprog import bpf_dir

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from cudaprobe.analysis.summary import ATTACH, UNKNOWN_CODE, Summary, Untraced
 from cudaprobe.catalogue import functions as catalogue
+from cudaprobe.output.summary_view import render_summary
 from cudaprobe.probe.event import CallTally
 from cudaprobe.probe.plan import Probe
 
@@ -29,7 +30,7 @@ def rows_seen() -> Summary:
 
 def rendered(s: Summary) -> str:
     buf = io.StringIO()
-    s.render(Console(file=buf, width=120))
+    render_summary(s, Console(file=buf, width=120))
     return buf.getvalue()
 
 

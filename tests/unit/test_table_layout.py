@@ -11,8 +11,8 @@ import pytest
 from rich.console import Console
 from rich.text import Text
 
-from cudaprobe.decode.calls import cut_middle
 from cudaprobe.output.table import COLUMNS, DETAILS_WANT, TableReporter, fit, layout
+from cudaprobe.output.text import cut_middle, humanize_ns
 
 from .test_reporters import calls, summary_for
 
@@ -107,3 +107,8 @@ def test_layout_fits_every_width(width):
     assert width - sum(widths) - len(widths) >= DETAILS_WANT
     assert [c.title for c in shown][:3] == ["TIME(ms)", "PROCESS", "PID"]
     assert set(folded) <= {"TID", "RESULT", "LATENCY"}
+
+
+def test_humanize_ns():
+    assert humanize_ns(999) == "999ns" and humanize_ns(41_200) == "41.2µs"
+    assert humanize_ns(2_500_000) == "2.50ms" and humanize_ns(3_000_000_000) == "3.00s"

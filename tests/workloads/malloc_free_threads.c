@@ -2,15 +2,20 @@
  * PAIRS times, unpaced, all started together (without a GPU both fail fast
  * with cudaErrorInsufficientDriver, so the probes fire as fast as the CPU
  * allows). Prints {"calls": N, "threads": T, "elapsed_ns": E} on stdout.
- * Usage: malloc_free_threads PAIRS THREADS
+ * Usage: malloc_free_threads PAIRS THREADS [MARK]
+ * With MARK, it prints {"pid": P} first, and {"made": MARK} as soon as every
+ * thread has made MARK pairs, then goes on: a test that cuts a trace with the
+ * loop running cuts it there, whatever the machine's speed.
  */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
-static long pairs;
+static long pairs, mark;
+static int threads, marked;
 static pthread_barrier_t start;
 
 static long long now_ns(void)
@@ -28,6 +33,10 @@ static void *loop(void *arg)
 		void *p = NULL;
 		cudaMalloc(&p, 4096);
 		cudaFree(p);
+		if (i + 1 == mark && __atomic_add_fetch(&marked, 1, __ATOMIC_SEQ_CST) == threads) {
+			printf("{\"made\": %ld}\n", mark);
+			fflush(stdout);
+		}
 	}
 	return NULL;
 }
@@ -35,13 +44,18 @@ static void *loop(void *arg)
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: malloc_free_threads PAIRS THREADS\n");
+		fprintf(stderr, "usage: malloc_free_threads PAIRS THREADS [MARK]\n");
 		return 64;
 	}
 	pairs = atol(argv[1]);
-	int threads = atoi(argv[2]);
-	if (pairs < 0 || threads < 1 || threads > 64)
+	threads = atoi(argv[2]);
+	mark = argc > 3 ? atol(argv[3]) : 0;
+	if (pairs < 0 || threads < 1 || threads > 64 || mark < 0)
 		return 64;
+	if (mark) {
+		printf("{\"pid\": %d}\n", (int)getpid());
+		fflush(stdout);
+	}
 	pthread_t t[64];
 	pthread_barrier_init(&start, NULL, threads + 1);
 	for (int i = 0; i < threads; i++)

@@ -16,12 +16,8 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 from cudaprobe.catalogue.count import count_text
-from cudaprobe.catalogue.functions import DRIVER, FUNCTIONS, RUNTIME
+from cudaprobe.catalogue.functions import APIS, FUNCTIONS
 from cudaprobe.errors import CudaprobeError
 from cudaprobe.probe import bpfprog, sweep, uprobe_multi
 from cudaprobe.targets import environment
@@ -43,8 +39,6 @@ class Check:
     found: str
     fix: str = ""
     details: dict[str, Any] = field(default_factory=dict)  # more, for --json
-
-
 
 
 def check_privileges() -> Check:
@@ -239,7 +233,7 @@ def _version_of(path: str) -> str:
 def check_cuda(libs: list[str] | None) -> list[Check]:
     try:
         paths = sorted({p for arg in libs for p in resolve_lib_arg(arg)}) if libs else (
-            discover_libraries({RUNTIME, DRIVER}))
+            discover_libraries(set(APIS)))
     except CudaprobeError as e:
         return [Check("CUDA library", FAIL, e.message, "give --lib a libcudart or libcuda")]
     if not paths:
@@ -287,21 +281,3 @@ def tracing_works(checks: list[Check]) -> bool:
 
 def to_json(checks: list[Check]) -> dict[str, Any]:
     return {"tracing_works": tracing_works(checks), "checks": [asdict(c) for c in checks]}
-
-
-STYLES = {OK: "green", WARN: "yellow", FAIL: "bold red"}
-
-
-def render(checks: list[Check], console: Console) -> None:
-    table = Table(show_edge=False, title="cudaprobe doctor", title_justify="left")
-    for col in ("CHECK", "STATUS", "FOUND", "FIX"):
-        table.add_column(col, overflow="fold")
-    for c in checks:  # Text(): paths and versions may hold [ ], which is rich markup
-        table.add_row(c.name, Text(c.status.upper(), style=STYLES[c.status]), Text(c.found),
-                      Text(c.fix))
-    console.print(table)
-    failed = [c.name for c in checks if c.status == FAIL]
-    if failed:
-        console.print(Text(f"tracing will not work: fix {', '.join(failed)}", style="bold red"))
-    else:
-        console.print(Text("tracing will work", style="green"))

@@ -1,7 +1,7 @@
 """Check a Chrome Trace Event JSON file's structure and count what is on each track.
 
-Used by the tests and by scripts/gpu/check-chrome.sh on what `--format
-chrome` wrote:  python -m cudaprobe.chrome_check TRACE.json[.gz] ...
+A checking tool, used by the tests and by scripts/gpu/check-chrome.sh on what
+`--format chrome` wrote:  python3 tests/chrome_check.py TRACE.json[.gz] ...
 Prints counts per track (pid/tid: slices, in-flight slices, flows) and exits
 1 if anything is wrong: an X event without ts/dur/pid/tid, a flow start
 without its end (or the reverse), a flow that binds to no slice, slices of a
@@ -19,10 +19,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from cudaprobe.output.chrome import GPU_PID_BASE
+
 MAX_PROBLEMS = 50  # said one by one; the rest are counted
-# the devices' "processes" of --gpu-time (chrome.py writes them; here, so that this
-# checker imports nothing of cudaprobe): past any pid, pid_max being at most 2^22
-GPU_PID_BASE = 1 << 30
 
 Track = tuple[int, int]
 

@@ -1,0 +1,114 @@
+"""NCCL calls for people: bytes moved, and the communicator as rank of ranks.
+
+A collective passes a count of elements of its datatype; `bytes` is count x
+the datatype's size (for ncclAllGather the count each rank sends, for
+ncclReduceScatter the count each receives, as the call takes it). The
+communicator is an opaque handle: its rank and number of ranks are learned
+where a traced call made or asked it (ncclCommInitRank*, ncclCommUserRank,
+ncclCommCount), or read once from the communicator itself (CommReader, for
+one made before cudaprobe attached); where neither tells, they are None and
+the row says "rank unknown".
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from cudaprobe.catalogue.enums import enum_name
+from cudaprobe.catalogue.functions import NCCL, ArgKind, Function
+
+# bytes per element, by ncclDataType_t enumerator
+DATATYPE_SIZES = {
+    "ncclInt8": 1, "ncclUint8": 1, "ncclInt32": 4, "ncclUint32": 4, "ncclInt64": 8,
+    "ncclUint64": 8, "ncclFloat16": 2, "ncclFloat32": 4, "ncclFloat64": 8, "ncclBfloat16": 2,
+    "ncclFloat8e4m3": 1, "ncclFloat8e5m2": 1,
+}
+COUNT_ARGS = ("count", "sendcount", "recvcount")
+# (rank argument, ranks argument, out-parameter holding the new communicator)
+MAKERS = {
+    "ncclCommInitRank": ("rank", "nranks", "comm"),
+    "ncclCommInitRankConfig": ("rank", "nranks", "comm"),
+    "ncclCommInitRankScalable": ("myrank", "nranks", "newcomm"),
+}
+# calls that tell one thing of a communicator they are given: (out-parameter, which)
+ASKERS = {"ncclCommUserRank": ("rank", 0), "ncclCommCount": ("count", 1)}
+ENDERS = {"ncclCommDestroy", "ncclCommAbort"}
+UNKNOWN = "rank unknown"
+# what reads a communicator's (rank, nranks) from the process: (pid, comm) -> them or None
+CommReader = Callable[[int, int], "tuple[int, int] | None"]
+
+
+def element_size(datatype: Any) -> int | None:
+    """Bytes per element of a decoded ncclDataType_t (a name, or the number
+    where the header names none)."""
+    if isinstance(datatype, int):
+        datatype = enum_name("ncclDataType_t", datatype)
+    return DATATYPE_SIZES.get(datatype) if isinstance(datatype, str) else None
+
+
+class Communicators:
+    """What is known of each process's communicators: (rank, nranks), either
+    possibly None."""
+
+    def __init__(self, reader: CommReader | None = None) -> None:
+        self._known: dict[tuple[int, int], list[int | None]] = {}
+        self._reader = reader
+        self._read: set[tuple[int, int]] = set()  # asked the reader once
+
+    def of(self, pid: int, comm: int) -> tuple[int | None, int | None]:
+        key = (pid, comm)
+        known = self._known.get(key)
+        if (known is None or None in known) and comm and self._reader is not None \
+                and key not in self._read:
+            self._read.add(key)
+            read = self._reader(pid, comm)
+            if read is not None:
+                known = self._known[key] = list(read)
+        return (known[0], known[1]) if known else (None, None)
+
+    def learn(self, fn: Function, pid: int, args: dict[str, Any]) -> None:
+        """What a successful call of `fn` tells of a communicator."""
+        if fn.name in MAKERS:
+            rank, nranks, out = MAKERS[fn.name]
+            comm = _address(args.get(out))
+            if comm:
+                self._known[(pid, comm)] = [args.get(rank), args.get(nranks)]
+        elif fn.name in ASKERS:
+            out, which = ASKERS[fn.name]
+            comm = _address(args.get("comm"))
+            if comm and isinstance(args.get(out), int):
+                self._known.setdefault((pid, comm), [None, None])[which] = args[out]
+        elif fn.name in ENDERS:
+            comm = _address(args.get("comm"))
+            self._known.pop((pid, comm), None)
+            self._read.discard((pid, comm))
+
+
+def _address(value: Any) -> int:
+    return int(value, 16) if isinstance(value, str) else 0
+
+
+def describe(fn: Function, pid: int, args: dict[str, Any], details: str,
+             comms: Communicators | None, say_bytes: Callable[[int], str]) -> str:
+    """Add to an NCCL call's decoded `args` its `bytes`, `rank` and `nranks`
+    (where it has a count and a communicator), and return its details with
+    them: `datatype=ncclFloat32 bytes=4.0 MiB`, `comm=0x... (rank 0 of 2)`.
+    `say_bytes` writes a number of bytes for people."""
+    if fn.api != NCCL:
+        return details
+    count = next((args[a] for a in COUNT_ARGS if isinstance(args.get(a), int)), None)
+    size = element_size(args.get("datatype"))
+    parts = details.split(" ")
+    if count is not None and size is not None:
+        args["bytes"] = count * size
+        parts = [f"{p} bytes={say_bytes(args['bytes'])}" if p.startswith("datatype=")
+                 else p for p in parts]
+    given = any(a.name == "comm" and a.kind is ArgKind.HANDLE for a in fn.args)
+    comm = _address(args.get("comm")) if given else 0
+    if comm:
+        rank, nranks = comms.of(pid, comm) if comms is not None else (None, None)
+        args["rank"], args["nranks"] = rank, nranks
+        said = (f"({UNKNOWN})" if rank is None and nranks is None else
+                f"(rank {'?' if rank is None else rank} of {'?' if nranks is None else nranks})")
+        parts = [f"{p} {said}" if p.startswith("comm=") else p for p in parts]
+    return " ".join(parts)

@@ -1,0 +1,27 @@
+"""`cudaprobe doctor`'s report as the terminal shows it: a table of the checks,
+then whether tracing will work."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from cudaprobe.doctor.checks import FAIL, OK, WARN, Check
+
+STYLES = {OK: "green", WARN: "yellow", FAIL: "bold red"}
+
+
+def render_checks(checks: list[Check], console: Console) -> None:
+    table = Table(show_edge=False, title="cudaprobe doctor", title_justify="left")
+    for col in ("CHECK", "STATUS", "FOUND", "FIX"):
+        table.add_column(col, overflow="fold")
+    for c in checks:  # Text(): paths and versions may hold [ ], which is rich markup
+        table.add_row(c.name, Text(c.status.upper(), style=STYLES[c.status]), Text(c.found),
+                      Text(c.fix))
+    console.print(table)
+    failed = [c.name for c in checks if c.status == FAIL]
+    if failed:
+        console.print(Text(f"tracing will not work: fix {', '.join(failed)}", style="bold red"))
+    else:
+        console.print(Text("tracing will work", style="green"))

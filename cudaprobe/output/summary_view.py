@@ -1,0 +1,75 @@
+"""The end-of-trace summary as the terminal shows it: the table of calls per
+function, the line of totals and losses, and what was not traced."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from cudaprobe.analysis.summary import ATTACH, NOT_LOST, Summary, Untraced
+from cudaprobe.output.text import cut_middle, humanize_ns
+
+SHOWN_UNTRACED = 5  # said one by one; more are counted
+
+
+def describe_lost(lost: dict[str, int]) -> str:
+    """`ringbuf_full=12, decode_errors=1`: the causes that happened."""
+    return ", ".join(f"{k}={v}" for k, v in lost.items() if v and k not in NOT_LOST)
+
+
+def describe_span(u: Untraced) -> str:
+    """What one span not traced left out, in a sentence."""
+    if u.before == ATTACH:
+        return (f"pid {u.pid} ({u.process}) ran {u.seconds:.2f}s before the "
+                "attach: its calls until then, and those under way then, are not included")
+    return (f"pid {u.pid} ({u.process}) mapped {u.before} up to "
+            f"{u.seconds:.2f}s before it was probed: its calls there until then are "
+            "not included")
+
+
+def describe_untraced(spans: list[Untraced]) -> list[str]:
+    """The summary's lines about calls not seen: one per span, then a count."""
+    lines = [f"not traced: {describe_span(u)}" for u in spans[:SHOWN_UNTRACED]]
+    if len(spans) > SHOWN_UNTRACED:
+        lines.append(f"not traced: {len(spans) - SHOWN_UNTRACED} more such spans (see --json "
+                     "or the JSONL trailer's `untraced`)")
+    return lines
+
+
+def render_summary(summary: Summary, console: Console) -> None:
+    """The table, a line per function at any width from 80: an error per line
+    of its cell, never split; names cut in the middle where the line is short
+    (the suffix stays: `cudaLaunchCoop…Kernel_ptsz`)."""
+    by_total = sorted(summary.counts.items(), key=lambda kv: -kv[1].total_ns)
+    rows = []
+    for name, s in by_total:
+        errors = "\n".join(f"{n} x{k}" for n, k in s.errors.most_common())
+        avg = humanize_ns(s.total_ns // s.calls) if s.calls else "-"
+        rows.append([name, str(s.calls), humanize_ns(s.total_ns), avg, errors])
+    titles = ("EVENT", "CALLS", "TOTAL", "AVG", "ERRORS")
+    widths = [max([len(titles[i])] + [len(line) for r in rows for line in r[i].split("\n")])
+              for i in range(len(titles))]
+    # each column's padding and rule: 3 characters, less the edge
+    event_width = max(len(titles[0]), console.width - sum(widths[1:]) - 3 * len(titles))
+    table = Table(title="cudaprobe summary", title_justify="left", show_edge=False)
+    for col, justify in zip(titles, ("left", "right", "right", "right", "left")):
+        table.add_column(col, justify=justify, no_wrap=True)
+    for name, *cells in rows:
+        table.add_row(Text(cut_middle(name, event_width)), *cells[:-1], Text(cells[-1]))
+    console.print(table)
+    lost = summary.total_lost
+    line = f"{summary.total_calls} calls in {summary.duration_s:.2f}s, "
+    if summary.total_rows != summary.total_calls:  # lost, or --errors-only
+        line += f"{summary.total_rows} as rows, "
+    line += f"{len(summary.in_flight)} still in flight, {lost} lost"
+    if summary.exited_mid_call:
+        line += f", {summary.exited_mid_call} ended with their thread"
+    if lost:
+        line += f" ({describe_lost(summary.lost)})"
+    console.print(Text(line, style="bold red" if lost else ""))
+    for note in describe_untraced(summary.untraced):
+        console.print(Text(note, style="yellow"))
+    if summary.not_found:
+        console.print(Text("not exported by the traced libraries: "
+                           + ", ".join(summary.not_found), style="dim"))
