@@ -22,6 +22,7 @@ from cudaprobe.commands.completion import complete_events
 from cudaprobe.errors import (
     LibraryNotFound,
     NotRoot,
+    OtherPidNamespace,
     OutputFailed,
     SymbolMissing,
     UsageError,
@@ -29,8 +30,10 @@ from cudaprobe.errors import (
 from cudaprobe.output.files import OutputStream, StdoutStream, open_output
 from cudaprobe.output.formats import REPORT_EXTENSIONS, format_of_output
 from cudaprobe.output.table import make_console
+from cudaprobe.output.text import escape
 from cudaprobe.probe import bpfprog
 from cudaprobe.probe.plan import ProbePlan, plan_probes
+from cudaprobe.probe.sweep import host_pids_visible
 from cudaprobe.probe.tracer import prepare_machine
 from cudaprobe.targets.launch import resolve_command
 from cudaprobe.targets.libs import discover_libraries, resolve_lib_arg
@@ -175,6 +178,8 @@ def plan_targets(functions: list[Function], libs: tuple[str, ...], apis: set[str
                               per_process=bool(command or pids) and comm is None, **settings)
     if not dump_bpf and os.geteuid() != 0:
         raise NotRoot()
+    if follow and not dump_bpf and not host_pids_visible():
+        raise OtherPidNamespace()
     if command:
         resolve_command(list(command))  # before anything is attached, said or written
     targets = None
@@ -198,7 +203,7 @@ def announce(plan: ProbePlan, targets: Targets | None, doing: str) -> Callable[[
     err = make_console(sys.stderr)
 
     def notify(message: str) -> None:
-        err.print(Text(f"cudaprobe: {message}", style="dim"))
+        err.print(Text(f"cudaprobe: {escape(message)}", style="dim"))
 
     for note in prepare_machine() + (targets.notes if targets else []):
         notify(note)

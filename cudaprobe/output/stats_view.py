@@ -11,7 +11,7 @@ from cudaprobe.analysis.stats import PERCENTILE_NOTE, PERCENTILES, StatsReport
 from cudaprobe.decode.calls import humanize_bytes
 from cudaprobe.decode.demangle import shorten
 from cudaprobe.output.summary_view import describe_untraced
-from cudaprobe.output.text import humanize_ns
+from cudaprobe.output.text import escape, humanize_ns
 
 COLUMNS = ("EVENT", "CALLS", "TOTAL", "AVG", "MIN", "MAX", *(f"P{q}" for q in PERCENTILES),
            "ERRORS")
@@ -29,7 +29,7 @@ def render_stats(report: StatsReport, console: Console, sort: str = "total",
         if s.errors_unkeyed:
             errors += f"{', ' if errors else ''}unknown code x{s.errors_unkeyed}"
         # kernel names (--by kernel) run to kilobytes: shortened here, whole in --json
-        table.add_row(Text(shorten(s.event)), str(s.count), humanize_ns(s.total_ns),
+        table.add_row(Text(shorten(escape(s.event))), str(s.count), humanize_ns(s.total_ns),
                       humanize_ns(s.avg_ns), humanize_ns(s.min_ns), humanize_ns(s.max_ns),
                       *(humanize_ns(s.p(q)) for q in PERCENTILES),
                       Text(errors, style="red" if errors else ""))

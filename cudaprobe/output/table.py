@@ -34,7 +34,7 @@ from cudaprobe.decode.calls import Call
 from cudaprobe.decode.gputime import gpu_span_ns
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.summary_view import render_summary
-from cudaprobe.output.text import cut_end, cut_middle, humanize_ns
+from cudaprobe.output.text import cut_end, cut_middle, escape, humanize_ns
 
 INDENT = "  "  # EVENT's, per level of nesting
 
@@ -68,7 +68,7 @@ def _result(c: Call) -> str:
 
 COLUMNS = (
     Column("TIME(ms)", 10, lambda c: f"{c.time_ms:.3f}", "right"),
-    Column("PROCESS", 15, lambda c: c.process, min_width=8),
+    Column("PROCESS", 15, lambda c: escape(c.process), min_width=8),
     Column("PID", 7, lambda c: str(c.pid), "right"),
     Column("TID", 7, lambda c: str(c.tid), "right"),
     Column("EVENT", 26, _event, min_width=18, cut=cut_middle),
@@ -215,7 +215,7 @@ class TableReporter(Reporter):
         details_width, cells, folded = self._details_width, self._cells, self._folded
         for c in calls:
             row = " ".join([column.text(column.cell(c), w) for column, w in cells])
-            details = folded_details(c, folded) if folded else c.details
+            details = escape(folded_details(c, folded) if folded else c.details)
             if details_width is None:
                 line = f"{row} {details}"
             else:

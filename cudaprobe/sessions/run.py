@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from cudaprobe.analysis.summary import Summary
+from cudaprobe.output.text import escape
 from cudaprobe.probe.bpfprog import Settings
 from cudaprobe.probe.plan import ProbePlan
 from cudaprobe.probe.tracer import Tracer
@@ -51,7 +52,7 @@ GRACE_POLL_MS = 20  # reads during the grace period: short, to see the command's
 
 
 def say_on_stderr(message: str) -> None:
-    print(f"cudaprobe: {message}", file=sys.stderr)
+    print(f"cudaprobe: {escape(message)}", file=sys.stderr)
 
 
 @dataclass

@@ -112,3 +112,22 @@ def test_layout_fits_every_width(width):
 def test_humanize_ns():
     assert humanize_ns(999) == "999ns" and humanize_ns(41_200) == "41.2µs"
     assert humanize_ns(2_500_000) == "2.50ms" and humanize_ns(3_000_000_000) == "3.00s"
+
+
+def test_what_the_process_controls_is_escaped():
+    """Its name and the text in DETAILS (kernel names come from its code): one
+    line each, no byte that a terminal would act on."""
+    from cudaprobe.output.text import escape  # noqa: PLC0415
+
+    assert escape('a,"b\nc\\d') == 'a,"b\\nc\\\\d'
+    assert escape("\x1b[31mred\x07") == "\\x1b[31mred\\x07"
+    assert escape("\u202eevil") == "\\u202eevil" and escape("ünï kern<1>") == "ünï kern<1>"
+    buf = io.StringIO()
+    r = TableReporter(buf)
+    cs = calls()
+    cs[0].process = "\x1b[2Jx\ny"
+    r.start()
+    r.calls(cs)
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 3 and "\x1b" not in buf.getvalue()
+    assert " \\x1b[2Jx\\ny " in lines[1]
