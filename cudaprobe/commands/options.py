@@ -27,7 +27,7 @@ from cudaprobe.errors import (
     SymbolMissing,
     UsageError,
 )
-from cudaprobe.output.files import OutputStream, StdoutStream, open_output
+from cudaprobe.output.files import OutputStream, StdoutStream, open_output, stdout_closed
 from cudaprobe.output.formats import REPORT_EXTENSIONS, format_of_output
 from cudaprobe.output.table import make_console
 from cudaprobe.output.text import escape
@@ -80,6 +80,17 @@ class StartsCommand(click.Command):
         word = before[0]
         return any(isinstance(p, click.Option) and not p.is_flag
                    and word in p.opts + p.secondary_opts for p in self.params)
+
+
+class FiniteRange(click.FloatRange):
+    """A FloatRange that takes no `nan` (every comparison with it is false, so
+    FloatRange lets it through) and no `inf`."""
+
+    def convert(self, value, param, ctx) -> float:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 def resolve_libraries(libs: tuple[str, ...], apis: set[str]) -> list[str]:
@@ -258,7 +269,7 @@ def write_report(write: Callable[[], None], status: int, command: bool) -> int:
     and the status is -- COMMAND's all the same, or 1 without one (0 for EPIPE)."""
     try:
         write()
-        if sys.stdout is None:  # started with stdout closed: the human report went nowhere
+        if stdout_closed():  # started with stdout closed: the human report went nowhere
             raise OutputFailed("writing stdout failed: stdout is closed", errno.EBADF)
         sys.stdout.flush()
     except OutputFailed as e:
@@ -269,7 +280,7 @@ def write_report(write: Callable[[], None], status: int, command: bool) -> int:
         failure, message = e.errno, f"writing output failed: {e.strerror}"
     else:
         return status
-    if sys.stdout is not None:  # the interpreter's last flush: quiet
+    if not stdout_closed():  # the interpreter's last flush: quiet
         os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     if failure != errno.EPIPE:
         click.echo(f"cudaprobe: {message}", err=True)

@@ -22,6 +22,7 @@ from cudaprobe.analysis.summary import NOT_LOST
 from cudaprobe.catalogue.functions import ArgKind
 from cudaprobe.commands.options import (
     APIS,
+    FiniteRange,
     Seconds,
     StartsCommand,
     announce,
@@ -90,7 +91,7 @@ def stats_by_kernel(plan: ProbePlan, settings: bpfprog.Settings, command: list[s
 @click.option("--compare", "baseline", metavar="BASELINE.json",
               help=f"Compare with an earlier JSON report (-o X.json); exit {REGRESSION_EXIT} if a "
                    "function's count or p50 moved more than --threshold.")
-@click.option("--threshold", type=click.FloatRange(min=0), default=DEFAULT_THRESHOLD,
+@click.option("--threshold", type=FiniteRange(min=0), default=DEFAULT_THRESHOLD,
               metavar="PERCENT", help="How far a count or p50 may move under --compare.")
 @click.option("--min-calls", type=click.IntRange(min=1), default=DEFAULT_MIN_CALLS,
               metavar="N", help="Compare p50 only where both runs made at least N calls.")

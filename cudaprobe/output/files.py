@@ -197,13 +197,19 @@ class LazyOutputFile(OutputStream):
                 self.failure = self.failure or e
 
 
+def stdout_closed() -> bool:
+    """Whether cudaprobe started with fd 1 closed (`>&-`): Python's sys.stdout is
+    None then, or the CLI's stand-in that fails every write (cli.ClosedStdout)."""
+    return sys.stdout is None or getattr(sys.stdout, "closed_at_start", False)
+
+
 class StdoutStream(OutputStream):
     """cudaprobe's stdout (fd 1), written around sys.stdout so that a failure is
     this stream's and Python's own flush at exit has nothing left to fail."""
 
     def __init__(self) -> None:
         super().__init__("stdout")
-        if sys.stdout is None:  # started with fd 1 closed (`>&-`)
+        if stdout_closed():  # started with fd 1 closed (`>&-`)
             self.failure = OSError(errno.EBADF, "stdout is closed")
 
     def _fd(self) -> int:

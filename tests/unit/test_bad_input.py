@@ -40,6 +40,11 @@ CASES = {
     "events empty": (["-e", ""], ["-e '' names no function"]),
     "events only commas": (["-e", ","], ["-e ',' names no function"]),
     "nothing after --": (["--"], ["-- needs a command after it"]),
+    "otlp-sample nan": (["--otlp", "http://x:4318", "--otlp-sample", "nan"],
+                        ["'nan' is not a finite number"]),
+    "otlp-interval inf": (["--otlp", "http://x:4318", "--otlp-interval", "inf"],
+                          ["'inf' is not a finite number"]),
+    "lib empty": (["--lib", "", "-d", "1"], ["CUDA library '': empty"]),
     "nothing after -- with options": (["-o", "new.jsonl", "--"],
                                       ["-- needs a command after it"]),
 }
@@ -67,3 +72,9 @@ def test_not_root(scratch):
     line = assert_one_line(run(scratch, "trace", "--lib", LIB, "-o", "new.jsonl", "--",
                                "/bin/true", not_root=True))
     assert line == "cudaprobe: tracing needs root (CAP_BPF and CAP_PERFMON) (run it with sudo)"
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_stats_threshold_must_be_finite(scratch, value):
+    assert_one_line(run(scratch, "stats", "--threshold", value, "--dump-bpf"),
+                    f"'{value}' is not a finite number")

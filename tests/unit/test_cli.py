@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+
+import pytest
 
 from ..conftest import as_not_root, cudaprobe_cmd, libcudart_path
 
@@ -87,3 +90,23 @@ def test_a_command_with_options_runs_them_not_cudaprobe():
     p = run("trace", "--dump-bpf", "python3", "-c", "print(1)")
     assert p.returncode in (0, 2), p.stderr  # 2: no libcudart on this machine
     assert "both name the command" not in p.stderr
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["trace", "--help"],
+                                  ["list"], ["completion", "bash"], ["trace", "--dump-bpf"]])
+@pytest.mark.parametrize("stdout", ["full", "closed"])
+def test_output_that_cannot_be_written_is_said(args, stdout):
+    """Help, the version, list, completion, --dump-bpf: to a full disk or a
+    closed stdout, one line and exit 1, never a traceback nor a quiet 0."""
+    if "--dump-bpf" in args and libcudart_path() is not None:
+        args = [*args, "--lib", str(libcudart_path())]
+    with open("/dev/full", "w") as full:
+        p = subprocess.run(cudaprobe_cmd(*args), stdout=full if stdout == "full" else None,
+                           stderr=subprocess.PIPE, text=True, timeout=60,
+                           preexec_fn=None if stdout == "full" else (lambda: os.close(1)))
+    if "--dump-bpf" in args and libcudart_path() is None:
+        assert p.returncode == 2  # no library to dump for: said first
+        return
+    why = "No space left on device" if stdout == "full" else "stdout is closed"
+    assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith("cudaprobe: writing") and why in p.stderr
