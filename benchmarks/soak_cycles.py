@@ -79,16 +79,16 @@ def cycles(count: int, libcudart: str, workload: Path) -> dict:
     start = time.monotonic()
     for _ in range(count):
         with Tracer(plan, Settings()) as tracer:
-            tracer.start()
+            tracer.attacher.start()
             made |= bpf_objects()
             subprocess.run([str(workload), str(LOOPS), "0", "0"], check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             calls = 0
             deadline = time.monotonic() + 5
             while calls < 3 * LOOPS and time.monotonic() < deadline:
-                calls += len(tracer.poll(50))
+                calls += len(tracer.ring.poll(50))
             seen_calls.append(calls)  # system-wide: other programs' calls too
-            tracer.detach()
+            tracer.attacher.detach()
     elapsed = time.monotonic() - start
     after = open_fds()
     left = made

@@ -422,6 +422,10 @@ static __always_inline void locate_site(struct pt_regs *ctx, struct cp_event *e,
 #define CP_LOCATES(cfg) ((cfg)->func_slot >= 0)
 #endif
 
+#ifdef CP_PYSTACKS
+#include "pystacks.bpf.h"
+#endif
+
 /* Entry: what the probe captures (its cp_probe_cfg), into the pairing entry.
  * Only what the probe uses is written: no memset of the whole event. */
 static __always_inline void begin_call(struct pt_regs *ctx, struct cp_event *e, u32 probe_id,
@@ -640,8 +644,13 @@ static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
 	cp_entry_t *entry = pairing_entry(pid_tgid, probe_id, &owner);
 	if (entry && entry->ts_ns)
 		entry = nested_entry(entry, pid_tgid, probe_id);
-	if (entry)
-		begin_call(ctx, entry, probe_id, pid_tgid, owner);
+	if (!entry)
+		return 0;
+	begin_call(ctx, entry, probe_id, pid_tgid, owner);
+#ifdef CP_PYSTACKS
+	/* the Python stack, sent with a later entry time: the call's from then on */
+	entry->ts_ns = py_capture(pid_tgid);
+#endif
 	return 0;
 }
 

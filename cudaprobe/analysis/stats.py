@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from cudaprobe.analysis.gpustats import GpuStats
+from cudaprobe.analysis.nccl import NcclStats
 from cudaprobe.analysis.summary import Untraced
 from cudaprobe.catalogue.enums import error_name
 from cudaprobe.decode.calls import Call
@@ -103,7 +104,7 @@ class FunctionStats:
 
 
 def combine_cpus(per_cpu: list[tuple[int, ...]]) -> FunctionStats:
-    """Sum one probe's per-CPU `struct cp_stat`s, flattened as Tracer.read_stats gives
+    """Sum one probe's per-CPU `struct cp_stat`s, flattened as MapReader.read_stats gives
     them: (count, total_ns, min_ns, max_ns, errors_unkeyed, *hist, *hist_ns)."""
     s = FunctionStats("", "", "")
     mins = []
@@ -124,8 +125,8 @@ def combine_cpus(per_cpu: list[tuple[int, ...]]) -> FunctionStats:
 
 def collect(probes: list[Probe], raw_stats: dict[int, list[tuple[int, ...]]],
             raw_errors: dict[tuple[int, int], int]) -> list[FunctionStats]:
-    """FunctionStats for every probe that saw a call, from what Tracer.read_stats
-    and Tracer.read_errors returned."""
+    """FunctionStats for every probe that saw a call, from what MapReader.read_stats
+    and MapReader.read_errors returned."""
     out = []
     for probe in probes:
         s = combine_cpus(raw_stats.get(probe.func_id, []))
@@ -147,16 +148,18 @@ class KernelTally:
     The kernel's aggregation is per probe, and a probe does not know which
     kernel a call launches (its name comes from the symbols in user space), so
     this costs what `trace` costs per launch, not what `stats` does. Launches
-    whose kernel is unknown are counted under their call, `(kernel unknown)`."""
+    whose kernel is unknown are counted under their call, `(kernel unknown)`.
+    With `name_of`, the rows are what it names a call (None: not counted)."""
 
-    def __init__(self) -> None:
+    def __init__(self, name_of: Callable[[Call], str | None] | None = None) -> None:
         self._by_name: dict[str, FunctionStats] = {}
+        self.name_of = name_of or _kernel_name
 
     def add(self, calls: list[Call]) -> None:
         for c in calls:
-            if c.category != "kernel" or c.duration_ns is None:
+            name = self.name_of(c)
+            if name is None or c.duration_ns is None:
                 continue  # still running at the end: no duration to count
-            name = c.args.get(NAME_KEY) or f"{c.event} (kernel unknown)"
             s = self._by_name.get(name)
             if s is None:
                 s = self._by_name[name] = FunctionStats(name, c.api, c.category)
@@ -174,6 +177,12 @@ class KernelTally:
     @property
     def functions(self) -> list[FunctionStats]:
         return list(self._by_name.values())
+
+
+def _kernel_name(c: Call) -> str | None:
+    if c.category != "kernel":
+        return None
+    return c.args.get(NAME_KEY) or f"{c.event} (kernel unknown)"
 
 
 SORT_KEYS = {
@@ -199,6 +208,7 @@ class StatsReport:
     in_flight: int = 0  # calls entered but not returned when the report was made
     lost: dict[str, int] = field(default_factory=dict)
     gpu: GpuStats | None = None  # stats --gpu-time
+    nccl: NcclStats | None = None  # stats --by collective
     untraced: list[Untraced] = field(default_factory=list)  # spans whose calls were not seen
 
     def sorted(self, key: str = "total") -> list[FunctionStats]:
@@ -222,5 +232,6 @@ class StatsReport:
             "libraries": self.libraries,
             "not_found": self.not_found,
             **({"gpu": self.gpu.to_dict()} if self.gpu is not None else {}),
+            **({"nccl": self.nccl.to_dict()} if self.nccl is not None else {}),
             "untraced": [u.to_dict() for u in self.untraced],
         }

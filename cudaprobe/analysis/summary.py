@@ -88,7 +88,7 @@ class Summary:
         st.errors.update(errors)
 
     def take_kernel_counts(self, probes: list[Probe], tally: dict[int, CallTally]) -> None:
-        """The calls counted in the kernel (Tracer.read_tally), per function:
+        """The calls counted in the kernel (MapReader.read_tally), per function:
         from now on the summary's calls, errors and latency."""
         counted: dict[str, EventStats] = {}
         for p in probes:

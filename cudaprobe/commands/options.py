@@ -32,9 +32,9 @@ from cudaprobe.output.formats import REPORT_EXTENSIONS, format_of_output
 from cudaprobe.output.table import make_console
 from cudaprobe.output.text import escape
 from cudaprobe.probe import bpfprog
+from cudaprobe.probe.load import prepare_machine
 from cudaprobe.probe.plan import ProbePlan, plan_probes
 from cudaprobe.probe.sweep import host_pids_visible
-from cudaprobe.probe.tracer import prepare_machine
 from cudaprobe.targets.launch import resolve_command
 from cudaprobe.targets.libs import discover_libraries, resolve_lib_arg
 from cudaprobe.targets.selection import Targets, initial_libraries
@@ -287,3 +287,9 @@ def write_report(write: Callable[[], None], status: int, command: bool) -> int:
     if command:
         return status
     return 0 if failure == errno.EPIPE else OutputFailed.exit_code
+
+
+py_stacks_option = click.option(
+    "--py-stacks", is_flag=True,
+    help="Each call made by a thread running Python carries that thread's Python stack, "
+         "read by the probe at the call (CPython 3.9-3.13; docs/pystacks.md).")

@@ -19,7 +19,7 @@ from cudaprobe.analysis.stats_compare import (
     load_report,
 )
 from cudaprobe.analysis.summary import NOT_LOST
-from cudaprobe.catalogue.functions import ArgKind
+from cudaprobe.catalogue.functions import NCCL, ArgKind
 from cudaprobe.commands.options import (
     APIS,
     FiniteRange,
@@ -41,6 +41,7 @@ from cudaprobe.output.stats_view import render_stats
 from cudaprobe.output.table import make_console
 from cudaprobe.probe import bpfprog
 from cudaprobe.probe.plan import ProbePlan, select_functions
+from cudaprobe.sessions.collectives import stats_by_collective
 from cudaprobe.sessions.gputime import GpuTimeRun, check_gpu_time
 from cudaprobe.sessions.stats import StatsOptions, run_stats
 from cudaprobe.sessions.trace import SessionOptions, TraceSession
@@ -82,9 +83,12 @@ def stats_by_kernel(plan: ProbePlan, settings: bpfprog.Settings, command: list[s
 @probe_options(events="count")
 @click.option("--sort", type=click.Choice(sorted(SORT_KEYS)), default="total",
               help="Order of the rows (largest first; `name` alphabetical).")
-@click.option("--by", type=click.Choice(["function", "kernel"]), default="function",
-              help="A row per traced function (counted in the kernel), or per kernel "
-                   "launched (counted from traced launches: costs what `trace` does).")
+@click.option("--by", type=click.Choice(["function", "kernel", "collective"]),
+              default="function",
+              help="A row per traced function (counted in the kernel), per kernel "
+                   "launched (counted from traced launches: costs what `trace` does), or "
+                   "per NCCL collective and rank, with bandwidths and stragglers "
+                   "(docs/nccl.md).")
 @click.option("-i", "--interval", type=Seconds(), metavar="SECONDS",
               help="Also print the table (cumulative) every SECONDS.")
 @report_file_options("docs/stats.md")
@@ -123,18 +127,29 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
       sudo cudaprobe stats --compare api.json -- python train.py
       sudo cudaprobe stats --by kernel -- python train.py
       sudo cudaprobe stats --gpu-time -- python train.py
+      sudo cudaprobe stats --by collective --gpu-time -- torchrun --nproc_per_node 2 train.py
 
     With --by kernel, a row per kernel name: the launches (category kernel)
     are traced, not counted in the kernel, and each is named as `trace` names
     it (the calls that make driver kernel handles are traced too, to name
     them); launches of an unknown kernel are a row per call, "(kernel unknown)".
+
+    With --by collective, NCCL's calls are traced (the default set of --api nccl,
+    or -e): a row per collective and rank with calls, bytes and host latency,
+    with --gpu-time the NCCL kernels' GPU time and nccl-tests' algbw and busbw;
+    then, per communicator, how long its ranks waited for each other and which
+    rank came last (the straggler).
     """
     apis = APIS[api]
     if gpu_time:
         check_gpu_time(list(command))
-    by_kernel = by == "kernel"
-    if by_kernel and interval:
+    by_kernel, by_collective = by == "kernel", by == "collective"
+    if (by_kernel or by_collective) and interval:
         raise UsageError("--interval goes with --by function")
+    if by_collective and NCCL not in apis:
+        raise UsageError("--by collective counts NCCL's calls: --api must include nccl")
+    if by_collective:
+        apis = {NCCL}
     functions = select_functions(list(events) or (["kernel"] if by_kernel else []), apis)
     if by_kernel:
         functions = [f for f in functions if f.category == "kernel"]
@@ -144,7 +159,7 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
         functions += [f for f in select_functions([], apis)
                       if any(a.kind is ArgKind.OUT_FUNCTION for a in f.args)]
     plan, settings, targets = plan_targets(functions, libs, apis, pids, comm, wait, command,
-                                           dump_bpf, stats=not by_kernel)
+                                           dump_bpf, stats=by == "function")
     if dump_bpf:
         click.echo(bpfprog.render(plan.probes, settings))
         return
@@ -154,14 +169,17 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
     gpu = GpuTimeRun(notify) if gpu_time else None
     command_env = gpu.env if gpu is not None else {}
     try:
-        if by_kernel:
+        if by_collective:
+            report, status = stats_by_collective(plan, settings, list(command), targets,
+                                                 notify, duration, gpu)
+        elif by_kernel:
             report, status = stats_by_kernel(plan, settings, list(command), targets, notify,
                                              duration, command_env)
         else:
             report, status = run_stats(plan, settings, StatsOptions(
                 command=list(command), targets=targets, notify=notify, duration=duration,
                 interval=interval, sort=sort, command_env=command_env), human)
-        if gpu is not None and (work := gpu.read()):
+        if gpu is not None and not by_collective and (work := gpu.read()):
             report.gpu = gpu_stats(work, gpu.dropped)
     finally:
         if targets is not None:

@@ -6,7 +6,14 @@ import sys
 
 import click
 
-from cudaprobe.commands.options import APIS, StartsCommand, announce, plan_targets, probe_options
+from cudaprobe.commands.options import (
+    APIS,
+    StartsCommand,
+    announce,
+    plan_targets,
+    probe_options,
+    py_stacks_option,
+)
 from cudaprobe.commands.otlp_options import otlp_config, otlp_options, with_otlp
 from cudaprobe.commands.trace_options import STRICT_EXIT, check_conflicts, output_options
 from cudaprobe.decode.symbolize import KernelSymbolizer
@@ -34,11 +41,12 @@ from cudaprobe.sessions.trace import SessionOptions, TraceSession
 @click.option("--gpu-time", is_flag=True,
               help="With -- COMMAND: the GPU time of each launch, copy and memset, through "
                    "CUPTI (rows are written when COMMAND exits; docs/gputime.md).")
+@py_stacks_option
 @output_options
 @otlp_options
-def trace_command(libs, events, api, fmt, output, force, duration, errors_only, gpu_time, mode,
-                  max_size, strict, ringbuf_pages, dump_bpf, pids, comm, wait, command,
-                  **otlp) -> None:
+def trace_command(libs, events, api, fmt, output, force, duration, errors_only, gpu_time,
+                  py_stacks, mode, max_size, strict, ringbuf_pages, dump_bpf, pids, comm, wait,
+                  command, **otlp) -> None:
     """Trace CUDA API calls: one row per completed call, then a summary.
 
     With `-- COMMAND`, start COMMAND and trace it and every process it
@@ -77,6 +85,7 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
       sudo cudaprobe trace -e memory,cudaLaunchKernel -o calls.jsonl -- python train.py
       sudo cudaprobe trace --errors-only
       sudo cudaprobe trace --gpu-time -o calls.jsonl -- python train.py
+      sudo cudaprobe trace --py-stacks -o calls.jsonl -- python train.py
       sudo cudaprobe trace --otlp http://collector:4318 --otlp-slow 1ms -- python train.py
       cudaprobe trace --dump-bpf -e transfer
     """
@@ -91,7 +100,7 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
     ringbuf_pages = ringbuf_pages or bpfprog.Settings.ringbuf_pages
     plan, settings, targets = plan_targets(functions, libs, apis, pids, comm, wait, command,
                                            dump_bpf, errors_only=errors_only,
-                                           ringbuf_pages=ringbuf_pages)
+                                           ringbuf_pages=ringbuf_pages, py_stacks=py_stacks)
     if dump_bpf:
         click.echo(bpfprog.render(plan.probes, settings))
         return

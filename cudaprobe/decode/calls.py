@@ -37,7 +37,7 @@ class Call:
 
     __slots__ = ("time_ms", "ts_ns", "pid", "tid", "process", "event", "api", "category",
                  "duration_ns", "ret", "ret_name", "_args", "_details", "lazy", "gpu", "depth",
-                 "parent")
+                 "parent", "py_stack")
 
     def __init__(self, time_ms: float, ts_ns: int, pid: int, tid: int, process: str, event: str,
                  api: str, category: str, duration_ns: int | None, ret: int | None,
@@ -65,6 +65,8 @@ class Call:
         # call this one was made in
         self.depth = depth
         self.parent = parent
+        # --py-stacks: the thread's Python stack at the call (decode.pystacks.PyStack)
+        self.py_stack: Any = None
 
     def _decode(self) -> None:
         decoder, record = self.lazy
@@ -99,7 +101,12 @@ class Call:
         return self.duration_ns is None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in JSONL_KEYS}
+        d = {k: getattr(self, k) for k in JSONL_KEYS}
+        if self.py_stack is not None:  # absent for a thread with no Python frame
+            d["py_stack"] = self.py_stack.frames
+            if self.py_stack.cut:
+                d["py_stack_cut"] = True
+        return d
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Call) and self.to_dict() == other.to_dict()

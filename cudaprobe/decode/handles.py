@@ -30,7 +30,7 @@ import struct
 from typing import Any
 
 from cudaprobe.catalogue.functions import NCCL, ArgKind, Function
-from cudaprobe.decode.nccl import Communicators
+from cudaprobe.decode.nccl import Communicators, MemoryReader
 from cudaprobe.probe.event import NAME_MAX
 
 # shown for a handle that is named neither by a traced call nor in its memory
@@ -77,7 +77,7 @@ class KernelHandles:
         self._names: dict[tuple[int, int], str] = {}
         self._read: dict[tuple[int, int], str | None] = {}  # from the handles' memory
         self._mem: dict[int, int] = {}  # pid -> its /proc/PID/mem, open
-        self.communicators = Communicators()
+        self.communicators = Communicators(MemoryReader(self._mem_of))
 
     def name(self, pid: int, handle: int) -> str | None:
         """The handle's kernel name: as a traced call made it, else as the

@@ -5,17 +5,22 @@ the datatype's size (for ncclAllGather the count each rank sends, for
 ncclReduceScatter the count each receives, as the call takes it). The
 communicator is an opaque handle: its rank and number of ranks are learned
 where a traced call made or asked it (ncclCommInitRank*, ncclCommUserRank,
-ncclCommCount), or read once from the communicator itself (CommReader, for
-one made before cudaprobe attached); where neither tells, they are None and
-the row says "rank unknown".
+ncclCommCount), or read once from the communicator itself (MemoryReader, for
+one made before cudaprobe attached, or by ncclCommSplit); where neither
+tells, they are None and the row says "rank unknown".
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 from cudaprobe.catalogue.enums import enum_name
 from cudaprobe.catalogue.functions import NCCL, ArgKind, Function
+from cudaprobe.errors import CudaprobeError
+from cudaprobe.targets.libs import api_of
+from cudaprobe.targets.nccl_comm import NCCL_MAGIC, CommLayout, comm_layout
+from cudaprobe.targets.procmaps import read_maps
 
 # bytes per element, by ncclDataType_t enumerator
 DATATYPE_SIZES = {
@@ -34,8 +39,51 @@ MAKERS = {
 ASKERS = {"ncclCommUserRank": ("rank", 0), "ncclCommCount": ("count", 1)}
 ENDERS = {"ncclCommDestroy", "ncclCommAbort"}
 UNKNOWN = "rank unknown"
+MAX_RANKS = 1 << 20  # more is no number of ranks: not a communicator
 # what reads a communicator's (rank, nranks) from the process: (pid, comm) -> them or None
 CommReader = Callable[[int, int], "tuple[int, int] | None"]
+
+
+def read_comm(mem_fd: int, comm: int, layout: CommLayout) -> tuple[int, int] | None:
+    """(rank, nranks) of the communicator at `comm`, read through `mem_fd`
+    (/proc/PID/mem), or None where it is not one: no NCCL_MAGIC at its start,
+    or a rank that is no rank of so many."""
+    try:
+        magic = os.pread(mem_fd, 8, comm)
+        rank = os.pread(mem_fd, 4, comm + layout.rank_offset)
+        nranks = os.pread(mem_fd, 4, comm + layout.nranks_offset)
+    except (OSError, OverflowError):
+        return None
+    if len(magic) < 8 or len(rank) < 4 or len(nranks) < 4 or \
+            int.from_bytes(magic, "little") != NCCL_MAGIC:
+        return None
+    r, n = int.from_bytes(rank, "little", signed=True), int.from_bytes(nranks, "little",
+                                                                       signed=True)
+    return (r, n) if 0 <= r < n <= MAX_RANKS else None
+
+
+class MemoryReader:
+    """A CommReader: the communicator read from the process's memory, at the
+    offsets its libnccl's code says (targets/nccl_comm.py). `mem_of(pid)` gives
+    the process's /proc/PID/mem, open (or -1)."""
+
+    def __init__(self, mem_of: Callable[[int], int]) -> None:
+        self.mem_of = mem_of
+        self._layouts: dict[int, CommLayout | None] = {}
+
+    def layout(self, pid: int) -> CommLayout | None:
+        if pid not in self._layouts:
+            try:
+                libs = [f.host_path for f in read_maps(pid) if api_of(f.path) == NCCL]
+            except CudaprobeError:
+                libs = []
+            self._layouts[pid] = comm_layout(libs[0]) if len(libs) == 1 else None
+        return self._layouts[pid]
+
+    def __call__(self, pid: int, comm: int) -> tuple[int, int] | None:
+        layout = self.layout(pid)
+        fd = self.mem_of(pid) if layout is not None else -1
+        return read_comm(fd, comm, layout) if fd >= 0 and layout is not None else None
 
 
 def element_size(datatype: Any) -> int | None:

@@ -68,6 +68,9 @@ class RowFormat(Protocol):
         """The row of a call decoded whole (not probe.simple); its depth and
         parent set."""
 
+    def with_py_stack(self, row: Any, stack: Any) -> Any:
+        """The row with its call's Python stack (decode.pystacks.PyStack)."""
+
 
 class Summary(Protocol):
     """What RecordDecoder.count adds to: analysis.summary.Summary (not imported:
@@ -158,6 +161,7 @@ class RecordDecoder:
         # RowFormat -> its row maker per probe id, made at the probe's first record
         self._makers: dict[int, tuple[RowFormat, list[RowMaker | None]]] = {}
         self.errors = 0  # records that could not be decoded (unknown probe id)
+        self.py_stacks: Any = None  # --py-stacks: decode.pystacks.PyStacks, joined by decode()
 
     def decoder(self, fid: int) -> ProbeDecoder:
         d = self._decoders[fid]
@@ -176,7 +180,7 @@ class RecordDecoder:
         makers = entry[1]
         out: list = []
         append = out.append
-        nmakers, seen, errors = len(makers), self._seen, self.errors
+        nmakers, seen, errors, py = len(makers), self._seen, self.errors, self.py_stacks
         for rec, (depth, parent) in zip(records, repeat(TOP) if nesting is None else nesting):
             pid = rec[R_PID]
             if pid not in seen:
@@ -188,7 +192,11 @@ class RecordDecoder:
             make = makers[fid]
             if make is None:
                 make = makers[fid] = self._maker(self.decoder(fid), rows)
-            append(make(rec, depth, parent))
+            if py is None:
+                append(make(rec, depth, parent))
+            else:  # --py-stacks: the call's stack, where its thread ran Python
+                row, stack = make(rec, depth, parent), py.pop(rec[R_TID], rec[R_TS])
+                append(row if stack is None or row is None else rows.with_py_stack(row, stack))
         if self.errors != errors:  # a record decoded whole failed (None), or unknown ids
             out = [row for row in out if row is not None]
         return out
@@ -240,6 +248,10 @@ class RecordDecoder:
         return make
 
     def row_of_call(self, call: Call) -> Call:
+        return call
+
+    def with_py_stack(self, call: Call, stack: Any) -> Call:
+        call.py_stack = stack
         return call
 
     def count(self, records: list[tuple], summary: Summary) -> None:

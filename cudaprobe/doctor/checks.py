@@ -143,7 +143,7 @@ def check_headers() -> Check:
 
 
 def check_bcc() -> Check:
-    from cudaprobe.probe.tracer import import_bcc  # noqa: PLC0415 - tracer imports bcc's helpers lazily too
+    from cudaprobe.probe.load import import_bcc  # noqa: PLC0415 - load imports bcc's helpers lazily too
 
     try:
         bcc = import_bcc()

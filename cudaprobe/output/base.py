@@ -35,6 +35,10 @@ class Reporter:
     def calls(self, calls: list[Call]) -> None:
         raise NotImplementedError
 
+    def with_py_stack(self, row: object, stack: object) -> object:
+        """A row of row_maker's with its call's Python stack (RowFormat)."""
+        raise NotImplementedError
+
     def finish(self, summary: Summary) -> None:
         """Called once at the end, after in-flight calls were reported."""
         self.stream.flush()

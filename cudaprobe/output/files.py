@@ -142,6 +142,17 @@ class OutputStream:
         why = failure.strerror if failure is not None and failure.strerror else str(failure)
         return f"writing {self.name} failed: {why}"
 
+    def failure_note(self, lost: dict[str, int]) -> str | None:
+        """The line that says what the failure cost the trace, `lost` being the
+        summary's losses; None where nothing is to be said (a closed pipe:
+        `| head` is the reader's choice)."""
+        if self.cause == "output_epipe":
+            return None
+        if self.cause in lost:
+            return (f"{self.describe_failure()}: tracing stopped, {lost[self.cause]} calls "
+                    "not written (counted as lost)")
+        return f"{self.describe_failure()}: the summary was not written"  # the rows went out
+
     def failure_said(self) -> None:
         """The failure was handled and said: close() need not raise it."""
         self._reported = True

@@ -12,6 +12,7 @@ from cudaprobe.analysis.summary import Summary
 from cudaprobe.decode.calls import Call
 from cudaprobe.decode.gputime import gpu_object
 from cudaprobe.decode.nesting import Mark
+from cudaprobe.decode.pystacks import PyStack
 from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.recordtext import compile_args_text, encode
@@ -71,12 +72,22 @@ class JsonlReporter(Reporter):
     def row_of_call(self, call: Call) -> str:
         return self.json_line(call) + "\n"
 
+    def with_py_stack(self, row: str, stack: PyStack) -> str:
+        return row[:-2] + py_stack_json(stack) + "}\n"
+
     def json_line(self, call: Call) -> str:
         """The call's JSONL line (no newline), as json.dumps(call.to_dict()) writes
         it; formatted from the record for a Call whose args are not decoded yet."""
         lazy = call.lazy
         if lazy is None or call.duration_ns is None or call.event is not lazy[0].event:
             return encode(call.to_dict())
+        if call.py_stack is not None:
+            return self._lazy_line(call)[:-1] + py_stack_json(call.py_stack) + "}"
+        return self._lazy_line(call)
+
+    def _lazy_line(self, call: Call) -> str:
+        """json_line of a Call whose args are not decoded yet, without its stack."""
+        lazy = call.lazy
         d, rec = lazy
         if call._args is None and call._details is None:
             json_details = self._json_details.get(d)
@@ -96,3 +107,9 @@ class JsonlReporter(Reporter):
     def finish(self, summary: Summary) -> None:
         self.stream.write(json.dumps({"summary": summary.to_dict()}, separators=(",", ":")) + "\n")
         super().finish(summary)
+
+
+def py_stack_json(stack: PyStack) -> str:
+    """`,"py_stack":[...]` (and `,"py_stack_cut":true`), to go before a line's `}`."""
+    return (',"py_stack":' + encode(stack.frames)
+            + (',"py_stack_cut":true' if stack.cut else ""))

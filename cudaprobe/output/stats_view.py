@@ -10,6 +10,7 @@ from cudaprobe.analysis.gpustats import GpuStats
 from cudaprobe.analysis.stats import PERCENTILE_NOTE, PERCENTILES, StatsReport
 from cudaprobe.decode.calls import humanize_bytes
 from cudaprobe.decode.demangle import shorten
+from cudaprobe.output.nccl_view import render_nccl_stats
 from cudaprobe.output.summary_view import describe_untraced
 from cudaprobe.output.text import escape, humanize_ns
 
@@ -36,6 +37,8 @@ def render_stats(report: StatsReport, console: Console, sort: str = "total",
     console.print(table)
     if report.gpu is not None:
         render_gpu_stats(report.gpu, console)
+    if report.nccl is not None:
+        render_nccl_stats(report.nccl, console)
     lost = sum(report.lost.values())
     line = (f"{report.total_calls} calls in {report.duration_s:.2f}s, "
             f"{report.in_flight} still in flight, {lost} lost")

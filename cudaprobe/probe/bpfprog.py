@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudaprobe.catalogue.functions import ArgKind
-from cudaprobe.probe import event, uprobe_multi
+from cudaprobe.errors import EnvironmentProblem
+from cudaprobe.probe import event, kernel_btf, uprobe_multi
 from cudaprobe.probe.plan import Probe
 
 SOURCE_NAME = "cudaprobe.bpf.c"
@@ -49,6 +51,7 @@ class Settings:
     stats: bool = False  # aggregate in the kernel (cudaprobe stats) instead of emitting events
     stacks: bool = False  # record user stacks (cudaprobe memory --stacks)
     callers: bool = False  # record each call's return address (cudaprobe memory)
+    py_stacks: bool = False  # send each call's Python stack (--py-stacks; trace records only)
     # "multi": uprobe_multi links (Linux >= 6.6); "perf": one perf event per probe
     attach: str = field(default_factory=lambda: default_attach())
 
@@ -112,6 +115,14 @@ def defines(probes: list[Probe], settings: Settings) -> dict[str, str]:
         d["CP_STACKS"] = "1"
     if settings.callers:
         d["CP_CALLER"] = "1"
+    if settings.py_stacks and not settings.stats:
+        d["CP_PYSTACKS"] = "1"
+        offsets = kernel_btf.task_offsets()
+        if offsets is None:
+            raise EnvironmentProblem(f"--py-stacks reads the kernel's task fields at offsets "
+                                     f"that {kernel_btf.BTF_PATH} gives, and it is not there",
+                                     fix="a kernel built with CONFIG_DEBUG_INFO_BTF")
+        d.update({k: str(v) for k, v in offsets.items()})
     return d
 
 
@@ -121,6 +132,16 @@ def cflags(probes: list[Probe], settings: Settings) -> list[str]:
 
 def source_path() -> str:
     return str(bpf_dir() / SOURCE_NAME)
+
+
+LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+\.bpf\.h)"$', re.M)
+
+
+def source_text() -> str:
+    """The program's text with its bpf/*.bpf.h includes inlined: bcc rewrites
+    map calls (`m.lookup(&k)`) only in the text it is given."""
+    return LOCAL_INCLUDE.sub(lambda m: (bpf_dir() / m[1]).read_text(),
+                             (bpf_dir() / SOURCE_NAME).read_text())
 
 
 def render(probes: list[Probe], settings: Settings) -> str:

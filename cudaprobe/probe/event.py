@@ -111,7 +111,7 @@ NO_CFG = (0,) * CFG_WORDS
 
 
 class CallTally(NamedTuple):
-    """struct cp_tally of one probe, summed over CPUs (Tracer.read_tally)."""
+    """struct cp_tally of one probe, summed over CPUs (MapReader.read_tally)."""
 
     calls: int
     total_ns: int

@@ -20,7 +20,8 @@ row, the records between the two positions are one contiguous slice. The
 spool holds the records as the ring had them, headers and all, discarded
 ones too (the decoder skips them). A record longer than the longest layout
 is that layout followed by a string (a kernel name read at exit, see
-cp_named in bpf/cudaprobe.bpf.c): its bytes are the tuple's last item.
+cp_named in bpf/cudaprobe.bpf.c): its bytes are the tuple's last item; or,
+where its first word is 0, a side record (a Python stack), given as bytes.
 
 The two positions are read and written as whole 8-byte words, through
 memoryviews cast to "Q": struct's "<Q" reads and writes them a byte at a
@@ -43,6 +44,7 @@ import struct
 import tempfile
 import time
 import traceback
+from typing import Callable
 
 from cudaprobe.errors import OutputError
 
@@ -50,6 +52,9 @@ BUSY = 1 << 31
 DISCARD = 1 << 30
 LENGTH = ~(BUSY | DISCARD) & 0xFFFFFFFF
 HEADER = struct.Struct("<II")
+# a side record (--py-stacks, bpf/pystacks.h) starts with a zero word where a
+# call record has its entry time: handed over as its bytes, not unpacked
+SIDE = bytes(8)
 
 BATCH_BYTES = 1 << 20  # spool bytes unpacked per consume(): ~12k records, tens of ms to decode
 AGAIN_BYTES = 256 << 10  # a copy this big: the reader goes again at once, more is coming
@@ -96,6 +101,8 @@ class RingBuffer:
         longest = max(records, key=lambda r: r.size)
         self.longest, self.unpack_longest = longest.size - HEADER.size, longest.unpack_from
         self.malformed = 0
+        # where consume() hands the side records (--py-stacks: decode.pystacks.PyStacks.add)
+        self.on_side: Callable[[list[bytes]], None] | None = None
         consumer = mmap.mmap(map_fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,
                              offset=0)
         data = mmap.mmap(map_fd, page + 2 * size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
@@ -140,6 +147,13 @@ class RingBuffer:
         except BlockingIOError:
             pass
 
+    def poll(self, timeout_ms: int) -> list[tuple]:
+        """Wait up to timeout_ms for records when none are spooled, then the
+        next batch (consume)."""
+        if self.available() == 0:
+            self.wait(timeout_ms)
+        return self.consume()
+
     def available(self) -> int:
         """Spooled bytes not consumed yet."""
         return self._words[WRITTEN] - self._read
@@ -156,6 +170,7 @@ class RingBuffer:
             return []
         blob = os.pread(self._spool, n, self._read)
         out: list[tuple] = []
+        side: list[bytes] = []
         by_length, header = self.by_length, HEADER.unpack_from
         append = out.append
         pos, end = 0, len(blob)
@@ -169,6 +184,8 @@ class RingBuffer:
                 unpack = by_length.get(real)
                 if unpack is not None:
                     append(unpack(blob, pos))
+                elif real > self.longest and blob[pos + 8 : pos + 16] == SIDE:
+                    side.append(bytes(blob[pos + HEADER.size : pos + HEADER.size + real]))
                 elif real > self.longest:  # an event and its string
                     text = bytes(blob[pos + HEADER.size + self.longest : pos + HEADER.size + real])
                     append(self.unpack_longest(blob, pos) + (text,))
@@ -176,6 +193,8 @@ class RingBuffer:
                     self.malformed += 1
             pos += step
         self._read += pos
+        if side and self.on_side is not None:
+            self.on_side(side)
         if self._read - self._punched >= PUNCH_BYTES:
             self._free_read()
         return out

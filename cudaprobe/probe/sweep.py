@@ -46,12 +46,12 @@ class Sweeper:
         self.next = clock() + every_s
         self.removed = 0
 
-    def due(self, tracer: Forgets) -> None:
+    def due(self, entries: Forgets) -> None:
         """Sweep if SWEEP_S passed since the last time."""
         if self.clock() >= self.next:
-            self.now(tracer)
+            self.now(entries)
 
-    def now(self, tracer: Forgets) -> None:
+    def now(self, entries: Forgets) -> None:
         if self.enabled:
-            self.removed += tracer.forget_exited(thread_alive)
+            self.removed += entries.forget_exited(thread_alive)
         self.next = self.clock() + self.every_s

@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 from cudaprobe.analysis.summary import ATTACH, Summary, Untraced
 from cudaprobe.errors import CudaprobeError, ProcessGone
+from cudaprobe.probe.attach import Attacher
 from cudaprobe.probe.plan import ProbePlan, attachments_in, missing_symbols
-from cudaprobe.probe.tracer import Tracer
 from cudaprobe.targets.procmaps import process_age_s, process_name
 from cudaprobe.targets.selection import CudaObject, Targets
 
@@ -25,10 +25,10 @@ COMM_RESCAN_S = 2.0  # a read of every /proc/PID/comm
 
 
 class Follower:
-    def __init__(self, targets: Targets, tracer: Tracer, plan: ProbePlan, summary: Summary,
+    def __init__(self, targets: Targets, attacher: Attacher, plan: ProbePlan, summary: Summary,
                  notify: Callable[[str], None]) -> None:
         self.targets = targets
-        self.tracer = tracer
+        self.attacher = attacher
         self.plan = plan
         self.summary = summary
         self.notify = notify
@@ -39,14 +39,14 @@ class Follower:
         self._functions = list(dict.fromkeys(p.function for p in plan.probes))
         self._libraries = sorted({a.path for a in plan.attachments})
         if targets.comm is not None:  # the present ones are targets before we say so
-            tracer.set_comm(targets.comm)
+            attacher.set_comm(targets.comm)
             self._add_named()
             self._next_comm_scan = time.monotonic() + COMM_RESCAN_S
         for pid in targets.requested:
-            tracer.add_target(pid)
+            attacher.add_target(pid)
         # every probe of the start is in: tracing starts before the notices say so
-        tracer.start()
-        targets.attached_at(tracer.target_pids())
+        attacher.start()
+        targets.attached_at(attacher.target_pids())
         for pid in sorted(self._named):
             self._ran_before_attach(pid, _name(pid))
         for pid in targets.requested:
@@ -72,7 +72,7 @@ class Follower:
         """Report exits, rescan when due; True once every --pid target has exited."""
         for pid in self.targets.exited():
             self.notify(f"pid {pid} ({self.targets.names.get(pid, '?')}) exited")
-        self.tracer.follow_children()  # every poll: the window of a new child is short
+        self.attacher.follow_children()  # every poll: the window of a new child is short
         now = time.monotonic()
         if now >= self._next_comm_scan:
             self._next_comm_scan = now + COMM_RESCAN_S
@@ -86,15 +86,15 @@ class Follower:
         for pid in self.targets.named_now():
             if pid not in self._named:
                 self._named.add(pid)
-                self.tracer.add_target(pid)
+                self.attacher.add_target(pid)
 
     def _rescan_maps(self) -> None:
         # the processes named by --pid first: a library new to several processes
         # (a fork shares its parent's maps) is reported as the named one's
-        pids = sorted(self.tracer.target_pids(), key=lambda pid: pid not in self.targets.names)
+        pids = sorted(self.attacher.target_pids(), key=lambda pid: pid not in self.targets.names)
         found, gone = self.targets.scan(pids)
         for pid in gone:
-            self.tracer.remove_target(pid)
+            self.attacher.remove_target(pid)
             self._named.discard(pid)
         for obj in found:
             self._attach(obj)
@@ -104,7 +104,7 @@ class Follower:
             atts = attachments_in(self.plan.probes, obj.host_path)
             if not atts:
                 return
-            self.tracer.attach_library(obj.host_path, atts)
+            self.attacher.attach_library(obj.host_path, atts)
         except (CudaprobeError, OSError) as e:  # it went away, or the kernel refused
             self.notify(f"cannot probe {obj.where}, mapped by pid {obj.pid}: {e}")
             return

@@ -7,15 +7,20 @@ CUPTI hands the records over in batches (each FLUSH_PERIOD_MS of
 cupti/gputime.c, and all at exit), so the GPU side of a call is known only
 half a second or more after its row: `trace` and `stats` read them when the
 command has exited (docs/gputime.md says why the rows of `trace --gpu-time`
-wait for the end), `serve` polls them as they come.
+wait for the end), `serve` polls them as they come. In a trace session
+(GpuTimeRows) the rows are held until then, each launch, copy and memset
+is given its `gpu` work (decode.gputime.join), and the rows go out in the
+order they came.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from cudaprobe.decode.gputime import GpuReader, GpuWork
+from cudaprobe.decode.calls import Call
+from cudaprobe.decode.gputime import GpuReader, GpuWork, join
 from cudaprobe.errors import UsageError
+from cudaprobe.output.formats import Reporter
 from cudaprobe.targets.cupti import GpuTimeSetup, prepare
 from cudaprobe.targets.launch import STARTUP_ENVIRONMENT
 
@@ -74,3 +79,62 @@ class GpuTimeRun:
 
     def close(self) -> None:
         self.setup.close()
+
+
+class GpuTimeRows:
+    """--gpu-time in a trace session: the rows held (hold) until the command
+    has exited and its GPU records are read, then joined to them and passed on
+    (finish); or, where `on_gpu_work` takes the GPU work as it comes (serve),
+    nothing held and the work handed on at each feed()."""
+
+    def __init__(self, notify: Callable[[str], None],
+                 on_gpu_work: Callable[[list[GpuWork]], None] | None) -> None:
+        self.notify = notify
+        self.on_gpu_work = on_gpu_work
+        # serve only counts the GPU work: nothing kept, nothing joined
+        self.gpu = GpuTimeRun(notify, keep=on_gpu_work is None)
+        self._held: list[Call] | None = None
+        if self.gpu.reader is not None and on_gpu_work is None:
+            self._held = []
+            notify("--gpu-time: the rows are written when the command has exited (its GPU "
+                   "records come in batches)")
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.gpu.env
+
+    @property
+    def holding(self) -> bool:
+        return self._held is not None
+
+    def hold(self, calls: list[Call]) -> None:
+        self._held.extend(calls)
+
+    def feed(self) -> bool:
+        """serve: the GPU work written since the last look, to be counted."""
+        if self.on_gpu_work is None:
+            return False
+        self.on_gpu_work(self.gpu.poll())
+        return True
+
+    def finish(self, reporter: Reporter) -> None:
+        """The command has exited: its GPU work joined to the rows held, which go
+        to `reporter`; or (serve) the last of the work, and what came of it, said."""
+        if self._held is None:
+            if self.feed():  # the last, written at the command's exit
+                self.gpu.read()  # and what came of it, said
+            return
+        work = self.gpu.read()
+        held, self._held = self._held, None
+        if work:
+            unjoined = join(held, work)
+            kinds = {k: sum(1 for w in work if w.kind == k) for k in ("kernel", "memcpy", "memset")}
+            self.notify(
+                f"--gpu-time: {kinds['kernel']} kernels, {kinds['memcpy']} copies, "
+                f"{kinds['memset']} memsets timed on the GPU"
+                + (f"; {unjoined} made by calls not traced" if unjoined else ""))
+        if held:
+            reporter.calls(held)
+
+    def close(self) -> None:
+        self.gpu.close()

@@ -17,7 +17,7 @@ from cudaprobe.analysis.memtrack import MemCall, MemoryAccounting, ProcessMemory
 from cudaprobe.decode.calls import decode_event
 from cudaprobe.decode.callsites import CallSites
 from cudaprobe.probe.bpfprog import Settings
-from cudaprobe.probe.event import RawEvent, site_frame
+from cudaprobe.probe.event import RawEvent, from_record, site_frame
 from cudaprobe.probe.plan import ProbePlan
 from cudaprobe.probe.tracer import Tracer
 from cudaprobe.sessions.run import POLL_MS, ProbeRun, RunOptions
@@ -60,7 +60,7 @@ class MemorySession:
                     next_report += self.options.interval
                     self.on_interval(self)
             run.finish(lambda timeout_ms: self._step(run.tracer, timeout_ms))
-            self.in_flight = run.tracer.in_flight_count()
+            self.in_flight = run.tracer.pairing.in_flight_count()
             self.lost = {k: v for k, v in run.tracer.counters().items() if k != "wakeups"}
             self.lost["decode_errors"] = self.decode_errors
             self.duration_s = run.traced_s
@@ -81,7 +81,13 @@ class MemorySession:
 
     def _step(self, tracer: Tracer, timeout_ms: int) -> None:
         gone = self._gone()  # before the drain: all they sent is read below
-        self._feed(tracer, tracer.poll(timeout_ms) if timeout_ms else tracer.drain())
+        if timeout_ms:
+            records = tracer.ring.poll(timeout_ms)
+        else:  # detached: everything left, the spool's backlog included
+            records = []
+            while batch := tracer.ring.drain():
+                records += batch
+        self._feed(tracer, [from_record(r) for r in records])
         now = time.monotonic_ns()
         self._exits(gone, now)
         self.accounting.settle(now)
@@ -96,7 +102,7 @@ class MemorySession:
         except ValueError:
             self.decode_errors += 1
             return None
-        stack = tracer.user_stack(raw.stack_id) if self.options.stacks else None
+        stack = tracer.maps.user_stack(raw.stack_id) if self.options.stacks else None
         return MemCall(call.ts_ns, call.duration_ns or 0, call.pid, call.tid, call.process,
                        call.event, call.ret or 0, call.args,
                        self.sites.site(raw.pid, raw.caller, stack, site_frame(raw.cfg)))

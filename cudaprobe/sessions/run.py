@@ -120,15 +120,19 @@ class ProbeRun:
                             if self.options.command else None)
             self._stack.enter_context(self._stop)
             self.tracer = self._stack.enter_context(Tracer(self.plan, self.settings))
+            if self.tracer.py is not None:
+                self.tracer.py.notify = self.notify
+                if self.command:
+                    self.tracer.py.add_command(self.command.argv)
             if self.command:
-                self.tracer.add_target(self.command.pid)
+                self.tracer.attacher.add_target(self.command.pid)
             self.t0_ns = time.monotonic_ns()
             if self.options.targets is not None:
-                self._follower = Follower(self.options.targets, self.tracer, self.plan,
+                self._follower = Follower(self.options.targets, self.tracer.attacher, self.plan,
                                           self.probed, self.notify)
             # every probe in: each function traced from this instant (the Follower
             # starts it already, before it says it is attached)
-            self.tracer.start()
+            self.tracer.attacher.start()
             if self._on_attached is not None:
                 self._on_attached(self)
         except BaseException:
@@ -174,7 +178,7 @@ class ProbeRun:
         added (a target gone is removed at the Follower's next rescan: here it
         is not counted once it has exited or is a zombie)."""
         command = self.command.pid if self.command is not None else 0
-        return sorted(pid for pid in self.tracer.target_pids()
+        return sorted(pid for pid in self.tracer.attacher.target_pids()
                       if pid != command and process_alive(pid))
 
     def _descendants_run(self) -> bool:
@@ -224,7 +228,7 @@ class ProbeRun:
                 else:
                     read(GRACE_POLL_MS)
         self._end()
-        self.tracer.detach()
+        self.tracer.attacher.detach()
         self._traced_s = self.elapsed_s
         if read is not None:
             read(0)

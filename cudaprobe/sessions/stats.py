@@ -28,11 +28,11 @@ def snapshot(tracer: Tracer, plan: ProbePlan, probed: Summary,
     """What the maps hold now; `probed` says which libraries are probed by now."""
     counters = tracer.counters()
     return StatsReport(
-        functions=collect(plan.probes, tracer.read_stats(), tracer.read_errors()),
+        functions=collect(plan.probes, tracer.maps.read_stats(), tracer.maps.read_errors()),
         duration_s=elapsed_s,
         libraries=probed.libraries,
         not_found=probed.not_found,
-        in_flight=tracer.in_flight_count(),
+        in_flight=tracer.pairing.in_flight_count(),
         lost={k: counters[k] for k in ("pairing_map_full", "recursion_depth")},
         untraced=probed.untraced,
     )

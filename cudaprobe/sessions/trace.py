@@ -4,12 +4,8 @@ The lifecycle is run.py's ProbeRun (stop conditions, the command's grace
 period, teardown, exit status); this module is what trace and serve do in it:
 decode each poll's records for the reporter, say losses as they grow, sweep
 the calls of threads gone, and, once detached and drained, report the calls
-still in flight and the summary.
-
-With --gpu-time (sessions/gputime.py) the rows are held until the command
-has exited and its GPU records are read: each launch, copy and memset is
-then given its `gpu` work (decode.gputime.join) and the rows go out in the
-order they came.
+still in flight and the summary. With --gpu-time the rows are held until
+the command has exited (sessions/gputime.py's GpuTimeRows).
 """
 
 from __future__ import annotations
@@ -24,9 +20,10 @@ from cudaprobe import STARTED
 from cudaprobe.analysis.summary import Summary, count_lost
 from cudaprobe.catalogue.functions import NCCL, RUNTIME
 from cudaprobe.decode.calls import Call, Symbolizer, decode_event
-from cudaprobe.decode.gputime import GpuWork, join
+from cudaprobe.decode.gputime import GpuWork
 from cudaprobe.decode.handles import KernelHandles
 from cudaprobe.decode.nesting import CallOrder, Mark
+from cudaprobe.decode.pystacks import PyStacks
 from cudaprobe.decode.records import RecordDecoder
 from cudaprobe.output.files import OutputStream
 from cudaprobe.output.formats import Reporter
@@ -37,7 +34,7 @@ from cudaprobe.probe.event import R_TID, R_TS, RawEvent
 from cudaprobe.probe.plan import ProbePlan
 from cudaprobe.probe.sweep import Sweeper
 from cudaprobe.probe.tracer import Tracer
-from cudaprobe.sessions.gputime import GpuTimeRun
+from cudaprobe.sessions.gputime import GpuTimeRows
 from cudaprobe.sessions.run import POLL_MS, ProbeRun, RunOptions, say_if_no_cuda
 
 LOSS_REPORT_S = 1.0
@@ -83,8 +80,7 @@ class TraceSession:
         self._lost_total = 0  # as last counted (each second)
         self._next_loss_check = 0.0
         self._header_lines = 0  # written by reporter.start(): not rows
-        self._gpu: GpuTimeRun | None = None
-        self._held: list[Call] | None = None  # --gpu-time: the rows, until the GPU's are read
+        self._gpu: GpuTimeRows | None = None
         self._lifecycle: ProbeRun | None = None
         self._undecoded = 0  # records the drain left when a second stop signal cut it
 
@@ -116,21 +112,16 @@ class TraceSession:
         """Records in call order, to the reporter, or held (--gpu-time)."""
         if not ordered:
             return
-        if self._held is not None:  # --gpu-time: until the GPU's records are read
-            self._held.extend(self._records.calls(ordered, nesting))
+        if self._gpu is not None and self._gpu.holding:  # until the GPU's records are read
+            self._gpu.hold(self._records.calls(ordered, nesting))
         else:
             self.reporter.records(ordered, self._records, nesting)
 
     def run(self) -> int:
         """Trace until stopped; returns the exit status for cudaprobe."""
         if self.options.gpu_time:
-            # serve only counts the GPU work: nothing kept, nothing joined
-            self._gpu = GpuTimeRun(self.options.notify, keep=self.options.on_gpu_work is None)
+            self._gpu = GpuTimeRows(self.options.notify, self.options.on_gpu_work)
             self.options.command_env = {**self.options.command_env, **self._gpu.env}
-            if self._gpu.reader is not None and self.options.on_gpu_work is None:
-                self._held = []
-                self.options.notify("--gpu-time: the rows are written when the command has "
-                                    "exited (its GPU records come in batches)")
         try:
             return self._run()
         finally:
@@ -149,7 +140,7 @@ class TraceSession:
             while run.running() and not self._output_failed(tracer):
                 self._read(tracer, POLL_MS)
                 self._say_losses(tracer)
-                self.sweeper.due(tracer)
+                self.sweeper.due(tracer.pairing)
                 if status is not None:
                     status.update(run.elapsed_s, self.summary.total_rows, self._lost_total)
             run.finish(lambda timeout_ms: self._read(tracer, timeout_ms))
@@ -159,21 +150,16 @@ class TraceSession:
                 self._never_ran()
                 return run.exit_status()
             self._finish(tracer, run.traced_s)
+            self._say_py_stacks()
             output = self.options.output
             if output is None or output.failure is None:
                 return run.exit_status()
-            quiet = output.cause == "output_epipe"
-            if quiet:
-                pass
-            elif output.cause in self.summary.lost:
-                self.options.notify(f"{output.describe_failure()}: tracing stopped, "
-                                    f"{self.summary.lost[output.cause]} calls not written "
-                                    "(counted as lost)")
-            else:  # the rows went out, the trailer did not
-                self.options.notify(f"{output.describe_failure()}: the summary was not written")
+            note = output.failure_note(self.summary.lost)
+            if note is not None:
+                self.options.notify(note)
             output.failure_said()
             run.wait_untraced()  # -- COMMAND runs on: its status is still returned
-        return run.exit_status() if run.command is not None else int(not quiet)
+        return run.exit_status() if run.command is not None else int(note is not None)
 
     def _output_failed(self, tracer: Tracer) -> bool:
         """Rows written out each poll; after a failure the probes come off at once."""
@@ -183,8 +169,16 @@ class TraceSession:
         output.flush()
         if output.failure is None:
             return False
-        tracer.detach()
+        tracer.attacher.detach()
         return True
+
+    def _say_py_stacks(self) -> None:
+        """--py-stacks: the calls whose stack could not be read, never shown wrong."""
+        stacks = self._records.py_stacks if self._records else None
+        if stacks is not None and stacks.unreadable:
+            self.options.notify(f"--py-stacks: {stacks.unreadable} calls without their Python "
+                                "stack: a frame's code object could not be read (freed as "
+                                "the call was made, or its record lost)")
 
     def _never_ran(self) -> None:
         """Stopped before -- COMMAND was started: leave an existing -o file as it was."""
@@ -197,7 +191,10 @@ class TraceSession:
         self._lifecycle = run
         self._records = RecordDecoder(self.plan.probes, self._t0, self.options.symbolize,
                                       self.kernel_handles, self.options.see_process)
-        self.summary.attach_s = run.tracer.attach_seconds
+        if run.tracer.py is not None:  # --py-stacks: each call's stack joined as it is decoded
+            self._records.py_stacks = PyStacks(run.tracer.py.layouts)
+            run.tracer.ring.on_side = self._records.py_stacks.add
+        self.summary.attach_s = run.tracer.attacher.attach_seconds
         self.summary.startup_s = time.monotonic() - STARTED
         self.reporter.start()
         if self.options.output is not None:
@@ -207,35 +204,14 @@ class TraceSession:
         """One poll's records; with no timeout (detached), all that is left, a batch
         at a time: the spool's backlog can be long."""
         if timeout_ms:
-            self._emit(tracer.poll_records(timeout_ms))
+            self._emit(tracer.ring.poll(timeout_ms))
             return
         run = self._lifecycle
-        while not run.drain_cut and (records := tracer.drain_records()):
+        while not run.drain_cut and (records := tracer.ring.drain()):
             self._emit(records)
         if run.drain_cut:  # a second stop signal: the rest is counted, not decoded
-            self._undecoded = tracer.skip_records()
+            self._undecoded = tracer.ring.skip_rest()
             run.say_drain_cut(self._undecoded)
-
-    def _report_held(self) -> None:
-        """--gpu-time: the command has exited; its GPU work joined to the rows held."""
-        work = self._gpu.read()
-        held, self._held = self._held, None
-        if work:
-            unjoined = join(held, work)
-            kinds = {k: sum(1 for w in work if w.kind == k) for k in ("kernel", "memcpy", "memset")}
-            self.options.notify(
-                f"--gpu-time: {kinds['kernel']} kernels, {kinds['memcpy']} copies, "
-                f"{kinds['memset']} memsets timed on the GPU"
-                + (f"; {unjoined} made by calls not traced" if unjoined else ""))
-        if held:
-            self.reporter.calls(held)
-
-    def _feed_gpu(self) -> bool:
-        """serve --gpu-time: the GPU work written since the last look, to be counted."""
-        if self._gpu is None or self.options.on_gpu_work is None:
-            return False
-        self.options.on_gpu_work(self._gpu.poll())
-        return True
 
     def _say_losses(self, tracer: Tracer) -> None:
         """The live status line: on stderr, at most each second, when more was lost;
@@ -244,7 +220,8 @@ class TraceSession:
         if now < self._next_loss_check:
             return
         self._next_loss_check = now + LOSS_REPORT_S
-        self._feed_gpu()
+        if self._gpu is not None:
+            self._gpu.feed()
         lost = {**tracer.counters(), "decode_errors": self.decode_errors}
         if self.options.on_counters is not None:
             self.options.on_counters(lost)
@@ -270,26 +247,24 @@ class TraceSession:
                 depth, parent = nesting[i]
                 nesting[i] = (depth + 1, top.ts_ns if parent is None else parent)
         if in_flight:
-            if self._held is not None:
-                self._held.extend(in_flight)
+            if self._gpu is not None and self._gpu.holding:
+                self._gpu.hold(in_flight)
             else:
                 self.reporter.calls(in_flight)
         self._pass_on(held, nesting)
 
     def _finish(self, tracer: Tracer, duration_s: float) -> None:
         """Detached and drained: the calls still in flight, then the summary."""
-        self.sweeper.now(tracer)  # calls of threads gone are not "still running"
+        self.sweeper.now(tracer.pairing)  # calls of threads gone are not "still running"
         self.summary.exited_mid_call = self.sweeper.removed
-        in_flight = self._in_flight(tracer.in_flight())
+        in_flight = self._in_flight(tracer.pairing.in_flight())
         in_flight.sort(key=lambda c: c.ts_ns)
         self.summary.in_flight = in_flight
         self._report_last(in_flight)
-        if self._held is not None:
-            self._report_held()
-        elif self._feed_gpu():  # the last, written at the command's exit
-            self._gpu.read()  # and what came of it, said
+        if self._gpu is not None:
+            self._gpu.finish(self.reporter)
         # calls, errors and latency as the kernel counted them: exact when rows were lost
-        self.summary.take_kernel_counts(self.plan.probes, tracer.read_tally())
+        self.summary.take_kernel_counts(self.plan.probes, tracer.maps.read_tally())
         lost = tracer.counters()
         lost["decode_errors"] = self.decode_errors
         if self._undecoded:

@@ -60,12 +60,13 @@ def stop(proc: subprocess.Popen) -> int:
 class Prometheus:
     """/usr/bin/prometheus scraping one target each second, in tmp_path."""
 
-    def __init__(self, tmp_path: Path, target: str) -> None:
+    def __init__(self, tmp_path: Path, target: str, labels: dict[str, str] | None = None) -> None:
         config = tmp_path / "prometheus.yml"
         config.write_text(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
             "scrape_configs:\n  - job_name: cudaprobe\n"
-            f"    static_configs:\n      - targets: ['{target}']\n")
+            f"    static_configs:\n      - targets: ['{target}']\n"
+            f"        labels: {json.dumps(labels or {})}\n")
         self.url = f"http://127.0.0.1:{free_port()}"
         self.log = tmp_path / "prometheus.log"
         with open(self.log, "w") as log:

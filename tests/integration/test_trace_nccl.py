@@ -9,14 +9,18 @@ compared with what the workload printed that it passed.
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from cudaprobe.catalogue.generated import ENUMS
+from cudaprobe.targets.nccl_comm import comm_layout
 
 from ..conftest import NCCL_HOME, build_workload
-from .conftest import expected_calls, trace_jsonl
+from .conftest import expected_calls, run_cudaprobe, trace_jsonl
+from .running import WAIT_S, Lines, Tracing
 
 SIZES = {"ncclInt8": 1, "ncclUint8": 1, "ncclInt64": 8, "ncclFloat16": 2, "ncclFloat32": 4,
          "ncclFloat64": 8, "ncclBfloat16": 2}
@@ -93,3 +97,64 @@ def test_every_argument_is_decoded_as_passed(traced):
         assert f"datatype={datatype} bytes=" in call["details"]
         checked += 1
     assert checked == 7
+
+
+def test_a_communicator_made_before_the_attach_is_read_from_memory(tmp_path, libnccl):
+    """--pid: nccl_comm.c's communicator was made before cudaprobe attached, so no
+    traced call says its rank; it is read from the process's memory, at the
+    offsets this libnccl's code gives (targets/nccl_comm.py), and only where it
+    starts with NCCL's magic. The workload runs until cudaprobe has stopped: a
+    communicator is read while its process lives."""
+    layout = comm_layout(str(libnccl))
+    assert layout is not None
+    d = str(libnccl.parent)
+    exe = build_workload("nccl_comm.c", extra=[f"-I{NCCL_HOME / 'include'}", f"-L{d}",
+                                               "-l:libnccl.so.2", f"-Wl,-rpath,{d}"])
+    workload = subprocess.Popen([str(exe), str(layout.rank_offset), str(layout.nranks_offset)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        out = Lines(workload.stdout)
+        made = json.loads(out.wait_for(lambda s: s.startswith('{"pid"'), "its pid"))
+        tracing = Tracing(tmp_path, "--api", "nccl", "--pid", str(made["pid"]))
+        tracing.wait_for(f"attached to pid {made['pid']}")
+        workload.stdin.write("go\n")
+        workload.stdin.flush()
+        out.wait_for(lambda s: s.startswith('{"done"'), "done")
+        calls, summary, _ = tracing.interrupt()
+        workload.stdin.close()
+        assert workload.wait(timeout=WAIT_S) == 0
+    finally:
+        workload.kill()
+        workload.wait()
+    assert summary["lost_total"] == 0
+    assert [c["event"] for c in calls] == ["ncclCommCuDevice", "ncclAllReduce"] * 2
+    for call, comm, said in zip(calls, [made["comm"]] * 2 + [made["zeroed"]] * 2,
+                                ["(rank 2 of 5)"] * 2 + ["(rank unknown)"] * 2):
+        assert call["args"]["comm"] == hex(int(comm, 16))
+        assert f"comm={call['args']['comm']} {said}" in call["details"], call
+        known = said != "(rank unknown)"
+        assert (call["args"]["rank"], call["args"]["nranks"]) == ((2, 5) if known else
+                                                                  (None, None))
+        assert call["ret_name"] == "ncclInvalidArgument"  # NCCL refused both: no GPU
+
+
+def test_stats_by_collective_sums_each_collective(tmp_path, libnccl):
+    exe = nccl_calls(libnccl)
+    out = tmp_path / "stats.json"
+    proc = run_cudaprobe("stats", "--by", "collective", "-o", str(out), "--lib", str(libnccl),
+                         "--", str(exe))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    truth = [t for t in expected_calls(proc.stdout) if "datatype" in t]
+    rows = {r["event"]: r for r in report["nccl"]["collectives"]}
+    assert set(rows) == {t["event"] for t in truth}
+    for t in truth:
+        row = rows[t["event"]]
+        # every one failed (no GPU): counted, but no bytes moved
+        assert (row["calls"], row["failed"], row["bytes"]) == (1, 1, 0), row
+        assert (row["rank"], row["nranks"]) == (None, None)
+    assert report["nccl"]["stragglers"] == []  # one process
+    assert report["lost_total"] == 0
+    assert {f["event"] for f in report["functions"]} >= {"ncclCommInitRank", "ncclAllReduce"}
+    refused = run_cudaprobe("stats", "--by", "collective", "--api", "runtime", "--", "true")
+    assert refused.returncode == 2 and "--api must include nccl" in refused.stderr

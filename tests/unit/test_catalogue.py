@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 from cudaprobe.catalogue import functions as catalogue
 from cudaprobe.catalogue.functions import ArgKind
+
+from ..every import check_every
 
 REQUIRED_RUNTIME = """cudaMalloc cudaFree cudaMallocHost cudaFreeHost cudaHostAlloc
 cudaMallocManaged
@@ -30,8 +30,7 @@ def test_names_unique_and_categories_known():
     assert {f.category for f in catalogue.FUNCTIONS} <= set(catalogue.CATEGORIES)
 
 
-@pytest.mark.parametrize("fn", catalogue.FUNCTIONS, ids=lambda f: f.name)
-def test_slots_and_outs_fit_the_bpf_event(fn):
+def fits_the_bpf_event(fn: catalogue.Function) -> None:
     assert fn.words <= catalogue.MAX_SLOTS
     assert len(fn.out_index) <= catalogue.MAX_OUTS
     assert 0 <= fn.stack_words <= catalogue.MAX_SLOTS - catalogue.REGISTER_SLOTS
@@ -39,6 +38,10 @@ def test_slots_and_outs_fit_the_bpf_event(fn):
     outs = [a for a in fn.args if a.is_out]
     assert bin(fn.out_mask(8) | fn.out_mask(4)).count("1") == len(outs)
     assert len({a.name for a in fn.args}) == len(fn.args)
+
+
+def test_slots_and_outs_fit_the_bpf_event():
+    check_every(catalogue.FUNCTIONS, fits_the_bpf_event, lambda fn: fn.name)
 
 
 def test_launch_kernel_abi_slots():

@@ -24,6 +24,7 @@ from cudaprobe.probe.plan import missing_symbols
 from cudaprobe.targets.elfsyms import read_symbols
 
 from ..conftest import CUDA_HOME, NCCL_HOME, libcuda_path
+from ..every import check_every
 
 # declared in CUDA 13's cuda.h, exported only by drivers newer than Debian's 535
 NEWER_THAN_535 = {"cuCtxCreate_v4"}
@@ -138,13 +139,16 @@ def test_driver_symbols_are_exported_by_libcuda():
     assert len(uncatalogued) <= 3, uncatalogued
 
 
-@pytest.mark.parametrize("fn", catalogue.FUNCTIONS, ids=lambda f: f.symbol)
-def test_dim_arguments_come_as_x_y_z(fn):
+def dims_come_as_x_y_z(fn: catalogue.Function) -> None:
     dims = [a.name for a in fn.args if a.kind is ArgKind.DIM]
     assert len(dims) % 3 == 0
     for i in range(0, len(dims), 3):
         stem = dims[i][:-1]
         assert dims[i : i + 3] == [stem + "X", stem + "Y", stem + "Z"]
+
+
+def test_dim_arguments_come_as_x_y_z():
+    check_every(catalogue.FUNCTIONS, dims_come_as_x_y_z, lambda fn: fn.symbol)
 
 
 def test_cu_launch_kernel_abi_slots():

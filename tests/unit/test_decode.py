@@ -100,7 +100,7 @@ def test_out_parameters_of_failed_calls_were_not_read():
 
 def test_in_flight_calls_out_parameters_were_not_read():
     r, probes = raw("cudaStreamCreate", args=(0x7FFC0000,), outs=(0x5000,))
-    c = decode_event(r._replace(outs=()), probes, 0, in_flight=True)  # as Tracer.in_flight
+    c = decode_event(r._replace(outs=()), probes, 0, in_flight=True)  # as PairingEntries.in_flight
     assert c.args == {"pStream": None}
     assert c.details == "pStream=- (still running when the trace ended)"
 

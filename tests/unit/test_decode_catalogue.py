@@ -21,6 +21,7 @@ from cudaprobe.decode.calls import decode_event, humanize_bytes
 from cudaprobe.decode.handles import UNKNOWN_WHY, KernelHandles
 from cudaprobe.probe.event import CFG_WORDS
 
+from ..every import check_every
 from .eventbuild import make_event, probes_for
 
 GARBAGE = 0xDEAD_BEEF_0000_0000  # the upper half of a word holding a 32-bit argument
@@ -207,15 +208,19 @@ class Expected:
         self.value(name, value, f"{address:#x}{{{' '.join(texts)}}}")
 
 
-@pytest.mark.parametrize("ret", [0, 1], ids=["succeeded", "failed"])
-@pytest.mark.parametrize("fn", catalogue.FUNCTIONS, ids=lambda f: f.symbol)
-def test_every_function_decodes_each_argument_by_its_kind(fn, ret):
+def decodes_each_argument_by_its_kind(fn: catalogue.Function, ret: int) -> None:
     want = Expected(fn, read_outs=ret == 0)
     raw = make_event(want.words, want.outs, want.cfg, ret=ret)
     c = decode_event(raw, probes_for(fn.symbol), 0, handles=KernelHandles())
     assert (c.event, c.api, c.category, c.ret) == (fn.symbol, fn.api, fn.category, ret)
     assert list(c.args.items()) == list(want.args.items())  # the schema's key order too
     assert c.details == " ".join(want.texts)
+
+
+@pytest.mark.parametrize("ret", [0, 1], ids=["succeeded", "failed"])
+def test_every_function_decodes_each_argument_by_its_kind(ret):
+    check_every(catalogue.FUNCTIONS, lambda fn: decodes_each_argument_by_its_kind(fn, ret),
+                lambda fn: fn.symbol)
 
 
 def test_every_kind_is_used_so_the_test_above_decodes_it():

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import pytest
 
 from cudaprobe.catalogue import functions as catalogue
 from cudaprobe.decode import handles
 from cudaprobe.probe import bpfprog, event
-from cudaprobe.probe.bpfprog import bpf_dir
 
+from .cprobe import c_values
 from .eventbuild import pack_event
 
 PROBE = r"""
@@ -45,15 +42,7 @@ int main(void) {
 
 @pytest.fixture(scope="module")
 def c_layout(tmp_path_factory) -> dict[str, int]:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    d = tmp_path_factory.mktemp("layout")
-    (d / "probe.c").write_text(PROBE)
-    subprocess.run([cc, f"-I{bpf_dir()}", "-o", str(d / "probe"), str(d / "probe.c")],
-                   check=True, capture_output=True)
-    out = subprocess.run([str(d / "probe")], check=True, capture_output=True, text=True).stdout
-    return {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+    return c_values(tmp_path_factory.mktemp("layout"), PROBE)
 
 
 def test_size_and_offsets_match_header(c_layout):

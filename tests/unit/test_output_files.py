@@ -89,6 +89,12 @@ def test_dev_full(tmp_path):
     assert out.failure is not None and out.cause == "output_enospc"
     assert out.lines_dropped == 3 and out.rows_dropped(0) == 3
     assert out.describe_failure() == "writing /dev/full failed: No space left on device"
+    # what the trace says of it: rows lost, or (the rows out) only the summary
+    assert out.failure_note({"output_enospc": 3}) == (
+        "writing /dev/full failed: No space left on device: tracing stopped, 3 calls not "
+        "written (counted as lost)")
+    assert out.failure_note({}) == ("writing /dev/full failed: No space left on device: the "
+                                    "summary was not written")
 
 
 def test_a_pipe_whose_reader_is_gone_is_not_retried():
@@ -106,6 +112,7 @@ def test_a_pipe_whose_reader_is_gone_is_not_retried():
         os.close(write_end)
     assert out.failure is not None and out.cause == "output_epipe"
     assert not out.retry()
+    assert out.failure_note({"output_epipe": 1}) is None  # `| head`: nothing to say
 
 
 def test_closed_stdout_fails_without_writing(monkeypatch):

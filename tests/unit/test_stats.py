@@ -236,7 +236,7 @@ def test_stat_struct_matches_header(tmp_path):
         int, out.stdout.split())
     assert slots == HIST_SLOTS
     assert (hist, unkeyed) == (8 * SCALARS, 8 * (SCALARS - 1))
-    # the return codes after the histogram: read by name (Tracer.read_errors), not by offset
+    # the return codes after the histogram: read by name (MapReader.read_errors), not by offset
     assert hist_ns == hist + 8 * HIST_SLOTS and err_ret == hist_ns + 8 * HIST_SLOTS
     assert err_count == err_ret + 8 * err_slots and size == err_count + 8 * err_slots
     assert key == 8

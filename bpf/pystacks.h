@@ -1,0 +1,130 @@
+/* Python stacks (--py-stacks): shared between bpf/pystacks.bpf.h and its
+ * Python mirror in cudaprobe/probe/pyrecords.py (tests/unit/test_pystacks_layout.py
+ * checks they agree). docs/pystacks.md explains the design. */
+#ifndef CP_PYSTACKS_H
+#define CP_PYSTACKS_H
+
+#define CP_PY_MAX_FRAMES 32    /* frames kept per call, innermost first; deeper: CP_PY_CUT */
+#define CP_PY_MAX_THREADS 128  /* thread states walked to find the calling thread's */
+#define CP_PY_FRAME_WINDOW 128 /* bytes of a frame read at once (every field used is in it) */
+#define CP_PY_STR_MAX 256      /* bytes of a file name kept (code points * kind) */
+#define CP_PY_NAME_MAX 128     /* bytes of a function's name kept */
+#define CP_PY_STR_SLACK 32     /* read past the ASCII header: a compact non-ASCII
+				* string's data starts up to this much further */
+#define CP_PY_TABLE_MAX 4096   /* bytes of a code object's line table kept */
+#define CP_PY_LAYOUTS 8        /* interpreter versions the loader describes */
+
+/* Side records: in the ring between the call records, told apart by their
+ * first word, 0 where a call record has its (never 0) entry time. Always
+ * longer than a whole event, so that the reader keeps their bytes. */
+#define CP_SIDE_STACK 1
+#define CP_SIDE_CODE 2
+
+/* struct cp_py_stack.flags */
+#define CP_PY_CUT 1      /* the stack was deeper than CP_PY_MAX_FRAMES */
+/* struct cp_py_frame.kind */
+#define CP_PY_CODE 0     /* a code object */
+#define CP_PY_SHIM 1     /* the interpreter's own frame (FRAME_OWNED_BY_CSTACK): not shown */
+#define CP_PY_NOT_CODE 2 /* its code is not a code object (type check): the stack is unreadable */
+
+/* What the walk needs of one CPython version, filled by the loader from
+ * cudaprobe/targets/pyoffsets.py (map `py_layouts`). Byte offsets; -1: none. */
+struct cp_py_layout {
+	__s32 runtime_interp_head;   /* _PyRuntimeState.interpreters.head */
+	__s32 interp_threads_head;   /* PyInterpreterState: first thread state */
+	__s32 tstate_next;
+	__s32 tstate_thread_id;      /* native_thread_id (the tid), or thread_id (pthread_self) */
+	__s32 tstate_frame;          /* the current frame, or (cframe_current_frame >= 0) a CFrame */
+	__s32 cframe_current_frame;
+	__s32 frame_code;
+	__s32 frame_back;
+	__s32 frame_instr;           /* f_lasti (int), or a pointer into the code object */
+	__s32 frame_owner;           /* char; FRAME_OWNED_BY_CSTACK (3): a shim, skipped */
+	__s32 code_firstlineno;
+	__s32 code_filename;
+	__s32 code_name;             /* co_qualname, or co_name before it */
+	__s32 code_linetable;        /* co_linetable, or co_lnotab */
+	__s32 unicode_ascii_size;    /* sizeof(PyASCIIObject): where ASCII data starts */
+	__s32 bytes_sval;            /* offsetof(PyBytesObject, ob_sval) */
+	__u32 thread_id_is_pthread;  /* thread_id holds pthread_self() (the fs base) */
+	__u32 instr_is_pointer;      /* frame_instr is a pointer: kept as its offset in the code */
+};
+
+/* A process running Python (map `py_procs`, by tgid): where its runtime and
+ * the code type are, the layout of its version. `gen` names this image of the
+ * process (an exec or a reused pid gets another): the code objects' key. */
+#define CP_PY_UNKNOWN 0
+#define CP_PY_FOUND 1
+#define CP_PY_NONE 2   /* not a Python the loader described: no stacks, no more look-ups */
+struct cp_py_proc {
+	__u64 runtime;     /* address of _PyRuntime */
+	__u64 code_type;   /* address of PyCode_Type */
+	__u64 gen;
+	__u32 layout;      /* index into py_layouts */
+	__u32 status;
+};
+
+/* An interpreter executable (map `py_exes`, by the file's device and inode),
+ * so that a process is found at its first call without the loader: the
+ * runtime is in the executable (debug_at == 0), or in a shared libpython that
+ * the dynamic linker's list (r_debug, whose address the executable's DT_DEBUG
+ * entry holds) has at the base whose l_ld - l_addr == lib_dynamic. */
+struct cp_py_exe_key {
+	__u64 dev;   /* the kernel's encoding: major << 20 | minor */
+	__u64 ino;
+};
+struct cp_py_exe {
+	__u64 text_vaddr;   /* the lowest executable PT_LOAD's vaddr: mm->start_code - this = bias */
+	__u64 debug_at;     /* vaddr of the DT_DEBUG entry's value in the executable, or 0 */
+	__u64 lib_dynamic;  /* vaddr of libpython's _DYNAMIC */
+	__u64 runtime;      /* vaddr of _PyRuntime (in the executable, or in libpython) */
+	__u64 code_type;    /* vaddr of PyCode_Type, the same */
+	__u32 layout;
+	__u32 pad;
+};
+
+struct cp_py_frame {
+	__u64 code;        /* PyCodeObject * */
+	__u32 instr;       /* f_lasti, or (instr_is_pointer) the instruction's offset in the code */
+	__s16 firstlineno; /* with gen and code: the key of its code record (low 16 bits) */
+	__u16 kind;        /* CP_PY_CODE, CP_PY_SHIM, CP_PY_NOT_CODE */
+};
+
+/* The Python stack of a call, sent at entry; joined with the call's record
+ * by (tid, ts_ns). Not sent for a thread with no Python frame. */
+struct cp_py_stack {
+	__u64 zero;
+	__u32 kind;        /* CP_SIDE_STACK */
+	__u32 tid;
+	__u64 ts_ns;       /* the call's entry time, as its record has it */
+	__u64 gen;
+	__u32 pid;
+	__u16 nframes;
+	__u16 flags;       /* CP_PY_CUT */
+	struct cp_py_frame frames[CP_PY_MAX_FRAMES];
+};
+
+/* A code object's names and line table, sent the first time a process's
+ * stacks hold it (map `py_codes_seen`), so that the stacks decode after the
+ * process has exited. Strings as CPython keeps them: state and length, the
+ * bytes from its ASCII data on. */
+struct cp_py_code {
+	__u64 zero;
+	__u32 kind;        /* CP_SIDE_CODE */
+	__u32 pid;
+	__u64 gen;
+	__u64 code;
+	__s32 firstlineno;
+	__u32 table_len;   /* the table's whole length (bytes kept: at most CP_PY_TABLE_MAX) */
+	__u32 layout;      /* the version's index in py_layouts: how to read the table */
+	__u32 filename_state;
+	__u64 filename_len;
+	__u64 name_len;
+	__u32 name_state;
+	__u32 pad;
+	char filename[CP_PY_STR_MAX + CP_PY_STR_SLACK];
+	char name[CP_PY_NAME_MAX + CP_PY_STR_SLACK];
+	__u8 table[CP_PY_TABLE_MAX];
+};
+
+#endif

@@ -1,0 +1,122 @@
+"""Python stacks (--py-stacks): the side records joined with the calls.
+
+The probe sends, at a call's entry, the thread's frames as (code object,
+instruction offset) pairs, and the first time a process shows a code object,
+that object's names and line table (bpf/pystacks.h). Here the frames become
+[{"file", "line", "function"}], innermost first, and wait for their call's
+record, which comes later (at its exit) with the same (tid, entry time).
+
+Never garbage: a stack with a frame whose code object failed the probe's
+type check, or whose code record never came (the ring was full), is not
+shown; such calls are counted in `unreadable`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from cudaprobe.decode import pylines
+from cudaprobe.probe import pyrecords as pr
+from cudaprobe.targets.pyoffsets import Layout
+
+PENDING_PER_THREAD = 64  # stacks waiting for their call (nesting, errors-only drops)
+FRAME_KEYS = ("file", "line", "function")
+
+
+@dataclass(frozen=True)
+class CodeInfo:
+    file: str
+    function: str
+    firstlineno: int
+    table: bytes
+    layout: int
+
+
+@dataclass
+class PyStack:
+    frames: list[dict]  # innermost first
+    cut: bool  # deeper than the probe walks
+
+
+class PyStacks:
+    """Side records in, each call's stack out (pop)."""
+
+    def __init__(self, layouts: list[tuple[tuple[int, int], Layout]]) -> None:
+        self.layouts = layouts  # index in py_layouts -> (version, layout)
+        self._codes: dict[tuple[int, int, int], CodeInfo] = {}
+        self._pending: dict[int, OrderedDict[int, tuple]] = {}
+        self._lines: dict[tuple[int, int, int, int], dict] = {}  # (gen, code, fl, instr) -> frame
+        self.stacks = 0
+        self.unreadable = 0  # stacks not shown: a frame not a code object, or its names lost
+
+    def add(self, records: list[bytes]) -> None:
+        for rec in records:
+            kind = pr.SIDE_HEAD.unpack_from(rec)[1]
+            if kind == pr.SIDE_CODE:
+                self._add_code(rec)
+            elif kind == pr.SIDE_STACK:
+                (_, _, tid, ts, gen, _pid, n, flags) = pr.STACK_HEAD.unpack_from(rec)
+                frames = [pr.FRAME.unpack_from(rec, pr.STACK_HEAD.size + i * pr.FRAME.size)
+                          for i in range(min(n, pr.MAX_FRAMES))]
+                waiting = self._pending.setdefault(tid, OrderedDict())
+                waiting[ts] = (gen, frames, bool(flags & pr.CUT))
+                if len(waiting) > PENDING_PER_THREAD:
+                    waiting.popitem(last=False)
+
+    def _add_code(self, rec: bytes) -> None:
+        (_, _, _pid, gen, code, firstlineno, table_len, layout, fstate, flen, nlen, nstate,
+         _) = pr.CODE_HEAD.unpack_from(rec)
+        if layout >= len(self.layouts):
+            return
+        version, lay = self.layouts[layout]
+        extra = lay.unicode_compact_size - lay.unicode_ascii_size
+        at = pr.CODE_HEAD.size
+        fdata = rec[at : at + pr.STR_MAX + pr.STR_SLACK]
+        at += pr.STR_MAX + pr.STR_SLACK
+        ndata = rec[at : at + pr.NAME_MAX + pr.STR_SLACK]
+        at += pr.NAME_MAX + pr.STR_SLACK
+        table = rec[at : at + min(table_len, pr.TABLE_MAX)]
+        file = pylines.unicode_text(fstate, flen, fdata, extra)
+        name = pylines.unicode_text(nstate, nlen, ndata, extra)
+        if file is None or name is None:
+            return  # not readable: its frames make their stacks unreadable
+        self._codes[(gen, code, firstlineno & 0xFFFF)] = CodeInfo(file, name, firstlineno,
+                                                                  table, layout)
+
+    def pop(self, tid: int, ts_ns: int) -> PyStack | None:
+        """The stack of the call that thread `tid` entered at `ts_ns`, once."""
+        waiting = self._pending.get(tid)
+        found = waiting.pop(ts_ns, None) if waiting else None
+        if found is None:
+            return None
+        gen, frames, cut = found
+        out = []
+        for code, instr, fl16, kind in frames:
+            if kind == pr.SHIM:
+                continue
+            frame = self._frame(gen, code, fl16 & 0xFFFF, instr) if kind == pr.CODE else None
+            if frame is None:
+                self.unreadable += 1
+                return None
+            out.append(frame)
+        self.stacks += 1
+        return PyStack(out, cut) if out else None
+
+    def _frame(self, gen: int, code: int, fl16: int, instr: int) -> dict | None:
+        key = (gen, code, fl16, instr)
+        frame = self._lines.get(key)
+        if frame is not None:
+            return frame
+        info = self._codes.get((gen, code, fl16))
+        if info is None:
+            return None
+        version, lay = self.layouts[info.layout]
+        if lay.instr_is_pointer:
+            offset = (instr - lay.code_adaptive) // 2
+        else:
+            offset = instr
+        line = pylines.line_at(version, info.table, info.firstlineno, offset) \
+            if offset >= 0 else None
+        frame = self._lines[key] = {"file": info.file, "line": line, "function": info.function}
+        return frame

@@ -1,0 +1,218 @@
+"""Attaching and detaching the probes, and which processes they trace.
+
+Three ways of attaching: a uprobe_multi link per library (one for the entry
+probes, one for the returns), such links per target process
+(Settings.per_process), or a perf event per probe (Linux < 6.6). The
+`phase` map makes the start and the stop of tracing one instant for every
+function, however long attaching and detaching them one by one take; the
+`targets` map says which processes are traced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import time
+from typing import Any, Callable
+
+from cudaprobe.errors import BpfError, ProcessGone
+from cudaprobe.probe import bpfprog, cleanup, perf_uprobe, uprobe_multi
+from cudaprobe.probe.event import STOPPED, STOPPING, TRACING
+from cudaprobe.probe.plan import Attachment, ProbePlan
+
+# EINVAL at attach: almost always another tracer's uprobe at the same address
+# with a different reference-counter offset (see perf_uprobe.py)
+REF_CTR_HINT = ("if dmesg says 'ref_ctr_offset mismatch', another tracer (a bcc Python tool) "
+                "holds uprobes on these functions: stop it and retry")
+# at the end, between the stop of new calls and the stop of returns: for the
+# calls under way to return, and so to be whole in the trace
+STOP_GRACE_S = 0.01
+
+
+class Attacher:
+    """The probes of one loaded program: attach_all() at load, attach_library()
+    later; start() and detach() the instants tracing begins and ends."""
+
+    def __init__(self, bpf: Any, plan: ProbePlan, settings: bpfprog.Settings) -> None:
+        self._bpf = bpf
+        self.plan = plan
+        self.settings = settings
+        self.attached: list[str] = []  # library paths probed
+        self.attach_seconds = 0.0
+        self._links: list[int] = []  # uprobe_multi link fds
+        # per-process links (Settings.per_process): the libraries probed, and each
+        # target process's links on them
+        self._per_process = settings.per_process and settings.attach == "multi"
+        self._libraries: dict[str, list[Attachment]] = {}
+        self._pid_links: dict[int, list[int]] = {}
+        self._phase = 0  # event.ATTACHING: what the `phase` map holds
+        self.on_target: Callable[[int], None] | None = None  # told of each target (--py-stacks)
+
+    def attach_all(self) -> None:
+        """The plan's probes: their settings into the `probes` map, then attached."""
+        start = time.monotonic()
+        probes = self._bpf["probes"]
+        for p in self.plan.probes:
+            probes[probes.Key(p.func_id)] = probes.Leaf(*bpfprog.probe_config(p))
+        by_path: dict[str, list[Attachment]] = {}
+        for a in self.plan.attachments:
+            by_path.setdefault(a.path, []).append(a)
+        for path, atts in by_path.items():
+            self.attach_library(path, atts)
+        self.attach_seconds = time.monotonic() - start
+
+    def attach_library(self, path: str, attachments: list[Attachment]) -> None:
+        """Probe `attachments`, all in `path`: at start, or later while tracing.
+
+        Their probe ids must be in the plan, whose `probes` map was filled at
+        load time. Return probes go in first: a call entered between the two
+        attaches then has no entry to pair with, rather than an entry that
+        never completes and shows as in flight forever.
+        """
+        if self._per_process:
+            self._libraries[path] = attachments
+            for pid in list(self._pid_links):
+                self._attach_process(pid, {path: attachments})
+        elif self.settings.attach == "multi":
+            self._links += self._attach_multi(path, attachments)
+        else:
+            self._attach_perf(attachments)
+        self.attached.append(path)
+
+    def _attach_process(self, pid: int, libraries: dict[str, list[Attachment]]) -> None:
+        """Links for one target process on `libraries`; a process gone meanwhile
+        (ESRCH) gets none, quietly: its exit is reported by whoever follows it."""
+        links = self._pid_links.setdefault(pid, [])
+        for path, atts in libraries.items():
+            try:
+                links += self._attach_multi(path, atts, pid)
+            except ProcessGone:
+                return
+
+    def _attach_multi(self, path: str, atts: list[Attachment], pid: int = 0) -> list[int]:
+        """[the return probes' link, the entry probes' link] (detach() counts on
+        the pairs)."""
+        links = []
+        try:
+            for fn_name, retprobe in ((b"cp_return", True), (b"cp_enter", False)):
+                try:  # bcc loads each program once and hands the same one back after
+                    fn = self._bpf.load_func(fn_name, self._bpf.KPROBE,
+                                             attach_type=uprobe_multi.BPF_TRACE_UPROBE_MULTI)
+                except Exception as e:
+                    raise BpfError("loading the BPF program failed", str(e)) from None
+                try:
+                    links.append(uprobe_multi.create_link(
+                        fn.fd, path, [a.offset for a in atts], [a.probe.func_id for a in atts],
+                        retprobe, pid))
+                except OSError as e:
+                    if e.errno == errno.ESRCH:
+                        raise ProcessGone(pid, "exited") from None
+                    fix = REF_CTR_HINT if e.errno == errno.EINVAL else (
+                        "set CUDAPROBE_ATTACH=perf on kernels without uprobe_multi")
+                    raise BpfError(f"attaching {len(atts)} uprobes to {path}", e.strerror,
+                                   fix=fix) from None
+        except (BpfError, ProcessGone):
+            for fd in links:
+                os.close(fd)
+            raise
+        return links
+
+    def _attach_perf(self, atts: list[Attachment]) -> None:
+        for a in atts:
+            addr = a.offset if a.is_pie_or_shared else a.vaddr
+            for kind, fn in (("uretprobe", f"cp_return_{a.probe.func_id}"),
+                             ("uprobe", f"cp_enter_{a.probe.func_id}")):
+                try:
+                    perf_uprobe.attach(self._bpf, fn, a.path, addr, kind == "uretprobe")
+                except OSError as e:
+                    raise BpfError(f"attaching {kind} to {a.probe.symbol} in {a.path}",
+                                   e.strerror, fix=REF_CTR_HINT) from None
+
+    def add_target(self, pid: int) -> None:
+        """Trace this process (and, through the fork tracepoint, its children)."""
+        targets = self._bpf["targets"]
+        targets[targets.Key(pid)] = targets.Leaf(1)
+        if self.on_target is not None:
+            self.on_target(pid)
+        if self._per_process and pid not in self._pid_links:
+            self._attach_process(pid, self._libraries)
+
+    def follow_children(self) -> None:
+        """Per-process links for the targets the fork tracepoint added (children of
+        targets) since the last look. Until then a child takes no trap and its
+        calls are not seen (docs/attach.md)."""
+        if not self._per_process:
+            return
+        for pid in self.target_pids():
+            if pid not in self._pid_links:
+                self._attach_process(pid, self._libraries)
+
+    def remove_target(self, pid: int) -> None:
+        targets = self._bpf["targets"]
+        with contextlib.suppress(KeyError):
+            del targets[targets.Key(pid)]
+        for fd in self._pid_links.pop(pid, []):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def target_pids(self) -> list[int]:
+        """Processes traced now: those added, their children, --comm execs."""
+        return [key.value for key in self._bpf["targets"].keys()]
+
+    def set_comm(self, name: str) -> None:
+        """Processes that exec under `name` become targets (Settings.filter_comm)."""
+        table = self._bpf["comm_filter"]
+        leaf = table.Leaf()
+        leaf.name = name.encode()[:15]
+        table[table.Key(0)] = leaf
+
+    def _set_phase(self, phase: int) -> None:
+        if self._bpf is not None and phase > self._phase:
+            table = self._bpf["phase"]
+            table[table.Key(0)] = table.Leaf(phase)
+            self._phase = phase
+
+    def start(self) -> None:
+        """Calls begin to be traced, in every function at once: call it when
+        every probe of the start is attached (the kernel puts them in one at a
+        time; a program calling meanwhile would otherwise be traced in some
+        functions and not others). Probes attached later count at once."""
+        self._set_phase(TRACING)
+
+    def detach(self) -> None:
+        """Stop the probes, all at once; the maps and ring buffer stay readable
+        until the program is closed. No call begins from now on (STOPPING,
+        before any probe comes off: the kernel removes them one at a time); the
+        calls under way get the entry probes' removal plus STOP_GRACE_S to
+        return, whole, before returns stop being seen too (STOPPED); those
+        still under way then are left in flight, reported as such. Safe to call
+        twice."""
+        stopping = self._phase == TRACING
+        self._set_phase(STOPPING)
+        links, self._links = self._links, []
+        for pid_links in self._pid_links.values():
+            links += pid_links
+        self._pid_links = {}
+        entry_links = links[1::2]  # each library's pair: (return, entry)
+        for fd in reversed(entry_links):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if stopping:
+            time.sleep(STOP_GRACE_S)
+        self._set_phase(STOPPED)
+        for fd in reversed(links[0::2]):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        perf = [fd for _name, fd in (self._bpf.uprobe_fds.items() if self._bpf else [])]
+        # perf probes fire until the closer is done, doing nothing (STOPPED); bcc
+        # would close them one by one, 0.1 s each: a child process does it
+        if perf and cleanup.close_in_background(perf):
+            for name in list(self._bpf.uprobe_fds):
+                self._bpf._del_uprobe_fd(name)
+
+    def close(self) -> None:
+        """Detach, and let go of the program, which is about to be cleaned up:
+        detach() after this does nothing."""
+        self.detach()
+        self._bpf = None

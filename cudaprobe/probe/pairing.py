@@ -1,0 +1,78 @@
+"""The pairing entries: where an entry probe keeps a call until its return
+probe takes it. Each thread holds a slot of `owned` (an entry per probe,
+found by `owners`) or, when the slots are taken, entries in the `inflight`
+hash; entries stay between calls with ts_ns 0. Read at the end for the calls
+still in flight, and swept of threads that exited (sweep.py)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable
+
+from cudaprobe.probe import bpfprog
+from cudaprobe.probe.event import RawEvent, unpack_event
+from cudaprobe.probe.plan import ProbePlan
+
+
+class PairingEntries:
+    def __init__(self, bpf: Any, plan: ProbePlan, settings: bpfprog.Settings) -> None:
+        self._bpf = bpf
+        self.plan = plan
+        self._pair_threads = int(bpfprog.defines(plan.probes, settings)["CP_PAIR_THREADS"])
+
+    def _owned_slots(self) -> list[tuple[int, int, int]]:
+        """(slot, pid, tid) of the pairing slots that threads hold (`owners`)."""
+        owners = self._bpf["owners"]
+        held = []
+        for slot in range(self._pair_threads):
+            pid_tgid = owners[owners.Key(slot)].pid_tgid
+            if pid_tgid:
+                held.append((slot, pid_tgid >> 32, pid_tgid & 0xFFFFFFFF))
+        return held
+
+    def _calls_in_slot(self, slot: int) -> list[tuple[Any, Any]]:
+        """(key, entry) of the slot's pairing entries in `owned` that are in a call."""
+        owned, n = self._bpf["owned"], len(self.plan.probes)
+        keys = (owned.Key(idx) for idx in range(slot * n, (slot + 1) * n))
+        return [(k, e) for k, e in ((k, owned[k]) for k in keys) if e.ts_ns]
+
+    def _entries(self) -> list[Any]:
+        """The pairing entries in a call now: those of held slots in `owned`,
+        then the hashed ones (`inflight`)."""
+        found = [e for slot, _pid, _tid in self._owned_slots()
+                 for _k, e in self._calls_in_slot(slot)]
+        found += [v for v in self._bpf["inflight"].values() if v.ts_ns]
+        return found
+
+    def in_flight(self) -> list[RawEvent]:
+        """Calls entered but not returned: the pairing entries, which stay between
+        calls with ts_ns 0. (Trace mode; see in_flight_count.) Their
+        out-parameters are not read yet: none are given."""
+        return [unpack_event(bytes(v))._replace(outs=(), duration_ns=0)
+                for v in self._entries()]
+
+    def in_flight_count(self) -> int:
+        return len(self._entries())
+
+    def forget_exited(self, alive: Callable[[int, int], bool]) -> int:
+        """Free the pairing slots and remove the hashed pairing entries of threads
+        for which `alive(pid, tid)` is false: they exited, mid-call or not (each
+        thread keeps an entry per probe between calls). A hashed entry not yet
+        filled in (tid 0) is left. Returns how many were in a call (no return
+        probe will end them)."""
+        mid_call = 0
+        owners, owned = self._bpf["owners"], self._bpf["owned"]
+        for slot, pid, tid in self._owned_slots():
+            if alive(pid, tid):
+                continue
+            for key, entry in self._calls_in_slot(slot):
+                mid_call += 1
+                entry.ts_ns = 0  # so that the slot's next thread does not pair with it
+                owned[key] = entry
+            owners[owners.Key(slot)] = owners.Leaf(0)
+        table = self._bpf["inflight"]
+        dead = [(k, v.ts_ns) for k, v in table.items() if v.tid and not alive(v.pid, v.tid)]
+        for k, _ts in dead:
+            with contextlib.suppress(KeyError):
+                del table[k]
+        return mid_call + sum(1 for _k, ts in dead if ts)  # those that were in a call

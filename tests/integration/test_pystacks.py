@@ -1,0 +1,77 @@
+"""--py-stacks on every CPython this machine has: the workload (pystack_workload.py)
+calls libcudart through ctypes from nested functions, a generator, a
+coroutine, a thread, a lambda, a comprehension and a recursion deeper than
+the probe walks, and prints the stack the interpreter itself gives each call;
+each row's py_stack must equal it, frame by frame (file, line, function).
+Launched (-- COMMAND) and attached (--pid: the workload waits on a FIFO that
+the test writes once cudaprobe says it is attached)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .conftest import expected_calls, trace_jsonl
+from .running import Tracing
+
+WORKLOAD = Path(__file__).resolve().parent / "pystack_workload.py"
+EVENTS = ("-e", "cudaRuntimeGetVersion,cudaDriverGetVersion")
+MAX_FRAMES = 32
+PYTHONS = sorted(p for p in glob.glob(os.path.expanduser("~/.pyenv/versions/3.*/bin/python3.*"))
+                 if p.rsplit("python", 1)[1] in ("3.9", "3.10", "3.11", "3.12", "3.13"))
+PYTHONS += [p for p in ("/usr/bin/python3.11",) if os.path.exists(p)]
+
+
+def check_stacks(rows: list[dict], expected: list[dict]) -> None:
+    """Row by row on each thread, in order: the stack the interpreter gave."""
+    assert len(rows) == len(expected) == 9
+    by_tid: dict[int, list[dict]] = {}
+    for row in rows:
+        by_tid.setdefault(row["tid"], []).append(row)
+    want_by_tid: dict[int, list[dict]] = {}
+    for e in expected:
+        want_by_tid.setdefault(e["tid"], []).append(e)
+    assert sorted(map(len, by_tid.values())) == sorted(map(len, want_by_tid.values()))
+    for tid, wants in want_by_tid.items():
+        for row, want in zip(by_tid[tid], wants):
+            assert row["event"] == want["event"]
+            frames = [{"file": f, "line": line, "function": fn} for f, line, fn in want["stack"]]
+            assert row["py_stack"] == frames[:MAX_FRAMES], (row["py_stack"], frames)
+            assert row.get("py_stack_cut", False) == (len(frames) > MAX_FRAMES)
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+def test_launched(tmp_path, libcudart, python):
+    rows, summary, proc = trace_jsonl(tmp_path, "--py-stacks", *EVENTS, "--lib", str(libcudart),
+                                      command=[python, str(WORKLOAD), str(libcudart)])
+    assert proc.returncode == 0, proc.stderr
+    assert summary["lost_total"] == 0
+    check_stacks(rows, expected_calls(proc.stdout))
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+def test_attached_with_pid(tmp_path, libcudart, python):
+    fifo = tmp_path / "go"
+    os.mkfifo(fifo)
+    workload = subprocess.Popen([python, str(WORKLOAD), str(libcudart), "--wait", str(fifo)],
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        assert workload.stdout.readline().strip() == "ready"
+        tracing = Tracing(tmp_path, "--py-stacks", *EVENTS, "--pid", str(workload.pid))
+        tracing.wait_for("attached to")
+        with open(fifo, "w") as go:
+            go.write("go\n")
+        out = workload.stdout.read()
+        assert workload.wait(timeout=60) == 0
+        rows, summary, _err = tracing.finish()
+    finally:
+        if workload.poll() is None:
+            workload.kill()
+            workload.wait()
+    assert summary["lost_total"] == 0
+    check_stacks(rows, [json.loads(line) for line in out.splitlines() if line.startswith("{")])

@@ -1,0 +1,74 @@
+"""The Python mirror of bpf/pystacks.h (probe/pyrecords.py, pyoffsets.Layout)
+must match the header byte for byte, and side records must be told apart
+from call records by the ring reader."""
+
+from __future__ import annotations
+
+import pytest
+
+from cudaprobe.probe import event
+from cudaprobe.probe import pyrecords as pr
+from cudaprobe.targets.pyoffsets import LAYOUTS
+
+from .cprobe import c_values
+
+PROBE = r"""
+#include <stddef.h>
+#include <stdio.h>
+#include <linux/types.h>
+#include "pystacks.h"
+#define S(t) printf("%s %zu\n", #t, sizeof(struct t));
+#define O(t, f) printf("%s.%s %zu\n", #t, #f, offsetof(struct t, f));
+#define C(n) printf("%s %d\n", #n, n);
+int main(void) {
+    S(cp_py_stack) S(cp_py_code) S(cp_py_frame) S(cp_py_proc) S(cp_py_exe) S(cp_py_exe_key)
+    S(cp_py_layout)
+    O(cp_py_stack, frames) O(cp_py_stack, nframes) O(cp_py_stack, ts_ns)
+    O(cp_py_code, filename) O(cp_py_code, name) O(cp_py_code, table) O(cp_py_code, name_state)
+    O(cp_py_frame, kind)
+    C(CP_PY_MAX_FRAMES) C(CP_PY_STR_MAX) C(CP_PY_NAME_MAX) C(CP_PY_STR_SLACK)
+    C(CP_PY_TABLE_MAX) C(CP_PY_LAYOUTS) C(CP_SIDE_STACK) C(CP_SIDE_CODE) C(CP_PY_CUT)
+    C(CP_PY_CODE) C(CP_PY_SHIM) C(CP_PY_NOT_CODE) C(CP_PY_FOUND) C(CP_PY_NONE)
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def c_layout(tmp_path_factory) -> dict[str, int]:
+    return c_values(tmp_path_factory.mktemp("pylayout"), PROBE)
+
+
+def test_records_match_header(c_layout):
+    assert c_layout["cp_py_stack"] == pr.STACK_SIZE
+    assert c_layout["cp_py_stack.frames"] == pr.STACK_HEAD.size
+    assert c_layout["cp_py_stack.nframes"] == pr.STACK_HEAD.size - 4
+    assert c_layout["cp_py_stack.ts_ns"] == 16
+    assert c_layout["cp_py_frame"] == pr.FRAME.size and c_layout["cp_py_frame.kind"] == 14
+    assert c_layout["cp_py_code"] == pr.CODE_SIZE
+    assert c_layout["cp_py_code.filename"] == pr.CODE_HEAD.size
+    assert c_layout["cp_py_code.name_state"] == pr.CODE_HEAD.size - 8
+    assert c_layout["cp_py_code.name"] == pr.CODE_HEAD.size + pr.STR_MAX + pr.STR_SLACK
+    assert c_layout["cp_py_code.table"] == (c_layout["cp_py_code.name"] + pr.NAME_MAX
+                                            + pr.STR_SLACK)
+    assert c_layout["cp_py_proc"] == pr.PROC.size
+    assert c_layout["cp_py_exe"] == pr.EXE.size
+    assert c_layout["cp_py_exe_key"] == pr.EXE_KEY.size
+    assert c_layout["cp_py_layout"] == 4 * len(LAYOUTS[(3, 12)].bpf_values())
+
+
+def test_constants_match_header(c_layout):
+    assert (c_layout["CP_PY_MAX_FRAMES"], c_layout["CP_PY_STR_MAX"], c_layout["CP_PY_NAME_MAX"],
+            c_layout["CP_PY_STR_SLACK"], c_layout["CP_PY_TABLE_MAX"], c_layout["CP_PY_LAYOUTS"]) \
+        == (pr.MAX_FRAMES, pr.STR_MAX, pr.NAME_MAX, pr.STR_SLACK, pr.TABLE_MAX, pr.LAYOUTS)
+    assert (c_layout["CP_SIDE_STACK"], c_layout["CP_SIDE_CODE"], c_layout["CP_PY_CUT"]) \
+        == (pr.SIDE_STACK, pr.SIDE_CODE, pr.CUT)
+    assert (c_layout["CP_PY_CODE"], c_layout["CP_PY_SHIM"], c_layout["CP_PY_NOT_CODE"]) \
+        == (pr.CODE, pr.SHIM, pr.NOT_CODE)
+    assert (c_layout["CP_PY_FOUND"], c_layout["CP_PY_NONE"]) == (pr.FOUND, pr.NONE)
+
+
+def test_side_records_are_longer_than_any_call_record():
+    """The ring reader keeps the bytes of records longer than a whole event;
+    the zero first word tells a side record from a named event."""
+    assert min(pr.STACK_SIZE, pr.CODE_SIZE) > event.EVENT_SIZE
