@@ -40,6 +40,8 @@ class CudaprobeGroup(click.Group):
             rv = super().main(*args, standalone_mode=False, **kwargs)
         except BrokenPipeError:  # --help, --version: their reader has gone
             _reader_gone()
+        except OutputFailed as e:  # --help, --version with stdout closed
+            _fail(str(e), e.exit_code)
         except OSError as e:  # --help, --version to a full disk or a closed stdout
             if e.errno not in WRITE_ERRNOS or e.filename is not None:
                 raise
@@ -98,7 +100,7 @@ class ClosedStdout(io.TextIOBase):
     closed_at_start = True
 
     def write(self, text: str) -> int:
-        raise OSError(errno.EBADF, "stdout is closed")
+        raise OutputFailed("writing stdout failed: stdout is closed", errno.EBADF)
 
     def writable(self) -> bool:
         return True

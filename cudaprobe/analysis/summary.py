@@ -115,7 +115,11 @@ class Summary:
 
     @property
     def total_rows(self) -> int:
-        return sum(s.calls for s in self.by_event.values())
+        """The calls written as rows: those decoded, less those the output dropped
+        (--max-size, a failed write: `output_*` in `lost`), so that rows and
+        lost_total add up to calls."""
+        dropped = sum(v for k, v in self.lost.items() if k.startswith("output_"))
+        return sum(s.calls for s in self.by_event.values()) - dropped
 
     @property
     def total_lost(self) -> int:

@@ -28,7 +28,7 @@ from cudaprobe.errors import (
     UsageError,
 )
 from cudaprobe.output.files import OutputStream, StdoutStream, open_output, stdout_closed
-from cudaprobe.output.formats import REPORT_EXTENSIONS, format_of_output
+from cudaprobe.output.formats import REPORT_EXTENSIONS, choose_format, format_of_output
 from cudaprobe.output.table import make_console
 from cudaprobe.output.text import escape
 from cudaprobe.probe import bpfprog
@@ -141,7 +141,8 @@ def probe_options(events: str | None) -> Callable[[Callable], Callable]:
         click.option("-c", "--cmd", metavar="CMD",
                      help="The command to start and trace, as one string split as the "
                           "shell would (bpftrace's -c): the same as `-- CMD...`."),
-        click.argument("command", nargs=-1, type=click.UNPROCESSED),
+        click.argument("command", nargs=-1, type=click.UNPROCESSED,
+                       shell_complete=complete_after_equals),
     ]
 
     def decorate(f: Callable) -> Callable:
@@ -155,6 +156,14 @@ def probe_options(events: str | None) -> Callable[[Callable], Callable]:
         return with_command
 
     return decorate
+
+
+def complete_after_equals(ctx: click.Context, param: click.Parameter,
+                          incomplete: str) -> list:
+    """`--events=mem<TAB>`: bash splits the word at `=`, so click sees `--events`
+    take `=` as its value and `mem` as the command; complete it as -e's."""
+    events = ctx.params.get("events") or ()
+    return complete_events(ctx, param, incomplete) if events[-1:] == ("=",) else []
 
 
 def command_of(cmd: str | None, command: tuple[str, ...]) -> tuple[str, ...]:
@@ -242,11 +251,28 @@ def report_file_options(schema_doc: str) -> Callable[[Callable], Callable]:
     ]
 
     def decorate(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def checked(*args: object, fmt: str | None, output: str | None, as_json: bool,
+                    **kwargs: object) -> object:
+            check_report_format(fmt, output, as_json)  # before anything runs
+            return f(*args, fmt=fmt, output=output, as_json=as_json, **kwargs)
+
         for option in reversed(options):
-            f = option(f)
-        return f
+            checked = option(checked)
+        return checked
 
     return decorate
+
+
+def check_report_format(fmt: str | None, output: str | None, as_json: bool) -> None:
+    """An -o extension that names a format only `trace` writes (.csv, .jsonl,
+    .chrome.json), with no -f: one line, not a table under that name."""
+    if fmt is None and not as_json and output and output != "-":
+        named = choose_format(None, output)
+        if named not in REPORT_EXTENSIONS:
+            raise UsageError(f"-o {output!r} names the {named} format, which only `trace` "
+                             "writes: this report is a table or JSON (-o FILE.json, or "
+                             "-f table)")
 
 
 def report_output(output: str | None, force: bool, fmt: str | None,

@@ -140,6 +140,7 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
     then, per communicator, how long its ranks waited for each other and which
     rank came last (the straggler).
     """
+    before = load_report(baseline) if baseline else None  # checked before anything runs
     apis = APIS[api]
     if gpu_time:
         check_gpu_time(list(command))
@@ -163,7 +164,6 @@ def stats_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
     if dump_bpf:
         click.echo(bpfprog.render(plan.probes, settings))
         return
-    before = load_report(baseline) if baseline else None
     stream, as_json, human = report_output(output, force, fmt, as_json)
     notify = announce(plan, targets, "counting")
     gpu = GpuTimeRun(notify) if gpu_time else None

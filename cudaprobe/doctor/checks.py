@@ -243,10 +243,12 @@ def check_cuda(libs: list[str] | None) -> list[Check]:
                       "$CUDA_HOME or pip's nvidia/* packages",
                       "name one with --lib, or trace a process with --pid (what it maps is "
                       "found)")]
-    return [_check_library(p) for p in paths]
+    return [_check_library(p, named=bool(libs)) for p in paths]
 
 
-def _check_library(path: str) -> Check:
+def _check_library(path: str, named: bool = False) -> Check:
+    """One library's functions; one named by --lib that defines none fails:
+    tracing it would trace nothing."""
     try:
         symbols = read_symbols(path).functions
     except CudaprobeError as e:
@@ -264,7 +266,9 @@ def _check_library(path: str) -> Check:
     text = (f"{path}: {api or 'unknown API'} {details['version']}, "
             f"{count_text(found, defined)} (of {len(wanted)} catalogue functions)")
     if not found:
-        return Check("CUDA library", WARN, text, "not a CUDA runtime or driver library?", details)
+        return Check("CUDA library", FAIL if named else WARN, text,
+                     "not a CUDA runtime or driver library: give --lib a libcudart, libcuda "
+                     "or libnccl" if named else "not a CUDA runtime or driver library?", details)
     if missing:
         text += f" (missing: {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''})"
     return Check("CUDA library", OK, text, details=details)

@@ -108,6 +108,7 @@ class ProbeRun:
         self._left: list[int] = []  # the command's descendants running when it exited
         self._traced_s: float | None = None
         self._signals_at_end = 0
+        self._closed = False  # the BPF object: its targets map gone
         self.command: LaunchedCommand | None = None
         self.tracer: Tracer
         self.t0_ns = 0
@@ -148,6 +149,7 @@ class ProbeRun:
         self._close()
 
     def _close(self) -> None:
+        self._closed = True
         self._stack.close()
         if self.command is not None and not self.command.released:
             self.command.abandon()  # attach failed: the child exits without running
@@ -177,6 +179,8 @@ class ProbeRun:
         """The command's descendants still running: the targets the fork hook
         added (a target gone is removed at the Follower's next rescan: here it
         is not counted once it has exited or is a zombie)."""
+        if self._closed:
+            return []
         command = self.command.pid if self.command is not None else 0
         return sorted(pid for pid in self.tracer.attacher.target_pids()
                       if pid != command and process_alive(pid))
@@ -241,6 +245,7 @@ class ProbeRun:
         while (command is not None and command.released and not self._stop.requested
                and command.wait() is None):
             time.sleep(STEP_S)
+        self._end()
 
     def exit_status(self) -> int:
         """The exit status decided when the trace ended (_end): the command's own

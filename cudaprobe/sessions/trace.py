@@ -281,5 +281,6 @@ class TraceSession:
         self.reporter.finish(self.summary)
         if self.summary_console is not None:
             render_summary(self.summary, self.summary_console)
-        say_if_no_cuda(self.options, self.summary.total_calls + len(in_flight))
+        if output is None or output.failure is None:  # else tracing stopped early, said so
+            say_if_no_cuda(self.options, self.summary.total_calls + len(in_flight))
 

@@ -171,3 +171,15 @@ def test_stats_report_that_cannot_be_written(libcudart, where):
     assert said == {"/dev/full": ["cudaprobe: writing output failed: No space left on device"],
                     "closed": ["cudaprobe: writing stdout failed: stdout is closed"],
                     "head": []}[where]
+
+
+@pytest.mark.parametrize("fmt", ["table", "jsonl"])
+def test_an_output_that_fails_at_once_does_not_say_the_command_made_no_call(libcudart, fmt):
+    """Tracing stopped at the first write: the command's calls after it were not
+    traced, which is said; not that it made none."""
+    exe = build_workload("runtime_calls.c")
+    proc = trace(libcudart, "-o", "/dev/full", "--force", "-f", fmt, "--", str(exe), "2")
+    assert proc.returncode == 0, proc.stderr  # the command's own status
+    assert "made none of the traced calls" not in proc.stderr
+    assert "made no CUDA call" not in proc.stderr
+    assert "writing /dev/full failed: No space left on device: tracing stopped" in proc.stderr

@@ -78,3 +78,16 @@ def test_not_root(scratch):
 def test_stats_threshold_must_be_finite(scratch, value):
     assert_one_line(run(scratch, "stats", "--threshold", value, "--dump-bpf"),
                     f"'{value}' is not a finite number")
+
+
+@pytest.mark.parametrize("command", ["stats", "memory"])
+@pytest.mark.parametrize("output", ["x.csv", "x.jsonl", "x.chrome.json"])
+def test_a_report_to_a_format_only_trace_writes_is_one_line(scratch, command, output):
+    assert_one_line(run(scratch, command, "-o", output, "--", "/bin/true"),
+                    f"-o '{output}' names the", "only `trace` writes")
+
+
+def test_a_bad_baseline_is_said_before_anything_runs(scratch):
+    (scratch / "base.json").write_text('{"cudaprobe": "stats", "schema": 1, "functions": null}')
+    proc = run(scratch, "stats", "--compare", "base.json", "--", "/bin/true")
+    assert_one_line(proc, "baseline 'base.json'")
