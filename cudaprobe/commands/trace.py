@@ -135,7 +135,7 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
         if targets is not None:
             targets.close()
         stream.close()
-    lost = session.summary.total_lost
+    lost = session.summary.total_lost + sum(session.summary.undelivered.values())
     if strict and lost:
         notify(f"{lost} events lost: exit {STRICT_EXIT} (--strict)")
         sys.exit(STRICT_EXIT)

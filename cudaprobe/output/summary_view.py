@@ -67,6 +67,9 @@ def render_summary(summary: Summary, console: Console) -> None:
         line += f", {summary.exited_mid_call} ended with their thread"
     if lost:
         line += f" ({describe_lost(summary.lost)})"
+    if undelivered := sum(summary.undelivered.values()):
+        line += (f"; {undelivered} spans not delivered over OTLP "
+                 f"({describe_lost(summary.undelivered)})")
     console.print(Text(line, style="bold red" if lost else ""))
     for note in describe_untraced(summary.untraced):
         console.print(Text(escape(note), style="yellow"))
