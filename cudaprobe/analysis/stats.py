@@ -1,4 +1,4 @@
-"""Per-function call statistics, aggregated in the kernel (the CP_STATS maps).
+"""Per-function call statistics, aggregated in the kernel (bpf/stats.bpf.c).
 
 The BPF program keeps, per probe and per CPU, a count, total, min and max
 duration, and a log2 histogram: slot k counts calls that took [2^k, 2^(k+1))

@@ -8,11 +8,12 @@ import shlex
 import click
 
 from cudaprobe.commands.completion import complete_events
-from cudaprobe.commands.options import APIS, events_help, resolve_libraries
+from cudaprobe.commands.options import events_help
 from cudaprobe.errors import CudaNotMapped, CudaprobeError, NotRoot
 from cudaprobe.output.bpftrace import ExportOptions, render_script
 from cudaprobe.output.files import open_output
 from cudaprobe.probe.plan import plan_probes, select_functions
+from cudaprobe.sessions.probing import APIS, resolve_libraries
 from cudaprobe.targets.selection import Targets, initial_libraries
 
 

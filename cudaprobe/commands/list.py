@@ -11,9 +11,9 @@ from rich.text import Text
 from cudaprobe.catalogue.count import count_text
 from cudaprobe.catalogue.functions import HOT, is_default
 from cudaprobe.commands.completion import complete_events
-from cudaprobe.commands.options import APIS, resolve_libraries
 from cudaprobe.output.table import make_console
 from cudaprobe.probe.plan import ALL, select_functions
+from cudaprobe.sessions.probing import APIS, resolve_libraries
 from cudaprobe.targets.elfsyms import read_symbols
 from cudaprobe.targets.libs import discover_libraries
 

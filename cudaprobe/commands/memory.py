@@ -3,26 +3,23 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
 from cudaprobe.analysis.memtrack import memory_functions
 from cudaprobe.commands.options import (
-    APIS,
     Seconds,
     StartsCommand,
-    announce,
-    plan_targets,
     probe_options,
     report_file_options,
     report_output,
+    run_probing,
     write_report,
 )
 from cudaprobe.output.memory_view import render_exit, render_processes, render_summary, to_dict
 from cudaprobe.output.table import make_console
-from cudaprobe.probe import bpfprog
 from cudaprobe.sessions.memory import MemoryOptions, MemorySession
+from cudaprobe.sessions.probing import ProbeRequest, Probing
 
 
 @click.command("memory", cls=StartsCommand, context_settings={"show_default": True})
@@ -33,8 +30,8 @@ from cudaprobe.sessions.memory import MemoryOptions, MemorySession
 @click.option("-i", "--interval", type=Seconds(), metavar="SECONDS",
               help="Show live bytes per process every SECONDS.")
 @report_file_options("docs/memory.md")
-def memory_command(libs, api, duration, dump_bpf, pids, comm, wait, command, stacks, interval,
-                   fmt, as_json, output, force) -> None:
+def memory_command(probe: ProbeRequest, stacks, interval, fmt, as_json, output,
+                   force) -> None:
     """Track CUDA memory: allocations and frees at the runtime and driver layers
     (a cudaMalloc that the driver serves as cuMemAlloc_v2 counts once), by
     kind: device, host-pinned, managed, async-pool (cudaMallocAsync, pools),
@@ -58,45 +55,38 @@ def memory_command(libs, api, duration, dump_bpf, pids, comm, wait, command, sta
       sudo cudaprobe memory --stacks --interval 5 -- python train.py
       sudo cudaprobe memory -o memory.json -- ./my_app
     """
-    apis = APIS[api]
-    plan, settings, targets = plan_targets(memory_functions(apis), libs, apis, pids, comm, wait,
-                                           command, dump_bpf, stacks=stacks,
-                                           callers=True)
-    if dump_bpf:
-        click.echo(bpfprog.render(plan.probes, settings))
-        return
-    stream, as_json, human = report_output(output, force, fmt, as_json)
-    notify = announce(plan, targets, "tracking memory:")
-    session: MemorySession
+    command = list(probe.command)
 
-    def live(s: MemorySession) -> None:
-        running = [p for p in s.accounting.processes.values() if not p.exited]
-        if running:
-            render_processes(running, human, "live CUDA memory")
+    def session(probing: Probing) -> int:
+        stream, json_out, human = report_output(output, force, fmt, as_json)
+        notify = probing.begin("tracking memory:")
+        memory: MemorySession
 
-    session = MemorySession(plan, settings, MemoryOptions(
-        command=list(command), targets=targets, notify=notify, duration=duration,
-        interval=interval, stacks=stacks),
-        on_exit=lambda p: render_exit(p, human, session.ms), on_interval=live)
-    try:
-        status = session.run()
-    finally:
-        if targets is not None:
-            targets.close()
-    processes = list(session.accounting.processes.values())
+        def live(s: MemorySession) -> None:
+            running = [p for p in s.accounting.processes.values() if not p.exited]
+            if running:
+                render_processes(running, human, "live CUDA memory")
 
-    def write() -> None:
-        render_summary(processes, session.lost, session.in_flight, session.duration_s, human)
-        if output or as_json:
-            if as_json:
-                stream.write(json.dumps(to_dict(processes, session.lost, session.in_flight,
-                                                session.duration_s, session.libraries,
-                                                session.ms), indent=2) + "\n")
-            else:
-                for p in processes:
-                    render_exit(p, make_console(stream), session.ms)
-            stream.close()
+        memory = MemorySession(probing.plan, probing.settings, MemoryOptions(
+            command=command, targets=probing.targets, notify=notify, duration=probe.duration,
+            interval=interval, stacks=stacks),
+            on_exit=lambda p: render_exit(p, human, memory.ms), on_interval=live)
+        status = memory.run()
+        processes = list(memory.accounting.processes.values())
 
-    status = write_report(write, status, bool(command))
-    if status:
-        sys.exit(status)
+        def write() -> None:
+            render_summary(processes, memory.lost, memory.in_flight, memory.duration_s, human)
+            if output or json_out:
+                if json_out:
+                    stream.write(json.dumps(to_dict(processes, memory.lost, memory.in_flight,
+                                                    memory.duration_s, memory.libraries,
+                                                    memory.ms), indent=2) + "\n")
+                else:
+                    for p in processes:
+                        render_exit(p, make_console(stream), memory.ms)
+                stream.close()
+
+        return write_report(write, status, bool(command))
+
+    run_probing(probe, memory_functions(set(probe.apis)), session, stacks=stacks,
+                callers=True)

@@ -1,5 +1,7 @@
-"""What the probing commands share: which libraries, functions and API to
-probe, and which processes: `-- COMMAND`, --pid, --comm."""
+"""What the probing commands share: the options that say which libraries,
+functions and API to probe and which processes (`-- COMMAND`, --pid, --comm),
+the runner around every probing session (run_probing), and the report files
+of stats and memory."""
 
 from __future__ import annotations
 
@@ -13,33 +15,15 @@ from typing import Callable
 
 import click
 from rich.console import Console
-from rich.text import Text
 
-from cudaprobe.catalogue.count import count_text
-from cudaprobe.catalogue.functions import APIS as ALL_APIS
-from cudaprobe.catalogue.functions import DRIVER, HOT, NCCL, RUNTIME, Function
+from cudaprobe.catalogue.functions import HOT, Function
 from cudaprobe.commands.completion import complete_events
-from cudaprobe.errors import (
-    LibraryNotFound,
-    NotRoot,
-    OtherPidNamespace,
-    OutputFailed,
-    SymbolMissing,
-    UsageError,
-)
+from cudaprobe.errors import OutputFailed, UsageError
 from cudaprobe.output.files import OutputStream, StdoutStream, open_output, stdout_closed
 from cudaprobe.output.formats import REPORT_EXTENSIONS, choose_format, format_of_output
 from cudaprobe.output.table import make_console
-from cudaprobe.output.text import escape
 from cudaprobe.probe import bpfprog
-from cudaprobe.probe.load import prepare_machine
-from cudaprobe.probe.plan import ProbePlan, plan_probes
-from cudaprobe.probe.sweep import host_pids_visible
-from cudaprobe.targets.launch import resolve_command
-from cudaprobe.targets.libs import discover_libraries, resolve_lib_arg
-from cudaprobe.targets.selection import Targets, initial_libraries
-
-APIS = {"runtime": {RUNTIME}, "driver": {DRIVER}, "nccl": {NCCL}, "all": set(ALL_APIS)}
+from cudaprobe.sessions.probing import APIS, ProbeRequest, Probing, plan_targets
 
 
 class Seconds(click.ParamType):
@@ -93,16 +77,6 @@ class FiniteRange(click.FloatRange):
         return number
 
 
-def resolve_libraries(libs: tuple[str, ...], apis: set[str]) -> list[str]:
-    if libs:
-        return sorted({p for arg in libs for p in resolve_lib_arg(arg)})
-    found = discover_libraries(apis)
-    if not found:
-        raise LibraryNotFound("(default search)",
-                              "no libcudart/libcuda/libnccl found; name one with --lib")
-    return found
-
-
 def events_help(verb: str) -> str:
     return (f"Functions to {verb}, comma-separated: names, categories, globs ('cudaMemcpy*') "
             f"or `all`; `!ITEM` leaves one out ('memory,!cudaFree'). Default: the functions "
@@ -113,7 +87,8 @@ def events_help(verb: str) -> str:
 
 def probe_options(events: str | None) -> Callable[[Callable], Callable]:
     """--lib, -e/--events (`events`: the verb of its help, trace or count; or none),
-    --api, -d/--duration, --dump-bpf, and `-- COMMAND`."""
+    --api, -d/--duration, --dump-bpf, --pid, --comm, --wait and `-- COMMAND`: given
+    to the command as one ProbeRequest, `probe`."""
     options = [
         click.option("--lib", "libs", multiple=True, metavar="PATH",
                      help="CUDA library to probe: a path, a directory, or a soname. "
@@ -147,13 +122,19 @@ def probe_options(events: str | None) -> Callable[[Callable], Callable]:
 
     def decorate(f: Callable) -> Callable:
         @functools.wraps(f)
-        def with_command(*args: object, cmd: str | None, command: tuple[str, ...],
+        def with_request(*args: object, libs: tuple[str, ...], api: str,
+                         duration: float | None, dump_bpf: bool, pids: tuple[int, ...],
+                         comm: str | None, wait: bool, cmd: str | None,
+                         command: tuple[str, ...], events: tuple[str, ...] = (),
                          **kwargs: object) -> object:
-            return f(*args, command=command_of(cmd, command), **kwargs)
+            return f(*args, probe=ProbeRequest(
+                libs=libs, events=events, apis=frozenset(APIS[api]), duration=duration,
+                dump_bpf=dump_bpf, pids=pids, comm=comm, wait=wait,
+                command=command_of(cmd, command)), **kwargs)
 
         for option in reversed(options):
-            with_command = option(with_command)
-        return with_command
+            with_request = option(with_request)
+        return with_request
 
     return decorate
 
@@ -181,58 +162,23 @@ def command_of(cmd: str | None, command: tuple[str, ...]) -> tuple[str, ...]:
     return words
 
 
-def plan_targets(functions: list[Function], libs: tuple[str, ...], apis: set[str],
-                 pids: tuple[int, ...], comm: str | None, wait: bool, command: tuple[str, ...],
-                 dump_bpf: bool, **settings: bool) -> tuple[ProbePlan, bpfprog.Settings,
-                                                            Targets | None]:
-    """The probes, the BPF settings (`settings` added) and, when following processes
-    (-- COMMAND, --pid, --comm), the Targets whose CUDA code is probed."""
-    if command and (pids or comm):
-        raise UsageError("-- COMMAND selects the process it starts: leave out --pid and --comm")
-    if wait and not pids:
-        raise UsageError("--wait goes with --pid")
-    if comm is not None and not comm.strip():
-        raise UsageError("--comm needs a process name (as in /proc/PID/comm)")
-    follow = bool(command or pids or comm)
-    config = bpfprog.Settings(filter_pid=follow, filter_comm=comm is not None,
-                              per_process=bool(command or pids) and comm is None, **settings)
-    if not dump_bpf and os.geteuid() != 0:
-        raise NotRoot()
-    if follow and not dump_bpf and not host_pids_visible():
-        raise OtherPidNamespace()
-    if command:
-        resolve_command(list(command))  # before anything is attached, said or written
-    targets = None
-    if follow:
-        targets = Targets([s for f in functions for s in f.symbols], pids, comm,
-                          discover=not libs)
-        libraries = resolve_libraries(libs, apis) if libs else initial_libraries(
-            targets, apis, list(command), wait)
-    else:
-        libraries = resolve_libraries(libs, apis)
-    plan = plan_probes(functions, libraries, every_symbol=follow)
-    if libs and not plan.attachments:  # --lib turns discovery off: nothing is found later
-        raise SymbolMissing(", ".join(libraries), [f.name for f in functions])
-    return plan, config, targets
-
-
-def announce(plan: ProbePlan, targets: Targets | None, doing: str) -> Callable[[str], None]:
-    """Make the machine ready and say, on stderr, what that took, what the targets
-    need said, and what is probed (`doing`: "tracing", ...). Returns the function
-    that says further things the same way."""
-    err = make_console(sys.stderr)
-
-    def notify(message: str) -> None:
-        err.print(Text(f"cudaprobe: {escape(message)}", style="dim"))
-
-    for note in prepare_machine() + (targets.notes if targets else []):
-        notify(note)
-    paths = sorted({a.path for a in plan.attachments})
-    probed = count_text({a.probe.function.name for a in plan.attachments},
-                        {a.probe.symbol for a in plan.attachments})
-    notify(f"{doing} {probed} in {', '.join(paths)}" if paths
-           else "no CUDA code mapped yet: probes go in as it is loaded")
-    return notify
+def run_probing(probe: ProbeRequest, functions: list[Function],
+                session: Callable[[Probing], int], **settings: bool) -> None:
+    """What every probing command does around its session: plan the probes and the
+    processes to follow (`settings` added to the BPF settings); with --dump-bpf
+    print the program and stop; else run `session` (which calls Probing.begin
+    once its own files are open), let go of the processes whatever happens,
+    and exit with the status it returns."""
+    probing = plan_targets(functions, probe, **settings)
+    try:
+        if probe.dump_bpf:
+            click.echo(bpfprog.render(probing.plan.probes, probing.settings))
+            return
+        status = session(probing)
+    finally:
+        probing.close()
+    if status:
+        sys.exit(status)
 
 
 def report_file_options(schema_doc: str) -> Callable[[Callable], Callable]:

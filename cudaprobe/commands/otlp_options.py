@@ -1,4 +1,5 @@
-"""--otlp and its options, shared by trace and serve; and the sink they make.
+"""--otlp and its options, shared by trace and serve (the sinks they make are
+output/otlp_sinks.py's).
 
 opentelemetry-sdk is an extra (`pip install 'cudaprobe[otlp]'`): it is
 imported only when --otlp is given, and its absence is one line, exit 2,
@@ -11,15 +12,10 @@ from typing import Callable
 
 import click
 
-from cudaprobe.analysis.metrics import CallMetrics
 from cudaprobe.commands.options import FiniteRange
-from cudaprobe.errors import CudaprobeError, UsageError
-from cudaprobe.output.base import Reporter
-from cudaprobe.output.fanout import Fanout
-from cudaprobe.output.metrics_sink import MetricsSink
+from cudaprobe.errors import UsageError
 from cudaprobe.output.otlp_model import OtlpConfig, Selection, otlp_endpoints, parse_duration
-
-INSTALL = "pip install 'cudaprobe[otlp]'"
+from cudaprobe.output.otlp_sinks import load_sink
 
 
 class Duration(click.ParamType):
@@ -82,36 +78,5 @@ def otlp_config(otlp: str | None, otlp_slow: int | None, otlp_sample: float | No
     config = OtlpConfig(otlp_endpoints(otlp), Selection(slow_ns=otlp_slow, sample=otlp_sample),
                         service=otlp_service, spans=not otlp_no_spans,
                         metrics=not otlp_no_metrics, interval_s=otlp_interval)
-    _load_sink()
+    load_sink()
     return config
-
-
-def otlp_sink(config: OtlpConfig, notify: Callable[[str], None],
-              metrics: CallMetrics | None) -> Reporter:
-    """The --otlp sink: spans for the calls it is given, and `metrics` (unless
-    --otlp-no-metrics), which the caller feeds (a MetricsSink beside it)."""
-    return _load_sink()(config, notify, metrics if config.metrics else None)
-
-
-def with_otlp(reporter: Reporter, config: OtlpConfig | None, notify: Callable[[str], None]
-              ) -> tuple[Reporter, Callable[[dict[str, int]], None] | None]:
-    """`reporter`, and beside it the metrics and the --otlp sink when configured;
-    with the session's on_counters, which keeps the metrics' losses current."""
-    if config is None:
-        return reporter, None
-    if not config.metrics:
-        return Fanout(reporter, [otlp_sink(config, notify, None)]), None
-    metrics = CallMetrics()
-    return Fanout(reporter, [MetricsSink(metrics), otlp_sink(config, notify, metrics)]), \
-        metrics.set_lost
-
-
-def _load_sink() -> type[Reporter]:
-    try:
-        from cudaprobe.output.otlp import OtlpSink  # noqa: PLC0415 (the SDK is an extra)
-    except ImportError as e:
-        if not (e.name or "").startswith(("opentelemetry", "google")):
-            raise
-        raise CudaprobeError(f"--otlp needs opentelemetry-sdk and its OTLP/HTTP exporter "
-                             f"({e.name} is missing): {INSTALL}") from None
-    return OtlpSink

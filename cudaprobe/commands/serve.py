@@ -8,17 +8,18 @@ import sys
 import click
 
 from cudaprobe.analysis.metrics import CallMetrics
-from cudaprobe.commands.options import APIS, StartsCommand, announce, plan_targets, probe_options
-from cudaprobe.commands.otlp_options import otlp_config, otlp_options, otlp_sink
+from cudaprobe.commands.options import StartsCommand, probe_options, run_probing
+from cudaprobe.commands.otlp_options import otlp_config, otlp_options
 from cudaprobe.decode.symbolize import KernelSymbolizer
 from cudaprobe.errors import UsageError
 from cudaprobe.output.fanout import Fanout
 from cudaprobe.output.metrics_sink import MetricsSink
+from cudaprobe.output.otlp_sinks import otlp_sink
 from cudaprobe.output.prometheus import MetricsServer, parse_listen_address
 from cudaprobe.output.table import make_console
-from cudaprobe.probe import bpfprog
 from cudaprobe.probe.plan import select_functions
 from cudaprobe.sessions.gputime import check_gpu_time
+from cudaprobe.sessions.probing import ProbeRequest, Probing
 from cudaprobe.sessions.trace import SessionOptions, TraceSession
 
 
@@ -31,8 +32,7 @@ from cudaprobe.sessions.trace import SessionOptions, TraceSession
               help="With -- COMMAND: also a histogram of each kernel's GPU time, through "
                    "CUPTI (docs/gputime.md).")
 @otlp_options
-def serve_command(libs, events, api, duration, dump_bpf, pids, comm, wait, command,
-                  prometheus_at, gpu_time, **otlp) -> None:
+def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, **otlp) -> None:
     """Count CUDA API calls and serve them as metrics: calls, errors and
     latency per function, bytes copied, live allocated bytes, lost events
     (docs/prometheus.md).
@@ -54,40 +54,31 @@ def serve_command(libs, events, api, duration, dump_bpf, pids, comm, wait, comma
     """
     address = parse_listen_address(prometheus_at) if prometheus_at else None
     otlp = otlp_config(**otlp)
-    if address is None and otlp is None and not dump_bpf:
+    if address is None and otlp is None and not probe.dump_bpf:
         raise UsageError("serve needs somewhere to serve: --prometheus [ADDR:]PORT "
                          "or --otlp ENDPOINT")
     if gpu_time:
-        check_gpu_time(list(command))
-    apis = APIS[api]
-    functions = select_functions(list(events), apis)
-    plan, settings, targets = plan_targets(functions, libs, apis, pids, comm, wait, command,
-                                           dump_bpf)
-    if dump_bpf:
-        click.echo(bpfprog.render(plan.probes, settings))
-        return
-    metrics = CallMetrics()
-    try:
+        check_gpu_time(list(probe.command))
+    command = list(probe.command)
+
+    def session(probing: Probing) -> int:
+        metrics = CallMetrics()
         with MetricsServer(metrics, *address) if address else contextlib.nullcontext() as server:
-            notify = announce(plan, targets, "counting")
+            notify = probing.begin("counting")
             # said once the probes are in: from then on, what is scraped is being counted
             serving = server and (lambda: notify(f"serving Prometheus metrics on {server.url}"))
             sink = MetricsSink(metrics, serving or None)
             if otlp is not None:
                 sink = Fanout(sink, [otlp_sink(otlp, notify, metrics)])
             # launches named, for the kernel label
-            kernels = KernelSymbolizer.for_session(list(command),
-                                                   [a.path for a in plan.attachments])
-            session = TraceSession(plan, settings, sink, make_console(sys.stderr),
-                                   SessionOptions(duration=duration, command=list(command),
-                                                  symbolize=kernels, see_process=kernels.see,
-                                                  targets=targets, notify=notify,
-                                                  on_counters=metrics.set_lost,
-                                                  gpu_time=gpu_time,
-                                                  on_gpu_work=metrics.add_gpu))
-            status = session.run()
-    finally:
-        if targets is not None:
-            targets.close()
-    if status:
-        sys.exit(status)
+            kernels = KernelSymbolizer.for_session(command,
+                                                   [a.path for a in probing.plan.attachments])
+            return TraceSession(probing.plan, probing.settings, sink, make_console(sys.stderr),
+                                SessionOptions(duration=probe.duration, command=command,
+                                               symbolize=kernels, see_process=kernels.see,
+                                               targets=probing.targets, notify=notify,
+                                               on_counters=metrics.set_lost,
+                                               gpu_time=gpu_time,
+                                               on_gpu_work=metrics.add_gpu)).run()
+
+    run_probing(probe, select_functions(list(probe.events), set(probe.apis)), session)

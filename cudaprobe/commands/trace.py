@@ -2,31 +2,24 @@
 
 from __future__ import annotations
 
-import sys
+import functools
 
 import click
 
 from cudaprobe.commands.options import (
-    APIS,
     StartsCommand,
-    announce,
-    plan_targets,
     probe_options,
     py_stacks_option,
+    run_probing,
 )
-from cudaprobe.commands.otlp_options import otlp_config, otlp_options, with_otlp
-from cudaprobe.commands.trace_options import STRICT_EXIT, check_conflicts, output_options
-from cudaprobe.decode.symbolize import KernelSymbolizer
-from cudaprobe.output.capped import SizeCapped
-from cudaprobe.output.files import DEFAULT_MODE, StdoutStream, open_output
-from cudaprobe.output.formats import FORMATS, REPORTERS, choose_format
-from cudaprobe.output.status import StatusLine
-from cudaprobe.output.status import wanted as status_line_wanted
-from cudaprobe.output.table import make_console
+from cudaprobe.commands.otlp_options import otlp_config, otlp_options
+from cudaprobe.commands.trace_options import check_conflicts, output_options
+from cudaprobe.output.formats import FORMATS, choose_format
 from cudaprobe.probe import bpfprog
 from cudaprobe.probe.plan import select_functions
 from cudaprobe.sessions.gputime import check_gpu_time
-from cudaprobe.sessions.trace import SessionOptions, TraceSession
+from cudaprobe.sessions.probing import ProbeRequest
+from cudaprobe.sessions.tracing import TraceRequest, run_trace
 
 
 @click.command("trace", cls=StartsCommand, context_settings={"show_default": True})
@@ -44,15 +37,15 @@ from cudaprobe.sessions.trace import SessionOptions, TraceSession
 @py_stacks_option
 @output_options
 @otlp_options
-def trace_command(libs, events, api, fmt, output, force, duration, errors_only, gpu_time,
-                  py_stacks, mode, max_size, strict, ringbuf_pages, dump_bpf, pids, comm, wait,
-                  command, **otlp) -> None:
+def trace_command(probe: ProbeRequest, fmt, output, force, errors_only, gpu_time, py_stacks,
+                  mode, max_size, strict, ringbuf_pages, **otlp) -> None:
     """Trace CUDA API calls: one row per completed call, then a summary.
 
     With `-- COMMAND`, start COMMAND and trace it and every process it
     starts, until the last of them has exited (as strace -f), and exit with
     COMMAND's exit status. Options end at COMMAND's name, as strace's do:
-    `trace python3 -c 'print(1)'` runs python3 -c. With --pid or --comm, attach to processes
+    `trace python3 -c 'print(1)'` runs python3 -c. With --pid or --comm,
+    attach to processes
     already running (no --lib needed: what they map is probed, and libraries
     they load later too); --pid stops when its processes have exited.
     Otherwise trace every process using the libraries, until Ctrl-C or
@@ -89,56 +82,14 @@ def trace_command(libs, events, api, fmt, output, force, duration, errors_only, 
       sudo cudaprobe trace --otlp http://collector:4318 --otlp-slow 1ms -- python train.py
       cudaprobe trace --dump-bpf -e transfer
     """
-    check_conflicts(output, dump_bpf, force=force, mode=mode, duration=duration,
+    check_conflicts(output, probe.dump_bpf, force=force, mode=mode, duration=probe.duration,
                     strict=strict, **{"max-size": max_size})
     otlp = otlp_config(**otlp)
     if gpu_time:
-        check_gpu_time(list(command))
-    fmt = choose_format(fmt, output)
-    apis = APIS[api]
-    functions = select_functions(list(events), apis)
-    ringbuf_pages = ringbuf_pages or bpfprog.Settings.ringbuf_pages
-    plan, settings, targets = plan_targets(functions, libs, apis, pids, comm, wait, command,
-                                           dump_bpf, errors_only=errors_only,
-                                           ringbuf_pages=ringbuf_pages, py_stacks=py_stacks)
-    if dump_bpf:
-        click.echo(bpfprog.render(plan.probes, settings))
-        return
-    stream = open_output(output, force, mode or DEFAULT_MODE, command=bool(command))
-    notify = announce(plan, targets, "tracing")
-    status_line = None
-    if status_line_wanted(stream.isatty(), sys.stderr):
-        status_line = StatusLine(make_console(sys.stderr), output if output and output != "-"
-                                 else stream.name)
-        notify = status_line.say_through(notify)
-    reporter = REPORTERS[fmt](stream)
-    if gpu_time:
-        reporter.gpu_time = True
-    if max_size:
-        reporter = SizeCapped(reporter, stream, max_size, notify)
-    reporter, on_counters = with_otlp(reporter, otlp, notify)
-    # the table shows its own summary; other formats get the human one on stderr
-    err = make_console(sys.stderr)
-    summary_console = None if fmt == "table" else err
-    if fmt == "table" and not isinstance(stream, StdoutStream):  # StderrStream is one
-        summary_console = err
-    kernels = KernelSymbolizer.for_session(list(command), [a.path for a in plan.attachments])
-    session = TraceSession(plan, settings, reporter, summary_console,
-                           SessionOptions(duration=duration, command=list(command),
-                                          symbolize=kernels, see_process=kernels.see,
-                                          targets=targets, notify=notify,
-                                          on_counters=on_counters, output=stream,
-                                          gpu_time=gpu_time, status=status_line))
-    try:
-        status = session.run()
-    finally:
-        if targets is not None:
-            targets.close()
-        stream.close()
-    lost = session.summary.total_lost + sum(session.summary.undelivered.values())
-    if strict and lost:
-        notify(f"{lost} events lost: exit {STRICT_EXIT} (--strict)")
-        sys.exit(STRICT_EXIT)
-    if status:
-        sys.exit(status)
-
+        check_gpu_time(list(probe.command))
+    request = TraceRequest(choose_format(fmt, output), output, force, mode, max_size, strict,
+                           gpu_time, otlp)
+    run_probing(probe, select_functions(list(probe.events), set(probe.apis)),
+                functools.partial(run_trace, request=request), errors_only=errors_only,
+                ringbuf_pages=ringbuf_pages or bpfprog.Settings.ringbuf_pages,
+                py_stacks=py_stacks)

@@ -9,8 +9,8 @@ from typing import Callable
 import click
 
 from cudaprobe.errors import UsageError
+from cudaprobe.sessions.tracing import STRICT_EXIT
 
-STRICT_EXIT = 3  # --strict and events were lost
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 

@@ -38,6 +38,9 @@ MAKERS = {
 # calls that tell one thing of a communicator they are given: (out-parameter, which)
 ASKERS = {"ncclCommUserRank": ("rank", 0), "ncclCommCount": ("count", 1)}
 ENDERS = {"ncclCommDestroy", "ncclCommAbort"}
+# what a call does to its thread's open groups (nesting.CallOrder puts the calls
+# made between them under the start)
+GROUP_STEPS = {"ncclGroupStart": 1, "ncclGroupEnd": -1}
 UNKNOWN = "rank unknown"
 MAX_RANKS = 1 << 20  # more is no number of ranks: not a communicator
 # what reads a communicator's (rank, nranks) from the process: (pid, comm) -> them or None

@@ -6,7 +6,11 @@ No entry events reach user space: a call arrives when it returns. So the
 driver calls that cudaMalloc made (cuMemAlloc_v2 ..., on the same thread,
 inside cudaMalloc's interval) arrive before cudaMalloc itself, and are held
 until it comes (CallOrder's docstring says for how long at most). Runtime
-calls are not nested in each other: the runtime API is the top of the stack.
+calls are not nested in each other: the runtime API is the top of the stack,
+with NCCL's calls. An NCCL group is no interval of one call: the calls a
+thread makes between ncclGroupStart and ncclGroupEnd are put under the
+ncclGroupStart (one level down, as a driver call under a runtime call), and
+the ncclGroupEnd closes it at the group's own level.
 """
 
 from __future__ import annotations
@@ -88,8 +92,12 @@ class CallOrder:
     """
 
     def __init__(self, is_runtime: list[bool], hold_ns: int = ORDER_HOLD_NS,
-                 max_held: int = MAX_HELD, clock: Callable[[], int] = time.monotonic_ns) -> None:
+                 max_held: int = MAX_HELD, clock: Callable[[], int] = time.monotonic_ns,
+                 groups: list[int] | None = None) -> None:
         self.is_runtime = is_runtime  # by probe id
+        # by probe id: +1 opens a group (ncclGroupStart), -1 closes it (ncclGroupEnd)
+        self.groups = groups if groups is not None and any(groups) else None
+        self._open: dict[int, list[int]] = {}  # tid -> ts_ns of its open groups' starts
         self.hold_ns = hold_ns
         self.max_held = max_held
         self.clock = clock
@@ -133,7 +141,27 @@ class CallOrder:
         if self._count:
             deadline = (newest if records else self.clock()) - self.hold_ns
             self._expire(deadline, out, marks)
+        if self.groups is not None and out:
+            self._in_groups(out, marks)
         return out, marks
+
+    def _in_groups(self, out: list[tuple], marks: list[Mark]) -> None:
+        """Put each call made inside an open NCCL group of its thread under
+        the group's ncclGroupStart (out is in call order per thread)."""
+        groups, nprobes = self.groups, len(self.groups)
+        for i, rec in enumerate(out):
+            fid, tid = rec[R_FUNC_ID], rec[R_TID]
+            step = groups[fid] if fid < nprobes else 0
+            stack = self._open.get(tid)
+            if step < 0 and stack:
+                stack.pop()  # the end shows at its group's level
+            if stack:
+                depth, parent = marks[i]
+                marks[i] = (depth + len(stack), stack[-1] if parent is None else parent)
+            if step > 0:
+                self._open.setdefault(tid, []).append(rec[R_TS])
+            elif stack is not None and not stack:
+                del self._open[tid]
 
     def flush(self) -> tuple[list[tuple], list[Mark]]:
         """Everything held: the trace is over."""
@@ -145,6 +173,8 @@ class CallOrder:
             _flatten(node, 0, None, out, marks)
         self._held.clear()
         self._count = 0
+        if self.groups is not None and out:
+            self._in_groups(out, marks)
         return out, marks
 
     def _expire(self, deadline: int, out: list[tuple], marks: list[Mark]) -> None:

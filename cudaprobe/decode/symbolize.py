@@ -29,12 +29,11 @@ import os
 import shutil
 from dataclasses import dataclass
 
-from elftools.common.exceptions import ELFError
-
 from cudaprobe.decode.demangle import demangle
 from cudaprobe.errors import CudaprobeError
 from cudaprobe.targets import symcache
-from cudaprobe.targets.elfsyms import ElfSymbols, build_id_of, read_symbols
+from cudaprobe.targets.elf import build_id_of
+from cudaprobe.targets.elfsyms import ElfSymbols, read_symbols
 
 
 @dataclass(frozen=True)
@@ -121,7 +120,7 @@ class KernelSymbolizer:
     def _symbols(self, path: str) -> ElfSymbols | None:
         try:
             symbols = read_symbols(path)
-        except (OSError, ELFError, CudaprobeError):
+        except (OSError, CudaprobeError):
             return None
         if symbols.build_id and symbols.build_id not in self._by_build_id:
             self._by_build_id[symbols.build_id] = symbols

@@ -14,11 +14,11 @@ from cudaprobe.decode.records import RecordDecoder
 class Reporter:
     name: ClassVar[str]
     extensions: ClassVar[tuple[str, ...]] = ()
-    # --gpu-time: calls may carry `gpu` work (decode.gputime), shown where the format has room
-    gpu_time = False
-
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, gpu_time: bool = False) -> None:
         self.stream = stream
+        # --gpu-time: calls may carry `gpu` work (decode.gputime), shown where the format
+        # has room
+        self.gpu_time = gpu_time
 
     def start(self) -> None:
         """Called once the probes are attached, before any call."""

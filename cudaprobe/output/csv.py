@@ -19,8 +19,8 @@ class CsvReporter(Reporter):
     name = "csv"
     extensions = (".csv",)
 
-    def __init__(self, stream: TextIO) -> None:
-        super().__init__(stream)
+    def __init__(self, stream: TextIO, gpu_time: bool = False) -> None:
+        super().__init__(stream, gpu_time)
         self._comms: dict[bytes, str] = {}  # the kernel's comm -> its text
 
     def start(self) -> None:

@@ -23,8 +23,8 @@ class JsonlReporter(Reporter):
     name = "jsonl"
     extensions = (".jsonl", ".ndjson")
 
-    def __init__(self, stream: TextIO) -> None:
-        super().__init__(stream)
+    def __init__(self, stream: TextIO, gpu_time: bool = False) -> None:
+        super().__init__(stream, gpu_time)
         self._comms: dict[bytes, str] = {}  # the kernel's comm -> its text as JSON
         # probe -> its json_details, for Calls not decoded yet (json_line)
         self._json_details: dict[ProbeDecoder, Callable[[tuple], tuple[str, str]]] = {}

@@ -177,8 +177,9 @@ class TableReporter(Reporter):
     name = "table"
     extensions = (".txt", ".log", ".table")
 
-    def __init__(self, stream: TextIO, console: Console | None = None) -> None:
-        super().__init__(stream)
+    def __init__(self, stream: TextIO, console: Console | None = None,
+                 gpu_time: bool = False) -> None:
+        super().__init__(stream, gpu_time)
         self.console = console or make_console(stream)
         self._color = self.console.is_terminal and not self.console.no_color
         # a terminal's width bounds the line; a file's or a pipe's does not
@@ -193,14 +194,13 @@ class TableReporter(Reporter):
         return (*COLUMNS, GPU_COLUMN) if self.gpu_time else COLUMNS
 
     def _lay_out(self) -> None:
-        """Each column's width (again at start(): options are set by then)."""
+        """Each column's width, and the columns folded into DETAILS."""
         columns, widths, self._folded = fit(self.width, self.columns())
         self._cells = list(zip(columns, widths))
         if self.width is not None:
             self._details_width = self.width - sum(widths) - len(widths)
 
     def start(self) -> None:
-        self._lay_out()
         header = " ".join(c.text(c.title, w) for c, w in self._cells) + " "
         if self._details_width is None:
             header += DETAILS

@@ -1,20 +1,37 @@
-"""A stats session: attach in CP_STATS mode, read the aggregation maps every
---interval and at the end. The maps are read, never drained, so what the
-kernel counted since attach is there whatever the call rate."""
+"""A stats session: attach the stats program (bpf/stats.bpf.c), read the
+aggregation maps every --interval and at the end. The maps are read, never
+drained, so what the kernel counted since attach is there whatever the call
+rate. With --by kernel the launches are traced instead and counted per kernel
+name (stats_by_kernel); with --by collective, NCCL's calls (collectives.py);
+count() runs the one --by asks for, with --gpu-time's GPU work beside it."""
 
 from __future__ import annotations
 
+import io
+import time
 from dataclasses import dataclass
+from typing import Callable
 
 from rich.console import Console
 
-from cudaprobe.analysis.stats import StatsReport, collect
-from cudaprobe.analysis.summary import Summary
+from cudaprobe.analysis.gpustats import gpu_stats
+from cudaprobe.analysis.stats import KernelTally, StatsReport, collect
+from cudaprobe.analysis.summary import NOT_LOST, Summary
+from cudaprobe.catalogue.functions import ArgKind, Function
+from cudaprobe.decode.calls import Call
+from cudaprobe.decode.symbolize import KernelSymbolizer
+from cudaprobe.errors import UsageError
+from cudaprobe.output.base import Reporter
 from cudaprobe.output.stats_view import render_stats
 from cudaprobe.probe.bpfprog import Settings
-from cudaprobe.probe.plan import ProbePlan
+from cudaprobe.probe.plan import ProbePlan, select_functions
 from cudaprobe.probe.tracer import Tracer
+from cudaprobe.sessions.collectives import stats_by_collective
+from cudaprobe.sessions.gputime import GpuTimeRun
+from cudaprobe.sessions.probing import Probing
 from cudaprobe.sessions.run import ProbeRun, RunOptions, say_if_no_cuda
+from cudaprobe.sessions.trace import SessionOptions, TraceSession
+from cudaprobe.targets.selection import Targets
 
 
 @dataclass
@@ -55,3 +72,78 @@ def run_stats(plan: ProbePlan, settings: Settings, options: StatsOptions,
     if run.command is None or run.command.released:
         say_if_no_cuda(options, report.total_calls + report.in_flight)
     return report, run.exit_status()
+
+
+class _Tally(Reporter):
+    """The reporter of a --by kernel session: counts launches, writes nothing."""
+
+    name = "tally"
+
+    def __init__(self, tally: KernelTally) -> None:
+        super().__init__(io.StringIO())
+        self.tally = tally
+
+    def calls(self, calls: list[Call]) -> None:
+        self.tally.add(calls)
+
+
+def stats_by_kernel(plan: ProbePlan, settings: Settings, command: list[str],
+                    targets: Targets | None, notify, duration: float | None,
+                    command_env: dict[str, str]) -> tuple[StatsReport, int]:
+    """Trace the launches and count them per kernel name (analysis.stats.KernelTally)."""
+    tally = KernelTally()
+    kernels = KernelSymbolizer.for_session(command, [a.path for a in plan.attachments])
+    session = TraceSession(plan, settings, _Tally(tally), None, SessionOptions(
+        duration=duration, command=command, symbolize=kernels, see_process=kernels.see,
+        targets=targets, notify=notify, command_env=command_env))
+    started = time.monotonic()
+    status = session.run()
+    s = session.summary
+    lost = {k: v for k, v in s.lost.items() if k not in NOT_LOST}
+    report = StatsReport(tally.functions, time.monotonic() - started, s.libraries, s.not_found,
+                         len(s.in_flight), lost)
+    return report, status
+
+
+def functions_to_count(by: str, events: list[str], apis: set[str]) -> list[Function]:
+    """The functions -e selects, for --by function or collective; for --by kernel,
+    the launches among them and the calls that name their kernels."""
+    functions = select_functions(events or (["kernel"] if by == "kernel" else []), apis)
+    if by != "kernel":
+        return functions
+    functions = [f for f in functions if f.category == "kernel"]
+    if not functions:
+        raise UsageError("--by kernel counts launches: -e must include some")
+    # and the calls that make driver kernel handles, which name the launches
+    return functions + [f for f in select_functions([], apis)
+                        if any(a.kind is ArgKind.OUT_FUNCTION for a in f.args)]
+
+
+def count(probing: Probing, notify: Callable[[str], None], console: Console,
+          by: str = "function", interval: float | None = None, sort: str = "total",
+          gpu_time: bool = False) -> tuple[StatsReport, int]:
+    """Count as --by says (function, kernel or collective), with --gpu-time's
+    GPU work beside; interval tables go to `console`. Returns the final report
+    and the exit status for cudaprobe."""
+    plan, settings, request = probing.plan, probing.settings, probing.request
+    command = list(request.command)
+    gpu = GpuTimeRun(notify) if gpu_time else None
+    command_env = gpu.env if gpu is not None else {}
+    try:
+        if by == "collective":
+            report, status = stats_by_collective(plan, settings, command, probing.targets,
+                                                 notify, request.duration, gpu)
+        elif by == "kernel":
+            report, status = stats_by_kernel(plan, settings, command, probing.targets, notify,
+                                             request.duration, command_env)
+        else:
+            report, status = run_stats(plan, settings, StatsOptions(
+                command=command, targets=probing.targets, notify=notify,
+                duration=request.duration, interval=interval, sort=sort,
+                command_env=command_env), console)
+        if gpu is not None and by != "collective" and (work := gpu.read()):
+            report.gpu = gpu_stats(work, gpu.dropped)
+    finally:
+        if gpu is not None:
+            gpu.close()
+    return report, status

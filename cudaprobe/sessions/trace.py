@@ -22,6 +22,7 @@ from cudaprobe.catalogue.functions import NCCL, RUNTIME
 from cudaprobe.decode.calls import Call, Symbolizer, decode_event
 from cudaprobe.decode.gputime import GpuWork
 from cudaprobe.decode.handles import KernelHandles
+from cudaprobe.decode.nccl import GROUP_STEPS
 from cudaprobe.decode.nesting import CallOrder, Mark
 from cudaprobe.decode.pystacks import PyStacks
 from cudaprobe.decode.records import RecordDecoder
@@ -72,7 +73,9 @@ class TraceSession:
         self._in_flight_errors = 0
         self._records: RecordDecoder | None = None  # made once t0 is known
         # the rows in call order, each under the call it was made in
-        self.order = CallOrder([p.function.api in (RUNTIME, NCCL) for p in plan.probes])
+        self.order = CallOrder([p.function.api in (RUNTIME, NCCL) for p in plan.probes],
+                               groups=[GROUP_STEPS.get(p.function.name, 0)
+                                       for p in plan.probes])
         self.kernel_handles = KernelHandles()  # driver launches' kernel names, as made
         self.sweeper = Sweeper()
         self._t0 = 0

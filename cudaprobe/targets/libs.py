@@ -16,7 +16,7 @@ import sys
 
 from cudaprobe.catalogue.functions import DRIVER, NCCL, RUNTIME
 from cudaprobe.errors import LibraryNotFound
-from cudaprobe.targets.elfsyms import check_elf
+from cudaprobe.targets.elf import check_elf
 
 # library file name stem -> api
 LIBRARY_STEMS = {"libcudart.so": RUNTIME, "libcuda.so": DRIVER, "libnccl.so": NCCL}

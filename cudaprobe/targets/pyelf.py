@@ -18,7 +18,7 @@ import struct
 from dataclasses import dataclass
 
 from cudaprobe.targets import pyoffsets
-from cudaprobe.targets.elfsyms import _EHDR, _PHDR, _SYM_FORMAT, PT_LOAD, _name, _symbol_tables
+from cudaprobe.targets.elf import EHDR, PHDR, PT_LOAD, SYM, symbol_name, symbol_tables
 
 PT_DYNAMIC = 2
 PF_X = 1
@@ -53,10 +53,10 @@ def _data_symbols(data: mmap.mmap) -> dict[str, tuple[int, int]]:
     """WANTED's defined symbols -> (vaddr, size)."""
     shoff, shentsize, shnum = struct.unpack_from("<40xQ10xHH", data)
     found: dict[str, tuple[int, int]] = {}
-    for table, strtab in _symbol_tables(data, shoff, shentsize, shnum):
-        for st_name, _info, _other, shndx, value, size in struct.iter_unpack(_SYM_FORMAT, table):
+    for table, strtab in symbol_tables(data, shoff, shentsize, shnum):
+        for st_name, _info, _other, shndx, value, size in struct.iter_unpack(SYM.format, table):
             if shndx and value and strtab[st_name:st_name + 12].startswith((b"_Py", b"Py")):
-                name = _name(strtab, st_name)
+                name = symbol_name(strtab, st_name)
                 if name in WANTED:
                     found.setdefault(name, (value, size))
     return found
@@ -116,9 +116,9 @@ def _read_image(path: str, _ino: int, _mtime: int) -> PyImage | None:
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
         if data[:6] != b"\x7fELF\x02\x01":
             return None
-        ehdr = _EHDR.unpack_from(data)
+        ehdr = EHDR.unpack_from(data)
         phoff, phentsize, phnum = ehdr[4], ehdr[8], ehdr[9]
-        phdrs = [_PHDR.unpack_from(data, phoff + i * phentsize) for i in range(phnum)]
+        phdrs = [PHDR.unpack_from(data, phoff + i * phentsize) for i in range(phnum)]
         loads = [(p[2], p[3], p[5]) for p in phdrs if p[0] == PT_LOAD]
         text = min((p[3] for p in phdrs if p[0] == PT_LOAD and p[1] & PF_X), default=0)
         dyn_ph = next((p for p in phdrs if p[0] == PT_DYNAMIC), None)

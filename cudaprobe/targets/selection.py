@@ -3,7 +3,7 @@
 `--pid` and `--comm` name processes and `-- COMMAND` starts one; the BPF
 `targets` map holds them, and its fork and exec tracepoints add their children
 and new processes of that name. This module looks at what those processes map
-(procmaps), picks the objects that define a traced function (elfscan):
+(procmaps), picks the objects that define a traced function (elfsyms.defines_any):
 libcudart and libcuda wherever they live, and executables or libraries with
 the runtime linked in statically. It tells the session what is new since it
 last looked: a library dlopen()ed after attach, a process that appeared, a
@@ -22,7 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cudaprobe.errors import CudaNotMapped, CudaprobeError, ProcessGone, SeccompHazard
-from cudaprobe.targets.elfscan import defines_any, interpreter, name_pattern
+from cudaprobe.targets.elf import interpreter
+from cudaprobe.targets.elfsyms import defines_any, name_pattern
 from cudaprobe.targets.environment import seccomp_filtered, uretprobes_kill_filtered
 from cudaprobe.targets.libs import discover_libraries
 from cudaprobe.targets.procmaps import (

@@ -1,6 +1,6 @@
 # Sourced by scripts/gpu/check-*.sh on the GPU machine (the device tool's
-# Ubuntu VM): bcc/bpftrace from the carried kit, pyelftools from carried
-# wheels, results under $OUT.
+# Ubuntu VM): bcc/bpftrace from the carried kit, the Python packages some
+# checks need (prometheus_client) from carried wheels, results under $OUT.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source .gpukit/env.sh

@@ -9,9 +9,10 @@ import subprocess
 
 from cudaprobe.catalogue.enums import error_name
 
-from ..conftest import build_workload
+from ..conftest import build_workload, cudaprobe_cmd
 from .conftest import run_cudaprobe
 from .memstub import build_memstub, stub_env
+from .running import WAIT_S, Lines
 
 LOOP = ["cudaGetDeviceCount", "cudaMalloc", "cudaMemcpy", "cudaMemcpyAsync", "cudaMemset",
         "cudaLaunchKernel", "cudaStreamCreate", "cudaEventElapsedTime", "cudaFree",
@@ -135,17 +136,23 @@ def test_latency_buckets_of_calls_of_known_length(tmp_path):
 
 def test_attach_to_a_running_process(tmp_path, libcudart):
     exe = build_workload("runtime_calls.c")
-    # 4 loops after 3 s: time for cudaprobe to attach
-    app = subprocess.Popen([str(exe), "4", "1", "3000"], stdout=subprocess.DEVNULL)
+    # 4 loops, begun once cudaprobe says it has attached
+    app = subprocess.Popen([str(exe), "4", "1", "-"], stdin=subprocess.PIPE,
+                           stdout=subprocess.DEVNULL)
+    out = tmp_path / "pid.json"
+    stats = subprocess.Popen(cudaprobe_cmd("stats", "--pid", str(app.pid), "--lib",
+                                           str(libcudart), "-o", str(out)),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        out = tmp_path / "pid.json"
-        proc = run_cudaprobe("stats", "--pid", str(app.pid), "--lib", str(libcudart), "-o",
-                             str(out))
-        app.wait(timeout=30)
+        err = Lines(stats.stderr)
+        err.wait_for(lambda s: f"attached to pid {app.pid}" in s, "the attach")
+        app.stdin.close()  # go
+        assert app.wait(timeout=WAIT_S) == 0
+        assert stats.wait(timeout=WAIT_S) == 0, err.text()
     finally:
         app.kill()
-    assert proc.returncode == 0, proc.stderr
-    assert "every traced pid has exited" in proc.stderr
+        stats.kill()
+    assert "every traced pid has exited" in err.text()
     report = json.loads(out.read_text())
     assert {f["event"]: f["count"] for f in report["functions"]} == dict.fromkeys(LOOP, 4)
 

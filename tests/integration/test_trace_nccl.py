@@ -22,8 +22,9 @@ from ..conftest import NCCL_HOME, build_workload
 from .conftest import expected_calls, run_cudaprobe, trace_jsonl
 from .running import WAIT_S, Lines, Tracing
 
-SIZES = {"ncclInt8": 1, "ncclUint8": 1, "ncclInt64": 8, "ncclFloat16": 2, "ncclFloat32": 4,
-         "ncclFloat64": 8, "ncclBfloat16": 2}
+SIZES = {"ncclInt8": 1, "ncclUint8": 1, "ncclInt32": 4, "ncclUint32": 4, "ncclInt64": 8,
+         "ncclUint64": 8, "ncclFloat16": 2, "ncclFloat32": 4, "ncclFloat64": 8,
+         "ncclBfloat16": 2, "ncclFloat8e4m3": 1}
 
 
 def nccl_calls(libnccl: Path) -> Path:
@@ -40,6 +41,18 @@ def traced(tmp_path_factory, libnccl):
                                        "--lib", str(libnccl.parent), "-e", "all",
                                        command=[str(exe)])
     assert proc.returncode == 0, proc.stderr
+    # ncclBcast calls ncclBroadcast, probed too: it returns first, with the
+    # ncclBcast's arguments, inside its interval
+    at = next(i for i, c in enumerate(calls) if c["event"] == "ncclBcast")
+    inner, outer = calls[at - 1], calls[at]
+    assert inner["event"] == "ncclBroadcast" and inner["tid"] == outer["tid"]
+    assert outer["ts_ns"] < inner["ts_ns"]
+    assert inner["ts_ns"] + inner["duration_ns"] <= outer["ts_ns"] + outer["duration_ns"]
+    buff = outer["args"]["buff"]
+    assert inner["args"] | {"sendbuff": buff, "recvbuff": buff} == inner["args"]
+    assert {k: inner["args"][k] for k in ("count", "datatype", "root", "comm", "stream")} == {
+        k: outer["args"][k] for k in ("count", "datatype", "root", "comm", "stream")}
+    del calls[at - 1]
     return calls, summary, expected_calls(proc.stdout)
 
 
@@ -57,6 +70,10 @@ def test_every_call_is_traced_in_order(traced):
     assert by_event["ncclAllReduce"]["category"] == "collective"
     assert by_event["ncclSend"]["category"] == "p2p"
     assert by_event["ncclGroupStart"]["category"] == "group"
+    # the all-reduce made in the group comes under its ncclGroupStart; the rest at the top
+    depths = {c["event"]: (c["depth"], c["parent"]) for c in calls}
+    assert depths["ncclAllReduce"] == (1, by_event["ncclGroupStart"]["ts_ns"])
+    assert depths["ncclGroupEnd"] == depths["ncclGroupStart"] == depths["ncclSend"] == (0, None)
 
 
 def test_every_argument_is_decoded_as_passed(traced):
@@ -75,10 +92,18 @@ def test_every_argument_is_decoded_as_passed(traced):
                             "rank": t["rank"]}
             assert "comm=-" in call["details"].split()
             continue
+        if call["event"] == "ncclCommSplit":
+            # refused: the new communicator is not read; the one split is no known one
+            assert args == {"comm": t["comm"], "color": 7, "key": 2, "newcomm": None,
+                            "config": "0x0", "rank": None, "nranks": None}
+            continue
+        if call["event"] == "ncclCommCount":
+            assert args == {"comm": t["comm"], "count": None, "rank": None, "nranks": None}
+            continue
         if "datatype" not in t:
             assert args == {}  # the group calls take nothing
             continue
-        for key in ("sendbuff", "recvbuff", "comm", "stream"):
+        for key in ("sendbuff", "recvbuff", "buff", "comm", "stream"):
             if key in t:
                 assert args[key] == hex(int(t[key], 16)), (call, key)
         count_key = next(k for k in ("count", "sendcount", "recvcount") if k in t)
@@ -96,7 +121,7 @@ def test_every_argument_is_decoded_as_passed(traced):
         assert f"comm={args['comm']} (rank unknown)" in call["details"]
         assert f"datatype={datatype} bytes=" in call["details"]
         checked += 1
-    assert checked == 7
+    assert checked == 11
 
 
 def test_a_communicator_made_before_the_attach_is_read_from_memory(tmp_path, libnccl):

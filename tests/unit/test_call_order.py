@@ -147,3 +147,29 @@ def test_the_table_indents_a_call_under_its_parent():
     lines = Text.from_ansi(buf.getvalue()).plain.splitlines()
     event_at = lines[0].index("cudaGetDeviceCount")
     assert lines[1][event_at:].startswith("  cuDriverGetVersion")
+
+
+def test_calls_in_an_nccl_group_come_under_its_start():
+    # PyTorch's send: ncclGroupStart, ncclSend, ncclGroupEnd (which queues the
+    # kernel: cuLaunchKernelEx under it); then a collective outside any group
+    steps = [{"ncclGroupStart": 1, "ncclGroupEnd": -1}.get(p.function.name, 0)
+             for p in EVERY_PROBE]
+    runtime_or_nccl = [p.function.api in (RUNTIME, "nccl") for p in EVERY_PROBE]
+    o = CallOrder(runtime_or_nccl, clock=lambda: 0, groups=steps)
+    start = rec("ncclGroupStart", 1.0, 1.1)
+    inner_start = rec("ncclGroupStart", 1.2, 1.3)  # groups nest
+    send = rec("ncclSend", 1.4, 1.5)
+    inner_end = rec("ncclGroupEnd", 1.6, 1.7)
+    launch = rec("cuLaunchKernelEx", 1.85, 1.9)
+    end = rec("ncclGroupEnd", 1.8, 2.0)
+    after = rec("ncclAllReduce", 3.0, 3.1)
+    out, marks = o.add([start, inner_start, send, inner_end])
+    out2, marks2 = o.add([launch, end, after])
+    assert names(out + out2) == ["ncclGroupStart", "ncclGroupStart", "ncclSend", "ncclGroupEnd",
+                                 "ncclGroupEnd", "cuLaunchKernelEx", "ncclAllReduce"]
+    assert marks + marks2 == [(0, None), (1, start[R_TS]), (2, inner_start[R_TS]),
+                              (1, start[R_TS]), (0, None), (1, end[R_TS]), (0, None)]
+    # another thread's calls are in no group
+    other = rec("ncclAllReduce", 1.45, 1.46, tid=9)
+    o2 = CallOrder(runtime_or_nccl, clock=lambda: 0, groups=steps)
+    assert o2.add([start, other])[1] == [(0, None), (0, None)]

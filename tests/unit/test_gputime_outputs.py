@@ -39,8 +39,7 @@ def launched(n_kernels: int = 1) -> tuple[list, list[GpuWork]]:
 def test_jsonl_gpu_object_on_the_launch_only():
     calls, _ = launched()
     buf = io.StringIO()
-    r = REPORTERS["jsonl"](buf)
-    r.gpu_time = True
+    r = REPORTERS["jsonl"](buf, gpu_time=True)
     r.start()
     r.calls(calls)
     r.finish(Summary())
@@ -55,8 +54,7 @@ def test_jsonl_gpu_object_on_the_launch_only():
 def test_table_gpu_time_column():
     calls, _ = launched()
     buf = io.StringIO()
-    r = TableReporter(buf, console=make_console(buf))
-    r.gpu_time = True
+    r = TableReporter(buf, console=make_console(buf), gpu_time=True)
     r.start()
     r.calls(calls)
     header, malloc, launch = buf.getvalue().splitlines()

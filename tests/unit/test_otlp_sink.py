@@ -18,7 +18,7 @@ from cudaprobe.analysis.summary import Summary
 from cudaprobe.commands import otlp_options
 from cudaprobe.decode.calls import Call
 from cudaprobe.errors import CudaprobeError
-from cudaprobe.output import otlp
+from cudaprobe.output import otlp, otlp_sinks
 from cudaprobe.output.fanout import Fanout
 from cudaprobe.output.jsonl import JsonlReporter
 from cudaprobe.output.metrics_sink import MetricsSink
@@ -105,7 +105,7 @@ def test_spans_only_and_metrics_only():
     calls = [call("cudaFree", t0, 100)]
     with OtlpReceiver() as r:
         notes: list[str] = []
-        sink = otlp_options.otlp_sink(OtlpConfig(otlp_endpoints(r.url), metrics=False),
+        sink = otlp_sinks.otlp_sink(OtlpConfig(otlp_endpoints(r.url), metrics=False),
                                       notes.append, CallMetrics())
         sink.start()
         sink.calls(calls)

@@ -1,5 +1,5 @@
 """Finding CUDA code in processes and files, without root or BPF: procmaps,
-elfscan, targets, and probe ids planned for libraries found later."""
+elfsyms' quick look, targets, and probe ids planned for libraries found later."""
 
 from __future__ import annotations
 
@@ -14,22 +14,22 @@ import pytest
 from cudaprobe.catalogue.functions import FUNCTIONS, RUNTIME
 from cudaprobe.errors import CudaNotMapped, ProcessGone, SeccompHazard
 from cudaprobe.probe.plan import attachments_in, plan_probes
-from cudaprobe.targets import elfscan, procmaps
+from cudaprobe.targets import elf, elfsyms, procmaps
 from cudaprobe.targets.selection import Targets
 
 from ..conftest import as_not_root, build_workload, cudaprobe_cmd
 
 RUNTIME_SYMBOLS = [s for f in FUNCTIONS if f.api == RUNTIME for s in f.symbols]
-PATTERN = elfscan.name_pattern(RUNTIME_SYMBOLS)
+PATTERN = elfsyms.name_pattern(RUNTIME_SYMBOLS)
 
 
 def test_defines_any_tells_definitions_from_imports(libcudart):
     exe = build_workload("cuda_loop.c", "loop_shared")  # imports cudaMalloc, defines none
-    assert elfscan.defines_any(str(libcudart), PATTERN)
-    assert not elfscan.defines_any(str(exe), PATTERN)
-    assert not elfscan.defines_any(sys.executable, PATTERN)
-    assert not elfscan.defines_any(__file__, PATTERN)  # not ELF
-    assert not elfscan.defines_any("/nonexistent", PATTERN)
+    assert elfsyms.defines_any(str(libcudart), PATTERN)
+    assert not elfsyms.defines_any(str(exe), PATTERN)
+    assert not elfsyms.defines_any(sys.executable, PATTERN)
+    assert not elfsyms.defines_any(__file__, PATTERN)  # not ELF
+    assert not elfsyms.defines_any("/nonexistent", PATTERN)
 
 
 def test_defines_any_finds_local_symbols_of_a_static_runtime(tmp_path):
@@ -39,15 +39,15 @@ def test_defines_any_finds_local_symbols_of_a_static_runtime(tmp_path):
                    "int main(void) { return cudaMalloc(0, 0); }\n")
     exe = tmp_path / "static"
     subprocess.run(["gcc", "-O0", "-o", str(exe), str(src)], check=True)
-    assert elfscan.defines_any(str(exe), PATTERN)
+    assert elfsyms.defines_any(str(exe), PATTERN)
     subprocess.run(["strip", str(exe)], check=True)
-    assert not elfscan.defines_any(str(exe), PATTERN)
+    assert not elfsyms.defines_any(str(exe), PATTERN)
 
 
 def test_interpreter_of_executables_only(libcudart):
-    assert "ld-linux" in elfscan.interpreter(os.path.realpath(sys.executable))
-    assert elfscan.interpreter(str(libcudart)) is None
-    assert elfscan.interpreter(__file__) is None
+    assert "ld-linux" in elf.interpreter(os.path.realpath(sys.executable))
+    assert elf.interpreter(str(libcudart)) is None
+    assert elf.interpreter(__file__) is None
 
 
 def test_read_maps_of_self_has_the_interpreter_once():

@@ -22,10 +22,14 @@ static void coll(const char *event, ncclResult_t r, const void *send, const void
 		 const char *count_name, size_t count, int datatype, const char *extra,
 		 ncclComm_t comm, cudaStream_t stream)
 {
-	printf("{\"event\":\"%s\",\"ret\":%d,\"sendbuff\":\"%#lx\",\"recvbuff\":\"%#lx\","
+	/* ncclBcast has one buffer, `buff` (send NULL) */
+	char sendbuff[64] = "";
+	if (send)
+		snprintf(sendbuff, sizeof sendbuff, "\"sendbuff\":\"%#lx\",", HEX(send));
+	printf("{\"event\":\"%s\",\"ret\":%d,%s\"%s\":\"%#lx\","
 	       "\"%s\":%zu,\"datatype\":%d%s,\"comm\":\"%#lx\",\"stream\":\"%#lx\"}\n",
-	       event, r, HEX(send), HEX(recv), count_name, count, datatype, extra, HEX(comm),
-	       HEX(stream));
+	       event, r, sendbuff, send ? "recvbuff" : "buff", HEX(recv), count_name, count,
+	       datatype, extra, HEX(comm), HEX(stream));
 }
 
 int main(void)
@@ -62,6 +66,23 @@ int main(void)
 	r = ncclReduce(send, recv, 5, ncclFloat64, ncclMin, 2, bad, stream);
 	coll("ncclReduce", r, send, recv, "count", 5, ncclFloat64, ",\"op\":3,\"root\":2", bad,
 	     stream);
+
+	r = ncclBcast(recv, 99, ncclInt32, 3, bad, stream);
+	coll("ncclBcast", r, NULL, recv, "count", 99, ncclInt32, ",\"root\":3", bad, stream);
+	r = ncclAlltoAll(send, recv, 64, ncclFloat8e4m3, bad, stream);
+	coll("ncclAlltoAll", r, send, recv, "count", 64, ncclFloat8e4m3, "", bad, stream);
+	r = ncclGather(send, recv, 12, ncclUint32, 0, bad, stream);
+	coll("ncclGather", r, send, recv, "count", 12, ncclUint32, ",\"root\":0", bad, stream);
+	r = ncclScatter(send, recv, 13, ncclUint64, 1, bad, stream);
+	coll("ncclScatter", r, send, recv, "count", 13, ncclUint64, ",\"root\":1", bad, stream);
+
+	ncclComm_t split = NULL;
+	r = ncclCommSplit(bad, 7, 2, &split, NULL);
+	printf("{\"event\":\"ncclCommSplit\",\"ret\":%d,\"comm\":\"%#lx\",\"color\":7,"
+	       "\"key\":2}\n", r, HEX(bad));
+	int count = -1;
+	r = ncclCommCount(bad, &count);
+	printf("{\"event\":\"ncclCommCount\",\"ret\":%d,\"comm\":\"%#lx\"}\n", r, HEX(bad));
 
 	r = ncclSend(send, 4096, ncclFloat16, 1, bad, stream);
 	printf("{\"event\":\"ncclSend\",\"ret\":%d,\"sendbuff\":\"%#lx\",\"count\":4096,"

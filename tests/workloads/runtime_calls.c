@@ -2,13 +2,16 @@
  * arguments, ITER times, and prints one JSON line per call with what it passed
  * and what the call returned and wrote to its out-parameters, so tests can
  * compare cudaprobe's decoded events against the truth.
- * Usage: runtime_calls [ITER] [THREADS] [SLEEP_MS_BEFORE_START]
+ * Usage: runtime_calls [ITER] [THREADS] [SLEEP_MS_BEFORE_START | -]
+ * With `-` it starts once a line (or the end) comes on stdin: a test lets it
+ * go when cudaprobe says it has attached.
  */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static int iterations = 1;
@@ -69,8 +72,13 @@ int main(int argc, char **argv)
 {
 	iterations = argc > 1 ? atoi(argv[1]) : 1;
 	int threads = argc > 2 ? atoi(argv[2]) : 1;
-	if (argc > 3)
+	if (argc > 3 && strcmp(argv[3], "-") == 0) {
+		char line[16];
+		if (!fgets(line, sizeof(line), stdin))
+			line[0] = 0;
+	} else if (argc > 3) {
 		usleep(atoi(argv[3]) * 1000);
+	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	pthread_t t[64];
 	for (int i = 0; i < threads && i < 64; i++)

@@ -1,0 +1,142 @@
+"""The ELF file's headers, read with struct: the Elf64 layouts, whether a file
+is a usable x86-64 ELF (check_elf), what its program headers say (its
+interpreter, its build-id) and where its symbol tables are (symbol_tables).
+elfsyms.py reads the symbols with them."""
+
+from __future__ import annotations
+
+import functools
+import mmap
+import os
+import stat
+import struct
+
+from cudaprobe.errors import LibraryNotFound
+
+# Elf64 little-endian layouts (x86-64 only: check_elf refuses the rest)
+EHDR = struct.Struct("<16xHHIQQQIHHHHHH")  # e_type .. e_shstrndx
+PHDR = struct.Struct("<IIQQQQQQ")  # p_type, p_flags, p_offset, p_vaddr, p_paddr, filesz, memsz
+SHDR = struct.Struct("<IIQQQQIIQQ")  # sh_name, sh_type, flags, addr, offset, size, link ...
+SYM = struct.Struct("<IBBHQQ")  # st_name, st_info, st_other, st_shndx, st_value, st_size
+ELFCLASS64_LE = b"\x7fELF\x02\x01"
+EHDR_SIZE = 64
+ET_EXEC = 2
+PT_LOAD, PT_INTERP, PT_NOTE = 1, 3, 4
+SHT_SYMTAB, SHT_DYNSYM = 2, 11
+STT_FUNC, STT_GNU_IFUNC = 2, 10
+FUNC_TYPES = (STT_FUNC, STT_GNU_IFUNC)
+NT_GNU_BUILD_ID = 3
+EM_X86_64 = 62
+# e_machine's names, as the ELF specification (and readelf) gives them, for the
+# refusal of a library built for another machine
+MACHINES = {3: "EM_386", 8: "EM_MIPS", 20: "EM_PPC", 21: "EM_PPC64", 22: "EM_S390",
+            40: "EM_ARM", 43: "EM_SPARCV9", 62: "EM_X86_64", 183: "EM_AARCH64",
+            243: "EM_RISCV", 258: "EM_LOONGARCH"}
+
+
+def check_elf(path: str) -> None:
+    """Raise LibraryNotFound with the reason when `path` is not a usable x86-64 ELF:
+    its header whole, and its section headers within the file."""
+    if not os.path.exists(path):
+        raise LibraryNotFound(path)
+    if os.path.isdir(path):
+        raise LibraryNotFound(path, "is a directory without CUDA libraries")
+    if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block open() for good
+        raise LibraryNotFound(path, "not a regular file")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(EHDR_SIZE)
+            size = os.fstat(f.fileno()).st_size
+    except PermissionError as e:
+        raise LibraryNotFound(path, f"cannot read it ({e.strerror})") from None
+    if head[:4] != b"\x7fELF":
+        raise LibraryNotFound(path, "not an ELF file")
+    if len(head) < EHDR_SIZE or head[5] not in (1, 2):
+        raise LibraryNotFound(path, "malformed ELF (its header is cut short)")
+    machine = int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
+    if machine != EM_X86_64:
+        raise LibraryNotFound(path, f"built for {MACHINES.get(machine, f'e_machine {machine}')}"
+                                    ", not x86-64")
+    if head[:6] != ELFCLASS64_LE:
+        raise LibraryNotFound(path, "malformed ELF (not 64-bit little-endian)")
+    shoff, shentsize, shnum = struct.unpack_from("<40xQ10xHH", head)
+    if shoff + shentsize * shnum > size:
+        raise LibraryNotFound(path, "malformed ELF (its section headers are past its end)")
+
+
+def symbol_tables(data: mmap.mmap, shoff: int, shentsize: int, shnum: int
+                   ) -> list[tuple[bytes, bytes]]:
+    """(symbols, their string table) of .dynsym, then of .symtab."""
+    shdrs = [SHDR.unpack_from(data, shoff + i * shentsize) for i in range(shnum)] if shoff else []
+    out = []
+    for wanted in (SHT_DYNSYM, SHT_SYMTAB):
+        for sh in shdrs:
+            if sh[1] == wanted and sh[9] == SYM.size and sh[6] < len(shdrs):
+                strtab = shdrs[sh[6]]
+                out.append((data[sh[4] : sh[4] + sh[5]],
+                            data[strtab[4] : strtab[4] + strtab[5]]))
+    return out
+
+
+def symbol_name(strtab: bytes, offset: int) -> str:
+    """A symbol's name without its @version."""
+    name = strtab[offset : strtab.index(b"\0", offset)].decode("utf-8", "replace")
+    return name.split("@", 1)[0] if "@" in name else name
+
+
+def interpreter(path: str) -> str | None:
+    """The program interpreter (ld.so) a dynamic executable names, or None."""
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            if mm[:6] != ELFCLASS64_LE:
+                return None
+            _t, _m, _v, _e, phoff, _s, _f, _eh, phentsize, phnum, *_ = EHDR.unpack_from(mm)
+            for i in range(phnum if phentsize == PHDR.size else 0):
+                ph = PHDR.unpack_from(mm, phoff + i * phentsize)
+                if ph[0] == PT_INTERP:
+                    return mm[ph[2]:ph[2] + ph[5]].rstrip(b"\0").decode()
+    except (OSError, ValueError, struct.error, UnicodeDecodeError):
+        return None
+    return None
+
+
+def build_id_of(path: str) -> str:
+    """The build-id of the ELF file at `path` in hex ("" if it has none, or is no
+    ELF), read from its headers alone: cheaper than its symbols by far."""
+    try:
+        st = os.stat(path)
+        return _build_id_of(path, st.st_ino, st.st_mtime_ns)
+    except (OSError, struct.error):
+        return ""
+
+
+@functools.lru_cache(maxsize=1024)
+def _build_id_of(path: str, _ino: int, _mtime: int) -> str:
+    with open(path, "rb") as f:
+        head = f.read(EHDR.size + 16)
+        if not head.startswith(b"\x7fELF\x02\x01"):  # 64-bit little-endian only
+            return ""
+        _etype, _m, _v, _e, phoff, _s, _f, _eh, phentsize, phnum, *_ = EHDR.unpack_from(head)
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+        for i in range(phnum):
+            p = PHDR.unpack_from(table, i * phentsize)
+            if p[0] == PT_NOTE:
+                f.seek(p[2])
+                found = build_id_from_notes(f.read(min(p[5], 1 << 16)))
+                if found:
+                    return found
+    return ""
+
+
+def build_id_from_notes(notes: bytes) -> str:
+    """NT_GNU_BUILD_ID's description in hex, from a PT_NOTE segment's bytes."""
+    pos = 0
+    while pos + 12 <= len(notes):
+        namesz, descsz, ntype = struct.unpack_from("<III", notes, pos)
+        name_at = pos + 12
+        desc_at = name_at + ((namesz + 3) & ~3)
+        if ntype == NT_GNU_BUILD_ID and notes[name_at : name_at + namesz] == b"GNU\0":
+            return notes[desc_at : desc_at + descsz].hex()
+        pos = desc_at + ((descsz + 3) & ~3)
+    return ""
