@@ -9,6 +9,7 @@ from typing import TextIO
 
 from cudaprobe.decode.calls import JSONL_KEYS, Call
 from cudaprobe.decode.nesting import Mark
+from cudaprobe.decode.pystacks import PyStack
 from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.recordtext import compile_args_text
@@ -25,7 +26,7 @@ class CsvReporter(Reporter):
 
     def start(self) -> None:
         self._writer = csv.writer(self.stream)
-        self._writer.writerow(JSONL_KEYS)
+        self._writer.writerow((*JSONL_KEYS, "py_stack") if self.py_stacks else JSONL_KEYS)
 
     def calls(self, calls: list[Call]) -> None:
         self._writer.writerows([csv_row(c) for c in calls])
@@ -56,8 +57,14 @@ class CsvReporter(Reporter):
     def row_of_call(self, call: Call) -> list:
         return csv_row(call)
 
+    def with_py_stack(self, row: tuple, stack: PyStack) -> tuple:
+        return (*row, json.dumps(stack.frames, separators=(",", ":")))
+
 
 def csv_row(call: Call) -> list:
     row = call.to_dict()
     row["args"] = json.dumps(row["args"], separators=(",", ":"))
-    return [row[k] for k in JSONL_KEYS]
+    out = [row[k] for k in JSONL_KEYS]
+    if call.py_stack is not None:  # --py-stacks: the last column, as JSON
+        out.append(json.dumps(call.py_stack.frames, separators=(",", ":")))
+    return out

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from ..conftest import cudaprobe_cmd
 from .conftest import expected_calls, trace_jsonl
 from .running import Tracing
 
@@ -75,3 +76,66 @@ def test_attached_with_pid(tmp_path, libcudart, python):
             workload.wait()
     assert summary["lost_total"] == 0
     check_stacks(rows, [json.loads(line) for line in out.splitlines() if line.startswith("{")])
+
+
+STRESS = """
+import ctypes, sys, threading
+lib = ctypes.CDLL(sys.argv[1])
+def work():
+    v = ctypes.c_int()
+    for _ in range(3000):
+        lib.cudaRuntimeGetVersion(ctypes.byref(v))  # line 7
+threads = [threading.Thread(target=work) for _ in range(3)]
+for t in threads: t.start()
+work()
+for t in threads: t.join()
+"""
+
+
+def test_every_call_of_busy_threads_has_its_stack(tmp_path, libcudart):
+    """Four threads calling as fast as they can: a batch of the ring holds
+    thousands of stacks before their calls are decoded; none is dropped."""
+    script = tmp_path / "busy.py"
+    script.write_text(STRESS)
+    rows, summary, proc = trace_jsonl(tmp_path, "--py-stacks", "-e", "cudaRuntimeGetVersion",
+                                      "--lib", str(libcudart),
+                                      command=[PYTHONS[-1], str(script), str(libcudart)])
+    assert proc.returncode == 0 and summary["lost_total"] == 0, proc.stderr
+    assert len(rows) == 12000 and len({r["tid"] for r in rows}) == 4
+    assert all(r["py_stack"][0] == {"file": str(script), "line": 7, "function": "work"}
+               for r in rows)
+
+
+LEAKER = """
+import ctypes, sys
+rt = ctypes.CDLL(sys.argv[1])
+def alloc(n):
+    p = ctypes.c_void_p()
+    rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(n))  # line 6
+    return p
+def leak():
+    return alloc(1 << 20)  # line 9
+kept = alloc(4096)  # line 10
+leaked = leak()
+rt.cudaFree(kept)
+"""
+
+
+def test_memory_names_the_python_line_of_each_leak(tmp_path):
+    """memory --py-stacks: a leak's call site begins with the program's own line
+    that allocated (here the helper's, line 6; called from line 9)."""
+    from .memstub import build_memstub, stub_env  # noqa: PLC0415
+
+    script = tmp_path / "leaker.py"
+    script.write_text(LEAKER)
+    cudart = str(build_memstub() / "libcudart.so.13")
+    out = tmp_path / "memory.json"
+    proc = subprocess.run(
+        cudaprobe_cmd("memory", "--py-stacks", "--lib", cudart, "-o", str(out), "--",
+                      PYTHONS[-1], str(script), cudart),
+        capture_output=True, text=True, timeout=120, env=stub_env())
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    leaks = [g for p in report["processes"] for g in p["leaks"]]
+    assert len(leaks) == 1, leaks
+    assert json.dumps(leaks[0]).count(f"{script}:6 (alloc)") >= 1, leaks
