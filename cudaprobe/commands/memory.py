@@ -43,8 +43,8 @@ def memory_command(probe: ProbeRequest, stacks, py_stacks, interval, fmt, as_jso
     first, grouped by call site. Failed allocations and frees change nothing;
     memory freed by cudaDeviceReset or cuCtxDestroy is reported as freed
     implicitly. With --py-stacks, a call site begins with the Python line that
-    made the allocation (its program's own innermost frame): each leak and
-    the peak's allocations are grouped by it.
+    made the allocation (its program's own innermost frame): each leak, and
+    the memory live at the peak, is grouped by it.
 
     With `-- COMMAND`, start COMMAND, track it and every process it starts
     until the last has exited, and exit with its exit status. With --pid or

@@ -36,6 +36,7 @@ from cudaprobe.decode.calls import (
     decode_event,
 )
 from cudaprobe.decode.handles import KernelHandles
+from cudaprobe.decode.schema import time_ms
 from cudaprobe.probe.event import (
     R_COMM,
     R_DURATION,
@@ -241,7 +242,7 @@ class RecordDecoder:
 
         def make(rec: tuple, depth: int = 0, parent: int | None = None) -> Call:
             ret, ts = rec[R_RET], rec[R_TS]
-            return Call(round((ts - t0_ns) / 1e6, 3), ts, rec[R_PID], rec[R_TID],
+            return Call(time_ms(ts, t0_ns), ts, rec[R_PID], rec[R_TID],
                         comms.get(rec[R_COMM]) or comm(rec[R_COMM]), event, api, category,
                         rec[R_DURATION], ret, ret_names.get(ret) or ret_name(ret), None, None,
                         (d, rec), depth, parent)

@@ -7,10 +7,11 @@ import csv
 import json
 from typing import TextIO
 
-from cudaprobe.decode.calls import JSONL_KEYS, Call
+from cudaprobe.decode.calls import Call
 from cudaprobe.decode.nesting import Mark
 from cudaprobe.decode.pystacks import PyStack
 from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
+from cudaprobe.decode.schema import JSONL_KEYS, time_ms
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.recordtext import compile_args_text
 from cudaprobe.probe.event import R_COMM, R_DURATION, R_PID, R_RET, R_TID, R_TS, comm_text
@@ -20,8 +21,8 @@ class CsvReporter(Reporter):
     name = "csv"
     extensions = (".csv",)
 
-    def __init__(self, stream: TextIO, gpu_time: bool = False) -> None:
-        super().__init__(stream, gpu_time)
+    def __init__(self, stream: TextIO, gpu_time: bool = False, py_stacks: bool = False) -> None:
+        super().__init__(stream, gpu_time, py_stacks)
         self._comms: dict[bytes, str] = {}  # the kernel's comm -> its text
 
     def start(self) -> None:
@@ -48,7 +49,7 @@ class CsvReporter(Reporter):
 
         def row(rec: tuple, depth: int = 0, parent: int | None = None) -> tuple:
             ts, ret = rec[R_TS], rec[R_RET]
-            return (round((ts - t0_ns) / 1e6, 3), ts, rec[R_PID], rec[R_TID],
+            return (time_ms(ts, t0_ns), ts, rec[R_PID], rec[R_TID],
                     comms.get(rec[R_COMM]) or comm(rec[R_COMM]), event, api, category,
                     rec[R_DURATION], ret, ret_names.get(ret) or ret_name(ret),
                     *json_details(rec), depth, parent)
