@@ -28,7 +28,8 @@ ROW_SCHEMA = (
     Key(('process',), 'string', "thread's comm"),
     Key(('event',), 'string', 'symbol as called, e.g. `cudaMemcpyAsync_ptsz`'),
     Key(('api',), 'string', '`runtime`, `driver` or `nccl`'),
-    Key(('category',), 'string', '`memory`, `transfer`, `kernel`, `stream`, `event`, `device`, `sync`, `context`, `module`'),
+    Key(('category',), 'string', 'one of the 26 of [events.md](events.md): `memory`, `transfer`, '
+        '`kernel`, `stream`, `graph`, `vmm`, `collective`, ...'),
     Key(('duration_ns',), 'int or null', 'null: still in flight when the trace ended'),
     Key(('ret', 'ret_name'), 'int, string (or null)', '`cudaError_t` / `CUresult` / `ncclResult_t` and its name'),
     Key(('args',), 'object', "decoded arguments by their name in the CUDA headers: numbers as numbers, pointers and handles as hex strings, `kind` as `HostToDevice` etc., dim3 as `[x, y, z]`; out-parameters hold the value the call wrote (e.g. `devPtr` of cudaMalloc), `null` where it failed; NCCL calls add `bytes` (count x the datatype's size) and, for a communicator, `rank` and `nranks` (`null` where unknown: [nccl.md](nccl.md)); launches of both APIs add `func_name`, the demangled kernel name, whole however long (the table's DETAILS shortens it, `namespace::name<…>`; [driver.md](driver.md#kernel-names)); `cuModuleGetFunction`'s and `cuLibraryGetKernel`'s `name` is the string passed, whole (up to 8 KiB)"),
