@@ -1,5 +1,6 @@
 """CSV: the JSONL keys as columns, `args` as a JSON object in one cell, `parent`
-empty at the top."""
+empty at the top; then `rank` and `world_size`, empty for a process that is
+no known rank of a job."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import csv
 import json
 from typing import TextIO
 
-from cudaprobe.decode.calls import JSONL_KEYS, Call
+from cudaprobe.decode.calls import JSONL_KEYS, RANK_KEYS, Call
 from cudaprobe.decode.nesting import Mark
+from cudaprobe.decode.ranks import NO_RANK, Ranks
 from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.recordtext import compile_args_text
@@ -25,7 +27,7 @@ class CsvReporter(Reporter):
 
     def start(self) -> None:
         self._writer = csv.writer(self.stream)
-        self._writer.writerow(JSONL_KEYS)
+        self._writer.writerow(CSV_KEYS)
 
     def calls(self, calls: list[Call]) -> None:
         self._writer.writerows([csv_row(c) for c in calls])
@@ -34,10 +36,10 @@ class CsvReporter(Reporter):
                 nesting: list[Mark] | None = None) -> None:
         self._writer.writerows(decoder.decode(records, self, nesting))
 
-    def row_maker(self, probe: ProbeDecoder, t0_ns: int) -> RowMaker:
-        """The probe's record -> its row (JSONL_KEYS, `args` as JSON text)."""
+    def row_maker(self, probe: ProbeDecoder, t0_ns: int, ranks: Ranks) -> RowMaker:
+        """The probe's record -> its row (CSV_KEYS, `args` as JSON text)."""
         _, json_details = compile_args_text(probe)
-        comms = self._comms
+        comms, known = self._comms, ranks.known
 
         def comm(raw: bytes) -> str:
             text = comms[raw] = comm_text(raw)
@@ -46,18 +48,21 @@ class CsvReporter(Reporter):
         ret_names, ret_name = probe.ret_names, probe.ret_name
 
         def row(rec: tuple, depth: int = 0, parent: int | None = None) -> tuple:
-            ts, ret = rec[R_TS], rec[R_RET]
-            return (round((ts - t0_ns) / 1e6, 3), ts, rec[R_PID], rec[R_TID],
+            ts, ret, pid = rec[R_TS], rec[R_RET], rec[R_PID]
+            return (round((ts - t0_ns) / 1e6, 3), ts, pid, rec[R_TID],
                     comms.get(rec[R_COMM]) or comm(rec[R_COMM]), event, api, category,
                     rec[R_DURATION], ret, ret_names.get(ret) or ret_name(ret),
-                    *json_details(rec), depth, parent)
+                    *json_details(rec), depth, parent, *known.get(pid, NO_RANK))
         return row
 
     def row_of_call(self, call: Call) -> list:
         return csv_row(call)
 
 
+CSV_KEYS = JSONL_KEYS + RANK_KEYS
+
+
 def csv_row(call: Call) -> list:
     row = call.to_dict()
     row["args"] = json.dumps(row["args"], separators=(",", ":"))
-    return [row[k] for k in JSONL_KEYS]
+    return [row.get(k) for k in CSV_KEYS]

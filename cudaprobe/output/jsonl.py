@@ -13,6 +13,7 @@ from cudaprobe.decode.calls import Call
 from cudaprobe.decode.gputime import gpu_object
 from cudaprobe.decode.nesting import Mark
 from cudaprobe.decode.pystacks import PyStack
+from cudaprobe.decode.ranks import Ranks
 from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.recordtext import compile_args_text, encode
@@ -42,11 +43,11 @@ class JsonlReporter(Reporter):
                 nesting: list[Mark] | None = None) -> None:
         self.stream.write("".join(decoder.decode(records, self, nesting)))
 
-    def row_maker(self, probe: ProbeDecoder, t0_ns: int) -> RowMaker:
+    def row_maker(self, probe: ProbeDecoder, t0_ns: int, ranks: Ranks) -> RowMaker:
         """The probe's record -> its JSONL line, with its newline."""
         tail, _ = compile_args_text(probe)
         ret_json: dict[int, str] = {}  # return code -> its name as JSON text
-        comms = self._comms
+        comms, rank_json = self._comms, ranks.json
         # the line from "event" to "duration_ns": the same for every call
         event = (f',"event":{encode_basestring(probe.event)},"api":"{probe.api}",'
                  f'"category":"{probe.category}","duration_ns":')
@@ -60,13 +61,14 @@ class JsonlReporter(Reporter):
             return text
 
         def line(rec: tuple, depth: int = 0, parent: int | None = None) -> str:
-            ts, ret, comm = rec[R_TS], rec[R_RET], rec[R_COMM]
+            ts, ret, comm, pid = rec[R_TS], rec[R_RET], rec[R_COMM], rec[R_PID]
             return (f'{{"time_ms":{round((ts - t0_ns) / 1e6, 3)!r},"ts_ns":{ts},'
-                    f'"pid":{rec[R_PID]},"tid":{rec[R_TID]},'
+                    f'"pid":{pid},"tid":{rec[R_TID]},'
                     f'"process":{comms.get(comm) or comm_json(comm)}{event}{rec[R_DURATION]},'
                     f'"ret":{ret},"ret_name":{ret_json.get(ret) or ret_name_json(ret)},'
                     f'"args":{tail(rec)},"depth":{depth},'
-                    f'"parent":{"null" if parent is None else parent}}}\n')
+                    f'"parent":{"null" if parent is None else parent}'
+                    f'{rank_json.get(pid, "") if rank_json else ""}}}\n')
         return line
 
     def row_of_call(self, call: Call) -> str:
@@ -102,11 +104,19 @@ class JsonlReporter(Reporter):
                 f'"category":"{call.category}","duration_ns":{call.duration_ns},'
                 f'"ret":{call.ret},"ret_name":{encode_basestring(call.ret_name)},'
                 f'"args":{args},"details":{encode_basestring(details)},"depth":{call.depth},'
-                f'"parent":{"null" if call.parent is None else call.parent}}}')
+                f'"parent":{"null" if call.parent is None else call.parent}'
+                f'{rank_text(call)}}}')
 
     def finish(self, summary: Summary) -> None:
         self.stream.write(json.dumps({"summary": summary.to_dict()}, separators=(",", ":")) + "\n")
         super().finish(summary)
+
+
+def rank_text(call: Call) -> str:
+    """`,"rank":R,"world_size":N` where the call's process is a known rank."""
+    if call.rank is None:
+        return ""
+    return f',"rank":{call.rank},"world_size":{json.dumps(call.world_size)}'
 
 
 def py_stack_json(stack: PyStack) -> str:

@@ -64,6 +64,8 @@ def test_every_call_is_traced_in_order(traced):
     for call, t in zip(calls, truth):
         assert call["api"] == "nccl" and call["process"] == "nccl_calls"
         assert call["ret"] == t["ret"] and call["ret_name"] == results[t["ret"]], call
+    # no launcher, no communicator made (no GPU): no rank, rather than a guess
+    assert not any("rank" in c or "world_size" in c for c in calls)
     by_event = {c["event"]: c for c in calls}
     assert by_event["ncclGetVersion"]["ret_name"] == "ncclSuccess"
     assert by_event["ncclAllReduce"]["ret_name"] == "ncclInvalidArgument"
@@ -161,6 +163,9 @@ def test_a_communicator_made_before_the_attach_is_read_from_memory(tmp_path, lib
         assert (call["args"]["rank"], call["args"]["nranks"]) == ((2, 5) if known else
                                                                   (None, None))
         assert call["ret_name"] == "ncclInvalidArgument"  # NCCL refused both: no GPU
+        # started by no launcher: the process's rank is its communicator's, on
+        # every row from the first that used it
+        assert (call["rank"], call["world_size"]) == (2, 5)
 
 
 def test_stats_by_collective_sums_each_collective(tmp_path, libnccl):
