@@ -34,7 +34,10 @@ a ring's worth of cudaMalloc records at a time), and `threads4`, four
 unpaced threads of cudaMalloc + cudaFree (tests/workloads/malloc_free_threads.c,
 400,000 calls) traced in each format: rows and lost.
 `--only reader,threads4` runs only those (names: overhead, success, paced,
-two_threads, reader, threads4).
+two_threads, reader, threads4). `--baseline DIR` adds, to overhead and
+success, the trace and stats configurations of another source tree (e.g.
+`git archive` of main unpacked in DIR), interleaved with this tree's in each
+repetition: a change's cost, side by side in one run.
 """
 
 from __future__ import annotations
@@ -87,10 +90,12 @@ def private_copy(lib: str, tmp: Path) -> str:
     return str(copy)
 
 
-def run_measured(argv: list[str], timeout: float) -> tuple[subprocess.CompletedProcess, float]:
-    """Run argv; returns the process and the CPU seconds it and its children used."""
+def run_measured(argv: list[str], timeout: float,
+                 cwd: str | None = None) -> tuple[subprocess.CompletedProcess, float]:
+    """Run argv (in `cwd`: the source tree whose `python -m cudaprobe` runs);
+    returns the process and the CPU seconds it and its children used."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return p, cpu
@@ -111,11 +116,13 @@ def floor_program(lib: str, func: str) -> str:
 
 
 class Bench:
-    def __init__(self, lib: str, loop: Path, tmp: Path, func: str = "cudaMalloc") -> None:
+    def __init__(self, lib: str, loop: Path, tmp: Path, func: str = "cudaMalloc",
+                 tree: str | None = None) -> None:
         self.lib = lib
         self.loop = loop
         self.tmp = tmp
         self.func = func  # what the loop calls, in lib
+        self.tree = tree  # the source tree cudaprobe runs from; None: this one
 
     def workload(self, calls: int, threads: int = 1, rate: int = 0) -> list[str]:
         return [str(self.loop), str(calls), str(threads), str(rate), self.func]
@@ -136,7 +143,7 @@ class Bench:
         out = self.tmp / f"calls.{ {'table': 'txt'}.get(fmt, fmt) }"
         t0 = time.monotonic()
         p, cpu = run_measured(cudaprobe("trace", "--lib", self.lib, "-e", self.func, "-f", fmt,
-                                        "-o", str(out), "--force", "--", *w), 600)
+                                        "-o", str(out), "--force", "--", *w), 600, self.tree)
         wall = time.monotonic() - t0
         res = workload_result(p.stdout)
         events, lost, attach = None, None, None
@@ -156,7 +163,7 @@ class Bench:
 
     def stats(self, w: list[str]) -> dict:
         p, cpu = run_measured(cudaprobe("stats", "--lib", self.lib, "-e", self.func, "--json",
-                                        "--", *w), 600)
+                                        "--", *w), 600, self.tree)
         res = workload_result(p.stdout)
         m = re.search(r'"count":\s*(\d+)', p.stdout)
         return {"result": res, "events": int(m.group(1)) if m else None,
@@ -176,12 +183,17 @@ FORMATS = ("jsonl", "csv", "table")
 
 
 def overhead(bench: Bench, calls: int, reps: int, formats: tuple[str, ...] = FORMATS,
-             export: bool = True) -> dict:
+             export: bool = True, baseline: str | None = None) -> dict:
     configs = {"untraced": bench.untraced, "floor": bench.floor}
     for fmt in formats:
         configs[f"trace-{fmt}"] = lambda w, fmt=fmt: bench.trace(w, fmt)
     if has_command("stats"):
         configs["stats"] = bench.stats
+    if baseline:
+        base = Bench(bench.lib, bench.loop, bench.tmp, bench.func, baseline)
+        for fmt in formats:
+            configs[f"trace-{fmt}@base"] = lambda w, fmt=fmt: base.trace(w, fmt)
+        configs["stats@base"] = base.stats
     if export and has_command("export", "bpftrace"):
         configs["export"] = bench.export
     runs: dict[str, list[dict]] = {name: [] for name in configs}
@@ -292,6 +304,8 @@ def main() -> int:
     ap.add_argument("--rate", type=int, default=200_000)
     ap.add_argument("--seconds", type=int, default=30)
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    ap.add_argument("--baseline", metavar="DIR", type=lambda d: str(Path(d).resolve()),
+                    help="another source tree: its trace and stats run beside this one's")
     ap.add_argument("--only", default=",".join(SCENARIOS),
                     help=f"comma-separated scenarios to run, of: {','.join(SCENARIOS)}")
     args = ap.parse_args()
@@ -311,14 +325,14 @@ def main() -> int:
                         "lib": os.path.realpath(args.lib), "probed_copy": lib},
         }
         if "overhead" in only:
-            results["overhead"] = overhead(bench, args.calls, args.reps)
+            results["overhead"] = overhead(bench, args.calls, args.reps, baseline=args.baseline)
         if "success" in only:
             # the loop's cudaMalloc calls fail without a GPU, and a failed call's
             # out-parameter is not read: the same, on a call that succeeds and whose
             # out-parameter the exit probe reads
             ok = Bench(str(bench.loop), bench.loop, Path(tmp), "cudaGetDeviceCount")
             results["overhead_success"] = overhead(ok, args.calls, args.reps, ("jsonl",),
-                                                   export=False)
+                                                   export=False, baseline=args.baseline)
         if "paced" in only:
             results["paced"] = paced(bench, args.rate, args.seconds)
         if "two_threads" in only:
@@ -332,10 +346,10 @@ def main() -> int:
         if key not in results:
             continue
         print(title)
-        print(f"{'config':<12} {'min ns':>8} {'median':>8} {'x floor':>8} {'calls':>8} "
+        print(f"{'config':<17} {'min ns':>8} {'median':>8} {'x floor':>8} {'calls':>8} "
               f"{'events':>22} {'lost':>16} {'cpu s':>7}")
         for name, r in results[key].items():
-            print(f"{name:<12} {r['ns_per_call_min']:>8.0f} {r['ns_per_call_median']:>8.0f} "
+            print(f"{name:<17} {r['ns_per_call_min']:>8.0f} {r['ns_per_call_median']:>8.0f} "
                   f"{r['ratio_to_floor']:>8.2f} {r['calls']:>8} {str(r['events']):>22} "
                   f"{str(r['lost']):>16} {r['tracer_cpu_s']:>7}")
     for key in ("paced", "two_threads", "reader", "threads4"):

@@ -7,9 +7,13 @@ configuration in turn, with `kernel.bpf_stats_enabled=1`, and reads
 twice, mid-run: the difference is ns per run of each program over that
 window. Configurations: the floor (bpftrace, count-only uprobe + uretprobe),
 `cudaprobe trace -o FILE` and `cudaprobe stats`. The stats accounting itself
-adds ~20-30 ns to every program, the floor's too.
+adds ~20-30 ns to every program, the floor's too. `--baseline DIR` also runs
+trace and stats from another source tree (e.g. `git archive` of main,
+unpacked in DIR), interleaved with this one's in each repetition, so that a
+change's cost is read side by side in one run.
 
     python3 benchmarks/progtime.py [--reps 3] [--func cudaMalloc|cudaGetDeviceCount]
+                                   [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -43,11 +47,18 @@ def program_times(pid: int) -> dict[str, tuple[int, int]]:
     return out
 
 
-def measure(argv: list[str]) -> list[int]:
+def measure(argv: list[str], cwd: str | None = None) -> list[int]:
     """ns per run of each program that ran in the window (the entry and exit
-    programs: fdinfo does not tell which is which), cheaper first."""
-    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(4)
+    programs: fdinfo does not tell which is which), cheaper first. `cwd`: the
+    source tree whose cudaprobe runs (`python -m` imports from there first)."""
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
+    # the window opens 1 s after the programs first run, however long the tracer
+    # took to start (seconds on a loaded machine), well before the workload ends
+    deadline = time.monotonic() + 60
+    while (p.poll() is None and time.monotonic() < deadline
+           and not any(n for _t, n in program_times(p.pid).values())):
+        time.sleep(0.1)
+    time.sleep(1)
     a = program_times(p.pid)
     time.sleep(3)
     b = program_times(p.pid)
@@ -60,6 +71,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--func", default="cudaMalloc", choices=["cudaMalloc", "cudaGetDeviceCount"])
+    ap.add_argument("--baseline", metavar="DIR",
+                    help="another source tree: its trace and stats run beside this one's")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("progtime: needs root", file=sys.stderr)
@@ -77,10 +90,14 @@ def main() -> int:
                                      f"{tmp}/calls.jsonl", "--force", "--", *w),
             "stats": bench.cudaprobe("stats", "--lib", lib, "-e", args.func, "--", *w),
         }
+        runs = [(name, argv, None) for name, argv in configs.items()]
+        if args.baseline:
+            base = str(Path(args.baseline).resolve())
+            runs += [(f"{name}@base", configs[name], base) for name in ("trace", "stats")]
         for rep in range(args.reps):
-            for name, argv in configs.items():
-                ns = measure(argv)
-                print(f"rep {rep + 1} {name:<6} ns per run {ns} sum {sum(ns)}", flush=True)
+            for name, argv, cwd in runs:
+                ns = measure(argv, cwd)
+                print(f"rep {rep + 1} {name:<11} ns per run {ns} sum {sum(ns)}", flush=True)
     return 0
 
 

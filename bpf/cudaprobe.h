@@ -1,5 +1,6 @@
-/* Shared between bpf/cudaprobe.bpf.c and its Python mirror in
- * cudaprobe/probe/event.py (tests/unit/test_event_layout.py checks they agree). */
+/* Shared between the BPF programs (bpf/trace.bpf.c, bpf/stats.bpf.c) and their
+ * Python mirror in cudaprobe/probe/event.py and bpfprog.py
+ * (tests/unit/test_event_layout.py checks they agree). */
 #ifndef CUDAPROBE_H
 #define CUDAPROBE_H
 
@@ -54,8 +55,6 @@ struct cp_probe_cfg {
  * this offset (driver 580, scripts/gpu/handle_layout.cu; docs/driver.md). */
 #define CP_HANDLE_NAME_OFFSET 8
 
-#define CP_MAX_PROBES 2048  /* every symbol of the catalogue (-e all: ~920) fits */
-
 /* One completed call. The entry probe fills it in place in `inflight` (one
  * entry per thread and probe, kept between calls: ts_ns == 0 there means
  * the thread is not in that call), the exit probe completes it there and
@@ -67,8 +66,7 @@ struct cp_probe_cfg {
 
 struct cp_event {
 	__u64 ts_ns;        /* entry time, CLOCK_MONOTONIC */
-	__u64 duration_ns;  /* set at exit; in a pairing entry until then: the calls of
-			     * the same function nested in this one (cp_nested) */
+	__u64 duration_ns;  /* set at exit */
 	__u32 pid;          /* tgid, host pid namespace */
 	__u32 tid;
 	__u16 func_id;      /* index into the probe table built by the loader */
@@ -82,7 +80,7 @@ struct cp_event {
 	__u64 cfg[CP_CFG_WORDS];  /* launch config (cfg_slot), or NUL-terminated string (str_slot) */
 };
 
-/* Kernel names whole (see cp_named in cudaprobe.bpf.c): a str_slot probe's
+/* Kernel names whole (see cp_named in trace.bpf.c): a str_slot probe's
  * record is its whole event followed by the string, read at exit, NUL included;
  * a launch's first record per process and kernel (with CP_CALLER, a call's
  * first record per process and call site) carries where the call was made,
@@ -115,12 +113,27 @@ struct cp_owner {
 	__u64 wake;
 };
 
-/* CP_STATS: what entry keeps in `inflight` (ts_ns == 0: not in that call) */
+/* stats: what entry keeps of a call, all its exit needs to time it */
 struct cp_stamp {
-	__u64 ts_ns;
+	__u64 ts_ns;  /* entry time; 0: not in a call */
 	__u32 pid;
 	__u32 tid;
-	__u64 nested;  /* calls of the same function nested in this one (cp_nested) */
+};
+
+/* A pairing entry (maps `owned` and `inflight`, bpf/pairing.bpf.h): one per
+ * thread and probe, kept between calls. Entry fills `call` in place, ts_ns
+ * last; exit completes it, hands it on and sets ts_ns to 0. `nested` counts
+ * the calls of the same probe made inside this one on the thread (recursion),
+ * each paired in an `inflight` entry of its depth. The Python side reads
+ * `call` by name (in-flight calls, the sweep of exited threads). */
+struct cp_trace_entry {
+	__u64 nested;
+	struct cp_event call;
+};
+
+struct cp_stats_entry {
+	__u64 nested;
+	struct cp_stamp call;
 };
 
 #define CP_ERR_SLOTS 4  /* return codes counted in struct cp_stat and cp_tally, per CPU */
@@ -137,7 +150,7 @@ struct cp_tally {
 	__u64 err_count[CP_ERR_SLOTS];  /* calls that returned err_ret[i] */
 };
 
-/* CP_STATS: per-probe aggregates (per-CPU map `stats`, indexed by probe id).
+/* stats: per-probe aggregates (per-CPU map `stats`, indexed by probe id).
  * hist[k] counts calls of [2^k, 2^(k+1)) ns (k = 0 also holds 0 and 1 ns;
  * the last slot everything longer) and hist_ns[k] sums their durations, so
  * that percentiles can be placed around each slot's mean. */

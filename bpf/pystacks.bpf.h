@@ -13,24 +13,64 @@
 #ifndef CP_RINGBUF_PAGES
 #error "pystacks.bpf.h goes with the trace program's ring buffer"
 #endif
-/* Kernel struct offsets from the running kernel's BTF (probe/kernel_btf.py):
- * bcc's headers may be another kernel's. */
+/* Settings: -D cflags from cudaprobe/probe/bpfprog.py. Kernel struct offsets
+ * come from the running kernel's BTF (probe/kernel_btf.py): bcc's headers may
+ * be another kernel's. */
+#ifndef CP_MAX_PY_PROCS
+#error "CP_MAX_PY_PROCS (capacity of `py_procs`) comes from bpfprog.py"
+#endif
+#ifndef CP_MAX_PY_EXES
+#error "CP_MAX_PY_EXES (capacity of `py_exes`) comes from bpfprog.py"
+#endif
+#ifndef CP_MAX_PY_THREADS
+#error "CP_MAX_PY_THREADS (capacity of `py_tstates`) comes from bpfprog.py"
+#endif
+#ifndef CP_MAX_PY_CODES
+#error "CP_MAX_PY_CODES (capacity of `py_codes_seen`) comes from bpfprog.py"
+#endif
 #ifndef CP_OFF_TASK_MM
-#error "CP_OFF_* (task, mm, file, inode offsets) come from bpfprog.py"
+#error "CP_OFF_TASK_MM (task_struct.mm) comes from bpfprog.py"
+#endif
+#ifndef CP_OFF_TASK_FSBASE
+#error "CP_OFF_TASK_FSBASE (task_struct.thread.fsbase) comes from bpfprog.py"
+#endif
+#ifndef CP_OFF_MM_START_CODE
+#error "CP_OFF_MM_START_CODE (mm_struct.start_code) comes from bpfprog.py"
+#endif
+#ifndef CP_OFF_MM_EXE_FILE
+#error "CP_OFF_MM_EXE_FILE (mm_struct.exe_file) comes from bpfprog.py"
+#endif
+#ifndef CP_OFF_FILE_INODE
+#error "CP_OFF_FILE_INODE (file.f_inode) comes from bpfprog.py"
+#endif
+#ifndef CP_OFF_INODE_INO
+#error "CP_OFF_INODE_INO (inode.i_ino) comes from bpfprog.py"
+#endif
+#ifndef CP_OFF_INODE_SB
+#error "CP_OFF_INODE_SB (inode.i_sb) comes from bpfprog.py"
+#endif
+#ifndef CP_OFF_SB_DEV
+#error "CP_OFF_SB_DEV (super_block.s_dev) comes from bpfprog.py"
 #endif
 
-BPF_ARRAY(py_layouts, struct cp_py_layout, CP_PY_LAYOUTS);
-BPF_TABLE("lru_hash", u32, struct cp_py_proc, py_procs, 16384);
-BPF_HASH(py_exes, struct cp_py_exe_key, struct cp_py_exe, 256);
-/* the calling thread's PyThreadState, by pid_tgid: checked at each use */
-BPF_TABLE("lru_hash", u64, u64, py_tstates, 65536);
 /* code objects whose record has been sent, by (gen, code, firstlineno) */
 struct cp_py_code_key {
 	u64 gen;
 	u64 code;
 	s64 firstlineno;
 };
-BPF_TABLE("lru_hash", struct cp_py_code_key, u8, py_codes_seen, 65536);
+
+/* the interpreters' layouts (struct cp_py_layout), one per Python version,
+ * filled by the loader */
+BPF_ARRAY(py_layouts, struct cp_py_layout, CP_PY_LAYOUTS);
+/* per process: its interpreter's runtime, found once (or CP_PY_NONE) */
+BPF_TABLE("lru_hash", u32, struct cp_py_proc, py_procs, CP_MAX_PY_PROCS);
+/* interpreters by executable (inode, device), filled by the loader */
+BPF_HASH(py_exes, struct cp_py_exe_key, struct cp_py_exe, CP_MAX_PY_EXES);
+/* the calling thread's PyThreadState, by pid_tgid: checked at each use */
+BPF_TABLE("lru_hash", u64, u64, py_tstates, CP_MAX_PY_THREADS);
+/* code objects whose record has been sent */
+BPF_TABLE("lru_hash", struct cp_py_code_key, u8, py_codes_seen, CP_MAX_PY_CODES);
 
 /* A process's image changes at exec; a pid is reused after exit: either way
  * its entry goes, and the next call finds the interpreter again. */

@@ -52,6 +52,7 @@ class GpuStats:
     kernels: list[GpuRow]  # by total GPU time, largest first
     copies: list[GpuRow]
     dropped: int = 0  # records CUPTI dropped: the numbers miss them
+    per: str = "kernel"  # what a row is: a kernel name (and copy kind), or a Python line
 
     @property
     def kernel_ns(self) -> int:
@@ -60,7 +61,8 @@ class GpuStats:
     def to_dict(self) -> dict[str, Any]:
         return {"kernels": [r.to_dict(True) for r in self.kernels],
                 "copies": [r.to_dict(False) for r in self.copies],
-                "kernel_total_ns": self.kernel_ns, "dropped": self.dropped}
+                "kernel_total_ns": self.kernel_ns, "dropped": self.dropped,
+                **({"per": self.per} if self.per != "kernel" else {})}
 
 
 def gpu_stats(work: list[GpuWork], dropped: int = 0) -> GpuStats:

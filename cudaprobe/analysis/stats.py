@@ -1,4 +1,4 @@
-"""Per-function call statistics, aggregated in the kernel (the CP_STATS maps).
+"""Per-function call statistics, aggregated in the kernel (bpf/stats.bpf.c).
 
 The BPF program keeps, per probe and per CPU, a count, total, min and max
 duration, and a log2 histogram: slot k counts calls that took [2^k, 2^(k+1))
@@ -210,6 +210,7 @@ class StatsReport:
     gpu: GpuStats | None = None  # stats --gpu-time
     nccl: NcclStats | None = None  # stats --by collective
     untraced: list[Untraced] = field(default_factory=list)  # spans whose calls were not seen
+    per: str = "function"  # what a row is: a function, a kernel, a Python line (--by)
 
     def sorted(self, key: str = "total") -> list[FunctionStats]:
         return sorted(self.functions, key=lambda s: (SORT_KEYS[key](s), s.event))

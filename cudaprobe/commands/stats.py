@@ -37,12 +37,13 @@ from cudaprobe.sessions.stats import count, functions_to_count
 @probe_options(events="count")
 @click.option("--sort", type=click.Choice(sorted(SORT_KEYS)), default="total",
               help="Order of the rows (largest first; `name` alphabetical).")
-@click.option("--by", type=click.Choice(["function", "kernel", "collective"]),
+@click.option("--by", type=click.Choice(["function", "kernel", "collective", "line"]),
               default="function",
               help="A row per traced function (counted in the kernel), per kernel "
-                   "launched (counted from traced launches: costs what `trace` does), or "
+                   "launched (counted from traced launches: costs what `trace` does), "
                    "per NCCL collective and rank, with bandwidths and stragglers "
-                   "(docs/nccl.md).")
+                   "(docs/nccl.md), or per Python line that made the calls (their Python "
+                   "stacks traced: docs/pystacks.md).")
 @click.option("-i", "--interval", type=Seconds(), metavar="SECONDS",
               help="Also print the table (cumulative) every SECONDS.")
 @report_file_options("docs/stats.md")
@@ -78,6 +79,7 @@ def stats_command(probe: ProbeRequest, sort, by, interval, fmt, as_json, output,
       sudo cudaprobe stats -o api.json -- python train.py
       sudo cudaprobe stats --compare api.json -- python train.py
       sudo cudaprobe stats --by kernel -- python train.py
+      sudo cudaprobe stats --by line --gpu-time -- python train.py
       sudo cudaprobe stats --gpu-time -- python train.py
       sudo cudaprobe stats --by collective --gpu-time -- torchrun --nproc_per_node 2 train.py
 
@@ -85,6 +87,12 @@ def stats_command(probe: ProbeRequest, sort, by, interval, fmt, as_json, output,
     are traced, not counted in the kernel, and each is named as `trace` names
     it (the calls that make driver kernel handles are traced too, to name
     them); launches of an unknown kernel are a row per call, "(kernel unknown)".
+
+    With --by line, the calls are traced with their Python stacks (as `trace
+    --py-stacks`) and counted per Python line: the innermost frame that is
+    the program's own (outside site-packages and the standard library), as
+    `file:line (function)`; with --gpu-time, the GPU time of what each line
+    queued. Calls from threads with no Python frame are one row.
 
     With --by collective, NCCL's calls are traced (the default set of --api nccl,
     or -e): a row per collective and rank with calls, bytes and host latency,
@@ -95,8 +103,8 @@ def stats_command(probe: ProbeRequest, sort, by, interval, fmt, as_json, output,
     apis = set(probe.apis)
     if gpu_time:
         check_gpu_time(list(probe.command))
-    by_kernel, by_collective = by == "kernel", by == "collective"
-    if (by_kernel or by_collective) and interval:
+    by_collective = by == "collective"
+    if by != "function" and interval:
         raise UsageError("--interval goes with --by function")
     if by_collective and NCCL not in apis:
         raise UsageError("--by collective counts NCCL's calls: --api must include nccl")
@@ -132,4 +140,4 @@ def stats_command(probe: ProbeRequest, sort, by, interval, fmt, as_json, output,
         status = write_report(write, status, bool(probe.command))
         return REGRESSION_EXIT if not status and changes else status
 
-    run_probing(probe, functions, session, stats=by == "function")
+    run_probing(probe, functions, session, stats=by == "function", py_stacks=by == "line")

@@ -20,7 +20,11 @@ from cudaprobe.decode import pylines
 from cudaprobe.probe import pyrecords as pr
 from cudaprobe.targets.pyoffsets import Layout
 
-PENDING_PER_THREAD = 64  # stacks waiting for their call (nesting, errors-only drops)
+# stacks waiting for their call, per thread: a batch of the ring's records is
+# all read before its calls are decoded (a thousand stacks and more), and
+# nesting.CallOrder holds calls up to MAX_HELD; calls whose record never
+# comes (--errors-only, lost) leave theirs until this many newer ones push them out
+PENDING_PER_THREAD = 16384
 FRAME_KEYS = ("file", "line", "function")
 
 
@@ -45,7 +49,7 @@ class PyStacks:
     def __init__(self, layouts: list[tuple[tuple[int, int], Layout]]) -> None:
         self.layouts = layouts  # index in py_layouts -> (version, layout)
         self._codes: dict[tuple[int, int, int], CodeInfo] = {}
-        self._pending: dict[int, OrderedDict[int, tuple]] = {}
+        self._pending: dict[int, OrderedDict[int, bytes]] = {}
         self._lines: dict[tuple[int, int, int, int], dict] = {}  # (gen, code, fl, instr) -> frame
         self.stacks = 0
         self.unreadable = 0  # stacks not shown: a frame not a code object, or its names lost
@@ -56,11 +60,9 @@ class PyStacks:
             if kind == pr.SIDE_CODE:
                 self._add_code(rec)
             elif kind == pr.SIDE_STACK:
-                (_, _, tid, ts, gen, _pid, n, flags) = pr.STACK_HEAD.unpack_from(rec)
-                frames = [pr.FRAME.unpack_from(rec, pr.STACK_HEAD.size + i * pr.FRAME.size)
-                          for i in range(min(n, pr.MAX_FRAMES))]
+                tid, ts = pr.STACK_KEY.unpack_from(rec)
                 waiting = self._pending.setdefault(tid, OrderedDict())
-                waiting[ts] = (gen, frames, bool(flags & pr.CUT))
+                waiting[ts] = rec  # unpacked when its call comes
                 if len(waiting) > PENDING_PER_THREAD:
                     waiting.popitem(last=False)
 
@@ -87,10 +89,12 @@ class PyStacks:
     def pop(self, tid: int, ts_ns: int) -> PyStack | None:
         """The stack of the call that thread `tid` entered at `ts_ns`, once."""
         waiting = self._pending.get(tid)
-        found = waiting.pop(ts_ns, None) if waiting else None
-        if found is None:
+        rec = waiting.pop(ts_ns, None) if waiting else None
+        if rec is None:
             return None
-        gen, frames, cut = found
+        (_, _, _, _, gen, _pid, n, flags) = pr.STACK_HEAD.unpack_from(rec)
+        frames = [pr.FRAME.unpack_from(rec, pr.STACK_HEAD.size + i * pr.FRAME.size)
+                  for i in range(min(n, pr.MAX_FRAMES))]
         out = []
         for code, instr, fl16, kind in frames:
             if kind == pr.SHIM:
@@ -101,7 +105,7 @@ class PyStacks:
                 return None
             out.append(frame)
         self.stacks += 1
-        return PyStack(out, cut) if out else None
+        return PyStack(out, bool(flags & pr.CUT)) if out else None
 
     def _frame(self, gen: int, code: int, fl16: int, instr: int) -> dict | None:
         key = (gen, code, fl16, instr)

@@ -14,6 +14,8 @@ from cudaprobe.decode.records import RecordDecoder
 class Reporter:
     name: ClassVar[str]
     extensions: ClassVar[tuple[str, ...]] = ()
+    # --py-stacks: calls may carry `py_stack` (decode.pystacks), shown where the format has room
+    py_stacks = False
     def __init__(self, stream: TextIO, gpu_time: bool = False) -> None:
         self.stream = stream
         # --gpu-time: calls may carry `gpu` work (decode.gputime), shown where the format

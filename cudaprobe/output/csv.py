@@ -1,6 +1,6 @@
 """CSV: the JSONL keys as columns, `args` as a JSON object in one cell, `parent`
 empty at the top; then `rank` and `world_size`, empty for a process that is
-no known rank of a job."""
+no known rank of a job (and with --py-stacks `py_stack`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import TextIO
 
 from cudaprobe.decode.calls import JSONL_KEYS, RANK_KEYS, Call
 from cudaprobe.decode.nesting import Mark
+from cudaprobe.decode.pystacks import PyStack
 from cudaprobe.decode.ranks import NO_RANK, Ranks
 from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
 from cudaprobe.output.base import Reporter
@@ -27,7 +28,7 @@ class CsvReporter(Reporter):
 
     def start(self) -> None:
         self._writer = csv.writer(self.stream)
-        self._writer.writerow(CSV_KEYS)
+        self._writer.writerow((*CSV_KEYS, "py_stack") if self.py_stacks else CSV_KEYS)
 
     def calls(self, calls: list[Call]) -> None:
         self._writer.writerows([csv_row(c) for c in calls])
@@ -58,6 +59,9 @@ class CsvReporter(Reporter):
     def row_of_call(self, call: Call) -> list:
         return csv_row(call)
 
+    def with_py_stack(self, row: tuple, stack: PyStack) -> tuple:
+        return (*row, json.dumps(stack.frames, separators=(",", ":")))
+
 
 CSV_KEYS = JSONL_KEYS + RANK_KEYS
 
@@ -65,4 +69,7 @@ CSV_KEYS = JSONL_KEYS + RANK_KEYS
 def csv_row(call: Call) -> list:
     row = call.to_dict()
     row["args"] = json.dumps(row["args"], separators=(",", ":"))
-    return [row.get(k) for k in CSV_KEYS]
+    out = [row.get(k) for k in CSV_KEYS]
+    if call.py_stack is not None:  # --py-stacks: the last column, as JSON
+        out.append(json.dumps(call.py_stack.frames, separators=(",", ":")))
+    return out

@@ -29,8 +29,10 @@ def render_stats(report: StatsReport, console: Console, sort: str = "total",
                            sorted(s.errors.items(), key=lambda kv: -kv[1]))
         if s.errors_unkeyed:
             errors += f"{', ' if errors else ''}unknown code x{s.errors_unkeyed}"
-        # kernel names (--by kernel) run to kilobytes: shortened here, whole in --json
-        table.add_row(Text(shorten(s.event)), str(s.count), humanize_ns(s.total_ns),
+        # kernel names (--by kernel) run to kilobytes: shortened here, whole in --json;
+        # Python lines (--by line) are paths, kept whole
+        name = s.event if report.per == "line" else shorten(s.event)
+        table.add_row(Text(name), str(s.count), humanize_ns(s.total_ns),
                       humanize_ns(s.avg_ns), humanize_ns(s.min_ns), humanize_ns(s.max_ns),
                       *(humanize_ns(s.p(q)) for q in PERCENTILES),
                       Text(errors, style="red" if errors else ""))
@@ -62,14 +64,17 @@ def render_gpu_stats(gpu: GpuStats, console: Console) -> None:
                                   (GPU_COPY_COLUMNS, gpu.copies, False)):
         if not rows:
             continue
-        table = Table(title="GPU time per kernel" if kernel else "GPU time per copy kind",
-                      title_justify="left", show_edge=False, header_style="bold")
+        title = "GPU time per kernel" if kernel else "GPU time per copy kind"
+        if gpu.per == "line":  # stats --by line: a row per Python line
+            title = "GPU time of the kernels" if kernel else "GPU time of the copies and memsets"
+            title, columns = title + " each Python line queued", ("LINE", *columns[1:])
+        table = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
         for col in columns:
-            table.add_column(col, justify="left" if col in ("KERNEL", "COPY") else "right")
+            table.add_column(col, justify="left" if col in ("KERNEL", "COPY", "LINE") else "right")
         for r in rows:
             d = r.to_dict(kernel)
-            cells = [Text(shorten(r.name)), str(r.calls), humanize_ns(d["total_ns"]),
-                     humanize_ns(d["avg_ns"])]
+            name = r.name if gpu.per == "line" else shorten(r.name)
+            cells = [Text(name), str(r.calls), humanize_ns(d["total_ns"]), humanize_ns(d["avg_ns"])]
             if kernel:
                 cells += [humanize_ns(d[k]) for k in ("min_ns", "max_ns", "p50_ns", "p99_ns")]
             else:

@@ -24,6 +24,7 @@ from typing import Callable, TextIO
 from rich.console import Console
 from rich.text import Text
 
+from cudaprobe.analysis.by_line import frame_text, user_frame
 from cudaprobe.analysis.summary import Summary
 from cudaprobe.decode.calls import Call
 from cudaprobe.decode.gputime import gpu_span_ns
@@ -79,8 +80,22 @@ COLUMNS = (
 # --gpu-time: what the call's GPU work took, from its first start to its last end
 GPU_COLUMN = Column("GPU TIME", 9,
                     lambda c: "-" if c.gpu is None else humanize_ns(gpu_span_ns(c.gpu)), "right")
+
+
+def _py_line(c: Call) -> str:
+    """--py-stacks: the innermost frame that is the program's own, as file:line."""
+    f = user_frame(c.py_stack.frames) if c.py_stack is not None else None
+    return frame_text(f) if f is not None else "-"
+
+
+def cut_start(text: str, width: int) -> str:
+    """A path's end, where its file name and line are."""
+    return text if len(text) <= width else "…" + text[len(text) - width + 1 :]
+
+
+PY_COLUMN = Column("PYTHON", 32, _py_line, min_width=16, cut=cut_start)
 DETAILS = "DETAILS"  # the last column: what the line has left
-SHRINK_ORDER = ("PROCESS", "RESULT", "EVENT")  # the first gives first
+SHRINK_ORDER = ("PYTHON", "PROCESS", "RESULT", "EVENT")  # the first gives first
 DETAILS_MIN = 8  # what the shrinking makes room for, where it can
 EVENT_MAX = 40  # EVENT grows to this when the line is wide (LONG names whole)
 DETAILS_ROOM = 60  # ... and DETAILS would still have this much
@@ -93,7 +108,7 @@ def layout(width: int | None, columns: tuple[Column, ...] = COLUMNS) -> list[int
         return widths
     index = {c.title: i for i, c in enumerate(columns)}
     used = sum(widths) + len(widths)  # each column and the space after it
-    for title in SHRINK_ORDER:
+    for title in (t for t in SHRINK_ORDER if t in index):
         i = index[title]
         give = min(max(0, used + DETAILS_MIN - width),
                    widths[i] - (columns[i].min_width or widths[i]))
@@ -141,8 +156,9 @@ class TableReporter(Reporter):
         self._lay_out()
 
     def columns(self) -> tuple[Column, ...]:
-        """The columns before DETAILS (--gpu-time adds GPU TIME)."""
-        return (*COLUMNS, GPU_COLUMN) if self.gpu_time else COLUMNS
+        """The columns before DETAILS (--gpu-time adds GPU TIME, --py-stacks PYTHON)."""
+        return (*COLUMNS, *((GPU_COLUMN,) if self.gpu_time else ()),
+                *((PY_COLUMN,) if self.py_stacks else ()))
 
     def _lay_out(self) -> None:
         """Each column's width."""
@@ -153,6 +169,7 @@ class TableReporter(Reporter):
             self._details_width = self.width - sum(widths) - len(widths)
 
     def start(self) -> None:
+        self._lay_out()  # again: py_stacks is set after construction
         header = " ".join(c.text(c.title, w) for c, w in self._cells) + " "
         if self._details_width is None:
             header += DETAILS

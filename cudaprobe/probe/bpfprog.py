@@ -1,4 +1,13 @@
-"""The BPF program: bpf/cudaprobe.bpf.c plus settings passed as -D cflags."""
+"""The BPF programs: bpf/trace.bpf.c or bpf/stats.bpf.c, with settings as -D cflags.
+
+Both include bpf/cudaprobe.h (shared with the Python mirror, event.py) and
+bpf/pairing.bpf.h (what they share: the common maps, pairing, the programs the
+loader attaches). bcc rewrites map calls (`owners.lookup(...)`) only in the
+text it is given, not in the files that text includes: so it is given the
+program with bpf/'s headers inlined (`source`), which is also what
+`--dump-bpf` prints. Every number the C uses comes from `Settings` here: the
+C has no default, and stops at `#error` for one it is not given.
+"""
 
 from __future__ import annotations
 
@@ -12,17 +21,16 @@ from cudaprobe.errors import EnvironmentProblem
 from cudaprobe.probe import event, kernel_btf, uprobe_multi
 from cudaprobe.probe.plan import Probe
 
-SOURCE_NAME = "cudaprobe.bpf.c"
-HEADER_NAME = "cudaprobe.h"
+PROGRAMS = {"trace": "trace.bpf.c", "stats": "stats.bpf.c"}
 
 
 def bpf_dir() -> Path:
     """bpf/ sources: shipped as package data, or the source tree's top-level bpf/."""
     package = Path(__file__).resolve().parent.parent  # cudaprobe/
     for candidate in (package / "bpf", package.parent / "bpf"):
-        if (candidate / SOURCE_NAME).is_file():
+        if (candidate / PROGRAMS["trace"]).is_file():
             return candidate
-    raise FileNotFoundError(f"{SOURCE_NAME} is not installed next to {package}")
+    raise FileNotFoundError(f"{PROGRAMS['trace']} is not installed next to {package}")
 
 
 ATTACH_MODES = ("multi", "perf")
@@ -42,6 +50,15 @@ class Settings:
     max_inflight: int = 16384  # pairing entries of threads without a slot (`inflight`)
     wakeup_every: int = 1024  # a forced reader wakeup every N records per CPU
     max_stacks: int = 16384  # user stacks kept (`stacks`, with stacks=True)
+    max_targets: int = 65536  # processes traced with filter_pid (`targets`)
+    max_procs: int = 16384  # processes whose first record woke the reader (`seen_procs`)
+    max_sites: int = 16384  # host stubs and call sites located, per process (`located`)
+    max_handles: int = 16384  # kernel handles named, per process (`handle_named`)
+    error_codes_per_probe: int = 16  # return codes past CP_ERR_SLOTS (`error_codes`)
+    max_py_procs: int = 16384  # processes whose interpreter was looked for (`py_procs`)
+    max_py_exes: int = 256  # interpreter executables described (`py_exes`)
+    max_py_threads: int = 65536  # threads' PyThreadState cached (`py_tstates`)
+    max_py_codes: int = 65536  # code objects whose record was sent (`py_codes_seen`)
     filter_pid: bool = False
     filter_comm: bool = False  # with filter_pid: exec under the --comm name joins `targets`
     # uprobe_multi links per target process (--pid, -- COMMAND), so that other
@@ -71,7 +88,14 @@ def probe_config(probe: Probe) -> tuple[int, ...]:
 
 PAIR_BYTES = 8 << 20  # at most, for the per-thread pairing entries (`owned`)
 PAIR_THREADS = 64  # thread slots at most (their tid modulo): a power of 2
-STAMP_SIZE = 24  # struct cp_stamp, what `stats` keeps per call
+# a pairing entry: the nesting count, then the call (struct cp_trace_entry,
+# cp_stats_entry in bpf/cudaprobe.h)
+ENTRY_SIZES = {"trace": 8 + event.EVENT_SIZE, "stats": 8 + 16}
+
+
+def program(settings: Settings) -> str:
+    """Which program the settings compile: "trace" or "stats"."""
+    return "stats" if settings.stats else "trace"
 
 
 def pair_threads(nprobes: int, entry_size: int) -> int:
@@ -88,19 +112,51 @@ def pair_threads(nprobes: int, entry_size: int) -> int:
     return n
 
 
-def defines(probes: list[Probe], settings: Settings) -> dict[str, str]:
-    """The program's -D settings: every number always (the C has no defaults),
-    each switch only when on (the C tests it with #ifdef)."""
+def numbers(probes: list[Probe], settings: Settings) -> dict[str, int]:
+    """The program's numeric settings: every one it uses, always (the C has no
+    defaults)."""
     nprobes = max(1, len(probes))
-    entry_size = STAMP_SIZE if settings.stats else event.EVENT_SIZE
     d = {
-        "CP_RINGBUF_PAGES": str(settings.ringbuf_pages),
-        "CP_MAX_INFLIGHT": str(settings.max_inflight),
-        "CP_PAIR_THREADS": str(pair_threads(nprobes, entry_size)),
-        "CP_NR_PROBES": str(nprobes),
-        "CP_WAKEUP_EVERY": str(settings.wakeup_every),
-        "CP_MAX_STACKS": str(settings.max_stacks),
+        "CP_MAX_INFLIGHT": settings.max_inflight,
+        "CP_PAIR_THREADS": pair_threads(nprobes, ENTRY_SIZES[program(settings)]),
+        "CP_NR_PROBES": nprobes,
+        "CP_MAX_ERROR_CODES": nprobes * settings.error_codes_per_probe,
+        "CP_MAX_TARGETS": settings.max_targets,
     }
+    if not settings.stats:
+        d |= {
+            "CP_RINGBUF_PAGES": settings.ringbuf_pages,
+            "CP_WAKEUP_EVERY": settings.wakeup_every,
+            "CP_MAX_PROCS": settings.max_procs,
+            "CP_MAX_SITES": settings.max_sites,
+            "CP_MAX_HANDLES": settings.max_handles,
+            "CP_MAX_STACKS": settings.max_stacks,
+        }
+    if settings.py_stacks and not settings.stats:
+        d |= {
+            "CP_MAX_PY_PROCS": settings.max_py_procs,
+            "CP_MAX_PY_EXES": settings.max_py_exes,
+            "CP_MAX_PY_THREADS": settings.max_py_threads,
+            "CP_MAX_PY_CODES": settings.max_py_codes,
+            **task_offsets(),
+        }
+    return d
+
+
+def task_offsets() -> dict[str, int]:
+    """The kernel struct offsets --py-stacks reads at (CP_OFF_*), from its BTF."""
+    offsets = kernel_btf.task_offsets()
+    if offsets is None:
+        raise EnvironmentProblem(f"--py-stacks reads the kernel's task fields at offsets "
+                                 f"that {kernel_btf.BTF_PATH} gives, and it is not there",
+                                 fix="a kernel built with CONFIG_DEBUG_INFO_BTF")
+    return offsets
+
+
+def switches(probes: list[Probe], settings: Settings) -> dict[str, str]:
+    """The program's switches, each only when on (the C tests it with #ifdef);
+    CP_PROBES also lists the perf-event fallback's programs."""
+    d = {}
     if settings.attach == "perf":
         d["CP_PROBES"] = " ".join(f"CP_PROBE({p.func_id})" for p in probes)
     if settings.filter_pid:
@@ -109,51 +165,50 @@ def defines(probes: list[Probe], settings: Settings) -> dict[str, str]:
             d["CP_FILTER_COMM"] = "1"
     if settings.errors_only:
         d["CP_ERRORS_ONLY"] = "1"
-    if settings.stats:
-        d["CP_STATS"] = "1"
     if settings.stacks:
         d["CP_STACKS"] = "1"
     if settings.callers:
         d["CP_CALLER"] = "1"
     if settings.py_stacks and not settings.stats:
         d["CP_PYSTACKS"] = "1"
-        offsets = kernel_btf.task_offsets()
-        if offsets is None:
-            raise EnvironmentProblem(f"--py-stacks reads the kernel's task fields at offsets "
-                                     f"that {kernel_btf.BTF_PATH} gives, and it is not there",
-                                     fix="a kernel built with CONFIG_DEBUG_INFO_BTF")
-        d.update({k: str(v) for k, v in offsets.items()})
     return d
 
 
+def defines(probes: list[Probe], settings: Settings) -> dict[str, str]:
+    """The program's -D settings: its numbers, then its switches."""
+    return {**{k: str(v) for k, v in numbers(probes, settings).items()},
+            **switches(probes, settings)}
+
+
 def cflags(probes: list[Probe], settings: Settings) -> list[str]:
-    return [f"-I{bpf_dir()}"] + [f"-D{k}={v}" for k, v in defines(probes, settings).items()]
+    return [f"-D{k}={v}" for k, v in defines(probes, settings).items()]
 
 
-def source_path() -> str:
-    return str(bpf_dir() / SOURCE_NAME)
+LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+)".*$', re.M)
 
 
-LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+\.bpf\.h)"$', re.M)
+def inline_includes(text: str) -> str:
+    """`text` with each `#include "X"` of bpf/ replaced by X's own text, inlined
+    likewise: the program as the compiler reads it."""
+    return LOCAL_INCLUDE.sub(
+        lambda m: f"/* {m[1]} */\n" + inline_includes((bpf_dir() / m[1]).read_text()), text)
 
 
-def source_text() -> str:
-    """The program's text with its bpf/*.bpf.h includes inlined: bcc rewrites
-    map calls (`m.lookup(&k)`) only in the text it is given."""
-    return LOCAL_INCLUDE.sub(lambda m: (bpf_dir() / m[1]).read_text(),
-                             (bpf_dir() / SOURCE_NAME).read_text())
+def source(settings: Settings) -> str:
+    """The C that bcc compiles: the settings' program with bpf/'s headers inlined."""
+    return inline_includes((bpf_dir() / PROGRAMS[program(settings)]).read_text())
 
 
 def render(probes: list[Probe], settings: Settings) -> str:
-    """The program exactly as compiled: the -D settings as #defines, then the source."""
-    lines = ["/* generated by cudaprobe --dump-bpf: the -D cflags, then bpf/cudaprobe.bpf.c */"]
+    """The program exactly as compiled: the -D settings as #defines, then the
+    source with bpf/'s headers inlined."""
+    name = PROGRAMS[program(settings)]
+    lines = [f"/* generated by cudaprobe --dump-bpf: the -D cflags, then bpf/{name} */"]
     for k, v in defines(probes, settings).items():
         if k == "CP_PROBES":
             v = " \\\n\t".join([""] + v.split(" "))
         lines.append(f"#define {k} {v}")
-    src = (bpf_dir() / SOURCE_NAME).read_text()
-    header = (bpf_dir() / HEADER_NAME).read_text()
-    src = src.replace(f'#include "{HEADER_NAME}"', f"/* {HEADER_NAME} */\n{header}")
+    src = source(settings)
     table = ["", "/* the `probes` map, as the loader fills it: "
                  "id: {nstack, cfg_slot, out8, out4, str_slot, nargs, nouts, size, "
                  "func_slot, handle_slot, cfg_off, cfg_len} */"]

@@ -44,7 +44,7 @@ def load_program(plan: ProbePlan, settings: bpfprog.Settings) -> Any:
         raise NotRoot()
     bcc = import_bcc()
     try:
-        return bcc.BPF(text=bpfprog.source_text().encode(),
+        return bcc.BPF(text=bpfprog.source(settings).encode(),
                        cflags=bpfprog.cflags(plan.probes, settings))
     except Exception as e:  # bcc: compile errors are printed above by clang
         raise BpfError("compiling the BPF program failed", str(e),

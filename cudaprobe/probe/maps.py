@@ -26,7 +26,7 @@ class MapReader:
         self._stats = stats  # Settings.stats: per-function records in `stats`, else `tally`
 
     def read_stats(self) -> dict[int, list[tuple[int, ...]]]:
-        """CP_STATS: probe id -> one struct cp_stat per CPU, as a flat tuple
+        """Stats program: probe id -> one struct cp_stat per CPU, as a flat tuple
         (count, total_ns, min_ns, max_ns, errors_unkeyed, *hist, *hist_ns)."""
         table = self._bpf["stats"]
         out = {}

@@ -1,8 +1,10 @@
 """The pairing entries: where an entry probe keeps a call until its return
 probe takes it. Each thread holds a slot of `owned` (an entry per probe,
 found by `owners`) or, when the slots are taken, entries in the `inflight`
-hash; entries stay between calls with ts_ns 0. Read at the end for the calls
-still in flight, and swept of threads that exited (sweep.py)."""
+hash. An entry (struct cp_trace_entry or cp_stats_entry) is the count of calls
+nested in it, then the `call` it holds, read here by name; it stays between
+calls with call.ts_ns 0. Read at the end for the calls still in flight, and
+swept of threads that exited (sweep.py)."""
 
 from __future__ import annotations
 
@@ -34,21 +36,21 @@ class PairingEntries:
         """(key, entry) of the slot's pairing entries in `owned` that are in a call."""
         owned, n = self._bpf["owned"], len(self.plan.probes)
         keys = (owned.Key(idx) for idx in range(slot * n, (slot + 1) * n))
-        return [(k, e) for k, e in ((k, owned[k]) for k in keys) if e.ts_ns]
+        return [(k, e) for k, e in ((k, owned[k]) for k in keys) if e.call.ts_ns]
 
     def _entries(self) -> list[Any]:
         """The pairing entries in a call now: those of held slots in `owned`,
         then the hashed ones (`inflight`)."""
         found = [e for slot, _pid, _tid in self._owned_slots()
                  for _k, e in self._calls_in_slot(slot)]
-        found += [v for v in self._bpf["inflight"].values() if v.ts_ns]
+        found += [v for v in self._bpf["inflight"].values() if v.call.ts_ns]
         return found
 
     def in_flight(self) -> list[RawEvent]:
         """Calls entered but not returned: the pairing entries, which stay between
         calls with ts_ns 0. (Trace mode; see in_flight_count.) Their
         out-parameters are not read yet: none are given."""
-        return [unpack_event(bytes(v))._replace(outs=(), duration_ns=0)
+        return [unpack_event(bytes(v.call))._replace(outs=(), duration_ns=0)
                 for v in self._entries()]
 
     def in_flight_count(self) -> int:
@@ -67,11 +69,12 @@ class PairingEntries:
                 continue
             for key, entry in self._calls_in_slot(slot):
                 mid_call += 1
-                entry.ts_ns = 0  # so that the slot's next thread does not pair with it
+                entry.call.ts_ns = 0  # so that the slot's next thread does not pair with it
                 owned[key] = entry
             owners[owners.Key(slot)] = owners.Leaf(0)
         table = self._bpf["inflight"]
-        dead = [(k, v.ts_ns) for k, v in table.items() if v.tid and not alive(v.pid, v.tid)]
+        dead = [(k, v.call.ts_ns) for k, v in table.items()
+                if v.call.tid and not alive(v.call.pid, v.call.tid)]
         for k, _ts in dead:
             with contextlib.suppress(KeyError):
                 del table[k]

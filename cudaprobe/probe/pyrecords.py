@@ -23,6 +23,7 @@ SIDE_HEAD = struct.Struct("<QI")
 # struct cp_py_stack: zero, kind, tid, ts_ns, gen, pid, nframes, flags, then the frames
 STACK_HEAD = struct.Struct("<QIIQQIHH")
 FRAME = struct.Struct("<QIhH")  # code, instr, firstlineno (low 16 bits), kind
+STACK_KEY = struct.Struct("<12xIQ")  # tid, ts_ns: the key of the call it goes with
 STACK_SIZE = STACK_HEAD.size + MAX_FRAMES * FRAME.size
 # struct cp_py_code: zero, kind, pid, gen, code, firstlineno, table_len, layout,
 # filename_state, filename_len, name_len, name_state, pad; then the bytes

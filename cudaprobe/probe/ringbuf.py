@@ -20,7 +20,7 @@ row, the records between the two positions are one contiguous slice. The
 spool holds the records as the ring had them, headers and all, discarded
 ones too (the decoder skips them). A record longer than the longest layout
 is that layout followed by a string (a kernel name read at exit, see
-cp_named in bpf/cudaprobe.bpf.c): its bytes are the tuple's last item; or,
+cp_named in bpf/trace.bpf.c): its bytes are the tuple's last item; or,
 where its first word is 0, a side record (a Python stack), given as bytes.
 
 The two positions are read and written as whole 8-byte words, through

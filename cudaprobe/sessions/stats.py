@@ -1,8 +1,8 @@
-"""A stats session: attach in CP_STATS mode, read the aggregation maps every
---interval and at the end. The maps are read, never drained, so what the
-kernel counted since attach is there whatever the call rate. With --by
-kernel the launches are traced instead and counted per kernel name
-(stats_by_kernel); with --by collective, NCCL's calls (collectives.py);
+"""A stats session: attach the stats program (bpf/stats.bpf.c), read the
+aggregation maps every --interval and at the end. The maps are read, never
+drained, so what the kernel counted since attach is there whatever the call
+rate. With --by kernel the launches are traced instead and counted per kernel
+name (stats_by_kernel); with --by collective, NCCL's calls (collectives.py);
 count() runs the one --by asks for, with --gpu-time's GPU work beside it."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from cudaprobe.output.stats_view import render_stats
 from cudaprobe.probe.bpfprog import Settings
 from cudaprobe.probe.plan import ProbePlan, select_functions
 from cudaprobe.probe.tracer import Tracer
+from cudaprobe.sessions.by_line import stats_by_line
 from cudaprobe.sessions.collectives import stats_by_collective
 from cudaprobe.sessions.gputime import GpuTimeRun
 from cudaprobe.sessions.probing import Probing
@@ -127,6 +128,9 @@ def count(probing: Probing, notify: Callable[[str], None], console: Console,
     and the exit status for cudaprobe."""
     plan, settings, request = probing.plan, probing.settings, probing.request
     command = list(request.command)
+    if by == "line":  # its trace joins the GPU work to the calls itself
+        return stats_by_line(plan, settings, command, probing.targets, notify,
+                             request.duration, gpu_time)
     gpu = GpuTimeRun(notify) if gpu_time else None
     command_env = gpu.env if gpu is not None else {}
     try:

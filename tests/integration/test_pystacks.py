@@ -75,3 +75,31 @@ def test_attached_with_pid(tmp_path, libcudart, python):
             workload.wait()
     assert summary["lost_total"] == 0
     check_stacks(rows, [json.loads(line) for line in out.splitlines() if line.startswith("{")])
+
+
+STRESS = """
+import ctypes, sys, threading
+lib = ctypes.CDLL(sys.argv[1])
+def work():
+    v = ctypes.c_int()
+    for _ in range(3000):
+        lib.cudaRuntimeGetVersion(ctypes.byref(v))  # line 7
+threads = [threading.Thread(target=work) for _ in range(3)]
+for t in threads: t.start()
+work()
+for t in threads: t.join()
+"""
+
+
+def test_every_call_of_busy_threads_has_its_stack(tmp_path, libcudart):
+    """Four threads calling as fast as they can: a batch of the ring holds
+    thousands of stacks before their calls are decoded; none is dropped."""
+    script = tmp_path / "busy.py"
+    script.write_text(STRESS)
+    rows, summary, proc = trace_jsonl(tmp_path, "--py-stacks", "-e", "cudaRuntimeGetVersion",
+                                      "--lib", str(libcudart),
+                                      command=[PYTHONS[-1], str(script), str(libcudart)])
+    assert proc.returncode == 0 and summary["lost_total"] == 0, proc.stderr
+    assert len(rows) == 12000 and len({r["tid"] for r in rows}) == 4
+    assert all(r["py_stack"][0] == {"file": str(script), "line": 7, "function": "work"}
+               for r in rows)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+
+import pytest
 
 from cudaprobe.catalogue import functions as catalogue
-from cudaprobe.probe import bpfprog
+from cudaprobe.probe import bpfprog, kernel_btf
 from cudaprobe.probe.plan import Probe
 
 
@@ -41,18 +45,31 @@ def test_multi_mode_needs_no_per_probe_programs():
 def test_perf_mode_and_filters_as_cflags():
     s = bpfprog.Settings(attach="perf", filter_pid=True, errors_only=True, ringbuf_pages=64)
     flags = bpfprog.cflags(probes(), s)
-    assert flags[0].startswith("-I") and flags[0].endswith("bpf")
+    assert all(f.startswith("-DCP_") for f in flags)
     assert "-DCP_PROBES=CP_PROBE(0) CP_PROBE(1) CP_PROBE(2) CP_PROBE(3)" in flags
     assert "-DCP_FILTER_PID=1" in flags and "-DCP_ERRORS_ONLY=1" in flags
     assert "-DCP_RINGBUF_PAGES=64" in flags
 
 
 def test_render_is_the_compiled_program():
-    text = bpfprog.render(probes(), bpfprog.Settings(attach="multi", filter_pid=True))
+    settings = bpfprog.Settings(attach="multi", filter_pid=True)
+    text = bpfprog.render(probes(), settings)
     assert "#define CP_FILTER_PID 1" in text
-    assert "struct cp_event {" in text  # header inlined
+    assert bpfprog.source(settings) in text  # what bcc is given, after the settings
+    assert "struct cp_event {" in text and "pairing_entry(" in text  # both headers inlined
+    assert "#include \"" not in text
     assert "int cp_enter(struct pt_regs *ctx)" in text
     assert "1 cudaLaunchKernel: {2, -1, 0, 0, -1, 8, 0, 128, 0, 0, 0, 0}" in text
+
+
+def test_trace_and_stats_are_two_programs():
+    trace = bpfprog.source(bpfprog.Settings(attach="multi"))
+    stats = bpfprog.source(bpfprog.Settings(attach="multi", stats=True))
+    assert "BPF_RINGBUF_OUTPUT(events" in trace and "BPF_RINGBUF_OUTPUT(events" not in stats
+    assert "BPF_PERCPU_ARRAY(stats" in stats and "BPF_PERCPU_ARRAY(stats" not in trace
+    for text in (trace, stats):  # the shared part once each, and no mode switch
+        assert text.count("static __always_inline int cp_entry(") == 1
+        assert "CP_STATS" not in text
 
 
 def test_attach_mode_override(monkeypatch):
@@ -64,14 +81,16 @@ def test_attach_mode_override(monkeypatch):
 
 def test_pairing_slots_fit_their_memory_budget(monkeypatch):
     monkeypatch.delenv("CUDAPROBE_PAIR_THREADS", raising=False)
-    # trace: 320-byte entries; 4 probes * 64 slots is 80 KiB
+    # trace: 328-byte entries; 4 probes * 64 slots is 82 KiB
+    trace, stats = bpfprog.ENTRY_SIZES["trace"], bpfprog.ENTRY_SIZES["stats"]
+    assert (trace, stats) == (328, 24)
     d = bpfprog.defines(probes(), bpfprog.Settings(attach="multi"))
     assert (d["CP_PAIR_THREADS"], d["CP_NR_PROBES"]) == ("64", "4")
-    # 1000 probes: 64 slots would be 20 MB, so 16 slots (5 MB), a power of 2
-    assert bpfprog.pair_threads(1000, 320) == 16
-    assert 16 * 1000 * 320 <= bpfprog.PAIR_BYTES < 32 * 1000 * 320
-    assert bpfprog.pair_threads(1000, bpfprog.STAMP_SIZE) == 64  # stats: 24-byte stamps
-    assert bpfprog.pair_threads(10**6, 320) == 1  # never none: the hash takes the rest
+    # 1000 probes: 64 slots would be 21 MB, so 16 slots (5.2 MB), a power of 2
+    assert bpfprog.pair_threads(1000, trace) == 16
+    assert 16 * 1000 * trace <= bpfprog.PAIR_BYTES < 32 * 1000 * trace
+    assert bpfprog.pair_threads(1000, stats) == 64
+    assert bpfprog.pair_threads(10**6, trace) == 1  # never none: the hash takes the rest
 
 
 def test_pairing_slots_override(monkeypatch):
@@ -82,13 +101,72 @@ def test_pairing_slots_override(monkeypatch):
         assert bpfprog.pair_threads(4, 320) == 64
 
 
-def test_the_c_takes_every_number_from_defines():
-    """bpfprog.Settings holds the defaults: the C has none, it stops at #error
-    for each number it is not given, and defines() gives them all, in any mode."""
-    src = (bpfprog.bpf_dir() / bpfprog.SOURCE_NAME).read_text()
-    needed = set(re.findall(r"^#ifndef (CP_\w+)\n#error", src, re.M))
-    assert {"CP_RINGBUF_PAGES", "CP_NR_PROBES", "CP_MAX_STACKS"} <= needed
+SETTINGS = [bpfprog.Settings(attach="multi"),
+            bpfprog.Settings(attach="perf", filter_pid=True, filter_comm=True, errors_only=True,
+                             stacks=True, callers=True),
+            bpfprog.Settings(attach="multi", stats=True),
+            bpfprog.Settings(attach="perf", stats=True, filter_pid=True),
+            bpfprog.Settings(attach="multi", py_stacks=True)]
+
+
+def needs_btf(settings: bpfprog.Settings) -> None:
+    if settings.py_stacks and kernel_btf.task_offsets() is None:
+        pytest.skip("no kernel BTF: --py-stacks has no offsets to give")
+
+
+@pytest.fixture(scope="module")
+def preprocess(tmp_path_factory):
+    """Runs the C preprocessor over a program as bcc gets it, with the -D settings
+    given; bcc's kernel headers are stood in for by an empty one."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    stub = tmp_path_factory.mktemp("stub")
+    (stub / "uapi" / "linux").mkdir(parents=True)
+    (stub / "uapi" / "linux" / "ptrace.h").write_text("")
+
+    def run(settings: bpfprog.Settings, flags: list[str]) -> subprocess.CompletedProcess:
+        return subprocess.run([cc, "-E", f"-I{stub}", *flags, "-"],
+                              input=bpfprog.source(settings), capture_output=True, text=True)
+    return run
+
+
+@pytest.mark.parametrize("settings", SETTINGS)
+def test_the_c_takes_every_number_from_bpfprog(settings, preprocess):
+    """bpfprog.Settings holds the defaults: the C has none. Given only the
+    switches, the program stops at an #error for each number it uses, and
+    numbers() gives exactly those; given them, it builds."""
+    needs_btf(settings)
+    switches = [f"-D{k}={v}" for k, v in bpfprog.switches(probes(), settings).items()]
+    p = preprocess(settings, switches)
+    needed = set(re.findall(r'#error "(CP_\w+) \(', p.stderr))
+    assert p.returncode != 0 and {"CP_NR_PROBES", "CP_MAX_INFLIGHT"} <= needed
+    assert set(bpfprog.numbers(probes(), settings)) == needed
+    assert preprocess(settings, bpfprog.cflags(probes(), settings)).returncode == 0
+    src = bpfprog.source(settings)
     assert not [n for n in needed if re.search(rf"^#define {n}\b", src, re.M)]
-    for settings in (bpfprog.Settings(attach="multi"),
-                     bpfprog.Settings(attach="perf", stats=True, filter_pid=True)):
-        assert needed <= set(bpfprog.defines(probes(), settings))
+
+
+def test_each_program_is_given_only_its_numbers():
+    trace, stats = (set(bpfprog.numbers(probes(), SETTINGS[i])) for i in (0, 2))
+    assert {"CP_RINGBUF_PAGES", "CP_MAX_STACKS", "CP_MAX_SITES"} <= trace - stats
+    assert stats < trace
+
+
+def test_no_map_size_is_a_literal():
+    """Every map's size is a setting, a constant of a bpf/ header, or 1."""
+    for settings in SETTINGS:
+        maps = re.findall(r"^(BPF_\w+)\((.*)\);", bpfprog.source(settings), re.M)
+        assert len(maps) >= 9
+        for kind, args in maps:
+            size = args.rsplit(",", 1)[-1].strip()
+            assert size == "1" or re.fullmatch(r"CP_\w+( \* CP_\w+)?", size), (kind, args)
+
+
+@pytest.mark.parametrize("settings", SETTINGS[::2])
+def test_the_compile_stops_for_a_missing_setting(settings, preprocess):
+    needs_btf(settings)
+    flags = bpfprog.cflags(probes(), settings)
+    for name in bpfprog.numbers(probes(), settings):
+        p = preprocess(settings, [f for f in flags if not f.startswith(f"-D{name}=")])
+        assert p.returncode != 0 and f"{name} (" in p.stderr, (name, p.stderr[-300:])

@@ -1,4 +1,5 @@
-"""The Python mirror of struct cp_event must match bpf/cudaprobe.h byte for byte."""
+"""The Python mirror of bpf/cudaprobe.h (struct cp_event, the pairing entries, the
+constants) must match the header byte for byte."""
 
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ int main(void) {
            CP_LOST_RINGBUF, CP_LOST_PAIRING, CP_WAKEUPS, CP_NR_COUNTERS);
     printf("CP_LOST_DEPTH %d\nCP_MAX_DEPTH %d\nstamp_size %zu\n", CP_LOST_DEPTH, CP_MAX_DEPTH,
            sizeof(struct cp_stamp));
+    printf("trace_entry_size %zu\ntrace_entry_call %zu\n", sizeof(struct cp_trace_entry),
+           offsetof(struct cp_trace_entry, call));
+    printf("stats_entry_size %zu\nstats_entry_call %zu\n", sizeof(struct cp_stats_entry),
+           offsetof(struct cp_stats_entry, call));
     printf("CP_ATTACHING %d\nCP_TRACING %d\nCP_STOPPING %d\nCP_STOPPED %d\n", CP_ATTACHING,
            CP_TRACING, CP_STOPPING, CP_STOPPED);
     printf("cfg_size %zu\n", sizeof(struct cp_probe_cfg));
@@ -62,7 +67,11 @@ def test_constants_match_header(c_layout):
     assert c_layout["CP_NR_COUNTERS"] == event.NR_COUNTERS
     assert c_layout["CP_LOST_DEPTH"] == event.LOST_DEPTH
     assert c_layout["CP_MAX_DEPTH"] == event.MAX_DEPTH
-    assert c_layout["stamp_size"] == bpfprog.STAMP_SIZE
+    # the pairing entries: the nesting count, then the call (the loader reads `call`)
+    assert c_layout["stamp_size"] == 16
+    assert c_layout["trace_entry_size"] == bpfprog.ENTRY_SIZES["trace"]
+    assert c_layout["stats_entry_size"] == bpfprog.ENTRY_SIZES["stats"]
+    assert c_layout["trace_entry_call"] == c_layout["stats_entry_call"] == 8
     assert [c_layout[k] for k in ("CP_ATTACHING", "CP_TRACING", "CP_STOPPING", "CP_STOPPED")] \
         == [event.ATTACHING, event.TRACING, event.STOPPING, event.STOPPED]
     assert c_layout["cfg_size"] == 44  # eleven fields: 4 bytes each (bpfprog.probe_config)

@@ -25,8 +25,8 @@ def wheel(tmp_path_factory) -> Path:
 
 def test_wheel_contains_bpf_sources_and_entry_point(wheel):
     names = zipfile.ZipFile(wheel).namelist()
-    assert "cudaprobe/bpf/cudaprobe.bpf.c" in names
-    assert "cudaprobe/bpf/cudaprobe.h" in names
+    for name in ("trace.bpf.c", "stats.bpf.c", "pairing.bpf.h", "cudaprobe.h"):
+        assert f"cudaprobe/bpf/{name}" in names
     assert "cudaprobe/cupti/gputime.c" in names and "cudaprobe/cupti/gputime.h" in names
     # every subpackage is listed in setup.cfg, so shipped
     for init in sorted((REPO / "cudaprobe").glob("*/__init__.py")):

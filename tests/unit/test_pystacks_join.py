@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cudaprobe.decode.pystacks import PyStacks
+from cudaprobe.decode.pystacks import PENDING_PER_THREAD, PyStacks
 from cudaprobe.probe import pyrecords as pr
 from cudaprobe.targets.pyoffsets import LAYOUTS
 
@@ -53,5 +53,6 @@ def test_a_frame_not_a_code_object_or_unnamed_hides_the_stack():
 
 def test_stacks_waiting_per_thread_are_bounded():
     s = PyStacks([V312])
-    s.add([stack_record(5, ts, []) for ts in range(1000)])
-    assert len(s._pending[5]) <= 64
+    s.add([stack_record(5, ts, []) for ts in range(20000)])
+    assert len(s._pending[5]) == PENDING_PER_THREAD
+    assert s.pop(5, 19999) is None and 0 not in s._pending[5]  # the oldest went first

@@ -204,9 +204,9 @@ def test_baseline_must_be_a_stats_report(tmp_path):
 def test_stats_mode_cflags():
     plan = probes()
     d = bpfprog.defines(plan, bpfprog.Settings(stats=True, attach="multi"))
-    assert d["CP_STATS"] == "1" and d["CP_NR_PROBES"] == "3"
-    assert "CP_STATS" not in bpfprog.defines(plan, bpfprog.Settings(attach="multi"))
-    assert "#define CP_STATS 1" in bpfprog.render(plan, bpfprog.Settings(stats=True))
+    assert d["CP_NR_PROBES"] == "3" and "CP_RINGBUF_PAGES" not in d  # no ring buffer
+    assert "CP_RINGBUF_PAGES" in bpfprog.defines(plan, bpfprog.Settings(attach="multi"))
+    assert "then bpf/stats.bpf.c" in bpfprog.render(plan, bpfprog.Settings(stats=True))
 
 
 LAYOUT = r"""

@@ -29,10 +29,10 @@ def test_dump_bpf_shows_the_mode():
         pytest.skip("no libcudart")
     p = run_not_root("stats", "--dump-bpf", "-e", "cudaMalloc", "--lib", str(lib))
     assert p.returncode == 0, p.stderr
-    assert "#define CP_STATS 1" in p.stdout and "#define CP_NR_PROBES 1" in p.stdout
+    assert "then bpf/stats.bpf.c" in p.stdout and "#define CP_NR_PROBES 1" in p.stdout
     p = run_not_root("memory", "--dump-bpf", "--stacks", "--api", "runtime", "--lib", str(lib))
     assert p.returncode == 0, p.stderr
-    assert "#define CP_STACKS 1" in p.stdout and "#define CP_STATS 1" not in p.stdout
+    assert "#define CP_STACKS 1" in p.stdout and "then bpf/trace.bpf.c" in p.stdout
     assert "cudaMallocManaged" in p.stdout and "cudaMemcpy" not in p.stdout
 
 

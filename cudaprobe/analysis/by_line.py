@@ -1,0 +1,61 @@
+"""`stats --by line`: the calls per Python line (--py-stacks), and with
+--gpu-time the GPU work they queued, per line.
+
+A call's line is the innermost frame of its stack that is the user's own:
+outside site-packages, dist-packages and the standard library (files under
+a lib/pythonX.Y directory, and the interpreter's frozen modules); where every
+frame is one of those, the innermost frame.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from cudaprobe.analysis.gpustats import GpuRow, GpuStats
+from cudaprobe.decode.calls import Call
+
+NOT_USERS = re.compile(r"/(site|dist)-packages/|/lib/python\d\.\d+/|^<")
+NO_PYTHON = "(no Python frame)"
+
+
+def user_frame(frames: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The innermost frame outside libraries and the standard library, or the
+    innermost frame where all are; None for no frames."""
+    for f in frames:
+        if not NOT_USERS.search(f["file"]):
+            return f
+    return frames[0] if frames else None
+
+
+def frame_text(f: dict[str, Any]) -> str:
+    return f"{f['file']}:{f['line'] if f['line'] is not None else '?'}"
+
+
+def line_of(call: Call) -> str:
+    """The row a call counts in: `file:line (function)` of its user frame."""
+    f = user_frame(call.py_stack.frames) if call.py_stack is not None else None
+    return f"{frame_text(f)} ({f['function']})" if f is not None else NO_PYTHON
+
+
+class GpuByLine:
+    """The GPU time of each line's launches (kernels), and copies and memsets."""
+
+    def __init__(self) -> None:
+        self._rows: tuple[dict[str, GpuRow], dict[str, GpuRow]] = ({}, {})
+
+    def add(self, calls: list[Call]) -> None:
+        for c in calls:
+            for w in c.gpu or ():
+                rows = self._rows[w.kind != "kernel"]
+                name = line_of(c)
+                row = rows.get(name) or rows.setdefault(name, GpuRow(name))
+                row.durations.append(w.duration_ns)
+                row.bytes += w.bytes
+
+    def stats(self, dropped: int = 0) -> GpuStats:
+        def by_total(rows: dict[str, GpuRow]) -> list[GpuRow]:
+            for row in rows.values():
+                row.durations.sort()
+            return sorted(rows.values(), key=lambda r: (-r.total_ns, r.name))
+        return GpuStats(by_total(self._rows[0]), by_total(self._rows[1]), dropped, per="line")

@@ -1,0 +1,183 @@
+"""The OCI image of scripts/build-image, run as the DaemonSet runs it: a
+privileged container in the host's pid namespace, tracefs and the host's
+library directories mounted, against fleet_node running on the host (not in
+a container): doctor passes, `trace --pid` records the host process's calls,
+serve's metrics are scraped.
+
+The image is built once for the module (the root file system is cached in
+.deps/image: a first build downloads Debian's packages, minutes; a later one
+adds cudaprobe and imports, about a minute).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import resource
+import secrets
+import shutil
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from cudaprobe import __version__
+
+from ..conftest import REPO
+from .fleet import build_fleet_stub, fleet_env, fleet_node
+from .memstub import build_memstub
+from .running import Lines
+from .test_serve_prometheus import WAIT_S, free_port
+
+IMAGE = f"cudaprobe:{__version__}"
+BUILD_S = 1800  # a first build on a new machine: packages downloaded and unpacked
+CALLS_PER_ROUND = 34  # fleet_node's runtime calls in one round
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    if shutil.which("dpkg") is None or shutil.which("apt-get") is None:
+        pytest.skip("scripts/build-image builds from Debian's packages: needs apt and dpkg")
+    p = subprocess.run(["bash", str(REPO / "scripts" / "build-image")], capture_output=True,
+                       text=True, timeout=BUILD_S)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"built {IMAGE}: " in p.stdout
+    return IMAGE
+
+
+# What this machine allows: runc (crun refuses cgroups in hybrid mode), and limits
+# no higher than ours (podman asks for more, which needs CAP_SYS_RESOURCE)
+PODMAN = ["podman", "--runtime", "runc", "run", "--ulimit", "nofile={}:{}".format(
+    *resource.getrlimit(resource.RLIMIT_NOFILE)), "--ulimit", "nproc=4096:4096"]
+
+
+def podman_run(*args: str, name: str | None = None) -> list[str]:
+    """`podman run` as the DaemonSet runs the pod: privileged, the host's pids,
+    tracefs, the host's libraries (here the stand-ins) under /host, read-only."""
+    return [*PODMAN, "--rm", "--privileged", "--pid=host", "--network=host",
+            *(["--name", name] if name else []),
+            "-v", "/sys/kernel/tracing:/sys/kernel/tracing",
+            "-v", f"{build_fleet_stub()}:/host/fleetstub:ro",
+            "-v", f"{build_memstub()}:/host/memstub:ro", *args]
+
+
+HOST_LIBS = ("--lib", "/host/fleetstub/libcudart.so.13", "--lib", "/host/memstub/libcuda.so.1")
+
+
+class Node:
+    """fleet_node on the host, a round of calls per send()."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([str(fleet_node())], env=fleet_env(), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.out = Lines(self.proc.stdout)
+        self.rounds = 0
+
+    def round(self) -> None:
+        self.rounds += 1
+        self.proc.stdin.write("round\n")
+        self.proc.stdin.flush()
+        self.out.wait_for(lambda s: s == f"round {self.rounds}", f"round {self.rounds}")
+
+    def end(self) -> None:
+        self.proc.stdin.close()
+        assert self.proc.wait(timeout=WAIT_S) == 0
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def test_doctor_passes(image):
+    p = subprocess.run(podman_run(image, "doctor", "-f", "json", *HOST_LIBS),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    checks = {c["name"]: c for c in json.loads(p.stdout)["checks"]}
+    assert [n for n, c in checks.items() if c["status"] == "fail"] == []
+    assert checks["bcc"]["status"] == "ok"
+    assert checks["pid namespace"]["status"] == "ok"  # the host's
+    # Debian's headers in the image, whatever the host's kernel
+    assert "/usr/src/linux-headers-" in checks["kernel headers"]["found"]
+    assert checks["CUDA library"]["status"] == "ok", checks["CUDA library"]
+
+
+def test_trace_pid_of_a_host_process(image, tmp_path):
+    node = Node()
+    trace = subprocess.Popen(
+        podman_run("-v", f"{tmp_path}:/out", image, "trace", "--pid", str(node.proc.pid),
+                   "-o", "/out/calls.jsonl"),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    err = Lines(trace.stderr)
+    try:
+        err.wait_for(lambda s: "attached to" in s, "attached to", timeout=300)
+        node.round()
+        node.end()  # trace --pid ends with its process
+        assert trace.wait(timeout=WAIT_S) == 0, err.text()
+    finally:
+        node.kill()
+        if trace.poll() is None:
+            trace.kill()
+    rows = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    calls, summary = rows[:-1], rows[-1]["summary"]
+    runtime = [c for c in calls if c["api"] == "runtime"]
+    assert len(runtime) == CALLS_PER_ROUND, err.text()
+    assert {c["pid"] for c in calls} == {node.proc.pid}  # the host's pid
+    copies = [c["args"] for c in runtime if c["event"] == "cudaMemcpy"]
+    assert collections.Counter((a["count"], a["kind"]) for a in copies) == {
+        (4096, "HostToDevice"): 8, (1024, "DeviceToHost"): 8}
+    failed = [c for c in runtime if c["ret"]]
+    assert [(c["event"], c["args"]["size"]) for c in failed] == [("cudaMalloc", 1 << 41)]
+    assert summary["lost_total"] == 0
+
+
+def scrape(url: str) -> dict[tuple, float]:
+    from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
+
+    with urllib.request.urlopen(url, timeout=10) as r:
+        text = r.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_serve_is_scraped(image):
+    port = free_port()
+    name = f"cudaprobe-test-{secrets.token_hex(4)}"
+    serve = subprocess.Popen(
+        podman_run(image, "serve", "--prometheus", f"127.0.0.1:{port}", *HOST_LIBS, name=name),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    err = Lines(serve.stderr)
+    node = None
+    try:
+        err.wait_for(lambda s: "serving Prometheus metrics" in s, "serving", timeout=300)
+        node = Node()
+        node.round()
+        node.round()
+        url = f"http://127.0.0.1:{port}/metrics"
+        process = ("process", "fleet_node")
+        want = (("cudaprobe_calls_total", (("api", "runtime"), ("function", "cudaMalloc"),
+                                           process)), 2 * 4)
+        live = ("cudaprobe_memory_live_bytes", (("kind", "device"), process))
+        deadline = time.monotonic() + WAIT_S
+        while True:  # serve counts what its reader has read: a moment behind the calls
+            samples = scrape(url)
+            if samples.get(want[0]) == want[1] and samples.get(live) == 2 * (2 << 20):
+                break
+            assert time.monotonic() < deadline, samples
+            time.sleep(0.25)
+        assert samples[("cudaprobe_call_errors_total", (("error", "cudaErrorMemoryAllocation"),
+                                                        ("function", "cudaMalloc"), process))] == 2
+        copied = ("cudaprobe_memcpy_bytes_total", (("api", "runtime"), ("kind", "HostToDevice")))
+        assert samples[copied] == 2 * 8 * 4096
+        node.end()
+        assert subprocess.run(["podman", "stop", "-t", "30", name], capture_output=True,
+                              timeout=60).returncode == 0
+        assert serve.wait(timeout=WAIT_S) == 0, err.text()
+        err._thread.join(timeout=WAIT_S)
+        assert ", 0 lost" in err.text()
+    finally:
+        if node is not None:
+            node.kill()
+        subprocess.run(["podman", "rm", "-f", name], capture_output=True, timeout=60)
+        if serve.poll() is None:
+            serve.kill()

@@ -1,0 +1,74 @@
+"""--py-stacks in each output: JSONL/JSON rows, CSV's last column, the table's
+PYTHON column (the program's own innermost frame), Chrome's slice args, and
+the rows of `stats --by line`."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from cudaprobe.analysis.by_line import line_of, user_frame
+from cudaprobe.analysis.stats import KernelTally
+from cudaprobe.decode.calls import Call
+from cudaprobe.decode.pystacks import PyStack
+from cudaprobe.output.chrome import ChromeReporter
+from cudaprobe.output.csv import CsvReporter
+from cudaprobe.output.jsonl import JsonlReporter
+from cudaprobe.output.table import TableReporter
+
+FRAMES = [
+    {"file": "/venv/lib/python3.12/site-packages/torch/optim/adam.py", "line": 547,
+     "function": "_single_tensor_adam"},
+    {"file": "/usr/lib/python3.12/threading.py", "line": 10, "function": "run"},
+    {"file": "/home/me/train.py", "line": 54, "function": "main"},
+    {"file": "/home/me/train.py", "line": 90, "function": "<module>"},
+]
+
+
+def call(stack: bool = True) -> Call:
+    c = Call(1.5, 1500, 7, 8, "python", "cudaLaunchKernel", "runtime", "kernel", 900, 0,
+             "cudaSuccess", {}, "")
+    c.py_stack = PyStack(FRAMES, cut=False) if stack else None
+    return c
+
+
+def test_the_users_frame_is_outside_libraries_and_the_standard_library():
+    assert user_frame(FRAMES) == FRAMES[2]
+    assert user_frame(FRAMES[:2]) == FRAMES[0]  # none of the program's own: the innermost
+    assert line_of(call()) == "/home/me/train.py:54 (main)"
+    assert line_of(call(stack=False)) == "(no Python frame)"
+    tally = KernelTally(line_of)
+    tally.add([call(), call(), call(stack=False)])
+    assert {s.event: s.count for s in tally.functions} == {
+        "/home/me/train.py:54 (main)": 2, "(no Python frame)": 1}
+
+
+def test_jsonl_csv_chrome_table():
+    out = io.StringIO()
+    JsonlReporter(out).calls([call(), call(stack=False)])
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert rows[0]["py_stack"] == FRAMES and "py_stack" not in rows[1]
+
+    out = io.StringIO()
+    r = CsvReporter(out)
+    r.py_stacks = True
+    r.start()
+    r.calls([call()])
+    header, row = list(csv.reader(io.StringIO(out.getvalue())))
+    assert header[-1] == "py_stack" and json.loads(row[-1]) == FRAMES
+
+    out = io.StringIO()
+    r = ChromeReporter(out)
+    r.start()
+    r.calls([call()])
+    assert '"/home/me/train.py:54 main"' in out.getvalue()
+
+    out = io.StringIO()
+    r = TableReporter(out)
+    r.py_stacks = True
+    r.start()
+    r.calls([call(), call(stack=False)])
+    header, with_stack, without = out.getvalue().splitlines()[:3]
+    assert "PYTHON" in header and "/home/me/train.py:54" in with_stack
+    assert "train.py" not in without
