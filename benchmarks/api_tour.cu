@@ -1,7 +1,7 @@
 /* api_tour: one call of each of the functions that NVIDIA's samples for graphs,
  * stream capture, stream-ordered pools, virtual memory, host registration,
  * callbacks, profiler ranges, symbol copies, 3D copies and stream priorities
- * make (issue 17), through the runtime and the driver API. Each call prints
+ * make, through the runtime and the driver API. Each call prints
  * "CALL <api> <function> <return code>" so that a check can compare the calls
  * made with what a tracer saw: scripts/gpu/check-catalogue.sh against CUPTI
  * and `cudaprobe trace -e all` on the GPU, tests/integration/test_api_tour.py

@@ -27,7 +27,7 @@ Reported: ns/call (min and median over repetitions), ratio of the median to
 the floor's, events recorded vs calls made, cudaprobe's own CPU seconds, and
 the time from start to probes attached. Then two scenarios: a paced rate
 (default 200k calls/s for 30 s) under `trace`, for loss and CPU, and two
-threads at full speed, for loss and pairing. Then the reader (issue 15.1):
+threads at full speed, for loss and pairing. Then the reader:
 `reader`, its sustained events/s on one core (the reader process's loop,
 probe/ringbuf.py: find the committed records, pwrite them to a spool, over
 a ring's worth of cudaMalloc records at a time), and `threads4`, four

@@ -1,4 +1,4 @@
-"""What tracing one process costs a process that is not traced (issue 15):
+"""What tracing one process costs a process that is not traced:
 a bystander runs the bench loop (benchmarks/bench_loop.c, cudaMalloc in a
 loop on a private copy of libcudart) while another process, mapping the same
 library, is traced. Interleaved per repetition, side by side:

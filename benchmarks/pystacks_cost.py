@@ -2,7 +2,8 @@
 a Python loop calling libcudart's cudaRuntimeGetVersion through ctypes from
 a stack DEPTH frames deep, N calls timed in the process, untraced, under
 `cudaprobe trace` and under `cudaprobe trace --py-stacks`, ROUNDS rounds
-interleaved. Prints one JSON line per run, then the medians and the cost a
+interleaved; and both with --errors-only, where no row is made (the calls
+succeed): the probes' own cost. Prints one JSON line per run, then the medians and the cost a
 call (ns) of each beside untraced.
 
     sudo python benchmarks/pystacks_cost.py [--calls 200000] [--depth 10] [--rounds 3]
@@ -62,7 +63,12 @@ def main() -> None:
         trace = [sys.executable, "-m", "cudaprobe", "trace", "-e", "cudaRuntimeGetVersion",
                  "--lib", LIBCUDART, "-o", os.path.join(d, "t.jsonl"), "--force"]
         configs = {"untraced": cmd, "trace": [*trace, "--", *cmd],
-                   "trace --py-stacks": [*trace, "--py-stacks", "--", *cmd]}
+                   "trace --py-stacks": [*trace, "--py-stacks", "--", *cmd],
+                   # no row to decode (the calls succeed): the probes' cost, and the
+                   # stack records' spooling and parsing, without the rows'
+                   "trace --errors-only": [*trace, "--errors-only", "--", *cmd],
+                   "trace --errors-only --py-stacks": [*trace, "--errors-only", "--py-stacks",
+                                                       "--", *cmd]}
         results: dict[str, list[float]] = {k: [] for k in configs}
         for r in range(args.rounds):
             for name, argv in configs.items():

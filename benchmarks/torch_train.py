@@ -1,4 +1,4 @@
-"""PyTorch training-loop workload for the GPU overhead check (issue 8).
+"""PyTorch training-loop workload for the GPU overhead check.
 
 A small MLP (LAYERS linear layers of WIDTH, ReLU, cross-entropy, AdamW)
 trained on one fixed random batch: WARMUP steps untimed, then STEPS steps,

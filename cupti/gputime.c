@@ -17,8 +17,9 @@
  * Never harms the program: libcupti is dlopen'ed ($CUDAPROBE_CUPTI, else by
  * soname), so a machine without it still loads this library; any failure is
  * written as a STATUS record and InitializeInjection returns as on success.
- * gputime_attach() is the same for a process already running: research for
- * --pid, not used by cudaprobe (docs/gputime.md).
+ * In a process already running (`--pid`), cudaprobe loads it through
+ * inject_stub.S and attach.c starts and stops the same recording into a memfd
+ * (gputime_record_to, gputime_stop_recording).
  *
  *   cc -O2 -shared -fPIC -o gputime.so cupti/gputime.c -I/usr/local/cuda/include -ldl */
 #define _GNU_SOURCE
@@ -53,6 +54,10 @@ static struct {
     CUptiResult (*thread_id_type)(CUpti_ActivityThreadIdType);
     CUptiResult (*enable_runtime_api)(CUpti_CallbackId, uint8_t);  /* fine-grained, may be NULL */
     CUptiResult (*enable_driver_api)(CUpti_CallbackId, uint8_t);
+    CUptiResult (*disable)(CUpti_ActivityKind);  /* attach: may be NULL */
+    CUptiResult (*subscribe)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
+    CUptiResult (*unsubscribe)(CUpti_SubscriberHandle);
+    CUptiResult (*get_thread_id_type)(CUpti_ActivityThreadIdType *);
 } cupti;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;  /* the file and the tables */
@@ -63,6 +68,7 @@ static int clock_kind = GPUTIME_CLOCK_REALTIME;
 static int system_tids;  /* CUPTI gives gettid() in API records (not pthread_self()) */
 static int api_records = GPUTIME_API_UNKNOWN;  /* which calls CUPTI records (the header says) */
 static int initialized;
+static int recording;  /* attach: between gputime_record_to and gputime_stop_recording */
 /* per domain (0 driver, 1 runtime) and cbid: 0 not seen, 1 kept (its name written), 2 not kept */
 static unsigned char api_kept[2][MAX_CBID];
 static const char *names[MAX_NAMES];  /* open addressing on CUPTI's name pointers */
@@ -77,6 +83,8 @@ static uint64_t now_ns(clockid_t clock)
 }
 
 static uint64_t CUPTIAPI monotonic_ns(void) { return now_ns(CLOCK_MONOTONIC); }
+
+static void write_header(void);
 
 static void write_all(const void *data, size_t n)
 {
@@ -103,6 +111,13 @@ static int open_output(void)
     out_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (out_fd < 0)
         return 0;
+    write_header();
+    return 1;
+}
+
+/* the file's header, as the recording is set up now; under lock */
+static void write_header(void)
+{
     struct gputime_header h = {.version = GPUTIME_VERSION, .pid = (uint32_t)out_pid,
                                .clock = (uint32_t)clock_kind,
                                .record_size = sizeof(struct gputime_record)};
@@ -111,7 +126,6 @@ static int open_output(void)
     h.system_tids = (uint32_t)system_tids;
     h.api_records = (uint32_t)api_records;
     write_all(&h, sizeof h);
-    return 1;
 }
 
 /* a record followed by text, NUL-padded to 8 bytes; under lock */
@@ -285,7 +299,8 @@ done:
 
 static void at_exit(void)
 {
-    cupti.flush_all(1);  /* CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: incomplete records too */
+    if (initialized || recording)
+        cupti.flush_all(1);  /* CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: incomplete records too */
 }
 
 static void *symbol(void *lib, const char *name, int *missing)
@@ -304,7 +319,7 @@ static void *symbol(void *lib, const char *name, int *missing)
  * than the headers may have more than CUPTI_*_TRACE_CBID_SIZE). 1: done; 0: the
  * switches are missing or refused one, or no name matched (the caller enables the
  * whole kinds, which override whatever was switched on here). */
-static int enable_kept_apis(void)
+static int enable_kept_apis(uint8_t on)
 {
     static const CUpti_CallbackDomain domains[] = {CUPTI_CB_DOMAIN_RUNTIME_API,
                                                    CUPTI_CB_DOMAIN_DRIVER_API};
@@ -320,7 +335,7 @@ static int enable_kept_apis(void)
             if (cupti.callback_name(domains[d], cbid, &name) != CUPTI_SUCCESS ||
                 !name_is_kept(name))
                 continue;
-            if (enable(cbid, 1) != CUPTI_SUCCESS)
+            if (enable(cbid, on) != CUPTI_SUCCESS)
                 return 0;
             enabled++;
         }
@@ -339,7 +354,7 @@ static CUptiResult enable_activity(void)
         CUPTI_ACTIVITY_KIND_MEMSET};
     for (size_t i = 0; res == CUPTI_SUCCESS && i < sizeof kinds / sizeof *kinds; i++)
         res = cupti.enable(kinds[i]);
-    if (res == CUPTI_SUCCESS && enable_kept_apis())
+    if (res == CUPTI_SUCCESS && enable_kept_apis(1))
         api_records = GPUTIME_API_SELECTED;
     else if (res == CUPTI_SUCCESS && (res = cupti.enable(CUPTI_ACTIVITY_KIND_RUNTIME)) ==
              CUPTI_SUCCESS && (res = cupti.enable(CUPTI_ACTIVITY_KIND_DRIVER)) == CUPTI_SUCCESS)
@@ -347,23 +362,21 @@ static CUptiResult enable_activity(void)
     return res;
 }
 
-/* CUPTI loaded and recording; 0, or -1 with why in a STATUS record */
-static int start_recording(const char *dir, const char *cupti_path)
+/* libcupti loaded (once) and its functions found; 0, or -1 with why */
+static int load_cupti(const char *cupti_path, char *why, size_t why_size)
 {
     static const char *sonames[] = {"libcupti.so", "libcupti.so.13", "libcupti.so.12"};
+    static void *lib;
+    int missing = 0;
+    if (lib)
+        return 0;
     /* RTLD_LOCAL: its symbols stay out of the program's namespace (a program may
      * load a libcupti of its own later, as PyTorch's profiler does) */
-    void *lib = cupti_path && *cupti_path ? dlopen(cupti_path, RTLD_NOW | RTLD_LOCAL) : NULL;
-    int missing = 0;
-    char why[512];
-    if (initialized)
-        return -1;
-    initialized = 1;
-    snprintf(out_dir, sizeof out_dir, "%s", dir ? dir : "");
+    lib = cupti_path && *cupti_path ? dlopen(cupti_path, RTLD_NOW | RTLD_LOCAL) : NULL;
     for (size_t i = 0; !lib && i < sizeof sonames / sizeof *sonames; i++)
         lib = dlopen(sonames[i], RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
-        write_status("cannot load libcupti (CUDA's CUPTI library)");
+        snprintf(why, why_size, "cannot load libcupti (CUDA's CUPTI library)");
         return -1;
     }
     cupti.enable = symbol(lib, "cuptiActivityEnable", &missing);
@@ -377,22 +390,52 @@ static int start_recording(const char *dir, const char *cupti_path)
     cupti.thread_id_type = dlsym(lib, "cuptiSetThreadIdType");
     cupti.enable_runtime_api = dlsym(lib, "cuptiActivityEnableRuntimeApi");
     cupti.enable_driver_api = dlsym(lib, "cuptiActivityEnableDriverApi");
+    cupti.disable = dlsym(lib, "cuptiActivityDisable");
+    cupti.subscribe = dlsym(lib, "cuptiSubscribe");
+    cupti.unsubscribe = dlsym(lib, "cuptiUnsubscribe");
+    cupti.get_thread_id_type = dlsym(lib, "cuptiGetThreadIdType");
     if (missing || !cupti.callback_name) {
-        write_status("libcupti lacks the activity API cudaprobe uses");
+        snprintf(why, why_size, "libcupti lacks the activity API cudaprobe uses");
+        lib = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static void refused(CUptiResult res, char *why, size_t why_size)
+{
+    snprintf(why, why_size, "CUPTI refused activity recording (CUptiResult %d%s)", (int)res,
+             res == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+                 ? ": the program has a CUPTI subscriber of its own" : "");
+}
+
+/* the kernel's thread ids, as the uprobe rows have them (CUPTI's default on Linux is
+ * pthread_self(), which Kineto maps back through a table of its own) */
+static void ask_system_tids(void)
+{
+    if (cupti.thread_id_type &&
+        cupti.thread_id_type(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM) == CUPTI_SUCCESS)
+        system_tids = 1;
+}
+
+/* CUPTI loaded and recording; 0, or -1 with why in a STATUS record */
+static int start_recording(const char *dir, const char *cupti_path)
+{
+    char why[512];
+    if (initialized)
+        return -1;
+    initialized = 1;
+    snprintf(out_dir, sizeof out_dir, "%s", dir ? dir : "");
+    if (load_cupti(cupti_path, why, sizeof why) < 0) {
+        write_status(why);
         return -1;
     }
     if (cupti.timestamp_callback && cupti.timestamp_callback(monotonic_ns) == CUPTI_SUCCESS)
         clock_kind = GPUTIME_CLOCK_MONOTONIC;
-    /* the kernel's thread ids, as the uprobe rows have them (CUPTI's default on Linux is
-     * pthread_self(), which Kineto maps back through a table of its own) */
-    if (cupti.thread_id_type &&
-        cupti.thread_id_type(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM) == CUPTI_SUCCESS)
-        system_tids = 1;
+    ask_system_tids();
     CUptiResult res = enable_activity();
     if (res != CUPTI_SUCCESS) {
-        snprintf(why, sizeof why, "CUPTI refused activity recording (CUptiResult %d%s)",
-                 (int)res, res == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
-                     ? ": the program has a CUPTI subscriber of its own" : "");
+        refused(res, why, sizeof why);
         write_status(why);
         return -1;
     }
@@ -400,6 +443,104 @@ static int start_recording(const char *dir, const char *cupti_path)
         cupti.flush_period(FLUSH_PERIOD_MS);
     atexit(at_exit);
     return 0;
+}
+
+void gputime_stop_recording(void);
+
+static void CUPTIAPI no_callback(void *data, CUpti_CallbackDomain d, CUpti_CallbackId cbid,
+                                 const void *info)
+{
+    (void)data, (void)d, (void)cbid, (void)info;
+}
+
+static CUpti_SubscriberHandle subscriber;
+static CUpti_ActivityThreadIdType previous_tid_type;
+
+/* whatever enable_activity() turned on, off again */
+static void disable_activity(void)
+{
+    static const CUpti_ActivityKind kinds[] = {
+        CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+        CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER};
+    if (api_records == GPUTIME_API_SELECTED)
+        enable_kept_apis(0);
+    for (size_t i = 0; cupti.disable && i < sizeof kinds / sizeof *kinds; i++)
+        if (i < 3 || api_records == GPUTIME_API_ALL)
+            cupti.disable(kinds[i]);
+}
+
+/* Attach (attach.c): the same records as at cuInit, into `fd` (a memfd), from a
+ * process already running. The program's CUPTI state is left as it was found:
+ * no timestamp callback (it cannot be taken back: records keep CUPTI's
+ * CLOCK_REALTIME and the header's offset), CUPTI's thread-id type restored at
+ * the stop, and the subscriber slot held while recording, which is also how a
+ * profiler already in the program (Kineto, Nsight Systems) is found: refused.
+ * 0, or -1 with why. */
+__attribute__((visibility("hidden")))
+int gputime_record_to(int fd, const char *cupti_path, char *why, size_t why_size)
+{
+    if (recording) {
+        snprintf(why, why_size, "already recording");
+        return -1;
+    }
+    if (load_cupti(cupti_path, why, why_size) < 0)
+        return -1;
+    CUptiResult res = cupti.subscribe ? cupti.subscribe(&subscriber, no_callback, NULL)
+                                      : CUPTI_SUCCESS;
+    if (res != CUPTI_SUCCESS) {
+        refused(res, why, why_size);
+        return -1;
+    }
+    previous_tid_type = CUPTI_ACTIVITY_THREAD_ID_TYPE_DEFAULT;
+    if (cupti.get_thread_id_type)
+        cupti.get_thread_id_type(&previous_tid_type);
+    system_tids = 0;
+    ask_system_tids();
+    pthread_mutex_lock(&lock);
+    out_fd = fd;
+    out_pid = getpid();
+    /* a new file: the kernel names and functions written into it again */
+    memset(names, 0, sizeof names);
+    memset(api_kept, 0, sizeof api_kept);
+    next_name_id = 1;
+    clock_kind = GPUTIME_CLOCK_REALTIME;
+    api_records = GPUTIME_API_UNKNOWN;
+    res = enable_activity();
+    write_header();
+    pthread_mutex_unlock(&lock);
+    if (res != CUPTI_SUCCESS) {
+        refused(res, why, why_size);
+        recording = 1;  /* what was turned on goes off the same way */
+        gputime_stop_recording();
+        return -1;
+    }
+    if (cupti.flush_period)
+        cupti.flush_period(FLUSH_PERIOD_MS);
+    if (!initialized)
+        atexit(at_exit);
+    initialized = 1;
+    recording = 1;
+    return 0;
+}
+
+/* Attach: recording off, what CUPTI holds flushed into the memfd, which is then
+ * no longer written to (the caller closes it); CUPTI as it was found. */
+__attribute__((visibility("hidden")))
+void gputime_stop_recording(void)
+{
+    if (!recording)
+        return;
+    disable_activity();
+    cupti.flush_all(1);
+    pthread_mutex_lock(&lock);
+    out_fd = -1;
+    pthread_mutex_unlock(&lock);
+    if (cupti.unsubscribe && subscriber)
+        cupti.unsubscribe(subscriber);
+    subscriber = NULL;
+    if (cupti.thread_id_type && system_tids)
+        cupti.thread_id_type(previous_tid_type);
+    recording = 0;
 }
 
 /* called by the CUDA driver at cuInit when CUDA_INJECTION64_PATH names this library;
@@ -410,9 +551,9 @@ int InitializeInjection(void)
     return 1;
 }
 
-/* Research for GPU time with --pid (docs/gputime.md), not used by cudaprobe: the same
- * in a process already running, called by a debugger after it dlopen'ed this library
- * (scripts/gpu/check-gputime.sh tries it with gdb on PyTorch). 0: recording. */
+/* The start of InitializeInjection for a debugger to call after it dlopen'ed this
+ * library in a running process (scripts/gpu/check-gputime.sh tries it with gdb);
+ * cudaprobe's own attach is attach.c's. 0: recording. */
 int gputime_attach(const char *dir, const char *cupti_path)
 {
     return start_recording(dir, cupti_path);

@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from .conftest import as_not_root, cudaprobe_cmd, libcudart_path
+from .conftest import HANG_S, as_not_root, cudaprobe_cmd, libcudart_path
 
 LIB = str(libcudart_path() or "/usr/local/cuda/lib64/libcudart.so")
 
@@ -26,7 +26,7 @@ def run(scratch: Path, *args: str, not_root: bool = False) -> subprocess.Complet
     which must write nothing there."""
     before = snapshot(scratch)
     argv = as_not_root(cudaprobe_cmd(*args)) if not_root else cudaprobe_cmd(*args)
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=scratch)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=HANG_S, cwd=scratch)
     assert snapshot(scratch) == before, "something was written"
     return proc
 

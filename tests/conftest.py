@@ -16,6 +16,12 @@ from hypothesis import settings
 settings.register_profile("cudaprobe", deadline=None)
 settings.load_profile("cudaprobe")
 
+# How long a test waits for anything (a process to exit, a line to appear)
+# before calling it a hang: a guard, never a speed expectation. Every wait is
+# for an event, so a passing test never waits this long, and a loaded machine
+# (2 cores, several suites at once) is far from reaching it.
+HANG_S = 600
+
 REPO = Path(__file__).resolve().parent.parent
 WORKLOADS = REPO / "tests" / "workloads"
 WORKLOAD_BIN = WORKLOADS / "bin"

@@ -14,6 +14,7 @@ from typing import Any
 
 from cudaprobe.analysis.gpustats import GpuRow, GpuStats
 from cudaprobe.decode.calls import Call
+from cudaprobe.decode.pystacks import PyStack
 
 NOT_USERS = re.compile(r"/(site|dist)-packages/|/lib/python\d\.\d+/|^<")
 NO_PYTHON = "(no Python frame)"
@@ -32,10 +33,15 @@ def frame_text(f: dict[str, Any]) -> str:
     return f"{f['file']}:{f['line'] if f['line'] is not None else '?'}"
 
 
-def line_of(call: Call) -> str:
-    """The row a call counts in: `file:line (function)` of its user frame."""
-    f = user_frame(call.py_stack.frames) if call.py_stack is not None else None
+def python_line(stack: PyStack | None) -> str:
+    """`file:line (function)` of a stack's user frame (NO_PYTHON: no stack)."""
+    f = user_frame(stack.frames) if stack is not None else None
     return f"{frame_text(f)} ({f['function']})" if f is not None else NO_PYTHON
+
+
+def line_of(call: Call) -> str:
+    """The row a call counts in: its user frame's `file:line (function)`."""
+    return python_line(call.py_stack)
 
 
 class GpuByLine:

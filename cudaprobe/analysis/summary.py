@@ -79,7 +79,7 @@ class Summary:
                 st.errors[c.ret_name] += 1
 
     def add_counts(self, event: str, calls: int, total_ns: int, errors: dict[str, int]) -> None:
-        """What add() counts, for calls tallied elsewhere (decoders.RecordDecoder.jsonl)."""
+        """What add() counts, for calls tallied elsewhere (decode.records.RecordDecoder.count)."""
         st = self.by_event.get(event)
         if st is None:
             st = self.by_event[event] = EventStats()

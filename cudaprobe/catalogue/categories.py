@@ -45,7 +45,7 @@ RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
 HOT = frozenset({"cudaGetDevice", "cudaGetLastError", "cudaPeekAtLastError",
                  "cudaStreamIsCapturing", "cuCtxGetCurrent"})
 
-# The default set before the catalogue was generated (issue 17): kept whole.
+# The default set before the catalogue was generated : kept whole.
 CURATED = frozenset("""
 cudaMalloc cudaFree cudaMallocHost cudaFreeHost cudaHostAlloc cudaMallocManaged cudaMallocAsync
 cudaFreeAsync cudaMallocPitch cudaMemset cudaMemsetAsync cudaMemGetInfo cudaMemcpy

@@ -10,6 +10,7 @@ from cudaprobe.analysis.memtrack import memory_functions
 from cudaprobe.commands.options import (
     Seconds,
     probe_options,
+    py_stacks_option,
     report_file_options,
     report_output,
     run_probing,
@@ -26,10 +27,11 @@ from cudaprobe.sessions.probing import ProbeRequest, Probing
 @click.option("--stacks", is_flag=True,
               help="Record each allocation's user stack: callers under the call site "
                    "(needs frame pointers in the calling code).")
+@py_stacks_option
 @click.option("-i", "--interval", type=Seconds(), metavar="SECONDS",
               help="Show live bytes per process every SECONDS.")
 @report_file_options("docs/memory.md")
-def memory_command(probe: ProbeRequest, stacks, interval, fmt, as_json, output,
+def memory_command(probe: ProbeRequest, stacks, py_stacks, interval, fmt, as_json, output,
                    force) -> None:
     """Track CUDA memory: allocations and frees at the runtime and driver layers
     (a cudaMalloc that the driver serves as cuMemAlloc_v2 counts once), by
@@ -39,7 +41,9 @@ def memory_command(probe: ProbeRequest, stacks, interval, fmt, as_json, output,
     process; when a process exits, the allocations it never freed, biggest
     first, grouped by call site. Failed allocations and frees change nothing;
     memory freed by cudaDeviceReset or cuCtxDestroy is reported as freed
-    implicitly.
+    implicitly. With --py-stacks, a call site begins with the Python line that
+    made the allocation (its program's own innermost frame): each leak, and
+    the memory live at the peak, is grouped by it.
 
     With `-- COMMAND`, start COMMAND, track only it (and its children), and
     exit with its exit status. With --pid or --comm, attach to processes
@@ -52,6 +56,7 @@ def memory_command(probe: ProbeRequest, stacks, interval, fmt, as_json, output,
       sudo cudaprobe memory -- ./my_app
       sudo cudaprobe memory --pid 31337 --interval 5
       sudo cudaprobe memory --stacks --interval 5 -- python train.py
+      sudo cudaprobe memory --py-stacks -- python train.py
       sudo cudaprobe memory -o memory.json -- ./my_app
     """
     command = list(probe.command)
@@ -88,4 +93,4 @@ def memory_command(probe: ProbeRequest, stacks, interval, fmt, as_json, output,
         return write_report(write, status, bool(command))
 
     run_probing(probe, memory_functions(set(probe.apis)), session, stacks=stacks,
-                callers=True)
+                callers=True, py_stacks=py_stacks)

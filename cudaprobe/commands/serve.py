@@ -29,8 +29,9 @@ from cudaprobe.sessions.trace import SessionOptions, TraceSession
               help="Serve Prometheus metrics on http://ADDR:PORT/metrics. ADDR: 127.0.0.1 "
                    "unless given (0.0.0.0 for every IPv4 address, [::] for every address).")
 @click.option("--gpu-time", is_flag=True,
-              help="With -- COMMAND: also a histogram of each kernel's GPU time, through "
-                   "CUPTI (docs/gputime.md).")
+              help="Also a histogram of each kernel's GPU time, through CUPTI; with "
+                   "--pid/--comm the library is injected into the running process "
+                   "(docs/gputime.md).")
 @otlp_options
 def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, **otlp) -> None:
     """Count CUDA API calls and serve them as metrics: calls, errors and
@@ -58,7 +59,7 @@ def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, **otlp) -> None:
         raise UsageError("serve needs somewhere to serve: --prometheus [ADDR:]PORT "
                          "or --otlp ENDPOINT")
     if gpu_time:
-        check_gpu_time(list(probe.command))
+        check_gpu_time(list(probe.command), probe.pids, probe.comm)
     command = list(probe.command)
 
     def session(probing: Probing) -> int:

@@ -55,8 +55,9 @@ from cudaprobe.sessions.stats import count, functions_to_count
 @click.option("--min-calls", type=click.IntRange(min=1), default=DEFAULT_MIN_CALLS,
               metavar="N", help="Compare p50 only where both runs made at least N calls.")
 @click.option("--gpu-time", is_flag=True,
-              help="With -- COMMAND: also GPU time per kernel name and per copy kind, "
-                   "through CUPTI (docs/gputime.md).")
+              help="Also GPU time per kernel name and per copy kind, through CUPTI; with "
+                   "--pid/--comm the library is injected into the running process "
+                   "(docs/gputime.md).")
 def stats_command(probe: ProbeRequest, sort, by, interval, fmt, as_json, output, force,
                   baseline, threshold, min_calls, gpu_time) -> None:
     """Count CUDA calls in the kernel: per function, calls, total, avg, min, max
@@ -81,6 +82,7 @@ def stats_command(probe: ProbeRequest, sort, by, interval, fmt, as_json, output,
       sudo cudaprobe stats --by kernel -- python train.py
       sudo cudaprobe stats --by line --gpu-time -- python train.py
       sudo cudaprobe stats --gpu-time -- python train.py
+      sudo cudaprobe stats --gpu-time --pid 31337 -d 5
       sudo cudaprobe stats --by collective --gpu-time -- torchrun --nproc_per_node 2 train.py
 
     With --by kernel, a row per kernel name: the launches (category kernel)
@@ -101,9 +103,11 @@ def stats_command(probe: ProbeRequest, sort, by, interval, fmt, as_json, output,
     rank came last (the straggler).
     """
     apis = set(probe.apis)
-    if gpu_time:
-        check_gpu_time(list(probe.command))
     by_collective = by == "collective"
+    if gpu_time:
+        check_gpu_time(list(probe.command), probe.pids, probe.comm)
+        if by_collective and not probe.command:
+            raise UsageError("--by collective --gpu-time goes with -- COMMAND")
     if by != "function" and interval:
         raise UsageError("--interval goes with --by function")
     if by_collective and NCCL not in apis:

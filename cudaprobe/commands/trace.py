@@ -27,8 +27,9 @@ from cudaprobe.sessions.tracing import TraceRequest, run_trace
 @click.option("--force", is_flag=True, help="Overwrite an existing -o FILE.")
 @click.option("--errors-only", is_flag=True, help="Only calls that returned an error.")
 @click.option("--gpu-time", is_flag=True,
-              help="With -- COMMAND: the GPU time of each launch, copy and memset, through "
-                   "CUPTI (rows are written when COMMAND exits; docs/gputime.md).")
+              help="The GPU time of each launch, copy and memset, through CUPTI (rows are "
+                   "written when tracing ends); with --pid/--comm the library is injected "
+                   "into the running process (docs/gputime.md).")
 @py_stacks_option
 @output_options
 @otlp_options
@@ -62,6 +63,7 @@ def trace_command(probe: ProbeRequest, fmt, output, force, errors_only, gpu_time
       sudo cudaprobe trace -e memory,cudaLaunchKernel -o calls.jsonl -- python train.py
       sudo cudaprobe trace --errors-only
       sudo cudaprobe trace --gpu-time -o calls.jsonl -- python train.py
+      sudo cudaprobe trace --gpu-time --pid 31337 -d 5 -o calls.jsonl
       sudo cudaprobe trace --py-stacks -o calls.jsonl -- python train.py
       sudo cudaprobe trace --otlp http://collector:4318 --otlp-slow 1ms -- python train.py
       cudaprobe trace --dump-bpf -e transfer
@@ -70,7 +72,7 @@ def trace_command(probe: ProbeRequest, fmt, output, force, errors_only, gpu_time
                     strict=strict, **{"max-size": max_size})
     otlp = otlp_config(**otlp)
     if gpu_time:
-        check_gpu_time(list(probe.command))
+        check_gpu_time(list(probe.command), probe.pids, probe.comm)
     request = TraceRequest(choose_format(fmt, output), output, force, mode, max_size, strict,
                            gpu_time, otlp)
     run_probing(probe, select_functions(list(probe.events), set(probe.apis)),

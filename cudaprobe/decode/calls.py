@@ -19,6 +19,7 @@ from cudaprobe.catalogue.structs import LAYOUTS
 from cudaprobe.decode.demangle import demangle, shorten
 from cudaprobe.decode.handles import NAME_KEY, UNKNOWN_WHY, KernelHandles
 from cudaprobe.decode.nccl import describe
+from cudaprobe.decode.schema import JSONL_KEYS, time_ms
 from cudaprobe.probe.event import NAME_MAX, RawEvent, site_frame
 from cudaprobe.probe.plan import Probe
 
@@ -120,15 +121,6 @@ class Call:
 
     def __repr__(self) -> str:
         return "Call(" + ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items()) + ")"
-
-
-JSONL_KEYS = (
-    "time_ms", "ts_ns", "pid", "tid", "process", "event", "api", "category",
-    "duration_ns", "ret", "ret_name", "args", "details", "depth", "parent",
-)
-# after JSONL_KEYS on the rows of a process that is one rank of a job (only
-# there: no key rather than a guess); CSV has them as columns, empty elsewhere
-RANK_KEYS = ("rank", "world_size")
 
 
 def humanize_bytes(n: int) -> str:
@@ -437,7 +429,7 @@ def decode_event(
     else:
         duration, ret, ret_name = raw.duration_ns, raw.ret, error_name(fn.api, raw.ret)
     call = Call(
-        time_ms=round((raw.ts_ns - t0_ns) / 1e6, 3),
+        time_ms=time_ms(raw.ts_ns, t0_ns),
         ts_ns=raw.ts_ns,
         pid=raw.pid,
         tid=raw.tid,

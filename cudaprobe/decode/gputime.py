@@ -3,7 +3,7 @@ each kernel, copy and memset joined to the traced call that made it.
 
 The library writes one file per process (gputime.<pid>.bin: a header, then
 fixed-size records, some followed by text; layout in cupti/gputime.h, checked
-against this mirror by tests/unit/test_gputime_layout.py). CUPTI hands its
+against this mirror by tests/unit/test_gputime.py). CUPTI hands its
 records over in batches, so a file grows while the program runs and its last
 record may be cut short: `GpuReader.poll()` reads what is new and keeps an
 unfinished tail for the next poll.
@@ -122,10 +122,11 @@ class _File:
 
 @dataclass
 class GpuReader:
-    """Reads every gputime.<pid>.bin of `directory`: what is new at each poll.
-    With `keep` False (serve, which only counts) neither the work nor the API
+    """Reads every gputime.<pid>.bin of `directory`, and the files given with
+    add_file (an attached process's memfd): what is new at each poll. With
+    `keep` False (serve, which only counts) neither the work nor the API
     records are kept, so that a long run holds nothing, and none is joined."""
-    directory: Path
+    directory: Path | None
     keep: bool = True
     work: list[GpuWork] = field(default_factory=list)  # in the order read (keep)
     seen: int = 0  # GPU records read
@@ -142,15 +143,16 @@ class GpuReader:
         joined where its record was read too."""
         new: list[GpuWork] = []
         try:
-            names = sorted(os.listdir(self.directory))
+            names = sorted(os.listdir(self.directory)) if self.directory is not None else []
         except OSError:
-            return new
+            names = []
         for name in names:
             if name.startswith("gputime.") and name.endswith(".bin"):
                 f = self._files.get(name)
                 if f is None:
                     f = self._files[name] = _File(self.directory / name)
-                self._read(f, new)
+        for f in self._files.values():
+            self._read(f, new)
         self.seen += len(new)
         if self.keep:
             self.work.extend(new)
@@ -158,6 +160,14 @@ class GpuReader:
                 if w.api is None:
                     w.api = self._apis.get((w.pid, w.correlation))
         return new
+
+    def add_file(self, path: Path) -> None:
+        self._files.setdefault(str(path), _File(path))
+
+    def offset(self, path: Path) -> int:
+        """How far the file has been read (its records before are done with)."""
+        f = self._files.get(str(path))
+        return f.offset if f is not None and f.offset < 1 << 62 else 0
 
     def _read(self, f: _File, new: list[GpuWork]) -> None:
         try:

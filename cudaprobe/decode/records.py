@@ -37,6 +37,7 @@ from cudaprobe.decode.calls import (
 )
 from cudaprobe.decode.handles import KernelHandles
 from cudaprobe.decode.ranks import NO_RANK, Ranks
+from cudaprobe.decode.schema import time_ms
 from cudaprobe.probe.event import (
     R_COMM,
     R_DURATION,
@@ -246,7 +247,7 @@ class RecordDecoder:
 
         def make(rec: tuple, depth: int = 0, parent: int | None = None) -> Call:
             ret, ts, pid = rec[R_RET], rec[R_TS], rec[R_PID]
-            call = Call(round((ts - t0_ns) / 1e6, 3), ts, pid, rec[R_TID],
+            call = Call(time_ms(ts, t0_ns), ts, pid, rec[R_TID],
                         comms.get(rec[R_COMM]) or comm(rec[R_COMM]), event, api, category,
                         rec[R_DURATION], ret, ret_names.get(ret) or ret_name(ret), None, None,
                         (d, rec), depth, parent)

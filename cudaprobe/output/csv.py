@@ -8,11 +8,12 @@ import csv
 import json
 from typing import TextIO
 
-from cudaprobe.decode.calls import JSONL_KEYS, RANK_KEYS, Call
+from cudaprobe.decode.calls import Call
 from cudaprobe.decode.nesting import Mark
 from cudaprobe.decode.pystacks import PyStack
 from cudaprobe.decode.ranks import NO_RANK, Ranks
 from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
+from cudaprobe.decode.schema import JSONL_KEYS, RANK_KEYS, time_ms
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.recordtext import compile_args_text
 from cudaprobe.probe.event import R_COMM, R_DURATION, R_PID, R_RET, R_TID, R_TS, comm_text
@@ -22,8 +23,8 @@ class CsvReporter(Reporter):
     name = "csv"
     extensions = (".csv",)
 
-    def __init__(self, stream: TextIO, gpu_time: bool = False) -> None:
-        super().__init__(stream, gpu_time)
+    def __init__(self, stream: TextIO, gpu_time: bool = False, py_stacks: bool = False) -> None:
+        super().__init__(stream, gpu_time, py_stacks)
         self._comms: dict[bytes, str] = {}  # the kernel's comm -> its text
 
     def start(self) -> None:
@@ -50,7 +51,7 @@ class CsvReporter(Reporter):
 
         def row(rec: tuple, depth: int = 0, parent: int | None = None) -> tuple:
             ts, ret, pid = rec[R_TS], rec[R_RET], rec[R_PID]
-            return (round((ts - t0_ns) / 1e6, 3), ts, pid, rec[R_TID],
+            return (time_ms(ts, t0_ns), ts, pid, rec[R_TID],
                     comms.get(rec[R_COMM]) or comm(rec[R_COMM]), event, api, category,
                     rec[R_DURATION], ret, ret_names.get(ret) or ret_name(ret),
                     *json_details(rec), depth, parent, *known.get(pid, NO_RANK))

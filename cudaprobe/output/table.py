@@ -145,8 +145,8 @@ class TableReporter(Reporter):
     extensions = (".txt", ".log", ".table")
 
     def __init__(self, stream: TextIO, console: Console | None = None,
-                 gpu_time: bool = False) -> None:
-        super().__init__(stream, gpu_time)
+                 gpu_time: bool = False, py_stacks: bool = False) -> None:
+        super().__init__(stream, gpu_time, py_stacks)
         self.console = console or make_console(stream)
         self._color = self.console.is_terminal and not self.console.no_color
         # a terminal's width bounds the line; a file's or a pipe's does not
@@ -169,7 +169,6 @@ class TableReporter(Reporter):
             self._details_width = self.width - sum(widths) - len(widths)
 
     def start(self) -> None:
-        self._lay_out()  # again: py_stacks is set after construction
         header = " ".join(c.text(c.title, w) for c, w in self._cells) + " "
         if self._details_width is None:
             header += DETAILS

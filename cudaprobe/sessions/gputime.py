@@ -1,7 +1,9 @@
 """--gpu-time around a run of `-- COMMAND`: the library's environment for the
 command before it starts, its records read once it has exited, and what
 came of it said in one line each (none recorded, and why; dropped by CUPTI;
-not joined to a traced call).
+not joined to a traced call). For --pid and --comm, the library injected
+into the running processes instead (sessions/gputime_attach.py): the same
+records, read the same way.
 
 CUPTI hands the records over in batches (each FLUSH_PERIOD_MS of
 cupti/gputime.c, and all at exit), so the GPU side of a call is known only
@@ -21,14 +23,15 @@ from cudaprobe.decode.calls import Call
 from cudaprobe.decode.gputime import GpuReader, GpuWork, join
 from cudaprobe.errors import UsageError
 from cudaprobe.output.formats import Reporter
+from cudaprobe.sessions.gputime_attach import GpuTimeAttach, say_outcome
 from cudaprobe.targets.cupti import GpuTimeSetup, prepare
 from cudaprobe.targets.launch import STARTUP_ENVIRONMENT
 
 
-def check_gpu_time(command: list[str]) -> None:
-    if not command:
-        raise UsageError("--gpu-time goes with -- COMMAND (the GPU-time library is loaded "
-                         "when the command starts; docs/gputime.md says why not --pid)")
+def check_gpu_time(command: list[str], pids: tuple[int, ...] = (), comm: str | None = None
+                   ) -> None:
+    if not command and not pids and comm is None:
+        raise UsageError("--gpu-time goes with -- COMMAND, --pid or --comm")
 
 
 class GpuTimeRun:
@@ -56,29 +59,23 @@ class GpuTimeRun:
         if self.reader is None:
             return []
         self.reader.poll()
-        if not self.reader.seen:
-            why = "; ".join(sorted(set(self.reader.statuses.values())))
-            if not why:
-                why = ("no kernel, copy or memset ran on a GPU" if self.reader.files else
-                       "the library wrote nothing (CUDA's driver was never initialised, "
-                       "or the command ran as a user that cannot write its directory)")
-            self.notify(f"--gpu-time: no GPU activity was recorded: {why}")
-        if self.reader.dropped:
-            self.notify(f"--gpu-time: CUPTI dropped {self.reader.dropped} activity records "
-                        "(its buffers were full)")
-        if self.reader.foreign_tids and self.reader.seen:
-            self.notify(f"--gpu-time: in {self.reader.foreign_tids} processes CUPTI could not "
-                        "give the kernel's thread ids: their GPU work is not joined to rows")
-        if self.reader.all_api_records and self.reader.seen:
-            self.notify(f"--gpu-time: in {self.reader.all_api_records} processes CUPTI recorded "
-                        "every CUDA call, not only launches and copies (its libcupti lacks "
-                        "cuptiActivityEnableRuntimeApi): it cost the program more")
-        if self.reader.bad_files:
-            self.notify(f"--gpu-time: {self.reader.bad_files} GPU-time files were unreadable")
-        return self.reader.work
+        return say_outcome(self.reader, self.notify,
+                           "the library wrote nothing (CUDA's driver was never initialised, "
+                           "or the command ran as a user that cannot write its directory)")
+
+    def stop(self) -> None:
+        """Nothing to stop: the library flushes at the command's exit."""
 
     def close(self) -> None:
         self.setup.close()
+
+
+def gpu_time_for(notify: Callable[[str], None], command: list[str], keep: bool = True
+                 ) -> GpuTimeRun | GpuTimeAttach:
+    """--gpu-time: the library in the environment of `-- COMMAND`, or injected
+    into the processes traced (--pid, --comm) once the probes are in
+    (RunOptions.on_probes_in: its attach_all)."""
+    return GpuTimeRun(notify, keep) if command else GpuTimeAttach(notify, keep)
 
 
 class GpuTimeRows:
@@ -88,16 +85,23 @@ class GpuTimeRows:
     nothing held and the work handed on at each feed()."""
 
     def __init__(self, notify: Callable[[str], None],
-                 on_gpu_work: Callable[[list[GpuWork]], None] | None) -> None:
+                 on_gpu_work: Callable[[list[GpuWork]], None] | None,
+                 command: list[str]) -> None:
         self.notify = notify
         self.on_gpu_work = on_gpu_work
         # serve only counts the GPU work: nothing kept, nothing joined
-        self.gpu = GpuTimeRun(notify, keep=on_gpu_work is None)
+        self.gpu = gpu_time_for(notify, command, keep=on_gpu_work is None)
         self._held: list[Call] | None = None
         if self.gpu.reader is not None and on_gpu_work is None:
             self._held = []
-            notify("--gpu-time: the rows are written when the command has exited (its GPU "
+            notify(f"--gpu-time: the rows are written when "
+                   f"{'the command has exited' if command else 'tracing ends'} (its GPU "
                    "records come in batches)")
+
+    @property
+    def attach(self) -> Callable[[list[int]], None] | None:
+        """--pid/--comm: what injects the library, given the processes traced."""
+        return self.gpu.attach_all if isinstance(self.gpu, GpuTimeAttach) else None
 
     @property
     def env(self) -> dict[str, str]:
@@ -121,7 +125,9 @@ class GpuTimeRows:
         """The command has exited: its GPU work joined to the rows held, which go
         to `reporter`; or (serve) the last of the work, and what came of it, said."""
         if self._held is None:
-            if self.feed():  # the last, written at the command's exit
+            if self.on_gpu_work is not None:
+                self.gpu.stop()  # attached: the recording stopped and flushed first
+                self.feed()  # the last, written at the command's exit or the stop
                 self.gpu.read()  # and what came of it, said
             return
         work = self.gpu.read()

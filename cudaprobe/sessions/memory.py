@@ -13,9 +13,12 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from cudaprobe.analysis.by_line import python_line
 from cudaprobe.analysis.memtrack import MemCall, MemoryAccounting, ProcessMemory
 from cudaprobe.decode.calls import decode_event
 from cudaprobe.decode.callsites import CallSites
+from cudaprobe.decode.pystacks import PyStacks
+from cudaprobe.decode.schema import time_ms
 from cudaprobe.probe.bpfprog import Settings
 from cudaprobe.probe.event import RawEvent, from_record, site_frame
 from cudaprobe.probe.plan import ProbePlan
@@ -48,11 +51,15 @@ class MemorySession:
         self.duration_s = 0.0
         self.libraries: list[str] = []
         self.t0_ns = 0
+        self.py_stacks: PyStacks | None = None  # --py-stacks: each call's Python stack
 
     def run(self) -> int:
         """Trace until stopped; returns the exit status for cudaprobe."""
         with ProbeRun(self.plan, self.settings, self.options) as run:
             self.t0_ns = run.t0_ns
+            if run.tracer.py is not None:  # read before the first poll: none missed
+                self.py_stacks = PyStacks(run.tracer.py.layouts)
+                run.tracer.ring.on_side = self.py_stacks.add
             next_report = time.monotonic() + (self.options.interval or 0)
             while run.running():
                 self._step(run.tracer, POLL_MS)
@@ -103,10 +110,13 @@ class MemorySession:
             self.decode_errors += 1
             return None
         stack = tracer.maps.user_stack(raw.stack_id) if self.options.stacks else None
+        site = self.sites.site(raw.pid, raw.caller, stack, site_frame(raw.cfg))
+        if self.py_stacks is not None:  # the Python line first: what the program's own code did
+            py = self.py_stacks.pop(raw.tid, raw.ts_ns)
+            site = (python_line(py), *site) if py is not None else site
         return MemCall(call.ts_ns, call.duration_ns or 0, call.pid, call.tid, call.process,
-                       call.event, call.ret or 0, call.args,
-                       self.sites.site(raw.pid, raw.caller, stack, site_frame(raw.cfg)))
+                       call.event, call.ret or 0, call.args, site)
 
     def ms(self, ts_ns: int) -> float:
         """A monotonic timestamp as milliseconds since tracing began."""
-        return round((ts_ns - self.t0_ns) / 1e6, 3)
+        return time_ms(ts_ns, self.t0_ns)

@@ -55,6 +55,9 @@ class RunOptions:
     duration: float | None = None
     targets: Targets | None = None  # processes followed (--pid, --comm, -- COMMAND)
     notify: Callable[[str], None] = say_on_stderr  # what happens to them, said to the user
+    # given the running processes traced (--pid, --comm) once the probes are in
+    # (--gpu-time's injection)
+    on_probes_in: Callable[[list[int]], None] | None = None
 
 
 def say_if_no_cuda(options: RunOptions, calls: int) -> None:
@@ -120,6 +123,8 @@ class ProbeRun:
             # every probe in: each function traced from this instant (the Follower
             # starts it already, before it says it is attached)
             self.tracer.attacher.start()
+            if self.options.on_probes_in is not None and self.command is None:
+                self.options.on_probes_in(self.tracer.attacher.target_pids())
             if self._on_attached is not None:
                 self._on_attached(self)
         except BaseException:

@@ -28,7 +28,8 @@ from cudaprobe.probe.plan import ProbePlan, select_functions
 from cudaprobe.probe.tracer import Tracer
 from cudaprobe.sessions.by_line import stats_by_line
 from cudaprobe.sessions.collectives import stats_by_collective
-from cudaprobe.sessions.gputime import GpuTimeRun
+from cudaprobe.sessions.gputime import gpu_time_for
+from cudaprobe.sessions.gputime_attach import GpuTimeAttach
 from cudaprobe.sessions.probing import Probing
 from cudaprobe.sessions.run import ProbeRun, RunOptions, say_if_no_cuda
 from cudaprobe.sessions.trace import SessionOptions, TraceSession
@@ -90,13 +91,15 @@ class _Tally(Reporter):
 
 def stats_by_kernel(plan: ProbePlan, settings: Settings, command: list[str],
                     targets: Targets | None, notify, duration: float | None,
-                    command_env: dict[str, str]) -> tuple[StatsReport, int]:
+                    command_env: dict[str, str],
+                    on_probes_in: Callable[[list[int]], None] | None = None
+                    ) -> tuple[StatsReport, int]:
     """Trace the launches and count them per kernel name (analysis.stats.KernelTally)."""
     tally = KernelTally()
     kernels = KernelSymbolizer.for_session(command, [a.path for a in plan.attachments])
     session = TraceSession(plan, settings, _Tally(tally), None, SessionOptions(
         duration=duration, command=command, symbolize=kernels, see_process=kernels.see,
-        targets=targets, notify=notify, command_env=command_env))
+        targets=targets, notify=notify, command_env=command_env, on_probes_in=on_probes_in))
     started = time.monotonic()
     status = session.run()
     s = session.summary
@@ -131,20 +134,22 @@ def count(probing: Probing, notify: Callable[[str], None], console: Console,
     if by == "line":  # its trace joins the GPU work to the calls itself
         return stats_by_line(plan, settings, command, probing.targets, notify,
                              request.duration, gpu_time)
-    gpu = GpuTimeRun(notify) if gpu_time else None
+    gpu = gpu_time_for(notify, command) if gpu_time else None
     command_env = gpu.env if gpu is not None else {}
+    # --pid/--comm: the library injected once the probes are in
+    on_probes_in = gpu.attach_all if isinstance(gpu, GpuTimeAttach) else None
     try:
         if by == "collective":
             report, status = stats_by_collective(plan, settings, command, probing.targets,
                                                  notify, request.duration, gpu)
         elif by == "kernel":
             report, status = stats_by_kernel(plan, settings, command, probing.targets, notify,
-                                             request.duration, command_env)
+                                             request.duration, command_env, on_probes_in)
         else:
             report, status = run_stats(plan, settings, StatsOptions(
                 command=command, targets=probing.targets, notify=notify,
                 duration=request.duration, interval=interval, sort=sort,
-                command_env=command_env), console)
+                command_env=command_env, on_probes_in=on_probes_in), console)
         if gpu is not None and by != "collective" and (work := gpu.read()):
             report.gpu = gpu_stats(work, gpu.dropped)
     finally:

@@ -5,7 +5,7 @@ period, teardown, exit status); this module is what trace and serve do in it:
 decode each poll's records for the reporter, say losses as they grow, sweep
 the calls of threads gone, and, once detached and drained, report the calls
 still in flight and the summary. With --gpu-time the rows are held until
-the command has exited (sessions/gputime.py's GpuTimeRows).
+the command has exited, or tracing ends (sessions/gputime.py's GpuTimeRows).
 """
 
 from __future__ import annotations
@@ -121,8 +121,10 @@ class TraceSession:
     def run(self) -> int:
         """Trace until stopped; returns the exit status for cudaprobe."""
         if self.options.gpu_time:
-            self._gpu = GpuTimeRows(self.options.notify, self.options.on_gpu_work)
+            self._gpu = GpuTimeRows(self.options.notify, self.options.on_gpu_work,
+                                    self.options.command)
             self.options.command_env = {**self.options.command_env, **self._gpu.env}
+            self.options.on_probes_in = self._gpu.attach
         try:
             return self._run()
         finally:

@@ -23,6 +23,9 @@ from pathlib import Path
 
 SOURCE = "gputime.c"
 HEADER = "gputime.h"
+# the library is built from these together (attach.c and the stub: --pid --gpu-time)
+SOURCES = (SOURCE, "attach.c", "inject_stub.S")
+HEADERS = (HEADER, "inject.h")
 INJECTION_VAR = "CUDA_INJECTION64_PATH"
 DIR_VAR = "CUDAPROBE_GPUTIME_DIR"
 CUPTI_VAR = "CUDAPROBE_CUPTI"
@@ -67,7 +70,7 @@ def library_path() -> tuple[Path | None, str]:
     include = cuda_home() / "include"
     if not (include / "cupti.h").is_file():
         return None, f"no CUPTI headers ({include}/cupti.h): set CUDA_HOME to the CUDA toolkit"
-    digest = hashlib.sha256((src / SOURCE).read_bytes() + (src / HEADER).read_bytes())
+    digest = hashlib.sha256(b"".join((src / name).read_bytes() for name in SOURCES + HEADERS))
     return cache_dir() / f"gputime-{digest.hexdigest()[:16]}.so", ""
 
 
@@ -86,7 +89,8 @@ def build_library() -> tuple[Path | None, str]:
     except OSError as e:
         return None, f"cannot write to {out.parent}: {e.strerror}"
     cmd = [os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", tmp,
-           str(src / SOURCE), f"-I{src}", f"-I{include}", "-ldl", "-lpthread"]
+           *(str(src / name) for name in SOURCES), f"-I{src}", f"-I{include}", "-ldl",
+           "-lpthread"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as e:

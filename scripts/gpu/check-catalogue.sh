@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every CUDA function, checked against an independent count (issue 17.6), on
+# Every CUDA function, checked against an independent count, on
 # the GPU machine: the CUPTI callback counter (benchmarks/oracle/cupti_counter.c,
 # loaded with CUDA_INJECTION64_PATH: every runtime and driver callback) beside
 # `cudaprobe trace -e all -f jsonl`, set side by side by benchmarks/oracle/compare.py.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPU check for the CLI conventions (issue 19) and whole calls (issue 20 item
-# 3) on a real driver, about 1 minute:
+# GPU check for the CLI conventions and whole calls on a
+# real driver, about 1 minute:
 #  - `trace -o t.json` on the bundled demo is one JSON document (json.load);
 #  - rows in call order: the driver calls the runtime makes inside its calls
 #    (context creation at the first cudaMalloc) at depth >= 1, `parent` = the

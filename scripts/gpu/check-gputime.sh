@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# --gpu-time on the GPU machine (issue 18, items 1-4 and 7), each step guarded
+# --gpu-time on the GPU machine, each step guarded
 # so that one failure does not lose the rest; under 8 minutes (BUDGET_S bounds the
 # cost rounds: a round that would end past it is not started).
 #  1. accuracy: kernels' GPU durations from `cudaprobe trace --gpu-time` against

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Keeping up with real programs and naming their kernels (issues 15 and 16),
+# Keeping up with real programs and naming their kernels,
 # on the GPU machine, checked against an independent count: the CUPTI
 # callback counter (benchmarks/oracle/cupti_counter.c, loaded with
 # CUDA_INJECTION64_PATH) counts every runtime and driver call, and

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPU check for `cudaprobe memory` on the memory PyTorch really uses (issue 17
-# item 4): a PyTorch script that reserves 932 MiB in four tensors, frees the
+# GPU check for `cudaprobe memory` on the memory PyTorch really uses
+# (virtual memory, pools, registered host memory): a PyTorch script that reserves 932 MiB in four tensors, frees the
 # last one and empties the cache, run under `memory` with the default caching
 # allocator (cudaMalloc/cudaFree) and with
 # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (cuMemAddressReserve,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check for issue 16, every kernel named (docs/driver.md, "Kernel names"):
+# GPU check: every kernel named (docs/driver.md, "Kernel names"):
 # PyTorch's launches named whole (not cut, not left mangled) on both layers,
 # a program that launches two kernels and exits at once named every run,
 # `stats --by kernel`, Chrome slices named by kernel, and the symbol reader on

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU overhead check (issue 8), 3 rounds, configurations interleaved per round:
+# GPU overhead check, 3 rounds, configurations interleaved per round:
 #  1. launch-bound loop (benchmarks/launch_loop.cu: empty kernel, $N launches):
 #     untraced, `cudaprobe trace -e kernel -o x.jsonl`, `cudaprobe stats -e
 #     kernel`, and Nsight Systems (`nsys profile -t cuda`) if found. Events vs

@@ -26,6 +26,7 @@ at_terminal trace "python3 -m cudaprobe trace -- build/demo"
 at_terminal stats "python3 -m cudaprobe stats -- $TORCH_PY ${MLP[*]} --iters 200"
 at_terminal memory "python3 -m cudaprobe memory --stacks -- build/leak_two"
 at_terminal stats-gpu "python3 -m cudaprobe stats --gpu-time --by kernel -- $TORCH_PY ${MLP[*]} --iters 200"
+at_terminal by-line "python3 -m cudaprobe stats --by line --gpu-time -- $TORCH_PY benchmarks/pystacks_torch.py --steps 100"
 
 echo "== attach"
 "$TORCH_PY" "${MLP[@]}" --seconds 40 > "$OUT/ex-mlp.txt" 2>&1 &

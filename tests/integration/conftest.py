@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ..conftest import cudaprobe_cmd
+from ..conftest import HANG_S, cudaprobe_cmd
+from .running import kill_left_running
 
 HERE = Path(__file__).resolve().parent
 
@@ -31,14 +33,20 @@ def _needs_root_and_bcc() -> None:
         pytest.skip("bcc is not importable (apt-get install python3-bpfcc)")
 
 
-def run_cudaprobe(*args: str, timeout: float = 120, check: bool = False,
+@pytest.fixture(autouse=True)
+def _kill_what_the_test_left_running() -> Iterator[None]:
+    yield
+    kill_left_running()
+
+
+def run_cudaprobe(*args: str, timeout: float = HANG_S, check: bool = False,
                   **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cudaprobe_cmd(*args), capture_output=True, text=True,
                           timeout=timeout, check=check, **kw)
 
 
 def trace_jsonl(tmp_path: Path, *args: str, command: list[str] | None = None,
-                timeout: float = 120, env: dict[str, str] | None = None,
+                timeout: float = HANG_S, env: dict[str, str] | None = None,
                 ) -> tuple[list[dict], dict, subprocess.CompletedProcess]:
     """Run `cudaprobe trace -o calls.jsonl ARGS -- COMMAND`; returns (calls, summary, proc)."""
     out = tmp_path / "calls.jsonl"

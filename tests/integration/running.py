@@ -6,6 +6,7 @@ or for cudaprobe's "attached to pid N" without sleeping for a guessed time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -13,9 +14,38 @@ import threading
 import time
 from pathlib import Path
 
-from ..conftest import CUDA_HOME, NVCC, WORKLOAD_BIN, WORKLOADS, build_workload, cudaprobe_cmd
+from ..conftest import (
+    CUDA_HOME,
+    HANG_S,
+    NVCC,
+    WORKLOAD_BIN,
+    WORKLOADS,
+    build_workload,
+    cudaprobe_cmd,
+)
 
-WAIT_S = 60
+WAIT_S = HANG_S
+STARTED: list[subprocess.Popen] = []  # by Loop, Tracing and the like: see kill_left_running
+
+
+def started(proc: subprocess.Popen) -> subprocess.Popen:
+    """`proc`, to be killed after the test if the test leaves it running."""
+    STARTED.append(proc)
+    return proc
+
+
+def kill_left_running() -> None:
+    """After each test: what it started and left running (it failed midway) is
+    killed and reaped, its stdin closed first (a cuda_loop under it then ends
+    too), rather than left to load the machine for the tests that follow."""
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 # tests/workloads/cuda_loop.c: the calls of one iteration I, in order, and
 # where each carries I (cudaGetDeviceCount carries none)
@@ -87,8 +117,9 @@ class Loop:
     """
 
     def __init__(self, argv: list, env: dict | None = None) -> None:
-        self.proc = subprocess.Popen([str(a) for a in argv], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env=env)
+        self.started = time.monotonic()
+        self.proc = started(subprocess.Popen([str(a) for a in argv], stdin=subprocess.PIPE,
+                                             stdout=subprocess.PIPE, text=True, env=env))
         self.out = Lines(self.proc.stdout)
         self.pid = self._value("pid")  # as the workload sees itself
 
@@ -97,6 +128,11 @@ class Loop:
             lambda s: s.startswith("{") and json.loads(s).get(key, -1) >= at_least,
             f'{{"{key}": >= {at_least}}}')
         return json.loads(line)[key]
+
+    def age_s(self) -> float:
+        """Seconds since it was started: more than any span of its life said since
+        (the clock read before the process existed)."""
+        return time.monotonic() - self.started
 
     def wait_iter(self, n: int) -> int:
         return self._value("iter", n)
@@ -124,9 +160,9 @@ class Tracing:
 
     def __init__(self, tmp_path: Path, *args: str, name: str = "calls.jsonl") -> None:
         self.output = tmp_path / name
-        self.proc = subprocess.Popen(cudaprobe_cmd("trace", "-o", str(self.output), *args),
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
+        self.proc = started(subprocess.Popen(
+            cudaprobe_cmd("trace", "-o", str(self.output), *args), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
         self.err = Lines(self.proc.stderr)
 
     def wait_for(self, text: str) -> str:
@@ -141,6 +177,23 @@ class Tracing:
     def interrupt(self) -> tuple[list[dict], dict, str]:
         self.proc.send_signal(2)
         return self.finish()
+
+
+def first_traced_iteration(output: Path, pid: int, timeout: float = WAIT_S) -> int:
+    """Once the trace written so far (rows go out each poll) holds a call of
+    `pid` that carries its iteration: that iteration. Its probes are in from
+    then on, whatever the machine's speed, which the loop's own lines, read on
+    a thread that may lag, cannot tell."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if output.exists():
+            whole = output.read_text().rpartition("\n")[0]
+            for line in whole.splitlines():
+                call = json.loads(line)
+                if call.get("pid") == pid and (i := iteration_of(call)) is not None:
+                    return i
+        assert time.monotonic() < deadline, f"no call of pid {pid} in {output}"
+        time.sleep(0.05)
 
 
 def read_jsonl(path: Path) -> tuple[list[dict], dict]:

@@ -8,7 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from ..conftest import build_workload, cudaprobe_cmd
+from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 
 
 def steady_trace_argv(out: Path, libcudart: Path, loops: int, *args: str) -> list[str]:
@@ -23,7 +23,7 @@ def trace_steady(tmp_path: Path, libcudart: Path, loops: int, *args: str,
                  umask: int | None = None) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path / output
     proc = subprocess.run(steady_trace_argv(out, libcudart, loops, *args), capture_output=True,
-                          text=True, timeout=300,
+                          text=True, timeout=HANG_S,
                           preexec_fn=None if umask is None else (lambda: os.umask(umask)))
     return proc, out
 

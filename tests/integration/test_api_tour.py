@@ -47,10 +47,17 @@ def header_name(event: str) -> str:
     return BY_SYMBOL[event].name
 
 
-def test_every_call_made_is_traced_with_its_code(tour, libcudart, libcuda, tmp_path):
+@pytest.fixture(scope="module")
+def traced_tour(tour, libcudart, libcuda, tmp_path_factory):
+    """The tour traced whole (-e all), once, for the tests below to read."""
     env = {**os.environ, "LD_LIBRARY_PATH": str(libcuda.parent)}
-    calls, summary, proc = trace_jsonl(tmp_path, "-e", "all", "--lib", str(libcudart),
-                                       "--lib", str(libcuda), command=[str(tour)], env=env)
+    return trace_jsonl(tmp_path_factory.mktemp("traced_tour"), "-e", "all",
+                       "--lib", str(libcudart), "--lib", str(libcuda),
+                       command=[str(tour)], env=env)
+
+
+def test_every_call_made_is_traced_with_its_code(traced_tour):
+    calls, summary, proc = traced_tour
     made: Counter = Counter()
     codes: dict[tuple[str, str], set[int]] = {}
     for line in proc.stdout.splitlines():
@@ -73,11 +80,8 @@ def test_every_call_made_is_traced_with_its_code(tour, libcudart, libcuda, tmp_p
     assert seen[("driver", "cuGetProcAddress")] > 100  # libcudart's own lookups
 
 
-def test_structs_enums_and_out_parameters_decode(tour, libcudart, libcuda, tmp_path):
-    env = {**os.environ, "LD_LIBRARY_PATH": str(libcuda.parent)}
-    calls, _, _ = trace_jsonl(tmp_path, "-e", "vmm,pool,capture,transfer,module",
-                              "--lib", str(libcudart), "--lib", str(libcuda),
-                              command=[str(tour)], env=env)
+def test_structs_enums_and_out_parameters_decode(traced_tour):
+    calls, _, _ = traced_tour
     first = {}
     for c in calls:
         first.setdefault(c["event"], c)

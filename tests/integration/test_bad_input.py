@@ -5,6 +5,7 @@ who is not root included, is in tests/unit/test_bad_input.py.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ..badinput import LIB, assert_one_line, run
+from ..conftest import HANG_S
 
 PID_MAX = int(Path("/proc/sys/kernel/pid_max").read_text())
 
@@ -63,7 +65,7 @@ def test_pid_that_exited(scratch):
 
 def test_pid_that_is_a_zombie(scratch):
     proc = subprocess.Popen(["true"])
-    time.sleep(0.3)  # exited, not reaped: a zombie
+    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: a zombie
     try:
         assert_one_line(run(scratch, "trace", "--pid", str(proc.pid)),
                         f"pid {proc.pid}: true has exited (a zombie")
@@ -72,9 +74,8 @@ def test_pid_that_is_a_zombie(scratch):
 
 
 def test_pid_not_using_cuda(scratch):
-    sleeper = subprocess.Popen(["sleep", "60"])
+    sleeper = subprocess.Popen(["sleep", "infinity"])  # Popen returns once it has exec'd
     try:
-        time.sleep(0.2)
         assert_one_line(run(scratch, "trace", "--pid", str(sleeper.pid), "-o", "new.jsonl"),
                         f"pid {sleeper.pid} (sleep) is not using CUDA", "add --wait")
     finally:
@@ -110,10 +111,17 @@ def test_pid_that_is_a_kernel_thread(scratch, command):
     assert "sudo" not in line and "not using CUDA" not in line
 
 
+def wait_until_named(pid: int, comm: str) -> None:
+    deadline = time.monotonic() + HANG_S
+    while Path(f"/proc/{pid}/comm").read_text().strip() != comm:
+        assert time.monotonic() < deadline, f"pid {pid} never became {comm}"
+        time.sleep(0.01)
+
+
 def test_pid_in_another_mount_namespace_not_using_cuda(scratch):
-    sleeper = subprocess.Popen(["unshare", "-m", "sleep", "60"])
+    sleeper = subprocess.Popen(["unshare", "-m", "sleep", "infinity"])
     try:
-        time.sleep(0.3)
+        wait_until_named(sleeper.pid, "sleep")  # unshare has exec'd it
         assert_one_line(run(scratch, "trace", "--pid", str(sleeper.pid)),
                         f"pid {sleeper.pid} (sleep) is not using CUDA",
                         f"pid {sleeper.pid} runs in another mount namespace", "add --wait")

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from ..conftest import HANG_S
 from .steady import steady_trace_argv, trailer
 
 
 def run_in_namespace(setup: str, argv: list[str], env: dict | None = None,
-                     timeout: float = 180) -> subprocess.CompletedProcess:
+                     timeout: float = HANG_S) -> subprocess.CompletedProcess:
     """`setup` (fixed shell text, never user input) runs first, then `argv`."""
     if shutil.which("unshare") is None:
         pytest.skip("unshare(1) is missing")

@@ -24,7 +24,7 @@ import pytest
 from cudaprobe import __version__
 from cudaprobe.analysis.metrics import LATENCY_BOUNDS_S
 
-from ..conftest import REPO, cudaprobe_cmd
+from ..conftest import HANG_S, REPO, cudaprobe_cmd
 from .fleet import fleet_env, fleet_libs, fleet_node
 from .running import Lines
 from .test_gputime import fake_gpu
@@ -52,7 +52,7 @@ def label_values(prometheus: Prometheus, query: str) -> set[str]:
     m = re.fullmatch(r"label_values\((.*), (\w+)\)", as_sent(query))
     assert m, query
     url = f"{prometheus.url}/api/v1/series?" + urllib.parse.urlencode({"match[]": m.group(1)})
-    with urllib.request.urlopen(url, timeout=10) as r:
+    with urllib.request.urlopen(url, timeout=HANG_S) as r:
         body = json.load(r)
     assert body["status"] == "success", body
     return {s[m.group(2)] for s in body["data"] if m.group(2) in s}

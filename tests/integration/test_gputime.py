@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 from .. import chrome_check
-from ..conftest import REPO, build_workload
+from ..conftest import HANG_S, REPO, build_workload
 from .conftest import run_cudaprobe, trace_jsonl
 from .test_serve_prometheus import free_port
 
@@ -25,7 +25,7 @@ def program(libcuda: Path) -> Path:
 
 
 def untraced(exe: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([str(exe)], capture_output=True, text=True, timeout=60,
+    return subprocess.run([str(exe)], capture_output=True, text=True, timeout=HANG_S,
                           env={**os.environ, **(env or {})})
 
 

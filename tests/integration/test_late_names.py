@@ -1,4 +1,4 @@
-"""Late attach (issue 16): launches of kernel handles made before cudaprobe
+"""Late attach: launches of kernel handles made before cudaprobe
 attached are named from the handle's own object, which the driver keeps the
 name in (at byte 8 on driver 580: scripts/gpu/handle_layout.cu). The stand-in
 libcuda (tests/workloads/fake_handles.c) lays its handles out the same way;
@@ -10,7 +10,7 @@ import json
 import os
 import subprocess
 
-from ..conftest import build_workload
+from ..conftest import HANG_S, build_workload
 from .running import Lines, Tracing
 
 VECADD = "vecAdd(float const*, float const*, float*, int)"
@@ -40,7 +40,7 @@ def test_handles_made_before_the_attach_are_named(tmp_path):
     out.wait_for(lambda s: s.startswith('{"launched"'), "launched")
     calls, summary, _err = tracing.interrupt()
     proc.stdin.close()
-    assert proc.wait(timeout=30) == 0
+    assert proc.wait(timeout=HANG_S) == 0
     assert summary["lost_total"] == 0
     launches = [c for c in calls if c["event"] == "cuLaunchKernel"]
     assert len(launches) == 2 * LAUNCHES
@@ -65,7 +65,7 @@ def test_named_although_the_process_exits_right_after_its_launches(tmp_path):
         tracing.wait_for("attached to")
         proc.stdin.write("go\n")
         proc.stdin.flush()
-        assert proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=HANG_S) == 0
         calls, summary, _err = tracing.finish()  # ends with the process
         names = [c["args"].get("func_name") for c in calls if c["event"] == "cuLaunchKernel"]
         assert names == [VECADD, LONG] * 3, (run, names)

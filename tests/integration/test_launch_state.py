@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import cudaprobe_cmd
+from ..conftest import HANG_S, cudaprobe_cmd
 
 # what a process sees of its own state; the shell adds the same to both runs
 REPORT = (r"grep -E '^(Sig(Blk|Ign|Cgt)|NoNewPrivs|Seccomp|Cap(Inh|Prm|Eff|Bnd|Amb)):' "
@@ -40,7 +40,7 @@ def _environment() -> dict[str, str]:
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120,
+    return subprocess.run(argv, capture_output=True, text=True, timeout=HANG_S,
                           preexec_fn=_unusual_parent_state, env=_environment())
 
 

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from ..conftest import build_workload, cudaprobe_cmd
+from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 
 
 # "slots": each thread pairs in a slot of its own; "hash": one slot for all
@@ -24,7 +24,7 @@ def test_calls_of_threads_that_exited_mid_call_are_swept_not_left_in_flight(tmp_
     # the process lingers past a sweep period with its 6 threads gone
     proc = subprocess.run(cudaprobe_cmd("trace", "--lib", str(exe), "-o", str(out), "--",
                                         str(exe), "6", "2500"),
-                          capture_output=True, text=True, timeout=120,
+                          capture_output=True, text=True, timeout=HANG_S,
                           env={**os.environ, "CUDAPROBE_PAIR_THREADS": pair_threads})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "6 threads exited mid-call\n"

@@ -14,7 +14,7 @@ import subprocess
 
 from cudaprobe.catalogue.enums import error_name
 
-from ..conftest import build_workload, cudaprobe_cmd
+from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 from .steady import trace_steady, trailer
 
 EVENTS = "cudaGetDeviceCount,cudaMalloc,cudaFree"
@@ -80,7 +80,7 @@ def test_summary_counts_every_call_when_rows_are_lost(tmp_path, libcudart):
     proc = subprocess.run(cudaprobe_cmd("trace", "--lib", str(libcudart), "-o", str(out), "-e",
                                         "cudaMalloc,cudaFree", "--ringbuf-pages", "1", "--",
                                         str(exe), "4", "50000"),
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=HANG_S)
     assert proc.returncode == 0, proc.stderr
     made = json.loads(proc.stdout)
     s = trailer(out)

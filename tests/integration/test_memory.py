@@ -12,9 +12,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from ..conftest import build_workload, cudaprobe_cmd
+from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 from .conftest import expected_calls, run_cudaprobe
 from .memstub import build_memstub, stub_env
+from .running import Lines, started
 
 LINGER_MS = "300"  # a process that exits within ~1 ms of its first call may lose its names
 
@@ -119,18 +120,22 @@ def test_attach_to_a_running_process(tmp_path):
     stub = build_memstub()
     exe = build_workload("leak_two.cu", extra=["-cudart=shared", "-Xcompiler",
                                                "-fno-omit-frame-pointer"])
-    # it waits 3 s before its first call: time for cudaprobe to attach
-    app = subprocess.Popen([str(exe), LINGER_MS, "3000"], env=stub_env(), text=True,
-                           stdout=subprocess.PIPE)
-    try:
-        assert app.stdout.readline() == "waiting\n"
-        report, proc = memory_json(tmp_path, "--pid", str(app.pid), command=[])
-        out, _ = app.communicate(timeout=30)
-    finally:
-        app.kill()
+    # it waits before its first call until cudaprobe has attached
+    app = started(subprocess.Popen([str(exe), LINGER_MS, "-"], env=stub_env(), text=True,
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+    out_json = tmp_path / "memory.json"
+    assert app.stdout.readline() == "waiting\n"
+    memory = started(subprocess.Popen(cudaprobe_cmd("memory", "-o", str(out_json), "--pid",
+                                                    str(app.pid)),
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      text=True))
+    err = Lines(memory.stderr)
+    err.wait_for(lambda s: f"attached to pid {app.pid}" in s, "the attach")
+    out, _ = app.communicate("go\n", timeout=HANG_S)
+    assert memory.wait(timeout=HANG_S) == 0, err.text()
+    err.wait_for(lambda s: "every traced pid has exited" in s, "the end")
+    report = json.loads(out_json.read_text())
     # no --lib: what the process maps (the memstub libraries) is probed; it stops by itself
-    assert proc.returncode == 0, proc.stderr
-    assert "every traced pid has exited" in proc.stderr
     assert sorted(report["libraries"]) == [str(stub / "libcuda.so.1"),
                                            str(stub / "libcudart.so.13")]
     [p] = report["processes"]
@@ -145,19 +150,20 @@ def test_sigint_detaches_and_reports_what_is_live(tmp_path):
     exe = build_workload("leak_two.cu", extra=["-cudart=shared", "-Xcompiler",
                                                "-fno-omit-frame-pointer"])
     out, log, err = (tmp_path / n for n in ("memory.json", "stdout.txt", "stderr.txt"))
-    # the program lingers 20 s after its calls; SIGINT to cudaprobe alone. Files, not
+    # the program lingers after its calls (until killed, below: 20 s could pass on a
+    # loaded machine); SIGINT to cudaprobe alone. Files, not
     # pipes: the program keeps cudaprobe's stdout open after cudaprobe has exited
     with open(log, "w") as stdout, open(err, "w") as stderr:
         proc = subprocess.Popen(cudaprobe_cmd("memory", "--lib", str(stub), "-o", str(out),
-                                              "--", str(exe), "20000"),
+                                              "--", str(exe), str(HANG_S * 1000)),
                                 env=stub_env(), stdout=stdout, stderr=stderr)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + HANG_S
         while '"alloc_staging"' not in log.read_text() and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.5)  # past the accounting's hold
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+        proc.wait(timeout=HANG_S)
     finally:
         proc.kill()
     running = re.search(r"stopped by SIGINT: \S+ \(pid (\d+)\) keeps running", err.read_text())

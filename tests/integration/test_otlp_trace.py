@@ -14,7 +14,7 @@ import socket
 import time
 from pathlib import Path
 
-from ..conftest import build_workload
+from ..conftest import HANG_S, build_workload
 from ..otlp_receiver import OtlpReceiver, attributes
 from .conftest import expected_calls, trace_jsonl
 from .test_trace_driver import driver_calls
@@ -131,7 +131,7 @@ def test_unreachable_collector_warns_counts_and_does_not_hang(tmp_path, libcudar
     exe = build_workload("runtime_calls.c")
     url = f"http://127.0.0.1:{closed_port()}"
     calls, summary, proc = trace_jsonl(tmp_path, "--otlp", url, "--lib", str(libcudart),
-                                       command=[str(exe), "3"], timeout=60)
+                                       command=[str(exe), "3"], timeout=HANG_S)
     assert proc.returncode == 0, proc.stderr
     assert len(calls) == summary["calls"] == 30  # the trace itself is whole
     assert f"OTLP export to {url}/v1/traces failing (" in proc.stderr

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import build_workload, cudaprobe_cmd
+from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 
 LOOPS = 20000  # 60000 calls: ~15 MB of JSONL, far more than the tmpfs holds
 SUMMARY = re.compile(r"^(\d+) calls in .*, (\d+) lost \((.*)\)$", re.M)
@@ -41,7 +41,7 @@ def steady(loops: int = LOOPS, status: int = 7) -> list[str]:
 
 def trace(libcudart: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(cudaprobe_cmd("trace", "--lib", str(libcudart), *args),
-                          capture_output=True, text=True, timeout=300, **kwargs)
+                          capture_output=True, text=True, timeout=HANG_S, **kwargs)
 
 
 def assert_clean_end(proc: subprocess.CompletedProcess, what: str, cause: str) -> int:
@@ -88,7 +88,7 @@ def test_output_that_cannot_take_a_byte(libcudart, where):
                 cudaprobe_cmd("trace", "--lib", str(libcudart), "--", "sh", "-c",
                               f"exec {' '.join(steady())} >/dev/null"),
                 stdout=dev_full if full else None, stderr=subprocess.PIPE, text=True,
-                timeout=300, preexec_fn=None if full else (lambda: os.close(1)))
+                timeout=HANG_S, preexec_fn=None if full else (lambda: os.close(1)))
         name, cause = "stdout", "No space left on device" if full else "stdout is closed"
     assert proc.returncode == 7, proc.stderr
     assert_clean_end(proc, name, cause)
@@ -98,7 +98,7 @@ def test_a_reader_that_closes_the_pipe_is_a_quiet_exit(libcudart):
     """`cudaprobe trace -f jsonl -- COMMAND | head -1`: no message, the command's status."""
     sh = (f"{' '.join(cudaprobe_cmd('trace', '--lib', str(libcudart), '-f', 'jsonl'))} -- "
           f"sh -c 'exec {' '.join(steady())} >/dev/null' | head -1; exit ${{PIPESTATUS[0]}}")
-    proc = subprocess.run(["bash", "-c", sh], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(["bash", "-c", sh], capture_output=True, text=True, timeout=HANG_S)
     assert proc.returncode == 7, proc.stderr
     assert json.loads(proc.stdout)["event"] == "cudaGetDeviceCount"
     assert "Traceback" not in proc.stderr and "failed" not in proc.stderr
@@ -109,7 +109,10 @@ def test_pid_with_a_full_output_exits_1_and_leaves_the_program_running(libcudart
     workload = subprocess.Popen(steady(0, 0)[:2] + ["1000", "0"], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
     try:
-        time.sleep(0.3)
+        deadline = time.monotonic() + HANG_S  # until its loader has mapped libcudart
+        while "libcudart" not in Path(f"/proc/{workload.pid}/maps").read_text():
+            assert time.monotonic() < deadline, "the workload never mapped libcudart"
+            time.sleep(0.01)
         proc = trace(libcudart, "--pid", str(workload.pid), "-o", "/dev/full", "--force",
                      "-f", "jsonl")
         assert proc.returncode == 1, proc.stderr
@@ -118,7 +121,7 @@ def test_pid_with_a_full_output_exits_1_and_leaves_the_program_running(libcudart
         assert workload.poll() is None  # unharmed, running on
     finally:
         workload.send_signal(signal.SIGTERM)
-        assert workload.wait(timeout=10) == 0
+        assert workload.wait(timeout=HANG_S) == 0
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
@@ -132,12 +135,12 @@ def test_stopped_before_the_command_ran_leaves_the_old_file(libcudart, tmp_path,
                             stderr=subprocess.PIPE, text=True)
     # SIGTERM caught: the session has started, and compiles and attaches (a second or so)
     # before it lets the command run
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + HANG_S
     while not _catches(proc.pid, signal.SIGTERM) and time.monotonic() < deadline:
         time.sleep(0.005)
     proc.send_signal(signal.SIGTERM)
     stderr = proc.stderr.read()
-    assert proc.wait(timeout=60) == 128 + signal.SIGTERM, stderr
+    assert proc.wait(timeout=HANG_S) == 128 + signal.SIGTERM, stderr
     assert "steady_calls was started: it did not run" in stderr
     assert out.read_text() == "the previous trace\n"
 
@@ -157,12 +160,12 @@ def test_stats_report_that_cannot_be_written(libcudart, where):
     if where == "head":
         proc = subprocess.run(["bash", "-c", " ".join(argv[:-1]) + f" '{argv[-1]}' | head -1; "
                                "exit ${PIPESTATUS[0]}"], capture_output=True, text=True,
-                              timeout=300)
+                              timeout=HANG_S)
         assert proc.stdout.startswith("cudaprobe stats:")
     else:
         with open("/dev/full", "w") as dev_full:
             proc = subprocess.run(argv, stdout=dev_full if where == "/dev/full" else None,
-                                  stderr=subprocess.PIPE, text=True, timeout=300,
+                                  stderr=subprocess.PIPE, text=True, timeout=HANG_S,
                                   preexec_fn=(lambda: os.close(1)) if where == "closed" else None)
     assert proc.returncode == 7, proc.stderr
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr

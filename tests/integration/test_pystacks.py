@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from ..conftest import cudaprobe_cmd
 from .conftest import expected_calls, trace_jsonl
 from .running import Tracing
 
@@ -103,3 +104,40 @@ def test_every_call_of_busy_threads_has_its_stack(tmp_path, libcudart):
     assert len(rows) == 12000 and len({r["tid"] for r in rows}) == 4
     assert all(r["py_stack"][0] == {"file": str(script), "line": 7, "function": "work"}
                for r in rows)
+
+
+LEAKER = """
+import ctypes, sys
+rt = ctypes.CDLL(sys.argv[1])
+def alloc(n):
+    p = ctypes.c_void_p()
+    rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(n))  # line 6
+    return p
+def leak():
+    return alloc(1 << 20)  # line 9
+kept = alloc(4096)  # line 10
+leaked = leak()
+rt.cudaFree(kept)
+"""
+
+
+def test_memory_names_the_python_line_of_each_leak(tmp_path):
+    """memory --py-stacks: a leak's call site, and the peak's, begins with the
+    program's own line that allocated (here the helper's, line 6)."""
+    from .memstub import build_memstub, stub_env  # noqa: PLC0415
+
+    script = tmp_path / "leaker.py"
+    script.write_text(LEAKER)
+    cudart = str(build_memstub() / "libcudart.so.13")
+    out = tmp_path / "memory.json"
+    proc = subprocess.run(
+        cudaprobe_cmd("memory", "--py-stacks", "--lib", cudart, "-o", str(out), "--",
+                      PYTHONS[-1], str(script), cudart),
+        capture_output=True, text=True, timeout=120, env=stub_env())
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    leaks = [g for p in report["processes"] for g in p["leaks"]]
+    assert len(leaks) == 1, leaks
+    assert leaks[0]["site"][0] == f"{script}:6 (alloc)", leaks
+    [peak] = report["processes"][0]["peak_by_site"]  # both allocations live, one line
+    assert peak == {"site": leaks[0]["site"], "bytes": (1 << 20) + 4096}

@@ -1,4 +1,4 @@
-"""Issue 15.1: whatever the probes produce, the reader takes without loss.
+"""Whatever the probes produce, the reader takes without loss.
 
 Four unpaced threads each call a failing cudaMalloc and cudaFree 50,000
 times (tests/workloads/malloc_free_threads.c): on the 2-core CPU machine the
@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from ..conftest import build_workload
+from ..conftest import HANG_S, build_workload
 from .conftest import run_cudaprobe
 
 PAIRS, THREADS = 50_000, 4
@@ -43,7 +43,7 @@ def test_four_unpaced_threads_give_every_row(tmp_path, libcudart, fmt):
     out = tmp_path / "calls.out"
     proc = run_cudaprobe("trace", "--lib", str(libcudart), "-e", "cudaMalloc,cudaFree",
                          "-f", fmt, "-o", str(out), "--", str(exe), str(PAIRS), str(THREADS),
-                         timeout=300)
+                         timeout=HANG_S)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["calls"] == CALLS
     m = SUMMARY.search(proc.stderr if fmt != "table" else out.read_text())

@@ -24,13 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import build_workload, cudaprobe_cmd
+from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 from .conftest import expected_calls
 from .memstub import build_memstub, stub_env
 from .running import Lines
 
 PROMETHEUS = Path("/usr/bin/prometheus")
-WAIT_S = 30
+WAIT_S = HANG_S
 LOOPS, THREADS = 4, 2  # runtime_calls: 10 calls a loop, each thread
 
 
@@ -93,7 +93,7 @@ class Prometheus:
     def query(self, promql: str) -> dict[tuple, float]:
         """An instant query: each series' labels (sorted, __name__ left out) -> value."""
         url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-        with urllib.request.urlopen(url, timeout=10) as r:
+        with urllib.request.urlopen(url, timeout=HANG_S) as r:
             body = json.load(r)
         assert body["status"] == "success", body
         return {tuple(sorted((k, v) for k, v in s["metric"].items() if k != "__name__")):

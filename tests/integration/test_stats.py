@@ -5,6 +5,9 @@ cudaErrorInsufficientDriver (35), which is the error histogram to check."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import subprocess
 
 from cudaprobe.catalogue.enums import error_name
@@ -157,12 +160,21 @@ def test_attach_to_a_running_process(tmp_path, libcudart):
     assert {f["event"]: f["count"] for f in report["functions"]} == dict.fromkeys(LOOP, 4)
 
 
-def test_duration_over_leaves_the_command_running(libcudart):
-    # as trace does: never harm the command; say so, and exit 124 as timeout(1)
-    proc = run_cudaprobe("stats", "--lib", str(libcudart), "-d", "0.5", "--", "sleep", "3")
-    assert proc.returncode == 124, proc.stderr
-    assert "--duration is over: sleep (pid" in proc.stderr and "keeps running" in proc.stderr
-    assert "0 calls in" in proc.stdout
+def test_duration_over_leaves_the_command_running(libcudart, tmp_path):
+    # as trace does: never harm the command; say so, and exit 124 as timeout(1).
+    # Files, not pipes: the command left running holds them (and is killed after)
+    out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        rc = subprocess.run(cudaprobe_cmd("stats", "--lib", str(libcudart), "-d", "0.5", "--",
+                                          "sleep", "infinity"),
+                            stdout=stdout, stderr=stderr, timeout=WAIT_S).returncode
+    said = err.read_text()
+    running = re.search(r"--duration is over: sleep \(pid (\d+)\) keeps running", said)
+    if running:
+        os.kill(int(running[1]), signal.SIGKILL)
+    assert rc == 124, said
+    assert running, said
+    assert "0 calls in" in out.read_text()
 
 
 def test_every_return_code_counted_past_the_codes_a_record_holds(tmp_path):

@@ -9,12 +9,12 @@ import re
 import select
 import subprocess
 
-from ..conftest import build_workload, cudaprobe_cmd
+from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # rich's colours and cursor moves
 
 
-def read_all(fd: int, proc: subprocess.Popen, timeout: float = 120) -> str:
+def read_all(fd: int, proc: subprocess.Popen, timeout: float = HANG_S) -> str:
     out = b""
     while True:
         ready, _, _ = select.select([fd], [], [], 0.2)
@@ -58,7 +58,7 @@ def test_no_status_line_when_stderr_is_not_a_terminal(tmp_path, libcudart):
     exe = build_workload("runtime_calls.c")
     proc = subprocess.run(cudaprobe_cmd("trace", "--lib", str(libcudart), "-o",
                                         str(tmp_path / "calls.jsonl"), "--", str(exe), "30"),
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=HANG_S)
     assert proc.returncode == 0, proc.stderr
     assert "Ctrl-C to stop" not in proc.stderr and "\x1b[" not in proc.stderr
     assert "300 calls in" in proc.stderr

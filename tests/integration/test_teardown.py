@@ -23,7 +23,8 @@ import pytest
 from cudaprobe.probe.cleanup import CLOSER_NAME, remove_uprobe_events
 from cudaprobe.probe.ringbuf import READER_NAME
 
-from ..conftest import build_workload, cudaprobe_cmd
+from ..conftest import HANG_S, build_workload, cudaprobe_cmd
+from .running import started
 
 PR_SET_CHILD_SUBREAPER = 36
 UPROBE_EVENTS = Path("/sys/kernel/tracing/uprobe_events")
@@ -73,7 +74,7 @@ def left_behind(before: set[str], trace: Trace) -> list[str]:
             if f"_bcc_{trace.proc.pid} " in e or "libcudart" in e]
 
 
-def wait_closers_gone(timeout: float = 60) -> None:
+def wait_closers_gone(timeout: float = HANG_S) -> None:
     """The perf fallback's background closer (cleanup.CLOSER_NAME) ends once
     every probe is closed; only then is the kernel's state final."""
     deadline = time.monotonic() + timeout
@@ -105,10 +106,10 @@ class Trace:
                              "--", str(exe), "0", "1000", "0")
         env = dict(os.environ, CUDAPROBE_ATTACH=mode)
         with open(self.stdout, "w") as so, open(self.stderr, "w") as se:
-            self.proc = subprocess.Popen(argv, stdout=so, stderr=se, env=env,
-                                         start_new_session=new_session)
+            self.proc = started(subprocess.Popen(argv, stdout=so, stderr=se, env=env,
+                                                 start_new_session=new_session))
 
-    def wait_started(self, timeout: float = 120) -> None:
+    def wait_started(self, timeout: float = HANG_S) -> None:
         """Until the workload runs (it is released only once the probes are in)
         and its first calls are in the trace: rows are written out each poll."""
         deadline = time.monotonic() + timeout
@@ -125,7 +126,7 @@ class Trace:
                   if Path(f"/proc/{pid}/comm").read_text().strip() != READER_NAME]
         return pid
 
-    def wait(self, timeout: float = 30) -> tuple[int, float]:
+    def wait(self, timeout: float = HANG_S) -> tuple[int, float]:
         start = time.monotonic()
         rc = self.proc.wait(timeout)
         return rc, time.monotonic() - start
@@ -155,7 +156,7 @@ def closers_of_ours() -> list[int]:
     return pids
 
 
-def wait_closer_started(timeout: float = 60) -> None:
+def wait_closer_started(timeout: float = HANG_S) -> None:
     """The perf probes were handed to a background closer (cleanup.close_in_background)
     rather than closed one by one, 0.1 s each, before cudaprobe exits: it names
     itself first thing, and stays our child (a zombie once done) until reaped."""
@@ -241,7 +242,7 @@ def test_kill_9_leaves_the_program_running_unharmed(tmp_path, libcudart, subreap
     trace.wait_started()
     workload = trace.workload_pid()
     trace.proc.kill()
-    rc, _took = trace.wait(timeout=120)  # the kernel closes perf probes one by one
+    rc, _took = trace.wait(timeout=HANG_S)  # the kernel closes perf probes one by one
     assert rc == -signal.SIGKILL
     time.sleep(0.3)
     assert os.path.exists(f"/proc/{workload}")
@@ -259,11 +260,11 @@ HOSTILE_ARGS = ["two words", "$(touch /tmp/cudaprobe-pwned)", "; echo no", "'\""
 def test_program_output_and_exit_status_are_the_same_traced(tmp_path, libcudart, exit_as):
     exe = build_workload("steady_calls.c")
     argv = [str(exe), "50", "0", exit_as, *HOSTILE_ARGS]
-    plain = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    plain = subprocess.run(argv, capture_output=True, text=True, timeout=HANG_S)
     out = tmp_path / "calls.jsonl"
     traced = subprocess.run(cudaprobe_cmd("trace", "--lib", str(libcudart), "-o", str(out),
                                           "--", *argv),
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=HANG_S)
     plain_status = plain.returncode if plain.returncode >= 0 else 128 - plain.returncode
     assert traced.returncode == plain_status, traced.stderr
     assert traced.stdout == plain.stdout
@@ -290,7 +291,7 @@ def test_stale_bcc_uprobe_events_are_removed_at_start(tmp_path, libcudart):
         proc = subprocess.run(cudaprobe_cmd("trace", "--lib", str(libcudart), "-o",
                                             str(tmp_path / "c.jsonl"), "--", str(exe), "1",
                                             "0", "0"),
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=HANG_S)
         assert proc.returncode == 0, proc.stderr
         # "1", unless other crashed tools left some too
         assert re.search(r"removed \d+ uprobe_events entries left by crashed bcc tools",

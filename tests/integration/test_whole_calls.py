@@ -25,7 +25,7 @@ from cudaprobe.probe.event import MAX_DEPTH
 
 from ..conftest import build_workload, cudaprobe_cmd
 from .conftest import expected_calls, run_cudaprobe, trace_jsonl
-from .running import WAIT_S, Lines
+from .running import WAIT_S, Lines, started
 
 MODES = {"multi": {}, "perf": {"CUDAPROBE_ATTACH": "perf"}}
 
@@ -117,9 +117,9 @@ def run_cut(tmp_path: Path, argv: list[str], env: dict[str, str]) -> None:
     exe = build_workload("malloc_free_threads.c")
     err = tmp_path / "stderr.txt"
     with open(err, "w") as stderr:  # a file, not a pipe: the loop keeps it open
-        proc = subprocess.Popen(
+        proc = started(subprocess.Popen(
             cudaprobe_cmd(*argv, "--", str(exe), "1000000000", "2", str(MARK)),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env))
     out, pid = Lines(proc.stdout), None
     try:
         pid = json.loads(out.wait_for(lambda s: s.startswith('{"pid"'), "the loop's pid"))["pid"]
@@ -127,10 +127,7 @@ def run_cut(tmp_path: Path, argv: list[str], env: dict[str, str]) -> None:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=WAIT_S) == 128 + signal.SIGTERM, err.read_text()
         assert f"(pid {pid}) keeps running" in err.read_text()  # cut with the loop running
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    finally:  # cudaprobe, if still running, after the test (running.kill_left_running)
         if pid is not None:
             os.kill(pid, signal.SIGKILL)
 

@@ -1,4 +1,4 @@
-"""Kernel names whole, and named although the program exits at once (issue 16).
+"""Kernel names whole, and named although the program exits at once.
 
 two_kernels.cu launches a kernel whose mangled name is over 1 KiB and a
 short-named one, and exits: no call before them, no wait after. Its maps are

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import subprocess
 
-from ..conftest import as_not_root, cudaprobe_cmd, libcudart_path
+from ..conftest import HANG_S, as_not_root, cudaprobe_cmd, libcudart_path
 
 
 def run(*args):
-    return subprocess.run(cudaprobe_cmd(*args), capture_output=True, text=True, timeout=60)
+    return subprocess.run(cudaprobe_cmd(*args), capture_output=True, text=True, timeout=HANG_S)
 
 
 def test_help_has_examples():
@@ -33,7 +33,7 @@ def test_dump_bpf_without_root():
     lib = libcudart_path()
     args = ["trace", "--dump-bpf", "-e", "cudaMalloc"] + (["--lib", str(lib)] if lib else [])
     p = subprocess.run(as_not_root(cudaprobe_cmd(*args)), capture_output=True, text=True,
-                       timeout=60)
+                       timeout=HANG_S)
     if lib is None:
         assert p.returncode == 2
         return
@@ -43,7 +43,7 @@ def test_dump_bpf_without_root():
 
 def test_not_root_is_one_line():
     p = subprocess.run(as_not_root(cudaprobe_cmd("trace", "-d", "1")),
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=HANG_S)
     assert p.returncode == 2
     assert p.stderr == ("cudaprobe: tracing needs root (CAP_BPF and CAP_PERFMON) "
                         "(run it with sudo)\n")
@@ -56,10 +56,11 @@ def test_bad_format_and_missing_lib():
     assert p.returncode == 2 and "Traceback" not in p.stderr
 
 
-def test_gpu_time_needs_a_command():
-    for command in ("trace", "stats"):
-        p = run(command, "--gpu-time", "--pid", "1")
+def test_gpu_time_needs_a_process():
+    for command in ("trace", "stats"):  # every process: none to load the library into
+        p = run(command, "--gpu-time", "-d", "1")
         assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
-        assert p.stderr.startswith("cudaprobe: --gpu-time goes with -- COMMAND"), p.stderr
+        assert p.stderr == "cudaprobe: --gpu-time goes with -- COMMAND, --pid or --comm\n"
     p = run("trace", "--help")
     assert "--gpu-time" in p.stdout and "trace --gpu-time -o calls.jsonl --" in p.stdout
+    assert "trace --gpu-time --pid 31337" in p.stdout

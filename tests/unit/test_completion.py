@@ -10,7 +10,7 @@ import pytest
 
 from cudaprobe.commands.completion import complete_events
 
-from ..conftest import cudaprobe_cmd
+from ..conftest import HANG_S, cudaprobe_cmd
 
 
 def values(incomplete: str) -> list[str]:
@@ -32,13 +32,13 @@ def test_events_complete_names_categories_and_all():
                                            ("fish", "complete --no-files --command cudaprobe")])
 def test_completion_prints_the_shells_script(shell, marker):
     p = subprocess.run(cudaprobe_cmd("completion", shell), capture_output=True, text=True,
-                       timeout=60)
+                       timeout=HANG_S)
     assert p.returncode == 0 and marker in p.stdout and "_CUDAPROBE_COMPLETE" in p.stdout
 
 
 def test_completion_of_an_unknown_shell_is_one_line():
     p = subprocess.run(cudaprobe_cmd("completion", "tcsh"), capture_output=True, text=True,
-                       timeout=60)
+                       timeout=HANG_S)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "tcsh" in p.stderr
 
 
@@ -51,5 +51,5 @@ def test_completion_of_an_unknown_shell_is_one_line():
 def test_what_the_bash_script_asks_is_answered(words, cword, expect):
     env = {**os.environ, "_CUDAPROBE_COMPLETE": "bash_complete", "COMP_WORDS": words,
            "COMP_CWORD": str(cword)}
-    p = subprocess.run(cudaprobe_cmd(), capture_output=True, text=True, timeout=60, env=env)
+    p = subprocess.run(cudaprobe_cmd(), capture_output=True, text=True, timeout=HANG_S, env=env)
     assert p.returncode == 0 and p.stdout.split("\n")[:1] == [expect], p.stdout

@@ -8,7 +8,7 @@ import subprocess
 from cudaprobe.catalogue.count import count_text
 from cudaprobe.targets.procmaps import is_kernel_thread
 
-from ..conftest import cudaprobe_cmd
+from ..conftest import HANG_S, cudaprobe_cmd
 
 
 def test_functions_and_symbols_counted_once_each():
@@ -20,7 +20,7 @@ def test_functions_and_symbols_counted_once_each():
 
 def test_list_ends_with_its_count():
     p = subprocess.run(cudaprobe_cmd("list", "-e", "cudaMemcpyAsync"), capture_output=True,
-                       text=True, timeout=60)
+                       text=True, timeout=HANG_S)
     assert p.returncode == 0
     assert p.stdout.rstrip().splitlines()[-1].strip().startswith("1 function, 2 symbols; ")
 

@@ -16,7 +16,7 @@ from cudaprobe.doctor.checks import FAIL, OK, WARN
 from cudaprobe.output.doctor_view import render_checks
 from cudaprobe.targets import environment
 
-from ..conftest import as_not_root, cudaprobe_cmd, not_root_uid
+from ..conftest import HANG_S, as_not_root, cudaprobe_cmd, not_root_uid
 
 Uname = namedtuple("Uname", "sysname nodename release version machine")
 
@@ -163,7 +163,7 @@ def test_render_says_whether_tracing_works():
 
 def test_doctor_command_json_agrees_with_its_exit_status():
     proc = subprocess.run(cudaprobe_cmd("doctor", "--json"), capture_output=True, text=True,
-                          timeout=60)
+                          timeout=HANG_S)
     report = json.loads(proc.stdout)
     names = [c["name"] for c in report["checks"]]
     assert names[:11] == ["privileges", "kernel", "kernel config", "BTF", "tracefs",
@@ -176,7 +176,7 @@ def test_doctor_command_json_agrees_with_its_exit_status():
 
 def test_doctor_as_a_user_who_is_not_root_says_so_and_fails():
     proc = subprocess.run(as_not_root(cudaprobe_cmd("doctor")), capture_output=True,
-                          text=True, timeout=60, cwd="/")
+                          text=True, timeout=HANG_S, cwd="/")
     assert proc.returncode == 1, proc.stderr
     assert f"uid {not_root_uid()}, not root" in proc.stdout
     assert "tracing will not work: fix privileges" in proc.stdout

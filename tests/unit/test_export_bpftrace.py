@@ -34,7 +34,7 @@ from cudaprobe.output.bpftrace_fields import arg_field
 from cudaprobe.probe import plan as probes_module
 from cudaprobe.probe.plan import plan_probes, select_functions
 
-from ..conftest import as_not_root, cudaprobe_cmd, libcudart_path
+from ..conftest import HANG_S, as_not_root, cudaprobe_cmd, libcudart_path
 
 GOLDEN = Path(__file__).parent / "golden"
 CUDART = "/opt/cuda 13/lib64/libcudart.so.13"
@@ -258,7 +258,7 @@ def test_comment_cannot_be_closed_by_a_path(fake_libraries, monkeypatch):
 
 def run(*args, nobody=False):
     argv = as_not_root(cudaprobe_cmd(*args)) if nobody else cudaprobe_cmd(*args)
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=HANG_S)
 
 
 def test_cli_writes_an_executable_script_without_root():

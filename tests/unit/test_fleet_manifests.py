@@ -14,7 +14,7 @@ import pytest
 from cudaprobe.commands.serve import serve_command
 from cudaprobe.output.prometheus import parse_listen_address
 
-from ..conftest import REPO
+from ..conftest import HANG_S, REPO
 
 yaml = pytest.importorskip("yaml")
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
@@ -152,7 +152,7 @@ def test_kubectl_kustomize_renders_it():
     if kubectl is None:
         pytest.skip("no kubectl")
     out = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True,
-                         timeout=120, check=True).stdout
+                         timeout=HANG_S, check=True).stdout
     rendered = [d for d in yaml.safe_load_all(out) if d]
     assert sorted(o["kind"] for o in rendered) == sorted(
         o["kind"] for o in objects() if o["kind"] != "PodMonitor")

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from ..conftest import REPO
+from ..conftest import HANG_S, REPO
 
 yaml = pytest.importorskip("yaml")
 
@@ -24,7 +24,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess:
     exe = shutil.which("promtool")
     if exe is None:
         pytest.skip("no promtool (Debian's prometheus package): run scripts/setup")
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=120, cwd=RULES)
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=HANG_S, cwd=RULES)
 
 
 def alert_names() -> list[str]:
@@ -61,7 +61,7 @@ def test_promtool_test_fails_on_a_wrong_expectation(tmp_path):
     (tmp_path / ALERT_TESTS.name).write_text(text)
     exe = shutil.which("promtool") or pytest.skip("no promtool")
     p = subprocess.run([exe, "test", "rules", ALERT_TESTS.name], capture_output=True, text=True,
-                       timeout=120, cwd=tmp_path)
+                       timeout=HANG_S, cwd=tmp_path)
     assert p.returncode != 0 and "CudaMemoryOnlyGrows" in p.stdout + p.stderr
 
 

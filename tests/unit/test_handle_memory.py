@@ -1,4 +1,4 @@
-"""Kernel names read from a driver handle's object (late attach, issue 16):
+"""Kernel names read from a driver handle's object (late attach):
 a handle points to an object that holds, at byte 8, a pointer to the mangled
 name (driver 580's layout). Laid out here in this process's own memory and
 read through /proc/self/mem, as cudaprobe reads a traced process's."""

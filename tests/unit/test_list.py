@@ -10,12 +10,12 @@ import pytest
 from cudaprobe.catalogue.functions import FUNCTIONS, is_default
 from cudaprobe.targets.elfsyms import read_symbols
 
-from ..conftest import cudaprobe_cmd, libcuda_path
+from ..conftest import HANG_S, cudaprobe_cmd, libcuda_path
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cudaprobe_cmd("list", *args), capture_output=True, text=True,
-                          timeout=120, env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"})
+                          timeout=HANG_S, env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"})
 
 
 def rows(stdout: str) -> dict[str, list[str]]:

@@ -104,7 +104,7 @@ def test_copy_and_memset_tables_name_catalogue_functions_and_their_arguments():
         assert count in {a.name for a in by_name[name].args} and width in (1, 2, 4), name
     transfers = {f.name for f in FUNCTIONS if f.category == "transfer"}
     # every copy whose size is a plain argument is counted; the rest (2D/3D by
-    # struct, arrays, batches: issue 17's generated catalogue) are not yet
+    # struct, arrays, batches: the generated catalogue) are not yet
     assert set(COPIES) <= transfers
     assert {"cudaMemcpy", "cudaMemcpyAsync", "cuMemcpyHtoD", "cuMemcpyDtoHAsync"} <= set(COPIES)
 

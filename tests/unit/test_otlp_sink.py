@@ -23,7 +23,7 @@ from cudaprobe.output.jsonl import JsonlReporter
 from cudaprobe.output.metrics_sink import MetricsSink
 from cudaprobe.output.otlp_model import OtlpConfig, Selection, otlp_endpoints
 
-from ..conftest import cudaprobe_cmd
+from ..conftest import HANG_S, cudaprobe_cmd
 from ..otlp_receiver import OtlpReceiver, attributes
 
 
@@ -115,7 +115,7 @@ def test_spans_only_and_metrics_only():
         assert len(r.spans()) == 1 and len(r.requests["/v1/metrics"]) == 1
     p = subprocess.run(cudaprobe_cmd("trace", "--dump-bpf", "--otlp", "c:4318", "--otlp-no-spans",
                                      "--otlp-no-metrics"), capture_output=True, text=True,
-                       timeout=60)
+                       timeout=HANG_S)
     assert p.returncode == 2 and "leave nothing to send" in p.stderr
 
 
@@ -163,14 +163,14 @@ def test_missing_sdk_is_one_line(monkeypatch):
 def test_cli_without_the_sdk_and_with_stray_options():
     code = ("import sys; sys.modules['opentelemetry.sdk'] = None; from cudaprobe.cli import main;"
             " main(['trace', '--dump-bpf', '--otlp', 'http://c:4318'])")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_S)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert p.stderr.count("\n") == 1 and "pip install 'cudaprobe[otlp]'" in p.stderr
     p = subprocess.run(cudaprobe_cmd("trace", "--dump-bpf", "--otlp-slow", "5ms"),
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=HANG_S)
     assert p.returncode == 2 and "--otlp-slow goes with --otlp ENDPOINT" in p.stderr
     p = subprocess.run(cudaprobe_cmd("trace", "--otlp", "c:4318", "--otlp-slow", "5 min"),
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=HANG_S)
     assert p.returncode == 2 and "not a duration" in p.stderr
 
 

@@ -13,7 +13,7 @@ from cudaprobe.commands.options import command_of
 from cudaprobe.errors import UsageError
 from cudaprobe.output.formats import REPORT_EXTENSIONS, REPORTERS, choose_format, format_of_output
 
-from ..conftest import cudaprobe_cmd
+from ..conftest import HANG_S, cudaprobe_cmd
 from .test_reporters import calls, summary_for
 
 
@@ -64,7 +64,7 @@ def test_c_cmd_is_split_as_the_shell_splits():
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(cudaprobe_cmd(*args), capture_output=True, text=True, timeout=60)
+    return subprocess.run(cudaprobe_cmd(*args), capture_output=True, text=True, timeout=HANG_S)
 
 
 @pytest.mark.parametrize("command", ["trace", "stats", "memory"])

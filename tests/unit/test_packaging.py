@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import REPO
+from ..conftest import HANG_S, REPO
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                         "-q", "-w", str(out), str(REPO)], capture_output=True, text=True,
-                       timeout=300)
+                       timeout=HANG_S)
     if p.returncode != 0:
         pytest.skip(f"cannot build a wheel here: {p.stderr.strip()[-200:]}")
     return next(out.glob("cudaprobe-*.whl"))
@@ -38,7 +38,7 @@ def test_wheel_contains_bpf_sources_and_entry_point(wheel):
 def test_installed_package_finds_its_bpf_dir(wheel, tmp_path):
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
-                    str(target), str(wheel)], check=True, capture_output=True, timeout=300)
+                    str(target), str(wheel)], check=True, capture_output=True, timeout=HANG_S)
     code = ("import cudaprobe.probe.bpfprog as b, cudaprobe.targets.cupti as c; "
             "print(b.bpf_dir()); print(c.cupti_source_dir())")
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,

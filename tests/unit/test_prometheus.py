@@ -22,7 +22,7 @@ from cudaprobe.output.prometheus import (
     parse_listen_address,
 )
 
-from ..conftest import cudaprobe_cmd
+from ..conftest import HANG_S, cudaprobe_cmd
 from .test_metrics import call
 
 
@@ -64,7 +64,7 @@ def free_port() -> int:
 
 
 def scrape(url: str) -> dict[str, object]:
-    with urllib.request.urlopen(url, timeout=10) as r:
+    with urllib.request.urlopen(url, timeout=HANG_S) as r:
         assert r.status == 200
         text = r.read().decode()
     return {f.name: f for f in text_string_to_metric_families(text)}
@@ -143,11 +143,11 @@ def test_prometheus_client_missing_says_how_to_install_it(monkeypatch):
 def test_the_cli_does_not_import_prometheus_client():
     code = ("import sys; import cudaprobe.cli; "
             "sys.exit('prometheus_client' in sys.modules)")
-    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+    assert subprocess.run([sys.executable, "-c", code], timeout=HANG_S).returncode == 0
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(cudaprobe_cmd(*args), capture_output=True, text=True, timeout=60)
+    return subprocess.run(cudaprobe_cmd(*args), capture_output=True, text=True, timeout=HANG_S)
 
 
 def test_serve_without_an_exporter_or_with_a_bad_address_exits_2():

@@ -10,7 +10,8 @@ import pytest
 
 from cudaprobe.analysis.summary import Summary
 from cudaprobe.catalogue import functions as catalogue
-from cudaprobe.decode.calls import JSONL_KEYS, decode_event
+from cudaprobe.decode.calls import decode_event
+from cudaprobe.decode.schema import JSONL_KEYS
 from cudaprobe.errors import UsageError
 from cudaprobe.output.formats import REPORTERS, choose_format
 from cudaprobe.output.table import TableReporter, make_console

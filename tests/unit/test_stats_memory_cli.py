@@ -6,19 +6,19 @@ import subprocess
 
 import pytest
 
-from ..conftest import as_not_root, cudaprobe_cmd, libcudart_path
+from ..conftest import HANG_S, as_not_root, cudaprobe_cmd, libcudart_path
 
 
 def run_not_root(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(as_not_root(cudaprobe_cmd(*args)), capture_output=True, text=True,
-                          timeout=60)
+                          timeout=HANG_S)
 
 
 @pytest.mark.parametrize("command,example", [("stats", "cudaprobe stats --compare api.json"),
                                              ("memory", "cudaprobe memory --stacks")])
 def test_help_has_examples(command, example):
     p = subprocess.run(cudaprobe_cmd(command, "--help"), capture_output=True, text=True,
-                       timeout=60)
+                       timeout=HANG_S)
     assert p.returncode == 0 and "Examples:" in p.stdout and example in p.stdout
     assert "--pid" in p.stdout and "--dump-bpf" in p.stdout
 

@@ -17,7 +17,7 @@ from cudaprobe.probe.plan import attachments_in, plan_probes
 from cudaprobe.targets import elf, elfsyms, procmaps
 from cudaprobe.targets.selection import Targets
 
-from ..conftest import as_not_root, build_workload, cudaprobe_cmd
+from ..conftest import HANG_S, as_not_root, build_workload, cudaprobe_cmd
 
 RUNTIME_SYMBOLS = [s for f in FUNCTIONS if f.api == RUNTIME for s in f.symbols]
 PATTERN = elfsyms.name_pattern(RUNTIME_SYMBOLS)
@@ -89,9 +89,9 @@ def test_gone_process_is_process_gone():
 
 def test_targets_find_the_runtime_a_process_maps_once(libcudart):
     exe = build_workload("cuda_loop.c", "loop_shared")
+    started = time.monotonic()  # before the process exists, however long Popen takes
     loop = subprocess.Popen([str(exe), "20"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True)
-    started = time.monotonic()
     try:
         loop.stdout.readline()  # {"pid": ...}: libraries are mapped
         targets = Targets(RUNTIME_SYMBOLS, [loop.pid])
@@ -156,7 +156,7 @@ def test_every_symbol_plan_numbers_probes_for_libraries_found_later(libcudart):
 
 def test_another_users_process_without_root_is_one_line():
     p = subprocess.run(as_not_root(cudaprobe_cmd("trace", "--dump-bpf", "--pid", "1")),
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=HANG_S)
     assert p.returncode == 2
     assert p.stderr == ("cudaprobe: pid 1: cannot read /proc/1/ns/mnt: permission denied "
                         "(run it with sudo)\n")

@@ -10,8 +10,9 @@
  * Built three ways by the tests: with gcc against the shared libcudart; with
  * nvcc, which links the runtime statically; and with -DLATE_DLOPEN, linking no
  * CUDA at all: it then waits for a line on stdin, dlopen()s LIBCUDART (default
- * libcudart.so.13) and calls through dlsym(), like `import torch` late in a
- * Python process.
+ * libcudart.so.13), prints {"loaded":LIBCUDART}, waits for a second line (a
+ * test lets the tracer probe the library meanwhile, however long that takes)
+ * and calls through dlsym(), like `import torch` late in a Python process.
  *
  * Calls per iteration I, in order:
  *   cudaGetDeviceCount(&n)
@@ -56,6 +57,8 @@ static void load_runtime(const char *name)
 		exit(1);
 	}
 	printf("{\"loaded\":\"%s\"}\n", name);
+	if (!fgets(line, sizeof(line), stdin))
+		exit(0);
 }
 #else
 #define CALL(fn) fn

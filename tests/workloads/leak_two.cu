@@ -2,13 +2,15 @@
 // sizes and call sites. Also a free that fails and an allocation that fails,
 // which change nothing. Prints one JSON line per allocation it made (the
 // truth the tests and the GPU check compare the leak report with).
-// Usage: leak_two [LINGER_MS [DELAY_MS]]  (sleep LINGER_MS before exiting,
-// DELAY_MS before the first call: time to attach with --pid)
+// Usage: leak_two [LINGER_MS [DELAY_MS | -]]  (sleep LINGER_MS before exiting,
+// DELAY_MS before the first call: time to attach with --pid; with `-`, until a
+// line, or the end, comes on stdin: a test lets it go once cudaprobe has attached)
 // Host code only: it runs on the CUDA runtime, or on tests/workloads/memstub_*
 // where there is no GPU. Build: nvcc -cudart=shared -g -Xcompiler -fno-omit-frame-pointer
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static void report(const char *site, const char *kind, void *p, size_t size, bool freed)
@@ -51,7 +53,12 @@ int main(int argc, char **argv)
 	int linger_ms = argc > 1 ? atoi(argv[1]) : 0;
 	int delay_ms = argc > 2 ? atoi(argv[2]) : 0;
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (delay_ms > 0) {
+	if (argc > 2 && strcmp(argv[2], "-") == 0) {
+		printf("waiting\n");
+		char line[16];
+		if (!fgets(line, sizeof(line), stdin))
+			line[0] = 0;
+	} else if (delay_ms > 0) {
 		printf("waiting\n");
 		usleep(delay_ms * 1000);
 	}

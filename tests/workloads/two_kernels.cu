@@ -1,4 +1,4 @@
-/* Two kernel launches, then exit at once: the program of issue 16 whose
+/* Two kernel launches, then exit at once: the program whose
  * launches went unnamed, its maps gone before the tracer could read them.
  * One kernel's mangled name is over 1 KiB (a template over 24 long type
  * names), longer than any fixed buffer cudaprobe once copied names into.

@@ -1,0 +1,56 @@
+/* The safe point of the GPU-time injection (--pid --gpu-time): uprobes on CUDA
+ * call entries in one process (attached with its pid) that stop a chosen thread
+ * there with a signal, for cudaprobe's ptrace to take it (targets/inject.py).
+ *
+ * An entry counts only when the call comes from outside every CUDA library
+ * (its return address, read at the stack pointer, lies in none of `inside`):
+ * a call the program made, not one CUDA made within a call of its own, so
+ * that the thread holds no CUDA lock. `seen` counts such entries per thread;
+ * a thread cudaprobe has seized is put in `armed` with the signal to send, and
+ * is signalled, once, at its next such entry (`signalled` keeps the address).
+ * -D settings: CP_PID (the process), CP_MAX_RANGES. */
+#include <uapi/linux/ptrace.h>
+
+struct code_range {
+    u64 lo;
+    u64 hi;
+};
+
+BPF_ARRAY(inside, struct code_range, CP_MAX_RANGES);
+BPF_HASH(seen, u32, u64, 4096);
+BPF_HASH(armed, u32, u32, 64);
+BPF_HASH(signalled, u32, u64, 64);
+
+int on_entry(struct pt_regs *ctx)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    if ((id >> 32) != CP_PID)
+        return 0;
+    u64 ret = 0;
+    if (bpf_probe_read_user(&ret, sizeof ret, (void *)PT_REGS_SP(ctx)))
+        return 0;
+#pragma unroll
+    for (int i = 0; i < CP_MAX_RANGES; i++) {
+        int k = i;
+        struct code_range *r = inside.lookup(&k);
+        if (!r || !r->hi)
+            break;
+        if (ret >= r->lo && ret < r->hi)
+            return 0;
+    }
+    u32 tid = (u32)id;
+    u32 *sig = armed.lookup(&tid);
+    if (sig) {
+        u32 s = *sig;
+        u64 ip = PT_REGS_IP(ctx);
+        armed.delete(&tid);
+        signalled.update(&tid, &ip);
+        bpf_send_signal_thread(s);
+        return 0;
+    }
+    u64 zero = 0;
+    u64 *n = seen.lookup_or_try_init(&tid, &zero);
+    if (n)
+        __sync_fetch_and_add(n, 1);
+    return 0;
+}

@@ -1,0 +1,102 @@
+"""Whether the GPU-time library may be injected into a running process, and
+what the injection needs to know about it: each refusal is one line (why),
+said by the caller, who traces on without GPU time.
+
+A process is refused when ptrace cannot or should not touch it (Yama's
+ptrace_scope 3, a seccomp filter that the injected code's system calls could
+trip, a debugger or another cudaprobe already attached), when it is a zombie,
+or when it maps no CUDA library. A thread is usable when it neither catches
+nor blocks the stop signal, one of those whose default is to be ignored, so
+that a signal left over by a cudaprobe that was killed does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from dataclasses import dataclass
+
+from cudaprobe.targets.environment import status_field
+from cudaprobe.targets.inject import Mapping
+from cudaprobe.targets.procmaps import read_maps
+
+# default action: ignore; SIGCHLD last, as a program may wait for children with it
+STOP_SIGNALS = (signal.SIGWINCH, signal.SIGURG, signal.SIGCHLD)
+CUDA_LIBRARY = re.compile(r"/lib(cuda|cudart)\.so[\d.]*$")
+# a caller in one of these is CUDA calling itself: its entry is no safe point
+CUDA_CODE = re.compile(r"/lib(cu|nv|nccl)[^/]*\.so[^/]*$")
+CUPTI = re.compile(r"/libcupti\.so[\d.]*$")
+YAMA = "/proc/sys/kernel/yama/ptrace_scope"
+
+
+def refusal(pid: int) -> str:
+    """Why the process may not be injected into ("" if it may)."""
+    state = status_field("State", pid)
+    if state is None:
+        return "it has exited"
+    if state.startswith("Z"):
+        return "it is a zombie"
+    try:
+        with open(YAMA) as f:
+            if f.read().strip() == "3":
+                return "ptrace is disabled on this machine (Yama ptrace_scope is 3)"
+    except OSError:
+        pass
+    if status_field("Seccomp", pid) == "2":
+        return ("it runs under a seccomp filter, which the injected code's system calls "
+                "(memfd_create, tgkill, mmap) could trip")
+    for tid in threads(pid):
+        tracer = status_field("TracerPid", f"{pid}/task/{tid}")
+        if tracer not in (None, "0"):
+            return f"it is already traced by pid {tracer} (a debugger, or another cudaprobe)"
+    return ""
+
+
+def threads(pid: int) -> list[int]:
+    try:
+        return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return []
+
+
+def _mask(pid: int, tid: int, name: str) -> int:
+    value = status_field(name, f"{pid}/task/{tid}")
+    return int(value, 16) if value else -1
+
+
+def stop_signal(pid: int, tid: int) -> int:
+    """A signal the thread neither catches nor blocks (0: none)."""
+    caught, blocked = _mask(pid, tid, "SigCgt"), _mask(pid, tid, "SigBlk")
+    if caught < 0 or blocked < 0:
+        return 0
+    for sig in STOP_SIGNALS:
+        bit = 1 << (int(sig) - 1)
+        if not (caught | blocked) & bit:
+            return int(sig)
+    return 0
+
+
+@dataclass
+class CudaView:
+    """What the process maps of CUDA."""
+    libraries: list[str]  # host paths of libcuda/libcudart, for the safe-point probes
+    inside: list[tuple[int, int]]  # executable ranges of every CUDA library
+    cupti: str  # a libcupti it maps (its own path), or ""
+
+
+def cuda_view(pid: int, maps: list[Mapping]) -> CudaView:
+    libraries: dict[str, str] = {}
+    host = {f.path: f.host_path for f in read_maps(pid)}  # uprobes want a path, not map_files
+    inside, cupti = [], ""
+    for m in maps:
+        if "x" not in m.perms:
+            continue
+        path = m.path.removesuffix(" (deleted)")
+        if CUDA_CODE.search(path):
+            inside.append((m.start, m.end))
+        if CUDA_LIBRARY.search(path) and path not in libraries and path in host:
+            libraries[path] = host[path]
+        if CUPTI.search(path) and not cupti:
+            cupti = path
+    return CudaView(list(libraries.values()), inside, cupti)

@@ -1,0 +1,256 @@
+"""--gpu-time with --pid: the GPU-time library injected into running
+programs (C and Python) whose threads are busy in malloc/free, in
+dlopen/dlclose loops and in CUDA calls (the real libcudart and libcuda 535,
+failing fast without a GPU, the safe-point probes firing). CUPTI is the
+fake libcupti of tests/workloads/fake_libcupti.c (one kernel record per
+flush), so that the recording and its stop run; the real one refuses
+without a GPU, said in one line. Many attach/detach cycles, cudaprobe
+killed at every point of the injection: the program's output and exit
+status are those of an untraced run, nothing is left behind but the
+library, loaded once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cudaprobe.sessions.gputime_attach import GpuTimeAttach
+from cudaprobe.targets import injectable
+
+from ..conftest import REPO, build_workload
+from .conftest import trace_jsonl
+from .test_serve_prometheus import free_port
+
+HELPER = Path(__file__).with_name("attach_helper.py")
+UNTRACED = "malloc ok\ndlopen ok\ncuda ok\n"
+GONE_S = 30  # for the kernel or the library to let go: an event waited for, never a pass
+
+
+@pytest.fixture(scope="module")
+def fake_cupti(libcuda) -> Path:
+    return build_workload("fake_libcupti.c", "libcupti-fake.so", extra=["-shared", "-fPIC"])
+
+
+@pytest.fixture(scope="module")
+def target_exe(libcuda) -> Path:
+    d = str(libcuda.parent)
+    return build_workload("inject_target.c", extra=[f"-L{d}", "-lcuda", f"-Wl,-rpath,{d}"])
+
+
+class Target:
+    """The program, running until its stdin is closed."""
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, env={**os.environ, **(env or {})})
+        assert self.proc.stdout.readline().startswith("ready")
+        self.pid = self.proc.pid
+
+    def finish(self) -> tuple[str, int]:
+        self.proc.stdin.close()
+        out = self.proc.stdout.read()
+        return out, self.proc.wait(timeout=60)
+
+    def maps(self) -> str:
+        return Path(f"/proc/{self.pid}/maps").read_text()
+
+    def loaded(self) -> int:
+        """Times the library was loaded: its mappings at offset 0."""
+        return sum(1 for line in self.maps().splitlines()
+                   if "/memfd:cudaprobe-gputime-" in line and line.split()[2] == "00000000")
+
+    def memfds(self) -> list[str]:
+        fds = Path(f"/proc/{self.pid}/fd")
+        return [os.readlink(fd) for fd in fds.iterdir() if "memfd:" in os.readlink(fd)]
+
+    def threads(self) -> list[str]:
+        tasks = Path(f"/proc/{self.pid}/task")
+        return sorted((t / "comm").read_text().strip() for t in tasks.iterdir())
+
+    def tracers(self) -> set[str]:
+        tasks = Path(f"/proc/{self.pid}/task")
+        return {line.split()[1] for t in tasks.iterdir()
+                for line in (t / "status").read_text().splitlines()
+                if line.startswith("TracerPid:")}
+
+    def settled(self) -> bool:
+        """Nothing of an injection under way: no tracer, no memfd, no watcher thread."""
+        return (self.tracers() == {"0"} and not self.memfds()
+                and "cudaprobe-gpu" not in self.threads())
+
+    def wait_settled(self) -> None:
+        deadline = time.monotonic() + GONE_S
+        while not self.settled():
+            assert time.monotonic() < deadline, (self.tracers(), self.memfds(), self.threads())
+            time.sleep(0.05)
+
+
+def helper(pid: int, cycles: int, kill: str | None, cupti: Path | None) -> list[dict]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if cupti is not None:
+        env["CUDAPROBE_CUPTI"] = str(cupti)
+    p = subprocess.run([sys.executable, str(HELPER), str(pid), str(cycles), *(
+        [kill] if kill else [])], capture_output=True, text=True, timeout=600, env=env)
+    if kill and kill not in ("recording",) and p.returncode == 0:
+        raise AssertionError(f"the kill point {kill} was never reached: {p.stdout}")
+    assert p.returncode in (0, -signal.SIGKILL), p.stderr
+    assert "Traceback" not in p.stderr, p.stderr
+    return [json.loads(line) for line in p.stdout.splitlines()]
+
+
+def test_cycles_on_a_c_program(target_exe, fake_cupti):
+    t = Target([str(target_exe), "2", "3"])
+    try:
+        cycles = helper(t.pid, 100, None, fake_cupti)
+        assert len(cycles) == 100
+        for c in cycles:
+            assert c["said"] == [f"--gpu-time: the GPU-time library is recording in pid {t.pid}"]
+            # the flush at each stop: the fake's kernel, named in each new memfd
+            assert c["kernels"] == ["fake_attached_kernel"]
+        t.wait_settled()
+        assert t.loaded() == 1  # loaded by the first attach, called again by the others
+    finally:
+        out, status = t.finish()
+    assert (out, status) == (UNTRACED, 3)
+
+
+@pytest.mark.parametrize("point", ["seized", "armed", "stopped", "moved", "stage1", "stage2",
+                                   "recording"])
+def test_cudaprobe_killed_during_the_injection(target_exe, fake_cupti, point):
+    t = Target([str(target_exe), "2", "0"])
+    try:
+        helper(t.pid, 1, point, fake_cupti)
+        t.wait_settled()  # the watcher stops alone once the heartbeat stops
+        # loaded only where the kill came after the loader's call
+        assert t.loaded() == (1 if point in ("stage2", "recording") else 0)
+        again = helper(t.pid, 1, None, fake_cupti)  # and it can be attached to again
+        assert again[0]["kernels"] == ["fake_attached_kernel"], again
+        t.wait_settled()
+        assert t.loaded() == 1
+    finally:
+        out, status = t.finish()
+    assert (out, status) == (UNTRACED, 0)
+
+
+def test_trace_and_stats_with_pid(tmp_path, target_exe, fake_cupti):
+    t = Target([str(target_exe), "1", "5"])
+    env = {**os.environ, "CUDAPROBE_CUPTI": str(fake_cupti)}
+    try:
+        calls, summary, proc = trace_jsonl(tmp_path, "--pid", str(t.pid), "--gpu-time",
+                                           "-e", "cudaMalloc,cudaFree", "-d", "1", env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert f"--gpu-time: the GPU-time library is recording in pid {t.pid}" in proc.stderr
+        assert ("--gpu-time: 1 kernels, 0 copies, 0 memsets timed on the GPU; 1 made by calls "
+                "not traced") in proc.stderr
+        assert calls and {c["event"] for c in calls} <= {"cudaMalloc", "cudaFree"}
+        t.wait_settled()
+        stats = subprocess.run([sys.executable, "-m", "cudaprobe", "stats", "--pid", str(t.pid),
+                                "--gpu-time", "--json", "-e", "cudaMalloc", "-d", "1"],
+                               capture_output=True, text=True, timeout=300, env=env)
+        assert stats.returncode == 0, stats.stderr
+        kernels = json.loads(stats.stdout)["gpu"]["kernels"]
+        assert [(k["name"], k["calls"]) for k in kernels] == [("fake_attached_kernel", 1)]
+        t.wait_settled()
+        assert t.loaded() == 1
+    finally:
+        out, status = t.finish()
+    assert (out, status) == (UNTRACED, 5)
+
+
+def test_python_program(target_exe, fake_cupti, libcudart, libcuda):
+    script = REPO / "tests" / "workloads" / "inject_target.py"
+    t = Target([sys.executable, str(script), str(libcudart), str(libcuda)])
+    try:
+        cycles = helper(t.pid, 5, None, fake_cupti)
+        assert [c["kernels"] for c in cycles] == [["fake_attached_kernel"]] * 5
+        t.wait_settled()
+        assert t.loaded() == 1
+    finally:
+        out, status = t.finish()
+    assert (out, status) == ("alloc ok\ndlopen ok\ncuda ok\n", 0)
+
+
+def _refused(t: Target, cupti: Path | None) -> str:
+    (cycle,) = helper(t.pid, 1, None, cupti)
+    assert cycle["kernels"] == []
+    (line,) = cycle["said"]
+    assert line.startswith(f"no GPU time for pid {t.pid}: "), line
+    return line.split(": ", 1)[1]
+
+
+def test_refusals(target_exe, fake_cupti):
+    t = Target([str(target_exe), "1", "0"], env={"FAKE_CUPTI_SUBSCRIBED": "1"})
+    try:  # a profiler holds CUPTI: refused, nothing left on
+        assert _refused(t, fake_cupti).endswith(
+            "CUPTI refused activity recording (CUptiResult 39: the program has a CUPTI "
+            "subscriber of its own)")
+        t.wait_settled()
+        # no GPU: the real libcupti, found under CUDA_HOME, refuses
+        assert "CUPTI" in _refused(t, None) or "libcupti" in _refused(t, None)
+    finally:
+        assert t.finish() == (UNTRACED, 0)
+    t = Target([str(target_exe), "1", "0", "seccomp"])
+    try:
+        assert "seccomp filter" in _refused(t, fake_cupti)
+        assert t.loaded() == 0
+    finally:
+        assert t.finish() == (UNTRACED, 0)
+    t = Target([str(target_exe), "1", "0"])
+    tracer = subprocess.Popen([sys.executable, "-c", (
+        "import sys; from cudaprobe.targets.ptrace import TracedThread; "
+        f"TracedThread({t.pid}); print('seized', flush=True); sys.stdin.read()")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert tracer.stdout.readline() == "seized\n"
+        assert _refused(t, fake_cupti).startswith(f"it is already traced by pid {tracer.pid}")
+    finally:
+        tracer.stdin.close()
+        tracer.wait(timeout=60)
+        assert t.finish() == (UNTRACED, 0)
+    no_cuda = subprocess.Popen(["sleep", "600"])
+    try:
+        said: list[str] = []
+        GpuTimeAttach(said.append).attach(no_cuda.pid)
+        assert said == [f"no GPU time for pid {no_cuda.pid}: it maps no CUDA library "
+                        "(libcuda, libcudart)"]
+    finally:
+        no_cuda.kill()
+        no_cuda.wait()
+    zombie = subprocess.Popen(["true"])
+    while injectable.status_field("State", zombie.pid)[0] != "Z":
+        time.sleep(0.01)
+    assert injectable.refusal(zombie.pid) == "it is a zombie"
+    zombie.wait()
+
+
+def test_yama_scope_3(tmp_path, monkeypatch):
+    scope = tmp_path / "ptrace_scope"
+    scope.write_text("3\n")
+    monkeypatch.setattr(injectable, "YAMA", str(scope))
+    assert injectable.refusal(os.getpid()) == ("ptrace is disabled on this machine (Yama "
+                                               "ptrace_scope is 3)")
+
+
+def test_serve_with_pid(target_exe, fake_cupti):
+    t = Target([str(target_exe), "1", "0"])
+    env = {**os.environ, "CUDAPROBE_CUPTI": str(fake_cupti)}
+    try:
+        p = subprocess.run([sys.executable, "-m", "cudaprobe", "serve", "--prometheus",
+                            f"127.0.0.1:{free_port()}", "--pid", str(t.pid), "--gpu-time",
+                            "-e", "cudaMalloc", "-d", "1"],
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert p.returncode == 0, p.stderr
+        assert f"--gpu-time: the GPU-time library is recording in pid {t.pid}" in p.stderr
+        # the stop's flush reached the metrics: no "no GPU activity" line
+        assert "no GPU activity" not in p.stderr and "Traceback" not in p.stderr
+        t.wait_settled()
+    finally:
+        assert t.finish() == (UNTRACED, 0)

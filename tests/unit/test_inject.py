@@ -1,0 +1,47 @@
+"""The injection's pieces that need no process: the frame and control-block
+layout read from cupti/inject.h (one source for the C, the assembly and
+targets/inject.py), and the stub as cudaprobe copies it out of the built
+library: position-independent, so its bytes there are the assembler's."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from cudaprobe.targets import cupti
+from cudaprobe.targets.inject import SLOT_REGISTERS, read_layout, stub_code
+
+SRC = cupti.cupti_source_dir()
+
+
+def test_layout_of_the_frame():
+    L = read_layout(SRC / "inject.h")
+    # the registers the stub restores, in the slots run_stub fills
+    for i, name in enumerate(SLOT_REGISTERS):
+        key = "R_RFLAGS" if name == "eflags" else f"R_{name.upper()}"
+        assert L[key] == i * 8, key
+    sizes = {"F_MEMFD_NAME": 64, "F_PATH": 64, "F_SYMBOL": 32, "F_TEXT": 256, "F_FXSAVE": 512}
+    fields = sorted((v, sizes.get(k, 8), k) for k, v in L.items()
+                    if k.startswith(("R_", "F_")))
+    for (off, size, name), (nxt, _, other) in zip(fields, fields[1:]):
+        assert off + size <= nxt, f"{name} overlaps {other}"
+    last_off, last_size, _ = fields[-1]
+    assert last_off + last_size <= L["FRAME_SIZE"]
+    assert L["F_FXSAVE"] % 16 == 0 and L["FRAME_ALIGN"] % 16 == 0  # fxsave64's alignment
+    assert L["STUB_POP"] >= 128 + 8  # the frame lies past the red zone
+
+
+@pytest.mark.skipif(not shutil.which("cc"), reason="no C compiler")
+def test_stub_copied_out_is_the_assembled_code(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDAPROBE_CACHE", str(tmp_path))
+    built, why = cupti.build_library()
+    if built is None:
+        pytest.skip(why)
+    obj, raw = tmp_path / "stub.o", tmp_path / "stub.bin"
+    subprocess.run(["cc", "-c", "-o", obj, SRC / "inject_stub.S", f"-I{SRC}"], check=True)
+    subprocess.run(["objcopy", "-O", "binary", "-j", ".text", obj, raw], check=True)
+    code = stub_code(built)
+    assert code == raw.read_bytes()[:len(code)] and len(code) > 100
+    assert code[:4] == bytes.fromhex("480fae84")  # fxsave64 off rsp: its first instruction

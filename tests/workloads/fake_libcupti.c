@@ -1,0 +1,111 @@
+/* A libcupti for attaching --gpu-time on a machine without a GPU: the
+ * functions cupti/gputime.c calls, answering as CUPTI does when it records,
+ * so that the injection, the recording and its stop run for real. Each
+ * cuptiActivityFlushAll hands the library one buffer with one kernel record
+ * (named fake_attached_kernel, on the calling thread's clock) and the API
+ * record of the runtime call that launched it, on the flushing thread.
+ * With FAKE_CUPTI_SUBSCRIBED=1 in the program's environment, cuptiSubscribe
+ * says another subscriber holds CUPTI (as when a profiler runs).
+ *
+ *   cc -shared -fPIC -o libcupti-fake.so fake_libcupti.c -I/usr/local/cuda/include */
+#define _GNU_SOURCE
+#include <cupti.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static CUpti_BuffersCallbackRequestFunc requested;
+static CUpti_BuffersCallbackCompleteFunc completed;
+static int enabled;  /* kinds switched on since the last flush: a record to hand over */
+
+CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) { (void)kind; enabled++; return CUPTI_SUCCESS; }
+CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) { (void)kind; return CUPTI_SUCCESS; }
+CUptiResult cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_t on) { (void)cbid, (void)on; return CUPTI_SUCCESS; }
+CUptiResult cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t on) { (void)cbid, (void)on; return CUPTI_SUCCESS; }
+CUptiResult cuptiSetThreadIdType(CUpti_ActivityThreadIdType t) { (void)t; return CUPTI_SUCCESS; }
+CUptiResult cuptiGetThreadIdType(CUpti_ActivityThreadIdType *t) { *t = CUPTI_ACTIVITY_THREAD_ID_TYPE_DEFAULT; return CUPTI_SUCCESS; }
+CUptiResult cuptiActivityFlushPeriod(uint32_t ms) { (void)ms; return CUPTI_SUCCESS; }
+CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext c, uint32_t s, size_t *n) { (void)c, (void)s; *n = 0; return CUPTI_SUCCESS; }
+CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle h) { (void)h; return CUPTI_SUCCESS; }
+
+CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *h, CUpti_CallbackFunc f, void *d)
+{
+    const char *busy = getenv("FAKE_CUPTI_SUBSCRIBED");
+    (void)f, (void)d;
+    *h = (CUpti_SubscriberHandle)1;
+    return busy && *busy == '1' ? CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED : CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiGetCallbackName(CUpti_CallbackDomain d, uint32_t cbid, const char **name)
+{
+    if (d == CUPTI_CB_DOMAIN_RUNTIME_API && cbid == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000) {
+        *name = "cudaLaunchKernel_v7000";
+        return CUPTI_SUCCESS;
+    }
+    return CUPTI_ERROR_INVALID_PARAMETER;
+}
+
+CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc r,
+                                           CUpti_BuffersCallbackCompleteFunc c)
+{
+    requested = r;
+    completed = c;
+    return CUPTI_SUCCESS;
+}
+
+/* the buffer: a kernel record, then an API record, each its CUPTI struct */
+struct fake_buffer {
+    CUpti_ActivityKernel10 kernel;
+    CUpti_ActivityAPI api;
+};
+
+CUptiResult cuptiActivityGetNextRecord(uint8_t *buffer, size_t valid, CUpti_Activity **record)
+{
+    struct fake_buffer *b = (struct fake_buffer *)buffer;
+    if (!*record)
+        *record = (CUpti_Activity *)&b->kernel;
+    else if (*record == (CUpti_Activity *)&b->kernel && valid >= sizeof *b)
+        *record = (CUpti_Activity *)&b->api;
+    else
+        return CUPTI_ERROR_MAX_LIMIT_REACHED;
+    return CUPTI_SUCCESS;
+}
+
+static uint64_t realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+CUptiResult cuptiActivityFlushAll(uint32_t flag)
+{
+    uint8_t *buffer;
+    size_t size, max;
+    (void)flag;
+    if (!requested || !completed || !enabled)
+        return CUPTI_SUCCESS;
+    enabled = 0;
+    requested(&buffer, &size, &max);
+    if (!buffer || size < sizeof(struct fake_buffer))
+        return CUPTI_SUCCESS;
+    struct fake_buffer *b = (struct fake_buffer *)buffer;
+    memset(b, 0, sizeof *b);
+    uint64_t now = realtime_ns();
+    b->kernel.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+    b->kernel.start = now - 2000;
+    b->kernel.end = now - 1000;
+    b->kernel.correlationId = 7;
+    b->kernel.streamId = 3;
+    b->kernel.name = "fake_attached_kernel";
+    b->api.kind = CUPTI_ACTIVITY_KIND_RUNTIME;
+    b->api.cbid = CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000;
+    b->api.start = now - 5000;
+    b->api.end = now - 4000;
+    b->api.correlationId = 7;
+    b->api.threadId = (uint32_t)syscall(SYS_gettid);
+    completed(NULL, 0, buffer, size, sizeof *b);
+    return CUPTI_SUCCESS;
+}
