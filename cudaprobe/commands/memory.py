@@ -13,11 +13,10 @@ from cudaprobe.commands.options import (
     probe_options,
     py_stacks_option,
     report_file_options,
-    report_output,
     run_probing,
-    write_report,
 )
 from cudaprobe.output.memory_view import render_exit, render_processes, render_summary, to_dict
+from cudaprobe.output.report_files import report_output, write_report
 from cudaprobe.output.table import make_console
 from cudaprobe.sessions.memory import MemoryOptions, MemorySession
 from cudaprobe.sessions.probing import ProbeRequest, Probing

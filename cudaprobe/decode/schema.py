@@ -36,11 +36,14 @@ ROW_SCHEMA = (
     Key(('details',), 'string', 'the DETAILS column'),
     Key(('depth',), 'int', "how deep in its thread's calls: 0 at the top, 1 for a call made inside a traced call (a driver call inside `cudaMalloc`), ..."),
     Key(('parent',), 'int or null', 'the `ts_ns` of the call it was made in (same `pid`, `tid`): a call is known by its `tid` and `ts_ns`; null at depth 0'),
+    Key(('rank', 'world_size'), 'int, int or null', "only on the rows of a process that is one rank of a job (its runtime and driver calls too): the rank its launcher gave it (`RANK`/`WORLD_SIZE` as torchrun sets them, Open MPI's, PMI's), else the rank of the first communicator it made or used; absent where neither tells; CSV columns always, empty there ([nccl.md](nccl.md#many-ranks))", option='a launcher, or a communicator'),
     Key(('py_stack',), 'list', 'with `--py-stacks` only, on calls made by a thread running Python: `[{"file", "line", "function"}, ...]`, innermost first, as the interpreter\'s frames were at the call (`function`: the qualified name from 3.11 on); absent for a thread with no Python frame; `py_stack_cut: true` where the stack was deeper than 32 frames ([pystacks.md](pystacks.md))', option='--py-stacks'),
     Key(('gpu',), 'object', "with `--gpu-time` only, on calls that queued GPU work: `kind` (`kernel`, `memcpy`, `memset`), `start_ns` (CLOCK_MONOTONIC, as `ts_ns`), `duration_ns`, `device`, `stream`, `context` (CUPTI's ids); copies and memsets add `bytes`, copies `copy_kind` (`HtoD`, ...); a call that queued several (a graph launch) spans them, with `count` ([gputime.md](gputime.md))", option='--gpu-time'),
 )
 
 JSONL_KEYS = tuple(name for key in ROW_SCHEMA if key.option is None for name in key.names)
+# after JSONL_KEYS where the call's process is a known rank of a job (decode/ranks.py)
+RANK_KEYS = ("rank", "world_size")
 
 
 def time_ms(ts_ns: int, t0_ns: int) -> float:

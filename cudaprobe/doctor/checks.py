@@ -191,8 +191,8 @@ def check_pid_namespace() -> Check:
     return Check("pid namespace", WARN, "one of its own: events carry host pids, which this "
                  "/proc does not show, so -- COMMAND, --pid and --comm cannot select "
                  "processes (they say so and exit 2; tracing every process with --lib works), "
-                 "and calls of threads that exit mid-call stay in the pairing map (16384 "
-                 "entries) until the trace ends",
+                 "and calls of threads that exit mid-call stay in the pairing map "
+                 f"({bpfprog.Settings.max_inflight} entries) until the trace ends",
                  "run cudaprobe in the host's pid namespace (docker run --pid=host)")
 
 

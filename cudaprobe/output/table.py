@@ -59,6 +59,11 @@ def _event(c: Call) -> str:
     return INDENT * c.depth + c.event if c.depth else c.event
 
 
+def process_label(c: Call) -> str:
+    """`python[r1]` for rank 1 of a job (decode/ranks.py), else the name."""
+    return c.process if c.rank is None else f"{c.process}[r{c.rank}]"
+
+
 def _latency(c: Call) -> str:
     return "-" if c.in_flight else humanize_ns(c.duration_ns)
 
@@ -69,7 +74,8 @@ def _result(c: Call) -> str:
 
 COLUMNS = (
     Column("TIME(ms)", 10, lambda c: f"{c.time_ms:.3f}", "right"),
-    Column("PROCESS", 15, lambda c: escape(c.process), min_width=8),
+    # cut in the middle: a rank's `[r1]` stays
+    Column("PROCESS", 15, lambda c: escape(process_label(c)), min_width=8, cut=cut_middle),
     Column("PID", 7, lambda c: str(c.pid), "right"),
     Column("TID", 7, lambda c: str(c.tid), "right"),
     Column("EVENT", 26, _event, min_width=18, cut=cut_middle),
