@@ -274,7 +274,7 @@ def probe_shape(block: str) -> str:
     text of printf's format (bpftrace keeps it; only its conversions reach the
     program) and the variables' names."""
     body = "\n".join(line for line in block.splitlines() if not line.startswith("//"))
-    body = re.sub(r'^(u(?:ret)?probe):"[^"]*":\S+$', r"\1", body, flags=re.M)
+    body = re.sub(r'^(u(?:ret)?probe):"(?:[^"\\]|\\.)*":\S+$', r"\1", body, flags=re.M)
     body = re.sub(r"\[tid, \d+\]", "[tid, ID]", body)
     body = re.sub(r'printf\("((?:[^"\\]|\\.)*)"',
                   lambda m: 'printf("' + " ".join(re.findall(r"%[-.\d]*l*[a-z]", m[1])) + '"',
