@@ -72,6 +72,10 @@ class ProcessMemory:
     implicit: list[tuple[str, int, int, int]] = field(default_factory=list)  # by, ns, n, bytes
     ended: list[Allocation] = field(default_factory=list)  # never freed explicitly
     exited: bool = False
+    # live bytes per call site, and as they were at the peak: where the peak's memory
+    # was allocated (with --py-stacks, a site begins with its Python line)
+    live_by_site: dict[tuple[str, ...], int] = field(default_factory=lambda: defaultdict(int))
+    peak_by_site: dict[tuple[str, ...], int] = field(default_factory=dict)
 
     @property
     def live_total(self) -> int:
@@ -83,6 +87,7 @@ class ProcessMemory:
             self.peak_bytes[kind] = max(self.peak_bytes[kind], n)
         if total > self.peak_total:
             self.peak_total, self.peak_ns = total, ts_ns
+            self.peak_by_site = {s: n for s, n in self.live_by_site.items() if n}
         self.timeline.append((ts_ns, total))
         if len(self.timeline) > MAX_TIMELINE:
             self.timeline = self.timeline[::2]
@@ -92,8 +97,10 @@ class ProcessMemory:
         if old is not None:  # freed by something we did not see
             self.counts["replaced"] += 1
             self.live_bytes[old.kind] -= old.size
+            self.live_by_site[old.site] -= old.size
         self.live[a.key] = a
         self.live_bytes[a.kind] += a.size
+        self.live_by_site[a.site] += a.size
         self.counts["allocations"] += 1
         self.counts["bytes_allocated"] += a.size
         self._changed(a.ts_ns)
@@ -110,6 +117,7 @@ class ProcessMemory:
     def _end(self, a: Allocation, ts_ns: int) -> None:
         del self.live[a.key]
         self.live_bytes[a.kind] -= a.size
+        self.live_by_site[a.site] -= a.size
         self.counts["bytes_freed"] += a.size
         self._changed(ts_ns)
 

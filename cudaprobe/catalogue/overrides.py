@@ -58,7 +58,8 @@ ARGS: dict[tuple[str, str], ArgKind] = {
 
 # name -> category, where categories.RULES get it wrong
 CATEGORIES: dict[str, str] = {
-    "cudaStreamIsCapturing": "stream",  # its category in the hand-written catalogue: `-e stream` kept it
+    # its category in the hand-written catalogue: `-e stream` kept it
+    "cudaStreamIsCapturing": "stream",
 }
 
 # Functions that older headers declare under an ABI version the current ones do

@@ -12,11 +12,10 @@ from cudaprobe.commands.options import (
     probe_options,
     py_stacks_option,
     report_file_options,
-    report_output,
     run_probing,
-    write_report,
 )
 from cudaprobe.output.memory_view import render_exit, render_processes, render_summary, to_dict
+from cudaprobe.output.report_files import report_output, write_report
 from cudaprobe.output.table import make_console
 from cudaprobe.sessions.memory import MemoryOptions, MemorySession
 from cudaprobe.sessions.probing import ProbeRequest, Probing
@@ -42,8 +41,8 @@ def memory_command(probe: ProbeRequest, stacks, py_stacks, interval, fmt, as_jso
     first, grouped by call site. Failed allocations and frees change nothing;
     memory freed by cudaDeviceReset or cuCtxDestroy is reported as freed
     implicitly. With --py-stacks, a call site begins with the Python line that
-    made the allocation (its program's own innermost frame): each leak and
-    the peak's allocations are grouped by it.
+    made the allocation (its program's own innermost frame): each leak, and
+    the memory live at the peak, is grouped by it.
 
     With `-- COMMAND`, start COMMAND, track only it (and its children), and
     exit with its exit status. With --pid or --comm, attach to processes

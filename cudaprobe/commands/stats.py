@@ -3,34 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-import json
+import functools
 
 import click
 
 from cudaprobe.analysis.stats import SORT_KEYS
-from cudaprobe.analysis.stats_compare import (
-    DEFAULT_MIN_CALLS,
-    DEFAULT_THRESHOLD,
-    REGRESSION_EXIT,
-    compare,
-    load_report,
-)
+from cudaprobe.analysis.stats_compare import DEFAULT_MIN_CALLS, DEFAULT_THRESHOLD, REGRESSION_EXIT
 from cudaprobe.catalogue.functions import NCCL
-from cudaprobe.commands.options import (
-    Seconds,
-    probe_options,
-    report_file_options,
-    report_output,
-    run_probing,
-    write_report,
-)
+from cudaprobe.commands.options import Seconds, probe_options, report_file_options, run_probing
 from cudaprobe.errors import UsageError
-from cudaprobe.output.compare_view import render_changes
-from cudaprobe.output.stats_view import render_stats
-from cudaprobe.output.table import make_console
 from cudaprobe.sessions.gputime import check_gpu_time
-from cudaprobe.sessions.probing import ProbeRequest, Probing
-from cudaprobe.sessions.stats import count, functions_to_count
+from cudaprobe.sessions.probing import ProbeRequest
+from cudaprobe.sessions.stats import StatsRequest, functions_to_count, report_stats
 
 
 @click.command("stats", context_settings={"show_default": True})
@@ -116,32 +100,7 @@ def stats_command(probe: ProbeRequest, sort, by, interval, fmt, as_json, output,
         apis = {NCCL}
         probe = dataclasses.replace(probe, apis=frozenset(apis))
     functions = functions_to_count(by, list(probe.events), apis)
-
-    def session(probing: Probing) -> int:
-        before = load_report(baseline) if baseline else None
-        stream, json_out, human = report_output(output, force, fmt, as_json)
-        notify = probing.begin("counting")
-        report, status = count(probing, notify, human, by, interval, sort, gpu_time)
-        document = report.to_dict(sort)
-        changes = None
-        if before is not None:
-            changes = compare(before, document, threshold, min_calls)
-            document["compare"] = {"baseline": baseline, "threshold_percent": threshold,
-                                   "min_calls": min_calls,
-                                   "moved": [c.to_dict() for c in changes]}
-
-        def write() -> None:
-            render_stats(report, human, sort)
-            if changes is not None:
-                render_changes(changes, human, baseline, threshold)
-            if output or json_out:
-                if json_out:
-                    stream.write(json.dumps(document, indent=2) + "\n")
-                else:
-                    render_stats(report, make_console(stream), sort)
-                stream.close()
-
-        status = write_report(write, status, bool(probe.command))
-        return REGRESSION_EXIT if not status and changes else status
-
-    run_probing(probe, functions, session, stats=by == "function", py_stacks=by == "line")
+    request = StatsRequest(sort, by, interval, fmt, as_json, output, force, baseline, threshold,
+                           min_calls, gpu_time)
+    run_probing(probe, functions, functools.partial(report_stats, request=request),
+                stats=by == "function", py_stacks=by == "line")

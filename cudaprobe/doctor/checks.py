@@ -190,7 +190,7 @@ def check_pid_namespace() -> Check:
                      "are swept from the pairing map")
     return Check("pid namespace", WARN, "one of its own: events carry host pids, which this "
                  "/proc does not show, so calls of threads that exit mid-call stay in the "
-                 "pairing map (16384 entries) until the trace ends",
+                 f"pairing map ({bpfprog.Settings.max_inflight} entries) until the trace ends",
                  "run cudaprobe in the host's pid namespace (docker run --pid=host)")
 
 

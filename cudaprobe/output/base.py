@@ -14,13 +14,12 @@ from cudaprobe.decode.records import RecordDecoder
 class Reporter:
     name: ClassVar[str]
     extensions: ClassVar[tuple[str, ...]] = ()
-    # --py-stacks: calls may carry `py_stack` (decode.pystacks), shown where the format has room
-    py_stacks = False
-    def __init__(self, stream: TextIO, gpu_time: bool = False) -> None:
+    def __init__(self, stream: TextIO, gpu_time: bool = False, py_stacks: bool = False) -> None:
         self.stream = stream
-        # --gpu-time: calls may carry `gpu` work (decode.gputime), shown where the format
-        # has room
+        # --gpu-time: calls may carry `gpu` work (decode.gputime), --py-stacks a `py_stack`
+        # (decode.pystacks): shown where the format has room
         self.gpu_time = gpu_time
+        self.py_stacks = py_stacks
 
     def start(self) -> None:
         """Called once the probes are attached, before any call."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from cudaprobe.decode.schema import ROW_SCHEMA
 from cudaprobe.errors import UsageError
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.chrome import ChromeReporter
@@ -49,5 +50,13 @@ def choose_format(fmt: str | None, output: str | None) -> str:
     return format_of_output(fmt, output, {name: r.extensions for name, r in REPORTERS.items()})
 
 
-__all__ = ["FORMATS", "REPORTERS", "REPORT_EXTENSIONS", "Reporter", "choose_format",
+def schema_table() -> str:
+    """The row schema (decode/schema.py) as docs/formats.md's Markdown table."""
+    lines = ["| key | type | meaning |", "| --- | --- | --- |"]
+    lines += [f"| {', '.join(f'`{n}`' for n in key.names)} | {key.type} | {key.meaning} |"
+              for key in ROW_SCHEMA]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["FORMATS", "REPORTERS", "REPORT_EXTENSIONS", "Reporter", "choose_format", "schema_table",
            "format_of_output"]

@@ -13,7 +13,9 @@ from cudaprobe.decode.calls import Call
 from cudaprobe.decode.gputime import gpu_object
 from cudaprobe.decode.nesting import Mark
 from cudaprobe.decode.pystacks import PyStack
+from cudaprobe.decode.ranks import Ranks
 from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
+from cudaprobe.decode.schema import time_ms
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.recordtext import compile_args_text, encode
 from cudaprobe.probe.event import R_COMM, R_DURATION, R_PID, R_RET, R_TID, R_TS, comm_text
@@ -23,8 +25,8 @@ class JsonlReporter(Reporter):
     name = "jsonl"
     extensions = (".jsonl", ".ndjson")
 
-    def __init__(self, stream: TextIO, gpu_time: bool = False) -> None:
-        super().__init__(stream, gpu_time)
+    def __init__(self, stream: TextIO, gpu_time: bool = False, py_stacks: bool = False) -> None:
+        super().__init__(stream, gpu_time, py_stacks)
         self._comms: dict[bytes, str] = {}  # the kernel's comm -> its text as JSON
         # probe -> its json_details, for Calls not decoded yet (json_line)
         self._json_details: dict[ProbeDecoder, Callable[[tuple], tuple[str, str]]] = {}
@@ -42,14 +44,13 @@ class JsonlReporter(Reporter):
                 nesting: list[Mark] | None = None) -> None:
         self.stream.write("".join(decoder.decode(records, self, nesting)))
 
-    def row_maker(self, probe: ProbeDecoder, t0_ns: int) -> RowMaker:
+    def row_maker(self, probe: ProbeDecoder, t0_ns: int, ranks: Ranks) -> RowMaker:
         """The probe's record -> its JSONL line, with its newline."""
         tail, _ = compile_args_text(probe)
         ret_json: dict[int, str] = {}  # return code -> its name as JSON text
-        comms = self._comms
-        # the line from "event" to "duration_ns": the same for every call
-        event = (f',"event":{encode_basestring(probe.event)},"api":"{probe.api}",'
-                 f'"category":"{probe.category}","duration_ns":')
+        comms, rank_json = self._comms, ranks.json
+        middle = _middle(probe.event, probe.api, probe.category)  # the same for every call
+        spell, ms = _line, time_ms  # local names: the hot path looks them up per record
 
         def comm_json(raw: bytes) -> str:
             text = comms[raw] = encode_basestring(comm_text(raw))
@@ -60,13 +61,11 @@ class JsonlReporter(Reporter):
             return text
 
         def line(rec: tuple, depth: int = 0, parent: int | None = None) -> str:
-            ts, ret, comm = rec[R_TS], rec[R_RET], rec[R_COMM]
-            return (f'{{"time_ms":{round((ts - t0_ns) / 1e6, 3)!r},"ts_ns":{ts},'
-                    f'"pid":{rec[R_PID]},"tid":{rec[R_TID]},'
-                    f'"process":{comms.get(comm) or comm_json(comm)}{event}{rec[R_DURATION]},'
-                    f'"ret":{ret},"ret_name":{ret_json.get(ret) or ret_name_json(ret)},'
-                    f'"args":{tail(rec)},"depth":{depth},'
-                    f'"parent":{"null" if parent is None else parent}}}\n')
+            ts, ret, comm, pid = rec[R_TS], rec[R_RET], rec[R_COMM], rec[R_PID]
+            return spell(ms(ts, t0_ns), ts, pid, rec[R_TID],
+                         comms.get(comm) or comm_json(comm), middle, rec[R_DURATION], ret,
+                         ret_json.get(ret) or ret_name_json(ret), tail(rec), depth,
+                         parent) + (rank_json.get(pid, "") if rank_json else "") + "}\n"
         return line
 
     def row_of_call(self, call: Call) -> str:
@@ -77,32 +76,27 @@ class JsonlReporter(Reporter):
 
     def json_line(self, call: Call) -> str:
         """The call's JSONL line (no newline), as json.dumps(call.to_dict()) writes
-        it; formatted from the record for a Call whose args are not decoded yet."""
+        it; the arguments formatted from the record for a Call not decoded yet."""
         lazy = call.lazy
-        if lazy is None or call.duration_ns is None or call.event is not lazy[0].event:
-            return encode(call.to_dict())
-        if call.py_stack is not None:
-            return self._lazy_line(call)[:-1] + py_stack_json(call.py_stack) + "}"
-        return self._lazy_line(call)
-
-    def _lazy_line(self, call: Call) -> str:
-        """json_line of a Call whose args are not decoded yet, without its stack."""
-        lazy = call.lazy
-        d, rec = lazy
-        if call._args is None and call._details is None:
+        if (lazy is not None and call._args is None and call._details is None
+                and call.duration_ns is not None and call.event is lazy[0].event):
+            d, rec = lazy
             json_details = self._json_details.get(d)
             if json_details is None:
                 json_details = self._json_details[d] = compile_args_text(d)[1]
             args, details = json_details(rec)
         else:  # decoded already, or assigned
             args, details = encode(call.args), call.details
-        return (f'{{"time_ms":{call.time_ms!r},"ts_ns":{call.ts_ns},"pid":{call.pid},'
-                f'"tid":{call.tid},"process":{encode_basestring(call.process)},'
-                f'"event":{encode_basestring(call.event)},"api":"{call.api}",'
-                f'"category":"{call.category}","duration_ns":{call.duration_ns},'
-                f'"ret":{call.ret},"ret_name":{encode_basestring(call.ret_name)},'
-                f'"args":{args},"details":{encode_basestring(details)},"depth":{call.depth},'
-                f'"parent":{"null" if call.parent is None else call.parent}}}')
+        line = _line(call.time_ms, call.ts_ns, call.pid, call.tid,
+                     encode_basestring(call.process),
+                     _middle(call.event, call.api, call.category), encode(call.duration_ns),
+                     encode(call.ret), encode(call.ret_name),
+                     f'{args},"details":{encode(details)}', call.depth, call.parent)
+        if call.rank is not None:
+            line += f',"rank":{call.rank},"world_size":{encode(call.world_size)}'
+        if call.py_stack is not None:
+            line += py_stack_json(call.py_stack)
+        return line + "}"
 
     def finish(self, summary: Summary) -> None:
         self.stream.write(json.dumps({"summary": summary.to_dict()}, separators=(",", ":")) + "\n")
@@ -113,3 +107,22 @@ def py_stack_json(stack: PyStack) -> str:
     """`,"py_stack":[...]` (and `,"py_stack_cut":true`), to go before a line's `}`."""
     return (',"py_stack":' + encode(stack.frames)
             + (',"py_stack_cut":true' if stack.cut else ""))
+
+
+def _middle(event: str, api: str, category: str) -> str:
+    """A line's text from "event" to "duration_ns":, the same for every call of
+    a function."""
+    return (f',"event":{encode_basestring(event)},"api":"{api}","category":"{category}",'
+            '"duration_ns":')
+
+
+def _line(time_ms: float, ts_ns: int, pid: int, tid: int, process_json: str, middle: str,
+          duration: object, ret: object, ret_name_json: str, args_details: str, depth: int,
+          parent: int | None) -> str:
+    """A JSONL line, the schema's keys in order (decode/schema.py), its object left
+    open: the one place the line is spelled. Strings come as JSON text; `args_details`
+    is the args object then `,"details":` and its text."""
+    return (f'{{"time_ms":{time_ms!r},"ts_ns":{ts_ns},"pid":{pid},"tid":{tid},'
+            f'"process":{process_json}{middle}{duration},"ret":{ret},'
+            f'"ret_name":{ret_name_json},"args":{args_details},"depth":{depth},'
+            f'"parent":{"null" if parent is None else parent}')

@@ -62,12 +62,18 @@ def render_processes(processes: list[ProcessMemory], console: Console, title: st
     console.print(table)
 
 
+PEAK_SITES_SHOWN = 3  # the table's lines on where the peak's memory came from
+
+
 def render_exit(p: ProcessMemory, console: Console, ms: Ms) -> None:
     """The leak report of a process that exited."""
     leaked = [a for a in p.ended if a.ended_by == PROCESS_EXIT]
     head = (f"pid {p.pid} ({p.process}) exited: peak {humanize_bytes(p.peak_total)}, "
             f"{_n(p.counts['allocations'], 'allocation')}, {_n(p.counts['frees'], 'free')}")
     console.print(Text(head, style="bold"))
+    for site, n in peak_sites(p)[:PEAK_SITES_SHOWN]:
+        console.print(Text(f"  at the peak: {humanize_bytes(n)} from "
+                           f"{site[0] if site else '(call site unknown)'}"))
     for by, ts, n, size in p.implicit:
         console.print(Text(f"  {by} at {ms(ts):.3f} ms freed {_n(n, 'allocation')} "
                            f"({humanize_bytes(size)}) without a free call"))
@@ -141,8 +147,14 @@ def process_dict(p: ProcessMemory, ms: Ms) -> dict[str, Any]:
         "implicit_frees": [{"by": by, "at_ms": ms(ts), "allocations": n, "bytes": size}
                            for by, ts, n, size in p.implicit],
         "leaks": groups(p.ended),
+        "peak_by_site": [{"site": list(site), "bytes": n} for site, n in peak_sites(p)],
         "live": groups(list(p.live.values())),
     }
+
+
+def peak_sites(p: ProcessMemory) -> list[tuple[tuple[str, ...], int]]:
+    """The call sites of the memory live at the peak, most bytes first."""
+    return sorted(p.peak_by_site.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
 def to_dict(processes: list[ProcessMemory], lost: dict[str, int], in_flight: int,

@@ -54,6 +54,11 @@ def _event(c: Call) -> str:
     return INDENT * c.depth + c.event if c.depth else c.event
 
 
+def process_label(c: Call) -> str:
+    """`python[r1]` for rank 1 of a job (decode/ranks.py), else the name."""
+    return c.process if c.rank is None else f"{c.process}[r{c.rank}]"
+
+
 def _latency(c: Call) -> str:
     return "-" if c.in_flight else humanize_ns(c.duration_ns)
 
@@ -64,7 +69,8 @@ def _result(c: Call) -> str:
 
 COLUMNS = (
     Column("TIME(ms)", 10, lambda c: f"{c.time_ms:.3f}", "right"),
-    Column("PROCESS", 15, lambda c: c.process, min_width=8),
+    # cut in the middle: a rank's `[r1]` stays
+    Column("PROCESS", 15, lambda c: process_label(c), min_width=8, cut=cut_middle),
     Column("PID", 7, lambda c: str(c.pid), "right"),
     Column("TID", 7, lambda c: str(c.tid), "right"),
     Column("EVENT", 26, _event, min_width=18, cut=cut_middle),
@@ -139,8 +145,8 @@ class TableReporter(Reporter):
     extensions = (".txt", ".log", ".table")
 
     def __init__(self, stream: TextIO, console: Console | None = None,
-                 gpu_time: bool = False) -> None:
-        super().__init__(stream, gpu_time)
+                 gpu_time: bool = False, py_stacks: bool = False) -> None:
+        super().__init__(stream, gpu_time, py_stacks)
         self.console = console or make_console(stream)
         self._color = self.console.is_terminal and not self.console.no_color
         # a terminal's width bounds the line; a file's or a pipe's does not
@@ -163,7 +169,6 @@ class TableReporter(Reporter):
             self._details_width = self.width - sum(widths) - len(widths)
 
     def start(self) -> None:
-        self._lay_out()  # again: py_stacks is set after construction
         header = " ".join(c.text(c.title, w) for c, w in self._cells) + " "
         if self._details_width is None:
             header += DETAILS

@@ -18,6 +18,7 @@ from cudaprobe.analysis.memtrack import MemCall, MemoryAccounting, ProcessMemory
 from cudaprobe.decode.calls import decode_event
 from cudaprobe.decode.callsites import CallSites
 from cudaprobe.decode.pystacks import PyStacks
+from cudaprobe.decode.schema import time_ms
 from cudaprobe.probe.bpfprog import Settings
 from cudaprobe.probe.event import RawEvent, from_record, site_frame
 from cudaprobe.probe.plan import ProbePlan
@@ -118,4 +119,4 @@ class MemorySession:
 
     def ms(self, ts_ns: int) -> float:
         """A monotonic timestamp as milliseconds since tracing began."""
-        return round((ts_ns - self.t0_ns) / 1e6, 3)
+        return time_ms(ts_ns, self.t0_ns)

@@ -8,6 +8,7 @@ count() runs the one --by asks for, with --gpu-time's GPU work beside it."""
 from __future__ import annotations
 
 import io
+import json
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -16,13 +17,23 @@ from rich.console import Console
 
 from cudaprobe.analysis.gpustats import gpu_stats
 from cudaprobe.analysis.stats import KernelTally, StatsReport, collect
+from cudaprobe.analysis.stats_compare import (
+    DEFAULT_MIN_CALLS,
+    DEFAULT_THRESHOLD,
+    REGRESSION_EXIT,
+    compare,
+    load_report,
+)
 from cudaprobe.analysis.summary import NOT_LOST, Summary
 from cudaprobe.catalogue.functions import ArgKind, Function
 from cudaprobe.decode.calls import Call
 from cudaprobe.decode.symbolize import KernelSymbolizer
 from cudaprobe.errors import UsageError
 from cudaprobe.output.base import Reporter
+from cudaprobe.output.compare_view import render_changes
+from cudaprobe.output.report_files import report_output, write_report
 from cudaprobe.output.stats_view import render_stats
+from cudaprobe.output.table import make_console
 from cudaprobe.probe.bpfprog import Settings
 from cudaprobe.probe.plan import ProbePlan, select_functions
 from cudaprobe.probe.tracer import Tracer
@@ -156,3 +167,50 @@ def count(probing: Probing, notify: Callable[[str], None], console: Console,
         if gpu is not None:
             gpu.close()
     return report, status
+
+
+@dataclass(frozen=True)
+class StatsRequest:
+    """What stats' own options say: the rows (--sort, --by, --interval), where the
+    report goes (-f, --json, -o, --force), --compare and its bounds, --gpu-time."""
+    sort: str = "total"
+    by: str = "function"
+    interval: float | None = None
+    fmt: str | None = None
+    as_json: bool = False
+    output: str | None = None
+    force: bool = False
+    baseline: str | None = None
+    threshold: float = DEFAULT_THRESHOLD
+    min_calls: int = DEFAULT_MIN_CALLS
+    gpu_time: bool = False
+
+
+def report_stats(probing: Probing, request: StatsRequest) -> int:
+    """Count until stopped, then report (and compare with --compare's baseline);
+    returns the exit status for cudaprobe."""
+    r = request
+    before = load_report(r.baseline) if r.baseline else None
+    stream, json_out, human = report_output(r.output, r.force, r.fmt, r.as_json)
+    notify = probing.begin("counting")
+    report, status = count(probing, notify, human, r.by, r.interval, r.sort, r.gpu_time)
+    document = report.to_dict(r.sort)
+    changes = None
+    if before is not None:
+        changes = compare(before, document, r.threshold, r.min_calls)
+        document["compare"] = {"baseline": r.baseline, "threshold_percent": r.threshold,
+                               "min_calls": r.min_calls, "moved": [c.to_dict() for c in changes]}
+
+    def write() -> None:
+        render_stats(report, human, r.sort)
+        if changes is not None:
+            render_changes(changes, human, r.baseline, r.threshold)
+        if r.output or json_out:
+            if json_out:
+                stream.write(json.dumps(document, indent=2) + "\n")
+            else:
+                render_stats(report, make_console(stream), r.sort)
+            stream.close()
+
+    status = write_report(write, status, bool(probing.request.command))
+    return REGRESSION_EXIT if not status and changes else status

@@ -46,8 +46,8 @@ def run_trace(probing: Probing, request: TraceRequest) -> int:
         status_line = StatusLine(make_console(sys.stderr),
                                  output if output and output != "-" else "stdout")
         notify = status_line.say_through(notify)
-    reporter = REPORTERS[request.fmt](stream, gpu_time=request.gpu_time)
-    reporter.py_stacks = probing.settings.py_stacks
+    reporter = REPORTERS[request.fmt](stream, gpu_time=request.gpu_time,
+                                      py_stacks=probing.settings.py_stacks)
     if request.max_size:
         reporter = SizeCapped(reporter, stream, request.max_size, notify)
     reporter, on_counters = with_otlp(reporter, request.otlp, notify)

@@ -14,6 +14,8 @@
 #   bash scripts/gpu/check-attach-gputime.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 CYCLES=${CYCLES:-10}
+PARTS=" ${PARTS:-cycles nsys profiler} "  # PARTS=profiler: the conflict check alone
+part() { [[ $PARTS == *" $1 "* ]]; }
 NSYS=$(find_nsys)
 txt=$OUT/attach-gputime.txt; : > "$txt"
 say() { echo "$*" | tee -a "$txt"; }
@@ -26,6 +28,7 @@ W=("$TORCH_PY" benchmarks/attach_workload.py)
 python3 -m cudaprobe.targets.cupti >> "$txt" 2>&1
 
 # -- 1. the attach cycles on one running process
+if part cycles; then
 rm -f /tmp/attach.stop
 "${W[@]}" --seconds 400 --stop /tmp/attach.stop --log "$OUT/epochs.jsonl" \
   > "$OUT/workload.out" 2> "$OUT/workload.err" &
@@ -51,9 +54,12 @@ done
 say "the library's mappings in the workload: $(grep -c 'memfd:cudaprobe-gputime' /proc/$wpid/maps), at offset 0: $(grep 'memfd:cudaprobe-gputime' /proc/$wpid/maps | awk '$3 == "00000000"' | wc -l); threads named cudaprobe-gpu: $(cat /proc/$wpid/task/*/comm | grep -c cudaprobe-gpu)"
 touch /tmp/attach.stop
 wait $wpid; say "workload exit $?: $(tail -c 300 "$OUT/workload.out")"
+fi
 
 # -- 2. the independent measure: the same workload launched under nsys
-if [ -n "$NSYS" ]; then
+if ! part nsys; then
+  :
+elif [ -n "$NSYS" ]; then
   timeout -k 5 150 "$NSYS" profile -t cuda --sample=none --cpuctxsw=none -f true \
     -o "$OUT/ref" "${W[@]}" --seconds 8 --log "$OUT/ref-epochs.jsonl" > "$OUT/nsys.out" 2>&1
   say "nsys profile: exit $?"
@@ -65,6 +71,7 @@ else
 fi
 
 # -- 3. torch.profiler running in the process while cudaprobe attaches
+if part profiler; then
 rm -f /tmp/prof.stop  # profiling until the attach is over: CUDA calls all along
 "${W[@]}" --seconds 120 --stop /tmp/prof.stop --profile --log "$OUT/prof-epochs.jsonl" \
   > "$OUT/prof.out" 2>&1 &
@@ -79,6 +86,7 @@ timeout -k 5 90 python3 -m cudaprobe stats --pid $ppid --gpu-time --json -d 3 \
 say "profiler attach: exit $?: $(grep -i 'gpu' "$OUT/prof-stats.err" | tr '\n' ' ')"
 touch /tmp/prof.stop
 wait $ppid; say "profiler workload exit $?: $(tail -c 300 "$OUT/prof.out")"
+fi
 
 # -- the summary
 python3 benchmarks/attach_compare.py "$OUT" >> "$txt" 2>&1

@@ -33,14 +33,14 @@ COLUMNS=160 cudaprobe stats --by line --gpu-time -- "$TORCH_PY" "${T[@]}" --step
   > "$OUT/pystacks-stats-by-line.txt" 2>> "$log"
 
 echo "== cost" | tee -a "$log"
-for round in 1 2; do
+for round in $(seq "${ROUNDS:-2}"); do  # ROUNDS=0: no cost rounds
   echo "round $round untraced $("$TORCH_PY" "${T[@]}" 2>/dev/null | tail -1)" >> "$log"
   echo "round $round trace $(cudaprobe trace -o /tmp/c.jsonl --force -- "$TORCH_PY" "${T[@]}" \
     2>/dev/null | tail -1)" >> "$log"
   echo "round $round trace-py-stacks $(cudaprobe trace --py-stacks -o /tmp/c.jsonl --force -- \
     "$TORCH_PY" "${T[@]}" 2>/dev/null | tail -1)" >> "$log"
 done
-python3 - "$log" > "$OUT/pystacks-cost.txt" <<'PY'
+[ "${ROUNDS:-2}" -gt 0 ] && python3 - "$log" > "$OUT/pystacks-cost.txt" <<'PY'
 import json, re, statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
@@ -51,5 +51,5 @@ base = statistics.median(runs["untraced"])
 for k, v in runs.items():
     print(f"{k}: ms/step {v}, median {statistics.median(v)}, x{statistics.median(v) / base:.3f}")
 PY
-cat "$OUT/pystacks-cost.txt"
+cat "$OUT/pystacks-cost.txt" 2>/dev/null
 cp "$log" "$OUT/"

@@ -122,8 +122,8 @@ rt.cudaFree(kept)
 
 
 def test_memory_names_the_python_line_of_each_leak(tmp_path):
-    """memory --py-stacks: a leak's call site begins with the program's own line
-    that allocated (here the helper's, line 6; called from line 9)."""
+    """memory --py-stacks: a leak's call site, and the peak's, begins with the
+    program's own line that allocated (here the helper's, line 6)."""
     from .memstub import build_memstub, stub_env  # noqa: PLC0415
 
     script = tmp_path / "leaker.py"
@@ -138,4 +138,6 @@ def test_memory_names_the_python_line_of_each_leak(tmp_path):
     report = json.loads(out.read_text())
     leaks = [g for p in report["processes"] for g in p["leaks"]]
     assert len(leaks) == 1, leaks
-    assert json.dumps(leaks[0]).count(f"{script}:6 (alloc)") >= 1, leaks
+    assert leaks[0]["site"][0] == f"{script}:6 (alloc)", leaks
+    [peak] = report["processes"][0]["peak_by_site"]  # both allocations live, one line
+    assert peak == {"site": leaks[0]["site"], "bytes": (1 << 20) + 4096}

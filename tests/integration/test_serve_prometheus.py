@@ -11,6 +11,7 @@ same libraries meanwhile is not even sent by the kernel.
 from __future__ import annotations
 
 import collections
+import ctypes
 import json
 import secrets
 import shutil
@@ -57,6 +58,15 @@ def stop(proc: subprocess.Popen) -> int:
     return proc.wait()
 
 
+def die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the test process dies, so that
+    a pytest killed mid-test (no finally runs) leaves no server behind."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+PR_SET_PDEATHSIG = 1
+
+
 class Prometheus:
     """/usr/bin/prometheus scraping one target each second, in tmp_path."""
 
@@ -74,7 +84,7 @@ class Prometheus:
                 [str(PROMETHEUS), f"--config.file={config}",
                  f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                  f"--web.listen-address={self.url[len('http://'):]}"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=die_with_parent)
         self._wait_ready()
 
     def _wait_ready(self) -> None:

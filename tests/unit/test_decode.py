@@ -7,7 +7,8 @@ import struct
 
 import pytest
 
-from cudaprobe.decode.calls import JSONL_KEYS, decode_event, humanize_bytes
+from cudaprobe.decode.calls import decode_event, humanize_bytes
+from cudaprobe.decode.schema import JSONL_KEYS
 
 from .eventbuild import make_event, probes_for
 

@@ -51,8 +51,7 @@ def test_jsonl_csv_chrome_table():
     assert rows[0]["py_stack"] == FRAMES and "py_stack" not in rows[1]
 
     out = io.StringIO()
-    r = CsvReporter(out)
-    r.py_stacks = True
+    r = CsvReporter(out, py_stacks=True)
     r.start()
     r.calls([call()])
     header, row = list(csv.reader(io.StringIO(out.getvalue())))
@@ -65,8 +64,7 @@ def test_jsonl_csv_chrome_table():
     assert '"/home/me/train.py:54 main"' in out.getvalue()
 
     out = io.StringIO()
-    r = TableReporter(out)
-    r.py_stacks = True
+    r = TableReporter(out, py_stacks=True)
     r.start()
     r.calls([call(), call(stack=False)])
     header, with_stack, without = out.getvalue().splitlines()[:3]

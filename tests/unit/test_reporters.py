@@ -10,7 +10,8 @@ import pytest
 
 from cudaprobe.analysis.summary import Summary
 from cudaprobe.catalogue import functions as catalogue
-from cudaprobe.decode.calls import JSONL_KEYS, decode_event
+from cudaprobe.decode.calls import decode_event
+from cudaprobe.decode.schema import JSONL_KEYS
 from cudaprobe.errors import UsageError
 from cudaprobe.output.formats import REPORTERS, choose_format
 from cudaprobe.output.table import TableReporter, make_console
@@ -63,7 +64,7 @@ def test_csv_has_jsonl_columns():
     r.start()
     r.calls(calls())
     rows = list(csv.reader(io.StringIO(buf.getvalue())))
-    assert tuple(rows[0]) == JSONL_KEYS
+    assert tuple(rows[0]) == JSONL_KEYS + ("rank", "world_size")
     assert json.loads(rows[1][JSONL_KEYS.index("args")])["size"] == 4096
 
 
