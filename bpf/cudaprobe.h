@@ -48,6 +48,8 @@ struct cp_probe_cfg {
 	__s32 handle_slot; /* slot holding the launched kernel (FUNC or CU_FUNCTION), or -1 */
 	__u32 cfg_off;   /* the window of the cfg_slot struct copied at entry: its offset */
 	__u32 cfg_len;   /* and length, at most CP_CONFIG_MAX (catalogue/structs.py) */
+	__u32 outer;     /* 1: an NCCL call, the outermost layer (CP_OUTER): the calls its
+			  * thread makes inside it say so (cp_event.caller) */
 };
 
 /* Where the driver keeps a kernel handle's name: the object a CUfunction,
@@ -74,7 +76,9 @@ struct cp_event {
 	__u8 nouts;         /* words[nargs..nargs+nouts): out-parameters read at exit */
 	__s32 ret;          /* cudaError_t / CUresult */
 	char comm[CP_COMM_LEN];
-	__u64 caller;       /* CP_CALLER: return address at entry, the call site; else 0 */
+	__u64 caller;       /* CP_CALLER: return address at entry, the call site; CP_OUTER:
+			     * 1 where the call was made inside an outer (NCCL) call of its
+			     * thread, else 0 */
 	__s64 stack_id;     /* user stack in the `stacks` map (CP_STACKS), else -1 */
 	__u64 words[CP_MAX_WORDS];
 	__u64 cfg[CP_CFG_WORDS];  /* launch config (cfg_slot), or NUL-terminated string (str_slot) */
@@ -111,6 +115,7 @@ struct cp_owner {
 	__u64 comm_seq;
 	char comm[CP_COMM_LEN];
 	__u64 wake;
+	__u64 outer_depth;  /* CP_OUTER: outer (NCCL) calls the thread is in now */
 };
 
 /* stats: what entry keeps of a call, all its exit needs to time it */

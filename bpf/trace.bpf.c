@@ -85,6 +85,7 @@ static __always_inline void slot_claimed(struct cp_owner *o)
 {
 	bpf_get_current_comm(o->comm, sizeof(o->comm));
 	o->wake = 1;
+	o->outer_depth = 0;
 }
 
 /* The thread's name from its slot, as bpf_get_current_comm would give it, for
@@ -190,6 +191,9 @@ static __always_inline void begin_call(struct pt_regs *ctx, struct cp_event *e, 
 		bpf_probe_read_user_str(e->cfg, sizeof(e->cfg), (void *)e->words[str_slot]);
 	if (!owner || !owner_comm(owner, e))
 		bpf_get_current_comm(e->comm, sizeof(e->comm));
+#if defined(CP_CALLER) && defined(CP_OUTER)
+#error "CP_CALLER and CP_OUTER both use cp_event.caller"
+#endif
 #ifdef CP_CALLER
 	/* at entry the return address is on top of the stack: the exact call
 	 * site, which a frame-pointer walk from here would skip */
@@ -199,6 +203,15 @@ static __always_inline void begin_call(struct pt_regs *ctx, struct cp_event *e, 
 	s32 func_slot = cfg->func_slot;
 	if (func_slot >= 0 && func_slot < CP_MAX_SLOTS)
 		locate_site(ctx, e, e->words[func_slot]);
+#endif
+#ifdef CP_OUTER
+	/* NCCL calls are the outermost layer: a call made while its thread is in
+	 * one (a runtime call of NCCL's own, ncclBroadcast inside ncclBcast) says
+	 * so, and the reader holds it for that call to adopt (decode/nesting.py).
+	 * Threads without a slot are not followed: their calls are never held. */
+	e->caller = owner && owner->outer_depth;
+	if (owner && cfg->outer)
+		owner->outer_depth++;
 #endif
 #ifdef CP_STACKS
 	e->stack_id = stacks.get_stackid(ctx, BPF_F_USER_STACK);
@@ -300,6 +313,13 @@ static __always_inline void end_call(struct cp_event *e, u32 probe_id, u64 now, 
 {
 	u64 ns = now - e->ts_ns;
 	int idx = probe_id;
+#ifdef CP_OUTER
+	if (owner && owner->outer_depth) {	/* an outer call ends: one fewer around */
+		struct cp_probe_cfg *c = probes.lookup(&idx);
+		if (c && c->outer)
+			owner->outer_depth--;
+	}
+#endif
 	struct cp_tally *t = tally.lookup(&idx);
 	if (t) {
 		__sync_fetch_and_add(&t->count, 1);

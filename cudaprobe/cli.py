@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import io
 import os
 import sys
 import traceback
@@ -33,8 +34,19 @@ class CudaprobeGroup(click.Group):
     code 2; tracebacks only with -v."""
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if sys.stdout is None:  # started with stdout closed (`>&-`): writing it fails
+            sys.stdout = ClosedStdout()
         try:
             rv = super().main(*args, standalone_mode=False, **kwargs)
+        except BrokenPipeError:  # --help, --version: their reader has gone
+            _reader_gone()
+        except OutputFailed as e:  # --help, --version with stdout closed
+            _fail(str(e), e.exit_code)
+        except OSError as e:  # --help, --version to a full disk or a closed stdout
+            if e.errno not in WRITE_ERRNOS or e.filename is not None:
+                raise
+            _no_stdout()
+            _fail(f"writing output failed: {e.strerror}", OutputFailed.exit_code)
         except SystemExit:
             _flush_stdout()  # a command's own exit status (trace -- COMMAND)
             raise
@@ -77,6 +89,31 @@ class CudaprobeGroup(click.Group):
             detail = " ".join(str(e).split())
             _fail(f"internal error: {type(e).__name__}: {detail} (a bug: run with -v for "
                   "the traceback, and report it)", 2)
+
+
+class ClosedStdout(io.TextIOBase):
+    """sys.stdout when cudaprobe started with fd 1 closed: Python leaves it None
+    and click then writes nothing, quietly; a write here fails as a write to
+    the closed descriptor would. (Output streams say so themselves:
+    output.files.stdout_closed.)"""
+
+    closed_at_start = True
+
+    def write(self, text: str) -> int:
+        raise OutputFailed("writing stdout failed: stdout is closed", errno.EBADF)
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _no_stdout() -> None:
+    """Nothing more for stdout: the interpreter's last flush is then quiet."""
+    if isinstance(sys.stdout, ClosedStdout):
+        return
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
 
 
 def _verbose(ctx: click.Context) -> bool:

@@ -75,6 +75,18 @@ class SeccompHazard(CudaprobeError):
         self.pid = pid
 
 
+class OtherPidNamespace(CudaprobeError):
+    """cudaprobe in a pid namespace of its own: the probes see the host's pids."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "cudaprobe runs in a pid namespace other than the host's (a container without "
+            "the host's pids): the probes see host pids, which it cannot match to the pids it "
+            "sees, so -- COMMAND, --pid and --comm cannot select processes from here",
+            fix="run it with the host's pids (docker run --pid=host, hostPID: true in "
+                "Kubernetes), or trace every process using the library with --lib")
+
+
 class CudaNotMapped(CudaprobeError):
     """--pid targets that map no object defining a traced function."""
 

@@ -47,14 +47,27 @@ def load_report(path: str) -> dict[str, Any]:
             data = json.load(f)
     except OSError as e:
         raise UsageError(f"cannot read baseline {path!r}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise UsageError(f"baseline {path!r} is not JSON: {e}") from None
     if not isinstance(data, dict) or data.get("cudaprobe") != "stats":
         raise UsageError(f"baseline {path!r} is not a `cudaprobe stats --json` report")
     if data.get("schema") != SCHEMA:
         raise UsageError(f"baseline {path!r} has schema {data.get('schema')!r}; "
                          f"this cudaprobe reads schema {SCHEMA}")
+    functions = data.get("functions")
+    if not isinstance(functions, list) or not all(map(_is_entry, functions)):
+        raise UsageError(f"baseline {path!r}: `functions` is not a list of entries with an "
+                         "`event` name, a `count` and a `p50_ns` (whole numbers)")
     return data
+
+
+def _is_entry(entry: object) -> bool:
+    """A baseline's per-function entry, as compare() reads it."""
+    def whole(value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    return (isinstance(entry, dict) and isinstance(entry.get("event"), str)
+            and whole(entry.get("count")) and whole(entry.get("p50_ns", 0)))
 
 
 def _by_event(report: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -60,6 +60,8 @@ class Summary:
     kernel: dict[str, EventStats] | None = None  # every call, per function (trace mode)
     in_flight: list[Call] = field(default_factory=list)
     lost: dict[str, int] = field(default_factory=dict)
+    # --otlp: spans (copies of rows) that did not reach the collector, by cause
+    undelivered: dict[str, int] = field(default_factory=dict)
     duration_s: float = 0.0
     attach_s: float = 0.0
     startup_s: float = 0.0
@@ -115,7 +117,11 @@ class Summary:
 
     @property
     def total_rows(self) -> int:
-        return sum(s.calls for s in self.by_event.values())
+        """The calls written as rows: those decoded, less those the output dropped
+        (--max-size, a failed write: `output_*` in `lost`), so that rows and
+        lost_total add up to calls."""
+        dropped = sum(v for k, v in self.lost.items() if k.startswith("output_"))
+        return sum(s.calls for s in self.by_event.values()) - dropped
 
     @property
     def total_lost(self) -> int:
@@ -133,6 +139,7 @@ class Summary:
             "exited_mid_call": self.exited_mid_call,
             "lost": {k: v for k, v in self.lost.items() if k != "wakeups"},
             "lost_total": self.total_lost,
+            **({"undelivered": dict(self.undelivered)} if self.undelivered else {}),
             "duration_s": round(self.duration_s, 3),
             "attach_s": round(self.attach_s, 3),
             "startup_s": round(self.startup_s, 3),

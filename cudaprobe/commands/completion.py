@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 from click.shell_completion import CompletionItem, get_completion_class
 
@@ -22,7 +24,16 @@ def complete_events(ctx: click.Context, param: click.Parameter,
     if item.startswith("!"):
         head, item = head + "!", item[1:]
     names = (ALL, *CATEGORIES, *sorted({f.name for f in FUNCTIONS}))
-    return [CompletionItem(head + name) for name in names if name.startswith(item)]
+    return [CompletionItem(_quoted(head + name)) for name in names if name.startswith(item)]
+
+
+def _quoted(value: str) -> str:
+    """A value with a `!`, single-quoted for bash and zsh: inserted bare, the
+    `!` would be history expansion when the line runs."""
+    shell = os.environ.get(COMPLETE_VAR, "")
+    if "!" in value and shell.startswith(("bash", "zsh")):
+        return f"'{value}'"
+    return value
 
 
 @click.command("completion")

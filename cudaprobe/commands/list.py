@@ -26,7 +26,8 @@ def _default_text(name: str, category: str) -> str:
 
 @click.command("list")
 @click.option("-e", "--events", multiple=True, metavar="LIST", shell_complete=complete_events,
-              help="Only these functions or categories, comma-separated.")
+              help="Only these functions or categories, comma-separated: names, globs "
+                   "(any case), or a word found in names (malloc).")
 @click.option("--api", type=click.Choice(sorted(APIS)), default="all",
               help="Which API's functions.")
 @click.option("--lib", "libs", multiple=True, metavar="PATH",
@@ -39,6 +40,7 @@ def list_command(events, api, libs) -> None:
       cudaprobe list
       cudaprobe list -e memory,transfer
       cudaprobe list -e 'cudaMemcpy*'
+      cudaprobe list -e malloc
       cudaprobe list -e vmm,pool --lib /usr/lib/x86_64-linux-gnu/libcuda.so.1
       cudaprobe list --api nccl
 
@@ -58,7 +60,7 @@ def list_command(events, api, libs) -> None:
     for col in ("FUNCTION", "API", "CATEGORY", "DEFAULT", "EXPORTED", "ARGUMENTS",
                 "SYMBOLS PROBED"):
         table.add_column(col)
-    functions = select_functions(list(events) or [ALL], apis)
+    functions = select_functions(list(events) or [ALL], apis, search=True)
     found = 0
     for fn in functions:
         args = ", ".join(f"{a.name}:{a.kind.value}" for a in fn.args)

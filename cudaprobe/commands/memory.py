@@ -9,6 +9,7 @@ import click
 from cudaprobe.analysis.memtrack import memory_functions
 from cudaprobe.commands.options import (
     Seconds,
+    StartsCommand,
     probe_options,
     py_stacks_option,
     report_file_options,
@@ -21,7 +22,7 @@ from cudaprobe.sessions.memory import MemoryOptions, MemorySession
 from cudaprobe.sessions.probing import ProbeRequest, Probing
 
 
-@click.command("memory", context_settings={"show_default": True})
+@click.command("memory", cls=StartsCommand, context_settings={"show_default": True})
 @probe_options(events=None)
 @click.option("--stacks", is_flag=True,
               help="Record each allocation's user stack: callers under the call site "
@@ -44,11 +45,11 @@ def memory_command(probe: ProbeRequest, stacks, py_stacks, interval, fmt, as_jso
     made the allocation (its program's own innermost frame): each leak, and
     the memory live at the peak, is grouped by it.
 
-    With `-- COMMAND`, start COMMAND, track only it (and its children), and
-    exit with its exit status. With --pid or --comm, attach to processes
-    already running (what they allocated before is not known: its frees
-    count as unknown); --pid stops when they have exited. Else track every
-    process until Ctrl-C or --duration.
+    With `-- COMMAND`, start COMMAND, track it and every process it starts
+    until the last has exited, and exit with its exit status. With --pid or
+    --comm, attach to processes already running (what they allocated before
+    is not known: its frees count as unknown); --pid stops when they have
+    exited. Else track every process until Ctrl-C or --duration.
 
     \b
     Examples:

@@ -16,7 +16,7 @@ import click
 from cudaprobe.catalogue.functions import HOT, Function
 from cudaprobe.commands.completion import complete_events
 from cudaprobe.errors import UsageError
-from cudaprobe.output.formats import REPORT_EXTENSIONS
+from cudaprobe.output.formats import REPORT_EXTENSIONS, choose_format
 from cudaprobe.probe import bpfprog
 from cudaprobe.sessions.probing import APIS, ProbeRequest, Probing, plan_targets
 
@@ -35,6 +35,41 @@ class Seconds(click.ParamType):
         if not (math.isfinite(seconds) and seconds > 0):
             self.fail(f"{value!r} is not a number of seconds above 0", param, ctx)
         return seconds
+
+
+class StartsCommand(click.Command):
+    """A command that takes `-- COMMAND`: its options end at the command's name,
+    as strace's do (`trace python3 -c 'print(1)'` runs python3 with -c), and
+    a `--` with nothing after it is an error, not a trace of every process."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("context_settings", {})
+        kwargs["context_settings"].setdefault("allow_interspersed_args", False)
+        super().__init__(*args, **kwargs)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[-1] == "--" and not self._takes_value(args[-2:-1]):
+            raise UsageError("-- needs a command after it (`-- ./my_app --its-args`)")
+        return super().parse_args(ctx, args)
+
+    def _takes_value(self, before: list[str]) -> bool:
+        """Whether the word before a last `--` is an option whose value it is (`-e --`)."""
+        if not before:
+            return False
+        word = before[0]
+        return any(isinstance(p, click.Option) and not p.is_flag
+                   and word in p.opts + p.secondary_opts for p in self.params)
+
+
+class FiniteRange(click.FloatRange):
+    """A FloatRange that takes no `nan` (every comparison with it is false, so
+    FloatRange lets it through) and no `inf`."""
+
+    def convert(self, value, param, ctx) -> float:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 def events_help(verb: str) -> str:
@@ -76,7 +111,8 @@ def probe_options(events: str | None) -> Callable[[Callable], Callable]:
         click.option("-c", "--cmd", metavar="CMD",
                      help="The command to start and trace, as one string split as the "
                           "shell would (bpftrace's -c): the same as `-- CMD...`."),
-        click.argument("command", nargs=-1, type=click.UNPROCESSED),
+        click.argument("command", nargs=-1, type=click.UNPROCESSED,
+                       shell_complete=complete_after_equals),
     ]
 
     def decorate(f: Callable) -> Callable:
@@ -96,6 +132,14 @@ def probe_options(events: str | None) -> Callable[[Callable], Callable]:
         return with_request
 
     return decorate
+
+
+def complete_after_equals(ctx: click.Context, param: click.Parameter,
+                          incomplete: str) -> list:
+    """`--events=mem<TAB>`: bash splits the word at `=`, so click sees `--events`
+    take `=` as its value and `mem` as the command; complete it as -e's."""
+    events = ctx.params.get("events") or ()
+    return complete_events(ctx, param, incomplete) if events[-1:] == ("=",) else []
 
 
 def command_of(cmd: str | None, command: tuple[str, ...]) -> tuple[str, ...]:
@@ -148,11 +192,28 @@ def report_file_options(schema_doc: str) -> Callable[[Callable], Callable]:
     ]
 
     def decorate(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def checked(*args: object, fmt: str | None, output: str | None, as_json: bool,
+                    **kwargs: object) -> object:
+            check_report_format(fmt, output, as_json)  # before anything runs
+            return f(*args, fmt=fmt, output=output, as_json=as_json, **kwargs)
+
         for option in reversed(options):
-            f = option(f)
-        return f
+            checked = option(checked)
+        return checked
 
     return decorate
+
+
+def check_report_format(fmt: str | None, output: str | None, as_json: bool) -> None:
+    """An -o extension that names a format only `trace` writes (.csv, .jsonl,
+    .chrome.json), with no -f: one line, not a table under that name."""
+    if fmt is None and not as_json and output and output != "-":
+        named = choose_format(None, output)
+        if named not in REPORT_EXTENSIONS:
+            raise UsageError(f"-o {output!r} names the {named} format, which only `trace` "
+                             "writes: this report is a table or JSON (-o FILE.json, or "
+                             "-f table)")
 
 
 py_stacks_option = click.option(

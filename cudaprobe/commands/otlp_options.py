@@ -12,6 +12,7 @@ from typing import Callable
 
 import click
 
+from cudaprobe.commands.options import FiniteRange
 from cudaprobe.errors import UsageError
 from cudaprobe.output.otlp_model import OtlpConfig, Selection, otlp_endpoints, parse_duration
 from cudaprobe.output.otlp_sinks import load_sink
@@ -42,7 +43,7 @@ def otlp_options(f: Callable) -> Callable:
         click.option("--otlp-slow", type=Duration(), metavar="DURATION",
                      help="Spans only for calls taking at least DURATION (100us, 5ms, 1s), "
                           "failed calls and calls in flight at the end."),
-        click.option("--otlp-sample", type=click.FloatRange(0, 1), metavar="RATIO",
+        click.option("--otlp-sample", type=FiniteRange(0, 1), metavar="RATIO",
                      help="Spans for this fraction of the other calls, drawn at random. "
                           "Default: 1 (every call), 0 with --otlp-slow."),
         click.option("--otlp-service", metavar="NAME", default="cudaprobe",
@@ -50,7 +51,7 @@ def otlp_options(f: Callable) -> Callable:
         click.option("--otlp-no-spans", is_flag=True, help="Send the metrics only."),
         click.option("--otlp-no-metrics", is_flag=True,
                      help="Send the spans only (for a backend that takes traces only)."),
-        click.option("--otlp-interval", type=click.FloatRange(min=0.1), default=10.0,
+        click.option("--otlp-interval", type=FiniteRange(min=0.1), default=10.0,
                      metavar="SECONDS", help="Time between metric exports."),
     ]
     for option in reversed(options):

@@ -8,7 +8,7 @@ import sys
 import click
 
 from cudaprobe.analysis.metrics import CallMetrics
-from cudaprobe.commands.options import probe_options, run_probing
+from cudaprobe.commands.options import StartsCommand, probe_options, run_probing
 from cudaprobe.commands.otlp_options import otlp_config, otlp_options
 from cudaprobe.decode.symbolize import KernelSymbolizer
 from cudaprobe.errors import UsageError
@@ -23,7 +23,7 @@ from cudaprobe.sessions.probing import ProbeRequest, Probing
 from cudaprobe.sessions.trace import SessionOptions, TraceSession
 
 
-@click.command("serve", context_settings={"show_default": True})
+@click.command("serve", cls=StartsCommand, context_settings={"show_default": True})
 @probe_options(events="count")
 @click.option("--prometheus", "prometheus_at", metavar="[ADDR:]PORT",
               help="Serve Prometheus metrics on http://ADDR:PORT/metrics. ADDR: 127.0.0.1 "

@@ -8,16 +8,28 @@ import functools
 import click
 
 from cudaprobe.analysis.stats import SORT_KEYS
-from cudaprobe.analysis.stats_compare import DEFAULT_MIN_CALLS, DEFAULT_THRESHOLD, REGRESSION_EXIT
+from cudaprobe.analysis.stats_compare import (
+    DEFAULT_MIN_CALLS,
+    DEFAULT_THRESHOLD,
+    REGRESSION_EXIT,
+    load_report,
+)
 from cudaprobe.catalogue.functions import NCCL
-from cudaprobe.commands.options import Seconds, probe_options, report_file_options, run_probing
+from cudaprobe.commands.options import (
+    FiniteRange,
+    Seconds,
+    StartsCommand,
+    probe_options,
+    report_file_options,
+    run_probing,
+)
 from cudaprobe.errors import UsageError
 from cudaprobe.sessions.gputime import check_gpu_time
 from cudaprobe.sessions.probing import ProbeRequest
 from cudaprobe.sessions.stats import StatsRequest, functions_to_count, report_stats
 
 
-@click.command("stats", context_settings={"show_default": True})
+@click.command("stats", cls=StartsCommand, context_settings={"show_default": True})
 @probe_options(events="count")
 @click.option("--sort", type=click.Choice(sorted(SORT_KEYS)), default="total",
               help="Order of the rows (largest first; `name` alphabetical).")
@@ -34,7 +46,7 @@ from cudaprobe.sessions.stats import StatsRequest, functions_to_count, report_st
 @click.option("--compare", "baseline", metavar="BASELINE.json",
               help=f"Compare with an earlier JSON report (-o X.json); exit {REGRESSION_EXIT} if a "
                    "function's count or p50 moved more than --threshold.")
-@click.option("--threshold", type=click.FloatRange(min=0), default=DEFAULT_THRESHOLD,
+@click.option("--threshold", type=FiniteRange(min=0), default=DEFAULT_THRESHOLD,
               metavar="PERCENT", help="How far a count or p50 may move under --compare.")
 @click.option("--min-calls", type=click.IntRange(min=1), default=DEFAULT_MIN_CALLS,
               metavar="N", help="Compare p50 only where both runs made at least N calls.")
@@ -50,11 +62,12 @@ def stats_command(probe: ProbeRequest, sort, by, interval, fmt, as_json, output,
     (within a factor of 2). The kernel keeps the counts, so the cost to
     cudaprobe does not grow with the call rate.
 
-    With `-- COMMAND`, start COMMAND, count only it (and its children), and
-    exit with its exit status. With --pid or --comm, attach to processes
-    already running; --pid stops when they have exited. Else count every
-    process until Ctrl-C or --duration. With --compare, exit 3 when something
-    moved (a failing COMMAND's status wins); 2 is cudaprobe's own errors.
+    With `-- COMMAND`, start COMMAND, count it and every process it starts
+    until the last has exited, and exit with its exit status. With --pid or
+    --comm, attach to processes already running; --pid stops when they have
+    exited. Else count every process until Ctrl-C or --duration. With
+    --compare, exit 3 when something moved (a failing COMMAND's status
+    wins); 2 is cudaprobe's own errors.
 
     \b
     Examples:
@@ -86,6 +99,8 @@ def stats_command(probe: ProbeRequest, sort, by, interval, fmt, as_json, output,
     then, per communicator, how long its ranks waited for each other and which
     rank came last (the straggler).
     """
+    if baseline:  # checked whole before anything (the root check too) runs
+        load_report(baseline)
     apis = set(probe.apis)
     by_collective = by == "collective"
     if gpu_time:

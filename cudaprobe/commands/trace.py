@@ -6,7 +6,12 @@ import functools
 
 import click
 
-from cudaprobe.commands.options import probe_options, py_stacks_option, run_probing
+from cudaprobe.commands.options import (
+    StartsCommand,
+    probe_options,
+    py_stacks_option,
+    run_probing,
+)
 from cudaprobe.commands.otlp_options import otlp_config, otlp_options
 from cudaprobe.commands.trace_options import check_conflicts, output_options
 from cudaprobe.output.formats import FORMATS, choose_format
@@ -17,7 +22,7 @@ from cudaprobe.sessions.probing import ProbeRequest
 from cudaprobe.sessions.tracing import TraceRequest, run_trace
 
 
-@click.command("trace", context_settings={"show_default": True})
+@click.command("trace", cls=StartsCommand, context_settings={"show_default": True})
 @probe_options(events="trace")
 @click.option("-f", "--format", "fmt", type=click.Choice(FORMATS), default=None,
               help="Output format: json is one document ({\"calls\": [...], \"summary\": "
@@ -37,21 +42,32 @@ def trace_command(probe: ProbeRequest, fmt, output, force, errors_only, gpu_time
                   mode, max_size, strict, ringbuf_pages, **otlp) -> None:
     """Trace CUDA API calls: one row per completed call, then a summary.
 
-    With `-- COMMAND`, start COMMAND, trace only it (and its children), and
-    exit with its exit status. With --pid or --comm, attach to processes
+    With `-- COMMAND`, start COMMAND and trace it and every process it
+    starts, until the last of them has exited (as strace -f), and exit with
+    COMMAND's exit status. Options end at COMMAND's name, as strace's do:
+    `trace python3 -c 'print(1)'` runs python3 -c. With --pid or --comm,
+    attach to processes
     already running (no --lib needed: what they map is probed, and libraries
     they load later too); --pid stops when its processes have exited.
     Otherwise trace every process using the libraries, until Ctrl-C or
     --duration.
 
-    cudaprobe never signals COMMAND. Stopped while COMMAND runs on (SIGINT,
-    SIGTERM or SIGHUP sent to cudaprobe alone, or --duration), it says so
-    and exits 128+N for signal N, 124 after --duration; Ctrl-C at a terminal
-    reaches both, and COMMAND's own status is returned. Exit status 2: bad
-    input, said in one line; 3: events were lost and --strict was given.
+    cudaprobe never signals COMMAND. One line says how the trace ended.
+    Stopped while COMMAND or a process it started runs on (SIGINT, SIGTERM
+    or SIGHUP sent to cudaprobe alone, or --duration), it exits 128+N for
+    signal N, 124 after --duration; Ctrl-C at a terminal reaches both, and
+    COMMAND's own status is returned if it exits too. A stop signal during
+    the drain at the end cuts it short: what was decoded is written, the rest
+    counted as lost, exit 128+N. Exit status 2: bad input, said in one line;
+    3: events were lost and --strict was given.
 
-    While the rows go to a file or a pipe and stderr is a terminal, a status
-    line there shows the time, calls a second, rows written and events lost.
+    Rows go to stdout, or with `-- COMMAND` to stderr (as strace writes its
+    trace), so that the command keeps stdout; -o FILE (`-o -`: stdout)
+    chooses. At a terminal the table fits its width: at 80 columns TIME,
+    PROCESS, PID, EVENT and DETAILS, which then begins with an error's name
+    and ends with the latency. While the rows go to a file or a pipe and
+    stderr is a terminal, a status line there shows the time, calls a
+    second, rows written and events lost.
 
     \b
     Examples:

@@ -38,7 +38,7 @@ class Call:
 
     __slots__ = ("time_ms", "ts_ns", "pid", "tid", "process", "event", "api", "category",
                  "duration_ns", "ret", "ret_name", "_args", "_details", "lazy", "gpu", "depth",
-                 "parent", "py_stack")
+                 "parent", "py_stack", "rank", "world_size")
 
     def __init__(self, time_ms: float, ts_ns: int, pid: int, tid: int, process: str, event: str,
                  api: str, category: str, duration_ns: int | None, ret: int | None,
@@ -68,6 +68,9 @@ class Call:
         self.parent = parent
         # --py-stacks: the thread's Python stack at the call (decode.pystacks.PyStack)
         self.py_stack: Any = None
+        # the process's rank in its job and the job's size, where known (decode/ranks.py)
+        self.rank: int | None = None
+        self.world_size: int | None = None
 
     def _decode(self) -> None:
         decoder, record = self.lazy
@@ -103,6 +106,8 @@ class Call:
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in JSONL_KEYS}
+        if self.rank is not None:  # absent for a process that is no known rank
+            d["rank"], d["world_size"] = self.rank, self.world_size
         if self.py_stack is not None:  # absent for a thread with no Python frame
             d["py_stack"] = self.py_stack.frames
             if self.py_stack.cut:
@@ -423,7 +428,7 @@ def decode_event(
         details = f"{details} (still running when the trace ended)".lstrip()
     else:
         duration, ret, ret_name = raw.duration_ns, raw.ret, error_name(fn.api, raw.ret)
-    return Call(
+    call = Call(
         time_ms=time_ms(raw.ts_ns, t0_ns),
         ts_ns=raw.ts_ns,
         pid=raw.pid,
@@ -438,3 +443,7 @@ def decode_event(
         args=args,
         details=details,
     )
+    if handles is not None:
+        handles.ranks.see(raw.pid)
+        call.rank, call.world_size = handles.ranks.of(raw.pid)
+    return call

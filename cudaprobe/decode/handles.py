@@ -31,6 +31,7 @@ from typing import Any
 
 from cudaprobe.catalogue.functions import NCCL, ArgKind, Function
 from cudaprobe.decode.nccl import Communicators, MemoryReader
+from cudaprobe.decode.ranks import Ranks
 from cudaprobe.probe.event import NAME_MAX
 
 # shown for a handle that is named neither by a traced call nor in its memory
@@ -70,14 +71,16 @@ def read_name(mem_fd: int, handle: int) -> str | None:
 
 
 class KernelHandles:
-    """Kernel handles' names per process, and (`communicators`) what is known
-    of NCCL communicators, learned from the calls that make them."""
+    """Kernel handles' names per process, (`communicators`) what is known of
+    NCCL communicators, learned from the calls that make them, and (`ranks`)
+    each process's rank in its job."""
 
     def __init__(self) -> None:
         self._names: dict[tuple[int, int], str] = {}
         self._read: dict[tuple[int, int], str | None] = {}  # from the handles' memory
         self._mem: dict[int, int] = {}  # pid -> its /proc/PID/mem, open
-        self.communicators = Communicators(MemoryReader(self._mem_of))
+        self.ranks = Ranks()  # each process's rank in its job (decode/ranks.py)
+        self.communicators = Communicators(MemoryReader(self._mem_of), self.ranks)
 
     def name(self, pid: int, handle: int) -> str | None:
         """The handle's kernel name: as a traced call made it, else as the

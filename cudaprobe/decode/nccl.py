@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from cudaprobe.catalogue.enums import enum_name
 from cudaprobe.catalogue.functions import NCCL, ArgKind, Function
+from cudaprobe.decode.ranks import Ranks
 from cudaprobe.errors import CudaprobeError
 from cudaprobe.targets.libs import api_of
 from cudaprobe.targets.nccl_comm import NCCL_MAGIC, CommLayout, comm_layout
@@ -101,10 +102,11 @@ class Communicators:
     """What is known of each process's communicators: (rank, nranks), either
     possibly None."""
 
-    def __init__(self, reader: CommReader | None = None) -> None:
+    def __init__(self, reader: CommReader | None = None, ranks: Ranks | None = None) -> None:
         self._known: dict[tuple[int, int], list[int | None]] = {}
         self._reader = reader
         self._read: set[tuple[int, int]] = set()  # asked the reader once
+        self._ranks = ranks  # told of each communicator known whole: the process's rank
 
     def of(self, pid: int, comm: int) -> tuple[int | None, int | None]:
         key = (pid, comm)
@@ -115,7 +117,11 @@ class Communicators:
             read = self._reader(pid, comm)
             if read is not None:
                 known = self._known[key] = list(read)
-        return (known[0], known[1]) if known else (None, None)
+        if not known:
+            return None, None
+        if self._ranks is not None:
+            self._ranks.communicator(pid, known[0], known[1])
+        return known[0], known[1]
 
     def learn(self, fn: Function, pid: int, args: dict[str, Any]) -> None:
         """What a successful call of `fn` tells of a communicator."""
@@ -124,6 +130,8 @@ class Communicators:
             comm = _address(args.get(out))
             if comm:
                 self._known[(pid, comm)] = [args.get(rank), args.get(nranks)]
+                if self._ranks is not None:
+                    self._ranks.communicator(pid, args.get(rank), args.get(nranks))
         elif fn.name in ASKERS:
             out, which = ASKERS[fn.name]
             comm = _address(args.get("comm"))

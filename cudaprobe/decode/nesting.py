@@ -7,10 +7,14 @@ driver calls that cudaMalloc made (cuMemAlloc_v2 ..., on the same thread,
 inside cudaMalloc's interval) arrive before cudaMalloc itself, and are held
 until it comes (CallOrder's docstring says for how long at most). Runtime
 calls are not nested in each other: the runtime API is the top of the stack,
-with NCCL's calls. An NCCL group is no interval of one call: the calls a
-thread makes between ncclGroupStart and ncclGroupEnd are put under the
-ncclGroupStart (one level down, as a driver call under a runtime call), and
-the ncclGroupEnd closes it at the group's own level.
+with NCCL's calls, which are the outermost layer: NCCL calls the runtime (its
+own copy, linked into libnccl) and, in ncclBcast, ncclBroadcast. Such a
+call, made while its thread is in an NCCL call, is marked so by the probe
+(R_CALLER nonzero: the BPF program's CP_OUTER) and held like a driver call,
+until the NCCL call adopts it. An NCCL group is no interval of one call: the
+calls a thread makes between ncclGroupStart and ncclGroupEnd are put under
+the ncclGroupStart (one level down, as a driver call under a runtime call),
+and the ncclGroupEnd closes it at the group's own level.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from cudaprobe.decode.calls import Call
-from cudaprobe.probe.event import R_DURATION, R_FUNC_ID, R_TID, R_TS
+from cudaprobe.probe.event import R_CALLER, R_DURATION, R_FUNC_ID, R_TID, R_TS
 
 MAX_HELD = 10_000
 
@@ -80,10 +84,11 @@ class CallOrder:
     its tid and ts_ns).
 
     A call arriving adopts the calls of its thread held since it started (they
-    ran inside it). A runtime call is the top of the stack (no traced call
-    encloses it): once one arrives, its thread's held calls are complete and
-    go out, in order. A driver call may still be inside a runtime call that
-    has not returned, so it is held until its thread's next runtime call, or
+    ran inside it). A runtime or NCCL call is the top of the stack (no traced
+    call encloses it) unless the probe marked it as made inside an NCCL call:
+    once a top call arrives, its thread's held calls are complete and go out,
+    in order. A driver call, or a marked call, may still be inside a call that
+    has not returned, so it is held until its thread's next top call, or
     until it ended `hold_ns` before the newest call seen (the clock, when a
     poll found nothing: a program of driver calls only), or when more than
     `max_held` wait, or at flush(). A call let go that way is shown at the top
@@ -116,7 +121,8 @@ class CallOrder:
             if end > newest:
                 newest = end
             fid = rec[R_FUNC_ID]
-            runtime = fid >= nprobes or is_runtime[fid]  # an unknown probe: out at once
+            # an unknown probe: out at once; one made inside an NCCL call: held for it
+            runtime = (fid >= nprobes or is_runtime[fid]) and not rec[R_CALLER]
             held = held_by_tid.get(tid)
             if held is None:
                 if runtime:

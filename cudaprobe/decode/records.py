@@ -36,6 +36,7 @@ from cudaprobe.decode.calls import (
     decode_event,
 )
 from cudaprobe.decode.handles import KernelHandles
+from cudaprobe.decode.ranks import NO_RANK, Ranks
 from cudaprobe.decode.schema import time_ms
 from cudaprobe.probe.event import (
     R_COMM,
@@ -61,9 +62,10 @@ class RowFormat(Protocol):
     """What RecordDecoder.decode makes rows for (output.base.Reporter, or the
     RecordDecoder itself for Calls)."""
 
-    def row_maker(self, probe: ProbeDecoder, t0_ns: int) -> RowMaker:
+    def row_maker(self, probe: ProbeDecoder, t0_ns: int, ranks: Ranks) -> RowMaker:
         """The row of one of `probe`'s records (probe.simple: its words decode
-        alone), called as make(rec) or make(rec, depth, parent)."""
+        alone), called as make(rec) or make(rec, depth, parent); with the
+        process's rank where `ranks` knows it."""
 
     def row_of_call(self, call: Call) -> Any:
         """The row of a call decoded whole (not probe.simple); its depth and
@@ -157,6 +159,8 @@ class RecordDecoder:
         self.symbolize = symbolize
         self.handles = handles
         self.see_process = see_process
+        # each process's rank in its job, for every row (decode/ranks.py)
+        self.ranks = handles.ranks if handles is not None else Ranks()
         self._seen: set[int] = set()
         self._comms: dict[bytes, str] = {}  # the kernel's comm -> its text
         # RowFormat -> its row maker per probe id, made at the probe's first record
@@ -204,7 +208,7 @@ class RecordDecoder:
 
     def _maker(self, d: ProbeDecoder, rows: RowFormat) -> RowMaker:
         if d.simple:
-            return rows.row_maker(d, self.t0_ns)
+            return rows.row_maker(d, self.t0_ns, self.ranks)
         row_of_call = rows.row_of_call
 
         def whole(rec: tuple, depth: int = 0, parent: int | None = None) -> Any:
@@ -220,6 +224,7 @@ class RecordDecoder:
 
     def _see(self, pid: int) -> None:
         self._seen.add(pid)
+        self.ranks.see(pid)
         if self.see_process is not None:
             self.see_process(pid)  # a process's first event: read its maps now
 
@@ -235,17 +240,20 @@ class RecordDecoder:
         return self.decode(records, self, nesting)
 
     # RowFormat, for calls(): a Call per record, args and details decoded lazily
-    def row_maker(self, probe: ProbeDecoder, t0_ns: int) -> RowMaker:
-        d, comms, comm = probe, self._comms, self.comm
+    def row_maker(self, probe: ProbeDecoder, t0_ns: int, ranks: Ranks) -> RowMaker:
+        d, comms, comm, known = probe, self._comms, self.comm, ranks.known
         event, api, category, ret_names, ret_name = (d.event, d.api, d.category, d.ret_names,
                                                      d.ret_name)
 
         def make(rec: tuple, depth: int = 0, parent: int | None = None) -> Call:
-            ret, ts = rec[R_RET], rec[R_TS]
-            return Call(time_ms(ts, t0_ns), ts, rec[R_PID], rec[R_TID],
+            ret, ts, pid = rec[R_RET], rec[R_TS], rec[R_PID]
+            call = Call(time_ms(ts, t0_ns), ts, pid, rec[R_TID],
                         comms.get(rec[R_COMM]) or comm(rec[R_COMM]), event, api, category,
                         rec[R_DURATION], ret, ret_names.get(ret) or ret_name(ret), None, None,
                         (d, rec), depth, parent)
+            if known:
+                call.rank, call.world_size = known.get(pid, NO_RANK)
+            return call
         return make
 
     def row_of_call(self, call: Call) -> Call:

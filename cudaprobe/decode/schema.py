@@ -28,18 +28,22 @@ ROW_SCHEMA = (
     Key(('process',), 'string', "thread's comm"),
     Key(('event',), 'string', 'symbol as called, e.g. `cudaMemcpyAsync_ptsz`'),
     Key(('api',), 'string', '`runtime`, `driver` or `nccl`'),
-    Key(('category',), 'string', '`memory`, `transfer`, `kernel`, `stream`, `event`, `device`, `sync`, `context`, `module`'),
+    Key(('category',), 'string', 'one of the 26 of [events.md](events.md): `memory`, `transfer`, '
+        '`kernel`, `stream`, `graph`, `vmm`, `collective`, ...'),
     Key(('duration_ns',), 'int or null', 'null: still in flight when the trace ended'),
     Key(('ret', 'ret_name'), 'int, string (or null)', '`cudaError_t` / `CUresult` / `ncclResult_t` and its name'),
     Key(('args',), 'object', "decoded arguments by their name in the CUDA headers: numbers as numbers, pointers and handles as hex strings, `kind` as `HostToDevice` etc., dim3 as `[x, y, z]`; out-parameters hold the value the call wrote (e.g. `devPtr` of cudaMalloc), `null` where it failed; NCCL calls add `bytes` (count x the datatype's size) and, for a communicator, `rank` and `nranks` (`null` where unknown: [nccl.md](nccl.md)); launches of both APIs add `func_name`, the demangled kernel name, whole however long (the table's DETAILS shortens it, `namespace::name<…>`; [driver.md](driver.md#kernel-names)); `cuModuleGetFunction`'s and `cuLibraryGetKernel`'s `name` is the string passed, whole (up to 8 KiB)"),
     Key(('details',), 'string', 'the DETAILS column'),
     Key(('depth',), 'int', "how deep in its thread's calls: 0 at the top, 1 for a call made inside a traced call (a driver call inside `cudaMalloc`), ..."),
     Key(('parent',), 'int or null', 'the `ts_ns` of the call it was made in (same `pid`, `tid`): a call is known by its `tid` and `ts_ns`; null at depth 0'),
+    Key(('rank', 'world_size'), 'int, int or null', "only on the rows of a process that is one rank of a job (its runtime and driver calls too): the rank its launcher gave it (`RANK`/`WORLD_SIZE` as torchrun sets them, Open MPI's, PMI's), else the rank of the first communicator it made or used; absent where neither tells; CSV columns always, empty there ([nccl.md](nccl.md#many-ranks))", option='a launcher, or a communicator'),
     Key(('py_stack',), 'list', 'with `--py-stacks` only, on calls made by a thread running Python: `[{"file", "line", "function"}, ...]`, innermost first, as the interpreter\'s frames were at the call (`function`: the qualified name from 3.11 on); absent for a thread with no Python frame; `py_stack_cut: true` where the stack was deeper than 32 frames ([pystacks.md](pystacks.md))', option='--py-stacks'),
     Key(('gpu',), 'object', "with `--gpu-time` only, on calls that queued GPU work: `kind` (`kernel`, `memcpy`, `memset`), `start_ns` (CLOCK_MONOTONIC, as `ts_ns`), `duration_ns`, `device`, `stream`, `context` (CUPTI's ids); copies and memsets add `bytes`, copies `copy_kind` (`HtoD`, ...); a call that queued several (a graph launch) spans them, with `count` ([gputime.md](gputime.md))", option='--gpu-time'),
 )
 
 JSONL_KEYS = tuple(name for key in ROW_SCHEMA if key.option is None for name in key.names)
+# after JSONL_KEYS where the call's process is a known rank of a job (decode/ranks.py)
+RANK_KEYS = ("rank", "world_size")
 
 
 def time_ms(ts_ns: int, t0_ns: int) -> float:

@@ -189,8 +189,10 @@ def check_pid_namespace() -> Check:
         return Check("pid namespace", OK, "the host's: calls of threads that exit mid-call "
                      "are swept from the pairing map")
     return Check("pid namespace", WARN, "one of its own: events carry host pids, which this "
-                 "/proc does not show, so calls of threads that exit mid-call stay in the "
-                 f"pairing map ({bpfprog.Settings.max_inflight} entries) until the trace ends",
+                 "/proc does not show, so -- COMMAND, --pid and --comm cannot select "
+                 "processes (they say so and exit 2; tracing every process with --lib works), "
+                 "and calls of threads that exit mid-call stay in the pairing map "
+                 f"({bpfprog.Settings.max_inflight} entries) until the trace ends",
                  "run cudaprobe in the host's pid namespace (docker run --pid=host)")
 
 
@@ -241,10 +243,12 @@ def check_cuda(libs: list[str] | None) -> list[Check]:
                       "$CUDA_HOME or pip's nvidia/* packages",
                       "name one with --lib, or trace a process with --pid (what it maps is "
                       "found)")]
-    return [_check_library(p) for p in paths]
+    return [_check_library(p, named=bool(libs)) for p in paths]
 
 
-def _check_library(path: str) -> Check:
+def _check_library(path: str, named: bool = False) -> Check:
+    """One library's functions; one named by --lib that defines none fails:
+    tracing it would trace nothing."""
     try:
         symbols = read_symbols(path).functions
     except CudaprobeError as e:
@@ -262,7 +266,9 @@ def _check_library(path: str) -> Check:
     text = (f"{path}: {api or 'unknown API'} {details['version']}, "
             f"{count_text(found, defined)} (of {len(wanted)} catalogue functions)")
     if not found:
-        return Check("CUDA library", WARN, text, "not a CUDA runtime or driver library?", details)
+        return Check("CUDA library", FAIL if named else WARN, text,
+                     "not a CUDA runtime or driver library: give --lib a libcudart, libcuda "
+                     "or libnccl" if named else "not a CUDA runtime or driver library?", details)
     if missing:
         text += f" (missing: {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''})"
     return Check("CUDA library", OK, text, details=details)

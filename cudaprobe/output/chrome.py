@@ -65,7 +65,7 @@ class ChromeReporter(Reporter):
     def start(self) -> None:
         self._sep = ""
         self._origin: int | None = None  # CLOCK_MONOTONIC ns at attach, from the first call
-        self._processes: set[int] = set()
+        self._processes: dict[int, int | None] = {}  # pid -> the rank its name says
         self._threads: set[tuple[int, int]] = set()
         # tid -> (start ns, event, api) of its latest call at depth 0
         self._tops: dict[int, tuple[int, str, str]] = {}
@@ -97,10 +97,12 @@ class ChromeReporter(Reporter):
             self.stream.write("".join(out))
 
     def _name_track(self, out: list[str], c: Call) -> None:
-        if c.pid not in self._processes:
-            self._processes.add(c.pid)
+        if c.pid not in self._processes or self._processes[c.pid] != c.rank:
+            # named again once its rank is known (from its first communicator)
+            self._processes[c.pid] = c.rank
+            name = c.process if c.rank is None else f"{c.process} (rank {c.rank})"
             self._emit(out, {"name": "process_name", "ph": "M", "pid": c.pid, "tid": c.tid,
-                             "args": {"name": c.process}})
+                             "args": {"name": name}})
         if (c.pid, c.tid) not in self._threads:
             self._threads.add((c.pid, c.tid))
             self._emit(out, {"name": "thread_name", "ph": "M", "pid": c.pid, "tid": c.tid,
@@ -136,7 +138,7 @@ class ChromeReporter(Reporter):
         for w in c.gpu:
             pid = GPU_PID_BASE + w.device
             if pid not in self._processes:
-                self._processes.add(pid)
+                self._processes[pid] = None
                 self._emit(out, {"name": "process_name", "ph": "M", "pid": pid, "tid": w.stream,
                                  "args": {"name": f"GPU {w.device}"}})
             if (pid, w.stream) not in self._threads:

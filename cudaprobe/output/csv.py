@@ -1,5 +1,6 @@
 """CSV: the JSONL keys as columns, `args` as a JSON object in one cell, `parent`
-empty at the top."""
+empty at the top; then `rank` and `world_size`, empty for a process that is
+no known rank of a job (and with --py-stacks `py_stack`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from typing import TextIO
 from cudaprobe.decode.calls import Call
 from cudaprobe.decode.nesting import Mark
 from cudaprobe.decode.pystacks import PyStack
+from cudaprobe.decode.ranks import NO_RANK, Ranks
 from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
-from cudaprobe.decode.schema import JSONL_KEYS, time_ms
+from cudaprobe.decode.schema import JSONL_KEYS, RANK_KEYS, time_ms
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.recordtext import compile_args_text
 from cudaprobe.probe.event import R_COMM, R_DURATION, R_PID, R_RET, R_TID, R_TS, comm_text
@@ -27,7 +29,7 @@ class CsvReporter(Reporter):
 
     def start(self) -> None:
         self._writer = csv.writer(self.stream)
-        self._writer.writerow((*JSONL_KEYS, "py_stack") if self.py_stacks else JSONL_KEYS)
+        self._writer.writerow((*CSV_KEYS, "py_stack") if self.py_stacks else CSV_KEYS)
 
     def calls(self, calls: list[Call]) -> None:
         self._writer.writerows([csv_row(c) for c in calls])
@@ -36,10 +38,10 @@ class CsvReporter(Reporter):
                 nesting: list[Mark] | None = None) -> None:
         self._writer.writerows(decoder.decode(records, self, nesting))
 
-    def row_maker(self, probe: ProbeDecoder, t0_ns: int) -> RowMaker:
-        """The probe's record -> its row (JSONL_KEYS, `args` as JSON text)."""
+    def row_maker(self, probe: ProbeDecoder, t0_ns: int, ranks: Ranks) -> RowMaker:
+        """The probe's record -> its row (CSV_KEYS, `args` as JSON text)."""
         _, json_details = compile_args_text(probe)
-        comms = self._comms
+        comms, known = self._comms, ranks.known
 
         def comm(raw: bytes) -> str:
             text = comms[raw] = comm_text(raw)
@@ -48,11 +50,11 @@ class CsvReporter(Reporter):
         ret_names, ret_name = probe.ret_names, probe.ret_name
 
         def row(rec: tuple, depth: int = 0, parent: int | None = None) -> tuple:
-            ts, ret = rec[R_TS], rec[R_RET]
-            return (time_ms(ts, t0_ns), ts, rec[R_PID], rec[R_TID],
+            ts, ret, pid = rec[R_TS], rec[R_RET], rec[R_PID]
+            return (time_ms(ts, t0_ns), ts, pid, rec[R_TID],
                     comms.get(rec[R_COMM]) or comm(rec[R_COMM]), event, api, category,
                     rec[R_DURATION], ret, ret_names.get(ret) or ret_name(ret),
-                    *json_details(rec), depth, parent)
+                    *json_details(rec), depth, parent, *known.get(pid, NO_RANK))
         return row
 
     def row_of_call(self, call: Call) -> list:
@@ -62,10 +64,13 @@ class CsvReporter(Reporter):
         return (*row, json.dumps(stack.frames, separators=(",", ":")))
 
 
+CSV_KEYS = JSONL_KEYS + RANK_KEYS
+
+
 def csv_row(call: Call) -> list:
     row = call.to_dict()
     row["args"] = json.dumps(row["args"], separators=(",", ":"))
-    out = [row[k] for k in JSONL_KEYS]
+    out = [row.get(k) for k in CSV_KEYS]
     if call.py_stack is not None:  # --py-stacks: the last column, as JSON
         out.append(json.dumps(call.py_stack.frames, separators=(",", ":")))
     return out

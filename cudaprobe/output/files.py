@@ -208,13 +208,19 @@ class LazyOutputFile(OutputStream):
                 self.failure = self.failure or e
 
 
+def stdout_closed() -> bool:
+    """Whether cudaprobe started with fd 1 closed (`>&-`): Python's sys.stdout is
+    None then, or the CLI's stand-in that fails every write (cli.ClosedStdout)."""
+    return sys.stdout is None or getattr(sys.stdout, "closed_at_start", False)
+
+
 class StdoutStream(OutputStream):
     """cudaprobe's stdout (fd 1), written around sys.stdout so that a failure is
     this stream's and Python's own flush at exit has nothing left to fail."""
 
     def __init__(self) -> None:
         super().__init__("stdout")
-        if sys.stdout is None:  # started with fd 1 closed (`>&-`)
+        if stdout_closed():  # started with fd 1 closed (`>&-`)
             self.failure = OSError(errno.EBADF, "stdout is closed")
 
     def _fd(self) -> int:
@@ -224,7 +230,27 @@ class StdoutStream(OutputStream):
         return self.failure is None and os.isatty(1)
 
 
-def open_output(path: str | None, force: bool, mode: int = DEFAULT_MODE) -> OutputStream:
+class StderrStream(StdoutStream):
+    """cudaprobe's stderr (fd 2): where `trace -- COMMAND` writes without -o, as
+    strace does, so that the command keeps stdout to itself."""
+
+    def __init__(self) -> None:
+        OutputStream.__init__(self, "stderr")
+        if sys.stderr is None:
+            self.failure = OSError(errno.EBADF, "stderr is closed")
+
+    def _fd(self) -> int:
+        return 2
+
+    def isatty(self) -> bool:
+        return self.failure is None and os.isatty(2)
+
+
+def open_output(path: str | None, force: bool, mode: int = DEFAULT_MODE,
+                command: bool = False) -> OutputStream:
+    """-o FILE, or stdout (`-o -`, or no -o); with no -o and a -- COMMAND, stderr."""
+    if path is None and command:
+        return StderrStream()
     if path is None or path == "-":
         return StdoutStream()
     check_output_path(path, force)

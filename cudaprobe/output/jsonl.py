@@ -13,6 +13,7 @@ from cudaprobe.decode.calls import Call
 from cudaprobe.decode.gputime import gpu_object
 from cudaprobe.decode.nesting import Mark
 from cudaprobe.decode.pystacks import PyStack
+from cudaprobe.decode.ranks import Ranks
 from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
 from cudaprobe.decode.schema import time_ms
 from cudaprobe.output.base import Reporter
@@ -43,11 +44,11 @@ class JsonlReporter(Reporter):
                 nesting: list[Mark] | None = None) -> None:
         self.stream.write("".join(decoder.decode(records, self, nesting)))
 
-    def row_maker(self, probe: ProbeDecoder, t0_ns: int) -> RowMaker:
+    def row_maker(self, probe: ProbeDecoder, t0_ns: int, ranks: Ranks) -> RowMaker:
         """The probe's record -> its JSONL line, with its newline."""
         tail, _ = compile_args_text(probe)
         ret_json: dict[int, str] = {}  # return code -> its name as JSON text
-        comms = self._comms
+        comms, rank_json = self._comms, ranks.json
         middle = _middle(probe.event, probe.api, probe.category)  # the same for every call
         spell, ms = _line, time_ms  # local names: the hot path looks them up per record
 
@@ -60,11 +61,11 @@ class JsonlReporter(Reporter):
             return text
 
         def line(rec: tuple, depth: int = 0, parent: int | None = None) -> str:
-            ts, ret, comm = rec[R_TS], rec[R_RET], rec[R_COMM]
-            return spell(ms(ts, t0_ns), ts, rec[R_PID], rec[R_TID],
+            ts, ret, comm, pid = rec[R_TS], rec[R_RET], rec[R_COMM], rec[R_PID]
+            return spell(ms(ts, t0_ns), ts, pid, rec[R_TID],
                          comms.get(comm) or comm_json(comm), middle, rec[R_DURATION], ret,
                          ret_json.get(ret) or ret_name_json(ret), tail(rec), depth,
-                         parent) + "}\n"
+                         parent) + (rank_json.get(pid, "") if rank_json else "") + "}\n"
         return line
 
     def row_of_call(self, call: Call) -> str:
@@ -91,6 +92,8 @@ class JsonlReporter(Reporter):
                      _middle(call.event, call.api, call.category), encode(call.duration_ns),
                      encode(call.ret), encode(call.ret_name),
                      f'{args},"details":{encode(details)}', call.depth, call.parent)
+        if call.rank is not None:
+            line += f',"rank":{call.rank},"world_size":{encode(call.world_size)}'
         if call.py_stack is not None:
             line += py_stack_json(call.py_stack)
         return line + "}"

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from cudaprobe.catalogue.count import count_text
 from cudaprobe.output.table import make_console
+from cudaprobe.output.text import escape
 from cudaprobe.probe.plan import ProbePlan
 
 
@@ -20,7 +21,8 @@ def announce(plan: ProbePlan, notes: list[str], doing: str) -> Callable[[str], N
     err = make_console(sys.stderr)
 
     def notify(message: str) -> None:
-        err.print(Text(f"cudaprobe: {message}", style="dim"))
+        # names and paths in it are the traced processes': escaped
+        err.print(Text(f"cudaprobe: {escape(message)}", style="dim"))
 
     for note in notes:
         notify(note)

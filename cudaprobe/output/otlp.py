@@ -8,7 +8,8 @@ spans handed over and not yet exported or failed never exceed QUEUE_SIZE,
 and the ones that would are counted (`otlp_queue_full`), as are the ones the
 collector did not take (`otlp_export_failed`) and the ones still unsent when
 the flush at the end ran out of time (`otlp_unsent`). They go into the
-summary's losses, and the first of each kind is said on stderr when it happens.
+summary's `undelivered` (not its losses: every row was written), and the
+first of each kind is said on stderr when it happens.
 """
 
 from __future__ import annotations
@@ -143,9 +144,11 @@ class OtlpSink(Reporter):
     def finish(self, summary: Summary) -> None:
         if self.metrics is not None:
             self.metrics.set_lost(summary.lost)  # type: ignore[attr-defined]
-        if not self._close(time.monotonic() + FLUSH_S):
-            self.export_failed(self.errors.reason or f"no answer in {FLUSH_S:g}s")
-        summary.lost.update(self.delivery.lost())
+        for url in self._close(time.monotonic() + FLUSH_S):  # each said as its own
+            self.export_failed(self.errors.reason or f"no answer in {FLUSH_S:g}s", url=url)
+        # spans are a copy of rows already written: what did not arrive is said
+        # beside the losses (--strict counts it), not among the calls lost
+        summary.undelivered.update(self.delivery.lost())
         self.notify(self._outcome())
 
     def export_failed(self, why: str | None = None, url: str | None = None) -> None:
@@ -193,20 +196,21 @@ class OtlpSink(Reporter):
         span.end(end_time=end + self._offset)
         self.delivery.ended += 1
 
-    def _close(self, deadline: float) -> bool:
-        """Flush and shut down, within the deadline; False if it ran out."""
+    def _close(self, deadline: float) -> list[str]:
+        """Flush and shut down, within the deadline; the endpoints whose flush
+        ran out of it (spans' and metrics' apart: one may be up, the other not)."""
         closers = []
-        if self._provider is not None:
-            closers.append(self._provider)  # shutdown() flushes what is queued
+        if self._provider is not None:  # shutdown() flushes what is queued
+            closers.append((self._provider, self.config.endpoints.traces))
         if self._pusher is not None:
-            closers.append(self._pusher)
-        threads = [threading.Thread(target=c.shutdown, daemon=True, name="cudaprobe-otlp-close")
-                   for c in closers]
-        for t in threads:
+            closers.append((self._pusher, self.config.endpoints.metrics))
+        threads = [(threading.Thread(target=c.shutdown, daemon=True,
+                                     name="cudaprobe-otlp-close"), url) for c, url in closers]
+        for t, _url in threads:
             t.start()
-        for t in threads:
+        for t, _url in threads:
             t.join(max(0.0, deadline - time.monotonic()))
-        return not any(t.is_alive() for t in threads)
+        return [url for t, url in threads if t.is_alive()]
 
     def _outcome(self) -> str:
         d = self.delivery

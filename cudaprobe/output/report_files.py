@@ -12,7 +12,7 @@ import click
 from rich.console import Console
 
 from cudaprobe.errors import OutputFailed, UsageError
-from cudaprobe.output.files import OutputStream, StdoutStream, open_output
+from cudaprobe.output.files import OutputStream, StdoutStream, open_output, stdout_closed
 from cudaprobe.output.formats import REPORT_EXTENSIONS, format_of_output
 from cudaprobe.output.table import make_console
 
@@ -37,7 +37,7 @@ def write_report(write: Callable[[], None], status: int, command: bool) -> int:
     and the status is -- COMMAND's all the same, or 1 without one (0 for EPIPE)."""
     try:
         write()
-        if sys.stdout is None:  # started with stdout closed: the human report went nowhere
+        if stdout_closed():  # started with stdout closed: the human report went nowhere
             raise OutputFailed("writing stdout failed: stdout is closed", errno.EBADF)
         sys.stdout.flush()
     except OutputFailed as e:
@@ -48,7 +48,7 @@ def write_report(write: Callable[[], None], status: int, command: bool) -> int:
         failure, message = e.errno, f"writing output failed: {e.strerror}"
     else:
         return status
-    if sys.stdout is not None:  # the interpreter's last flush: quiet
+    if not stdout_closed():  # the interpreter's last flush: quiet
         os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     if failure != errno.EPIPE:
         click.echo(f"cudaprobe: {message}", err=True)

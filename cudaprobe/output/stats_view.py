@@ -12,7 +12,7 @@ from cudaprobe.decode.calls import humanize_bytes
 from cudaprobe.decode.demangle import shorten
 from cudaprobe.output.nccl_view import render_nccl_stats
 from cudaprobe.output.summary_view import describe_untraced
-from cudaprobe.output.text import humanize_ns
+from cudaprobe.output.text import escape, humanize_ns
 
 COLUMNS = ("EVENT", "CALLS", "TOTAL", "AVG", "MIN", "MAX", *(f"P{q}" for q in PERCENTILES),
            "ERRORS")
@@ -30,8 +30,8 @@ def render_stats(report: StatsReport, console: Console, sort: str = "total",
         if s.errors_unkeyed:
             errors += f"{', ' if errors else ''}unknown code x{s.errors_unkeyed}"
         # kernel names (--by kernel) run to kilobytes: shortened here, whole in --json;
-        # Python lines (--by line) are paths, kept whole
-        name = s.event if report.per == "line" else shorten(s.event)
+        # Python lines (--by line) are paths, kept whole; both the program's: escaped
+        name = escape(s.event) if report.per == "line" else shorten(escape(s.event))
         table.add_row(Text(name), str(s.count), humanize_ns(s.total_ns),
                       humanize_ns(s.avg_ns), humanize_ns(s.min_ns), humanize_ns(s.max_ns),
                       *(humanize_ns(s.p(q)) for q in PERCENTILES),

@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from cudaprobe.output.text import escape
+
 REFRESH_PER_SECOND = 4
 
 
@@ -47,7 +49,7 @@ class StatusLine:
 
     def _text(self, elapsed_s: float, rows: int, lost: int) -> Text:
         text = Text(f"cudaprobe: {elapsed_s:.0f}s, {self._rate:,.0f} calls/s, {rows:,} rows "
-                    f"written to {self.target}, ", style="dim")
+                    f"written to {escape(self.target)}, ", style="dim")
         text.append(f"{lost:,} lost", style="bold red" if lost else "dim")
         text.append(". Ctrl-C to stop", style="dim")
         return text
@@ -58,7 +60,7 @@ class StatusLine:
             if self._live is None:
                 notify(message)
             else:
-                self._live.console.print(Text(f"cudaprobe: {message}", style="dim"))
+                self._live.console.print(Text(f"cudaprobe: {escape(message)}", style="dim"))
         return say
 
     def stop(self) -> None:

@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cudaprobe.analysis.summary import ATTACH, NOT_LOST, Summary, Untraced
-from cudaprobe.output.text import cut_middle, humanize_ns
+from cudaprobe.output.text import cut_middle, escape, humanize_ns
 
 SHOWN_UNTRACED = 5  # said one by one; more are counted
 
@@ -56,7 +56,7 @@ def render_summary(summary: Summary, console: Console) -> None:
     for col, justify in zip(titles, ("left", "right", "right", "right", "left")):
         table.add_column(col, justify=justify, no_wrap=True)
     for name, *cells in rows:
-        table.add_row(Text(cut_middle(name, event_width)), *cells[:-1], Text(cells[-1]))
+        table.add_row(Text(cut_middle(escape(name), event_width)), *cells[:-1], Text(cells[-1]))
     console.print(table)
     lost = summary.total_lost
     line = f"{summary.total_calls} calls in {summary.duration_s:.2f}s, "
@@ -67,9 +67,12 @@ def render_summary(summary: Summary, console: Console) -> None:
         line += f", {summary.exited_mid_call} ended with their thread"
     if lost:
         line += f" ({describe_lost(summary.lost)})"
+    if undelivered := sum(summary.undelivered.values()):
+        line += (f"; {undelivered} spans not delivered over OTLP "
+                 f"({describe_lost(summary.undelivered)})")
     console.print(Text(line, style="bold red" if lost else ""))
     for note in describe_untraced(summary.untraced):
-        console.print(Text(note, style="yellow"))
+        console.print(Text(escape(note), style="yellow"))
     if summary.not_found:
         console.print(Text("not exported by the traced libraries: "
-                           + ", ".join(summary.not_found), style="dim"))
+                           + escape(", ".join(summary.not_found)), style="dim"))

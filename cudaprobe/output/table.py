@@ -2,10 +2,15 @@
 one header, so every batch lines up; rich renders the header and summary.
 
 The columns are data (`COLUMNS`): a title, the width it wants, how narrow it
-may get, how its text is cut, and the cell of a call. `layout` fits them to
+may get, how its text is cut, and the cell of a call. `fit` fits them to
 the terminal's width: one line per call and a header that never wraps, at
 any width from 80; the columns that can give shrink (PROCESS, RESULT, then
-EVENT) and DETAILS takes what is left, cut with `…`. Names are cut in the
+EVENT) and DETAILS takes what is left, cut with `…`. Where that leaves
+DETAILS less than DETAILS_WANT, columns fold into it, one at a time: TID
+(said after the arguments, only where it is not the PID), RESULT (an
+error's short name first, `InsufficientDriver:`, as strace says ENOENT; a
+success not at all), then LATENCY (last, `<4.7µs>`, as strace -T): at 80 columns a row is
+TIME, PROCESS, PID, EVENT and 30 characters of DETAILS. Names are cut in the
 middle, so a variant's suffix stays (`cudaLaunchCoop…Kernel_ptsz`). To a
 file or a pipe nothing limits the width: the columns have the width they
 want and DETAILS is whole.
@@ -30,7 +35,7 @@ from cudaprobe.decode.calls import Call
 from cudaprobe.decode.gputime import gpu_span_ns
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.summary_view import render_summary
-from cudaprobe.output.text import cut_end, cut_middle, humanize_ns
+from cudaprobe.output.text import cut_end, cut_middle, escape, humanize_ns
 
 INDENT = "  "  # EVENT's, per level of nesting
 
@@ -54,6 +59,11 @@ def _event(c: Call) -> str:
     return INDENT * c.depth + c.event if c.depth else c.event
 
 
+def process_label(c: Call) -> str:
+    """`python[r1]` for rank 1 of a job (decode/ranks.py), else the name."""
+    return c.process if c.rank is None else f"{c.process}[r{c.rank}]"
+
+
 def _latency(c: Call) -> str:
     return "-" if c.in_flight else humanize_ns(c.duration_ns)
 
@@ -64,7 +74,8 @@ def _result(c: Call) -> str:
 
 COLUMNS = (
     Column("TIME(ms)", 10, lambda c: f"{c.time_ms:.3f}", "right"),
-    Column("PROCESS", 15, lambda c: c.process, min_width=8),
+    # cut in the middle: a rank's `[r1]` stays
+    Column("PROCESS", 15, lambda c: escape(process_label(c)), min_width=8, cut=cut_middle),
     Column("PID", 7, lambda c: str(c.pid), "right"),
     Column("TID", 7, lambda c: str(c.tid), "right"),
     Column("EVENT", 26, _event, min_width=18, cut=cut_middle),
@@ -87,24 +98,71 @@ def cut_start(text: str, width: int) -> str:
     return text if len(text) <= width else "…" + text[len(text) - width + 1 :]
 
 
-PY_COLUMN = Column("PYTHON", 32, _py_line, min_width=16, cut=cut_start)
+PY_COLUMN = Column("PYTHON", 32, lambda c: escape(_py_line(c)), min_width=16, cut=cut_start)
 DETAILS = "DETAILS"  # the last column: what the line has left
 SHRINK_ORDER = ("PYTHON", "PROCESS", "RESULT", "EVENT")  # the first gives first
 DETAILS_MIN = 8  # what the shrinking makes room for, where it can
 EVENT_MAX = 40  # EVENT grows to this when the line is wide (LONG names whole)
 DETAILS_ROOM = 60  # ... and DETAILS would still have this much
+DETAILS_WANT = 30  # what DETAILS keeps at any width from 80: columns fold into it for it
+FOLD_ORDER = ("TID", "RESULT", "LATENCY")  # the first folds first
+SUCCESS = {"cudaSuccess", "CUDA_SUCCESS"}
+ERROR_PREFIXES = ("cudaError", "CUDA_ERROR_")
 
 
-def layout(width: int | None, columns: tuple[Column, ...] = COLUMNS) -> list[int]:
-    """Each column's width in a line of `width` characters (None: unlimited)."""
+def short_result(c: Call) -> str:
+    """RESULT as DETAILS says it when RESULT is folded: nothing for a success,
+    an error's name without its prefix (cudaErrorInsufficientDriver:
+    InsufficientDriver), `in flight`."""
+    if c.in_flight:
+        return "in flight"
+    name = c.ret_name or ""
+    if name in SUCCESS:
+        return ""
+    for prefix in ERROR_PREFIXES:
+        if name.startswith(prefix) and len(name) > len(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def folded_details(c: Call, folded: tuple[str, ...]) -> str:
+    """DETAILS with what the folded columns would have said."""
+    text = c.details
+    if "RESULT" in folded and (result := short_result(c)):
+        text = f"{result}: {text}"
+    if "TID" in folded and c.tid != c.pid:
+        text = f"{text} tid={c.tid}"
+    if "LATENCY" in folded:
+        text = f"{text} <{_latency(c)}>"
+    return text
+
+
+def fit(width: int | None, columns: tuple[Column, ...] = COLUMNS
+        ) -> tuple[tuple[Column, ...], list[int], tuple[str, ...]]:
+    """The columns shown in a line of `width` characters, their widths, and the
+    titles folded into DETAILS (FOLD_ORDER) so that it keeps DETAILS_WANT."""
+    folded: tuple[str, ...] = ()
+    while True:
+        shown = tuple(c for c in columns if c.title not in folded)
+        widths = layout(width, shown, DETAILS_WANT)
+        if (width is None or len(folded) == len(FOLD_ORDER)
+                or width - sum(widths) - len(widths) >= DETAILS_WANT):
+            return shown, widths, folded
+        folded += (FOLD_ORDER[len(folded)],)
+
+
+def layout(width: int | None, columns: tuple[Column, ...] = COLUMNS,
+           details_min: int = DETAILS_MIN) -> list[int]:
+    """Each column's width in a line of `width` characters (None: unlimited),
+    the columns that can give shrinking for DETAILS to have `details_min`."""
     widths = [c.width for c in columns]
     if width is None:
         return widths
     index = {c.title: i for i, c in enumerate(columns)}
     used = sum(widths) + len(widths)  # each column and the space after it
-    for title in (t for t in SHRINK_ORDER if t in index):
+    for title in (t for t in SHRINK_ORDER if t in index):  # those not folded into DETAILS
         i = index[title]
-        give = min(max(0, used + DETAILS_MIN - width),
+        give = min(max(0, used + details_min - width),
                    widths[i] - (columns[i].min_width or widths[i]))
         widths[i] -= give
         used -= give
@@ -146,6 +204,7 @@ class TableReporter(Reporter):
         # a terminal's width bounds the line; a file's or a pipe's does not
         self.width = self.console.width if self.console.is_terminal else None
         self._cells: list[tuple[Column, int]] = []
+        self._folded: tuple[str, ...] = ()
         self._details_width: int | None = None
         self._lay_out()
 
@@ -155,9 +214,8 @@ class TableReporter(Reporter):
                 *((PY_COLUMN,) if self.py_stacks else ()))
 
     def _lay_out(self) -> None:
-        """Each column's width."""
-        columns = self.columns()
-        widths = layout(self.width, columns)
+        """Each column's width, and the columns folded into DETAILS."""
+        columns, widths, self._folded = fit(self.width, self.columns())
         self._cells = list(zip(columns, widths))
         if self.width is not None:
             self._details_width = self.width - sum(widths) - len(widths)
@@ -174,13 +232,14 @@ class TableReporter(Reporter):
         if not calls:
             return
         lines = []
-        details_width, cells = self._details_width, self._cells
+        details_width, cells, folded = self._details_width, self._cells, self._folded
         for c in calls:
             row = " ".join([column.text(column.cell(c), w) for column, w in cells])
+            details = escape(folded_details(c, folded) if folded else c.details)
             if details_width is None:
-                line = f"{row} {c.details}"
+                line = f"{row} {details}"
             else:
-                line = f"{row} {cut_end(c.details, details_width)}".rstrip()
+                line = f"{row} {cut_end(details, details_width)}".rstrip()
             if self._color and (c.ret or c.in_flight):
                 line = f"\x1b[{33 if c.in_flight else 31}m{line}\x1b[0m"
             lines.append(line)

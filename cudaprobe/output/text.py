@@ -33,3 +33,23 @@ def humanize_ns(ns: int) -> str:
     if ns < 1_000_000_000:
         return f"{ns / 1e6:.2f}ms"
     return f"{ns / 1e9:.2f}s"
+
+
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\\": "\\\\"}
+
+
+def _escaped(char: str) -> str:
+    if char.isprintable() and char != "\\":
+        return char
+    code = ord(char)
+    return _ESCAPES.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def escape(text: str) -> str:
+    """Text a traced process controls (its name, the paths it maps, the names
+    in its code), safe on a terminal, one line: control and other unprintable
+    characters escaped as strace does (`\\n`, `\\x1b`, `\\u202e`), and `\\` as
+    `\\\\` so that an escape is never ambiguous."""
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(map(_escaped, text))

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cudaprobe.catalogue.functions import ArgKind
+from cudaprobe.catalogue.functions import NCCL, ArgKind
 from cudaprobe.errors import EnvironmentProblem
 from cudaprobe.probe import event, kernel_btf, uprobe_multi
 from cudaprobe.probe.plan import Probe
@@ -75,7 +75,7 @@ class Settings:
 
 def probe_config(probe: Probe) -> tuple[int, ...]:
     """struct cp_probe_cfg for one probe: (nstack, cfg_slot, out8, out4, str_slot,
-    nargs, nouts, size, func_slot, handle_slot, cfg_off, cfg_len)."""
+    nargs, nouts, size, func_slot, handle_slot, cfg_off, cfg_len, outer)."""
     fn = probe.function
     func_slot = next((slot for arg, slot in zip(fn.args, fn.slots) if arg.kind is ArgKind.FUNC),
                      -1)
@@ -83,7 +83,7 @@ def probe_config(probe: Probe) -> tuple[int, ...]:
                         if arg.kind in (ArgKind.FUNC, ArgKind.CU_FUNCTION)), -1)
     return (fn.stack_words, fn.config_slot, fn.out_mask(8), fn.out_mask(4), fn.string_slot,
             fn.words, len(fn.out_index), event.record_size(fn), func_slot, handle_slot,
-            *fn.config_window)
+            *fn.config_window, int(fn.api == NCCL))
 
 
 PAIR_BYTES = 8 << 20  # at most, for the per-thread pairing entries (`owned`)
@@ -169,6 +169,8 @@ def switches(probes: list[Probe], settings: Settings) -> dict[str, str]:
         d["CP_STACKS"] = "1"
     if settings.callers:
         d["CP_CALLER"] = "1"
+    elif not settings.stats and any(p.function.api == NCCL for p in probes):
+        d["CP_OUTER"] = "1"  # calls made inside an NCCL call say so (decode/nesting.py)
     if settings.py_stacks and not settings.stats:
         d["CP_PYSTACKS"] = "1"
     return d
@@ -211,7 +213,7 @@ def render(probes: list[Probe], settings: Settings) -> str:
     src = source(settings)
     table = ["", "/* the `probes` map, as the loader fills it: "
                  "id: {nstack, cfg_slot, out8, out4, str_slot, nargs, nouts, size, "
-                 "func_slot, handle_slot, cfg_off, cfg_len} */"]
+                 "func_slot, handle_slot, cfg_off, cfg_len, outer} */"]
     table += [f"/* {p.func_id:3d} {p.symbol}: {{{', '.join(map(str, probe_config(p)))}}} */"
               for p in probes]
     return "\n".join(lines) + "\n\n" + src + "\n".join(table) + "\n"

@@ -102,7 +102,9 @@ class RawEvent(NamedTuple):
     outs: tuple[int, ...]
     cfg: tuple[int, ...]
     comm: str
-    caller: int = 0  # return address at entry: the call site (cudaprobe memory)
+    # return address at entry: the call site (cudaprobe memory); in trace (CP_OUTER),
+    # 1 for a call made inside an NCCL call of its thread
+    caller: int = 0
     stack_id: int = -1  # user stack id in the `stacks` map, or -1
     text: bytes = b""  # a string read at exit, whole (R_TEXT), NUL-terminated
 

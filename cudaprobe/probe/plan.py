@@ -7,7 +7,7 @@ import fnmatch
 from dataclasses import dataclass
 
 from cudaprobe.catalogue.functions import CATEGORIES, FUNCTIONS, Function, is_default
-from cudaprobe.errors import SymbolMissing, UnknownEvent
+from cudaprobe.errors import SymbolMissing, UnknownEvent, UsageError
 from cudaprobe.targets.elfsyms import ElfSymbols, read_symbols
 from cudaprobe.targets.libs import api_of
 
@@ -24,40 +24,55 @@ class Probe:
 ALL = "all"
 
 
-def select_functions(events: list[str] | None, apis: set[str] | None = None) -> list[Function]:
+def select_functions(events: list[str] | None, apis: set[str] | None = None,
+                     search: bool = False) -> list[Function]:
     """Catalogue functions named by --events, in catalogue order.
 
     Without --events: the default set (catalogue.is_default: no getters, no
     hot getters, docs/events.md). Each comma-separated item is `all`, a category, a function
     name (any ABI version or variant symbol), or a glob of names
-    (`cudaMemcpy*`); a leading `!` takes the item out again, as strace's
-    `-e trace=!open` does: `memory,!cudaFree`. Items that only take out start
-    from the default set (`!cudaEventQuery`)."""
+    (`cudaMemcpy*`, in any case); with `search` (`list`), a word that names
+    nothing selects the names that contain it, in any case (`malloc`); a
+    leading `!` takes the item out again, as strace's `-e trace=!open` does:
+    `memory,!cudaFree`. Items that only take out start from the default set
+    (`!cudaEventQuery`)."""
     pool = [f for f in FUNCTIONS if apis is None or f.api in apis]
     items = [e.strip() for spec in events or () for e in spec.split(",") if e.strip()]
+    if events and not items:
+        raise UsageError(f"-e {','.join(events)!r} names no function: give names, "
+                         "categories or globs (see `cudaprobe list`)")
     chosen: set[str] = set()
     if not items or all(item.startswith("!") for item in items):
         chosen = {f.symbol for f in pool if is_default(f.name, f.category)}
     for item in items:
         if item.startswith("!"):
-            chosen -= _matching(item[1:], pool)
+            chosen -= _matching(item[1:], pool, search)
         else:
-            chosen |= _matching(item, pool)
+            chosen |= _matching(item, pool, search)
+    if not chosen:
+        raise UsageError(f"-e {','.join(events or ())!r} selects no function: what it names "
+                         "it also leaves out (see `cudaprobe list`)")
     return [f for f in pool if f.symbol in chosen]
 
 
-def _matching(item: str, pool: list[Function]) -> set[str]:
-    """The symbols (catalogue keys) of the functions one --events item names."""
+def _matching(item: str, pool: list[Function], search: bool = False) -> set[str]:
+    """The symbols (catalogue keys) of the functions one --events item names;
+    with `search`, a word that names none selects the names that contain it."""
     if item == ALL:
         return {f.symbol for f in pool}
     if item in CATEGORIES:
         return {f.symbol for f in pool if f.category == item}
-    if any(c in item for c in "*?["):
+    if any(c in item for c in "*?["):  # a glob: case does not matter (`*memcpy*`)
+        glob = item.lower()
         found = {f.symbol for f in pool
-                 if fnmatch.fnmatchcase(f.name, item)
-                 or any(fnmatch.fnmatchcase(s, item) for s in f.symbols)}
+                 if fnmatch.fnmatchcase(f.name.lower(), glob)
+                 or any(fnmatch.fnmatchcase(s.lower(), glob) for s in f.symbols)}
     else:  # a header name selects every ABI version of it (cuCtxCreate: _v2 and _v4)
         found = {f.symbol for f in pool if item == f.name or item in f.symbols}
+    if not found and search:  # `list`: a word found in names, whatever its case
+        word = item.lower()
+        found = {f.symbol for f in pool
+                 if word in f.name.lower() or any(word in s.lower() for s in f.symbols)}
     if not found:
         choices = [ALL, *CATEGORIES, *sorted({f.name for f in pool})]
         raise UnknownEvent(item, difflib.get_close_matches(item.strip("*?[]"), choices, n=3,

@@ -205,6 +205,27 @@ class RingBuffer:
         self._stop_reader()
         return self.consume()
 
+    def skip_rest(self) -> int:
+        """The drain cut short: the records left in the ring and the spool,
+        counted (headers only, nothing unpacked) and skipped."""
+        self._stop_reader()
+        count, pos, end = 0, self._read, self._words[WRITTEN]
+        while pos < end:
+            blob = os.pread(self._spool, min(end - pos, BATCH_BYTES), pos)
+            off = 0
+            while off + HEADER.size <= len(blob):
+                length = HEADER.unpack_from(blob, off)[0]
+                step = ((length & LENGTH) + 15) & ~7
+                if off + step > len(blob):
+                    break  # cut by BATCH_BYTES: whole in the next read
+                count += not length & DISCARD
+                off += step
+            if not off:
+                break
+            pos += off
+        self._read = end
+        return count
+
     def _stop_reader(self) -> None:
         if self._reader:
             os.close(self._stop_w)  # EOF: drain and exit

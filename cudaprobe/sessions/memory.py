@@ -70,7 +70,7 @@ class MemorySession:
             self.in_flight = run.tracer.pairing.in_flight_count()
             self.lost = {k: v for k, v in run.tracer.counters().items() if k != "wakeups"}
             self.lost["decode_errors"] = self.decode_errors
-            self.duration_s = run.elapsed_s
+            self.duration_s = run.traced_s
             self.libraries = run.probed.libraries
         # detached and drained: no more calls can come
         self._exits(self._gone(), time.monotonic_ns())

@@ -12,11 +12,18 @@ from typing import Callable
 
 from cudaprobe.catalogue.functions import APIS as ALL_APIS
 from cudaprobe.catalogue.functions import DRIVER, NCCL, RUNTIME, Function
-from cudaprobe.errors import LibraryNotFound, NotRoot, SymbolMissing, UsageError
+from cudaprobe.errors import (
+    LibraryNotFound,
+    NotRoot,
+    OtherPidNamespace,
+    SymbolMissing,
+    UsageError,
+)
 from cudaprobe.output.notices import announce
 from cudaprobe.probe import bpfprog
 from cudaprobe.probe.load import prepare_machine
 from cudaprobe.probe.plan import ProbePlan, plan_probes
+from cudaprobe.probe.sweep import host_pids_visible
 from cudaprobe.targets.launch import resolve_command
 from cudaprobe.targets.libs import discover_libraries, resolve_lib_arg
 from cudaprobe.targets.selection import Targets, initial_libraries
@@ -88,6 +95,8 @@ def plan_targets(functions: list[Function], request: ProbeRequest,
                               per_process=bool(command or pids) and comm is None, **settings)
     if not request.dump_bpf and os.geteuid() != 0:
         raise NotRoot()
+    if follow and not request.dump_bpf and not host_pids_visible():
+        raise OtherPidNamespace()
     if command:
         resolve_command(list(command))  # before anything is attached, said or written
     targets = None

@@ -10,13 +10,19 @@ starts (t0_ns: --duration and the calls' timestamps count from there),
 is let run, or never run if a stop signal came while attaching.
 
 `running()` says whether to go on: not after a stop signal, --duration, the
-command's exit, or the exit of every --pid. `finish(read)` ends it: after a
-stop signal a running command gets COMMAND_GRACE_S to exit too (Ctrl-C at a
-terminal reaches it as well) while its calls are read; the probes are
-detached, so that the drain that follows leaves nothing unread. The caller
-then reports; leaving the `with` closes the BPF object. The stop signals stay
-caught until then, so a second Ctrl-C during teardown is ignored.
-`exit_status()` says what became of the command, which is never killed.
+exit of the command and of every process it started (its descendants, which
+the BPF fork hook adds to the targets: as `strace -f`, the trace goes on
+while any of them runs), or the exit of every --pid. `finish(read)` ends it:
+after a stop signal a running command gets COMMAND_GRACE_S to exit too
+(Ctrl-C at a terminal reaches it as well) while its calls are read; then
+what ended the trace is said, once, and the exit status decided, before the
+drain (a command that exits during a long drain did not end the trace); the
+probes are detached, so that the drain that follows leaves nothing unread.
+A second stop signal cuts the drain short (`drain_cut`): the caller writes
+what it decoded and counts the rest as lost. The caller then reports;
+leaving the `with` closes the BPF object. The stop signals stay caught until
+then, so further signals during teardown are ignored. `exit_status()` says
+what became of the command, which is never killed.
 """
 
 from __future__ import annotations
@@ -29,12 +35,14 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from cudaprobe.analysis.summary import Summary
+from cudaprobe.output.text import escape
 from cudaprobe.probe.bpfprog import Settings
 from cudaprobe.probe.plan import ProbePlan
 from cudaprobe.probe.tracer import Tracer
 from cudaprobe.sessions.follow import Follower
 from cudaprobe.sessions.signals import StopRequest
 from cudaprobe.targets.launch import LaunchedCommand
+from cudaprobe.targets.procmaps import process_alive
 from cudaprobe.targets.selection import Targets
 
 POLL_MS = 100  # how long a read waits for events: also how often the stop conditions are checked
@@ -44,7 +52,7 @@ GRACE_POLL_MS = 20  # reads during the grace period: short, to see the command's
 
 
 def say_on_stderr(message: str) -> None:
-    print(f"cudaprobe: {message}", file=sys.stderr)
+    print(f"cudaprobe: {escape(message)}", file=sys.stderr)
 
 
 @dataclass
@@ -98,6 +106,12 @@ class ProbeRun:
         self._on_attached = on_attached
         self._follower: Follower | None = None
         self._all_exited = False
+        self._ended: str | None = None  # what ended the trace, once said (ENDED_BY)
+        self._status = 0  # the exit status, decided when the trace ended
+        self._left: list[int] = []  # the command's descendants running when it exited
+        self._traced_s: float | None = None
+        self._signals_at_end = 0
+        self._closed = False  # the BPF object: its targets map gone
         self.command: LaunchedCommand | None = None
         self.tracer: Tracer
         self.t0_ns = 0
@@ -144,6 +158,7 @@ class ProbeRun:
         self._close()
 
     def _close(self) -> None:
+        self._closed = True
         self._stack.close()
         if self.command is not None and not self.command.released:
             self.command.abandon()  # attach failed: the child exits without running
@@ -152,17 +167,58 @@ class ProbeRun:
     def elapsed_s(self) -> float:
         return (time.monotonic_ns() - self.t0_ns) / 1e9
 
+    @property
+    def traced_s(self) -> float:
+        """How long the probes were in: until detach (not the drain after it)."""
+        return self._traced_s if self._traced_s is not None else self.elapsed_s
+
     def running(self) -> bool:
         if self._stop.requested or self._all_exited:
-            return False
-        if self.command is not None and self.command.wait() is not None:
             return False
         if self._follower is not None and self._follower.step():
             self.notify("every traced pid has exited: stopping")
             self._all_exited = True
             return False
+        if self.command is not None and self.command.wait() is not None:
+            return self._descendants_run()
         duration = self.options.duration
         return not (duration and self.elapsed_s >= duration)
+
+    def _descendants(self) -> list[int]:
+        """The command's descendants still running: the targets the fork hook
+        added (a target gone is removed at the Follower's next rescan: here it
+        is not counted once it has exited or is a zombie)."""
+        if self._closed:
+            return []
+        command = self.command.pid if self.command is not None else 0
+        return sorted(pid for pid in self.tracer.attacher.target_pids()
+                      if pid != command and process_alive(pid))
+
+    def _descendants_run(self) -> bool:
+        """The command has exited: go on while a process it started runs (said
+        once), unless --duration is over."""
+        left = self._descendants()
+        if left and not self._left:
+            name = self.command.argv[0]
+            self.notify(f"{name} exited (status {self.command.wait()}); {len(left)} of its "
+                        f"descendants {'runs' if len(left) == 1 else 'run'} on (pid "
+                        f"{_pids(left)}): tracing until the last exits, Ctrl-C to stop")
+        self._left = left or self._left
+        duration = self.options.duration
+        return bool(left) and not (duration and self.elapsed_s >= duration)
+
+    @property
+    def drain_cut(self) -> bool:
+        """A stop signal came after the one that ended the trace (a second Ctrl-C),
+        or after the trace ended otherwise: the drain is to stop where it is."""
+        return self._stop.count > min(self._signals_at_end, 1)
+
+    def say_drain_cut(self, left: int) -> None:
+        """The drain was cut short: said, and the exit status is the signal's."""
+        signum = self._stop.last or signal.SIGINT
+        self._status = 128 + signum
+        self.notify(f"{signal.Signals(signum).name} during the drain: stopped it, {left} "
+                    "records left undecoded (counted as lost: undecoded)")
 
     def sleep(self, seconds: float) -> None:
         """Sleep up to `seconds`, waking early once running() turns false."""
@@ -178,12 +234,15 @@ class ProbeRun:
         command = self.command
         if command is not None and command.released and self._stop.requested:
             deadline = time.monotonic() + COMMAND_GRACE_S
-            while command.wait() is None and time.monotonic() < deadline:
+            while ((command.wait() is None or self._descendants())
+                   and time.monotonic() < deadline):
                 if read is None:
                     time.sleep(GRACE_POLL_MS / 1000)
                 else:
                     read(GRACE_POLL_MS)
+        self._end()
         self.tracer.attacher.detach()
+        self._traced_s = self.elapsed_s
         if read is not None:
             read(0)
 
@@ -195,25 +254,61 @@ class ProbeRun:
         while (command is not None and command.released and not self._stop.requested
                and command.wait() is None):
             time.sleep(STEP_S)
+        self._end()
 
     def exit_status(self) -> int:
-        """The command's exit status, or 0 without one (command_exit_status)."""
-        if self.command is None:
-            return 0
-        return command_exit_status(self.command, self._stop.signal, self.notify)
+        """The exit status decided when the trace ended (_end): the command's own
+        when its exit (and its descendants') ended it, 128+N after stop signal N,
+        124 after --duration, as timeout(1); 0 without a command."""
+        if self._ended is None:  # ended without finish() (output failed, never ran)
+            self._end()
+        return self._status
+
+    def _end(self) -> None:
+        """Say, once, what ended the trace, and decide the exit status."""
+        if self._ended is not None:
+            return
+        duration, command = self.options.duration, self.command
+        over = bool(duration and self.elapsed_s >= duration) and not self._all_exited
+        left = self._descendants() if command is not None and command.released else []
+        status, message = end_of_trace(command, self._stop.signal, over, left, bool(self._left))
+        if status is None:
+            return  # tracing stopped on its own (output failed): decided at the command's exit
+        self._ended, self._status = message or "done", status
+        self._signals_at_end = self._stop.count
+        if message:
+            self.notify(message)
 
 
-def command_exit_status(command: LaunchedCommand, signum: int | None,
-                        notify: Callable[[str], None]) -> int:
-    """The command's exit status; if tracing stopped first, say what became
-    of it and return 128+N for stop signal N (124 for --duration, as timeout(1))."""
-    status = command.wait()
-    name = command.argv[0]
-    why = f"stopped by {signal.Signals(signum).name}" if signum else "--duration is over"
+def _pids(pids: list[int]) -> str:
+    return ", ".join(map(str, pids[:5])) + (", ..." if len(pids) > 5 else "")
+
+
+def end_of_trace(command: LaunchedCommand | None, signum: int | None, over: bool,
+                 left: list[int], outlived: bool) -> tuple[int | None, str]:
+    """What ended a trace, as said to the user, and cudaprobe's exit status: the
+    command's own when its exit (and its descendants', `outlived`: some ran on
+    after it) ended it; 128+N after stop signal N, 124 after --duration (as
+    timeout(1)) while it or its descendants (`left`) ran on; 0 without a
+    command. (None, "") while undecided: the command runs on, and neither a
+    signal nor --duration stopped the trace (its output failed)."""
+    why = (f"stopped by {signal.Signals(signum).name}" if signum
+           else "--duration is over" if over else "")
+    stopped = 128 + signum if signum else 124
+    if command is None:
+        return 0, f"{why}: tracing stopped" if why else ""
+    status, name = command.wait(), command.argv[0]
     if not command.released:
-        notify(f"{why} before {name} was started: it did not run")
-    elif status is None:
-        notify(f"{why}: {name} (pid {command.pid}) keeps running, no longer traced")
-    else:
-        return status
-    return 128 + signum if signum else 124
+        return stopped, f"{why or 'stopped'} before {name} was started: it did not run"
+    if status is None:
+        if not why:
+            return None, ""
+        return stopped, f"{why}: {name} (pid {command.pid}) keeps running, no longer traced"
+    if left and why:
+        keep = "keeps" if len(left) == 1 else "keep"
+        return stopped, (f"{why}: {name} has exited (status {status}), {len(left)} of its "
+                         f"descendants {keep} running (pid {_pids(left)}), no longer traced")
+    if why:  # Ctrl-C at a terminal reaches the command too
+        return status, f"{why}; {name} exited too (status {status}): its status is returned"
+    return status, f"{name} exited (status {status})" + (
+        ", and the last of its descendants after it" if outlived else "")

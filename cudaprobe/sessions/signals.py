@@ -1,5 +1,6 @@
 """SIGINT, SIGTERM and SIGHUP all stop tracing the same way; a second signal
-while stopping is ignored rather than raising in the middle of teardown."""
+while stopping never raises in the middle of teardown: it is counted, and
+the drain, which can be long, stops at it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 class StopRequest:
     def __init__(self) -> None:
-        self.signal: int | None = None
+        self.signal: int | None = None  # the first: the one acted on
+        self.last: int | None = None
+        self.count = 0
         self._saved: dict[int, object] = {}
 
     def __enter__(self) -> StopRequest:
@@ -22,6 +25,8 @@ class StopRequest:
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         if self.signal is None:
             self.signal = signum
+        self.last = signum
+        self.count += 1
 
     @property
     def requested(self) -> bool:

@@ -84,6 +84,8 @@ class TraceSession:
         self._next_loss_check = 0.0
         self._header_lines = 0  # written by reporter.start(): not rows
         self._gpu: GpuTimeRows | None = None
+        self._lifecycle: ProbeRun | None = None
+        self._undecoded = 0  # records the drain left when a second stop signal cut it
 
     @property
     def decode_errors(self) -> int:
@@ -152,7 +154,7 @@ class TraceSession:
             if run.command is not None and not run.command.released:
                 self._never_ran()
                 return run.exit_status()
-            self._finish(tracer, run.elapsed_s)
+            self._finish(tracer, run.traced_s)
             self._say_py_stacks()
             output = self.options.output
             if output is None or output.failure is None:
@@ -191,6 +193,7 @@ class TraceSession:
     def _attached(self, run: ProbeRun) -> None:
         """The probes are in and the command not yet run: ready decoder and reporter."""
         self._t0 = run.t0_ns
+        self._lifecycle = run
         self._records = RecordDecoder(self.plan.probes, self._t0, self.options.symbolize,
                                       self.kernel_handles, self.options.see_process)
         if run.tracer.py is not None:  # --py-stacks: each call's stack joined as it is decoded
@@ -208,8 +211,12 @@ class TraceSession:
         if timeout_ms:
             self._emit(tracer.ring.poll(timeout_ms))
             return
-        while records := tracer.ring.drain():
+        run = self._lifecycle
+        while not run.drain_cut and (records := tracer.ring.drain()):
             self._emit(records)
+        if run.drain_cut:  # a second stop signal: the rest is counted, not decoded
+            self._undecoded = tracer.ring.skip_rest()
+            run.say_drain_cut(self._undecoded)
 
     def _say_losses(self, tracer: Tracer) -> None:
         """The live status line: on stderr, at most each second, when more was lost;
@@ -265,6 +272,8 @@ class TraceSession:
         self.summary.take_kernel_counts(self.plan.probes, tracer.maps.read_tally())
         lost = tracer.counters()
         lost["decode_errors"] = self.decode_errors
+        if self._undecoded:
+            lost["undecoded"] = self._undecoded
         output = self.options.output
         if output is not None:
             output.flush()
@@ -277,5 +286,6 @@ class TraceSession:
         self.reporter.finish(self.summary)
         if self.summary_console is not None:
             render_summary(self.summary, self.summary_console)
-        say_if_no_cuda(self.options, self.summary.total_calls + len(in_flight))
+        if output is None or output.failure is None:  # else tracing stopped early, said so
+            say_if_no_cuda(self.options, self.summary.total_calls + len(in_flight))
 

@@ -39,12 +39,14 @@ class TraceRequest:
 def run_trace(probing: Probing, request: TraceRequest) -> int:
     """Trace until stopped; returns the exit status for cudaprobe."""
     output = request.output
-    stream = open_output(output, request.force, request.mode or DEFAULT_MODE)
+    # no -o with -- COMMAND: stderr, as strace writes its trace (the command keeps stdout)
+    stream = open_output(output, request.force, request.mode or DEFAULT_MODE,
+                         command=bool(probing.request.command))
     notify = probing.begin("tracing")
     status_line = None
     if status_line_wanted(stream.isatty(), sys.stderr):
         status_line = StatusLine(make_console(sys.stderr),
-                                 output if output and output != "-" else "stdout")
+                                 output if output and output != "-" else stream.name)
         notify = status_line.say_through(notify)
     reporter = REPORTERS[request.fmt](stream, gpu_time=request.gpu_time,
                                       py_stacks=probing.settings.py_stacks)
@@ -54,7 +56,7 @@ def run_trace(probing: Probing, request: TraceRequest) -> int:
     # the table shows its own summary; other formats get the human one on stderr
     err = make_console(sys.stderr)
     summary_console = None if request.fmt == "table" else err
-    if request.fmt == "table" and not isinstance(stream, StdoutStream):
+    if request.fmt == "table" and not isinstance(stream, StdoutStream):  # StderrStream is one
         summary_console = err
     command = list(probing.request.command)
     kernels = KernelSymbolizer.for_session(command, [a.path for a in probing.plan.attachments])
@@ -68,7 +70,8 @@ def run_trace(probing: Probing, request: TraceRequest) -> int:
         status = session.run()
     finally:
         stream.close()
-    lost = session.summary.total_lost
+    # spans --otlp did not deliver are not calls lost, but --strict counts them
+    lost = session.summary.total_lost + sum(session.summary.undelivered.values())
     if request.strict and lost:
         notify(f"{lost} events lost: exit {STRICT_EXIT} (--strict)")
         return STRICT_EXIT

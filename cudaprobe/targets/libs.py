@@ -84,6 +84,8 @@ def discover_libraries(apis: set[str]) -> list[str]:
 
 def resolve_lib_arg(arg: str) -> list[str]:
     """Turn one --lib value into library paths, or raise LibraryNotFound."""
+    if not arg.strip():
+        raise LibraryNotFound(arg, "empty: give a path, a directory or a soname")
     if os.path.isdir(arg):
         found = _dedupe(_cuda_libs_in(arg))
         if not found:

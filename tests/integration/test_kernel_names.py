@@ -57,7 +57,8 @@ def test_table_shows_the_name(libcudart):
     proc = run_cudaprobe("trace", "--lib", str(libcudart), "--api", "runtime", "-e",
                          "device,kernel", "--", str(exe), LINGER_MS)
     assert proc.returncode == 0, proc.stderr
-    rows = [line for line in proc.stdout.splitlines() if "cudaLaunchKernel " in line]
+    # without -o the rows of `trace -- COMMAND` go to stderr
+    rows = [line for line in proc.stderr.splitlines() if "cudaLaunchKernel " in line]
     assert any("vecAdd(float const*, float const*, float*, int) gridDim=(4,1,1)" in r
-               for r in rows), proc.stdout
-    assert any("kern::in_library(int*, int)" in r for r in rows), proc.stdout
+               for r in rows), proc.stderr
+    assert any("kern::in_library(int*, int)" in r for r in rows), proc.stderr

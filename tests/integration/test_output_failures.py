@@ -85,7 +85,7 @@ def test_output_that_cannot_take_a_byte(libcudart, where):
         full = where == "stdout on /dev/full"
         with open("/dev/full", "w") as dev_full:
             proc = subprocess.run(
-                cudaprobe_cmd("trace", "--lib", str(libcudart), "--", "sh", "-c",
+                cudaprobe_cmd("trace", "--lib", str(libcudart), "-o", "-", "--", "sh", "-c",
                               f"exec {' '.join(steady())} >/dev/null"),
                 stdout=dev_full if full else None, stderr=subprocess.PIPE, text=True,
                 timeout=HANG_S, preexec_fn=None if full else (lambda: os.close(1)))
@@ -96,7 +96,8 @@ def test_output_that_cannot_take_a_byte(libcudart, where):
 
 def test_a_reader_that_closes_the_pipe_is_a_quiet_exit(libcudart):
     """`cudaprobe trace -f jsonl -- COMMAND | head -1`: no message, the command's status."""
-    sh = (f"{' '.join(cudaprobe_cmd('trace', '--lib', str(libcudart), '-f', 'jsonl'))} -- "
+    sh = (f"{' '.join(cudaprobe_cmd('trace', '--lib', str(libcudart), '-f', 'jsonl', '-o', '-'))}"
+          " -- "
           f"sh -c 'exec {' '.join(steady())} >/dev/null' | head -1; exit ${{PIPESTATUS[0]}}")
     proc = subprocess.run(["bash", "-c", sh], capture_output=True, text=True, timeout=HANG_S)
     assert proc.returncode == 7, proc.stderr
@@ -173,3 +174,15 @@ def test_stats_report_that_cannot_be_written(libcudart, where):
     assert said == {"/dev/full": ["cudaprobe: writing output failed: No space left on device"],
                     "closed": ["cudaprobe: writing stdout failed: stdout is closed"],
                     "head": []}[where]
+
+
+@pytest.mark.parametrize("fmt", ["table", "jsonl"])
+def test_an_output_that_fails_at_once_does_not_say_the_command_made_no_call(libcudart, fmt):
+    """Tracing stopped at the first write: the command's calls after it were not
+    traced, which is said; not that it made none."""
+    exe = build_workload("runtime_calls.c")
+    proc = trace(libcudart, "-o", "/dev/full", "--force", "-f", fmt, "--", str(exe), "2")
+    assert proc.returncode == 0, proc.stderr  # the command's own status
+    assert "made none of the traced calls" not in proc.stderr
+    assert "made no CUDA call" not in proc.stderr
+    assert "writing /dev/full failed: No space left on device: tracing stopped" in proc.stderr

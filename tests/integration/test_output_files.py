@@ -18,6 +18,7 @@ def test_max_size_caps_the_file_counts_the_rest_and_keeps_the_trailer(tmp_path, 
     rows = len(lines) - 1
     assert s["calls"] == 15000
     assert s["lost"]["output_max_size"] == s["calls"] - rows > 0
+    assert s["rows"] == rows and s["rows"] + s["lost_total"] == s["calls"]  # what the file holds
     # whole rows, stopped at the first chunk of 64 to cross the cap
     size_of_rows = sum(len(line) + 1 for line in lines[:-1])
     longest = max(len(line) + 1 for line in lines[:-1])

@@ -10,6 +10,7 @@ compared with what the workload printed that it passed.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -41,18 +42,20 @@ def traced(tmp_path_factory, libnccl):
                                        "--lib", str(libnccl.parent), "-e", "all",
                                        command=[str(exe)])
     assert proc.returncode == 0, proc.stderr
-    # ncclBcast calls ncclBroadcast, probed too: it returns first, with the
-    # ncclBcast's arguments, inside its interval
+    # ncclBcast calls ncclBroadcast, probed too: with the ncclBcast's arguments,
+    # inside its interval, and under it
     at = next(i for i, c in enumerate(calls) if c["event"] == "ncclBcast")
-    inner, outer = calls[at - 1], calls[at]
+    outer, inner = calls[at], calls[at + 1]
     assert inner["event"] == "ncclBroadcast" and inner["tid"] == outer["tid"]
+    assert (outer["depth"], outer["parent"]) == (0, None)
+    assert (inner["depth"], inner["parent"]) == (1, outer["ts_ns"])
     assert outer["ts_ns"] < inner["ts_ns"]
     assert inner["ts_ns"] + inner["duration_ns"] <= outer["ts_ns"] + outer["duration_ns"]
     buff = outer["args"]["buff"]
     assert inner["args"] | {"sendbuff": buff, "recvbuff": buff} == inner["args"]
     assert {k: inner["args"][k] for k in ("count", "datatype", "root", "comm", "stream")} == {
         k: outer["args"][k] for k in ("count", "datatype", "root", "comm", "stream")}
-    del calls[at - 1]
+    del calls[at + 1]
     return calls, summary, expected_calls(proc.stdout)
 
 
@@ -64,6 +67,8 @@ def test_every_call_is_traced_in_order(traced):
     for call, t in zip(calls, truth):
         assert call["api"] == "nccl" and call["process"] == "nccl_calls"
         assert call["ret"] == t["ret"] and call["ret_name"] == results[t["ret"]], call
+    # no launcher, no communicator made (no GPU): no rank, rather than a guess
+    assert not any("rank" in c or "world_size" in c for c in calls)
     by_event = {c["event"]: c for c in calls}
     assert by_event["ncclGetVersion"]["ret_name"] == "ncclSuccess"
     assert by_event["ncclAllReduce"]["ret_name"] == "ncclInvalidArgument"
@@ -74,6 +79,36 @@ def test_every_call_is_traced_in_order(traced):
     depths = {c["event"]: (c["depth"], c["parent"]) for c in calls}
     assert depths["ncclAllReduce"] == (1, by_event["ncclGroupStart"]["ts_ns"])
     assert depths["ncclGroupEnd"] == depths["ncclGroupStart"] == depths["ncclSend"] == (0, None)
+
+
+def test_the_calls_nccl_makes_come_under_the_nccl_call(tmp_path, libnccl, libcuda):
+    """ncclCommInitRank calls the runtime (libnccl's own copy of it), which
+    loads libcuda and calls the driver, then fails (no GPU): every call made on
+    its thread inside its interval comes under it, the runtime's one level
+    down and the driver's under that, however the ring delivered them."""
+    exe = nccl_calls(libnccl)
+    calls, summary, proc = trace_jsonl(
+        tmp_path, "-e", "all", "--lib", str(libnccl.parent), "--lib", str(libcuda),
+        command=[str(exe)], env={**os.environ, "LD_LIBRARY_PATH": str(libcuda.parent)})
+    assert proc.returncode == 0, proc.stderr
+    assert summary["lost_total"] == 0
+    init = next(c for c in calls if c["event"] == "ncclCommInitRank")
+    assert (init["depth"], init["parent"]) == (0, None)
+    start, end = init["ts_ns"], init["ts_ns"] + init["duration_ns"]
+    inside = [c for c in calls if c["tid"] == init["tid"] and start < c["ts_ns"] < end]
+    by_ts = {c["ts_ns"]: c for c in calls if c["tid"] == init["tid"]}
+    apis = set()
+    for c in inside:
+        apis.add(c["api"])
+        chain = [c]
+        while chain[-1]["parent"] is not None:
+            chain.append(by_ts[chain[-1]["parent"]])
+        assert chain[-1] is init, c  # under it, at any depth
+        assert c["depth"] == len(chain) - 1 >= (1 if c["api"] == "runtime" else 2), c
+        assert calls.index(c) > calls.index(init)  # and after it, in call order
+    assert apis == {"runtime", "driver"}  # the runtime (cudaGetDevice) and the driver it loaded
+    # the program's NCCL calls after it are at the top again
+    assert [c["depth"] for c in calls if c["event"] in ("ncclAllGather", "ncclCommSplit")] == [0, 0]
 
 
 def test_every_argument_is_decoded_as_passed(traced):
@@ -161,6 +196,9 @@ def test_a_communicator_made_before_the_attach_is_read_from_memory(tmp_path, lib
         assert (call["args"]["rank"], call["args"]["nranks"]) == ((2, 5) if known else
                                                                   (None, None))
         assert call["ret_name"] == "ncclInvalidArgument"  # NCCL refused both: no GPU
+        # started by no launcher: the process's rank is its communicator's, on
+        # every row from the first that used it
+        assert (call["rank"], call["world_size"]) == (2, 5)
 
 
 def test_stats_by_collective_sums_each_collective(tmp_path, libnccl):

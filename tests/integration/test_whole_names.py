@@ -58,9 +58,10 @@ def test_the_table_shortens_what_jsonl_keeps_whole(tmp_path, libcudart):
     proc = run_cudaprobe("trace", "--lib", str(libcudart), "--api", "runtime", "--",
                          str(exe), env=cache_env(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    rows = [line for line in proc.stdout.splitlines() if "cudaLaunchKernel " in line]
-    assert any("long_named<…> gridDim=(1,1,1)" in r for r in rows), proc.stdout
-    assert not any("a_type_whose" in r for r in rows), proc.stdout
+    # without -o the rows of `trace -- COMMAND` go to stderr
+    rows = [line for line in proc.stderr.splitlines() if "cudaLaunchKernel " in line]
+    assert any("long_named<…> gridDim=(1,1,1)" in r for r in rows), proc.stderr
+    assert not any("a_type_whose" in r for r in rows), proc.stderr
 
 
 def test_a_driver_handle_named_by_a_name_over_1k(tmp_path, fake_libcuda):  # noqa: F811

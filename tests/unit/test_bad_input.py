@@ -34,6 +34,19 @@ CASES = {
     "wait without pid": (["--wait"], ["--wait goes with --pid"]),
     "bad mode": (["--mode", "888", "-o", "new.jsonl"], ["not an octal file mode"]),
     "bad max-size": (["--max-size", "lots", "-o", "new.jsonl"], ["not a size"]),
+    "events all left out": (["-e", "!all"], ["-e '!all' selects no function"]),
+    "events taken back": (["-e", "cudaMalloc,!cudaMalloc"],
+                          ["-e 'cudaMalloc,!cudaMalloc' selects no function"]),
+    "events empty": (["-e", ""], ["-e '' names no function"]),
+    "events only commas": (["-e", ","], ["-e ',' names no function"]),
+    "nothing after --": (["--"], ["-- needs a command after it"]),
+    "otlp-sample nan": (["--otlp", "http://x:4318", "--otlp-sample", "nan"],
+                        ["'nan' is not a finite number"]),
+    "otlp-interval inf": (["--otlp", "http://x:4318", "--otlp-interval", "inf"],
+                          ["'inf' is not a finite number"]),
+    "lib empty": (["--lib", "", "-d", "1"], ["CUDA library '': empty"]),
+    "nothing after -- with options": (["-o", "new.jsonl", "--"],
+                                      ["-- needs a command after it"]),
 }
 
 
@@ -59,3 +72,22 @@ def test_not_root(scratch):
     line = assert_one_line(run(scratch, "trace", "--lib", LIB, "-o", "new.jsonl", "--",
                                "/bin/true", not_root=True))
     assert line == "cudaprobe: tracing needs root (CAP_BPF and CAP_PERFMON) (run it with sudo)"
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_stats_threshold_must_be_finite(scratch, value):
+    assert_one_line(run(scratch, "stats", "--threshold", value, "--dump-bpf"),
+                    f"'{value}' is not a finite number")
+
+
+@pytest.mark.parametrize("command", ["stats", "memory"])
+@pytest.mark.parametrize("output", ["x.csv", "x.jsonl", "x.chrome.json"])
+def test_a_report_to_a_format_only_trace_writes_is_one_line(scratch, command, output):
+    assert_one_line(run(scratch, command, "-o", output, "--", "/bin/true"),
+                    f"-o '{output}' names the", "only `trace` writes")
+
+
+def test_a_bad_baseline_is_said_before_anything_runs(scratch):
+    (scratch / "base.json").write_text('{"cudaprobe": "stats", "schema": 1, "functions": null}')
+    proc = run(scratch, "stats", "--compare", "base.json", "--", "/bin/true")
+    assert_one_line(proc, "baseline 'base.json'")

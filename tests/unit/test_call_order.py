@@ -25,14 +25,15 @@ IS_RUNTIME = [p.function.api == RUNTIME for p in EVERY_PROBE]
 MS = 1_000_000
 
 
-def rec(symbol: str, start_ms: float, end_ms: float, tid: int = 8) -> tuple:
+def rec(symbol: str, start_ms: float, end_ms: float, tid: int = 8, inside: int = 0) -> tuple:
     """A record of `symbol` on thread `tid`, from start_ms to end_ms (no arguments
-    read: the words are zeros)."""
+    read: the words are zeros); `inside`: marked by the probe as made inside an
+    NCCL call (the caller word, CP_OUTER)."""
     probe = EVERY_PROBE[FID[symbol]]
     nargs = probe.function.words
     layout = RECORD_STRUCTS[nargs]
     values = (int(start_ms * MS), int((end_ms - start_ms) * MS), 7, tid, probe.func_id, nargs,
-              0, 0, b"app", 0, -1, *([0] * nargs))
+              0, 0, b"app", inside, -1, *([0] * nargs))
     return layout.unpack(layout.pack(*values))
 
 
@@ -173,3 +174,23 @@ def test_calls_in_an_nccl_group_come_under_its_start():
     other = rec("ncclAllReduce", 1.45, 1.46, tid=9)
     o2 = CallOrder(runtime_or_nccl, clock=lambda: 0, groups=steps)
     assert o2.add([start, other])[1] == [(0, None), (0, None)]
+
+
+def test_calls_made_inside_an_nccl_call_come_under_it():
+    # ncclBcast calls ncclBroadcast, which calls the runtime (cudaGetDevice, in
+    # libnccl's own copy), which calls the driver; each marked by the probe as
+    # made inside an NCCL call, so held until the outermost arrives. A runtime
+    # call not marked (the program's own, before) goes out at once.
+    runtime_or_nccl = [p.function.api in (RUNTIME, "nccl") for p in EVERY_PROBE]
+    o = CallOrder(runtime_or_nccl, clock=lambda: 0)
+    before = rec("cudaMalloc", 0.5, 0.6)
+    driver = rec("cuCtxGetDevice", 1.3, 1.35)
+    runtime = rec("cudaGetDevice", 1.2, 1.4, inside=1)
+    inner = rec("ncclBroadcast", 1.1, 1.8, inside=1)
+    outer = rec("ncclBcast", 1.0, 2.0)
+    out, marks = o.add([before, driver, runtime])
+    assert names(out) == ["cudaMalloc"] and marks == [(0, None)]
+    assert o.add([inner]) == ([], [])  # marked: held, though an NCCL call
+    out, marks = o.add([outer])
+    assert names(out) == ["ncclBcast", "ncclBroadcast", "cudaGetDevice", "cuCtxGetDevice"]
+    assert marks == [(0, None), (1, outer[R_TS]), (2, inner[R_TS]), (3, runtime[R_TS])]

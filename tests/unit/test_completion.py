@@ -47,6 +47,11 @@ def test_completion_of_an_unknown_shell_is_one_line():
     ("cudaprobe stats -e kern", 3, "plain,kernel"),
     ("cudaprobe list -e sy", 3, "plain,sync"),
     ("cudaprobe comp", 1, "plain,completion"),
+    # a `!` inserted bare would be history expansion: quoted
+    ("cudaprobe trace -e memory,!cudaFreeH", 3, "plain,'memory,!cudaFreeHost'"),
+    # bash splits --events=mem at the `=`: still -e's values
+    ("cudaprobe trace --events = mem", 4, "plain,memory"),
+    ("cudaprobe stats -e = kern", 4, "plain,kernel"),
 ])
 def test_what_the_bash_script_asks_is_answered(words, cword, expect):
     env = {**os.environ, "_CUDAPROBE_COMPLETE": "bash_complete", "COMP_WORDS": words,

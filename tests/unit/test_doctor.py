@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 from collections import namedtuple
 
@@ -142,8 +143,8 @@ def test_cuda_library_lists_the_catalogue_functions_it_defines(libcudart):
 
 
 def test_cuda_library_that_is_not_one(tmp_path):
-    (check,) = doctor.check_cuda(["/bin/true"])
-    assert check.status == WARN and "0 functions, 0 symbols (of" in check.found
+    (check,) = doctor.check_cuda(["/bin/true"])  # named by --lib: it would trace nothing
+    assert check.status == FAIL and "0 functions, 0 symbols (of" in check.found
     text = tmp_path / "libcudart.so.12"
     text.write_text("not ELF")
     (check,) = doctor.check_cuda([str(text)])
@@ -189,3 +190,14 @@ def test_trace_warns_of_the_seccomp_hazard_before_attaching(monkeypatch):
     assert "killed by SIGSYS" in warning and "4 run under one now" in warning
     fake_uname(monkeypatch, "6.14.1")
     assert environment.seccomp_warning() is None
+
+
+def test_a_library_named_by_lib_that_defines_no_function_fails():
+    """doctor --lib libc.so.6: tracing it would trace nothing, so tracing will
+    not work; found by the search, the same library is only a warning."""
+    libc = next(p for p in ("/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib64/libc.so.6")
+                if os.path.exists(p))
+    named = doctor.check_cuda([libc])
+    assert [c.status for c in named] == [FAIL] and "0 functions" in named[0].found
+    assert not doctor.tracing_works(named)
+    assert doctor._check_library(libc).status == WARN

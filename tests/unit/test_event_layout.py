@@ -74,7 +74,7 @@ def test_constants_match_header(c_layout):
     assert c_layout["trace_entry_call"] == c_layout["stats_entry_call"] == 8
     assert [c_layout[k] for k in ("CP_ATTACHING", "CP_TRACING", "CP_STOPPING", "CP_STOPPED")] \
         == [event.ATTACHING, event.TRACING, event.STOPPING, event.STOPPED]
-    assert c_layout["cfg_size"] == 44  # eleven fields: 4 bytes each (bpfprog.probe_config)
+    assert c_layout["cfg_size"] == 48  # twelve 4-byte words (bpfprog.probe_config)
     assert c_layout["CP_HANDLE_NAME_OFFSET"] == handles.NAME_POINTER_OFFSET
     assert c_layout["CP_EVENT_HEAD"] == event.HEAD_SIZE
     assert c_layout["CP_NAME_MAX"] == event.NAME_MAX

@@ -4,6 +4,7 @@ the CLI's errors for missing packages and stray options."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import socket
 import subprocess
@@ -142,9 +143,8 @@ def test_a_collector_that_never_answers_costs_counted_spans_not_a_hang(monkeypat
         started = time.monotonic()
         summary = run_sink(f"127.0.0.1:{silent.getsockname()[1]}", calls, notes)
         took = time.monotonic() - started
-    assert summary.lost["otlp_queue_full"] == 7
-    assert summary.lost["otlp_unsent"] == 3
-    assert summary.total_lost == 10
+    assert summary.undelivered == {"otlp_queue_full": 7, "otlp_unsent": 3}
+    assert summary.total_lost == 0  # every row was written: spans are not calls lost
     assert any("OTLP queue full" in n for n in notes)
     assert any("failing (no answer in 0.5s)" in n for n in notes)
     assert "10 of 10 spans not delivered" in notes[-1]
@@ -189,3 +189,30 @@ def test_fanout_finishes_the_output_even_when_a_sink_fails():
     assert fan.name == "jsonl"
     assert out.getvalue().splitlines()[-1].startswith('{"summary"')
     assert '"broken": 1' in out.getvalue() or '"broken":1' in out.getvalue()
+
+
+@pytest.mark.parametrize("down", ["metrics", "traces"])
+def test_an_endpoint_down_is_said_as_itself(down):
+    """Spans' and metrics' endpoints apart: the one that does not answer is the
+    one named, and spans that did not arrive are not calls lost."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}/v1/{down}"
+    notes: list[str] = []
+    t0 = time.monotonic_ns()
+    calls = [call("cudaFree", t0 + i * 1000, 100) for i in range(5)]
+    with OtlpReceiver() as r:
+        endpoints = dataclasses.replace(otlp_endpoints(r.url), **{down: closed})
+        metrics = CallMetrics(alive=lambda pid: True)
+        sink = otlp.OtlpSink(OtlpConfig(endpoints), notes.append, metrics)
+        fan = Fanout(JsonlReporter(io.StringIO()), [MetricsSink(metrics), sink])
+        fan.start()
+        fan.calls(calls)
+        summary = Summary()
+        fan.finish(summary)
+    up = endpoints.traces if down == "metrics" else endpoints.metrics
+    failing = [n for n in notes if "failing" in n]
+    assert failing and all(closed in n for n in failing), notes
+    assert not any(f"export to {up} failing" in n for n in notes), notes
+    assert summary.total_lost == 0
+    assert bool(summary.undelivered) == (down == "traces")

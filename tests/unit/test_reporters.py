@@ -64,7 +64,7 @@ def test_csv_has_jsonl_columns():
     r.start()
     r.calls(calls())
     rows = list(csv.reader(io.StringIO(buf.getvalue())))
-    assert tuple(rows[0]) == JSONL_KEYS
+    assert tuple(rows[0]) == JSONL_KEYS + ("rank", "world_size")
     assert json.loads(rows[1][JSONL_KEYS.index("args")])["size"] == 4096
 
 

@@ -9,7 +9,7 @@ import json
 
 from cudaprobe.analysis.summary import Summary
 from cudaprobe.decode.calls import Call
-from cudaprobe.decode.schema import JSONL_KEYS, ROW_SCHEMA, time_ms
+from cudaprobe.decode.schema import JSONL_KEYS, RANK_KEYS, ROW_SCHEMA, time_ms
 from cudaprobe.output.formats import REPORTERS, schema_table
 
 from ..conftest import REPO
@@ -26,20 +26,26 @@ def test_the_documented_table_is_the_schema():
 def test_every_format_has_the_schema_keys_in_order():
     call = Call(time_ms(1_500_000, 0), 1_500_000, 7, 8, "app", "cudaFree", "runtime", "memory",
                 900, 0, "cudaSuccess", {"devPtr": "0x10"}, "devPtr=0x10")
+    ranked = Call(time_ms(1_500_000, 0), 1_500_000, 9, 9, "app", "cudaFree", "runtime",
+                  "memory", 900, 0, "cudaSuccess", {"devPtr": "0x10"}, "devPtr=0x10")
+    ranked.rank, ranked.world_size = 1, 2
     for fmt in ("jsonl", "json", "csv"):
         buf = io.StringIO()
         r = REPORTERS[fmt](buf)
         r.start()
-        r.calls([call])
+        r.calls([call, ranked])
         r.finish(Summary())
         text = buf.getvalue()
-        if fmt == "csv":
-            keys = tuple(next(csv.reader(io.StringIO(text))))
-        elif fmt == "json":
-            keys = tuple(json.loads(text)["calls"][0])
+        if fmt == "csv":  # the columns of every row, rank and world_size among them
+            assert tuple(next(csv.reader(io.StringIO(text)))) == JSONL_KEYS + RANK_KEYS
+            continue
+        if fmt == "json":
+            rows = json.loads(text)["calls"]
         else:
-            keys = tuple(json.loads(text.splitlines()[0]))
-        assert keys == JSONL_KEYS, fmt
+            rows = [json.loads(line) for line in text.splitlines()[:2]]
+        assert tuple(rows[0]) == JSONL_KEYS, fmt
+        assert tuple(rows[1]) == JSONL_KEYS + RANK_KEYS, fmt  # a known rank's row
     assert call.time_ms == 1.5
     optional = [n for key in ROW_SCHEMA if key.option for n in key.names]
-    assert optional == ["py_stack", "gpu"] and not set(optional) & set(JSONL_KEYS)
+    assert optional == ["rank", "world_size", "py_stack", "gpu"]
+    assert not set(optional) & set(JSONL_KEYS)

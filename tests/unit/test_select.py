@@ -73,3 +73,12 @@ def test_an_item_that_names_nothing_is_an_error(item):
     with pytest.raises(UnknownEvent) as e:
         select_functions([item])
     assert repr(item.lstrip("!")) in str(e.value)
+
+
+def test_globs_ignore_case_and_list_searches_words():
+    assert "cudaMalloc" in names(select_functions(["*MALLOC*"]))
+    found = names(select_functions(["malloc"], search=True))
+    assert {"cudaMalloc", "cudaMallocHost", "cudaMallocManaged"} <= set(found)
+    assert all("malloc" in n.lower() for n in found)
+    with pytest.raises(UnknownEvent):  # trace, stats, serve: a name is a name
+        select_functions(["malloc"])

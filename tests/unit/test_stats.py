@@ -240,3 +240,20 @@ def test_stat_struct_matches_header(tmp_path):
     assert hist_ns == hist + 8 * HIST_SLOTS and err_ret == hist_ns + 8 * HIST_SLOTS
     assert err_count == err_ret + 8 * err_slots and size == err_count + 8 * err_slots
     assert key == 8
+
+
+def test_a_baseline_is_checked_whole_before_anything_runs(tmp_path):
+    """Entries compare() could not read, and bytes that are not UTF-8: one line."""
+    entry = report().to_dict()["functions"][0]
+    bad = {"count many": [{**entry, "count": "many"}], "functions null": None,
+           "no event": [{k: v for k, v in entry.items() if k != "event"}],
+           "p50 negative": [{**entry, "p50_ns": -1}], "count true": [{**entry, "count": True}]}
+    for name, functions in bad.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({**report().to_dict(), "functions": functions}))
+        with pytest.raises(UsageError, match="is not a list of entries"):
+            load_report(str(path))
+    latin = tmp_path / "latin1.json"
+    latin.write_bytes(b'{"cudaprobe": "stats", "x": "\xe9"}')
+    with pytest.raises(UsageError, match="is not JSON"):
+        load_report(str(latin))

@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 from rich.text import Text
 
-from cudaprobe.output.table import COLUMNS, TableReporter, layout
+from cudaprobe.output.table import COLUMNS, DETAILS_WANT, TableReporter, fit, layout
 from cudaprobe.output.text import cut_middle, humanize_ns
 
 from .test_reporters import calls, summary_for
@@ -41,13 +41,35 @@ def test_every_line_fits_and_the_header_is_one_line(width):
     lines = render(width)
     assert all(len(line) <= width for line in lines), [len(x) for x in lines]
     header, malloc, launch = lines[:3]
-    assert header.split()[:7] == [c.title for c in COLUMNS]
-    assert header.split()[-1].startswith("D")  # DETAILS, cut where it must be
-    assert malloc.split()[4] == "cudaMalloc" and launch.split()[4].endswith("_ptsz")
-    assert launch.split()[4].startswith("cudaLaunc")
+    titles = header.split()
+    assert titles[:3] == ["TIME(ms)", "PROCESS", "PID"] and "EVENT" in titles
+    assert titles[-1].startswith("D")  # DETAILS, cut where it must be
+    event = titles.index("EVENT")
+    assert malloc.split()[event] == "cudaMalloc" and launch.split()[event].endswith("_ptsz")
+    assert launch.split()[event].startswith("cudaLaunc")
     assert "…" in launch or width >= 200  # DETAILS (or the name) cut at the edge
     if width >= 200:
         assert LONG in launch and "cudaErrorInsufficientDriver" in launch
+
+
+@pytest.mark.parametrize("width", range(80, 241, 20))
+def test_details_keep_30_characters_and_errors_stay_visible(width):
+    """TID, RESULT and LATENCY fold into DETAILS where the line is too narrow
+    for DETAILS to keep 30 characters; the error stays, first. (The calls'
+    TID, 8, is not their PID, 7: DETAILS says it.)"""
+    header, malloc, launch = render(width)[:3]
+    start = header.index("DETAILS"[: width - header.rindex(" ") - 1])
+    assert width - start >= 30
+    shown = header.split()
+    assert malloc[start:].startswith("devPtr=0x7f0000000000 s")
+    if "RESULT" in shown:
+        assert "cudaSuccess" in malloc and "cudaE" in launch
+    else:  # folded: a success says nothing, an error its short name, first
+        assert launch[start:].startswith("InsufficientDriver: func=0x4")
+    if "…" not in malloc:
+        assert malloc.endswith("4.0 KiB" + ("" if "TID" in shown else " tid=8")
+                               + ("" if "LATENCY" in shown else " <41.2µs>"))
+    assert ("TID" in shown) == (width >= 120)
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -81,8 +103,31 @@ def test_layout_fits_every_width(width):
     assert sum(widths) + len(widths) < width
     for c, w in zip(COLUMNS, widths):
         assert (c.min_width or c.width) <= w and len(c.title) <= w
+    shown, widths, folded = fit(width)
+    assert width - sum(widths) - len(widths) >= DETAILS_WANT
+    assert [c.title for c in shown][:3] == ["TIME(ms)", "PROCESS", "PID"]
+    assert set(folded) <= {"TID", "RESULT", "LATENCY"}
 
 
 def test_humanize_ns():
     assert humanize_ns(999) == "999ns" and humanize_ns(41_200) == "41.2µs"
     assert humanize_ns(2_500_000) == "2.50ms" and humanize_ns(3_000_000_000) == "3.00s"
+
+
+def test_what_the_process_controls_is_escaped():
+    """Its name and the text in DETAILS (kernel names come from its code): one
+    line each, no byte that a terminal would act on."""
+    from cudaprobe.output.text import escape  # noqa: PLC0415
+
+    assert escape('a,"b\nc\\d') == 'a,"b\\nc\\\\d'
+    assert escape("\x1b[31mred\x07") == "\\x1b[31mred\\x07"
+    assert escape("\u202eevil") == "\\u202eevil" and escape("ünï kern<1>") == "ünï kern<1>"
+    buf = io.StringIO()
+    r = TableReporter(buf)
+    cs = calls()
+    cs[0].process = "\x1b[2Jx\ny"
+    r.start()
+    r.calls(cs)
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 3 and "\x1b" not in buf.getvalue()
+    assert " \\x1b[2Jx\\ny " in lines[1]

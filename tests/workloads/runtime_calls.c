@@ -4,7 +4,8 @@
  * compare cudaprobe's decoded events against the truth.
  * Usage: runtime_calls [ITER] [THREADS] [SLEEP_MS_BEFORE_START | -]
  * With `-` it starts once a line (or the end) comes on stdin: a test lets it
- * go when cudaprobe says it has attached.
+ * go when cudaprobe says it has attached. It then prints {"done":1} after its
+ * calls and exits at the end of stdin: it runs while cudaprobe reads it.
  */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -70,20 +71,26 @@ static void *run(void *arg)
 
 int main(int argc, char **argv)
 {
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	iterations = argc > 1 ? atoi(argv[1]) : 1;
 	int threads = argc > 2 ? atoi(argv[2]) : 1;
-	if (argc > 3 && strcmp(argv[3], "-") == 0) {
-		char line[16];
+	int held = argc > 3 && strcmp(argv[3], "-") == 0;
+	char line[16];
+	if (held) {
 		if (!fgets(line, sizeof(line), stdin))
 			line[0] = 0;
 	} else if (argc > 3) {
 		usleep(atoi(argv[3]) * 1000);
 	}
-	setvbuf(stdout, NULL, _IOLBF, 0);
 	pthread_t t[64];
 	for (int i = 0; i < threads && i < 64; i++)
 		pthread_create(&t[i], NULL, run, NULL);
 	for (int i = 0; i < threads && i < 64; i++)
 		pthread_join(t[i], NULL);
+	if (held) {
+		printf("{\"done\":1}\n");
+		while (fgets(line, sizeof(line), stdin))
+			;
+	}
 	return 0;
 }
