@@ -8,8 +8,22 @@
  * that the thread holds no CUDA lock. `seen` counts such entries per thread;
  * a thread cudaprobe has seized is put in `armed` with the signal to send, and
  * is signalled, once, at its next such entry (`signalled` keeps the address).
- * -D settings: CP_PID (the process), CP_MAX_RANGES. */
+ * -D settings: CP_PID (the process), and the maps' sizes from
+ * cudaprobe/probe/bpfprog.py (safepoint_numbers), which holds every default. */
 #include <uapi/linux/ptrace.h>
+
+#ifndef CP_PID
+#error "CP_PID (the process) comes from safepoint.py"
+#endif
+#ifndef CP_MAX_RANGES
+#error "CP_MAX_RANGES (capacity of `inside`) comes from bpfprog.py"
+#endif
+#ifndef CP_MAX_SEEN
+#error "CP_MAX_SEEN (capacity of `seen`) comes from bpfprog.py"
+#endif
+#ifndef CP_MAX_ARMED
+#error "CP_MAX_ARMED (capacity of `armed`, `signalled`) comes from bpfprog.py"
+#endif
 
 struct code_range {
     u64 lo;
@@ -17,9 +31,9 @@ struct code_range {
 };
 
 BPF_ARRAY(inside, struct code_range, CP_MAX_RANGES);
-BPF_HASH(seen, u32, u64, 4096);
-BPF_HASH(armed, u32, u32, 64);
-BPF_HASH(signalled, u32, u64, 64);
+BPF_HASH(seen, u32, u64, CP_MAX_SEEN);
+BPF_HASH(armed, u32, u32, CP_MAX_ARMED);
+BPF_HASH(signalled, u32, u64, CP_MAX_ARMED);
 
 int on_entry(struct pt_regs *ctx)
 {

@@ -59,6 +59,10 @@ class Settings:
     max_py_exes: int = 256  # interpreter executables described (`py_exes`)
     max_py_threads: int = 65536  # threads' PyThreadState cached (`py_tstates`)
     max_py_codes: int = 65536  # code objects whose record was sent (`py_codes_seen`)
+    # the GPU-time injection's safe point (bpf/safepoint.bpf.c, probe/safepoint.py)
+    max_safepoint_ranges: int = 32  # CUDA libraries' code ranges (`inside`)
+    max_safepoint_threads: int = 4096  # threads whose CUDA calls are counted (`seen`)
+    max_safepoint_armed: int = 64  # threads seized at once (`armed`, `signalled`)
     filter_pid: bool = False
     filter_comm: bool = False  # with filter_pid: exec under the --comm name joins `targets`
     # uprobe_multi links per target process (--pid, -- COMMAND), so that other
@@ -141,6 +145,16 @@ def numbers(probes: list[Probe], settings: Settings) -> dict[str, int]:
             **task_offsets(),
         }
     return d
+
+
+SAFEPOINT = "safepoint.bpf.c"  # the GPU-time injection's own program
+
+
+def safepoint_numbers(settings: Settings) -> dict[str, int]:
+    """bpf/safepoint.bpf.c's map sizes: every one it uses (the C has no defaults)."""
+    return {"CP_MAX_RANGES": settings.max_safepoint_ranges,
+            "CP_MAX_SEEN": settings.max_safepoint_threads,
+            "CP_MAX_ARMED": settings.max_safepoint_armed}
 
 
 def task_offsets() -> dict[str, int]:

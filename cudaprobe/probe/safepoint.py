@@ -11,12 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from cudaprobe.probe import perf_uprobe
-from cudaprobe.probe.bpfprog import bpf_dir
+from cudaprobe.probe.bpfprog import SAFEPOINT, Settings, bpf_dir, safepoint_numbers
 from cudaprobe.probe.load import import_bcc
 from cudaprobe.targets.elfsyms import read_symbols
 
-SOURCE_NAME = "safepoint.bpf.c"
-MAX_RANGES = 32
+NUMBERS = safepoint_numbers(Settings(attach="perf"))
 
 # calls a program makes often: one of them comes soon in a process at work
 ENTRY_POINTS = (
@@ -41,14 +40,14 @@ class SafePoint:
     def __init__(self, pid: int, libraries: list[str], inside: list[tuple[int, int]]) -> None:
         self.pid = pid
         self.libraries = libraries  # host paths of the process's libcudart/libcuda
-        self.inside = inside[:MAX_RANGES]  # executable ranges of the CUDA libraries
+        self.inside = inside[:NUMBERS["CP_MAX_RANGES"]]  # executable ranges of the CUDA libraries
         self._bpf: Any = None
         self.probes = 0
 
     def __enter__(self) -> SafePoint:
         bcc = import_bcc()
-        self._bpf = bcc.BPF(src_file=str(bpf_dir() / SOURCE_NAME).encode(),
-                            cflags=[f"-DCP_MAX_RANGES={MAX_RANGES}", f"-DCP_PID={self.pid}"])
+        cflags = [f"-D{k}={v}" for k, v in NUMBERS.items()] + [f"-DCP_PID={self.pid}"]
+        self._bpf = bcc.BPF(src_file=str(bpf_dir() / SAFEPOINT).encode(), cflags=cflags)
         try:
             ranges = self._bpf["inside"]
             for i, (lo, hi) in enumerate(self.inside):

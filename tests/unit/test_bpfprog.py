@@ -137,9 +137,11 @@ def preprocess(tmp_path_factory):
     (stub / "uapi" / "linux").mkdir(parents=True)
     (stub / "uapi" / "linux" / "ptrace.h").write_text("")
 
-    def run(settings: bpfprog.Settings, flags: list[str]) -> subprocess.CompletedProcess:
+    def run(settings: bpfprog.Settings | None, flags: list[str],
+            text: str | None = None) -> subprocess.CompletedProcess:
         return subprocess.run([cc, "-E", f"-I{stub}", *flags, "-"],
-                              input=bpfprog.source(settings), capture_output=True, text=True)
+                              input=bpfprog.source(settings) if text is None else text,
+                              capture_output=True, text=True)
     return run
 
 
@@ -165,11 +167,17 @@ def test_each_program_is_given_only_its_numbers():
     assert stats < trace
 
 
+def safepoint_source() -> str:
+    return (bpfprog.bpf_dir() / bpfprog.SAFEPOINT).read_text()
+
+
 def test_no_map_size_is_a_literal():
-    """Every map's size is a setting, a constant of a bpf/ header, or 1."""
-    for settings in SETTINGS:
-        maps = re.findall(r"^(BPF_\w+)\((.*)\);", bpfprog.source(settings), re.M)
-        assert len(maps) >= 9
+    """Every map's size is a setting, a constant of a bpf/ header, or 1: in
+    each program, the GPU-time injection's safe point among them."""
+    sources = [bpfprog.source(settings) for settings in SETTINGS] + [safepoint_source()]
+    for src in sources:
+        maps = re.findall(r"^(BPF_\w+)\((.*)\);", src, re.M)
+        assert len(maps) >= 4
         for kind, args in maps:
             size = args.rsplit(",", 1)[-1].strip()
             assert size == "1" or re.fullmatch(r"CP_\w+( \* CP_\w+)?", size), (kind, args)
@@ -216,3 +224,18 @@ def test_no_combination_attaches_a_tracepoint_twice(preprocess):
         if comm or settings.py_stacks and not settings.stats:
             assert ("sched", "sched_process_exec") in points, settings
     assert len(seen) > 32
+
+
+def test_the_safepoint_takes_every_number_from_bpfprog(preprocess):
+    """bpf/safepoint.bpf.c likewise: it stops at an #error for each map size
+    not given, safepoint_numbers() gives exactly those, and with them it builds."""
+    flags = ["-DCP_PID=1"] + [f"-D{k}={v}" for k, v in
+                              bpfprog.safepoint_numbers(SETTINGS[0]).items()]
+    assert preprocess(None, flags, safepoint_source()).returncode == 0
+    for name in bpfprog.safepoint_numbers(SETTINGS[0]):
+        p = preprocess(None, [f for f in flags if not f.startswith(f"-D{name}=")],
+                       safepoint_source())
+        assert p.returncode != 0 and f"{name} (" in p.stderr, (name, p.stderr[-300:])
+    bare = preprocess(None, [], safepoint_source())
+    needed = set(re.findall(r'#error "(CP_\w+) \(', bare.stderr))
+    assert needed == {"CP_PID", *bpfprog.safepoint_numbers(SETTINGS[0])}
