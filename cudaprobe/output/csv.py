@@ -51,13 +51,13 @@ class CsvReporter(Reporter):
 
         def row(rec: tuple, depth: int = 0, parent: int | None = None) -> tuple:
             ts, ret, pid = rec[R_TS], rec[R_RET], rec[R_PID]
-            return (time_ms(ts, t0_ns), ts, pid, rec[R_TID],
-                    comms.get(rec[R_COMM]) or comm(rec[R_COMM]), event, api, category,
-                    rec[R_DURATION], ret, ret_names.get(ret) or ret_name(ret),
-                    *json_details(rec), depth, parent, *known.get(pid, NO_RANK))
+            return _row(time_ms(ts, t0_ns), ts, pid, rec[R_TID],
+                        comms.get(rec[R_COMM]) or comm(rec[R_COMM]), event, api, category,
+                        rec[R_DURATION], ret, ret_names.get(ret) or ret_name(ret),
+                        json_details(rec), depth, parent, known.get(pid, NO_RANK))
         return row
 
-    def row_of_call(self, call: Call) -> list:
+    def row_of_call(self, call: Call) -> tuple:
         return csv_row(call)
 
     def with_py_stack(self, row: tuple, stack: PyStack) -> tuple:
@@ -67,10 +67,22 @@ class CsvReporter(Reporter):
 CSV_KEYS = JSONL_KEYS + RANK_KEYS
 
 
-def csv_row(call: Call) -> list:
-    row = call.to_dict()
-    row["args"] = json.dumps(row["args"], separators=(",", ":"))
-    out = [row.get(k) for k in CSV_KEYS]
+def _row(time: float, ts: int, pid: int, tid: int, process: str, event: str, api: str,
+         category: str, duration: int | None, ret: int, ret_name: str,
+         args_details: tuple[str, str], depth: int, parent: int | None,
+         rank: tuple) -> tuple:
+    """A row in CSV_KEYS' order, `args` as JSON text: from a record (row_maker)
+    or from a Call (csv_row) alike."""
+    return (time, ts, pid, tid, process, event, api, category, duration, ret, ret_name,
+            *args_details, depth, parent, *rank)
+
+
+def csv_row(call: Call) -> tuple:
+    """The call's row, with its Python stack last (--py-stacks) if it has one."""
+    row = _row(call.time_ms, call.ts_ns, call.pid, call.tid, call.process, call.event,
+               call.api, call.category, call.duration_ns, call.ret, call.ret_name,
+               (json.dumps(call.args, separators=(",", ":")), call.details), call.depth,
+               call.parent, NO_RANK if call.rank is None else (call.rank, call.world_size))
     if call.py_stack is not None:  # --py-stacks: the last column, as JSON
-        out.append(json.dumps(call.py_stack.frames, separators=(",", ":")))
-    return out
+        row += (json.dumps(call.py_stack.frames, separators=(",", ":")),)
+    return row
