@@ -24,13 +24,13 @@ import pytest
 from cudaprobe.sessions.gputime_attach import GpuTimeAttach
 from cudaprobe.targets import injectable
 
-from ..conftest import REPO, build_workload
+from ..conftest import HANG_S, REPO, build_workload
 from .conftest import trace_jsonl
 from .test_serve_prometheus import free_port
 
 HELPER = Path(__file__).with_name("attach_helper.py")
 UNTRACED = "malloc ok\ndlopen ok\ncuda ok\n"
-GONE_S = 30  # for the kernel or the library to let go: an event waited for, never a pass
+GONE_S = HANG_S  # for the kernel or the library to let go: an event waited for, never a pass
 
 
 @pytest.fixture(scope="module")
