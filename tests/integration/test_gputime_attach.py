@@ -44,6 +44,22 @@ def target_exe(libcuda) -> Path:
     return build_workload("inject_target.c", extra=[f"-L{d}", "-lcuda", f"-Wl,-rpath,{d}"])
 
 
+def readlink_if_there(path: Path) -> str | None:
+    """A descriptor or thread listed a moment ago may be gone when read: the
+    program closes its memfds and ends its threads while the test looks."""
+    try:
+        return os.readlink(path)
+    except FileNotFoundError:
+        return None
+
+
+def read_if_there(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
 class Target:
     """The program, running until its stdin is closed."""
 
@@ -67,17 +83,17 @@ class Target:
                    if "/memfd:cudaprobe-gputime-" in line and line.split()[2] == "00000000")
 
     def memfds(self) -> list[str]:
-        fds = Path(f"/proc/{self.pid}/fd")
-        return [os.readlink(fd) for fd in fds.iterdir() if "memfd:" in os.readlink(fd)]
+        links = (readlink_if_there(fd) for fd in Path(f"/proc/{self.pid}/fd").iterdir())
+        return [link for link in links if link and "memfd:" in link]
 
     def threads(self) -> list[str]:
-        tasks = Path(f"/proc/{self.pid}/task")
-        return sorted((t / "comm").read_text().strip() for t in tasks.iterdir())
+        tasks = Path(f"/proc/{self.pid}/task").iterdir()
+        return sorted(text.strip() for t in tasks if (text := read_if_there(t / "comm")))
 
     def tracers(self) -> set[str]:
-        tasks = Path(f"/proc/{self.pid}/task")
-        return {line.split()[1] for t in tasks.iterdir()
-                for line in (t / "status").read_text().splitlines()
+        tasks = Path(f"/proc/{self.pid}/task").iterdir()
+        return {line.split()[1] for t in tasks
+                for line in (read_if_there(t / "status") or "").splitlines()
                 if line.startswith("TracerPid:")}
 
     def settled(self) -> bool:
