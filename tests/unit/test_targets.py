@@ -10,6 +10,8 @@ import threading
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cudaprobe.catalogue.functions import FUNCTIONS, RUNTIME
 from cudaprobe.errors import CudaNotMapped, ProcessGone, SeccompHazard
@@ -42,6 +44,39 @@ def test_defines_any_finds_local_symbols_of_a_static_runtime(tmp_path):
     assert elfsyms.defines_any(str(exe), PATTERN)
     subprocess.run(["strip", str(exe)], check=True)
     assert not elfsyms.defines_any(str(exe), PATTERN)
+
+
+ALL_SYMBOLS = sorted({s for f in FUNCTIONS for s in f.symbols})
+ALL_PATTERN = elfsyms.name_pattern(ALL_SYMBOLS)
+
+
+def plain_starts(table: bytes, names: list[str]) -> set[int]:
+    """Where any name starts as an entry's tail, by bytes.find: the oracle."""
+    starts = set()
+    for name in names:
+        needle, at = name.encode() + b"\0", table.find(name.encode() + b"\0")
+        while at >= 0:
+            starts.add(at)
+            at = table.find(needle, at + 1)
+    return starts
+
+
+@given(st.lists(st.sampled_from(ALL_SYMBOLS) | st.text("cudaMlocFreNCCLv_2p\0", max_size=12),
+                max_size=40),
+       st.lists(st.sampled_from(["", "_", "p", "__wrap_", "cu", "nccl", "x"]), max_size=40))
+def test_name_pattern_finds_every_name_start_a_plain_search_finds(parts, prefixes):
+    # entries, some of them names behind a prefix (a merged tail), some junk
+    table = b"\0" + b"".join((pre + part).encode() + b"\0"
+                             for pre, part in zip(prefixes + [""] * len(parts), parts))
+    found = {m.start() for m in ALL_PATTERN.finditer(table)}
+    assert found == plain_starts(table, ALL_SYMBOLS)
+
+
+def test_name_pattern_finds_a_name_inside_another_wanted_name():
+    pattern = elfsyms.name_pattern(["ncclAllReduce", "pncclAllReduce", "cudaFree", "cudaFreeHost"])
+    table = b"\0pncclAllReduce\0__wrap_cudaFree\0cudaFreeHost\0"
+    starts = {m.start() for m in pattern.finditer(table)}
+    assert starts == {1, 2, 23, 32}  # pncclAllReduce, ncclAllReduce, cudaFree, cudaFreeHost
 
 
 def test_interpreter_of_executables_only(libcudart):
