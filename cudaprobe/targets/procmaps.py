@@ -37,6 +37,11 @@ def _read(pid: int, name: str) -> str:
 
 
 def _not_ours(pid: int, name: str) -> CudaprobeError:
+    """The error for a /proc file of `pid` that could not be read: ProcessGone
+    for a process that is exiting (the kernel refuses some of its files, its
+    namespaces' among them, between the exit and the zombie), else the refusal."""
+    if not process_alive(pid):
+        return ProcessGone(pid, "exiting")
     if os.geteuid() != 0:
         return CudaprobeError(f"pid {pid}: cannot read /proc/{pid}/{name}: permission denied",
                               fix="run it with sudo")
@@ -87,12 +92,19 @@ def is_kernel_thread(pid: int) -> bool:
     return bool(int(fields[6]) & PF_KTHREAD)  # the 9th field: flags
 
 
+PF_EXITING = 0x00000004  # include/linux/sched.h: the task is getting shut down
+
+
 def process_alive(pid: int) -> bool:
-    """Running (a zombie has exited: its memory is gone)."""
+    """Running: not exiting, not a zombie (whose memory is gone), not reaped."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    try:
+        return fields[0] not in ("Z", "X", "x") and not int(fields[6]) & PF_EXITING
+    except (IndexError, ValueError):
         return False
 
 

@@ -227,3 +227,20 @@ def test_a_process_root_may_not_inspect_is_not_told_to_use_sudo(monkeypatch):
     assert "sudo" not in said
     monkeypatch.setattr(procmaps.os, "geteuid", lambda: 1000)
     assert str(procmaps._not_ours(1, "ns/mnt")).endswith("(run it with sudo)")
+
+
+def test_a_refused_read_of_a_process_that_has_exited_is_its_exit():
+    """The kernel refuses some /proc files of a process between its exit and
+    its reaping: that is the process gone, not a process protected from root."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    try:
+        while procmaps.process_alive(pid):  # until it is a zombie
+            time.sleep(0.01)
+        assert isinstance(procmaps._not_ours(pid, "ns/mnt"), ProcessGone)
+    finally:
+        os.waitpid(pid, 0)
+    assert isinstance(procmaps._not_ours(pid, "ns/mnt"), ProcessGone)  # reaped
+    refused = procmaps._not_ours(os.getpid(), "ns/mnt")  # alive: a refusal
+    assert not isinstance(refused, ProcessGone) and "permission denied" in str(refused)
