@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -71,6 +73,32 @@ def libnccl() -> Path:
     return p
 
 
+def build_once(out: Path, inputs: list[Path], command: Callable[[Path], list[str]]) -> Path:
+    """`out` built by `command(path)` unless it is newer than every input.
+
+    Several suites (or pytest-xdist workers) may ask at once: the build runs
+    under a lock on a file beside `out`, into a temporary name renamed over
+    `out`, so that nobody runs a half-written program and a program running
+    the old file keeps it.
+    """
+    def fresh() -> bool:
+        return out.exists() and out.stat().st_mtime >= max(p.stat().st_mtime for p in inputs)
+
+    if fresh():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not fresh():
+            tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+            try:
+                subprocess.run(command(tmp), check=True, capture_output=True, text=True)
+                os.replace(tmp, out)
+            finally:
+                tmp.unlink(missing_ok=True)
+    return out
+
+
 def build_workload(source: str, out_name: str | None = None,
                    extra: list[str] | None = None) -> Path:
     """Compile tests/workloads/SOURCE into tests/workloads/bin (cached by mtime).
@@ -82,19 +110,15 @@ def build_workload(source: str, out_name: str | None = None,
     src = WORKLOADS / source
     extra = extra or []
     out = WORKLOAD_BIN / (out_name or src.stem)
-    if out.exists() and out.stat().st_mtime >= src.stat().st_mtime:
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
     lib64 = str(CUDA_HOME / "lib64")
     if src.suffix == ".c":
-        cmd = ["gcc", "-O1", "-g", f"-I{CUDA_HOME}/include", "-o", str(out), str(src),
-               f"-L{lib64}", "-lcudart", "-lpthread", f"-Wl,-rpath,{lib64}", "-ldl", *extra]
-    else:
-        if not NVCC.exists():
-            pytest.skip(f"nvcc not found at {NVCC}")
-        cmd = [str(NVCC), "-O1", "-g", "-o", str(out), str(src), *extra]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return out
+        return build_once(out, [src], lambda to: [
+            "gcc", "-O1", "-g", f"-I{CUDA_HOME}/include", "-o", str(to), str(src),
+            f"-L{lib64}", "-lcudart", "-lpthread", f"-Wl,-rpath,{lib64}", "-ldl", *extra])
+    if not NVCC.exists():
+        pytest.skip(f"nvcc not found at {NVCC}")
+    return build_once(out, [src], lambda to: [str(NVCC), "-O1", "-g", "-o", str(to), str(src),
+                                              *extra])
 
 
 def cudaprobe_cmd(*args: str) -> list[str]:

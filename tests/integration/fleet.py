@@ -6,10 +6,9 @@ launches succeed as on a GPU."""
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
-from ..conftest import CUDA_HOME, WORKLOAD_BIN, WORKLOADS, build_workload
+from ..conftest import CUDA_HOME, WORKLOAD_BIN, WORKLOADS, build_once, build_workload
 from .memstub import build_memstub
 
 STUB_DIR = WORKLOAD_BIN / "fleetstub"
@@ -19,18 +18,13 @@ def build_fleet_stub() -> Path:
     """bin/fleetstub/libcudart.so.13: memstub's runtime and fleet_copies.c, over
     memstub's libcuda.so.1 (cached by mtime); returns the dir."""
     memstub = build_memstub()
-    out = STUB_DIR / "libcudart.so.13"
     sources = [WORKLOADS / n for n in ("memstub_cudart.c", "fleet_copies.c",
                                        "memstub_cudart.map")]
-    newest = max(s.stat().st_mtime for s in [*sources, memstub / "libcuda.so.1"])
-    if out.exists() and out.stat().st_mtime >= newest:
-        return STUB_DIR
-    STUB_DIR.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["gcc", "-O1", "-g", "-fno-omit-frame-pointer", "-shared", "-fPIC",
-                    f"-I{CUDA_HOME}/include", "-Wl,-soname,libcudart.so.13",
-                    f"-Wl,--version-script={sources[2]}", "-o", str(out), str(sources[0]),
-                    str(sources[1]), f"-L{memstub}", "-l:libcuda.so.1", f"-Wl,-rpath,{memstub}"],
-                   check=True, capture_output=True, text=True)
+    build_once(STUB_DIR / "libcudart.so.13", [*sources, memstub / "libcuda.so.1"], lambda to: [
+        "gcc", "-O1", "-g", "-fno-omit-frame-pointer", "-shared", "-fPIC",
+        f"-I{CUDA_HOME}/include", "-Wl,-soname,libcudart.so.13",
+        f"-Wl,--version-script={sources[2]}", "-o", str(to), str(sources[0]), str(sources[1]),
+        f"-L{memstub}", "-l:libcuda.so.1", f"-Wl,-rpath,{memstub}"])
     return STUB_DIR
 
 

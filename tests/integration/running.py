@@ -20,6 +20,7 @@ from ..conftest import (
     NVCC,
     WORKLOAD_BIN,
     WORKLOADS,
+    build_once,
     build_workload,
     cudaprobe_cmd,
 )
@@ -57,17 +58,13 @@ def build_loop(variant: str) -> Path:
     the runtime linked in) or `dlopen` (no CUDA linked; dlopen on a stdin line)."""
     if variant == "shared":
         return build_workload("cuda_loop.c", "loop_shared")
-    src, out = WORKLOADS / "cuda_loop.c", WORKLOAD_BIN / f"loop_{variant}"
-    if out.exists() and out.stat().st_mtime >= src.stat().st_mtime:
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
+    src = WORKLOADS / "cuda_loop.c"
     if variant == "static":
-        cmd = [str(NVCC), "-O1", "-g", "-o", str(out), str(src)]
-    else:
-        cmd = ["gcc", "-O1", "-g", "-DLATE_DLOPEN", f"-I{CUDA_HOME}/include", "-o", str(out),
-               str(src), "-ldl"]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return out
+        return build_once(WORKLOAD_BIN / "loop_static", [src], lambda to: [
+            str(NVCC), "-O1", "-g", "-o", str(to), str(src)])
+    return build_once(WORKLOAD_BIN / f"loop_{variant}", [src], lambda to: [
+        "gcc", "-O1", "-g", "-DLATE_DLOPEN", f"-I{CUDA_HOME}/include", "-o", str(to), str(src),
+        "-ldl"])
 
 
 class Lines:
