@@ -33,6 +33,12 @@
 #define CP_STOPPING 2
 #define CP_STOPPED 3
 
+/* map `targets` (CP_FILTER_PID): a process's state. A child of a target whose
+ * links are being attached (CP_PER_PROCESS) is LINKING: its calls begin once
+ * the loader has set it TRACING, with all its links in. */
+#define CP_TARGET_TRACED 1
+#define CP_TARGET_LINKING 2
+
 /* Per-probe settings, filled by the loader from the catalogue (map `probes`). */
 struct cp_probe_cfg {
 	__u32 nstack;    /* argument words to read from the stack at entry */

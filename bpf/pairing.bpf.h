@@ -66,7 +66,8 @@ BPF_PERCPU_ARRAY(counters, u64, CP_NR_COUNTERS);
  * values multiply by the CPUs */
 BPF_PERCPU_HASH(error_codes, struct cp_error_key, u64, CP_MAX_ERROR_CODES);
 #ifdef CP_FILTER_PID
-/* processes traced: added by the loader, and their children */
+/* processes traced: added by the loader, and their children; the value is a
+ * CP_TARGET_* state */
 BPF_HASH(targets, u32, u8, CP_MAX_TARGETS);
 #endif
 #ifdef CP_FILTER_COMM
@@ -92,15 +93,22 @@ static __always_inline void slot_claimed(struct cp_owner *owner);
 /* ---- which processes count ---- */
 
 #ifdef CP_FILTER_PID
-/* follow children of traced processes (threads share the tgid already) */
+/* follow children of traced processes (threads share the tgid already). With
+ * links per process (CP_PER_PROCESS) a child's links are attached by the
+ * loader one function after another: it is traced from the moment they are
+ * all in (the loader sets CP_TARGET_TRACED), not function by function. */
 TRACEPOINT_PROBE(sched, sched_process_fork)
 {
 	u32 parent = bpf_get_current_pid_tgid() >> 32;
 	if (!targets.lookup(&parent))
 		return 0;
 	u32 child = args->child_pid;
-	u8 one = 1;
-	targets.update(&child, &one);
+#ifdef CP_PER_PROCESS
+	u8 state = CP_TARGET_LINKING;
+#else
+	u8 state = CP_TARGET_TRACED;
+#endif
+	targets.update(&child, &state);
 	return 0;
 }
 
@@ -124,8 +132,8 @@ static __always_inline void comm_exec(u32 tgid)
 		if (comm[i] == 0)
 			break;
 	}
-	u8 one = 1;
-	targets.update(&tgid, &one);
+	u8 traced = CP_TARGET_TRACED;
+	targets.update(&tgid, &traced);
 }
 #endif
 #endif
@@ -242,7 +250,8 @@ static __always_inline cp_entry_t *pairing_entry(u64 pid_tgid, u32 probe_id,
 	}
 #ifdef CP_FILTER_PID
 	u32 tgid = pid_tgid >> 32;
-	if (!targets.lookup(&tgid))
+	u8 *state = targets.lookup(&tgid);
+	if (!state || *state != CP_TARGET_TRACED)
 		return 0;
 #endif
 	if (o->pid_tgid == 0 && probe_id < CP_NR_PROBES &&

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -119,6 +120,12 @@ def build_workload(source: str, out_name: str | None = None,
         pytest.skip(f"nvcc not found at {NVCC}")
     return build_once(out, [src], lambda to: [str(NVCC), "-O1", "-g", "-o", str(to), str(src),
                                               *extra])
+
+
+def unique_name(prefix: str) -> str:
+    """A process name (comm: 15 characters) no other run of the suite uses, for
+    tests that select processes by name while another suite may run beside."""
+    return f"{prefix}{secrets.token_hex(5)}"
 
 
 def cudaprobe_cmd(*args: str) -> list[str]:

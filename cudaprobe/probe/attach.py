@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from cudaprobe.errors import BpfError, ProcessGone
 from cudaprobe.probe import bpfprog, cleanup, perf_uprobe, uprobe_multi
-from cudaprobe.probe.event import STOPPED, STOPPING, TRACING
+from cudaprobe.probe.event import STOPPED, STOPPING, TARGET_TRACED, TRACING
 from cudaprobe.probe.plan import Attachment, ProbePlan
 
 # EINVAL at attach: almost always another tracer's uprobe at the same address
@@ -132,7 +132,7 @@ class Attacher:
     def add_target(self, pid: int) -> None:
         """Trace this process (and, through the fork tracepoint, its children)."""
         targets = self._bpf["targets"]
-        targets[targets.Key(pid)] = targets.Leaf(1)
+        targets[targets.Key(pid)] = targets.Leaf(TARGET_TRACED)
         if self.on_target is not None:
             self.on_target(pid)
         if self._per_process and pid not in self._pid_links:
@@ -140,13 +140,19 @@ class Attacher:
 
     def follow_children(self) -> None:
         """Per-process links for the targets the fork tracepoint added (children of
-        targets) since the last look. Until then a child takes no trap and its
-        calls are not seen (docs/attach.md)."""
+        targets) since the last look, then the child traced: its calls count from
+        the moment every link is in, all functions at once (the tracepoint adds
+        it as TARGET_LINKING). Until then a child takes no trap and its calls are
+        not seen (docs/attach.md)."""
         if not self._per_process:
             return
+        targets = self._bpf["targets"]
         for pid in self.target_pids():
             if pid not in self._pid_links:
                 self._attach_process(pid, self._libraries)
+                with contextlib.suppress(KeyError):  # gone meanwhile: not added back
+                    targets[targets.Key(pid)]
+                    targets[targets.Key(pid)] = targets.Leaf(TARGET_TRACED)
 
     def remove_target(self, pid: int) -> None:
         targets = self._bpf["targets"]

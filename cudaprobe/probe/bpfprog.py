@@ -177,6 +177,8 @@ def switches(probes: list[Probe], settings: Settings) -> dict[str, str]:
         d["CP_FILTER_PID"] = "1"
         if settings.filter_comm:
             d["CP_FILTER_COMM"] = "1"
+        if settings.per_process and settings.attach == "multi":
+            d["CP_PER_PROCESS"] = "1"  # a child is traced once its own links are in
     if settings.errors_only:
         d["CP_ERRORS_ONLY"] = "1"
     if settings.stacks:

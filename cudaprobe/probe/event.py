@@ -30,6 +30,8 @@ MAX_DEPTH = 32  # CP_MAX_DEPTH: calls nested in a call of the same function, pai
 
 # map `phase` (CP_ATTACHING ...): calls begin only while TRACING (bpf/cudaprobe.h)
 ATTACHING, TRACING, STOPPING, STOPPED = range(4)
+# map `targets` (CP_TARGET_*): a process traced, or one whose links are being attached
+TARGET_TRACED, TARGET_LINKING = 1, 2
 
 # struct cp_event, in declaration order. `words` holds a probe's argument words
 # then its out-parameters (nargs and nouts in the header); ring buffer records

@@ -14,7 +14,7 @@ import shutil
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from ..conftest import HANG_S, cudaprobe_cmd
+from ..conftest import HANG_S, cudaprobe_cmd, unique_name
 from .conftest import run_cudaprobe
 from .running import (
     Loop,
@@ -167,13 +167,14 @@ def test_pid_not_using_cuda_yet_is_an_error_and_wait_picks_up_dlopen(tmp_path, l
 
 def test_comm_traces_present_and_future_processes_of_that_name_only(tmp_path):
     exe = build_loop("shared")
-    named, other = tmp_path / "cp_comm_loop", tmp_path / "cp_other_loop"
+    # names of this run's own: a suite running beside this one has its loops too
+    named, other = tmp_path / unique_name("cpc"), tmp_path / unique_name("cpo")
     shutil.copy(exe, named)
     shutil.copy(exe, other)
     present = Loop([named, "5"])
     present.wait_iter(3)
-    tracing = Tracing(tmp_path, "--comm", "cp_comm_loop")
-    tracing.wait_for("following every process named 'cp_comm_loop'")
+    tracing = Tracing(tmp_path, "--comm", named.name)
+    tracing.wait_for(f"following every process named '{named.name}'")
     future, stranger = Loop([named, "5"]), Loop([other, "5"])
     present.wait_iter(first_traced_iteration(tracing.output, present.pid) + MORE)
     for loop in (future, stranger):
@@ -193,13 +194,13 @@ def test_comm_traces_present_and_future_processes_of_that_name_only(tmp_path):
 
 def test_comm_picks_up_a_library_loaded_after_attach(tmp_path, libcudart):
     lib = private_libcudart(tmp_path, libcudart)
-    named = tmp_path / "cp_late_loop"
+    named = tmp_path / unique_name("cpl")
     shutil.copy(build_loop("dlopen"), named)
-    tracing = Tracing(tmp_path, "--comm", "cp_late_loop")
+    tracing = Tracing(tmp_path, "--comm", named.name)
     tracing.wait_for("following every process named")
     loop = Loop([named, "5", "1000000", lib])  # like `import torch` in a python traced by name
     last, line = load_late_and_run(loop, tracing, lib)
-    assert line.startswith(f"cudaprobe: pid {loop.pid} (cp_late_loop) maps {lib}: ")
+    assert line.startswith(f"cudaprobe: pid {loop.pid} ({named.name}) maps {lib}: ")
     assert "its calls there in the up to " in line and line.endswith("s before are not included")
     calls, summary, _err = tracing.interrupt()
     first = traced_since_attach(calls, last)

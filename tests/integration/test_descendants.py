@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import select
 import signal
 import subprocess
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import build_workload, cudaprobe_cmd
+from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 from .conftest import run_cudaprobe
 
 PERF = dict(os.environ, CUDAPROBE_ATTACH="perf")
@@ -57,7 +58,7 @@ def test_children_that_outlive_the_command_and_grandchildren_are_traced(tmp_path
 
 
 def _wait_for(path: Path, pattern: str, proc: subprocess.Popen | None,
-              timeout: float = 60) -> re.Match:
+              timeout: float = HANG_S) -> re.Match:
     """Until `pattern` is in the file cudaprobe writes its stderr to (failing if it
     exits first, unless `proc` is None)."""
     deadline = time.monotonic() + timeout
@@ -68,12 +69,21 @@ def _wait_for(path: Path, pattern: str, proc: subprocess.Popen | None,
     return found
 
 
-def _kill_workloads(exe: Path, *pids: int) -> None:
-    """SIGKILL what a failed test left running: `pids`, and processes running `exe`."""
+def marked(env: dict[str, str] | None = None) -> tuple[dict[str, str], str]:
+    """`env` with a mark of its own, which the processes started with it and
+    their descendants carry: what _kill_workloads finds them by."""
+    mark = secrets.token_hex(8)
+    return {**(env or os.environ), "CUDAPROBE_TEST_MARK": mark}, mark
+
+
+def _kill_workloads(mark: str, *pids: int) -> None:
+    """SIGKILL what a failed test left running: `pids`, and the processes whose
+    environment carries `mark` (never another test's, running beside it)."""
+    needle = f"CUDAPROBE_TEST_MARK={mark}".encode()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if os.readlink(entry / "exe") == str(exe):
+                if needle in (entry / "environ").read_bytes().split(b"\0"):
                     pids += (int(entry.name),)
             except OSError:
                 continue
@@ -94,11 +104,12 @@ class Background:
         self.out, self.err = tmp / "calls.jsonl", tmp / "stderr.txt"
         self.steady_out = tmp / "steady.txt"
         script = f"'{steady}' 0 1000 0 > '{self.steady_out}' & exit 4"
+        env, self.mark = marked(PERF)
         with open(self.err, "w") as err:
             self.proc = subprocess.Popen(
                 cudaprobe_cmd("trace", "--lib", str(libcudart), "-e", STEADY_EVENTS, *args,
                               "-o", str(self.out), "--", "sh", "-c", script),
-                stdout=subprocess.DEVNULL, stderr=err, env=PERF)
+                stdout=subprocess.DEVNULL, stderr=err, env=env)
         self.child = 0
 
     def wait_running_on(self) -> int:
@@ -114,7 +125,7 @@ class Background:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        _kill_workloads(build_workload("steady_calls.c"), self.child)
+        _kill_workloads(self.mark, self.child)
 
 
 @pytest.fixture
@@ -136,7 +147,7 @@ def test_a_background_child_is_traced_until_it_exits(background):
     b = background()
     b.wait_running_on()
     b.stop_child()
-    assert b.proc.wait(60) == 4, b.err.read_text()
+    assert b.proc.wait(HANG_S) == 4, b.err.read_text()
     loops = int(b.steady_out.read_text().rsplit("loops=", 1)[1])
     rows, summary = _rows(b.out)
     assert len([r for r in rows if r["pid"] == b.child]) == 3 * loops
@@ -148,7 +159,7 @@ def test_a_signal_while_descendants_run_is_said_and_exits_128_plus_n(background)
     b = background()
     child = b.wait_running_on()
     b.proc.send_signal(signal.SIGTERM)
-    assert b.proc.wait(60) == 128 + signal.SIGTERM, b.err.read_text()
+    assert b.proc.wait(HANG_S) == 128 + signal.SIGTERM, b.err.read_text()
     assert (f"stopped by SIGTERM: sh has exited (status 4), 1 of its descendants keeps "
             f"running (pid {child}), no longer traced") in b.err.read_text()
     assert os.path.exists(f"/proc/{child}")  # never signalled by cudaprobe
@@ -161,23 +172,24 @@ def test_duration_over_while_the_command_runs_exits_124_whenever_it_exits(tmp_pa
     exits after (during the drain) does not make it its own."""
     steady = build_workload("steady_calls.c")
     err = tmp_path / "stderr.txt"
+    env, mark = marked()
     with open(err, "w") as f:
         proc = subprocess.Popen(
             cudaprobe_cmd("trace", "--lib", str(libcudart), "-e", STEADY_EVENTS, "-d", "0.5",
                           "-o", str(tmp_path / "calls.jsonl"), "--", str(steady), "0", "1000",
-                          "0"), stdout=subprocess.DEVNULL, stderr=f)
+                          "0"), stdout=subprocess.DEVNULL, stderr=f, env=env)
     workload = 0
     try:
         found = _wait_for(err, r"--duration is over: \S*steady_calls \(pid (\d+)\) keeps "
                                "running", None)
         workload = int(found.group(1))
         os.kill(workload, signal.SIGTERM)  # it exits now (0), while cudaprobe drains
-        assert proc.wait(60) == 124, err.read_text()
+        assert proc.wait(HANG_S) == 124, err.read_text()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        _kill_workloads(steady, workload)
+        _kill_workloads(mark, workload)
 
 
 def test_ctrl_c_during_the_drain_cuts_it_short_and_counts_the_rest(tmp_path, libcudart):

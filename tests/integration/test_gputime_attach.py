@@ -72,7 +72,7 @@ class Target:
     def finish(self) -> tuple[str, int]:
         self.proc.stdin.close()
         out = self.proc.stdout.read()
-        return out, self.proc.wait(timeout=60)
+        return out, self.proc.wait(timeout=HANG_S)
 
     def maps(self) -> str:
         return Path(f"/proc/{self.pid}/maps").read_text()
@@ -113,7 +113,7 @@ def helper(pid: int, cycles: int, kill: str | None, cupti: Path | None) -> list[
     if cupti is not None:
         env["CUDAPROBE_CUPTI"] = str(cupti)
     p = subprocess.run([sys.executable, str(HELPER), str(pid), str(cycles), *(
-        [kill] if kill else [])], capture_output=True, text=True, timeout=600, env=env)
+        [kill] if kill else [])], capture_output=True, text=True, timeout=HANG_S, env=env)
     if kill and kill not in ("recording",) and p.returncode == 0:
         raise AssertionError(f"the kill point {kill} was never reached: {p.stdout}")
     assert p.returncode in (0, -signal.SIGKILL), p.stderr
@@ -229,7 +229,7 @@ def test_refusals(target_exe, fake_cupti):
         assert _refused(t, fake_cupti).startswith(f"it is already traced by pid {tracer.pid}")
     finally:
         tracer.stdin.close()
-        tracer.wait(timeout=60)
+        tracer.wait(timeout=HANG_S)
         assert t.finish() == (UNTRACED, 0)
     no_cuda = subprocess.Popen(["sleep", "600"])
     try:

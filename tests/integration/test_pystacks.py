@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import cudaprobe_cmd
+from ..conftest import HANG_S, cudaprobe_cmd, unique_name
 from .conftest import expected_calls, trace_jsonl
 from .running import Tracing
 
@@ -68,7 +68,7 @@ def test_attached_with_pid(tmp_path, libcudart, python):
         with open(fifo, "w") as go:
             go.write("go\n")
         out = workload.stdout.read()
-        assert workload.wait(timeout=60) == 0
+        assert workload.wait(timeout=HANG_S) == 0
         rows, summary, _err = tracing.finish()
     finally:
         if workload.poll() is None:
@@ -147,14 +147,14 @@ def test_comm_execs_with_their_stacks(tmp_path, libcudart, monkeypatch):
     """--comm and --py-stacks together (both act at exec): an interpreter
     exec'd under the name after the start is traced from its first call,
     each row with the stack the interpreter gave."""
-    named = tmp_path / "cp_py_comm"
+    named = tmp_path / unique_name("cpy")  # a suite beside this one runs its own
     named.symlink_to(PYTHONS[-1])
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     tracing = Tracing(tmp_path, "--py-stacks", "--comm", named.name, *EVENTS,
                       "--lib", str(libcudart))
     tracing.wait_for("following every process named")
     proc = subprocess.run([str(named), str(WORKLOAD), str(libcudart)], capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=HANG_S)
     assert proc.returncode == 0, proc.stderr
     rows, summary, _err = tracing.interrupt()
     assert summary["lost_total"] == 0

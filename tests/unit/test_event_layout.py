@@ -35,6 +35,7 @@ int main(void) {
            offsetof(struct cp_stats_entry, call));
     printf("CP_ATTACHING %d\nCP_TRACING %d\nCP_STOPPING %d\nCP_STOPPED %d\n", CP_ATTACHING,
            CP_TRACING, CP_STOPPING, CP_STOPPED);
+    printf("CP_TARGET_TRACED %d\nCP_TARGET_LINKING %d\n", CP_TARGET_TRACED, CP_TARGET_LINKING);
     printf("cfg_size %zu\n", sizeof(struct cp_probe_cfg));
     printf("CP_HANDLE_NAME_OFFSET %d\n", CP_HANDLE_NAME_OFFSET);
     printf("CP_NAME_MAX %d\nCP_FRAME_WORD %d\nframe_size %zu\n", CP_NAME_MAX, CP_FRAME_WORD,
@@ -74,6 +75,8 @@ def test_constants_match_header(c_layout):
     assert c_layout["trace_entry_call"] == c_layout["stats_entry_call"] == 8
     assert [c_layout[k] for k in ("CP_ATTACHING", "CP_TRACING", "CP_STOPPING", "CP_STOPPED")] \
         == [event.ATTACHING, event.TRACING, event.STOPPING, event.STOPPED]
+    assert (c_layout["CP_TARGET_TRACED"], c_layout["CP_TARGET_LINKING"]) == (
+        event.TARGET_TRACED, event.TARGET_LINKING)
     assert c_layout["cfg_size"] == 48  # twelve 4-byte words (bpfprog.probe_config)
     assert c_layout["CP_HANDLE_NAME_OFFSET"] == handles.NAME_POINTER_OFFSET
     assert c_layout["CP_EVENT_HEAD"] == event.HEAD_SIZE
