@@ -25,6 +25,13 @@ settings.load_profile("cudaprobe")
 # (2 cores, several suites at once) is far from reaching it.
 HANG_S = 600
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files marked `slow` (tens of seconds to minutes) first: scripts/test runs
+    the files on pytest-xdist workers, a file to a worker, in this order, and
+    the long ones started first end with the rest rather than after them."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 REPO = Path(__file__).resolve().parent.parent
 WORKLOADS = REPO / "tests" / "workloads"
 WORKLOAD_BIN = WORKLOADS / "bin"

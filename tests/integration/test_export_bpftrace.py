@@ -24,6 +24,8 @@ from cudaprobe.output.bpftrace import COLUMNS
 from ..conftest import HANG_S, build_workload, libcuda_path
 from .conftest import expected_calls, run_cudaprobe, trace_jsonl
 
+pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
+
 BPFTRACE = shutil.which("bpftrace")
 ORDER = ["cudaGetDeviceCount", "cudaMalloc", "cudaMemcpy", "cudaMemcpyAsync", "cudaMemset",
          "cudaLaunchKernel", "cudaStreamCreate", "cudaEventElapsedTime", "cudaFree",
@@ -123,7 +125,9 @@ def test_script_records_what_trace_records(tmp_path, cudart):
     assert proc.returncode == 0, proc.stderr
     assert summary["calls"] == len(calls) == 30
 
-    script = export(tmp_path, "--lib", str(cudart))
+    # the functions the workload calls (the whole default set loads in the
+    # whole-catalogue test below: bpftrace attaches its ~1000 probes one by one)
+    script = export(tmp_path, "--lib", str(cudart), "-e", ",".join(ORDER))
     assert f'uprobe:"{cudart.parent}/'.replace('"lib"', '\\"lib\\"') in script.read_text()
     output, bt = run_bpftrace(script, f"{exe} 3")
     truth = expected_calls(bt.stdout)  # what the workload made in the bpftrace run

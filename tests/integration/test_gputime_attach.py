@@ -28,6 +28,8 @@ from ..conftest import HANG_S, REPO, build_workload
 from .conftest import trace_jsonl
 from .test_serve_prometheus import free_port
 
+pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
+
 HELPER = Path(__file__).with_name("attach_helper.py")
 UNTRACED = "malloc ok\ndlopen ok\ncuda ok\n"
 GONE_S = HANG_S  # for the kernel or the library to let go: an event waited for, never a pass

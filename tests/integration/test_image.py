@@ -30,6 +30,8 @@ from .memstub import build_memstub
 from .running import Lines
 from .test_serve_prometheus import WAIT_S, free_port
 
+pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
+
 IMAGE = f"cudaprobe:{__version__}"
 BUILD_S = 1800  # a first build on a new machine: packages downloaded and unpacked
 # bounded waits for what a loaded machine does slowly (a container start, a drain)

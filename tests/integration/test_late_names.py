@@ -10,8 +10,12 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from ..conftest import HANG_S, build_workload
 from .running import Lines, Tracing
+
+pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
 
 VECADD = "vecAdd(float const*, float const*, float*, int)"
 LONG = "void deep::f<" + ", ".join(["Box::Inner"] * 120) + ">()"

@@ -20,6 +20,8 @@ from ..conftest import HANG_S, cudaprobe_cmd, unique_name
 from .conftest import expected_calls, trace_jsonl
 from .running import Tracing
 
+pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
+
 WORKLOAD = Path(__file__).resolve().parent / "pystack_workload.py"
 EVENTS = ("-e", "cudaRuntimeGetVersion,cudaDriverGetVersion")
 MAX_FRAMES = 32

@@ -1,12 +1,14 @@
-"""Whatever the probes produce, the reader takes without loss.
+"""Whatever the probes produce, every format gives every row.
 
 Four unpaced threads each call a failing cudaMalloc and cudaFree 50,000
 times (tests/workloads/malloc_free_threads.c): on the 2-core CPU machine the
 probes then produce more records a second than any format decodes. The
 reader process spools them (probe/ringbuf.py); every format must end with
-400,000 rows. On a machine loaded by other work the ring may still fill:
-then each call missing is counted as lost, never silently gone, and the
-0-lost goal is kept by the benchmark (scripts/bench --only threads4).
+400,000 rows, the summary's count with them. The ring buffer is made big
+enough for the whole run (--ringbuf-pages: 64 MiB for ~35 MB of records),
+so that no record can be dropped however slowly a loaded machine reads it:
+whether the reader keeps up with the default ring at full speed is a
+measure of speed, kept by the benchmark (scripts/bench --only threads4).
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ import pytest
 from ..conftest import HANG_S, build_workload
 from .conftest import run_cudaprobe
 
+pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
+
 PAIRS, THREADS = 50_000, 4
 CALLS = 2 * PAIRS * THREADS
+RING_PAGES = "16384"  # 64 MiB with 4 KiB pages: every record of the run at once
 ROW = re.compile(r" *\d+\.\d{3} .* (cudaMalloc|cudaFree) ")  # a table row: TIME(ms) first
 SUMMARY = re.compile(r"(\d+) calls in [\d.]+s, (\d+) still in flight, (\d+) lost")
 
@@ -42,7 +47,8 @@ def test_four_unpaced_threads_give_every_row(tmp_path, libcudart, fmt):
     exe = build_workload("malloc_free_threads.c")
     out = tmp_path / "calls.out"
     proc = run_cudaprobe("trace", "--lib", str(libcudart), "-e", "cudaMalloc,cudaFree",
-                         "-f", fmt, "-o", str(out), "--", str(exe), str(PAIRS), str(THREADS),
+                         "-f", fmt, "-o", str(out), "--ringbuf-pages", RING_PAGES, "--", str(exe),
+                         str(PAIRS), str(THREADS),
                          timeout=HANG_S)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["calls"] == CALLS
@@ -52,4 +58,4 @@ def test_four_unpaced_threads_give_every_row(tmp_path, libcudart, fmt):
     assert rows(out, fmt) == calls
     assert in_flight == 0
     assert calls + lost == CALLS  # nothing vanishes
-    assert lost == 0, f"{lost} lost: the reader fell behind ({proc.stderr[-300:]})"
+    assert lost == 0, f"{lost} lost, with room for every record ({proc.stderr[-300:]})"

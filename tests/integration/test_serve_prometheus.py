@@ -30,6 +30,8 @@ from .conftest import expected_calls
 from .memstub import build_memstub, stub_env
 from .running import Lines
 
+pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
+
 PROMETHEUS = Path("/usr/bin/prometheus")
 WAIT_S = HANG_S
 LOOPS, THREADS = 4, 2  # runtime_calls: 10 calls a loop, each thread

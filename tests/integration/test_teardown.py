@@ -26,6 +26,8 @@ from cudaprobe.probe.ringbuf import READER_NAME
 from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 from .running import started
 
+pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
+
 PR_SET_CHILD_SUBREAPER = 36
 UPROBE_EVENTS = Path("/sys/kernel/tracing/uprobe_events")
 MODES = ("multi", "perf")

@@ -27,6 +27,8 @@ from ..conftest import build_workload, cudaprobe_cmd
 from .conftest import expected_calls, run_cudaprobe, trace_jsonl
 from .running import WAIT_S, Lines, started
 
+pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
+
 MODES = {"multi": {}, "perf": {"CUDAPROBE_ATTACH": "perf"}}
 
 

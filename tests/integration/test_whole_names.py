@@ -14,10 +14,14 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from ..conftest import build_workload
 from .conftest import expected_calls, run_cudaprobe, trace_jsonl
 from .memstub import build_memstub, stub_env
 from .test_trace_driver import fake_libcuda  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
 
 RUNS = 20
 TYPES = [f"a_type_whose_name_is_long_enough_to_matter_{i:02d}" for i in range(1, 25)]

@@ -4,8 +4,10 @@
  * allows). Prints {"calls": N, "threads": T, "elapsed_ns": E} on stdout.
  * Usage: malloc_free_threads PAIRS THREADS [MARK]
  * With MARK, it prints {"pid": P} first, and {"made": MARK} as soon as every
- * thread has made MARK pairs, then goes on: a test that cuts a trace with the
- * loop running cuts it there, whatever the machine's speed.
+ * thread has made MARK pairs, then goes on, resting 1 ms after every 100
+ * pairs: a test that cuts a trace with the loop running cuts it there,
+ * whatever the machine's speed, and the calls made until the cut lands are
+ * tens of thousands a second, not hundreds of thousands, to decode.
  */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -37,6 +39,8 @@ static void *loop(void *arg)
 			printf("{\"made\": %ld}\n", mark);
 			fflush(stdout);
 		}
+		if (mark && i >= mark && (i - mark) % 100 == 99)
+			usleep(1000);
 	}
 	return NULL;
 }
