@@ -13,19 +13,21 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import resource
 import secrets
 import shutil
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from cudaprobe import __version__
 
 from ..conftest import REPO
-from .fleet import build_fleet_stub, fleet_env, fleet_node
+from .fleet import build_fleet_stub, fleet_node
 from .memstub import build_memstub
 from .running import Lines
 from .test_serve_prometheus import WAIT_S, free_port
@@ -56,14 +58,23 @@ PODMAN = ["podman", "--runtime", "runc", "run", "--ulimit", "nofile={}:{}".forma
     *resource.getrlimit(resource.RLIMIT_NOFILE)), "--ulimit", "nproc=4096:4096"]
 
 
-def podman_run(*args: str, name: str | None = None) -> list[str]:
+@pytest.fixture(scope="module")
+def stubs(tmp_path_factory) -> dict[str, Path]:
+    """Copies of the stand-in libraries of this module's own: serve probes them
+    in every process, and tests beside this one run the shared ones."""
+    where = tmp_path_factory.mktemp("stubs")
+    return {name: Path(shutil.copytree(built, where / name))
+            for name, built in (("fleetstub", build_fleet_stub()), ("memstub", build_memstub()))}
+
+
+def podman_run(stubs: dict[str, Path], *args: str, name: str | None = None) -> list[str]:
     """`podman run` as the DaemonSet runs the pod: privileged, the host's pids,
     tracefs, the host's libraries (here the stand-ins) under /host, read-only."""
     return [*PODMAN, "--rm", "--privileged", "--pid=host", "--network=host",
             *(["--name", name] if name else []),
             "-v", "/sys/kernel/tracing:/sys/kernel/tracing",
-            "-v", f"{build_fleet_stub()}:/host/fleetstub:ro",
-            "-v", f"{build_memstub()}:/host/memstub:ro", *args]
+            "-v", f"{stubs['fleetstub']}:/host/fleetstub:ro",
+            "-v", f"{stubs['memstub']}:/host/memstub:ro", *args]
 
 
 HOST_LIBS = ("--lib", "/host/fleetstub/libcudart.so.13", "--lib", "/host/memstub/libcuda.so.1")
@@ -72,8 +83,10 @@ HOST_LIBS = ("--lib", "/host/fleetstub/libcudart.so.13", "--lib", "/host/memstub
 class Node:
     """fleet_node on the host, a round of calls per send()."""
 
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen([str(fleet_node())], env=fleet_env(), stdin=subprocess.PIPE,
+    def __init__(self, stubs: dict[str, Path]) -> None:
+        # the module's copies first (LD_LIBRARY_PATH wins over the copies' RUNPATH)
+        env = {**os.environ, "LD_LIBRARY_PATH": f"{stubs['fleetstub']}:{stubs['memstub']}"}
+        self.proc = subprocess.Popen([str(fleet_node())], env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
         self.out = Lines(self.proc.stdout)
         self.rounds = 0
@@ -93,8 +106,8 @@ class Node:
         self.proc.wait()
 
 
-def test_doctor_passes(image):
-    p = subprocess.run(podman_run(image, "doctor", "-f", "json", *HOST_LIBS),
+def test_doctor_passes(image, stubs):
+    p = subprocess.run(podman_run(stubs, image, "doctor", "-f", "json", *HOST_LIBS),
                        capture_output=True, text=True, timeout=SLOW_S)
     assert p.returncode == 0, p.stdout + p.stderr
     checks = {c["name"]: c for c in json.loads(p.stdout)["checks"]}
@@ -106,10 +119,10 @@ def test_doctor_passes(image):
     assert checks["CUDA library"]["status"] == "ok", checks["CUDA library"]
 
 
-def test_trace_pid_of_a_host_process(image, tmp_path):
-    node = Node()
+def test_trace_pid_of_a_host_process(image, stubs, tmp_path):
+    node = Node(stubs)
     trace = subprocess.Popen(
-        podman_run("-v", f"{tmp_path}:/out", image, "trace", "--pid", str(node.proc.pid),
+        podman_run(stubs, "-v", f"{tmp_path}:/out", image, "trace", "--pid", str(node.proc.pid),
                    "-o", "/out/calls.jsonl"),
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     err = Lines(trace.stderr)
@@ -144,17 +157,18 @@ def scrape(url: str) -> dict[tuple, float]:
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
-def test_serve_is_scraped(image):
+def test_serve_is_scraped(image, stubs):
     port = free_port()
     name = f"cudaprobe-test-{secrets.token_hex(4)}"
     serve = subprocess.Popen(
-        podman_run(image, "serve", "--prometheus", f"127.0.0.1:{port}", *HOST_LIBS, name=name),
+        podman_run(stubs, image, "serve", "--prometheus", f"127.0.0.1:{port}", *HOST_LIBS,
+                   name=name),
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     err = Lines(serve.stderr)
     node = None
     try:
         err.wait_for(lambda s: "serving Prometheus metrics" in s, "serving", timeout=SLOW_S)
-        node = Node()
+        node = Node(stubs)
         node.round()
         node.round()
         url = f"http://127.0.0.1:{port}/metrics"
