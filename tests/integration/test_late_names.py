@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
 
-from ..conftest import HANG_S, build_workload
+from ..conftest import HANG_S, build_workload, unique_name
 from .running import Lines, Tracing
 
 pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
@@ -56,20 +57,29 @@ def test_handles_made_before_the_attach_are_named(tmp_path):
 
 def test_named_although_the_process_exits_right_after_its_launches(tmp_path):
     """The name is read by the probe at the handle's first launch, while the
-    process lives; reading /proc/PID/mem later would find it gone. 20 runs."""
+    process lives; reading /proc/PID/mem later would find it gone. 20 runs in
+    one trace: processes started under a name it follows (--comm), whose
+    handles are made untraced (-e kernel: launches only), as before an attach."""
     exe, libdir = late_launch()
-    for run in range(20):
-        proc = subprocess.Popen([exe, "3", "exit"], stdin=subprocess.PIPE,
+    named = tmp_path / unique_name("late")
+    shutil.copy(exe, named)
+    tracing = Tracing(tmp_path, "--comm", named.name, "-e", "kernel",
+                      "--lib", f"{libdir}/libcuda.so.1")
+    tracing.wait_for("following every process named")
+    pids = []
+    for _ in range(20):
+        proc = subprocess.Popen([str(named), "3", "exit"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True,
                                 env={**os.environ, "LD_LIBRARY_PATH": libdir})
         out = Lines(proc.stdout)
         out.wait_for(lambda s: s == '{"ready":1}', "ready")
-        tracing = Tracing(tmp_path, "--pid", str(proc.pid), "-e", "kernel",
-                          name=f"run{run}.jsonl")
-        tracing.wait_for("attached to")
         proc.stdin.write("go\n")
         proc.stdin.flush()
         assert proc.wait(timeout=HANG_S) == 0
-        calls, summary, _err = tracing.finish()  # ends with the process
-        names = [c["args"].get("func_name") for c in calls if c["event"] == "cuLaunchKernel"]
+        pids.append(proc.pid)
+    calls, summary, _err = tracing.interrupt()
+    assert summary["lost_total"] == 0
+    for run, pid in enumerate(pids):
+        names = [c["args"].get("func_name") for c in calls
+                 if c["pid"] == pid and c["event"] == "cuLaunchKernel"]
         assert names == [VECADD, LONG] * 3, (run, names)
