@@ -1,11 +1,11 @@
 """Whatever the probes produce, every format gives every row.
 
-Four unpaced threads each call a failing cudaMalloc and cudaFree 50,000
+Four unpaced threads each call a failing cudaMalloc and cudaFree 20,000
 times (tests/workloads/malloc_free_threads.c): on the 2-core CPU machine the
 probes then produce more records a second than any format decodes. The
 reader process spools them (probe/ringbuf.py); every format must end with
-400,000 rows, the summary's count with them. The ring buffer is made big
-enough for the whole run (--ringbuf-pages: 64 MiB for ~35 MB of records),
+160,000 rows, the summary's count with them. The ring buffer is made big
+enough for the whole run (--ringbuf-pages: 32 MiB for ~14 MB of records),
 so that no record can be dropped however slowly a loaded machine reads it:
 whether the reader keeps up with the default ring at full speed is a
 measure of speed, kept by the benchmark (scripts/bench --only threads4).
@@ -23,9 +23,9 @@ from .conftest import run_cudaprobe
 
 pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
 
-PAIRS, THREADS = 50_000, 4
+PAIRS, THREADS = 20_000, 4
 CALLS = 2 * PAIRS * THREADS
-RING_PAGES = "16384"  # 64 MiB with 4 KiB pages: every record of the run at once
+RING_PAGES = "8192"  # 32 MiB with 4 KiB pages: every record of the run at once
 ROW = re.compile(r" *\d+\.\d{3} .* (cudaMalloc|cudaFree) ")  # a table row: TIME(ms) first
 SUMMARY = re.compile(r"(\d+) calls in [\d.]+s, (\d+) still in flight, (\d+) lost")
 
