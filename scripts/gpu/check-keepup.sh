@@ -7,6 +7,7 @@
 #
 # For each PyTorch workload of benchmarks/torch_workloads.py (WORKLOADS):
 #   cmd   cudaprobe trace -f jsonl -- python torch_workloads.py W, under the counter
+#   child the same python as a child of the command (sh -c '...; true')
 #   pid   the workload started alone (under the counter), cudaprobe trace --pid
 #         attached after its warm-up (kernels loaded and named before the attach),
 #         detached after the measured part: the counter's window is the same part
@@ -49,6 +50,12 @@ for w in $WORKLOADS; do
     cudaprobe trace -f jsonl -o /tmp/$w-cmd.jsonl --force -- $W "$w" $a 2>/tmp/$w-cmd.err
   tail -2 /tmp/$w-cmd.err >> "$txt"
   record "$w cmd" /tmp/$w-cmd.cupti /tmp/$w-cmd.jsonl ""
+  # a child of the command (sh forks python: `; true` follows), traced once its own links are in
+  CUDA_INJECTION64_PATH=$ORACLE CUPTI_COUNTER_OUT=/tmp/$w-child.cupti \
+    cudaprobe trace -f jsonl -o /tmp/$w-child.jsonl --force -- sh -c "$W $w $a; true" \
+    2>/tmp/$w-child.err
+  tail -2 /tmp/$w-child.err >> "$txt"
+  record "$w child" /tmp/$w-child.cupti /tmp/$w-child.jsonl ""
   # --pid, attached after the warm-up
   rm -f /tmp/$w.ready /tmp/$w.go /tmp/$w.done /tmp/$w.quit /tmp/$w-pid.cupti.window
   CUDA_INJECTION64_PATH=$ORACLE CUPTI_COUNTER_OUT=/tmp/$w-pid.cupti $W "$w" $a \
