@@ -31,6 +31,9 @@
 #ifndef CP_MAX_TARGETS
 #error "CP_MAX_TARGETS (capacity of `targets`) comes from bpfprog.py"
 #endif
+#ifndef CP_MAX_LIBRARIES
+#error "CP_MAX_LIBRARIES (capacity of `library_ready`) comes from bpfprog.py"
+#endif
 #ifndef CP_ENTRY
 #error "CP_ENTRY (the program's pairing entry) is defined by the program"
 #endif
@@ -59,6 +62,11 @@ BPF_ARRAY(owned, cp_entry_t, CP_PAIR_THREADS * CP_NR_PROBES);
 BPF_HASH(inflight, u64, cp_entry_t, CP_MAX_INFLIGHT);
 /* all zero, never written: the initial value of a new `inflight` entry */
 BPF_PERCPU_ARRAY(zeroed, cp_entry_t, 1);
+/* uprobe_multi links: per library slot (the attach cookie's upper half), 1
+ * once every link of the library is in. A library probed while tracing runs
+ * (a dlopen, a process's own copy) then starts in all its functions at once,
+ * as the `phase` map makes the first libraries start. */
+BPF_ARRAY(library_ready, u8, CP_MAX_LIBRARIES);
 /* lost records by cause and forced wakeups (CP_LOST_RINGBUF, ...) */
 BPF_PERCPU_ARRAY(counters, u64, CP_NR_COUNTERS);
 /* failed calls per (probe, return code), for codes past the CP_ERR_SLOTS that
@@ -368,10 +376,16 @@ static __always_inline int cp_exit(struct pt_regs *ctx, u32 probe_id)
 	return 0;
 }
 
-/* uprobe_multi programs: the probe id is the attach cookie */
+/* uprobe_multi programs: the attach cookie is the probe id, and in its upper
+ * half the library's slot in `library_ready` */
 int cp_enter(struct pt_regs *ctx)
 {
-	return cp_entry(ctx, (u32)bpf_get_attach_cookie(ctx));
+	u64 cookie = bpf_get_attach_cookie(ctx);
+	u32 slot = cookie >> 32;
+	u8 *ready = library_ready.lookup(&slot);
+	if (!ready || !*ready)
+		return 0;
+	return cp_entry(ctx, (u32)cookie);
 }
 
 int cp_return(struct pt_regs *ctx)

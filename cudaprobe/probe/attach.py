@@ -46,6 +46,7 @@ class Attacher:
         self._per_process = settings.per_process and settings.attach == "multi"
         self._libraries: dict[str, list[Attachment]] = {}
         self._pid_links: dict[int, list[int]] = {}
+        self._slots: dict[str, int] = {}  # library path -> its slot in `library_ready`
         self._phase = 0  # event.ATTACHING: what the `phase` map holds
         self.on_target: Callable[[int], None] | None = None  # told of each target (--py-stacks)
 
@@ -68,8 +69,15 @@ class Attacher:
         Their probe ids must be in the plan, whose `probes` map was filled at
         load time. Return probes go in first: a call entered between the two
         attaches then has no entry to pair with, rather than an entry that
-        never completes and shows as in flight forever.
+        never completes and shows as in flight forever. With uprobe_multi
+        links the library's calls count once all its links are in (its
+        `library_ready` slot), every function at once.
         """
+        if self.settings.attach == "multi":
+            slot = self._slots.setdefault(path, len(self._slots))
+            if slot >= self.settings.max_libraries:
+                raise BpfError(f"attaching uprobes to {path}", f"more than "
+                               f"{self.settings.max_libraries} libraries in one session")
         if self._per_process:
             self._libraries[path] = attachments
             for pid in list(self._pid_links):
@@ -78,6 +86,9 @@ class Attacher:
             self._links += self._attach_multi(path, attachments)
         else:
             self._attach_perf(attachments)
+        if self.settings.attach == "multi":
+            ready = self._bpf["library_ready"]
+            ready[ready.Key(self._slots[path])] = ready.Leaf(1)
         self.attached.append(path)
 
     def _attach_process(self, pid: int, libraries: dict[str, list[Attachment]]) -> None:
@@ -102,9 +113,10 @@ class Attacher:
                 except Exception as e:
                     raise BpfError("loading the BPF program failed", str(e)) from None
                 try:
+                    slot = self._slots[path] << 32  # cp_enter's library_ready slot
                     links.append(uprobe_multi.create_link(
-                        fn.fd, path, [a.offset for a in atts], [a.probe.func_id for a in atts],
-                        retprobe, pid))
+                        fn.fd, path, [a.offset for a in atts],
+                        [slot | a.probe.func_id for a in atts], retprobe, pid))
                 except OSError as e:
                     if e.errno == errno.ESRCH:
                         raise ProcessGone(pid, "exited") from None

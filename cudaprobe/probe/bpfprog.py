@@ -51,6 +51,7 @@ class Settings:
     wakeup_every: int = 1024  # a forced reader wakeup every N records per CPU
     max_stacks: int = 16384  # user stacks kept (`stacks`, with stacks=True)
     max_targets: int = 65536  # processes traced with filter_pid (`targets`)
+    max_libraries: int = 1024  # libraries probed in a session (`library_ready`)
     max_procs: int = 16384  # processes whose first record woke the reader (`seen_procs`)
     max_sites: int = 16384  # host stubs and call sites located, per process (`located`)
     max_handles: int = 16384  # kernel handles named, per process (`handle_named`)
@@ -126,6 +127,7 @@ def numbers(probes: list[Probe], settings: Settings) -> dict[str, int]:
         "CP_NR_PROBES": nprobes,
         "CP_MAX_ERROR_CODES": nprobes * settings.error_codes_per_probe,
         "CP_MAX_TARGETS": settings.max_targets,
+        "CP_MAX_LIBRARIES": settings.max_libraries,
     }
     if not settings.stats:
         d |= {
