@@ -35,7 +35,7 @@
 
 /* map `targets` (CP_FILTER_PID): a process's state. A child of a target whose
  * links are being attached (CP_PER_PROCESS) is LINKING: its calls begin once
- * the loader has set it TRACING, with all its links in. */
+ * the loader has set it TRACED, with all its links in. */
 #define CP_TARGET_TRACED 1
 #define CP_TARGET_LINKING 2
 
