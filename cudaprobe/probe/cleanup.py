@@ -58,7 +58,9 @@ def bcc_events(text: str) -> list[tuple[str, int]]:
 
 
 def remove_uprobe_events(path: str, names: Iterable[str]) -> tuple[list[str], list[str]]:
-    """Remove entries by name; returns (removed, kept: busy or refused)."""
+    """Remove entries by name; returns (removed, kept: busy or refused). An
+    entry already gone (another cudaprobe starting at the same time removed
+    it) is in neither."""
     removed, kept = [], []
     for name in names:
         try:
@@ -67,6 +69,8 @@ def remove_uprobe_events(path: str, names: Iterable[str]) -> tuple[list[str], li
                 os.write(fd, f"-:{name}\n".encode())
             finally:
                 os.close(fd)
+        except FileNotFoundError:
+            continue
         except OSError:
             kept.append(name)  # EBUSY: still enabled, so not stale after all
         else:

@@ -209,11 +209,25 @@ def wait_until_mapped(pid: int, library: Path) -> None:
         time.sleep(0.05)
 
 
+def rows_so_far(out: Path) -> list[dict]:
+    """The whole lines bpftrace has written to `out` yet."""
+    text = out.read_text() if out.exists() else ""
+    text = text[:text.rfind("\n") + 1]
+    return parse_rows(text) if "TIME(ms)" in text else []
+
+
 def test_pid_filter_traces_only_that_process(tmp_path, cudart):
+    """Both processes call, the other one first; then the target. They run on
+    one CPU, so that their lines go through one of bpftrace's per-CPU buffers
+    in the order of the calls: once the target's lines are printed, any of the
+    other's would be too (bpftrace 0.17 drops the lines it has not read yet
+    when it is stopped)."""
     exe = build_workload("runtime_calls.c")
-    # both make their calls once told to, when bpftrace is attached
+    one_cpu = min(os.sched_getaffinity(0))
     other, target = (subprocess.Popen([str(exe), "2", "1", "-"], stdin=subprocess.PIPE,
-                                      stdout=subprocess.DEVNULL, text=True) for _ in range(2))
+                                      stdout=subprocess.DEVNULL, text=True,
+                                      preexec_fn=lambda: os.sched_setaffinity(0, {one_cpu}))
+                     for _ in range(2))
     bt = None
     try:
         for p in (other, target):
@@ -224,13 +238,19 @@ def test_pid_filter_traces_only_that_process(tmp_path, cudart):
         # no --lib: the library is the one the process maps
         assert f"--pid {target.pid}" in text and cudart.name in text and cudart.parent.name in text
         out = tmp_path / "pid.out"
-        # -B none: the banner reaches the file at once, not when a buffer fills
-        bt = subprocess.Popen([BPFTRACE, "-B", "none", "-o", str(out), str(script)],
-                              stderr=subprocess.DEVNULL)
+        # -B none: lines reach stdout as they are printed (-o's file is written
+        # through a buffer, at the end)
+        with out.open("w") as stdout:
+            bt = subprocess.Popen([BPFTRACE, "-B", "none", str(script)], stdout=stdout,
+                                  stderr=subprocess.DEVNULL)
         wait_until_attached(bt, len(re.findall(r"^u(?:ret)?probe:", text, re.M)))
-        for p in (other, target):  # both have made their calls when bpftrace stops
+        for p in (other, target):
             p.communicate("go\n", timeout=HANG_S)
             assert p.returncode == 0
+        deadline = time.monotonic() + HANG_S
+        while sum(r["PID"] == str(target.pid) for r in rows_so_far(out)) < 4:
+            assert time.monotonic() < deadline and bt.poll() is None, out.read_text()[-500:]
+            time.sleep(0.05)
     finally:
         for p in (other, target):
             p.kill()

@@ -276,26 +276,44 @@ def test_program_output_and_exit_status_are_the_same_traced(tmp_path, libcudart,
     assert summary["calls"] == 150
 
 
+def plant_uprobe_event(name: str, offset: str) -> None:
+    fd = os.open(UPROBE_EVENTS, os.O_WRONLY | os.O_APPEND)  # no seek: tracefs refuses it
+    try:
+        os.write(fd, f"p:uprobes/{name} /bin/true:{offset}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def host_pid_above(floor: int) -> int:
+    """A pid of this host above `floor` that stays alive through the test:
+    this process's, or else a sleeper's (killed after the test)."""
+    pid = os.getpid()
+    while pid <= floor:
+        pid = started(subprocess.Popen(["sleep", str(HANG_S)])).pid
+    return pid
+
+
 def test_stale_bcc_uprobe_events_are_removed_at_start(tmp_path, libcudart):
+    """An entry whose bcc process is gone is removed when tracing starts, and
+    one whose process runs is kept. cudaprobe runs here in a pid namespace of
+    its own, where pids above a few are no process: an entry named after a pid
+    of this host above 1000 that stays alive is stale to that cudaprobe alone.
+    Any other cudaprobe on the machine (another suite's) sees the host's
+    process and leaves the entry to ours."""
     if not UPROBE_EVENTS.exists():
         pytest.skip("tracefs is not mounted")
-    dead = int(Path("/proc/sys/kernel/pid_max").read_text())  # pids stay below pid_max
-    stale = f"p_cudaprobe_test_0x10_bcc_{dead}"
-    alive = f"p_cudaprobe_test_0x20_bcc_{os.getpid()}"
-    for name, off in ((stale, "0x10"), (alive, "0x20")):
-        fd = os.open(UPROBE_EVENTS, os.O_WRONLY | os.O_APPEND)  # no seek: tracefs refuses it
-        try:
-            os.write(fd, f"p:uprobes/{name} /bin/true:{off}\n".encode())
-        finally:
-            os.close(fd)
+    stale = f"p_cudaprobe_test_0x10_bcc_{host_pid_above(1000)}"
+    alive = "p_cudaprobe_test_0x20_bcc_1"  # pid 1: cudaprobe itself there, init here
     try:
-        exe = build_workload("steady_calls.c")
-        proc = subprocess.run(cudaprobe_cmd("trace", "--lib", str(libcudart), "-o",
-                                            str(tmp_path / "c.jsonl"), "--", str(exe), "1",
-                                            "0", "0"),
+        plant_uprobe_event(stale, "0x10")
+        plant_uprobe_event(alive, "0x20")
+        # in a pid namespace cudaprobe probes every process using the library
+        proc = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc",
+                               *cudaprobe_cmd("trace", "--lib", str(libcudart), "-d", "0.1",
+                                              "-o", str(tmp_path / "c.jsonl"))],
                               capture_output=True, text=True, timeout=HANG_S)
         assert proc.returncode == 0, proc.stderr
-        # "1", unless other crashed tools left some too
+        # "1", unless crashed tools left some too
         assert re.search(r"removed \d+ uprobe_events entries left by crashed bcc tools",
                          proc.stderr), proc.stderr
         events = "\n".join(uprobe_events())
@@ -303,3 +321,15 @@ def test_stale_bcc_uprobe_events_are_removed_at_start(tmp_path, libcudart):
         assert alive in events  # its bcc process still runs: not stale
     finally:
         remove_uprobe_events(str(UPROBE_EVENTS), [f"uprobes/{stale}", f"uprobes/{alive}"])
+
+
+def test_an_entry_another_cudaprobe_removed_first_is_neither_removed_nor_kept():
+    """Two cudaprobes starting together both find a stale entry; the second
+    one's removal finds it gone (ENOENT), which is not 'could not be removed'."""
+    if not UPROBE_EVENTS.exists():
+        pytest.skip("tracefs is not mounted")
+    dead = int(Path("/proc/sys/kernel/pid_max").read_text())  # pids stay below pid_max
+    name = f"p_cudaprobe_gone_0x10_bcc_{dead}"
+    plant_uprobe_event(name, "0x10")
+    assert remove_uprobe_events(str(UPROBE_EVENTS), [f"uprobes/{name}"])[1] == []
+    assert remove_uprobe_events(str(UPROBE_EVENTS), [f"uprobes/{name}"]) == ([], [])
