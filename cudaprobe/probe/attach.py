@@ -2,7 +2,7 @@
 
 Three ways of attaching: a uprobe_multi link per library (one for the entry
 probes, one for the returns), such links per target process
-(Settings.per_process), or a perf event per probe (Linux < 6.6). The
+(Settings.links_per_process), or a perf event per probe (Linux < 6.6). The
 `phase` map makes the start and the stop of tracing one instant for every
 function, however long attaching and detaching them one by one take; the
 `targets` map says which processes are traced.
@@ -41,9 +41,8 @@ class Attacher:
         self.attached: list[str] = []  # library paths probed
         self.attach_seconds = 0.0
         self._links: list[int] = []  # uprobe_multi link fds
-        # per-process links (Settings.per_process): the libraries probed, and each
-        # target process's links on them
-        self._per_process = settings.per_process and settings.attach == "multi"
+        # per-process links (Settings.links_per_process): the libraries probed,
+        # and each target process's links on them
         self._libraries: dict[str, list[Attachment]] = {}
         self._pid_links: dict[int, list[int]] = {}
         self._slots: dict[str, int] = {}  # library path -> its slot in `library_ready`
@@ -73,22 +72,22 @@ class Attacher:
         links the library's calls count once all its links are in (its
         `library_ready` slot), every function at once.
         """
-        if self.settings.attach == "multi":
-            slot = self._slots.setdefault(path, len(self._slots))
-            if slot >= self.settings.max_libraries:
-                raise BpfError(f"attaching uprobes to {path}", f"more than "
-                               f"{self.settings.max_libraries} libraries in one session")
-        if self._per_process:
+        if self.settings.attach != "multi":
+            self._attach_perf(attachments)
+            self.attached.append(path)
+            return
+        slot = self._slots.setdefault(path, len(self._slots))
+        if slot >= self.settings.max_libraries:
+            raise BpfError(f"attaching uprobes to {path}", f"more than "
+                           f"{self.settings.max_libraries} libraries in one session")
+        if self.settings.links_per_process:
             self._libraries[path] = attachments
             for pid in list(self._pid_links):
                 self._attach_process(pid, {path: attachments})
-        elif self.settings.attach == "multi":
-            self._links += self._attach_multi(path, attachments)
         else:
-            self._attach_perf(attachments)
-        if self.settings.attach == "multi":
-            ready = self._bpf["library_ready"]
-            ready[ready.Key(self._slots[path])] = ready.Leaf(1)
+            self._links += self._attach_multi(path, attachments)
+        ready = self._bpf["library_ready"]
+        ready[ready.Key(slot)] = ready.Leaf(1)
         self.attached.append(path)
 
     def _attach_process(self, pid: int, libraries: dict[str, list[Attachment]]) -> None:
@@ -147,7 +146,7 @@ class Attacher:
         targets[targets.Key(pid)] = targets.Leaf(TARGET_TRACED)
         if self.on_target is not None:
             self.on_target(pid)
-        if self._per_process and pid not in self._pid_links:
+        if self.settings.links_per_process and pid not in self._pid_links:
             self._attach_process(pid, self._libraries)
 
     def follow_children(self) -> None:
@@ -156,7 +155,7 @@ class Attacher:
         the moment every link is in, all functions at once (the tracepoint adds
         it as TARGET_LINKING). Until then a child takes no trap and its calls are
         not seen (docs/attach.md)."""
-        if not self._per_process:
+        if not self.settings.links_per_process:
             return
         targets = self._bpf["targets"]
         for pid in self.target_pids():

@@ -77,6 +77,12 @@ class Settings:
     # "multi": uprobe_multi links (Linux >= 6.6); "perf": one perf event per probe
     attach: str = field(default_factory=lambda: default_attach())
 
+    @property
+    def links_per_process(self) -> bool:
+        """Each target process gets uprobe_multi links of its own: per_process,
+        where links are uprobe_multi (perf events are per library)."""
+        return self.per_process and self.attach == "multi"
+
 
 def probe_config(probe: Probe) -> tuple[int, ...]:
     """struct cp_probe_cfg for one probe: (nstack, cfg_slot, out8, out4, str_slot,
@@ -179,7 +185,7 @@ def switches(probes: list[Probe], settings: Settings) -> dict[str, str]:
         d["CP_FILTER_PID"] = "1"
         if settings.filter_comm:
             d["CP_FILTER_COMM"] = "1"
-        if settings.per_process and settings.attach == "multi":
+        if settings.links_per_process:
             d["CP_PER_PROCESS"] = "1"  # a child is traced once its own links are in
     if settings.errors_only:
         d["CP_ERRORS_ONLY"] = "1"
