@@ -65,6 +65,7 @@ def test_every_call_decoded_as_the_workload_made_it(tmp_path, libcudart):
     assert by_event["cudaMemset"]["args"] == {"devPtr": "0x6000", "value": 7, "count": 256}
     launch = by_event["cudaLaunchKernel"]["args"]
     assert launch["func"] == first["cudaLaunchKernel"]["func"]
+    assert launch["args"] == first["cudaLaunchKernel"]["args"]  # on the thread's stack
     assert launch["gridDim"] == [4, 2, 1] and launch["blockDim"] == [256, 1, 1]
     # sharedMem and stream are the 7th and 8th argument words: read from the stack
     assert launch["sharedMem"] == 1024 and launch["stream"] == "0x7000"

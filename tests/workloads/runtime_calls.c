@@ -48,8 +48,9 @@ static void *run(void *arg)
 		void *kargs[] = {&dev};
 		r = cudaLaunchKernel((const void *)fake_kernel, grid, block, kargs, 1024,
 				     (cudaStream_t)0x7000);
-		printf("{\"event\":\"cudaLaunchKernel\",\"ret\":%d,\"func\":\"%#lx\"}\n", r,
-		       (unsigned long)(uintptr_t)fake_kernel);
+		printf("{\"event\":\"cudaLaunchKernel\",\"ret\":%d,\"func\":\"%#lx\","
+		       "\"args\":\"%#lx\"}\n", r, (unsigned long)(uintptr_t)fake_kernel,
+		       (unsigned long)(uintptr_t)kargs);
 
 		cudaStream_t s = (cudaStream_t)0x5eed;
 		r = cudaStreamCreate(&s);
