@@ -72,10 +72,15 @@ class Attacher:
         links the library's calls count once all its links are in (its
         `library_ready` slot), every function at once.
         """
-        if self.settings.attach != "multi":
+        if self.settings.attach == "multi":
+            self._attach_links(path, attachments)
+        else:
             self._attach_perf(attachments)
-            self.attached.append(path)
-            return
+        self.attached.append(path)
+
+    def _attach_links(self, path: str, attachments: list[Attachment]) -> None:
+        """uprobe_multi links on `path`: one pair per library, or a pair per
+        target process; then the library's `library_ready` slot is set."""
         slot = self._slots.setdefault(path, len(self._slots))
         if slot >= self.settings.max_libraries:
             raise BpfError(f"attaching uprobes to {path}", f"more than "
@@ -88,7 +93,6 @@ class Attacher:
             self._links += self._attach_multi(path, attachments)
         ready = self._bpf["library_ready"]
         ready[ready.Key(slot)] = ready.Leaf(1)
-        self.attached.append(path)
 
     def _attach_process(self, pid: int, libraries: dict[str, list[Attachment]]) -> None:
         """Links for one target process on `libraries`; a process gone meanwhile
