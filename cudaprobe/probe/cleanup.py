@@ -57,6 +57,16 @@ def bcc_events(text: str) -> list[tuple[str, int]]:
     return out
 
 
+def append_uprobe_event(path: str, line: str) -> None:
+    """One command to uprobe_events (`p:...` adds, `-:...` removes), appended:
+    no truncation, no seek (tracefs refuses it)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, f"{line}\n".encode())
+    finally:
+        os.close(fd)
+
+
 def remove_uprobe_events(path: str, names: Iterable[str]) -> tuple[list[str], list[str]]:
     """Remove entries by name; returns (removed, kept: busy or refused). An
     entry already gone (another cudaprobe starting at the same time removed
@@ -64,11 +74,7 @@ def remove_uprobe_events(path: str, names: Iterable[str]) -> tuple[list[str], li
     removed, kept = [], []
     for name in names:
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-            try:
-                os.write(fd, f"-:{name}\n".encode())
-            finally:
-                os.close(fd)
+            append_uprobe_event(path, f"-:{name}")
         except FileNotFoundError:
             continue
         except OSError:

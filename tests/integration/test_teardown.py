@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from cudaprobe.probe.cleanup import CLOSER_NAME, remove_uprobe_events
+from cudaprobe.probe.cleanup import CLOSER_NAME, append_uprobe_event, remove_uprobe_events
 from cudaprobe.probe.ringbuf import READER_NAME
 
 from ..conftest import HANG_S, build_workload, cudaprobe_cmd
@@ -276,14 +276,6 @@ def test_program_output_and_exit_status_are_the_same_traced(tmp_path, libcudart,
     assert summary["calls"] == 150
 
 
-def plant_uprobe_event(name: str, offset: str) -> None:
-    fd = os.open(UPROBE_EVENTS, os.O_WRONLY | os.O_APPEND)  # no seek: tracefs refuses it
-    try:
-        os.write(fd, f"p:uprobes/{name} /bin/true:{offset}\n".encode())
-    finally:
-        os.close(fd)
-
-
 def host_pid_above(floor: int) -> int:
     """A pid of this host above `floor` that stays alive through the test:
     this process's, or else a sleeper's (killed after the test)."""
@@ -305,8 +297,8 @@ def test_stale_bcc_uprobe_events_are_removed_at_start(tmp_path, libcudart):
     stale = f"p_cudaprobe_test_0x10_bcc_{host_pid_above(1000)}"
     alive = "p_cudaprobe_test_0x20_bcc_1"  # pid 1: cudaprobe itself there, init here
     try:
-        plant_uprobe_event(stale, "0x10")
-        plant_uprobe_event(alive, "0x20")
+        append_uprobe_event(str(UPROBE_EVENTS), f"p:uprobes/{stale} /bin/true:0x10")
+        append_uprobe_event(str(UPROBE_EVENTS), f"p:uprobes/{alive} /bin/true:0x20")
         # in a pid namespace cudaprobe probes every process using the library
         proc = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc",
                                *cudaprobe_cmd("trace", "--lib", str(libcudart), "-d", "0.1",
@@ -330,6 +322,6 @@ def test_an_entry_another_cudaprobe_removed_first_is_neither_removed_nor_kept():
         pytest.skip("tracefs is not mounted")
     dead = int(Path("/proc/sys/kernel/pid_max").read_text())  # pids stay below pid_max
     name = f"p_cudaprobe_gone_0x10_bcc_{dead}"
-    plant_uprobe_event(name, "0x10")
+    append_uprobe_event(str(UPROBE_EVENTS), f"p:uprobes/{name} /bin/true:0x10")
     assert remove_uprobe_events(str(UPROBE_EVENTS), [f"uprobes/{name}"])[1] == []
     assert remove_uprobe_events(str(UPROBE_EVENTS), [f"uprobes/{name}"]) == ([], [])
