@@ -101,6 +101,12 @@ class Lines:
                     raise AssertionError(f"timed out waiting for {what}: {self.text()}")
                 self._cond.wait(left)
 
+    def until_end(self, timeout: float = WAIT_S) -> str:
+        """Everything, once the stream has ended."""
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), f"the stream never ended: {self.text()}"
+        return self.text()
+
     def text(self) -> str:
         self._thread.join(timeout=0)
         return "\n".join(line for line in list(self.lines) if line is not None)

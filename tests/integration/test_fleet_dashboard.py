@@ -67,7 +67,7 @@ def node(tmp_path):
     script = ('"$0" $2 1 >/dev/null && read go && "$0" $2 1 >/dev/null && exec "$1"')
     serve = subprocess.Popen(
         cudaprobe_cmd("serve", "--prometheus", target, "--gpu-time", *fleet_libs(), "--",
-                      "sh", "-c", script, str(fake_gpu()), str(fleet_node()),
+                      "sh", "-c", script, str(fake_gpu()[0]), str(fleet_node()),
                       str(FAKE_LAUNCHES)),
         env=fleet_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True)

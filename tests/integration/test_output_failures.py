@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import HANG_S, build_workload, cudaprobe_cmd
+from .running import Lines, host_pid_of, started
 
 LOOPS = 20000  # 60000 calls: ~15 MB of JSONL, far more than the tmpfs holds
 SUMMARY = re.compile(r"^(\d+) calls in .*, (\d+) lost \((.*)\)$", re.M)
@@ -44,36 +45,56 @@ def trace(libcudart: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=HANG_S, **kwargs)
 
 
-def assert_clean_end(proc: subprocess.CompletedProcess, what: str, cause: str) -> int:
-    """One line saying what failed; returns the calls it counted as not written."""
-    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
-    failures = [line for line in proc.stderr.splitlines() if "failed" in line]
-    assert len(failures) == 1, proc.stderr
+def assert_clean_end(proc: subprocess.CompletedProcess | str, what: str, cause: str) -> int:
+    """One line saying what failed (in `proc`'s stderr, or that text); returns
+    the calls it counted as not written."""
+    stderr = proc if isinstance(proc, str) else proc.stderr
+    assert "Traceback" not in stderr and "internal error" not in stderr
+    failures = [line for line in stderr.splitlines() if "failed" in line]
+    assert len(failures) == 1, stderr
     m = re.fullmatch(rf"cudaprobe: writing {re.escape(what)} failed: {cause}: tracing stopped, "
                      r"(\d+) calls not written \(counted as lost\)", failures[0])
     assert m, failures[0]
-    if "calls in" in proc.stderr:  # a summary on stderr (not the table's, on stdout): before
-        assert proc.stderr.index("calls in") < proc.stderr.index(failures[0])
+    if "calls in" in stderr:  # a summary on stderr (not the table's, on stdout): before
+        assert stderr.index("calls in") < stderr.index(failures[0])
     return int(m.group(1))
 
 
 def test_full_disk_keeps_whole_rows_counts_the_rest_and_the_commands_status(
         libcudart, small_fs):
+    """steady_calls runs until the test stops it, after the failure was said:
+    its loop counts, asked with SIGUSR1, show that the calls counted were all
+    made before then, and that it went on untraced."""
     out = small_fs / "calls.jsonl"
-    proc = trace(libcudart, "-o", str(out), "--", *steady())
-    assert proc.returncode == 7, proc.stderr  # the command's own status
-    assert f"loops={LOOPS}" in proc.stdout  # it ran to its end, untraced after the failure
-    not_written = assert_clean_end(proc, str(out), "No space left on device")
+    proc = started(subprocess.Popen(
+        cudaprobe_cmd("trace", "--lib", str(libcudart), "-o", str(out), "--", *steady(0)),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    stdout, stderr = Lines(proc.stdout), Lines(proc.stderr)
+    stderr.wait_for(lambda s: "failed" in s, "the failure said")
+    workload, so_far = host_pid_of(proc.pid, "steady_calls"), [-1]
+    try:
+        for _ in range(2):  # N1 loops by the time it was said; then N2 > N1, untraced
+            os.kill(workload, signal.SIGUSR1)
+            line = stdout.wait_for(lambda s: s.startswith("so far=") and
+                                   int(s[7:]) > so_far[-1], "the loops so far")
+            so_far.append(int(line[7:]))
+    finally:
+        os.kill(workload, signal.SIGTERM)  # and it exits (its loop runs forever)
+    assert proc.wait(timeout=HANG_S) == 7  # the command's own status
+    err = stderr.until_end()
+    assert "stopped by signal 15" in stdout.until_end()  # ran on, untraced after the failure
+    not_written = assert_clean_end(err, str(out), "No space left on device")
     text = out.read_text()
     assert text.endswith("\n")
     rows = [json.loads(line) for line in text.splitlines()]  # every line whole
     rows = [r for r in rows if "summary" not in r]
     assert rows and all(r["event"] in ("cudaGetDeviceCount", "cudaMalloc", "cudaFree")
                         for r in rows)
-    calls, lost, causes = SUMMARY.search(proc.stderr).groups()
+    calls, lost, causes = SUMMARY.search(err).groups()
     assert causes == f"output_enospc={not_written}" and int(lost) == not_written > 0
     assert len(rows) + not_written == int(calls)  # every call a row or counted
-    assert int(calls) < 3 * LOOPS  # the probes came off
+    # the probes came off before the failure was said, and the loop ran on
+    assert int(calls) <= 3 * so_far[1] < 3 * so_far[2]
 
 
 @pytest.mark.parametrize("where", ["-o /dev/full", "stdout on /dev/full", "stdout closed"])

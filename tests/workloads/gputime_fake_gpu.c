@@ -1,8 +1,9 @@
-/* A GPU for --gpu-time where there is none: makes real CUDA runtime calls (which
- * fail without a driver, but are traced all the same), and for each writes
- * what cupti/gputime.c would have written had a GPU run it: the API record of
- * the call (the kernel's tid, a CPU interval inside the call: the midpoint of
- * CLOCK_MONOTONIC readings around it) and a kernel or memcpy record after it,
+/* A GPU for --gpu-time where there is none: calls cudaLaunchKernel and
+ * cudaMemcpy of the stand-in runtime gputime_fake_cudart.c (which fail as
+ * without a driver, and are traced all the same), and for each writes what
+ * cupti/gputime.c would have written had a GPU run it: the API record of the
+ * call (the thread's tid, the CPU interval the runtime function read inside
+ * the call, as CUPTI's callbacks do) and a kernel or memcpy record after it,
  * in the layout of cupti/gputime.h, to $CUDAPROBE_GPUTIME_DIR. The
  * integration test then checks the join against the real uprobe rows: the
  * clock they share, the thread, and every output.
@@ -19,6 +20,8 @@
 #include <unistd.h>
 
 #include "gputime.h"
+
+void gputime_fake_api_interval(uint64_t *start, uint64_t *end);
 
 static int fd;
 
@@ -70,17 +73,17 @@ int main(int argc, char **argv)
     void *device = NULL;
     for (int i = 0; i < launches + copies; i++) {
         int launch = i < launches;
-        uint64_t before = monotonic_ns();
         cudaError_t ret = launch
             ? cudaLaunchKernel((const void *)fake_kernel, (dim3){1, 1, 1}, (dim3){32, 1, 1},
                                NULL, 0, 0)
             : cudaMemcpy(device, host, 4096 * (size_t)(i - launches + 1),
                          cudaMemcpyHostToDevice);
-        uint64_t after = monotonic_ns(), mid = before + (after - before) / 2;
+        uint64_t after = monotonic_ns(), start, end;
+        gputime_fake_api_interval(&start, &end);
         (void)ret;
         corr++;
-        record((struct gputime_record){.type = GPUTIME_API, .correlation = corr, .start = mid,
-                                       .end = mid, .tid = tid, .cbid = launch ? 211 : 31,
+        record((struct gputime_record){.type = GPUTIME_API, .correlation = corr, .start = start,
+                                       .end = end, .tid = tid, .cbid = launch ? 211 : 31,
                                        .domain = 5}, NULL);
         if (launch)
             record((struct gputime_record){.type = GPUTIME_KERNEL, .correlation = corr,

@@ -5,7 +5,8 @@
  *   INTERVAL_US  sleep between loops (0 = as fast as it can)
  *   EXIT         exit status at the end, or sigN to die by signal N
  * Prints its arguments and the number of loops on stdout, one line on stderr.
- * On SIGINT/SIGTERM/SIGHUP it finishes the loop it is in, says so and exits.
+ * On SIGINT/SIGTERM/SIGHUP it finishes the loop it is in, says so and exits;
+ * on SIGUSR1 it prints the loops done so far ("so far=N") after the one it is in.
  */
 #include <cuda_runtime_api.h>
 #include <signal.h>
@@ -16,7 +17,11 @@
 
 static volatile sig_atomic_t stop_signal;
 
+static volatile sig_atomic_t progress_asked;
+
 static void on_stop(int sig) { stop_signal = sig; }
+
+static void on_progress(int sig) { (void)sig; progress_asked = 1; }
 
 int main(int argc, char **argv)
 {
@@ -31,6 +36,8 @@ int main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
+	struct sigaction progress = {.sa_handler = on_progress};
+	sigaction(SIGUSR1, &progress, NULL);
 	for (int i = 0; i < argc; i++)
 		printf("argv[%d]=%s\n", i, argv[i]);
 	long done = 0;
@@ -41,6 +48,10 @@ int main(int argc, char **argv)
 		cudaMalloc(&p, 4096);
 		cudaFree(p);
 		done++;
+		if (progress_asked) {
+			progress_asked = 0;
+			printf("so far=%ld\n", done);
+		}
 		if (interval_us)
 			usleep(interval_us);
 	}
