@@ -25,6 +25,12 @@ SIGNALS = {
 }
 
 
+# the receiver always answers, but on a loaded machine it may take seconds:
+# cudaprobe waits for it (--otlp-timeout) rather than count its exports undelivered
+PATIENT_S = 60.0
+PATIENT = ("--otlp-timeout", f"{PATIENT_S:g}")
+
+
 class OtlpReceiver:
     """`with OtlpReceiver() as r:` serves on r.url (127.0.0.1, a free port)."""
 

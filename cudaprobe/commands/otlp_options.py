@@ -32,7 +32,7 @@ class Duration(click.ParamType):
 
 def otlp_options(f: Callable) -> Callable:
     """--otlp ENDPOINT, --otlp-slow, --otlp-sample, --otlp-service, --otlp-no-spans,
-    --otlp-no-metrics and --otlp-interval: passed on as keyword arguments otlp,
+    --otlp-no-metrics, --otlp-interval and --otlp-timeout: passed on as keyword arguments otlp,
     otlp_slow ...;
     otlp_config(**those) makes them one OtlpConfig."""
     options = [
@@ -53,6 +53,10 @@ def otlp_options(f: Callable) -> Callable:
                      help="Send the spans only (for a backend that takes traces only)."),
         click.option("--otlp-interval", type=FiniteRange(min=0.1), default=10.0,
                      metavar="SECONDS", help="Time between metric exports."),
+        click.option("--otlp-timeout", type=FiniteRange(min=0.1), default=5.0,
+                     metavar="SECONDS",
+                     help="How long one export may take, retries included, and the flush "
+                          "of what is left at the end; then it counts as not delivered."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -61,7 +65,7 @@ def otlp_options(f: Callable) -> Callable:
 
 def otlp_config(otlp: str | None, otlp_slow: int | None, otlp_sample: float | None,
                 otlp_service: str, otlp_no_spans: bool, otlp_no_metrics: bool,
-                otlp_interval: float) -> OtlpConfig | None:
+                otlp_interval: float, otlp_timeout: float) -> OtlpConfig | None:
     """The options as one OtlpConfig, or None without --otlp; checks that the SDK
     can be imported, so that its absence is said before anything starts."""
     if otlp is None:
@@ -77,6 +81,7 @@ def otlp_config(otlp: str | None, otlp_slow: int | None, otlp_sample: float | No
         raise UsageError("--otlp-no-spans and --otlp-no-metrics leave nothing to send")
     config = OtlpConfig(otlp_endpoints(otlp), Selection(slow_ns=otlp_slow, sample=otlp_sample),
                         service=otlp_service, spans=not otlp_no_spans,
-                        metrics=not otlp_no_metrics, interval_s=otlp_interval)
+                        metrics=not otlp_no_metrics, interval_s=otlp_interval,
+                        timeout_s=otlp_timeout)
     load_sink()
     return config

@@ -38,8 +38,6 @@ from cudaprobe.decode.nesting import CallTree, call_trees
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.otlp_model import OtlpConfig, is_error, span_attributes
 
-FLUSH_S = 3.0  # at the end, for spans and metrics together: teardown stays fast
-EXPORT_TIMEOUT_S = 5.0  # one export request, retries included
 QUEUE_SIZE = 8192
 BATCH_SIZE = 512
 SCHEDULE_MS = 1000
@@ -144,8 +142,9 @@ class OtlpSink(Reporter):
     def finish(self, summary: Summary) -> None:
         if self.metrics is not None:
             self.metrics.set_lost(summary.lost)  # type: ignore[attr-defined]
-        for url in self._close(time.monotonic() + FLUSH_S):  # each said as its own
-            self.export_failed(self.errors.reason or f"no answer in {FLUSH_S:g}s", url=url)
+        flush_s = self.config.timeout_s  # spans and metrics together
+        for url in self._close(time.monotonic() + flush_s):  # each said as its own
+            self.export_failed(self.errors.reason or f"no answer in {flush_s:g}s", url=url)
         # spans are a copy of rows already written: what did not arrive is said
         # beside the losses (--strict counts it), not among the calls lost
         summary.undelivered.update(self.delivery.lost())
@@ -251,5 +250,6 @@ def _span_exporter(sink: OtlpSink) -> OTLPSpanExporter:
                 sink.export_failed()
             return result
 
-    return CountingSpanExporter(endpoint=sink.config.endpoints.traces, timeout=EXPORT_TIMEOUT_S,
+    config = sink.config
+    return CountingSpanExporter(endpoint=config.endpoints.traces, timeout=config.timeout_s,
                                 compression=Compression.Gzip)

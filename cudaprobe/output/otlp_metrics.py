@@ -36,7 +36,6 @@ from cudaprobe import __version__
 from cudaprobe.analysis.metrics import LATENCY_BOUNDS_S, CallMetrics, Snapshot
 from cudaprobe.output.otlp_model import OtlpConfig
 
-EXPORT_TIMEOUT_S = 5.0
 CUMULATIVE = AggregationTemporality.CUMULATIVE
 
 # metric name, unit, description, the Snapshot field, its key's attribute names
@@ -97,7 +96,7 @@ class MetricsPusher:
         self.url = config.endpoints.metrics
         self.failed = failed
         self.tried = self.sent = 0
-        self.exporter = OTLPMetricExporter(endpoint=self.url, timeout=EXPORT_TIMEOUT_S,
+        self.exporter = OTLPMetricExporter(endpoint=self.url, timeout=config.timeout_s,
                                            compression=Compression.Gzip)
         self._lock = threading.Lock()
         self._stop = threading.Event()

@@ -119,6 +119,7 @@ class OtlpConfig:
     spans: bool = True
     metrics: bool = True
     interval_s: float = 10.0  # between metric exports
+    timeout_s: float = 5.0  # one export, retries included; and the flush at the end
 
 
 def call_bytes(call: Call) -> int | None:

@@ -6,15 +6,15 @@ from __future__ import annotations
 import collections
 
 from ..conftest import build_workload
-from ..otlp_receiver import OtlpReceiver, attributes
+from ..otlp_receiver import PATIENT, OtlpReceiver, attributes
 from .conftest import expected_calls, run_cudaprobe
 
 
 def test_serve_pushes_metrics_and_slow_or_failed_spans(libcudart):
     exe = build_workload("runtime_calls.c")
     with OtlpReceiver() as r:
-        proc = run_cudaprobe("serve", "--otlp", r.url, "--otlp-interval", "0.2", "--otlp-slow",
-                             "10s", "--lib", str(libcudart), "--", str(exe), "3")
+        proc = run_cudaprobe("serve", "--otlp", r.url, *PATIENT, "--otlp-interval", "0.2",
+                             "--otlp-slow", "10s", "--lib", str(libcudart), "--", str(exe), "3")
         spans = [s for _, s in r.spans()]
         metrics = r.metrics()
     assert proc.returncode == 0, proc.stderr
@@ -29,4 +29,6 @@ def test_serve_pushes_metrics_and_slow_or_failed_spans(libcudart):
     # none took 10 s, but every call failed (no GPU): all are sent
     assert collections.Counter(s.name for s in spans) == made
     assert "serving Prometheus" not in proc.stderr
-    assert f"OTLP: 30 spans sent to {r.url}/v1/traces; metrics sent" in proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "OTLP" in line]
+    assert said == [f"cudaprobe: OTLP: 30 spans sent to {r.url}/v1/traces; metrics sent to "
+                    f"{r.url}/v1/metrics ({len(r.requests['/v1/metrics'])} exports)"], said

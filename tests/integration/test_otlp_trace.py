@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from ..conftest import HANG_S, build_workload
-from ..otlp_receiver import OtlpReceiver, attributes
+from ..otlp_receiver import PATIENT, OtlpReceiver, attributes
 from .conftest import expected_calls, trace_jsonl
 from .test_trace_driver import driver_calls
 
@@ -33,7 +33,7 @@ def test_spans_as_the_workload_made_the_calls(tmp_path, libcudart, libcuda):
     with OtlpReceiver() as r:
         before = time.time_ns()
         calls, summary, proc = trace_jsonl(
-            tmp_path, "--otlp", r.url, "--otlp-interval", "0.2", "--lib", str(libcudart),
+            tmp_path, "--otlp", r.url, *PATIENT, "--otlp-interval", "0.2", "--lib", str(libcudart),
             "--lib", str(libcuda), command=["env", f"LD_LIBRARY_PATH={lib_dir}", str(exe), "3"])
         after = time.time_ns()
         spans = spans_by_name(r)
@@ -108,8 +108,8 @@ def test_spans_as_the_workload_made_the_calls(tmp_path, libcudart, libcuda):
 def test_driver_calls_without_a_runtime_call_are_roots(tmp_path, libcuda):
     exe = driver_calls(libcuda)
     with OtlpReceiver() as r:
-        calls, summary, proc = trace_jsonl(tmp_path, "--otlp", r.url, "--lib", str(libcuda),
-                                           command=[str(exe)])
+        calls, summary, proc = trace_jsonl(tmp_path, "--otlp", r.url, *PATIENT, "--lib",
+                                           str(libcuda), command=[str(exe)])
         spans = spans_by_name(r)
     assert proc.returncode == 0, proc.stderr
     assert summary["lost_total"] == 0
@@ -146,7 +146,7 @@ def test_jsonl_keys_are_unchanged_by_otlp(tmp_path: Path, libcudart):
     """--otlp adds a sink; the output file is what it was without it."""
     exe = build_workload("runtime_calls.c")
     with OtlpReceiver() as r:
-        calls, summary, proc = trace_jsonl(tmp_path, "--otlp", r.url, "--otlp-no-spans",
+        calls, summary, proc = trace_jsonl(tmp_path, "--otlp", r.url, *PATIENT, "--otlp-no-spans",
                                            "--lib", str(libcudart), command=[str(exe), "1"])
         assert r.spans() == [] and r.requests["/v1/metrics"]
     assert proc.returncode == 0, proc.stderr

@@ -44,6 +44,8 @@ CASES = {
                         ["'nan' is not a finite number"]),
     "otlp-interval inf": (["--otlp", "http://x:4318", "--otlp-interval", "inf"],
                           ["'inf' is not a finite number"]),
+    "otlp-timeout 0": (["--otlp", "http://x:4318", "--otlp-timeout", "0"],
+                       ["0.0 is not in the range x>=0.1"]),
     "lib empty": (["--lib", "", "-d", "1"], ["CUDA library '': empty"]),
     "nothing after -- with options": (["-o", "new.jsonl", "--"],
                                       ["-- needs a command after it"]),

@@ -25,7 +25,7 @@ from cudaprobe.output.metrics_sink import MetricsSink
 from cudaprobe.output.otlp_model import OtlpConfig, Selection, otlp_endpoints
 
 from ..conftest import HANG_S, cudaprobe_cmd
-from ..otlp_receiver import OtlpReceiver, attributes
+from ..otlp_receiver import PATIENT_S, OtlpReceiver, attributes
 
 
 def call(event: str, ts: int, dur: int | None, ret: int | None = 0, api: str = "runtime",
@@ -37,6 +37,7 @@ def call(event: str, ts: int, dur: int | None, ret: int | None = 0, api: str = "
 
 def run_sink(url: str, calls: list[Call], notes: list[str], **config) -> Summary:
     metrics = CallMetrics(alive=lambda pid: True)
+    config = {"timeout_s": PATIENT_S, **config}
     sink = otlp.OtlpSink(OtlpConfig(otlp_endpoints(url), **config), notes.append, metrics)
     out = io.StringIO()
     fan = Fanout(JsonlReporter(out), [MetricsSink(metrics), sink])
@@ -133,7 +134,6 @@ def test_slow_selection_leaves_out_fast_calls_and_says_how_many():
 
 def test_a_collector_that_never_answers_costs_counted_spans_not_a_hang(monkeypatch):
     monkeypatch.setattr(otlp, "QUEUE_SIZE", 3)
-    monkeypatch.setattr(otlp, "FLUSH_S", 0.5)
     t0 = time.monotonic_ns()
     calls = [call("cudaFree", t0 + i * 1000, 100) for i in range(10)]
     notes: list[str] = []
@@ -141,7 +141,7 @@ def test_a_collector_that_never_answers_costs_counted_spans_not_a_hang(monkeypat
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
         started = time.monotonic()
-        summary = run_sink(f"127.0.0.1:{silent.getsockname()[1]}", calls, notes)
+        summary = run_sink(f"127.0.0.1:{silent.getsockname()[1]}", calls, notes, timeout_s=0.5)
         took = time.monotonic() - started
     assert summary.undelivered == {"otlp_queue_full": 7, "otlp_unsent": 3}
     assert summary.total_lost == 0  # every row was written: spans are not calls lost
@@ -157,7 +157,8 @@ def test_missing_sdk_is_one_line(monkeypatch):
     with pytest.raises(CudaprobeError, match=r"--otlp needs opentelemetry-sdk .* pip install "
                                              r"'cudaprobe\[otlp\]'"):
         otlp_options.otlp_config("http://c:4318", None, None, "cudaprobe", otlp_no_spans=False,
-                                 otlp_no_metrics=False, otlp_interval=10.0)
+                                 otlp_no_metrics=False, otlp_interval=10.0,
+                                 otlp_timeout=5.0)
 
 
 def test_cli_without_the_sdk_and_with_stray_options():
