@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..conftest import CUDA_HOME, WORKLOAD_BIN, WORKLOADS, build_once, build_workload
-from .memstub import build_memstub
+from ..conftest import WORKLOAD_BIN, WORKLOADS, build_workload
+from .memstub import build_memstub, build_stub_runtime
 
 STUB_DIR = WORKLOAD_BIN / "fleetstub"
 
@@ -18,13 +18,9 @@ def build_fleet_stub() -> Path:
     """bin/fleetstub/libcudart.so.13: memstub's runtime and fleet_copies.c, over
     memstub's libcuda.so.1 (cached by mtime); returns the dir."""
     memstub = build_memstub()
-    sources = [WORKLOADS / n for n in ("memstub_cudart.c", "fleet_copies.c",
-                                       "memstub_cudart.map")]
-    build_once(STUB_DIR / "libcudart.so.13", [*sources, memstub / "libcuda.so.1"], lambda to: [
-        "gcc", "-O1", "-g", "-fno-omit-frame-pointer", "-shared", "-fPIC",
-        f"-I{CUDA_HOME}/include", "-Wl,-soname,libcudart.so.13",
-        f"-Wl,--version-script={sources[2]}", "-o", str(to), str(sources[0]), str(sources[1]),
-        f"-L{memstub}", "-l:libcuda.so.1", f"-Wl,-rpath,{memstub}"])
+    build_stub_runtime(STUB_DIR, [WORKLOADS / "memstub_cudart.c", WORKLOADS / "fleet_copies.c"],
+                       [memstub / "libcuda.so.1"],
+                       [f"-L{memstub}", "-l:libcuda.so.1", f"-Wl,-rpath,{memstub}"])
     return STUB_DIR
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from .. import chrome_check
 from ..conftest import CUDA_HOME, HANG_S, REPO, WORKLOAD_BIN, WORKLOADS, build_once, build_workload
 from .conftest import run_cudaprobe, trace_jsonl
+from .memstub import build_stub_runtime
 from .test_serve_prometheus import free_port
 
 
@@ -109,15 +110,12 @@ def fake_gpu() -> tuple[Path, Path]:
     """gputime_fake_gpu.c on the stand-in runtime gputime_fake_cudart.c (its
     libcudart.so.13, found through the program's DT_RPATH, before any
     LD_LIBRARY_PATH): (program, library)."""
-    src = [WORKLOADS / n for n in ("gputime_fake_cudart.c", "memstub_cudart.map",
-                                   "gputime_fake_gpu.c")]
-    cc = ["gcc", "-O1", "-g", f"-I{CUDA_HOME}/include"]
-    lib = build_once(FAKE_DIR / "libcudart.so.13", src[:2], lambda to: [
-        *cc, "-shared", "-fPIC", "-Wl,-soname,libcudart.so.13",
-        f"-Wl,--version-script={src[1]}", "-o", str(to), str(src[0])])
-    exe = build_once(FAKE_DIR / "gputime_fake_gpu", [src[2], lib], lambda to: [
-        *cc, f"-I{REPO / 'cupti'}", "-o", str(to), str(src[2]), f"-L{FAKE_DIR}",
-        "-l:libcudart.so.13", "-Wl,--disable-new-dtags", f"-Wl,-rpath,{FAKE_DIR}"])
+    lib = build_stub_runtime(FAKE_DIR, [WORKLOADS / "gputime_fake_cudart.c"])
+    src = WORKLOADS / "gputime_fake_gpu.c"
+    exe = build_once(FAKE_DIR / "gputime_fake_gpu", [src, lib], lambda to: [
+        "gcc", "-O1", "-g", f"-I{CUDA_HOME}/include", f"-I{REPO / 'cupti'}", "-o", str(to),
+        str(src), f"-L{FAKE_DIR}", "-l:libcudart.so.13", "-Wl,--disable-new-dtags",
+        f"-Wl,-rpath,{FAKE_DIR}"])
     return exe, lib
 
 
