@@ -5,8 +5,9 @@ a container): doctor passes, `trace --pid` records the host process's calls,
 serve's metrics are scraped.
 
 The image is built once for the module (the root file system is cached in
-.deps/image: a first build downloads Debian's packages, minutes; a later one
-adds cudaprobe and imports, about a minute).
+/var/cache/cudaprobe/image: a machine's first build installs Debian's
+packages into it, about a minute alone; a later one, from any checkout, adds
+cudaprobe and imports, about 25 s).
 """
 
 from __future__ import annotations
