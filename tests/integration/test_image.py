@@ -7,7 +7,7 @@ serve's metrics are scraped.
 The image is built once for the module (the root file system is cached in
 /var/cache/cudaprobe/image: a machine's first build installs Debian's
 packages into it, about a minute alone; a later one, from any checkout, adds
-cudaprobe and imports, about 25 s).
+cudaprobe and imports, about 30 s).
 """
 
 from __future__ import annotations
