@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import importlib
 import io
 import os
 import sys
@@ -12,14 +13,6 @@ from typing import Any, NoReturn
 import click
 
 from cudaprobe import __version__
-from cudaprobe.commands.completion import completion_command
-from cudaprobe.commands.doctor import doctor_command
-from cudaprobe.commands.export import export_group
-from cudaprobe.commands.list import list_command
-from cudaprobe.commands.memory import memory_command
-from cudaprobe.commands.serve import serve_command
-from cudaprobe.commands.stats import stats_command
-from cudaprobe.commands.trace import trace_command
 from cudaprobe.errors import CudaprobeError, OutputFailed
 
 NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
@@ -28,10 +21,33 @@ NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 WRITE_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EFBIG, errno.EDQUOT, errno.EBADF)
 
 
+# each command's module, imported only when the command runs (or `--help` lists
+# them all): `cudaprobe trace` does not load serve's HTTP server or doctor's checks
+COMMANDS = {
+    "completion": ("cudaprobe.commands.completion", "completion_command"),
+    "doctor": ("cudaprobe.commands.doctor", "doctor_command"),
+    "export": ("cudaprobe.commands.export", "export_group"),
+    "list": ("cudaprobe.commands.list", "list_command"),
+    "memory": ("cudaprobe.commands.memory", "memory_command"),
+    "serve": ("cudaprobe.commands.serve", "serve_command"),
+    "stats": ("cudaprobe.commands.stats", "stats_command"),
+    "trace": ("cudaprobe.commands.trace", "trace_command"),
+}
+
+
 class CudaprobeGroup(click.Group):
     """The one error boundary: a CudaprobeError, a usage error (bad option,
     value or command) and a bug alike become one line on stderr and exit
-    code 2; tracebacks only with -v."""
+    code 2; tracebacks only with -v. Its commands are COMMANDS."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, name = COMMANDS[cmd_name]
+        return getattr(importlib.import_module(module), name)
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         if sys.stdout is None:  # started with stdout closed (`>&-`): writing it fails
@@ -163,13 +179,3 @@ def main(ctx: click.Context, verbose: bool) -> None:
     """
     ctx.ensure_object(dict)
     ctx.obj["verbose"] = verbose
-
-
-main.add_command(trace_command)
-main.add_command(list_command)
-main.add_command(stats_command)
-main.add_command(memory_command)
-main.add_command(serve_command)
-main.add_command(export_group)
-main.add_command(doctor_command)
-main.add_command(completion_command)

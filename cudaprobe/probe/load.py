@@ -34,6 +34,8 @@ def import_bcc() -> Any:
             import bcc  # noqa: PLC0415 - imported at run time: not on PyPI
     except ImportError as e:
         raise BccMissing(str(e)) from None
+    except OSError as e:  # the module is there, its libbcc.so.0 is not (or is broken)
+        raise BccMissing(f"its library: {e}") from None
     return bcc
 
 

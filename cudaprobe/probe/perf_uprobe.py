@@ -12,22 +12,28 @@ different offset (EINVAL, "ref_ctr_offset mismatch" in dmesg). We pass 0.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from typing import Any
 
-# our own handle: its function objects carry our argtypes, bcc's keep theirs
-_libbcc = ctypes.CDLL("libbcc.so.0", use_errno=True)
-_attach_uprobe = _libbcc.bpf_attach_uprobe
-_attach_uprobe.restype = ctypes.c_int
-_attach_uprobe.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p,
-                           ctypes.c_uint64, ctypes.c_int, ctypes.c_uint32]
+
+@functools.cache
+def _attach_uprobe() -> Any:
+    """libbcc's bpf_attach_uprobe through our own handle: its function objects
+    carry our argtypes, bcc's keep theirs. Opened at the first attach (bcc
+    has opened the library by then), not when cudaprobe starts."""
+    f = ctypes.CDLL("libbcc.so.0", use_errno=True).bpf_attach_uprobe
+    f.restype = ctypes.c_int
+    f.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p,
+                  ctypes.c_uint64, ctypes.c_int, ctypes.c_uint32]
+    return f
 
 
 def attach(bpf: Any, fn_name: str, path: str, addr: int, retprobe: bool) -> None:
     """Attach program `fn_name` at `addr` of `path`; bpf.cleanup() detaches it."""
     fn = bpf.load_func(fn_name.encode(), bpf.KPROBE)
     ev_name = bpf._get_uprobe_evname(b"r" if retprobe else b"p", path.encode(), addr, -1)
-    fd = _attach_uprobe(fn.fd, 1 if retprobe else 0, ev_name, path.encode(), addr, -1, 0)
+    fd = _attach_uprobe()(fn.fd, 1 if retprobe else 0, ev_name, path.encode(), addr, -1, 0)
     if fd < 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err) if err else "bpf_attach_uprobe failed")

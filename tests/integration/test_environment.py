@@ -7,6 +7,7 @@ so the machine, and anything else running on it, is not touched.
 
 from __future__ import annotations
 
+import ctypes.util
 import os
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import HANG_S
+from ..conftest import HANG_S, cudaprobe_cmd
 from .steady import steady_trace_argv, trailer
 
 
@@ -94,4 +95,28 @@ def test_no_headers_and_no_fallback_is_one_clear_error(tmp_path, libcudart):
     assert proc.stderr.splitlines() == [
         f"cudaprobe: no kernel headers for {RELEASE} and no distro headers to fall back on "
         "(apt-get install linux-headers-amd64 (Debian) or linux-headers-generic (Ubuntu))"]
+    assert not (tmp_path / "calls.jsonl").exists()
+
+
+def test_without_libbcc_what_needs_no_bcc_works_and_tracing_says_why_not(tmp_path, libcudart):
+    """libbcc.so.0 unreadable (an empty file bound over it): `list` and
+    `--help` never load it, and tracing says in one line what is missing."""
+    libbcc = Path(ctypes.util.find_library("bcc") or "libbcc.so.0")
+    real = next((d / libbcc.name).resolve() for d in map(Path, ("/lib/x86_64-linux-gnu",
+                "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"))
+                if (d / libbcc.name).exists())
+    hide = f"mount --bind /dev/null {real}"
+    listed = run_in_namespace(hide, cudaprobe_cmd("list", "-e", "cudaMalloc", "--lib",
+                                                  str(libcudart)))
+    assert listed.returncode == 0, listed.stderr
+    assert "cudaMalloc" in listed.stdout
+    traced = run_in_namespace(hide, cudaprobe_cmd("trace", "--lib", str(libcudart), "-o",
+                                                  str(tmp_path / "calls.jsonl"), "--",
+                                                  "/bin/true"))
+    assert traced.returncode == 2
+    last = traced.stderr.splitlines()[-1]
+    assert last.startswith("cudaprobe: the bcc Python module is not importable: its library: "
+                           ), traced.stderr
+    assert f"{libbcc.name}: file too short" in last
+    assert "Traceback" not in traced.stderr
     assert not (tmp_path / "calls.jsonl").exists()
