@@ -3,8 +3,9 @@ calls libcudart through ctypes from nested functions, a generator, a
 coroutine, a thread, a lambda, a comprehension and a recursion deeper than
 the probe walks, and prints the stack the interpreter itself gives each call;
 each row's py_stack must equal it, frame by frame (file, line, function).
-Launched (-- COMMAND) and attached (--pid: the workload waits on a FIFO that
-the test writes once cudaprobe says it is attached)."""
+Launched (-- COMMAND), one trace for each; and attached, all in one trace
+(--pid for each: each workload waits on a FIFO that the test writes once
+cudaprobe says it is attached)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 
 from ..conftest import HANG_S, cudaprobe_cmd, unique_name
 from .conftest import expected_calls, trace_jsonl
-from .running import Tracing
+from .running import Tracing, started
 
 pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
 
@@ -57,27 +58,36 @@ def test_launched(tmp_path, libcudart, python):
     check_stacks(rows, expected_calls(proc.stdout))
 
 
-@pytest.mark.parametrize("python", PYTHONS)
-def test_attached_with_pid(tmp_path, libcudart, python):
-    fifo = tmp_path / "go"
-    os.mkfifo(fifo)
-    workload = subprocess.Popen([python, str(WORKLOAD), str(libcudart), "--wait", str(fifo)],
-                                stdout=subprocess.PIPE, text=True)
-    try:
+def test_attached_with_pid_to_every_version_at_once(tmp_path, libcudart):
+    """One trace, --pid given once for a process of each CPython: each
+    process's stacks are read with its own interpreter's layout."""
+    workloads = {}
+    for python in PYTHONS:
+        fifo = tmp_path / f"go{len(workloads)}"
+        os.mkfifo(fifo)
+        workload = started(subprocess.Popen([python, str(WORKLOAD), str(libcudart), "--wait",
+                                             str(fifo)], stdout=subprocess.PIPE, text=True))
         assert workload.stdout.readline().strip() == "ready"
-        tracing = Tracing(tmp_path, "--py-stacks", *EVENTS, "--pid", str(workload.pid))
-        tracing.wait_for("attached to")
+        workloads[python] = (workload, fifo)
+    pids = [a for w, _ in workloads.values() for a in ("--pid", str(w.pid))]
+    tracing = Tracing(tmp_path, "--py-stacks", *EVENTS, *pids)
+    tracing.wait_for("attached to")
+    for _, fifo in workloads.values():
         with open(fifo, "w") as go:
             go.write("go\n")
-        out = workload.stdout.read()
-        assert workload.wait(timeout=HANG_S) == 0
-        rows, summary, _err = tracing.finish()
-    finally:
-        if workload.poll() is None:
-            workload.kill()
-            workload.wait()
+    printed = {python: w.stdout.read() for python, (w, _) in workloads.items()}
+    assert [w.wait(timeout=HANG_S) for w, _ in workloads.values()] == [0] * len(workloads)
+    rows, summary, _err = tracing.finish()
     assert summary["lost_total"] == 0
-    check_stacks(rows, [json.loads(line) for line in out.splitlines() if line.startswith("{")])
+    wrong = []
+    for python, (workload, _) in workloads.items():
+        try:
+            check_stacks([r for r in rows if r["pid"] == workload.pid],
+                         [json.loads(line) for line in printed[python].splitlines()
+                          if line.startswith("{")])
+        except AssertionError as e:
+            wrong.append(f"{python}: {e}")
+    assert not wrong, "\n".join(wrong)
 
 
 STRESS = """
