@@ -159,7 +159,10 @@ def _flush_stdout() -> None:
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    click.echo(f"cudaprobe: {message}", err=True)
+    # a message may name a traced process, its paths or what it wrote: escaped
+    from cudaprobe.output.text import escape  # noqa: PLC0415 - it loads rich: only to fail
+
+    click.echo(f"cudaprobe: {escape(message)}", err=True)
     sys.exit(code)
 
 

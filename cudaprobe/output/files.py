@@ -20,6 +20,7 @@ import errno
 import os
 import stat
 import sys
+from typing import Callable
 
 from cudaprobe.errors import OutputError, OutputFailed
 
@@ -65,12 +66,15 @@ class OutputStream:
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._reported = False
+        # on a terminal, what a data format writes is shown through this
+        # (text.terminal_lines): files and pipes get the exact bytes
+        self.shown: Callable[[str], str] | None = None
 
     def _fd(self) -> int:
         raise NotImplementedError
 
     def write(self, text: str) -> int:
-        data = text.encode()
+        data = (text if self.shown is None else self.shown(text)).encode()
         self.written += len(data)
         self.lines += data.count(b"\n")
         if self.failure is not None:

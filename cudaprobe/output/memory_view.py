@@ -20,6 +20,7 @@ from cudaprobe.analysis.memstate import (
 from cudaprobe.analysis.memtrack import group_by_site
 from cudaprobe.decode.calls import humanize_bytes
 from cudaprobe.decode.demangle import shorten
+from cudaprobe.output.text import escape
 
 SCHEMA = 1
 STACK_LINES = 8  # callers shown under a leak's call site in the table (JSON has all)
@@ -33,7 +34,8 @@ def _n(count: int, noun: str) -> str:
 
 def _frame_text(frame: str, limit: int = 90) -> str:
     """`function+0xoff (module)` with a long C++ function shortened; the offset and
-    module kept whole."""
+    module kept whole; all of it escaped (the names and paths are the process's)."""
+    frame = escape(frame)
     name, plus, where = frame.rpartition("+0x")
     return shorten(name, limit) + plus + where if plus else frame
 
@@ -53,7 +55,7 @@ def render_processes(processes: list[ProcessMemory], console: Console, title: st
     for p in sorted(processes, key=lambda p: p.pid):
         c = p.counts
         failed = c["failed_allocations"] + c["failed_frees"]
-        table.add_row(str(p.pid), Text(p.process),
+        table.add_row(str(p.pid), Text(escape(p.process)),
                       *(humanize_bytes(p.live_bytes[k]) for k in kinds),
                       humanize_bytes(p.live_total), humanize_bytes(p.peak_total),
                       str(c["allocations"]), str(c["frees"]),
@@ -68,12 +70,12 @@ PEAK_SITES_SHOWN = 3  # the table's lines on where the peak's memory came from
 def render_exit(p: ProcessMemory, console: Console, ms: Ms) -> None:
     """The leak report of a process that exited."""
     leaked = [a for a in p.ended if a.ended_by == PROCESS_EXIT]
-    head = (f"pid {p.pid} ({p.process}) exited: peak {humanize_bytes(p.peak_total)}, "
+    head = (f"pid {p.pid} ({escape(p.process)}) exited: peak {humanize_bytes(p.peak_total)}, "
             f"{_n(p.counts['allocations'], 'allocation')}, {_n(p.counts['frees'], 'free')}")
     console.print(Text(head, style="bold"))
     for site, n in peak_sites(p)[:PEAK_SITES_SHOWN]:
         console.print(Text(f"  at the peak: {humanize_bytes(n)} from "
-                           f"{site[0] if site else '(call site unknown)'}"))
+                           f"{_frame_text(site[0]) if site else '(call site unknown)'}"))
     for by, ts, n, size in p.implicit:
         console.print(Text(f"  {by} at {ms(ts):.3f} ms freed {_n(n, 'allocation')} "
                            f"({humanize_bytes(size)}) without a free call"))
@@ -89,7 +91,7 @@ def render_exit(p: ProcessMemory, console: Console, ms: Ms) -> None:
         table.add_column(col, justify="right" if col in ("BYTES", "COUNT") else "left",
                          no_wrap=col != "CALL SITE")
     for g in group_by_site(p.ended):
-        function = f"{g.event} ({g.outstanding})" if g.outstanding else g.event
+        function = escape(f"{g.event} ({g.outstanding})" if g.outstanding else g.event)
         table.add_row(humanize_bytes(g.bytes), str(len(g.allocations)), g.kind, Text(function),
                       g.ended_by, Text(_frame_text(g.site[0]) if g.site else "(unknown)"))
         for frame in g.site[1:STACK_LINES + 1]:

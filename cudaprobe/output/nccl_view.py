@@ -8,7 +8,7 @@ from rich.text import Text
 
 from cudaprobe.analysis.nccl import CommWaits, NcclStats
 from cudaprobe.decode.calls import humanize_bytes
-from cudaprobe.output.text import humanize_ns
+from cudaprobe.output.text import escape, humanize_ns
 
 COLUMNS = ("COLLECTIVE", "RANK", "PID", "CALLS", "FAILED", "BYTES", "HOST AVG", "HOST TOTAL",
            "GPU AVG", "ALGBW GB/s", "BUSBW GB/s")
@@ -32,7 +32,7 @@ def render_nccl_stats(stats: NcclStats, console: Console) -> None:
     for col in COLUMNS:
         table.add_column(col, justify="left" if col == "COLLECTIVE" else "right")
     for r in stats.rows:
-        table.add_row(Text(r.event), _rank(r.rank, r.nranks), str(r.pid), str(r.calls),
+        table.add_row(Text(escape(r.event)), _rank(r.rank, r.nranks), str(r.pid), str(r.calls),
                       str(r.failed) if r.failed else "", humanize_bytes(r.bytes),
                       humanize_ns(r.host_ns // max(r.calls, 1)),
                       humanize_ns(r.host_ns),

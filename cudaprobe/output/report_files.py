@@ -15,6 +15,7 @@ from cudaprobe.errors import OutputFailed, UsageError
 from cudaprobe.output.files import OutputStream, StdoutStream, open_output, stdout_closed
 from cudaprobe.output.formats import REPORT_EXTENSIONS, format_of_output
 from cudaprobe.output.table import make_console
+from cudaprobe.output.text import escape
 
 
 def report_output(output: str | None, force: bool, fmt: str | None,
@@ -51,7 +52,7 @@ def write_report(write: Callable[[], None], status: int, command: bool) -> int:
     if not stdout_closed():  # the interpreter's last flush: quiet
         os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     if failure != errno.EPIPE:
-        click.echo(f"cudaprobe: {message}", err=True)
+        click.echo(f"cudaprobe: {escape(message)}", err=True)
     if command:
         return status
     return 0 if failure == errno.EPIPE else OutputFailed.exit_code

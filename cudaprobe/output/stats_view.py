@@ -48,10 +48,10 @@ def render_stats(report: StatsReport, console: Console, sort: str = "total",
         line += " (" + ", ".join(f"{k}={v}" for k, v in report.lost.items() if v) + ")"
     console.print(Text(line, style="bold red" if lost else ""))
     for note in describe_untraced(report.untraced):
-        console.print(Text(note, style="yellow"))
+        console.print(Text(escape(note), style="yellow"))
     if report.not_found:
-        console.print(Text("not exported by the traced libraries: " + ", ".join(report.not_found),
-                           style="dim"))
+        console.print(Text("not exported by the traced libraries: "
+                           + escape(", ".join(report.not_found)), style="dim"))
 
 
 GPU_KERNEL_COLUMNS = ("KERNEL", "CALLS", "GPU TOTAL", "AVG", "MIN", "MAX", "P50", "P99")
@@ -73,7 +73,7 @@ def render_gpu_stats(gpu: GpuStats, console: Console) -> None:
             table.add_column(col, justify="left" if col in ("KERNEL", "COPY", "LINE") else "right")
         for r in rows:
             d = r.to_dict(kernel)
-            name = r.name if gpu.per == "line" else shorten(r.name)
+            name = escape(r.name) if gpu.per == "line" else shorten(escape(r.name))
             cells = [Text(name), str(r.calls), humanize_ns(d["total_ns"]), humanize_ns(d["avg_ns"])]
             if kernel:
                 cells += [humanize_ns(d[k]) for k in ("min_ns", "max_ns", "p50_ns", "p99_ns")]

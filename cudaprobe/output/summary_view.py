@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cudaprobe.analysis.summary import ATTACH, NOT_LOST, Summary, Untraced
-from cudaprobe.output.text import cut_middle, escape, humanize_ns
+from cudaprobe.output.text import cells, cut_middle, escape, humanize_ns
 
 SHOWN_UNTRACED = 5  # said one by one; more are counted
 
@@ -46,17 +46,17 @@ def render_summary(summary: Summary, console: Console) -> None:
     for name, s in by_total:
         errors = "\n".join(f"{n} x{k}" for n, k in s.errors.most_common())
         avg = humanize_ns(s.total_ns // s.calls) if s.calls else "-"
-        rows.append([name, str(s.calls), humanize_ns(s.total_ns), avg, errors])
+        rows.append([escape(name), str(s.calls), humanize_ns(s.total_ns), avg, errors])
     titles = ("EVENT", "CALLS", "TOTAL", "AVG", "ERRORS")
-    widths = [max([len(titles[i])] + [len(line) for r in rows for line in r[i].split("\n")])
+    widths = [max([len(titles[i])] + [cells(line) for r in rows for line in r[i].split("\n")])
               for i in range(len(titles))]
     # each column's padding and rule: 3 characters, less the edge
     event_width = max(len(titles[0]), console.width - sum(widths[1:]) - 3 * len(titles))
     table = Table(title="cudaprobe summary", title_justify="left", show_edge=False)
     for col, justify in zip(titles, ("left", "right", "right", "right", "left")):
         table.add_column(col, justify=justify, no_wrap=True)
-    for name, *cells in rows:
-        table.add_row(Text(cut_middle(escape(name), event_width)), *cells[:-1], Text(cells[-1]))
+    for name, *values in rows:
+        table.add_row(Text(cut_middle(name, event_width)), *values[:-1], Text(values[-1]))
     console.print(table)
     lost = summary.total_lost
     line = f"{summary.total_calls} calls in {summary.duration_s:.2f}s, "

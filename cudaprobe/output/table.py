@@ -35,7 +35,7 @@ from cudaprobe.decode.calls import Call
 from cudaprobe.decode.gputime import gpu_span_ns
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.summary_view import render_summary
-from cudaprobe.output.text import cut_end, cut_middle, escape, humanize_ns
+from cudaprobe.output.text import cut_end, cut_middle, cut_start, escape, humanize_ns, pad
 
 INDENT = "  "  # EVENT's, per level of nesting
 
@@ -50,8 +50,7 @@ class Column:
     cut: Callable[[str, int], str] = cut_end
 
     def text(self, value: str, width: int) -> str:
-        value = self.cut(value, width)
-        return value.rjust(width) if self.justify == "right" else value.ljust(width)
+        return pad(self.cut(value, width), width, self.justify == "right")
 
 
 def _event(c: Call) -> str:
@@ -91,11 +90,6 @@ def _py_line(c: Call) -> str:
     """--py-stacks: the innermost frame that is the program's own, as file:line."""
     f = user_frame(c.py_stack.frames) if c.py_stack is not None else None
     return frame_text(f) if f is not None else "-"
-
-
-def cut_start(text: str, width: int) -> str:
-    """A path's end, where its file name and line are."""
-    return text if len(text) <= width else "…" + text[len(text) - width + 1 :]
 
 
 PY_COLUMN = Column("PYTHON", 32, lambda c: escape(_py_line(c)), min_width=16, cut=cut_start)

@@ -1,28 +1,141 @@
-"""Text for the terminal: durations in their unit, and names cut to a width
-(sizes are decode's humanize_bytes: a call's details spell them already)."""
+"""Text for the terminal: durations in their unit, text a traced process
+controls made safe to show (`escape`), and names cut to a width in terminal
+cells, never inside an escape (sizes are decode's humanize_bytes: a call's
+details spell them already)."""
 
 from __future__ import annotations
 
+import re
+from typing import Callable
+
+from rich.cells import cell_len
+
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\\": "\\\\"}
+# one unit of escaped text: an escape as `_escaped` writes it, or one character
+_UNIT = re.compile(r"\\(?:x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8}|.)|.", re.S)
+_ASCII_SAFE = re.compile(r"(?:[\x20-\x7e]|\r?\n)*")  # printable ASCII and line ends
+
+
+def _escaped(char: str) -> str:
+    if char.isprintable() and char != "\\":
+        return char
+    code = ord(char)
+    if char in _ESCAPES:
+        return _ESCAPES[char]
+    return f"\\x{code:02x}" if code < 0x100 else (
+        f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+
+
+def escape(text: str) -> str:
+    """Text a traced process controls (its name, the paths it maps, the names
+    in its code, what it writes back), safe on a terminal, on one line.
+
+    Every character Python does not call printable (Unicode's Other and
+    Separator categories but the space: C0 and C1 controls, DEL, ESC, format
+    characters such as the bidi overrides, line and paragraph separators,
+    private use, unassigned, and the lone surrogates that undecodable bytes
+    become) is written as strace writes it (`\\n`, `\\x1b`, `\\u202e`,
+    `\\U000e0001`), and `\\` as `\\\\`, so that an escape is never ambiguous.
+    The result holds no markup either: show it as rich `Text`, never as a
+    markup string (demangled C++ holds `[`)."""
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(map(_escaped, text))
+
+
+def _json_escaped(char: str) -> str:
+    if char.isprintable():
+        return char
+    code = ord(char)
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # beyond the BMP: JSON spells it as a surrogate pair
+    return f"\\u{0xd800 + (code >> 10):04x}\\u{0xdc00 + (code & 0x3ff):04x}"
+
+
+def json_escape(text: str) -> str:
+    """JSON text made safe on a terminal and still the same JSON: what `escape`
+    escapes spelled `\\uXXXX`. (Outside its strings JSON text is printable.)"""
+    return "".join(map(_json_escaped, text))
+
+
+def terminal_lines(text: str, spell: Callable[[str], str] = escape) -> str:
+    """Lines of a data format (CSV, JSON) shown on a terminal: each line's
+    text through `spell` (`escape`, `json_escape`), its end (`\\n`, `\\r\\n`) kept."""
+    if text.isascii() and _ASCII_SAFE.fullmatch(text):
+        return text
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        body = line[:-1] if line.endswith("\r") and i < len(lines) - 1 else line
+        if not body.isprintable():
+            lines[i] = spell(body) + line[len(body):]
+    return "\n".join(lines)
+
+
+def cells(text: str) -> int:
+    """How many terminal cells `text` takes (a CJK character two)."""
+    return len(text) if text.isascii() else cell_len(text)
+
+
+def _units(text: str) -> list[str]:
+    """`text` (escaped) as what may not be split: each escape, each character."""
+    return _UNIT.findall(text)
+
+
+def _head(units: list[str], room: int) -> str:
+    """The first units of `units` that fit in `room` cells."""
+    taken, used = [], 0
+    for unit in units:
+        used += cells(unit)
+        if used > room:
+            break
+        taken.append(unit)
+    return "".join(taken)
+
+
+def _tail(units: list[str], room: int) -> str:
+    """The last units of `units` that fit in `room` cells."""
+    return _head(units[::-1], room)[::-1] if room > 0 else ""
+
+
+def _fits(text: str, width: int) -> bool:
+    return len(text) <= width if text.isascii() else cell_len(text) <= width
+
 
 def cut_end(text: str, width: int) -> str:
-    """`text` in `width` characters: cut at the end with `…`."""
-    if len(text) <= width:
+    """`text` in `width` cells: cut at the end with `…`."""
+    if _fits(text, width):
         return text
-    return text[: width - 1] + "…" if width > 0 else ""
+    return _head(_units(text), width - 1) + "…" if width > 0 else ""
 
 
 def cut_middle(text: str, width: int) -> str:
-    """`text` in `width` characters, cut in the middle with `…`: the end of a name
+    """`text` in `width` cells, cut in the middle with `…`: the end of a name
     (its variant suffix, `_ptsz`, `_v2`) stays. Leading indentation is kept."""
-    if len(text) <= width:
+    if _fits(text, width):
         return text
     name = text.lstrip(" ")
     indent = text[: len(text) - len(name)]
     room = width - len(indent)
     if room < 3:
         return cut_end(text, width)
-    tail = (room - 1) // 2
-    return indent + name[: room - 1 - tail] + "…" + name[len(name) - tail:]
+    units = _units(name)
+    tail = _tail(units, (room - 1) // 2)
+    return indent + _head(units, room - 1 - cells(tail)) + "…" + tail
+
+
+def cut_start(text: str, width: int) -> str:
+    """`text` in `width` cells, cut at the start: a path's end, where its file
+    name and line are."""
+    if _fits(text, width):
+        return text
+    return "…" + _tail(_units(text), width - 1) if width > 0 else ""
+
+
+def pad(text: str, width: int, right: bool = False) -> str:
+    """`text` filled with spaces to `width` cells, on the left where `right`."""
+    fill = " " * (width - cells(text))
+    return fill + text if right else text + fill
 
 
 def humanize_ns(ns: int) -> str:
@@ -33,23 +146,3 @@ def humanize_ns(ns: int) -> str:
     if ns < 1_000_000_000:
         return f"{ns / 1e6:.2f}ms"
     return f"{ns / 1e9:.2f}s"
-
-
-_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\\": "\\\\"}
-
-
-def _escaped(char: str) -> str:
-    if char.isprintable() and char != "\\":
-        return char
-    code = ord(char)
-    return _ESCAPES.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
-
-
-def escape(text: str) -> str:
-    """Text a traced process controls (its name, the paths it maps, the names
-    in its code), safe on a terminal, one line: control and other unprintable
-    characters escaped as strace does (`\\n`, `\\x1b`, `\\u202e`), and `\\` as
-    `\\\\` so that an escape is never ambiguous."""
-    if text.isprintable() and "\\" not in text:
-        return text
-    return "".join(map(_escaped, text))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import Callable
 
 from cudaprobe.decode.symbolize import KernelSymbolizer
 from cudaprobe.output.capped import SizeCapped
@@ -16,6 +17,7 @@ from cudaprobe.output.otlp_sinks import with_otlp
 from cudaprobe.output.status import StatusLine
 from cudaprobe.output.status import wanted as status_line_wanted
 from cudaprobe.output.table import make_console
+from cudaprobe.output.text import json_escape, terminal_lines
 from cudaprobe.sessions.probing import Probing
 from cudaprobe.sessions.trace import SessionOptions, TraceSession
 
@@ -36,6 +38,14 @@ class TraceRequest:
     otlp: OtlpConfig | None = None
 
 
+def terminal_view(fmt: str) -> Callable[[str], str]:
+    """How rows of `fmt` are shown on a terminal: names a traced process chose,
+    escaped (JSON's way in JSON, still the same data; strace's in CSV)."""
+    if fmt == "csv":
+        return terminal_lines
+    return lambda text: terminal_lines(text, json_escape)
+
+
 def run_trace(probing: Probing, request: TraceRequest) -> int:
     """Trace until stopped; returns the exit status for cudaprobe."""
     output = request.output
@@ -43,6 +53,8 @@ def run_trace(probing: Probing, request: TraceRequest) -> int:
     stream = open_output(output, request.force, request.mode or DEFAULT_MODE,
                          command=bool(probing.request.command))
     notify = probing.begin("tracing")
+    if request.fmt != "table" and stream.isatty():
+        stream.shown = terminal_view(request.fmt)
     status_line = None
     if status_line_wanted(stream.isatty(), sys.stderr):
         status_line = StatusLine(make_console(sys.stderr),
