@@ -20,7 +20,7 @@ def render_checks(checks: list[Check], console: Console) -> None:
     # Text(): paths and versions may hold [ ], which is rich markup; escaped: and
     # control characters (a path under a user's directory is the user's to name)
     for c in checks:
-        table.add_row(c.name, Text(c.status.upper(), style=STYLES[c.status]),
+        table.add_row(Text(c.name), Text(c.status.upper(), style=STYLES[c.status]),
                       Text(escape(c.found)), Text(escape(c.fix)))
     console.print(table)
     failed = [c.name for c in checks if c.status == FAIL]

@@ -82,20 +82,24 @@ def _units(text: str) -> list[str]:
     return _UNIT.findall(text)
 
 
-def _head(units: list[str], room: int) -> str:
-    """The first units of `units` that fit in `room` cells."""
-    taken, used = [], 0
-    for unit in units:
+def _fitting(units: list[str], room: int) -> int:
+    """How many of `units`, from the first, fit in `room` cells."""
+    used = 0
+    for k, unit in enumerate(units):
         used += cells(unit)
         if used > room:
-            break
-        taken.append(unit)
-    return "".join(taken)
+            return k
+    return len(units)
+
+
+def _head(units: list[str], room: int) -> str:
+    """The first units of `units` that fit in `room` cells."""
+    return "".join(units[: _fitting(units, room)])
 
 
 def _tail(units: list[str], room: int) -> str:
     """The last units of `units` that fit in `room` cells."""
-    return _head(units[::-1], room)[::-1] if room > 0 else ""
+    return "".join(units[len(units) - _fitting(units[::-1], room):])
 
 
 def _fits(text: str, width: int) -> bool:
