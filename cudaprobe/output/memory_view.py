@@ -20,9 +20,10 @@ from cudaprobe.analysis.memstate import (
 from cudaprobe.analysis.memtrack import group_by_site
 from cudaprobe.decode.calls import humanize_bytes
 from cudaprobe.decode.demangle import shorten
-from cudaprobe.output.text import escape
+from cudaprobe.output.text import cells, cut_middle, escape
 
 SCHEMA = 1
+PROCESS_WIDTH = 15  # a comm's length: a longer name (escaped) is cut in the middle
 STACK_LINES = 8  # callers shown under a leak's call site in the table (JSON has all)
 
 Ms = Callable[[int], float]  # monotonic ns -> ms since tracing began
@@ -49,13 +50,18 @@ def shown_kinds(processes: list[ProcessMemory]) -> list[str]:
 def render_processes(processes: list[ProcessMemory], console: Console, title: str) -> None:
     table = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
     kinds = shown_kinds(processes)
+    # cut here, whole escapes kept, and the column never narrower: rich's own cut
+    # would fall inside an escape
+    names = {p.pid: cut_middle(escape(p.process), PROCESS_WIDTH) for p in processes}
     for col in ("PID", "PROCESS", *(k.upper() for k in kinds), "LIVE", "PEAK", "ALLOCS",
                 "FREES", "FAILED", "STATE"):
-        table.add_column(col, justify="left" if col in ("PROCESS", "STATE") else "right")
+        table.add_column(col, justify="left" if col in ("PROCESS", "STATE") else "right",
+                         min_width=max(map(cells, names.values()), default=0)
+                         if col == "PROCESS" else None, no_wrap=col == "PROCESS")
     for p in sorted(processes, key=lambda p: p.pid):
         c = p.counts
         failed = c["failed_allocations"] + c["failed_frees"]
-        table.add_row(str(p.pid), Text(escape(p.process)),
+        table.add_row(str(p.pid), Text(names[p.pid]),
                       *(humanize_bytes(p.live_bytes[k]) for k in kinds),
                       humanize_bytes(p.live_total), humanize_bytes(p.peak_total),
                       str(c["allocations"]), str(c["frees"]),
