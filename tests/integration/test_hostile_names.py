@@ -7,6 +7,7 @@ through a byte the terminal would act on but rich's own colours."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -149,3 +150,28 @@ def test_stats_attached_to_a_process_of_nobody_escapes_its_name(tmp_path, libcud
     assert_terminal_safe(shown)
     assert f"pid {app.pid} ({COMM_SHOWN}) ran" in shown, shown
     assert "cudaMalloc" in shown.split("cudaprobe stats")[1]  # the table, with its calls
+
+
+def test_rows_of_data_formats_on_a_terminal_are_escaped_and_exact_in_a_file(tmp_path, libcudart):
+    """-f jsonl and -f csv to a terminal: the name escaped (JSON's `\\u` escapes,
+    still the same JSON); to a file, its exact bytes."""
+    comm = "\u202e\x1b]0;t\x07\u009b".encode()  # a bidi override, an OSC, a C1 CSI
+    exe = build_workload("hostile_name.c")
+    for fmt in ("jsonl", "csv"):
+        run = Pty(cudaprobe_cmd("trace", "--lib", str(libcudart), "-f", fmt, "-o", "-", "--",
+                                str(exe), comm.hex()))
+        rc, shown = run.finish()
+        assert rc == 0, shown
+        assert_terminal_safe(shown)
+        rows = [line for line in shown.splitlines()
+                if '"event":"cudaMalloc"' in line or ",cudaMalloc," in line]
+        assert len(rows) == 2, shown
+        if fmt == "jsonl":
+            assert all(json.loads(row)["process"] == comm.decode() for row in rows)
+        else:
+            assert all(",\\u202e\\x1b]0;t\\x07\\x9b," in row for row in rows), rows
+    out = tmp_path / "calls.csv"
+    proc = subprocess.run(cudaprobe_cmd("trace", "--lib", str(libcudart), "-o", str(out), "--",
+                                        str(exe), comm.hex()), capture_output=True, timeout=WAIT_S)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes().count(b"," + comm + b",") == 3  # its three calls' rows
