@@ -50,7 +50,10 @@ class Column:
     cut: Callable[[str, int], str] = cut_end
 
     def text(self, value: str, width: int) -> str:
-        return pad(self.cut(value, width), width, self.justify == "right")
+        value = self.cut(value, width)
+        if not value.isascii() and not value.replace("…", "", 1).isascii():  # a wide one: 2 cells
+            return pad(value, width, self.justify == "right")
+        return value.rjust(width) if self.justify == "right" else value.ljust(width)
 
 
 def _event(c: Call) -> str:

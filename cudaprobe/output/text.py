@@ -77,9 +77,10 @@ def cells(text: str) -> int:
     return len(text) if text.isascii() else cell_len(text)
 
 
-def _units(text: str) -> list[str]:
-    """`text` (escaped) as what may not be split: each escape, each character."""
-    return _UNIT.findall(text)
+def _plain(text: str) -> bool:
+    """ASCII with no escape in it: each character a unit of one cell (the fast
+    path: most names are)."""
+    return text.isascii() and "\\" not in text
 
 
 def _fitting(units: list[str], room: int) -> int:
@@ -92,13 +93,19 @@ def _fitting(units: list[str], room: int) -> int:
     return len(units)
 
 
-def _head(units: list[str], room: int) -> str:
-    """The first units of `units` that fit in `room` cells."""
+def _head(text: str, room: int) -> str:
+    """The start of `text` that fits in `room` cells, whole escapes."""
+    if _plain(text):
+        return text[: max(0, room)]
+    units = _UNIT.findall(text)
     return "".join(units[: _fitting(units, room)])
 
 
-def _tail(units: list[str], room: int) -> str:
-    """The last units of `units` that fit in `room` cells."""
+def _tail(text: str, room: int) -> str:
+    """The end of `text` that fits in `room` cells, whole escapes."""
+    if _plain(text):
+        return text[len(text) - room:] if room > 0 else ""
+    units = _UNIT.findall(text)
     return "".join(units[len(units) - _fitting(units[::-1], room):])
 
 
@@ -110,7 +117,7 @@ def cut_end(text: str, width: int) -> str:
     """`text` in `width` cells: cut at the end with `…`."""
     if _fits(text, width):
         return text
-    return _head(_units(text), width - 1) + "…" if width > 0 else ""
+    return _head(text, width - 1) + "…" if width > 0 else ""
 
 
 def cut_middle(text: str, width: int) -> str:
@@ -123,9 +130,11 @@ def cut_middle(text: str, width: int) -> str:
     room = width - len(indent)
     if room < 3:
         return cut_end(text, width)
-    units = _units(name)
-    tail = _tail(units, (room - 1) // 2)
-    return indent + _head(units, room - 1 - cells(tail)) + "…" + tail
+    if _plain(name):  # the fast path: characters are cells
+        tail_room = (room - 1) // 2
+        return indent + name[: room - 1 - tail_room] + "…" + name[len(name) - tail_room:]
+    tail = _tail(name, (room - 1) // 2)
+    return indent + _head(name, room - 1 - cells(tail)) + "…" + tail
 
 
 def cut_start(text: str, width: int) -> str:
@@ -133,7 +142,7 @@ def cut_start(text: str, width: int) -> str:
     name and line are."""
     if _fits(text, width):
         return text
-    return "…" + _tail(_units(text), width - 1) if width > 0 else ""
+    return "…" + _tail(text, width - 1) if width > 0 else ""
 
 
 def pad(text: str, width: int, right: bool = False) -> str:
