@@ -236,3 +236,23 @@ def test_serve_is_scraped(image, stubs):
         subprocess.run(["podman", "rm", "-f", name], capture_output=True, timeout=60)
         if serve.poll() is None:
             serve.kill()
+
+
+REFUSALS = """
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+for name, number, args in (("unshare", 272, (0x10000000,)), ("io_uring_setup", 425, (1, 0)),
+                           ("userfaultfd", 323, (0,)), ("keyctl", 250, (0, 0))):
+    ret = libc.syscall(number, *args)
+    print(name, errno.errorcode.get(ctypes.get_errno(), ret) if ret == -1 else "allowed")
+"""
+
+
+def test_the_seccomp_profile_refuses_what_a_tracer_never_needs(image, stubs):
+    """Unprivileged doors into the kernel (a user namespace, io_uring,
+    userfaultfd, keyrings) stay shut to a compromised serve: ENOSYS."""
+    p = subprocess.run(podman_run(stubs, "--entrypoint", "python3", image, "-c", REFUSALS),
+                       capture_output=True, text=True, timeout=SLOW_S)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split("\n")[:-1] == [f"{n} ENOSYS" for n in (
+        "unshare", "io_uring_setup", "userfaultfd", "keyctl")]
