@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -226,20 +227,31 @@ def test_live_bytes_while_a_process_holds_memory_and_gone_when_it_exits(tmp_path
 
 
 FLOOD = 1000  # junk-named processes, one call each
+NOBODY = 65534
 ROUND = 34  # fleet_node's runtime calls in one round
 
 
-def test_a_flood_of_junk_names_leaves_a_busy_job_its_own_label(tmp_path):
-    """A tenant starts FLOOD short processes, each under a junk name of its own,
-    before a real job: the job still gets its own `process` label (from the
-    scrape after its first calls), and no series Prometheus holds ever went
-    down while labels moved."""
+@pytest.fixture
+def shared_dir():
+    """A directory uid nobody can read (tmp_path's parents are root's alone)."""
+    where = Path(tempfile.mkdtemp(prefix="cudaprobe-flood-"))
+    where.chmod(0o755)
+    yield where
+    shutil.rmtree(where)
+
+
+def test_a_flood_of_junk_names_leaves_a_busy_job_its_own_label(tmp_path, shared_dir):
+    """A tenant (uid nobody) starts FLOOD short processes, each under a junk
+    name of its own, before a real job (root's): the job still gets its own
+    `process` label (from the scrape after its first calls), and no series
+    Prometheus holds ever went down while labels moved."""
     if not PROMETHEUS.exists():
         pytest.skip("no /usr/bin/prometheus: run scripts/setup")
     # copies of the stand-ins only this test's processes map: serve probes every
     # process that maps them, and no other test's calls reach it
-    stubs = {name: Path(shutil.copytree(built, tmp_path / name))
+    stubs = {name: Path(shutil.copytree(built, shared_dir / name))
              for name, built in (("fleetstub", build_fleet_stub()), ("memstub", build_memstub()))}
+    flooder = Path(shutil.copy2(build_workload("junk_names.c"), shared_dir / "junk_names"))
     env = {**os.environ, "LD_LIBRARY_PATH": f"{stubs['fleetstub']}:{stubs['memstub']}"}
     target = f"127.0.0.1:{free_port()}"
     serve = subprocess.Popen(
@@ -254,8 +266,9 @@ def test_a_flood_of_junk_names_leaves_a_busy_job_its_own_label(tmp_path):
         prometheus.wait_for('up{job="cudaprobe"}', 1)
         # every call of every series that existed, labels moved or not
         total = "sum(max_over_time(cudaprobe_calls_total[1h]))"
-        flood = subprocess.run([str(build_workload("junk_names.c")), str(FLOOD)], env=env,
-                               capture_output=True, text=True, timeout=WAIT_S)
+        flood = subprocess.run([str(flooder), str(FLOOD)], env=env, capture_output=True,
+                               text=True, timeout=WAIT_S, cwd="/", user=NOBODY, group=NOBODY,
+                               extra_groups=[])
         assert flood.stdout == f"flooded {FLOOD}\n", flood.stderr
         prometheus.wait_for(total, FLOOD)
         node = subprocess.Popen([str(fleet_node())], env=env, stdin=subprocess.PIPE,
