@@ -26,22 +26,20 @@ any exporter's types; an exporter only names and labels what it holds:
   counted once across the two APIs as `cudaprobe memory` counts it
   (memtrack.py); it lags by memtrack.HOLD_NS, and a process's entries go when it exits.
 - `kernel_launches[(kernel, api)]`: completed launches by kernel name (whole,
-  demangled), for the `MAX_KERNELS` kernels launched most, and `other` for the
-  rest. Each launch is counted once, under the label its kernel had when it
-  was counted: the ranking is redone at each snapshot, a kernel that enters
-  the top gets its own series from then on (counting its later launches), and
-  one that leaves it stops being exported, so every series only grows. The
-  exact count per name is kept for the ranking, for `MAX_KERNEL_NAMES` names.
+  demangled), for the `MAX_KERNELS` kernels launched most lately, and `other`
+  for the rest and for launches of unknown name.
 - `lost[cause]`: events lost, as the summary counts them.
 - `gpu_time[kernel]` (serve --gpu-time): a `Histogram` of kernels' GPU
-  durations (CUPTI, decode.gputime), by demangled name: the first
-  `MAX_KERNELS` names seen, later ones under `other`.
+  durations (CUPTI, decode.gputime), by demangled name: the `MAX_KERNELS`
+  kernels with the most GPU time lately, and `other` for the rest.
 
 Every counter is cumulative since the start. Labels are bounded: `function`
 is the symbol as called (catalogue data, as trace's EVENT column), `error` a
-result name, `kind` a fixed set, and `process` the calling thread's comm,
-capped at `MAX_PROCESSES` names, later ones counted as `other`. No pointers,
-pids or tids.
+result name, `kind` a fixed set, and `process` the calling thread's comm, for
+the `MAX_PROCESSES` names making the most calls lately, the rest counted as
+`other`. Names a process chose are ranked by what they do, again at each
+snapshot, never first come (labels.py says how, and how every series still
+only grows). No pointers, pids or tids.
 """
 
 from __future__ import annotations
@@ -53,6 +51,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Callable
 
+from cudaprobe.analysis.labels import LabelBudget
 from cudaprobe.analysis.memstate import KINDS
 from cudaprobe.analysis.memtrack import ROLES, MemCall, MemoryAccounting
 from cudaprobe.analysis.summary import NOT_LOST
@@ -67,10 +66,10 @@ from cudaprobe.targets.procmaps import process_alive
 LATENCY_BOUNDS_S = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3,
                     5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _BOUNDS_NS = tuple(round(b * 1e9) for b in LATENCY_BOUNDS_S)
-MAX_PROCESSES = 64
+MAX_PROCESSES = 64  # process label values besides `other`
+MAX_PROCESS_NAMES = 4096  # names whose rates are kept for the ranking
 MAX_KERNELS = 50  # kernel label values besides `other`
-MAX_KERNEL_NAMES = 100_000  # names counted for the ranking; later ones go to `other` only
-OTHER = "other"
+MAX_KERNEL_NAMES = 10_000  # names whose rates are kept for the ranking
 EXIT_CHECK_NS = 1_000_000_000  # how often, at most, fed calls look for exited processes
 
 # catalogue name -> (arguments whose product is the byte count, the direction: a
@@ -157,32 +156,6 @@ class Snapshot:
     gpu_time: dict[str, Histogram] = field(default_factory=dict)
 
 
-class KernelLaunches:
-    """Launches by kernel name, with at most `max_kernels` names as labels (the
-    kernels launched most) and the rest under `other`; see the module docstring."""
-
-    def __init__(self, max_kernels: int = MAX_KERNELS) -> None:
-        self.max_kernels = max_kernels
-        self._calls: dict[str, int] = {}  # name -> launches, for the ranking
-        self._labelled: set[str] = set()
-        self._series: dict[tuple[str, str], int] = {}  # (label, api) -> launches
-
-    def add(self, name: str | None, api: str) -> None:
-        """One launch of kernel `name` (None: not known)."""
-        if name is not None and (name in self._calls or len(self._calls) < MAX_KERNEL_NAMES):
-            self._calls[name] = self._calls.get(name, 0) + 1
-            if name not in self._labelled and len(self._labelled) < self.max_kernels:
-                self._labelled.add(name)  # room left: labelled at once
-        key = (name if name is not None and name in self._labelled else OTHER, api)
-        self._series[key] = self._series.get(key, 0) + 1
-
-    def rank(self) -> dict[tuple[str, str], int]:
-        """Relabel to the kernels launched most; the series of the labels now held."""
-        top = sorted(self._calls, key=lambda n: (-self._calls[n], n))[: self.max_kernels]
-        self._labelled = set(top)
-        return {k: n for k, n in self._series.items() if k[0] in self._labelled or k[0] == OTHER}
-
-
 class CallMetrics:
     """Feed with `add(calls)` and `set_lost(counters)`; read with `snapshot()`.
 
@@ -193,26 +166,19 @@ class CallMetrics:
         self.max_processes = max_processes
         self.alive = alive
         self._lock = threading.Lock()
-        self._processes: set[str] = set()
+        self._processes = LabelBudget(max_processes, max(MAX_PROCESS_NAMES, 2 * max_processes))
         self._calls: dict[tuple[str, str, str], int] = {}
         self._errors: dict[tuple[str, str, str], int] = {}
         self._latency: dict[tuple[str, str], Histogram] = {}
         self._memcpy: dict[tuple[str, str], int] = {}
         self._memset: dict[str, int] = {}
         self._lost: dict[str, int] = {}
-        self._kernels = KernelLaunches()
+        self._kernels = LabelBudget(MAX_KERNELS, MAX_KERNEL_NAMES)  # by launches
+        self._launches: dict[tuple[str, str], int] = {}
+        self._gpu_kernels = LabelBudget(MAX_KERNELS, MAX_KERNEL_NAMES)  # by GPU time
         self._gpu_time: dict[str, Histogram] = {}
         self._memory = MemoryAccounting()
         self._next_exit_check = 0
-
-    def process_label(self, comm: str) -> str:
-        """comm as a label value: the first `max_processes` names seen, then `other`."""
-        if comm in self._processes:
-            return comm
-        if len(self._processes) < self.max_processes:
-            self._processes.add(comm)
-            return comm
-        return OTHER
 
     def add(self, calls: Iterable[Call]) -> None:
         memory, last_ns = [], 0
@@ -220,7 +186,7 @@ class CallMetrics:
             for c in calls:
                 if c.duration_ns is None:
                     continue
-                process = self.process_label(c.process)
+                process = self._processes.label(c.process)
                 key = (c.event, c.api, process)
                 self._calls[key] = self._calls.get(key, 0) + 1
                 if c.ret:
@@ -231,7 +197,8 @@ class CallMetrics:
                     hist = self._latency[key[:2]] = Histogram()
                 hist.add(c.duration_ns)
                 if c.category == "kernel":
-                    self._kernels.add(c.args.get(NAME_KEY), c.api)
+                    launch = (self._kernels.label(c.args.get(NAME_KEY)), c.api)
+                    self._launches[launch] = self._launches.get(launch, 0) + 1
                 last_ns = max(last_ns, c.ts_ns + c.duration_ns)
                 function = _BY_SYMBOL.get(c.event)
                 if function is None:
@@ -255,13 +222,11 @@ class CallMetrics:
             for w in work:
                 if w.kind != "kernel":
                     continue
-                name = demangle(w.name) if w.name else OTHER
+                name = self._gpu_kernels.label(demangle(w.name) if w.name else None,
+                                               w.duration_ns)
                 hist = self._gpu_time.get(name)
                 if hist is None:
-                    if len(self._gpu_time) >= MAX_KERNELS + (OTHER in self._gpu_time):
-                        name = OTHER
-                    hist = self._gpu_time.get(name) or self._gpu_time.setdefault(
-                        name, Histogram())
+                    hist = self._gpu_time[name] = Histogram()
                 hist.add(w.duration_ns)
 
     def _count_bytes(self, name: str, c: Call) -> None:
@@ -294,14 +259,30 @@ class CallMetrics:
         with self._lock:
             self._memory.settle(now_ns)
             self._forget_exited(now_ns)
+            self._rank(now_ns)
+            processes, kernels, gpu = self._processes, self._kernels, self._gpu_kernels
             live: dict[tuple[str, str], int] = {}
             for proc in self._memory.processes.values():
-                process = self.process_label(proc.process)
+                process = processes.holds(proc.process)
                 for kind in KINDS:
                     live[(process, kind)] = live.get((process, kind), 0) + proc.live_bytes[kind]
             return Snapshot(
-                calls=dict(self._calls), errors=dict(self._errors),
+                calls={k: n for k, n in self._calls.items() if processes.exported(k[2])},
+                errors={k: n for k, n in self._errors.items() if processes.exported(k[2])},
                 latency={k: h.copy() for k, h in self._latency.items()},
                 memcpy_bytes=dict(self._memcpy), memset_bytes=dict(self._memset),
-                live_bytes=live, lost=dict(self._lost), kernel_launches=self._kernels.rank(),
-                gpu_time={k: h.copy() for k, h in self._gpu_time.items()})
+                live_bytes=live, lost=dict(self._lost),
+                kernel_launches={k: n for k, n in self._launches.items() if kernels.exported(k[0])},
+                gpu_time={k: h.copy() for k, h in self._gpu_time.items() if gpu.exported(k)})
+
+    def _rank(self, now_ns: int) -> None:
+        """Labels to the busiest names now; the series of names no longer tracked go."""
+        for budget in (self._processes, self._kernels, self._gpu_kernels):
+            budget.rank(now_ns)
+        for series, at, budget in ((self._calls, 2, self._processes),
+                                   (self._errors, 2, self._processes),
+                                   (self._launches, 0, self._kernels)):
+            for key in [k for k in series if not budget.known(k[at])]:
+                del series[key]
+        for name in [k for k in self._gpu_time if not self._gpu_kernels.known(k)]:
+            del self._gpu_time[name]

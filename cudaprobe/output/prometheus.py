@@ -18,7 +18,13 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from cudaprobe import __version__
-from cudaprobe.analysis.metrics import LATENCY_BOUNDS_S, MAX_KERNELS, CallMetrics, Histogram
+from cudaprobe.analysis.metrics import (
+    LATENCY_BOUNDS_S,
+    MAX_KERNELS,
+    MAX_PROCESSES,
+    CallMetrics,
+    Histogram,
+)
 from cudaprobe.errors import CudaprobeError, UsageError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -80,8 +86,10 @@ class CallCollector:
         snap = self.metrics.snapshot()
         yield InfoMetricFamily("cudaprobe_build", "cudaprobe's version.",
                                value={"version": __version__})
-        calls = CounterMetricFamily("cudaprobe_calls", "CUDA API calls completed.",
-                                    labels=["function", "api", "process"])
+        calls = CounterMetricFamily(
+            "cudaprobe_calls", f"CUDA API calls completed, by process name: the "
+            f"{MAX_PROCESSES} making the most calls lately, the rest as `other`.",
+            labels=["function", "api", "process"])
         for labels, n in sorted(snap.calls.items()):
             calls.add_metric(labels, n)
         yield calls
@@ -109,7 +117,8 @@ class CallCollector:
             gpu = HistogramMetricFamily(
                 "cudaprobe_gpu_kernel_duration_seconds",
                 f"Kernels' time on the GPU (serve --gpu-time, CUPTI), by kernel name: the "
-                f"first {MAX_KERNELS} names seen, the rest as `other`.", labels=["kernel"])
+                f"{MAX_KERNELS} with the most GPU time lately, the rest as `other`.",
+                labels=["kernel"])
             for name, h in sorted(snap.gpu_time.items()):
                 gpu.add_metric([name], buckets(h), h.sum_s)
             yield gpu
@@ -132,8 +141,8 @@ class CallCollector:
         yield live
         launches = CounterMetricFamily(
             "cudaprobe_kernel_launches",
-            f"Kernel launches completed, by kernel name: the {MAX_KERNELS} launched most, "
-            "the rest and those of unknown name as `other`.", labels=["kernel", "api"])
+            f"Kernel launches completed, by kernel name: the {MAX_KERNELS} launched most "
+            "lately, the rest and those of unknown name as `other`.", labels=["kernel", "api"])
         for labels, n in sorted(snap.kernel_launches.items()):
             launches.add_metric(labels, n)
         yield launches

@@ -1,8 +1,10 @@
-"""The OCI image of scripts/build-image, run as the DaemonSet runs it: a
-privileged container in the host's pid namespace, tracefs and the host's
-library directories mounted, against fleet_node running on the host (not in
-a container): doctor passes, `trace --pid` records the host process's calls,
-serve's metrics are scraped.
+"""The OCI image of scripts/build-image, run as the DaemonSet runs it, read
+from deploy/kubernetes/daemonset.yaml: its capabilities and no others, its
+seccomp profile (deploy/seccomp), a read-only root with its emptyDirs as
+tmpfs, no privilege escalation, the host's pid namespace, tracefs read-only
+and the host's library directories (here the stand-ins) read-only, against
+fleet_node running on the host (not in a container): doctor passes, `trace
+--pid` records the host process's calls, serve's metrics are scraped.
 
 The image is built once for the module (the root file system is cached in
 /var/cache/cudaprobe/image: a machine's first build installs Debian's
@@ -24,6 +26,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 from cudaprobe import __version__
 
@@ -68,12 +71,42 @@ def stubs(tmp_path_factory) -> dict[str, Path]:
             for name, built in (("fleetstub", build_fleet_stub()), ("memstub", build_memstub()))}
 
 
+DAEMONSET = REPO / "deploy" / "kubernetes" / "daemonset.yaml"
+SECCOMP_DIR = REPO / "deploy" / "seccomp"
+
+
+def as_the_daemonset_runs_it() -> list[str]:
+    """podman's options for what daemonset.yaml gives its container."""
+    pod = yaml.safe_load(DAEMONSET.read_text())["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    context = container["securityContext"]
+    assert pod["hostPID"] is True and context["privileged"] is False
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"]["drop"] == ["ALL"]
+    assert context["seccompProfile"]["type"] == "Localhost"
+    profile = SECCOMP_DIR / Path(context["seccompProfile"]["localhostProfile"]).name
+    options = ["--pid=host", "--read-only", "--security-opt", "no-new-privileges",
+               "--cap-drop=all",
+               "--cap-add=" + ",".join(f"CAP_{c}" for c in context["capabilities"]["add"]),
+               "--security-opt", f"seccomp={profile}"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for mount in container["volumeMounts"]:
+        volume = volumes[mount["name"]]
+        if "emptyDir" in volume:
+            options += ["--tmpfs", mount["mountPath"]]
+        elif mount["name"] != "driver":  # the host's driver: the stand-ins below instead
+            assert mount["readOnly"] is True, mount
+            options += ["-v", f"{volume['hostPath']['path']}:{mount['mountPath']}:ro"]
+    return options
+
+
 def podman_run(stubs: dict[str, Path], *args: str, name: str | None = None) -> list[str]:
-    """`podman run` as the DaemonSet runs the pod: privileged, the host's pids,
-    tracefs, the host's libraries (here the stand-ins) under /host, read-only."""
-    return [*PODMAN, "--rm", "--privileged", "--pid=host", "--network=host",
+    """`podman run` as the DaemonSet runs the pod, the host's libraries (here
+    the stand-ins) under /host, read-only; the host's network, for the test to
+    scrape (the pod has its own)."""
+    return [*PODMAN, "--rm", *as_the_daemonset_runs_it(), "--network=host",
             *(["--name", name] if name else []),
-            "-v", "/sys/kernel/tracing:/sys/kernel/tracing",
             "-v", f"{stubs['fleetstub']}:/host/fleetstub:ro",
             "-v", f"{stubs['memstub']}:/host/memstub:ro", *args]
 
@@ -114,6 +147,9 @@ def test_doctor_passes(image, stubs):
     checks = {c["name"]: c for c in json.loads(p.stdout)["checks"]}
     assert [n for n, c in checks.items() if c["status"] == "fail"] == []
     assert checks["bcc"]["status"] == "ok"
+    # the capabilities given, not privileged's: uprobe_multi links attach with them
+    assert checks["privileges"]["found"] == "root, with CAP_BPF, CAP_PERFMON"
+    assert checks["attach"]["status"] == "ok" and "uprobe_multi" in checks["attach"]["found"]
     assert checks["pid namespace"]["status"] == "ok"  # the host's
     # Debian's headers in the image, whatever the host's kernel
     assert "/usr/src/linux-headers-" in checks["kernel headers"]["found"]
@@ -200,3 +236,23 @@ def test_serve_is_scraped(image, stubs):
         subprocess.run(["podman", "rm", "-f", name], capture_output=True, timeout=60)
         if serve.poll() is None:
             serve.kill()
+
+
+REFUSALS = """
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+for name, number, args in (("unshare", 272, (0x10000000,)), ("io_uring_setup", 425, (1, 0)),
+                           ("userfaultfd", 323, (0,)), ("keyctl", 250, (0, 0))):
+    ret = libc.syscall(number, *args)
+    print(name, errno.errorcode.get(ctypes.get_errno(), ret) if ret == -1 else "allowed")
+"""
+
+
+def test_the_seccomp_profile_refuses_what_a_tracer_never_needs(image, stubs):
+    """Unprivileged doors into the kernel (a user namespace, io_uring,
+    userfaultfd, keyrings) stay shut to a compromised serve: ENOSYS."""
+    p = subprocess.run(podman_run(stubs, "--entrypoint", "python3", image, "-c", REFUSALS),
+                       capture_output=True, text=True, timeout=SLOW_S)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split("\n")[:-1] == [f"{n} ENOSYS" for n in (
+        "unshare", "io_uring_setup", "userfaultfd", "keyctl")]

@@ -13,11 +13,13 @@ from __future__ import annotations
 import collections
 import ctypes
 import json
+import os
 import secrets
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -27,6 +29,7 @@ import pytest
 
 from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 from .conftest import expected_calls
+from .fleet import build_fleet_stub, fleet_node
 from .memstub import build_memstub, stub_env
 from .running import Lines
 
@@ -221,3 +224,74 @@ def test_live_bytes_while_a_process_holds_memory_and_gone_when_it_exits(tmp_path
     finally:
         app.kill()
         app.wait()
+
+
+FLOOD = 1000  # junk-named processes, one call each
+NOBODY = 65534
+ROUND = 34  # fleet_node's runtime calls in one round
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory uid nobody can read (tmp_path's parents are root's alone)."""
+    where = Path(tempfile.mkdtemp(prefix="cudaprobe-flood-"))
+    where.chmod(0o755)
+    yield where
+    shutil.rmtree(where)
+
+
+def test_a_flood_of_junk_names_leaves_a_busy_job_its_own_label(tmp_path, shared_dir):
+    """A tenant (uid nobody) starts FLOOD short processes, each under a junk
+    name of its own, before a real job (root's): the job still gets its own
+    `process` label (from the scrape after its first calls), and no series
+    Prometheus holds ever went down while labels moved."""
+    if not PROMETHEUS.exists():
+        pytest.skip("no /usr/bin/prometheus: run scripts/setup")
+    # copies of the stand-ins only this test's processes map: serve probes every
+    # process that maps them, and no other test's calls reach it
+    stubs = {name: Path(shutil.copytree(built, shared_dir / name))
+             for name, built in (("fleetstub", build_fleet_stub()), ("memstub", build_memstub()))}
+    flooder = Path(shutil.copy2(build_workload("junk_names.c"), shared_dir / "junk_names"))
+    env = {**os.environ, "LD_LIBRARY_PATH": f"{stubs['fleetstub']}:{stubs['memstub']}"}
+    target = f"127.0.0.1:{free_port()}"
+    serve = subprocess.Popen(
+        cudaprobe_cmd("serve", "--prometheus", target, "--api", "runtime",
+                      "--lib", str(stubs["fleetstub"] / "libcudart.so.13"), "-d", "600"),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    err = Lines(serve.stderr)
+    prometheus = node = None
+    try:
+        err.wait_for(lambda s: "serving Prometheus metrics" in s, "serving", timeout=WAIT_S)
+        prometheus = Prometheus(tmp_path, target)
+        prometheus.wait_for('up{job="cudaprobe"}', 1)
+        # every call of every series that existed, labels moved or not
+        total = "sum(max_over_time(cudaprobe_calls_total[1h]))"
+        flood = subprocess.run([str(flooder), str(FLOOD)], env=env, capture_output=True,
+                               text=True, timeout=WAIT_S, cwd="/", user=NOBODY, group=NOBODY,
+                               extra_groups=[])
+        assert flood.stdout == f"flooded {FLOOD}\n", flood.stderr
+        prometheus.wait_for(total, FLOOD)
+        node = subprocess.Popen([str(fleet_node())], env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        out = Lines(node.stdout)
+        for n in (1, 2):
+            node.stdin.write("round\n")
+            node.stdin.flush()
+            out.wait_for(lambda s, n=n: s == f"round {n}", f"round {n}", timeout=WAIT_S)
+            # scraped (and so ranked again) with this round's calls counted
+            prometheus.wait_for(total, FLOOD + n * ROUND)
+        # round 1 went to `other` (the labels were the flood's); round 2 to its own
+        assert prometheus.value('sum(cudaprobe_calls_total{process="fleet_node"})') == ROUND
+        assert prometheus.value("max(resets(cudaprobe_calls_total[1h]))") == 0
+        node.stdin.close()
+        assert node.wait(timeout=WAIT_S) == 0
+        assert stop(serve) == 0, err.text()
+        err._thread.join(timeout=WAIT_S)
+        assert ", 0 lost" in err.text()
+    finally:
+        if node is not None:
+            node.kill()
+            node.wait()
+        if prometheus is not None:
+            stop(prometheus.proc)
+        stop(serve)

@@ -6,6 +6,7 @@ each other and serve's command line."""
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 import subprocess
 
@@ -39,7 +40,7 @@ def one(kind: str) -> dict:
 def test_objects_valid_against_the_kubernetes_schemas():
     core = [o for o in objects() if o["apiVersion"] != OPERATOR_API]
     assert {o["kind"] for o in core} == {"Namespace", "ServiceAccount", "Role", "RoleBinding",
-                                         "DaemonSet", "Service"}
+                                         "DaemonSet", "Service", "NetworkPolicy"}
     for version in VERSIONS:
         for o in core:
             kubernetes_validate.validate(o, version, strict=True)
@@ -135,7 +136,53 @@ def test_the_pieces_fit():
     assert mounts.keys() == volumes.keys()
     (lib,) = params["libs"]
     assert any(lib.startswith(m["mountPath"] + "/") for m in mounts.values())
-    assert any(m["mountPath"] == "/sys/kernel/tracing" for m in mounts.values())
+    assert mounts["tracefs"]["mountPath"] == "/sys/kernel/tracing"
+
+
+SECCOMP = REPO / "deploy" / "seccomp" / "cudaprobe.json"
+CAPABILITIES = ["BPF", "PERFMON", "SYS_PTRACE", "CHECKPOINT_RESTORE"]
+
+
+def test_the_pod_has_the_capabilities_it_needs_and_no_more():
+    pod = one("DaemonSet")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    context = container["securityContext"]
+    assert context["privileged"] is False and context["allowPrivilegeEscalation"] is False
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["capabilities"] == {"drop": ["ALL"], "add": CAPABILITIES}
+    assert context["seccompProfile"] == {"type": "Localhost",
+                                         "localhostProfile": f"profiles/{SECCOMP.name}"}
+    assert "hostNetwork" not in pod and pod["automountServiceAccountToken"] is False
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for mount in container["volumeMounts"]:  # host paths read-only; what it writes, its own
+        volume = volumes[mount["name"]]
+        assert mount.get("readOnly") is True or set(volume) == {"name", "emptyDir"}, mount
+    written = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
+    assert written == {"/tmp", "/lib/modules"}
+
+
+def test_the_seccomp_profile_allows_bpf_and_denies_the_doors_a_tracer_never_uses():
+    profile = json.loads(SECCOMP.read_text())
+    assert profile["defaultAction"] == "SCMP_ACT_ERRNO"
+    allowed = {n for rule in profile["syscalls"] if rule["action"] == "SCMP_ACT_ALLOW"
+               for n in rule["names"]}
+    assert {"bpf", "perf_event_open", "ptrace", "process_vm_readv", "pidfd_open",
+            "pidfd_getfd", "openat2", "memfd_create", "clone3"} <= allowed
+    assert not allowed & {"mount", "umount2", "unshare", "setns", "keyctl", "io_uring_setup",
+                          "userfaultfd", "init_module", "finit_module", "kexec_load",
+                          "open_by_handle_at", "process_vm_writev", "fsopen", "move_mount"}
+
+
+def test_only_prometheus_may_reach_the_pods():
+    policy = one("NetworkPolicy")
+    labels = one("DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["spec"]["egress"] == []  # serve connects nowhere
+    (rule,) = policy["spec"]["ingress"]
+    (source,) = rule["from"]  # a namespace AND a pod selector: one peer, not two
+    assert set(source) == {"namespaceSelector", "podSelector"}
+    assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
 
 
 def test_kustomization_names_every_file_but_the_alternative():
@@ -159,6 +206,41 @@ def test_kubectl_kustomize_renders_it():
     ds = next(o for o in rendered if o["kind"] == "DaemonSet")
     image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == "registry.example.com/cudaprobe:0.1.0"
+
+
+def rendered_with_rbac_proxy(tmp_path) -> list[dict]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("no kubectl")
+    copy = shutil.copytree(K8S, tmp_path / "kubernetes")
+    kustomization = yaml.safe_load((copy / "kustomization.yaml").read_text())
+    kustomization["components"] = ["components/kube-rbac-proxy"]
+    (copy / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    out = subprocess.run([kubectl, "kustomize", str(copy)], capture_output=True, text=True,
+                         timeout=HANG_S, check=True).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def test_the_rbac_proxy_component_puts_serve_behind_it_on_loopback(tmp_path):
+    rendered = rendered_with_rbac_proxy(tmp_path)
+    for o in rendered:
+        if o["apiVersion"] == OPERATOR_API:
+            validate_operator_object(o)
+        else:
+            kubernetes_validate.validate(o, VERSIONS[-1], strict=True)
+    ds = next(o for o in rendered if o["kind"] == "DaemonSet")
+    serve, proxy = ds["spec"]["template"]["spec"]["containers"]
+    assert "ports" not in serve  # nothing of serve's reachable from outside the pod
+    params = serve_command.make_context("serve", serve["args"][1:]).params
+    host, port = parse_listen_address(params["prometheus_at"])
+    assert host == "127.0.0.1"
+    assert f"--upstream=http://127.0.0.1:{port}/" in proxy["args"]
+    assert proxy["ports"][0]["name"] == "metrics"  # what the Service and the policy name
+    assert proxy["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    monitor = next(o for o in rendered if o["kind"] == "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["scheme"] == "https"
+    kinds = {o["kind"] for o in rendered}
+    assert {"ClusterRole", "ClusterRoleBinding", "NetworkPolicy"} <= kinds
 
 
 def test_files_are_where_the_docs_say():

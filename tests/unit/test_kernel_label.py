@@ -1,9 +1,10 @@
-"""The kernel label of the metrics: bounded to the kernels launched most,
-every series only growing (analysis.metrics.KernelLaunches, Prometheus)."""
+"""The kernel label of the metrics: bounded to the kernels launched most
+lately, every series only growing (analysis.labels, Prometheus)."""
 
 from __future__ import annotations
 
-from cudaprobe.analysis.metrics import OTHER, CallMetrics, KernelLaunches
+from cudaprobe.analysis.labels import OTHER
+from cudaprobe.analysis.metrics import CallMetrics
 from cudaprobe.decode.calls import Call
 from cudaprobe.output.prometheus import MetricsServer
 
@@ -15,23 +16,26 @@ def launch(name: str | None, api: str = "runtime", event: str = "cudaLaunchKerne
     return Call(0.0, 0, 100, 101, "app", event, api, "kernel", 1_000, 0, "cudaSuccess", args, "")
 
 
-def test_top_kernels_labelled_the_rest_other_and_no_series_shrinks():
-    k = KernelLaunches(max_kernels=2)
-    for name in ["a", "b", "c", "c", "c", None]:
-        k.add(name, "runtime")
+def launches(m: CallMetrics, now_s: int) -> dict[tuple[str, str], int]:
+    return m.snapshot(now_ns=now_s * 1_000_000_000).kernel_launches
+
+
+def test_top_kernels_labelled_the_rest_other_and_no_series_shrinks(monkeypatch):
+    monkeypatch.setattr("cudaprobe.analysis.metrics.MAX_KERNELS", 2)
+    m = CallMetrics(alive=lambda pid: True)
+    m.add([launch(n) for n in ["a", "b", "c", "c", "c", None]])
     # a and b took the two labels as they came (c's launches went to other); ranked
-    # now, c (3) and a (1, before b by name) hold them: b stops being exported, and
+    # now, c (3) and a (1, labelled already) hold them: b stops being exported, and
     # c's series starts, counting from its next launch
-    assert k.rank() == {("a", "runtime"): 1, (OTHER, "runtime"): 4}
-    k.add("c", "runtime")
-    k.add("c", "runtime")
-    k.add("b", "driver")  # not labelled: other
-    # c (5) and b (2) now: b's series is back as it was, a's is no longer exported
-    assert k.rank() == {("c", "runtime"): 2, ("b", "runtime"): 1, (OTHER, "runtime"): 4,
-                        (OTHER, "driver"): 1}
-    before = k.rank()
-    k.add("a", "runtime")
-    after = k.rank()
+    assert launches(m, 1) == {("a", "runtime"): 1, (OTHER, "runtime"): 4}
+    m.add([launch("c"), launch("c"), launch("b", api="driver"), launch("b", api="driver"),
+           launch("b", api="driver")])  # b is not labelled: other
+    # c and b now (a made no launch): b's series is back as it was, a's is no longer exported
+    assert launches(m, 2) == {("c", "runtime"): 2, ("b", "runtime"): 1, (OTHER, "runtime"): 4,
+                              (OTHER, "driver"): 3}
+    before = launches(m, 3)
+    m.add([launch("a")])
+    after = launches(m, 4)
     assert all(after[key] >= n for key, n in before.items() if key in after)  # none shrank
 
 

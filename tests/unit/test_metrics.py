@@ -3,8 +3,9 @@ direction, live bytes, the process cap. No root, no exporter."""
 
 from __future__ import annotations
 
+from cudaprobe.analysis.labels import OTHER
 from cudaprobe.analysis.memtrack import ROLES
-from cudaprobe.analysis.metrics import COPIES, LATENCY_BOUNDS_S, MEMSETS, OTHER, CallMetrics
+from cudaprobe.analysis.metrics import COPIES, LATENCY_BOUNDS_S, MEMSETS, CallMetrics
 from cudaprobe.analysis.summary import Summary
 from cudaprobe.catalogue.functions import FUNCTIONS
 from cudaprobe.decode.calls import Call
