@@ -206,9 +206,9 @@ def _refused(t: Target, cupti: Path | None) -> str:
 def test_refusals(target_exe, fake_cupti):
     t = Target([str(target_exe), "1", "0"], env={"FAKE_CUPTI_SUBSCRIBED": "1"})
     try:  # a profiler holds CUPTI: refused, nothing left on
-        assert _refused(t, fake_cupti).endswith(
-            "CUPTI refused activity recording (CUptiResult 39: the program has a CUPTI "
-            "subscriber of its own)")
+        assert _refused(t, fake_cupti) == (
+            'the GPU-time library in it said: "CUPTI refused activity recording (CUptiResult '
+            '39: the program has a CUPTI subscriber of its own)"')
         t.wait_settled()
         # no GPU: the real libcupti, found under CUDA_HOME, refuses
         assert "CUPTI" in _refused(t, None) or "libcupti" in _refused(t, None)
