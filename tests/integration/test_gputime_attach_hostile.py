@@ -21,6 +21,7 @@ import pytest
 
 from cudaprobe.targets.cupti import build_library, find_libcupti
 from cudaprobe.targets.elfsyms import read_symbols
+
 from ..conftest import HANG_S, NOBODY, as_not_root, build_workload
 from .test_gputime_attach import Target, helper
 
@@ -218,22 +219,3 @@ def test_what_stays_after_cupti_refused(hostile_exe, library):
     finally:
         assert t.finish() == RAN_UNTOUCHED
 
-
-def test_a_process_gone_before_its_memory_is_opened(hostile_exe):
-    """Checked by pid, then gone (a zombie: its pid not yet free, soon anyone's):
-    its /proc/PID/mem is not taken as that process's memory."""
-    from cudaprobe.targets.inject import ProcessMemory
-    from cudaprobe.targets.pidfd import HeldProcess
-    p = subprocess.Popen([str(hostile_exe), "idle"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        assert p.stdout.readline().startswith(b"ready")
-        process = HeldProcess(p.pid)
-        assert process.alive()
-        p.kill()
-        os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped
-        with pytest.raises(ProcessLookupError):
-            ProcessMemory(process)
-        process.close()
-    finally:
-        p.kill()
-        p.wait()
