@@ -23,7 +23,7 @@ from cudaprobe.targets.cupti import build_library, find_libcupti
 from cudaprobe.targets.elfsyms import read_symbols
 
 from ..conftest import HANG_S, NOBODY, as_not_root, build_workload
-from .test_gputime_attach import Target, helper
+from .test_gputime_attach import Target, helper, libc_code_end
 
 pytestmark = pytest.mark.slow
 
@@ -99,11 +99,11 @@ def test_a_forged_descriptor_is_not_opened(hostile_exe, library, fake_cupti):
             assert Path(f"/proc/{t.pid}/status").read_text().count(f"\t{NOBODY}\t") >= 1
             watch = Watch(victim)
             (cycle,) = helper(t.pid, 1, None, fake_cupti)
+            assert watch.events() == []  # not opened, not written, not closed after writing
+            assert victim.read_bytes() == b"root's own\n"
             assert no_gpu_time(cycle["said"], t.pid) == (
                 "the descriptor its GPU-time library gave for its records is refused: "
                 "not a memfd")
-            assert watch.events() == []  # not opened, not written, not closed after writing
-            assert victim.read_bytes() == b"root's own\n"
         finally:
             assert t.finish() == RAN_UNTOUCHED
     finally:
@@ -146,21 +146,6 @@ def test_a_thread_with_a_seccomp_filter_of_its_own_is_not_chosen(hostile_exe, fa
         assert t.loaded() == 0
     finally:
         assert t.finish() == RAN_UNTOUCHED
-
-
-def libc_code_end(pid: int) -> tuple[str, bytes]:
-    """The C library's executable mapping (its maps line) and the bytes of its
-    last page, where the stub goes."""
-    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
-        fields = line.split()
-        if fields[1] == "r-xp" and re.search(r"/libc\.so\.6$", line):
-            end = int(fields[0].split("-")[1], 16)
-            fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
-            try:
-                return line, os.pread(fd, 4096, end - 4096)
-            finally:
-                os.close(fd)
-    raise AssertionError("no libc mapped")
 
 
 def test_nothing_is_written_when_no_thread_is_caught(hostile_exe, fake_cupti):
