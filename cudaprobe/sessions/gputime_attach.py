@@ -118,15 +118,8 @@ class GpuTimeAttach:
         except ProcessLookupError:
             return "it has exited"
         try:
-            got = self.injector.inject(process)
-            if isinstance(got, str):
-                return got
-            mem, control = got
-            try:
-                return self._started(process, mem, control)
-            finally:
-                if not any(i.mem is mem for i in self._done):
-                    mem.close()
+            return self.injector.inject(
+                process, lambda mem, control: self._started(process, mem, control))
         finally:
             if not any(i.process is process for i in self._done):
                 process.close()

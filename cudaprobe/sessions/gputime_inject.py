@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from cudaprobe.probe.safepoint import SafePoint
@@ -41,6 +42,7 @@ SAFE_POINT_S = 5.0  # how long a CUDA call entry is waited for, in all
 THREAD_WAIT_S = 1.0  # how long one seized thread gets to reach one
 STUB_WAIT_S = 30.0  # how long the stub may take (loading CUPTI on a GPU: seconds)
 ENTRY_SLACK = 16  # the stop comes after the probed instruction: entry + its length
+Started = Callable[[ProcessMemory, int], str]
 
 
 class Injector:
@@ -54,11 +56,13 @@ class Injector:
         self.stub = stub
         self.memfd_name = memfd_name
 
-    def inject(self, process: HeldProcess) -> tuple[ProcessMemory, int] | str:
-        """The process's memory (ours to close) and the address its library's
-        attach function returned; or why not. Each check by pid below is of
+    def inject(self, process: HeldProcess, started: Started) -> str:
+        """The library in, and `started(mem, address)` called with the process's
+        memory and what its attach function returned, at once (the library's
+        heartbeat runs from then: the safe-point probes are taken off after);
+        why not, or what `started` said. Each check by pid below is of
         `process`: its /proc/PID/mem is opened after them, and confirmed its
-        (alive) once open."""
+        (alive) once open. `mem` is closed here unless `started` said ""."""
         pid = process.pid
         why = refusal(pid)
         if why:
@@ -81,13 +85,13 @@ class Injector:
             mem = ProcessMemory(process)
         except ProcessLookupError:
             return "it has exited"
-        got = "the injection did not finish"
+        why = "the injection did not finish"
         try:
-            got = self._at_safe_point(process, view, mem, space, call)
+            why = self._at_safe_point(process, view, mem, space, call, started)
         finally:
-            if isinstance(got, str):
+            if why:
                 mem.close()
-        return (mem, got) if isinstance(got, int) else got
+        return why
 
     def _call(self, pid: int, loaded: list[Mapping], mapped_cupti: str) -> StubCall:
         """Load the library, or call it where it is loaded already."""
@@ -107,7 +111,7 @@ class Injector:
                           self.library.read_bytes())
 
     def _at_safe_point(self, process: HeldProcess, view: CudaView, mem: ProcessMemory,
-                       space: CodeSpace, call: StubCall) -> int | str:
+                       space: CodeSpace, call: StubCall, started: Started) -> str:
         """The stub run by the first thread caught at an outermost CUDA call entry;
         the recording taken on at once (the library's heartbeat runs from its start).
         A thread is checked as itself once seized (ours, and so until released),
@@ -147,7 +151,8 @@ class Injector:
                         filtered += 1
                         thread.resume(0)
                         continue
-                    return self._run(process, thread, sig, mem, space, call)
+                    got = self._run(process, thread, sig, mem, space, call)
+                    return got if isinstance(got, str) else started(mem, got)
                 finally:
                     point.disarm(tid)
                     thread.release(sig)
