@@ -1,8 +1,8 @@
 """--gpu-time on processes that are already running (--pid, --comm): the
-GPU-time library injected into each (targets/inject.py, at a safe point that
-probe/safepoint.py finds), its records read from a memfd in the process, a
-heartbeat kept in its memory while tracing, and its recording stopped at
-the end. Every reason not to have GPU time for a process is one line; the
+GPU-time library injected into each (sessions/gputime_inject.py), its
+control block checked (sessions/gputime_control.py), its records read from
+a memfd in the process, a heartbeat kept in its memory while tracing, and
+its recording stopped at the end. Every reason not to have GPU time for a process is one line; the
 trace goes on without it. docs/gputime.md says what is done, step by step.
 """
 
@@ -19,33 +19,16 @@ from pathlib import Path
 
 from cudaprobe.decode.gputime import GpuReader, GpuWork
 from cudaprobe.errors import CudaprobeError
-from cudaprobe.probe.safepoint import SafePoint
-from cudaprobe.targets.cupti import build_library, cupti_source_dir, find_libcupti
-from cudaprobe.targets.elfsyms import read_symbols
-from cudaprobe.targets.inject import (
-    CodeSpace,
-    Mapping,
-    ProcessMemory,
-    StubCall,
-    code_space,
-    fill_memfd,
-    mappings,
-    open_memfd,
-    read_layout,
-    run_stub,
-    stub_code,
-)
-from cudaprobe.targets.injectable import CudaView, cuda_view, refusal, stop_signal
-from cudaprobe.targets.procmaps import same_mount_namespace
-from cudaprobe.targets.ptrace import PtraceError, TracedThread
+from cudaprobe.sessions.gputime_control import quoted, read_control
+from cudaprobe.sessions.gputime_inject import Injector
+from cudaprobe.targets.cupti import build_library, cupti_source_dir
+from cudaprobe.targets.inject import ProcessMemory, mappings, read_layout, stub_code
+from cudaprobe.targets.pidfd import HeldProcess, take_memfd
 
-SAFE_POINT_S = 5.0  # how long a CUDA call entry is waited for, in all
-THREAD_WAIT_S = 1.0  # how long one seized thread gets to reach one
-STUB_WAIT_S = 30.0  # how long the stub may take (loading CUPTI on a GPU: seconds)
 HEARTBEAT_S = 0.5
 STOP_WAIT_S = 10.0  # for the library to flush and stop
-ENTRY_SLACK = 16  # the stop comes after the probed instruction: entry + its length
 RECORDS_NAME = "/memfd:cudaprobe-gpu-records (deleted)"
+RECORDS_AT_START = 64 << 20  # what the library's records memfd may hold when handed over
 FALLOC_PUNCH_HOLE = 0x03  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
@@ -79,6 +62,7 @@ def say_outcome(reader: GpuReader, notify: Callable[[str], None], nothing: str
 @dataclass
 class Injected:
     pid: int
+    process: HeldProcess  # held: its pid is never another's while read or written
     mem: ProcessMemory
     control: int  # address of the library's control block
     records_fd: int  # ours: the memfd the library writes
@@ -103,8 +87,9 @@ class GpuTimeAttach:
             notify(f"no GPU time: {why}")
             return
         self.layout = read_layout(cupti_source_dir() / "inject.h")
-        self.stub = stub_code(self.library)
         self.memfd_name = "cudaprobe-" + self.library.stem  # gputime-<hash of its source>
+        self.injector = Injector(self.library, self.layout, stub_code(self.library),
+                                 self.memfd_name)
         self.reader = GpuReader(None, keep)
 
     @property
@@ -128,131 +113,36 @@ class GpuTimeAttach:
             self.notify(f"no GPU time for pid {pid}: {why}")
 
     def _attach(self, pid: int) -> str:
-        why = refusal(pid)
-        if why:
-            return why
-        maps = mappings(pid)
-        view = cuda_view(pid, maps)
-        if not view.libraries:
-            return "it maps no CUDA library (libcuda, libcudart)"
-        space = code_space(pid, maps)
-        if isinstance(space, str):
-            return space
-        if space.room < len(self.stub):
-            return f"no room for the loader's {len(self.stub)} bytes at the end of its C library"
-        loaded = [m for m in maps if m.path.startswith("/memfd:cudaprobe-gputime-")]
-        if loaded and not any(self.memfd_name in m.path for m in loaded):
-            return ("it holds the GPU-time library of another cudaprobe version: "
-                    "restart it to use this one's")
-        call = self._call(pid, [m for m in loaded if m.offset == 0], view.cupti)
-        mem = ProcessMemory(pid)
         try:
-            if mem.read(space.stub_address, len(self.stub)) != self.stub:
-                mem.write(space.stub_address, self.stub)
-            return self._at_safe_point(pid, view, mem, space, call)
+            process = HeldProcess(pid)
+        except ProcessLookupError:
+            return "it has exited"
+        try:
+            return self.injector.inject(
+                process, lambda mem, control: self._started(process, mem, control))
         finally:
-            if not any(i.mem is mem for i in self._done):
-                mem.close()
+            if not any(i.process is process for i in self._done):
+                process.close()
 
-    def _call(self, pid: int, loaded: list[Mapping], mapped_cupti: str) -> StubCall:
-        """Load the library, or call it where it is loaded already."""
-        cupti = ""
-        if same_mount_namespace(pid):
-            cupti = os.environ.get("CUDAPROBE_CUPTI") or str(find_libcupti() or "")
-        text = mapped_cupti or cupti  # the program's own libcupti first: one CUPTI a process
-        args = (0, os.getpid(), 1)
-        if loaded:
-            fn = loaded[0].start + read_symbols(str(self.library)).vaddrs["gputime_inject_attach"]
-            return StubCall(fn=fn, args=args, text=text, text_arg=0)
-        return StubCall(symbol="gputime_inject_attach", args=args, text=text, text_arg=0,
-                        memfd_name=self.memfd_name)
-
-    def _fill(self, pid: int, fd: int) -> str:
-        return fill_memfd(pid, fd, f"/memfd:{self.memfd_name} (deleted)",
-                          self.library.read_bytes())
-
-    def _at_safe_point(self, pid: int, view: CudaView, mem: ProcessMemory, space: CodeSpace,
-                       call: StubCall) -> str:
-        """The stub run by the first thread caught at an outermost CUDA call entry;
-        the recording taken on at once (the library's heartbeat runs from its start)."""
-        tried: set[int] = set()
-        with SafePoint(pid, view.libraries, view.inside) as point:
-            deadline = time.monotonic() + SAFE_POINT_S  # from the probes' start
-            if not point.probes:
-                return "its CUDA libraries define none of the calls a safe point is taken at"
-            while time.monotonic() < deadline:
-                fresh = [t for t in point.busiest_threads() if t not in tried]
-                if not fresh:
-                    time.sleep(0.005)
-                    continue
-                tid = fresh[0]
-                tried.add(tid)
-                sig = stop_signal(pid, tid)
-                if not sig:
-                    continue
-                try:
-                    thread = TracedThread(tid)
-                except PtraceError as e:
-                    if e.errno == 1:  # EPERM
-                        return f"ptrace is not allowed on it ({e.strerror})"
-                    continue  # the thread exited
-                try:
-                    if not self._caught(thread, point, sig, deadline):
-                        continue
-                    result = run_stub(thread, sig, mem, self.layout, space, call,
-                                      lambda fd: self._fill(pid, fd), STUB_WAIT_S)
-                    if result.done:
-                        thread.detach(0)  # on through the stub's end, back to its call
-                    else:
-                        return f"the injection did not finish: {result.error}"
-                    if call.fn == 0 and not result.handle:
-                        return f"its loader refused the library: {result.error or '?'}"
-                    if not result.result:
-                        return "the library's attach function was not found"
-                    return self._started(pid, mem, result.result)
-                finally:
-                    point.disarm(tid)
-                    thread.release(sig)
-        return (f"no thread of it entered a CUDA call within {SAFE_POINT_S:.0f} s "
-                   "(the safe point the library is loaded at): it runs on untouched")
-
-    def _caught(self, thread: TracedThread, point: SafePoint, sig: int, deadline: float) -> bool:
-        """The seized thread stopped by our signal at a probed entry."""
-        point.arm(thread.tid, sig)
-        until = min(deadline, time.monotonic() + THREAD_WAIT_S)
-        while (left := until - time.monotonic()) > 0:
-            stop = thread.wait(left)
-            if stop is None or stop.exited:
-                return False
-            if stop.event:  # job control stopped it: let it be
-                thread.detach(0)
-                return False
-            if stop.signal != sig:
-                thread.resume(stop.signal)
-                continue
-            at = point.signalled_at(thread.tid)
-            rip = thread.registers().rip
-            if at is not None and at - 1 <= rip < at + ENTRY_SLACK:
-                return True
-            thread.resume(0)  # ours, elsewhere (it had it blocked): suppressed, try again
-            point.arm(thread.tid, sig)
-        return False
-
-    def _started(self, pid: int, mem: ProcessMemory, control: int) -> str:
-        L = self.layout
-        block = mem.read(control, L["CONTROL_SIZE"])
-        state, fd, owner = struct.unpack_from("<IiI", block, L["C_STATE"])
-        why = block[L["C_WHY"]:].split(b"\0", 1)[0].decode(errors="replace")
-        if state == L["ATTACH_REFUSED"]:
-            return why or "the library refused"
-        if owner != os.getpid() or state != L["ATTACH_RECORDING"]:
-            return (f"its GPU-time library is recording for cudaprobe pid {owner} (or one "
-                    "killed less than 5 s ago)")
-        ours = open_memfd(pid, fd, RECORDS_NAME, os.O_RDWR)
+    def _started(self, process: HeldProcess, mem: ProcessMemory, control: int) -> str:
+        """The control block read (checked), and the records' memfd taken."""
+        L, pid = self.layout, process.pid
+        library = [m for m in mappings(pid) if m.path == f"/memfd:{self.memfd_name} (deleted)"]
+        if not process.alive():
+            return "it has exited"
+        block = read_control(mem, control, L, library)
+        if isinstance(block, str):
+            return block
+        if block.state == L["ATTACH_REFUSED"]:
+            return f"the GPU-time library in it said: {quoted(block.why)}"
+        if block.owner != os.getpid() or block.state != L["ATTACH_RECORDING"]:
+            return (f"its GPU-time library is recording for cudaprobe pid {block.owner} (or "
+                    "one killed less than 5 s ago)")
+        ours, why = take_memfd(process, block.fd, RECORDS_NAME, RECORDS_AT_START)
         if ours is None:
-            return "the library's records memfd is not where it said"
+            return f"the descriptor its GPU-time library gave for its records is refused: {why}"
         with self._lock:
-            self._done.append(Injected(pid, mem, control, ours))
+            self._done.append(Injected(pid, process, mem, control, ours))
         self.reader.add_file(Path(f"/proc/self/fd/{ours}"))
         if self._beats is None:
             self._beats = threading.Thread(target=self._heartbeat, daemon=True)
@@ -338,5 +228,6 @@ class GpuTimeAttach:
             for i in self._done:
                 os.close(i.records_fd)
                 i.mem.close()
+                i.process.close()
             self._done.clear()
 

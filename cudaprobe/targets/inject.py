@@ -9,11 +9,14 @@ thread's registers, the addresses of dlopen/dlsym/dlerror, the function and
 its arguments) goes on the thread's stack below its red zone; rsp and rip are
 pointed at them, and the thread is let run, with the signal suppressed.
 
-The stub stops twice with the same signal: after it made a memfd (stage 1:
-cudaprobe writes the library into it through /proc/PID/fd/N, checked to be
-that memfd, and sets F_GO) and when done (stage 2: cudaprobe reads the
-result). cudaprobe writes into the process only while the thread is stopped
-there, so a cudaprobe killed at any moment leaves the stub to run on alone:
+The stub's bytes are written while the thread is stopped at the safe point,
+right before it is sent there: a process no thread of which is caught is
+never written to. The stub stops twice with the same signal: after it made a
+memfd (stage 1: cudaprobe takes that memfd with pidfd_getfd, checks it
+(targets/pidfd.py), writes the library into it and sets F_GO) and when done
+(stage 2: cudaprobe reads the result). cudaprobe writes into the process only
+while the thread is stopped there, so a cudaprobe killed at any moment leaves
+the stub to run on alone:
 the signal is ignored (it is one the process neither catches nor blocks, and
 whose default is to ignore it), F_GO is not 1, nothing is loaded, and the
 thread goes back to its CUDA call with every register as it was.
@@ -30,11 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudaprobe.targets.elfsyms import read_symbols
+from cudaprobe.targets.pidfd import HeldProcess, take_memfd
 from cudaprobe.targets.ptrace import Registers, TracedThread
 
 SLOT_REGISTERS = ("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "r8", "r9", "r10", "r11",
                   "r12", "r13", "r14", "r15", "eflags")
 PAGE = 4096
+SAID_LIMIT = 256  # bytes of a text the process wrote (dlerror()) that are read
 
 
 def read_layout(header: Path) -> dict[str, int]:
@@ -44,10 +49,15 @@ def read_layout(header: Path) -> dict[str, int]:
 
 
 class ProcessMemory:
-    """Another process's memory through /proc/PID/mem (root: ptrace access)."""
+    """Another process's memory through /proc/PID/mem (root: ptrace access),
+    opened by pid while `process` holds it: the memory of that process, not of
+    one that took its pid since."""
 
-    def __init__(self, pid: int) -> None:
-        self.fd = os.open(f"/proc/{pid}/mem", os.O_RDWR | os.O_CLOEXEC)
+    def __init__(self, process: HeldProcess) -> None:
+        self.fd = os.open(f"/proc/{process.pid}/mem", os.O_RDWR | os.O_CLOEXEC)
+        if not process.alive():
+            os.close(self.fd)
+            raise ProcessLookupError(f"pid {process.pid} has exited")
 
     def read(self, address: int, size: int) -> bytes:
         return os.pread(self.fd, size, address)
@@ -59,8 +69,9 @@ class ProcessMemory:
     def u64(self, address: int) -> int:
         return struct.unpack("<Q", self.read(address, 8))[0]
 
-    def string(self, address: int, limit: int = 512) -> str:
-        return self.read(address, limit).split(b"\0", 1)[0].decode(errors="replace")
+    def string(self, address: int, limit: int = 512) -> bytes:
+        """The process's bytes up to a NUL, at most `limit`: its words, not ours."""
+        return self.read(address, limit).split(b"\0", 1)[0]
 
     def close(self) -> None:
         os.close(self.fd)
@@ -158,17 +169,20 @@ class StubResult:
     done: bool = False  # stage 2 was reached: the fields below are the stub's
     result: int = 0
     handle: int = 0
-    error: str = ""  # dlerror(), or why the stub did not finish
+    error: str = ""  # why the stub did not finish
+    said: bytes = b""  # dlerror()'s text, the process's words: bounded, not yet escaped
     loaded: bool = False  # the memfd was filled and F_GO given
 
 
 def run_stub(thread: TracedThread, signal: int, mem: ProcessMemory, layout: dict[str, int],
-             space: CodeSpace, call: StubCall, fill: Callable[[int], str],
+             space: CodeSpace, stub: bytes, call: StubCall, fill: Callable[[int], str],
              wait_s: float) -> StubResult:
-    """With `thread` in a signal-delivery stop: the frame written, the thread sent
-    into the stub, its two stops answered. `fill(fd)` fills the memfd the stub
-    made (stage 1) and returns the path to dlopen, or "" to give up."""
+    """With `thread` in a signal-delivery stop: the stub and the frame written,
+    the thread sent into the stub, its two stops answered. `fill(fd)` fills the
+    memfd the stub made (stage 1) and returns the path to dlopen, or "" to give up."""
     L = layout
+    if mem.read(space.stub_address, len(stub)) != stub:  # written once per process
+        mem.write(space.stub_address, stub)
     regs = thread.registers()
     ret_slot = regs.rsp - 8 - L["STUB_POP"]
     frame = (ret_slot - L["FRAME_SIZE"]) & ~(L["FRAME_ALIGN"] - 1)
@@ -229,41 +243,27 @@ def run_stub(thread: TracedThread, signal: int, mem: ProcessMemory, layout: dict
             result.handle = mem.u64(frame + L["F_HANDLE"])
             error = mem.u64(frame + L["F_ERROR"])
             if error:
-                result.error = mem.string(error)
+                result.said = mem.string(error, SAID_LIMIT)
             return result
         else:  # ours, but not the stub's (sent again by the program?): suppressed
             thread.resume(0)
 
 
-def open_memfd(pid: int, fd: int, name: str, flags: int) -> int | None:
-    """Our own descriptor of the process's fd, if it is the memfd named `name`
-    (a process could have put another file there: checked on what was opened)."""
-    try:
-        ours = os.open(f"/proc/{pid}/fd/{fd}", flags | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        fcntl.fcntl(ours, fcntl.F_GET_SEALS)  # memfd (shmem) only
-        if os.readlink(f"/proc/self/fd/{ours}") == name:
-            return ours
-    except OSError:
-        pass
-    os.close(ours)
-    return None
-
-
-def fill_memfd(pid: int, fd: int, name: str, data: bytes) -> str:
-    """The stub's memfd (stage 1), checked empty, filled and sealed; the path its
-    process opens it by, or "" to give up."""
-    ours = open_memfd(pid, fd, name, os.O_RDWR)
+def fill_memfd(process: HeldProcess, fd: int, name: str, data: bytes) -> str:
+    """The stub's memfd (stage 1), taken from the process (never reopened by
+    number), checked an empty, unsealed memfd of the name the stub gives it,
+    filled and sealed; the path its process opens it by, or "" to give up."""
+    ours, _ = take_memfd(process, fd, name, 0)
     if ours is None:
         return ""
     try:
-        if os.fstat(ours).st_size:
+        # the process's threads share this open file and its offset: written at 0
+        if os.pwrite(ours, data, 0) != len(data):
             return ""
-        os.write(ours, data)
         fcntl.fcntl(ours, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
                     | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL)
+    except OSError:
+        return ""
     finally:
         os.close(ours)
     return f"/proc/self/fd/{fd}"

@@ -3,11 +3,12 @@ what the injection needs to know about it: each refusal is one line (why),
 said by the caller, who traces on without GPU time.
 
 A process is refused when ptrace cannot or should not touch it (Yama's
-ptrace_scope 3, a seccomp filter that the injected code's system calls could
-trip, a debugger or another cudaprobe already attached), when it is a zombie,
-or when it maps no CUDA library. A thread is usable when it neither catches
-nor blocks the stop signal, one of those whose default is to be ignored, so
-that a signal left over by a cudaprobe that was killed does nothing.
+ptrace_scope 3, a seccomp filter on every thread, which the injected code's
+system calls could trip, a debugger or another cudaprobe already attached),
+when it is a zombie, or when it maps no CUDA library. A thread is usable when
+it has no seccomp filter of its own and neither catches nor blocks the stop
+signal, one of those whose default is to be ignored, so that a signal left
+over by a cudaprobe that was killed does nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ CUDA_LIBRARY = re.compile(r"/lib(cuda|cudart)\.so[\d.]*$")
 CUDA_CODE = re.compile(r"/lib(cu|nv|nccl)[^/]*\.so[^/]*$")
 CUPTI = re.compile(r"/libcupti\.so[\d.]*$")
 YAMA = "/proc/sys/kernel/yama/ptrace_scope"
+SECCOMP_WHY = "which the injected code's system calls (memfd_create, tgkill, mmap) could trip"
 
 
 def refusal(pid: int) -> str:
@@ -43,14 +45,21 @@ def refusal(pid: int) -> str:
                 return "ptrace is disabled on this machine (Yama ptrace_scope is 3)"
     except OSError:
         pass
-    if status_field("Seccomp", pid) == "2":
-        return ("it runs under a seccomp filter, which the injected code's system calls "
-                "(memfd_create, tgkill, mmap) could trip")
-    for tid in threads(pid):
+    tids = threads(pid)
+    if tids and all(under_seccomp(pid, tid) for tid in tids):
+        return f"it runs under a seccomp filter, {SECCOMP_WHY}"
+    for tid in tids:
         tracer = status_field("TracerPid", f"{pid}/task/{tid}")
         if tracer not in (None, "0"):
             return f"it is already traced by pid {tracer} (a debugger, or another cudaprobe)"
     return ""
+
+
+def under_seccomp(pid: int, tid: int) -> bool:
+    """The thread itself runs under seccomp (a filter or strict mode), or is gone:
+    seccomp is a thread's, and a thread may put a filter on itself alone, so the
+    main thread's says nothing of the one the stub would run in."""
+    return status_field("Seccomp", f"{pid}/task/{tid}") != "0"
 
 
 def threads(pid: int) -> list[int]:

@@ -18,6 +18,7 @@ import signal
 import sys
 
 import cudaprobe.sessions.gputime_attach as ga
+import cudaprobe.sessions.gputime_inject as gi
 from cudaprobe.targets import ptrace
 
 
@@ -42,28 +43,28 @@ POINTS = {
     # seized, the safe-point signal not yet asked for
     "seized": lambda: after(ptrace.TracedThread, "__init__"),
     # the probe armed: the signal comes with no tracer
-    "armed": lambda: after(ga.SafePoint, "arm"),
+    "armed": lambda: after(gi.SafePoint, "arm"),
     # stopped at the safe point, nothing changed yet
-    "stopped": lambda: after(ga.GpuTimeAttach, "_caught", lambda *a: True),
+    "stopped": lambda: after(gi.Injector, "_caught", lambda *a: True),
     # the frame written and rip/rsp moved, not yet let go
     "moved": lambda: after(ptrace.TracedThread, "set_registers"),
     # stage 1: the stub's memfd made, not filled, F_GO not given
-    "stage1": lambda: setattr(ga.GpuTimeAttach, "_fill", lambda self, pid, fd: die()),
+    "stage1": lambda: setattr(gi.Injector, "_fill", lambda self, process, fd: die()),
     # stage 2: the library loaded and recording, the thread not yet let go
-    "stage2": lambda: after(ga, "run_stub"),
+    "stage2": lambda: after(gi, "run_stub"),
     # recording, heartbeat running: the library's watcher must stop it alone
     "recording": lambda: after(ga.GpuTimeAttach, "_started"),
 }
 
 
-SAFE_POINT = ga.SafePoint
+SAFE_POINT = gi.SafePoint
 
 
 class OneSafePoint:
     """The safe-point probes compiled once and kept open for every cycle."""
 
     def __init__(self) -> None:
-        self.point: ga.SafePoint | None = None
+        self.point: gi.SafePoint | None = None
 
     def __call__(self, pid: int, libraries: list[str], inside: list) -> OneSafePoint:
         if self.point is None:
@@ -72,7 +73,7 @@ class OneSafePoint:
             del self.point._bpf["seen"][key]
         return self
 
-    def __enter__(self) -> SAFE_POINT:
+    def __enter__(self) -> gi.SafePoint:
         return self.point
 
     def __exit__(self, *exc: object) -> None:
@@ -83,7 +84,7 @@ def main() -> None:
     pid, cycles = int(sys.argv[1]), int(sys.argv[2])
     if len(sys.argv) > 3:
         POINTS[sys.argv[3]]()
-    ga.SafePoint = OneSafePoint()  # type: ignore[misc, assignment]
+    gi.SafePoint = OneSafePoint()  # type: ignore[misc, assignment]
     for _ in range(cycles):
         said: list[str] = []
         gpu = ga.GpuTimeAttach(said.append)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -110,6 +111,21 @@ class Target:
             time.sleep(0.05)
 
 
+def libc_code_end(pid: int) -> tuple[str, bytes]:
+    """The C library's executable mapping (its maps line) and the bytes of its
+    last page, where the stub goes."""
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        fields = line.split()
+        if fields[1] == "r-xp" and re.search(r"/libc\.so\.6$", line):
+            end = int(fields[0].split("-")[1], 16)
+            fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+            try:
+                return line, os.pread(fd, 4096, end - 4096)
+            finally:
+                os.close(fd)
+    raise AssertionError("no libc mapped")
+
+
 def helper(pid: int, cycles: int, kill: str | None, cupti: Path | None) -> list[dict]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     if cupti is not None:
@@ -144,8 +160,11 @@ def test_cycles_on_a_c_program(target_exe, fake_cupti):
 def test_cudaprobe_killed_during_the_injection(target_exe, fake_cupti, point):
     t = Target([str(target_exe), "2", "0"])
     try:
+        page = libc_code_end(t.pid)
         helper(t.pid, 1, point, fake_cupti)
         t.wait_settled()  # the watcher stops alone once the heartbeat stops
+        # nothing written before the thread is sent into the stub
+        assert (libc_code_end(t.pid) == page) == (point in ("seized", "armed", "stopped"))
         # loaded only where the kill came after the loader's call
         assert t.loaded() == (1 if point in ("stage2", "recording") else 0)
         again = helper(t.pid, 1, None, fake_cupti)  # and it can be attached to again
@@ -206,9 +225,9 @@ def _refused(t: Target, cupti: Path | None) -> str:
 def test_refusals(target_exe, fake_cupti):
     t = Target([str(target_exe), "1", "0"], env={"FAKE_CUPTI_SUBSCRIBED": "1"})
     try:  # a profiler holds CUPTI: refused, nothing left on
-        assert _refused(t, fake_cupti).endswith(
-            "CUPTI refused activity recording (CUptiResult 39: the program has a CUPTI "
-            "subscriber of its own)")
+        assert _refused(t, fake_cupti) == (
+            'the GPU-time library in it said: "CUPTI refused activity recording (CUptiResult '
+            '39: the program has a CUPTI subscriber of its own)"')
         t.wait_settled()
         # no GPU: the real libcupti, found under CUDA_HOME, refuses
         assert "CUPTI" in _refused(t, None) or "libcupti" in _refused(t, None)

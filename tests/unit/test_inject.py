@@ -5,13 +5,17 @@ library: position-independent, so its bytes there are the assembler's."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 
 import pytest
 
+from cudaprobe.sessions.gputime_control import CONTROL_MAGIC, quoted
 from cudaprobe.targets import cupti
-from cudaprobe.targets.inject import SLOT_REGISTERS, read_layout, stub_code
+from cudaprobe.targets.inject import SLOT_REGISTERS, ProcessMemory, read_layout, stub_code
+from cudaprobe.targets.pidfd import HeldProcess, memfd_mismatch
 
 SRC = cupti.cupti_source_dir()
 
@@ -45,3 +49,51 @@ def test_stub_copied_out_is_the_assembled_code(tmp_path, monkeypatch):
     code = stub_code(built)
     assert code == raw.read_bytes()[:len(code)] and len(code) > 100
     assert code[:4] == bytes.fromhex("480fae84")  # fxsave64 off rsp: its first instruction
+
+
+def test_control_magic_is_inject_h_s():
+    text = (SRC / "inject.h").read_text()
+    (magic,) = re.findall(r'^#define CONTROL_MAGIC "(\w+)"', text, re.M)
+    assert CONTROL_MAGIC == magic.encode().ljust(8, b"\0")
+
+
+def test_the_process_words_quoted():
+    assert quoted(b'no "GPU"\x1b[2J\x07\n\xff') == '"no \\"GPU\\"\\x1b[2J\\x07\\n\ufffd"'
+
+
+def test_only_an_unsealed_writable_memfd_of_its_name_passes():
+    name = "/memfd:cudaprobe-check (deleted)"
+    fd = os.memfd_create("cudaprobe-check", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    unsealable = os.memfd_create("cudaprobe-check", os.MFD_CLOEXEC)
+    path = os.open("/etc/hostname", os.O_PATH | os.O_CLOEXEC)
+    plain = os.open("/etc/hostname", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        assert memfd_mismatch(fd, name, 0) == ""
+        assert memfd_mismatch(fd, "/memfd:other (deleted)", 0) == "a memfd of another name"
+        assert memfd_mismatch(unsealable, name, 0) == "a sealed memfd"  # F_SEAL_SEAL
+        assert memfd_mismatch(path, name, 0) == "not a memfd"
+        assert memfd_mismatch(plain, name, 0) == "not a memfd"
+        os.write(fd, b"x")
+        assert memfd_mismatch(fd, name, 0) == "a memfd of 1 bytes (at most 0 expected)"
+    finally:
+        for d in (fd, unsealable, path, plain):
+            os.close(d)
+
+
+def test_a_process_gone_before_its_memory_is_opened():
+    """Checked by pid, then gone (a zombie: its pid not yet free, soon anyone's):
+    its /proc/PID/mem is not taken as that process's memory."""
+    p = subprocess.Popen(["sleep", "600"])
+    try:
+        process = HeldProcess(p.pid)
+        assert process.alive()
+        ProcessMemory(process).close()
+        p.kill()
+        os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped
+        assert not process.alive()
+        with pytest.raises(ProcessLookupError):
+            ProcessMemory(process)
+        process.close()
+    finally:
+        p.kill()
+        p.wait()
