@@ -2,8 +2,8 @@
 is: the process's memory, which the process may have written anything into.
 Its control block (cupti/inject.h) is taken only where our library's memfd
 is mapped writable, every field bounded and checked; a text it carries (why
-CUPTI refused, the loader's dlerror()) is cut to a bound, escaped and quoted
-as the process's words, never said as cudaprobe's own.
+CUPTI refused, the loader's dlerror()) is cut to a bound and quoted as the
+process's words (escaped where it is shown), never said as cudaprobe's own.
 """
 
 from __future__ import annotations
@@ -11,17 +11,18 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from cudaprobe.output.text import escape
 from cudaprobe.targets.inject import Mapping, ProcessMemory
 
+MAX_SAID = 256  # bytes of the process's text kept in a message
 MAX_FD = 1 << 20  # above any RLIMIT_NOFILE a kernel allows (fs.nr_open)
 CONTROL_MAGIC = b"CPATTC1\0"  # inject.h's, NUL and all (tests/unit/test_inject.py)
 
 
 def quoted(said: bytes) -> str:
-    """The process's text, one line, safe on a terminal or in a log, in quotes."""
-    text = escape(said.decode(errors="replace")).replace('"', '\\"')
-    return f'"{text}"'
+    """The process's text, bounded, in quotes. Not escaped here: every message
+    is escaped where it is shown (output/notices.py), and escaping twice would
+    show each backslash doubled."""
+    return f'"{said[:MAX_SAID].decode(errors="replace")}"'
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import subprocess
 
 import pytest
 
+from cudaprobe.output.text import escape
 from cudaprobe.sessions.gputime_control import CONTROL_MAGIC, quoted
 from cudaprobe.targets import cupti
 from cudaprobe.targets.inject import SLOT_REGISTERS, ProcessMemory, read_layout, stub_code
@@ -57,8 +58,9 @@ def test_control_magic_is_inject_h_s():
     assert CONTROL_MAGIC == magic.encode().ljust(8, b"\0")
 
 
-def test_the_process_words_quoted():
-    assert quoted(b'no "GPU"\x1b[2J\x07\n\xff') == '"no \\"GPU\\"\\x1b[2J\\x07\\n\ufffd"'
+def test_the_process_words_quoted_bounded_and_escaped_once_where_shown():
+    said = quoted(b'no GPU\x1b[2J\x07\n\xff' + b"x" * 1000)
+    assert escape(said) == '"no GPU\\x1b[2J\\x07\\n\ufffd' + "x" * 243 + '"'
 
 
 def test_only_an_unsealed_writable_memfd_of_its_name_passes():
