@@ -48,17 +48,20 @@ def _owners() -> tuple[int, ...]:
     return (0,) if os.geteuid() == 0 else (0, os.geteuid())
 
 
-def unsafe_entry(st: os.stat_result, sticky_ok: bool = False) -> str:
-    """Why a file or directory of this stat may be changed by someone other
-    than root or us; "" if it may not."""
-    if st.st_uid not in _owners():
-        return f"owned by uid {st.st_uid}"
-    if st.st_mode & 0o022:
-        if sticky_ok and stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX \
-                and st.st_uid == 0:
+def unsafe_owner(uid: int, mode: int, sticky_ok: bool = False) -> str:
+    """Why a file or directory of this owner and mode may be changed by someone
+    other than root or us; "" if it may not."""
+    if uid not in _owners():
+        return f"owned by uid {uid}"
+    if mode & 0o022:
+        if sticky_ok and stat.S_ISDIR(mode) and mode & stat.S_ISVTX and uid == 0:
             return ""
-        return "writable by " + ("others" if st.st_mode & 0o002 else "its group")
+        return "writable by " + ("others" if mode & 0o002 else "its group")
     return ""
+
+
+def unsafe_entry(st: os.stat_result, sticky_ok: bool = False) -> str:
+    return unsafe_owner(st.st_uid, st.st_mode, sticky_ok)
 
 
 def unsafe_path(path: Path, sticky_ok: bool = False) -> str:
