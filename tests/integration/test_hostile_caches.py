@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from cudaprobe.targets import cupti
+from cudaprobe.targets.elfsyms import read_symbols
 
 from ..conftest import NOBODY, as_not_root, build_workload
 from .conftest import trace_jsonl
@@ -111,3 +112,35 @@ def test_a_compiler_the_user_names_is_never_run(tmp_path, libcuda, attacker, mar
     (line,) = gpu_lines(proc.stderr)  # built, loaded, and CUPTI said why it had nothing
     assert line.startswith("cudaprobe: --gpu-time: no GPU activity was recorded: "), line
     assert [c["event"] for c in calls] == ["cuInit"]
+
+
+def test_a_forged_build_id_does_not_name_a_later_trace(tmp_path, libcudart, attacker):
+    """nobody runs a copy of a root program (two_kernels.cu) whose kernel
+    `short_named` is renamed `rm_rf_slash`, the build-id kept: traced by root,
+    its launch is named by its own table, and the cache keeps none of it; the
+    root program traced next, with the same cache, is named rightly."""
+    real = build_workload("two_kernels.cu", extra=["-cudart=shared"])
+    forged = attacker / real.name
+    data = real.read_bytes()
+    assert data.count(b"short_named") >= 1
+    forged.write_bytes(data.replace(b"short_named", b"rm_rf_slash"))
+    forged.chmod(0o755)
+    os.chown(forged, NOBODY, NOBODY)
+    build_id = read_symbols(str(real)).build_id
+    assert read_symbols(str(forged)).build_id == build_id
+    cache = tmp_path / "cache"  # root's, as /var/cache/cudaprobe is
+    env = {**os.environ, "CUDAPROBE_CACHE_DIR": str(cache)}
+
+    def kernel_names(run: str, command: list[str]) -> list[str]:
+        d = tmp_path / run
+        d.mkdir()
+        calls, _, proc = trace_jsonl(d, "--lib", str(libcudart), "--api", "runtime",
+                                     command=command, env=env)
+        assert proc.returncode == 0, proc.stderr
+        return [c["args"].get("func_name") for c in calls if c["event"] == "cudaLaunchKernel"]
+
+    assert kernel_names("forged", as_not_root([str(forged)]))[1] == "rm_rf_slash(int*)"
+    kept_forged = (cache / "symbols" / build_id).exists()
+    assert kernel_names("real", [str(real)])[1] == "short_named(int*)"
+    assert not kept_forged
+    assert (cache / "symbols" / build_id).exists()  # root's program: kept
