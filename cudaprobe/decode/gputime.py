@@ -130,7 +130,8 @@ class _File:
 CHUNK = 4 << 20
 MAX_NAME_BYTES = 16 << 20  # kernel names of one process (a real one: a few MB at most)
 MAX_FUNCTIONS = 1 << 14  # CUPTI's callback ids of one process (a few thousand exist)
-_FILE_NAME = re.compile(r"^gputime\.([1-9][0-9]{0,9})\.bin$")
+# gputime.<pid>.bin (a test's stand-in writes gputime.fake-<pid>.bin): the pid its records are of
+_FILE_NAME = re.compile(r"^gputime\.(?:[a-z]+-)?([1-9][0-9]{0,9})\.bin$")
 
 
 @dataclass
