@@ -27,6 +27,7 @@ from __future__ import annotations
 import bisect
 import os
 import re
+import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,14 +111,27 @@ def gpu_object(work: list[GpuWork]) -> dict[str, Any]:
 class _File:
     """One process's file: read incrementally, its tables kept between reads."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, pid: int, path: Path | None = None, fd: int | None = None) -> None:
+        self.path = path  # in the private directory: opened anew at each poll
+        self.fd = fd  # or ours, kept open by whoever gave it (an attached process's memfd)
         self.offset = 0
-        self.pid = 0
+        self.pid = pid  # the process we know wrote it, not what its header says
         self.clock_offset: int | None = None  # ns added to its timestamps; None: no header yet
         self.system_tids = True  # its API records' tids are the kernel's (joinable)
         self.names: dict[int, str] = {}
+        self.name_bytes = 0
         self.functions: dict[tuple[int, int], str] = {}
+        self.done = False  # found not to be the library's: never read again
+
+
+# The file is written by the process traced, which may make it anything: a
+# 1 TiB hole, a header that lies, names without end. It is read in chunks
+# from where the last poll stopped, and what it may make us keep is bounded.
+CHUNK = 4 << 20
+MAX_NAME_BYTES = 16 << 20  # kernel names of one process (a real one: a few MB at most)
+MAX_FUNCTIONS = 1 << 14  # CUPTI's callback ids of one process (a few thousand exist)
+# gputime.<pid>.bin (a test's stand-in writes gputime.fake-<pid>.bin): the pid its records are of
+_FILE_NAME = re.compile(r"^gputime\.(?:[a-z]+-)?([1-9][0-9]{0,9})\.bin$")
 
 
 @dataclass
@@ -132,7 +146,7 @@ class GpuReader:
     seen: int = 0  # GPU records read
     statuses: dict[int, str] = field(default_factory=dict)  # pid -> why no GPU time
     dropped: int = 0  # activity records CUPTI dropped (buffers full)
-    bad_files: int = 0  # files that are not the library's (cut or foreign)
+    bad_files: int = 0  # files that are not the library's (cut, foreign, holed, lying)
     foreign_tids: int = 0  # processes whose CUPTI could not give the kernel's thread ids
     all_api_records: int = 0  # processes whose CUPTI recorded every call (no fine-grained switch)
     _files: dict[str, _File] = field(default_factory=dict)
@@ -147,12 +161,12 @@ class GpuReader:
         except OSError:
             names = []
         for name in names:
-            if name.startswith("gputime.") and name.endswith(".bin"):
-                f = self._files.get(name)
-                if f is None:
-                    f = self._files[name] = _File(self.directory / name)
+            named = _FILE_NAME.match(name)
+            if named and name not in self._files:
+                self._files[name] = _File(int(named.group(1)), path=self.directory / name)
         for f in self._files.values():
-            self._read(f, new)
+            if not f.done:
+                self._read(f, new)
         self.seen += len(new)
         if self.keep:
             self.work.extend(new)
@@ -161,53 +175,78 @@ class GpuReader:
                     w.api = self._apis.get((w.pid, w.correlation))
         return new
 
-    def add_file(self, path: Path) -> None:
-        self._files.setdefault(str(path), _File(path))
+    def add_file(self, fd: int, pid: int) -> None:
+        """The records of process `pid` in our descriptor `fd` (kept open by the caller)."""
+        self._files.setdefault(f"fd:{fd}", _File(pid, fd=fd))
 
-    def offset(self, path: Path) -> int:
-        """How far the file has been read (its records before are done with)."""
-        f = self._files.get(str(path))
-        return f.offset if f is not None and f.offset < 1 << 62 else 0
+    def offset(self, fd: int) -> int:
+        """How far the file of add_file(fd) has been read (its records before are done with)."""
+        f = self._files.get(f"fd:{fd}")
+        return f.offset if f is not None else 0
+
+    def _bad(self, f: _File) -> None:
+        self.bad_files += 1
+        f.done = True
 
     def _read(self, f: _File, new: list[GpuWork]) -> None:
+        fd = f.fd
+        if fd is None:
+            try:  # a link or a FIFO put there is not followed, not waited on
+                fd = os.open(f.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError:
+                return
         try:
-            with open(f.path, "rb") as fh:
-                fh.seek(f.offset)
-                data = fh.read()
-        except OSError:
-            return
-        pos = 0
-        if f.clock_offset is None:
-            if len(data) < HEADER.size:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                self._bad(f)
                 return
-            magic, version, pid, clock, record_size, offset, system_tids, api_records = \
-                HEADER.unpack_from(data)
-            if magic != MAGIC or version != VERSION or record_size != RECORD.size:
-                self.bad_files += 1
-                f.offset = 1 << 62  # never read again
-                return
-            f.pid = pid
-            f.system_tids = bool(system_tids)
-            if not system_tids:
-                self.foreign_tids += 1
-            if api_records == API_ALL:
-                self.all_api_records += 1
-            f.clock_offset = offset if clock == CLOCK_REALTIME else 0
-            pos = HEADER.size
-        pos = self.decode(f, data, pos, new)
-        f.offset += pos
+            while not f.done:
+                try:
+                    data = os.pread(fd, CHUNK, f.offset)
+                except OSError:
+                    return
+                used = self._header(f, data) if f.clock_offset is None else 0
+                if f.clock_offset is None:
+                    return  # not all written yet, or not the library's
+                used = self.decode(f, data, used, new)
+                f.offset += used
+                if len(data) < CHUNK or not used:
+                    return  # all read, or a record not all written yet
+        finally:
+            if fd != f.fd:
+                os.close(fd)
+
+    def _header(self, f: _File, data: bytes) -> int:
+        """The file's header read (bytes used), or 0: not all there yet, or not the
+        library's (then done with). Its pid is not ours to trust: a directory's
+        file must say the pid of its name; an attached process's is the one we know."""
+        if len(data) < HEADER.size:
+            return 0
+        magic, version, pid, clock, record_size, offset, system_tids, api_records = \
+            HEADER.unpack_from(data)
+        if magic != MAGIC or version != VERSION or record_size != RECORD.size \
+                or (f.path is not None and pid != f.pid):
+            self._bad(f)
+            return 0
+        f.system_tids = bool(system_tids)
+        if not system_tids:
+            self.foreign_tids += 1
+        if api_records == API_ALL:
+            self.all_api_records += 1
+        f.clock_offset = offset if clock == CLOCK_REALTIME else 0
+        return HEADER.size
 
     def decode(self, f: _File, data: bytes, pos: int, new: list[GpuWork]) -> int:
-        """Whole records of `data` from `pos` on; returns where the unread tail begins."""
+        """Whole records of `data` from `pos` on; returns where the unread tail
+        begins. A record that cannot be one (a hole reads as zeros) ends the file."""
         shift = f.clock_offset or 0
         unpack, end_of_data = RECORD.unpack_from, len(data)
         while pos + RECORD.size <= end_of_data:
             (kind, size, corr, start, end, nbytes, device, context, stream, tid, cbid,
              name_id, domain, copy_kind) = unpack(data, pos)
-            if size < RECORD.size or pos + size > end_of_data:
-                if size < RECORD.size:
-                    self.bad_files += 1
-                    return end_of_data
+            if size < RECORD.size:
+                self._bad(f)
+                return pos
+            if pos + size > end_of_data:
                 break  # its text is not all written yet
             text = (data[pos + RECORD.size:pos + size].rstrip(b"\0").decode("utf-8", "replace")
                     if size > RECORD.size else "")
@@ -221,9 +260,12 @@ class GpuReader:
                 function = f.functions.get((domain, cbid), "")
                 self._apis[(f.pid, corr)] = ApiCall(tid, start + shift, end + shift, function)
             elif kind == NAME:
-                f.names[name_id] = text
+                grown = f.name_bytes + len(text) - len(f.names.get(name_id, ""))
+                if grown <= MAX_NAME_BYTES:  # else unnamed: the kernel's row is kept
+                    f.names[name_id], f.name_bytes = text, grown
             elif kind == FUNCTION:
-                f.functions[(domain, cbid)] = _VERSION_SUFFIX.sub("", text)
+                if len(f.functions) < MAX_FUNCTIONS or (domain, cbid) in f.functions:
+                    f.functions[(domain, cbid)] = _VERSION_SUFFIX.sub("", text)
             elif kind == STATUS:
                 self.statuses[f.pid] = text
             elif kind == DROPPED:

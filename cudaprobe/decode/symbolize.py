@@ -90,7 +90,8 @@ class KernelSymbolizer:
         self.proc = proc
         self._maps: dict[int, list[Mapping]] = {}
         self._names: dict[tuple[int, int], str | None] = {}
-        self._by_build_id: dict[str, ElfSymbols | None] = {}
+        self._by_build_id: dict[str, ElfSymbols] = {}  # tables of root's files
+        self._by_process: dict[tuple[int, str], ElfSymbols | None] = {}  # the rest, per process
         self._candidates: list[str] = []  # files that may hold kernels (add_candidates)
 
     @classmethod
@@ -122,21 +123,31 @@ class KernelSymbolizer:
             symbols = read_symbols(path)
         except (OSError, CudaprobeError):
             return None
-        if symbols.build_id and symbols.build_id not in self._by_build_id:
+        # by build-id for every process only a table of root's file (symcache says
+        # why): a build-id is what a file claims
+        if symbols.build_id and symbols.build_id not in self._by_build_id \
+                and symcache.trusted_origin(symbols):
             self._by_build_id[symbols.build_id] = symbols
             symcache.save(symbols)
         return symbols
 
     def symbols_by_build_id(self, build_id: str, pid: int) -> ElfSymbols | None:
-        """The symbols of the object with `build_id`, wherever they can be found."""
-        if build_id in self._by_build_id:
-            return self._by_build_id[build_id]
+        """The symbols of the object with `build_id`, wherever they can be found:
+        a table another user's file gave, or none found, is for `pid` alone."""
+        found = self._by_build_id.get(build_id) or self._by_process.get((pid, build_id))
+        if found is not None or (pid, build_id) in self._by_process:
+            return found
         symbols = symcache.load(build_id)
         if symbols is None:
             paths = [m.path for m in self._maps.get(pid, [])] + self._candidates
             path = next((p for p in dict.fromkeys(paths) if build_id_of(p) == build_id), None)
             symbols = self._symbols(path) if path else None
-        self._by_build_id[build_id] = symbols
+            if symbols is not None and symbols.build_id != build_id:
+                symbols = None  # not the file looked at a moment before
+        if symbols is not None and symcache.trusted_origin(symbols):
+            self._by_build_id[build_id] = symbols
+        else:
+            self._by_process[(pid, build_id)] = symbols
         return symbols
 
     def in_object(self, pid: int, address: int, frame: tuple[str, int, int]

@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from cudaprobe.decode.gputime import GpuReader, GpuWork
 from cudaprobe.errors import CudaprobeError
@@ -143,7 +142,7 @@ class GpuTimeAttach:
             return f"the descriptor its GPU-time library gave for its records is refused: {why}"
         with self._lock:
             self._done.append(Injected(pid, process, mem, control, ours))
-        self.reader.add_file(Path(f"/proc/self/fd/{ours}"))
+        self.reader.add_file(ours, pid)
         if self._beats is None:
             self._beats = threading.Thread(target=self._heartbeat, daemon=True)
             self._beats.start()
@@ -171,7 +170,7 @@ class GpuTimeAttach:
     def _free_read(self) -> None:
         """Pages already read given back (under the lock)."""
         for i in self._done:
-            done = self.reader.offset(Path(f"/proc/self/fd/{i.records_fd}")) // 4096 * 4096
+            done = self.reader.offset(i.records_fd) // 4096 * 4096
             if done:
                 _libc.fallocate(i.records_fd, FALLOC_PUNCH_HOLE, 0, done)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from cudaprobe.probe.safepoint import SafePoint
 from cudaprobe.sessions.gputime_control import quoted
-from cudaprobe.targets.cupti import find_libcupti
+from cudaprobe.targets.cupti import cupti_library
 from cudaprobe.targets.elfsyms import read_symbols
 from cudaprobe.targets.environment import status_field
 from cudaprobe.targets.inject import (
@@ -97,7 +97,7 @@ class Injector:
         """Load the library, or call it where it is loaded already."""
         cupti = ""
         if same_mount_namespace(pid):
-            cupti = os.environ.get("CUDAPROBE_CUPTI") or str(find_libcupti() or "")
+            cupti = cupti_library()
         text = mapped_cupti or cupti  # the program's own libcupti first: one CUPTI a process
         args = (0, os.getpid(), 1)
         if loaded:

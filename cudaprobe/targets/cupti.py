@@ -2,11 +2,18 @@
 
 The library is built from the toolkit's CUPTI headers, by scripts/setup or
 on first use, into a cache keyed by its source (CUDAPROBE_CACHE, else
-$XDG_CACHE_HOME/cudaprobe, else ~/.cache/cudaprobe), so that a changed
-source is rebuilt and two versions of cudaprobe do not share one. It needs
-only the headers to build: libcupti is dlopen'ed by the library in the
-program, from the path found here (CUDAPROBE_CUPTI), so a machine without
-CUPTI still runs the program, untimed.
+/var/cache/cudaprobe as root, else $XDG_CACHE_HOME/cudaprobe or
+~/.cache/cudaprobe), so that a changed source is rebuilt and two versions of
+cudaprobe do not share one. It needs only the headers to build: libcupti is
+dlopen'ed by the library in the program, from the path found here
+(CUDAPROBE_CUPTI), so a machine without CUPTI still runs the program, untimed.
+
+The library is loaded into the processes traced, as root where cudaprobe
+runs as root: the cache is used only where root alone (or, not root, we
+alone) can write (targets/cachedir.py), the library found there only if it is
+a regular file no one else can write, and, as root, it is built by
+/usr/bin/cc in a clean environment from headers no one else can write (CC,
+PATH and CUDA_HOME under `sudo -E` are the invoking user's).
 
 Nothing here raises: GPU time is an extra, and every reason not to have it
 is one line (`GpuTimeSetup.why`) said by the caller, which goes on.
@@ -21,6 +28,14 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cudaprobe.targets.cachedir import (
+    cache_root,
+    open_trusted,
+    trusted_dir,
+    unsafe_path,
+    write_new,
+)
+
 SOURCE = "gputime.c"
 HEADER = "gputime.h"
 # the library is built from these together (attach.c and the stub: --pid --gpu-time)
@@ -29,6 +44,9 @@ HEADERS = (HEADER, "inject.h")
 INJECTION_VAR = "CUDA_INJECTION64_PATH"
 DIR_VAR = "CUDAPROBE_GPUTIME_DIR"
 CUPTI_VAR = "CUDAPROBE_CUPTI"
+CACHE_VAR = "CUDAPROBE_CACHE"
+ROOT_CC = "/usr/bin/cc"  # as root: never a compiler the environment names
+ROOT_BUILD_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 
 
 def cupti_source_dir() -> Path | None:
@@ -45,10 +63,25 @@ def cuda_home() -> Path:
 
 
 def cache_dir() -> Path:
-    if os.environ.get("CUDAPROBE_CACHE"):
-        return Path(os.environ["CUDAPROBE_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "cudaprobe"
+    return cache_root(CACHE_VAR)
+
+
+def compiler() -> tuple[list[str], dict[str, str] | None]:
+    """(the C compiler, the environment it runs in: None for ours). As root,
+    /usr/bin/cc with only a fixed PATH: gcc takes its helpers and headers
+    from variables too (COMPILER_PATH, CPATH)."""
+    if os.geteuid() == 0:
+        return [ROOT_CC], dict(ROOT_BUILD_ENV)
+    return [os.environ.get("CC") or "cc"], None
+
+
+def cupti_library() -> str:
+    """The libcupti the library is to load: CUDAPROBE_CUPTI, else the toolkit's;
+    as root, only one no one else can change (it is loaded into the program)."""
+    given = os.environ.get(CUPTI_VAR)
+    if given and not (os.geteuid() == 0 and unsafe_path(Path(given))):
+        return given
+    return str(find_libcupti() or "")
 
 
 def find_libcupti() -> Path | None:
@@ -57,7 +90,8 @@ def find_libcupti() -> Path | None:
     for d in (home / "lib64", home / "targets" / "x86_64-linux" / "lib",
               home / "extras" / "CUPTI" / "lib64"):
         for name in ("libcupti.so", *sorted(p.name for p in d.glob("libcupti.so.*"))):
-            if (d / name).exists():
+            # as root, one no one else can change: the library loads it into the program
+            if (d / name).exists() and not (os.geteuid() == 0 and unsafe_path(d / name)):
                 return (d / name).resolve()
     return None
 
@@ -70,6 +104,9 @@ def library_path() -> tuple[Path | None, str]:
     include = cuda_home() / "include"
     if not (include / "cupti.h").is_file():
         return None, f"no CUPTI headers ({include}/cupti.h): set CUDA_HOME to the CUDA toolkit"
+    untrusted = unsafe_path(include) if os.geteuid() == 0 else ""
+    if untrusted:  # its headers would be compiled into what root injects
+        return None, f"the CUDA headers are not root's alone ({untrusted}): not built"
     digest = hashlib.sha256(b"".join((src / name).read_bytes() for name in SOURCES + HEADERS))
     return cache_dir() / f"gputime-{digest.hexdigest()[:16]}.so", ""
 
@@ -79,30 +116,42 @@ def build_library() -> tuple[Path | None, str]:
     out, why = library_path()
     if out is None:
         return None, why
-    if out.is_file():
-        return out, ""
-    src, include = cupti_source_dir(), cuda_home() / "include"
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".gputime-", suffix=".so", dir=out.parent)
+    directory, why = trusted_dir(out.parent)
+    if directory is None:
+        return None, f"the cache is not cudaprobe's alone ({why}): not used"
+    out = directory / out.name
+    fd, why = open_trusted(out)
+    if fd is not None:
         os.close(fd)
-    except OSError as e:
-        return None, f"cannot write to {out.parent}: {e.strerror}"
-    cmd = [os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", tmp,
-           *(str(src / name) for name in SOURCES), f"-I{src}", f"-I{include}", "-ldl",
-           "-lpthread"]
+        return out, ""
+    if why:  # a link, a FIFO, another user's file: never loaded, never followed
+        return None, f"the cached library is refused ({why})"
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        os.unlink(tmp)
+        # a new name made with O_EXCL, renamed into place when built: a second
+        # cudaprobe building at once finds one or the other, never half of one
+        write_new(directory, out.name, _compile, mode=0o755)
+    except BuildFailed as e:
         return None, f"cannot build {SOURCE}: {e}"
-    if done.returncode != 0:
-        os.unlink(tmp)
-        first = (done.stderr.strip().splitlines() or ["?"])[0]
-        return None, f"cannot build {SOURCE}: {first}"
-    os.chmod(tmp, 0o755)
-    os.replace(tmp, out)  # atomic: a second cudaprobe building at once finds one or the other
+    except OSError as e:
+        return None, f"cannot write to {directory}: {e.strerror}"
     return out, ""
+
+
+class BuildFailed(Exception):
+    pass
+
+
+def _compile(_fd: int, tmp: str) -> None:
+    src, include = cupti_source_dir(), cuda_home() / "include"
+    cc, env = compiler()
+    cmd = [*cc, "-O2", "-shared", "-fPIC", "-o", tmp, *(str(src / name) for name in SOURCES),
+           f"-I{src}", f"-I{include}", "-ldl", "-lpthread"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise BuildFailed(str(e)) from None
+    if done.returncode != 0:
+        raise BuildFailed((done.stderr.strip().splitlines() or ["?"])[0])
 
 
 @dataclass
@@ -134,12 +183,18 @@ def prepare(command_env: dict[bytes, bytes] | None) -> GpuTimeSetup:
     if lib is None:
         return GpuTimeSetup(why=why)
     # private (0700, as mkdtemp makes it): no other user can put records there. A
-    # command that switches to another user cannot write there either: no GPU time
-    directory = Path(tempfile.mkdtemp(prefix="cudaprobe-gputime-"))
+    # command that switches to another user cannot write there either: no GPU time.
+    # As root, made only where no one else can move it away ($TMPDIR under sudo -E
+    # is the user's): what is in it is read, and removed at the end
+    parent = tempfile.gettempdir()
+    untrusted = unsafe_path(Path(parent), sticky_ok=True) if os.geteuid() == 0 else ""
+    if untrusted:
+        return GpuTimeSetup(why=f"the temporary directory is not root's alone ({untrusted})")
+    directory = Path(tempfile.mkdtemp(prefix="cudaprobe-gputime-", dir=parent))
     env = {INJECTION_VAR: str(lib), DIR_VAR: str(directory)}
-    cupti = find_libcupti()
-    if cupti is not None:
-        env[CUPTI_VAR] = str(cupti)
+    cupti = cupti_library()
+    if cupti:
+        env[CUPTI_VAR] = cupti
     return GpuTimeSetup(env=env, directory=directory)
 
 

@@ -21,6 +21,7 @@ links the runtime statically, often as local symbols that only .symtab holds.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import mmap
 import os
@@ -64,6 +65,9 @@ class ElfSymbols:
     # (p_vaddr, p_memsz, p_offset) of each PT_LOAD segment
     loads: tuple[tuple[int, int, int], ...] = ()
     build_id: str = ""  # NT_GNU_BUILD_ID in hex, or ""
+    # (uid, mode, size, mtime ns) of the file as read (fstat of the very file parsed):
+    # symcache keeps the tables of files no one but root could have written
+    origin: tuple[int, int, int, int] = ()
 
     @functools.cached_property
     def vaddrs(self) -> dict[str, int]:
@@ -123,8 +127,10 @@ def read_symbols(path: str) -> ElfSymbols:
 def _read_symbols(path: str, _ino: int, _mtime: int) -> ElfSymbols:
     check_elf(path)
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        st = os.fstat(f.fileno())
         try:
-            return _parse(path, data)
+            return dataclasses.replace(_parse(path, data), origin=(
+                st.st_uid, st.st_mode, st.st_size, st.st_mtime_ns))
         except (struct.error, ValueError, IndexError) as e:
             raise LibraryNotFound(path, f"malformed ELF ({e})") from None
 

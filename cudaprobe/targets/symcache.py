@@ -6,15 +6,34 @@ process has exited. A table read from a file (elfsyms) is written here under
 its build-id, so a later session, or this one after the process is gone,
 finds it without the file's path, and without reading a 456 MB library again.
 
-Files are $CUDAPROBE_CACHE_DIR/symbols/<build-id> (default
-$XDG_CACHE_HOME/cudaprobe, else ~/.cache/cudaprobe): a JSON header line
-(path, loads, count), then the start addresses and sizes as 8-byte words,
-then the names joined by NUL. Written to a temporary name and renamed, so a
-reader never sees half a file; one that does not parse is read as absent.
+A build-id is what a file claims, not what it is: anyone can make a file
+that claims a root library's build-id and name its functions as they like.
+A table kept here names the kernels of every later process that maps an
+object of that build-id, so only what no one else could have written is kept:
+- the cache is a directory only root (cudaprobe not run as root: only root
+  or its user) can write, every directory on the way too (targets/cachedir.py);
+- a table is stored only if the file it was parsed from (elfsyms' fstat of
+  that very file: `ElfSymbols.origin`) is owned by root (or, not root, by us)
+  and writable by neither group nor others. A user's file is read for its
+  own process but never stored, so it names nothing in another's;
+- an entry records what it was read from (owner, size, mtime) and a digest
+  of its own body; one whose digest does not match, whose owner is not
+  trusted, or that is not a plain file of ours, is read as absent. Entries
+  of the older format, written without these checks, are absent too.
+A lookup by build-id alone (the process gone) thus only ever finds tables
+read from files of root's.
+
+Files are <cache>/symbols/<build-id>, the cache being $CUDAPROBE_CACHE_DIR,
+else /var/cache/cudaprobe as root, else $XDG_CACHE_HOME/cudaprobe or
+~/.cache/cudaprobe: a JSON header line (path, loads, count, origin, digest),
+then the start addresses and sizes as 8-byte words, then the names joined by
+NUL. Written to a new name (O_EXCL) and renamed, so a reader never sees half
+a file; one that does not parse is read as absent.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -22,65 +41,98 @@ import sys
 from array import array
 from pathlib import Path
 
+from cudaprobe.targets.cachedir import (
+    cache_root,
+    open_trusted,
+    trusted_dir,
+    unsafe_owner,
+    write_new,
+)
 from cudaprobe.targets.elfsyms import ElfSymbols
 
-FORMAT = 1
+FORMAT = 2
+CACHE_VAR = "CUDAPROBE_CACHE_DIR"
 _BUILD_ID = re.compile(r"^[0-9a-f]{2,80}$")  # hex: also what keeps it a plain file name
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("CUDAPROBE_CACHE_DIR")
-    if base:
-        return Path(base)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "cudaprobe"
+    return cache_root(CACHE_VAR)
 
 
-def _file(build_id: str) -> Path | None:
-    return cache_dir() / "symbols" / build_id if _BUILD_ID.match(build_id) else None
+def trusted_origin(symbols: ElfSymbols) -> bool:
+    """Whether the file `symbols` were parsed from could be written by no one
+    but root (or, not root, us): only such a table may name another's kernels."""
+    if not symbols.origin:
+        return False
+    uid, mode, _size, _mtime = symbols.origin
+    return not unsafe_owner(uid, mode)
+
+
+def _directory() -> Path | None:
+    directory, _ = trusted_dir(cache_dir() / "symbols")
+    return directory
 
 
 def save(symbols: ElfSymbols) -> None:
-    """Keep `symbols` under its build-id; quietly not where it has none or the
-    cache cannot be written (names are then read from the file, as before)."""
-    path = _file(symbols.build_id)
-    if path is None or path.exists():
+    """Keep `symbols` under its build-id; quietly not where it has none, its
+    file could be another user's, or the cache cannot be written or is not
+    ours alone (names are then read from the file, as before)."""
+    if not _BUILD_ID.match(symbols.build_id) or not trusted_origin(symbols):
         return
+    directory = _directory()
+    if directory is None or os.path.lexists(directory / symbols.build_id):
+        return
+    body = b"".join((_words(symbols.starts), _words(symbols.sizes),
+                     "\0".join(symbols.names).encode("utf-8", "surrogateescape")))
+    uid, mode, size, mtime = symbols.origin
     header = {"format": FORMAT, "path": symbols.path, "pie": symbols.is_pie_or_shared,
-              "loads": symbols.loads, "count": len(symbols.starts)}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
+              "loads": symbols.loads, "count": len(symbols.starts),
+              "origin": {"uid": uid, "mode": mode, "size": size, "mtime_ns": mtime},
+              "digest": hashlib.sha256(body).hexdigest()}
+
+    def fill(fd: int, _tmp: str) -> None:
+        with os.fdopen(os.dup(fd), "wb") as f:
             f.write(json.dumps(header).encode() + b"\n")
-            f.write(_words(symbols.starts))
-            f.write(_words(symbols.sizes))
-            f.write("\0".join(symbols.names).encode("utf-8", "surrogateescape"))
-        os.replace(tmp, path)
+            f.write(body)
+    try:
+        write_new(directory, symbols.build_id, fill)
     except OSError:
-        tmp.unlink(missing_ok=True)
+        pass
 
 
 def load(build_id: str) -> ElfSymbols | None:
     """The table kept under `build_id`, or None."""
-    path = _file(build_id)
-    if path is None:
+    if not _BUILD_ID.match(build_id):
+        return None
+    directory = _directory()
+    if directory is None:
+        return None
+    fd, _ = open_trusted(directory / build_id)
+    if fd is None:
         return None
     try:
-        data = path.read_bytes()
+        with os.fdopen(fd, "rb") as f:
+            data = f.read()
         end = data.index(b"\n")
         header = json.loads(data[:end])
         if header.get("format") != FORMAT:
             return None
+        body = data[end + 1 :]
+        if hashlib.sha256(body).hexdigest() != header["digest"]:
+            return None
+        origin = (header["origin"]["uid"], header["origin"]["mode"], header["origin"]["size"],
+                  header["origin"]["mtime_ns"])
+        if unsafe_owner(origin[0], origin[1]):  # not written by this code: not ours
+            return None
         n = header["count"]
-        pos = end + 1
-        starts = _unwords(data[pos : pos + 8 * n])
-        sizes = _unwords(data[pos + 8 * n : pos + 16 * n])
-        names = data[pos + 16 * n :].decode("utf-8", "surrogateescape").split("\0") if n else []
+        starts = _unwords(body[: 8 * n])
+        sizes = _unwords(body[8 * n : 16 * n])
+        names = body[16 * n :].decode("utf-8", "surrogateescape").split("\0") if n else []
         if len(starts) != n or len(sizes) != n or len(names) != n:
             return None
         loads = tuple(tuple(load) for load in header["loads"])
-        return ElfSymbols(header["path"], header["pie"], starts, sizes, names, loads, build_id)
+        return ElfSymbols(header["path"], header["pie"], starts, sizes, names, loads, build_id,
+                          origin)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -13,8 +13,19 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from .. import chrome_check
-from ..conftest import CUDA_HOME, HANG_S, REPO, WORKLOAD_BIN, WORKLOADS, build_once, build_workload
+from ..conftest import (
+    CUDA_HOME,
+    HANG_S,
+    REPO,
+    WORKLOAD_BIN,
+    WORKLOADS,
+    build_once,
+    build_workload,
+    cudaprobe_cmd,
+)
 from .conftest import run_cudaprobe, trace_jsonl
 from .memstub import build_stub_runtime
 from .test_serve_prometheus import free_port
@@ -151,6 +162,38 @@ def test_gpu_records_joined_to_real_rows(tmp_path):
     assert (f"cudaprobe: --gpu-time: {LAUNCHES} kernels, {COPIES} copies, 0 memsets timed "
             "on the GPU\n") in proc.stderr
     assert summary["calls"] == len(calls)
+
+
+def test_a_records_file_made_1_tib_costs_no_memory_and_loses_no_row(tmp_path):
+    """The program makes its records file 1 TiB long after its records (a hole:
+    free for it). cudaprobe reads it in bounded chunks: every row is written,
+    with its GPU work, the file is said to be unreadable past them, and the
+    peak memory is within 64 MiB of a run without the hole (reading it whole
+    was a MemoryError, exit 2, every row lost)."""
+    exe, lib = fake_gpu()
+
+    def run(hole: int) -> tuple[list[dict], str, int]:
+        d = tmp_path / f"hole{hole}"
+        d.mkdir()
+        out = d / "calls.jsonl"
+        proc = subprocess.run(
+            ["/usr/bin/time", "-f", "maxrss_kib %M", *cudaprobe_cmd(
+                "trace", "--gpu-time", "--lib", str(lib), "-e", "cudaLaunchKernel,cudaMemcpy",
+                "-o", str(out), "--", str(exe), str(LAUNCHES), str(COPIES), str(hole))],
+            capture_output=True, text=True, timeout=HANG_S)
+        assert proc.returncode == 0, proc.stderr
+        rows = [json.loads(line) for line in out.read_text().splitlines()][:-1]
+        peak = int(proc.stderr.rsplit("maxrss_kib ", 1)[1].split()[0])
+        return rows, proc.stderr, peak
+
+    if not Path("/usr/bin/time").exists():
+        pytest.skip("/usr/bin/time measures the peak memory")
+    _, _, baseline = run(0)
+    rows, said, peak = run(1 << 40)
+    assert [c["event"] for c in rows] == ["cudaLaunchKernel"] * LAUNCHES + ["cudaMemcpy"] * COPIES
+    assert all("gpu" in c for c in rows)
+    assert "cudaprobe: --gpu-time: 1 GPU-time files were unreadable" in said
+    assert peak - baseline < 64 << 10, (peak, baseline)
 
 
 def test_gpu_tracks_in_chrome_and_stats(tmp_path):

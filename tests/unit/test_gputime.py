@@ -5,6 +5,7 @@ GPU work to the traced calls."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import struct
 import subprocess
@@ -289,3 +290,58 @@ def test_library_built_in_the_cache(tmp_path, monkeypatch):
         assert directory.is_dir() and directory.stat().st_mode & 0o777 == 0o700
     finally:
         setup.close()
+
+
+def test_a_file_made_a_huge_hole_is_read_in_bounded_chunks(tmp_path):
+    """The process grows its file to 1 TiB (sparse: free for it): the records
+    before are read, the hole reads as zeros, which no record is, and the file
+    is done with: counted, never read whole (that was a MemoryError)."""
+    path = tmp_path / "gputime.77.bin"
+    path.write_bytes(_header() + _record(gputime.KERNEL, correlation=1, start=1, end=2))
+    os.truncate(path, 1 << 40)
+    reader = GpuReader(tmp_path)
+    (w,) = reader.poll()
+    assert w.pid == 77 and reader.bad_files == 1
+    assert reader.poll() == [] and reader.bad_files == 1  # not read again
+
+
+def test_a_file_read_across_chunks(tmp_path, monkeypatch):
+    monkeypatch.setattr(gputime, "CHUNK", 100)
+    records = [_record(gputime.KERNEL, correlation=i, start=i, end=i + 1) for i in range(20)]
+    (tmp_path / "gputime.77.bin").write_bytes(_header() + b"".join(records))
+    assert [w.correlation for w in GpuReader(tmp_path).poll()] == list(range(20))
+
+
+def test_the_pid_is_the_one_known_not_the_one_written(tmp_path):
+    """A directory's file must say the pid of its name; an attached process's
+    records are of the process attached, whatever its header says."""
+    (tmp_path / "gputime.78.bin").write_bytes(
+        _header(pid=1) + _record(gputime.KERNEL, correlation=1, start=1, end=2))
+    reader = GpuReader(tmp_path)
+    assert reader.poll() == [] and reader.bad_files == 1
+    fd = os.memfd_create("records")
+    try:
+        os.write(fd, _header(pid=1) + _record(gputime.KERNEL, correlation=1, start=1, end=2))
+        attached = GpuReader(None)
+        attached.add_file(fd, 4242)
+        (w,) = attached.poll()
+        assert w.pid == 4242 and attached.offset(fd) == os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
+def test_links_and_fifos_in_the_directory_are_not_followed(tmp_path):
+    (tmp_path / "gputime.79.bin").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "gputime.80.bin")
+    reader = GpuReader(tmp_path)
+    assert reader.poll() == [] and reader.bad_files == 1  # the FIFO; the link not opened
+
+
+def test_names_kept_per_process_are_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(gputime, "MAX_NAME_BYTES", 10)
+    (tmp_path / "gputime.77.bin").write_bytes(
+        _header() + _record(gputime.NAME, "abcdefgh", name_id=1)
+        + _record(gputime.NAME, "ijklmnop", name_id=2)
+        + _record(gputime.KERNEL, correlation=1, name_id=1)
+        + _record(gputime.KERNEL, correlation=2, name_id=2))
+    assert [w.name for w in GpuReader(tmp_path).poll()] == ["abcdefgh", ""]

@@ -9,7 +9,9 @@
  * clock they share, the thread, and every output.
  * Launch i's kernel runs 1000 + i ns, from 2 µs after the call returned;
  * copy i moves 4096 * (i + 1) bytes in 500 + i ns.
- * Usage: gputime_fake_gpu LAUNCHES COPIES */
+ * With HOLE, the file is then made HOLE bytes long (sparse: a hole after the
+ * records, as a hostile program may make it for nothing).
+ * Usage: gputime_fake_gpu LAUNCHES COPIES [HOLE] */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
@@ -99,6 +101,8 @@ int main(int argc, char **argv)
                                            .device = 0, .context = 1, .stream = 14,
                                            .copy_kind = 1}, NULL);
     }
+    if (argc > 3 && ftruncate(fd, (off_t)strtoull(argv[3], NULL, 0)) != 0)
+        return 5;
     close(fd);
     printf("%d launches %d copies\n", launches, copies);
     return 0;
