@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from cudaprobe.decode.demangle import demangle
 from cudaprobe.errors import CudaprobeError
 from cudaprobe.targets import symcache
-from cudaprobe.targets.elf import build_id_of
+from cudaprobe.targets.elf import build_id_of, file_build_ids, frame_build_id
 from cudaprobe.targets.elfsyms import ElfSymbols, read_symbols
 
 
@@ -122,19 +122,23 @@ class KernelSymbolizer:
             symbols = read_symbols(path)
         except (OSError, CudaprobeError):
             return None
-        if symbols.build_id and symbols.build_id not in self._by_build_id:
-            self._by_build_id[symbols.build_id] = symbols
+        key = frame_build_id(symbols.build_id)  # as frames name it
+        if key and key not in self._by_build_id:
+            self._by_build_id[key] = symbols
             symcache.save(symbols)
         return symbols
 
     def symbols_by_build_id(self, build_id: str, pid: int) -> ElfSymbols | None:
-        """The symbols of the object with `build_id`, wherever they can be found."""
+        """The symbols of the object with `build_id` (a frame's: 20 bytes, a
+        shorter file's padded with zeros), wherever they can be found."""
+        build_id = frame_build_id(build_id)
         if build_id in self._by_build_id:
             return self._by_build_id[build_id]
-        symbols = symcache.load(build_id)
+        symbols = next(filter(None, map(symcache.load, file_build_ids(build_id))), None)
         if symbols is None:
             paths = [m.path for m in self._maps.get(pid, [])] + self._candidates
-            path = next((p for p in dict.fromkeys(paths) if build_id_of(p) == build_id), None)
+            path = next((p for p in dict.fromkeys(paths)
+                         if frame_build_id(build_id_of(p)) == build_id), None)
             symbols = self._symbols(path) if path else None
         self._by_build_id[build_id] = symbols
         return symbols

@@ -129,6 +129,26 @@ def _build_id_of(path: str, _ino: int, _mtime: int) -> str:
     return ""
 
 
+# BPF_BUILD_ID_SIZE: a stack frame's build-id field is 20 bytes, and the kernel
+# pads a shorter one (ld's --build-id=md5 makes 16) with zeros
+FRAME_BUILD_ID_HEX = 40
+
+
+def frame_build_id(build_id: str) -> str:
+    """A file's build-id (hex) as a stack frame carries it: padded to 20 bytes."""
+    return build_id.ljust(FRAME_BUILD_ID_HEX, "0") if build_id else ""
+
+
+def file_build_ids(frame_id: str) -> list[str]:
+    """The file build-ids a frame's (hex) may stand for, longest first: itself, and
+    where it ends in zero bytes, each shorter id the kernel padded into it."""
+    out = [frame_id]
+    while len(frame_id) > 2 and frame_id.endswith("00"):
+        frame_id = frame_id[:-2]
+        out.append(frame_id)
+    return out
+
+
 def build_id_from_notes(notes: bytes) -> str:
     """NT_GNU_BUILD_ID's description in hex, from a PT_NOTE segment's bytes."""
     pos = 0
