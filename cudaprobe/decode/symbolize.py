@@ -31,9 +31,11 @@ from dataclasses import dataclass
 
 from cudaprobe.decode.demangle import demangle
 from cudaprobe.errors import CudaprobeError
-from cudaprobe.targets import symcache
+from cudaprobe.targets import procmaps, symcache
 from cudaprobe.targets.elf import build_id_of, file_build_ids, frame_build_id
 from cudaprobe.targets.elfsyms import ElfSymbols, read_symbols
+from cudaprobe.targets.openfile import OpenedFile
+from cudaprobe.targets.procmaps import DELETED
 
 
 @dataclass(frozen=True)
@@ -47,16 +49,10 @@ class Mapping:
 
 
 def parse_maps(text: str) -> list[Mapping]:
-    """Executable file mappings, sorted by start address."""
-    out = []
-    for line in text.splitlines():
-        parts = line.split(None, 5)
-        if len(parts) < 6 or "x" not in parts[1] or not parts[5].startswith("/"):
-            continue
-        if parts[5].endswith(" (deleted)"):
-            continue  # replaced on disk: its symbols may not be these any more
-        start, end = (int(v, 16) for v in parts[0].split("-"))
-        out.append(Mapping(start, end, int(parts[2], 16), parts[5]))
+    """Executable file mappings, sorted by start address (replaced on disk ones
+    left out: their symbols may not be these any more)."""
+    out = [Mapping(m.start, m.end, m.offset, m.path) for m in procmaps.parse_maps(text)
+           if "x" in m.perms and m.path.startswith("/") and not m.path.endswith(DELETED)]
     return sorted(out, key=lambda m: m.start)
 
 
@@ -91,16 +87,20 @@ class KernelSymbolizer:
         self._maps: dict[int, list[Mapping]] = {}
         self._names: dict[tuple[int, int], str | None] = {}
         self._by_build_id: dict[str, ElfSymbols | None] = {}
-        self._candidates: list[str] = []  # files that may hold kernels (add_candidates)
+        # files that may hold kernels (add_candidates)
+        self._candidates: list[str | OpenedFile] = []
 
     @classmethod
-    def for_session(cls, command: list[str], libraries: list[str]) -> KernelSymbolizer:
-        """One for a session tracing `command` (may be empty) in `libraries`."""
+    def for_session(cls, command: list[str], libraries: list[str | OpenedFile]
+                    ) -> KernelSymbolizer:
+        """One for a session tracing `command` (may be empty) in `libraries` (the
+        probed files, read through their descriptors)."""
         symbolizer = cls()
-        symbolizer.add_candidates(files_named_in(command) + sorted(set(libraries)))
+        probed = list({getattr(f, "identity", f): f for f in libraries}.values())
+        symbolizer.add_candidates([*files_named_in(command), *probed])
         return symbolizer
 
-    def add_candidates(self, paths: list[str]) -> None:
+    def add_candidates(self, paths: list[str | OpenedFile]) -> None:
         """Files that may hold the kernels of processes that exit before their maps
         are read: the traced command's executable, the probed libraries."""
         self._candidates += [p for p in paths if p not in self._candidates]
@@ -117,7 +117,7 @@ class KernelSymbolizer:
         if pid not in self._maps:
             self._maps[pid] = self._read_maps(pid) or []
 
-    def _symbols(self, path: str) -> ElfSymbols | None:
+    def _symbols(self, path: str | OpenedFile) -> ElfSymbols | None:
         try:
             symbols = read_symbols(path)
         except (OSError, CudaprobeError):
@@ -136,7 +136,8 @@ class KernelSymbolizer:
             return self._by_build_id[build_id]
         symbols = next(filter(None, map(symcache.load, file_build_ids(build_id))), None)
         if symbols is None:
-            paths = [m.path for m in self._maps.get(pid, [])] + self._candidates
+            paths: list[str | OpenedFile] = [m.path for m in self._maps.get(pid, [])]
+            paths += self._candidates
             path = next((p for p in dict.fromkeys(paths)
                          if frame_build_id(build_id_of(p)) == build_id), None)
             symbols = self._symbols(path) if path else None

@@ -93,6 +93,9 @@ class Follower:
         # (a fork shares its parent's maps) is reported as the named one's
         pids = sorted(self.attacher.target_pids(), key=lambda pid: pid not in self.targets.names)
         found, gone = self.targets.scan(pids)
+        for note in self.targets.refusals:
+            self.notify(note)
+        self.targets.refusals.clear()
         for pid in gone:
             self.attacher.remove_target(pid)
             self._named.discard(pid)
@@ -101,19 +104,19 @@ class Follower:
 
     def _attach(self, obj: CudaObject) -> None:
         try:
-            atts = attachments_in(self.plan.probes, obj.host_path)
+            atts = attachments_in(self.plan.probes, obj.file)
             if not atts:
                 return
-            self.attacher.attach_library(obj.host_path, atts)
+            self.attacher.attach_library(atts)
         except (CudaprobeError, OSError) as e:  # it went away, or the kernel refused
             self.notify(f"cannot probe {obj.where}, mapped by pid {obj.pid}: {e}")
             return
         name, untraced_s = _name(obj.pid), time.monotonic() - obj.mapped_since
         self.notify(f"pid {obj.pid} ({name}) maps {obj.where}: {len(atts)} probes attached; "
                     f"its calls there in the up to {untraced_s:.2f}s before are not included")
-        self.summary.untraced.append(Untraced(obj.pid, name, untraced_s, obj.host_path))
+        self.summary.untraced.append(Untraced(obj.pid, name, untraced_s, obj.file.name))
         self._defined |= {a.probe.symbol for a in atts}
-        self._libraries.append(obj.host_path)
+        self._libraries.append(obj.file.name)
         self.summary.libraries = sorted(self._libraries)
         self.summary.not_found = missing_symbols(self._functions, self._libraries,
                                                  self._defined)
