@@ -160,21 +160,25 @@ class Attacher:
         if self.settings.links_per_process and pid not in self._pid_links:
             self._attach_process(pid, self._libraries)
 
-    def follow_children(self) -> None:
+    def follow_children(self) -> list[int]:
         """Per-process links for the targets the fork tracepoint added (children of
         targets) since the last look, then the child traced: its calls count from
         the moment every link is in, all functions at once (the tracepoint adds
-        it as TARGET_LINKING). Until then a child takes no trap and its calls are
-        not seen (docs/attach.md)."""
+        it as TARGET_LINKING; so does the exec tracepoint for --comm). Until then
+        a child takes no trap and its calls are not seen (docs/attach.md).
+        Returns the processes linked."""
         if not self.settings.links_per_process:
-            return
+            return []
         targets = self._bpf["targets"]
+        linked = []
         for pid in self.target_pids():
             if pid not in self._pid_links:
                 self._attach_process(pid, self._libraries)
+                linked.append(pid)
                 with contextlib.suppress(KeyError):  # gone meanwhile: not added back
                     targets[targets.Key(pid)]
                     targets[targets.Key(pid)] = targets.Leaf(TARGET_TRACED)
+        return linked
 
     def remove_target(self, pid: int) -> None:
         targets = self._bpf["targets"]

@@ -72,7 +72,9 @@ class Follower:
         """Report exits, rescan when due; True once every --pid target has exited."""
         for pid in self.targets.exited():
             self.notify(f"pid {pid} ({self.targets.names.get(pid, '?')}) exited")
-        self.attacher.follow_children()  # every poll: the window of a new child is short
+        # every poll: the window of a new child is short
+        for pid in self.attacher.follow_children():
+            self._exec_named(pid)
         now = time.monotonic()
         if now >= self._next_comm_scan:
             self._next_comm_scan = now + COMM_RESCAN_S
@@ -81,6 +83,15 @@ class Follower:
             self._next_maps_scan = now + MAPS_RESCAN_S
             self._rescan_maps()
         return self.waiting_for_pids and not self.targets.requested
+
+    def _exec_named(self, pid: int) -> None:
+        """A process that exec'd under the --comm name got its own probes just now:
+        its calls before them were not seen, and the summary says for how long."""
+        comm = self.targets.comm
+        name = _name(pid)
+        if comm is not None and pid not in self._named and name == comm[:15]:
+            self._named.add(pid)
+            self._ran_before_attach(pid, name)
 
     def _add_named(self) -> None:
         for pid in self.targets.named_now():
