@@ -26,7 +26,7 @@ import pytest
 
 from cudaprobe.targets.elfsyms import read_symbols
 
-from ..conftest import HANG_S, NOBODY, REPO, as_not_root, cudaprobe_cmd, unique_name
+from ..conftest import HANG_S, NOBODY, REPO, as_not_root, unique_name
 from .running import Lines, Loop, build_loop, first_traced_iteration, read_jsonl, started
 
 HELPER = Path(__file__).with_name("swap_helper.py")
@@ -154,19 +154,21 @@ def test_a_library_name_swapped_during_the_attach_never_reaches_another_file(
 
 
 def test_a_fifo_at_a_mapped_library_path_does_not_hold_cudaprobe(arena, tmp_path):
-    """The attacker's library renamed away and a FIFO put at its name (nobody
-    ever opens its other end): cudaprobe reads the mapped file, not the name,
-    and --py-stacks reads every mapped file of the process. It returns, and
-    traces the attacker's calls."""
+    """Once cudaprobe has read the maps, the attacker renames its library away and
+    puts a FIFO at the name the maps gave (nobody ever opens its other end).
+    cudaprobe reads the mapped file, never the name: it neither waits on the
+    FIFO nor is refused, and traces the attacker's calls."""
     attacker = arena.attacker()
     attacker.wait_iter(2)
-    subprocess.run(arena.as_attacker('mv "$1" "$1.real" && mkfifo "$1"'), check=True)
+    swap = arena.as_attacker('mv "$1" "$1.real" && mkfifo "$1"')
     output = tmp_path / "calls.jsonl"
-    p = subprocess.run(cudaprobe_cmd("trace", "-o", str(output), "-e", ",".join(PROBED),
-                                     "--py-stacks", "--pid", str(attacker.pid),
-                                     "--duration", "1"),
-                       capture_output=True, text=True, timeout=HANG_S)
+    p = subprocess.run(
+        [sys.executable, str(HELPER), "maps", json.dumps(swap), "--", "trace", "-o", str(output),
+         "-e", ",".join(PROBED), "--pid", str(attacker.pid), "--duration", "1"],
+        capture_output=True, text=True, timeout=HANG_S, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert p.returncode == 0, p.stderr
+    assert "swapped at maps" in p.stderr
+    assert Path(arena.lib).is_fifo()
     calls, _summary = read_jsonl(output)
     assert calls and {c["pid"] for c in calls} == {attacker.pid}
     attacker.stop()
