@@ -92,6 +92,8 @@ class Follower:
         if comm is not None and pid not in self._named and name == comm[:15]:
             self._named.add(pid)
             self._ran_before_attach(pid, name)
+            self.notify(f"pid {pid} ({name}) started under the name: probes attached; its "
+                        "calls before, since its exec, are not included")
 
     def _add_named(self) -> None:
         for pid in self.targets.named_now():
