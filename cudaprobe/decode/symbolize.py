@@ -25,16 +25,17 @@ lies in none of the objects mapped then (a library dlopen'ed later).
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cudaprobe.decode.demangle import demangle
-from cudaprobe.errors import CudaprobeError
+from cudaprobe.errors import CudaprobeError, LibraryNotFound, ProcessGone
 from cudaprobe.targets import procmaps, symcache
 from cudaprobe.targets.elf import build_id_of, file_build_ids, frame_build_id
 from cudaprobe.targets.elfsyms import ElfSymbols, read_symbols
-from cudaprobe.targets.openfile import OpenedFile
+from cudaprobe.targets.openfile import Mapped, OpenedFile, open_mapped, open_node_file
 from cudaprobe.targets.procmaps import DELETED
 
 
@@ -46,12 +47,15 @@ class Mapping:
     end: int
     offset: int  # file offset mapped at `start`
     path: str
+    # (major, minor, inode) the line names: what the file opened must be
+    file: tuple[int, int, int] = field(default=(0, 0, 0), compare=False)
 
 
 def parse_maps(text: str) -> list[Mapping]:
     """Executable file mappings, sorted by start address (replaced on disk ones
     left out: their symbols may not be these any more)."""
-    out = [Mapping(m.start, m.end, m.offset, m.path) for m in procmaps.parse_maps(text)
+    out = [Mapping(m.start, m.end, m.offset, m.path, (m.major, m.minor, m.inode))
+           for m in procmaps.parse_maps(text)
            if "x" in m.perms and m.path.startswith("/") and not m.path.endswith(DELETED)]
     return sorted(out, key=lambda m: m.start)
 
@@ -117,6 +121,26 @@ class KernelSymbolizer:
         if pid not in self._maps:
             self._maps[pid] = self._read_maps(pid) or []
 
+    def mapped_file(self, pid: int, m: Mapping) -> OpenedFile | None:
+        """The file of a mapping: through the mapping while the process lives
+        (openfile.open_mapped), else by its name only where that is still the
+        device and inode its maps line named; None when neither is."""
+        if self.proc == "/proc":
+            try:
+                return open_mapped(Mapped(pid, m.start, m.end, *m.file, m.path, m.path))
+            except LibraryNotFound:
+                return None
+            except ProcessGone:
+                pass  # exited since its maps were read
+        try:
+            f = open_node_file(m.path)
+        except LibraryNotFound:
+            return None
+        st = f.stat
+        if (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino) != m.file:
+            return None
+        return f
+
     def _symbols(self, path: str | OpenedFile) -> ElfSymbols | None:
         try:
             symbols = read_symbols(path)
@@ -136,11 +160,11 @@ class KernelSymbolizer:
             return self._by_build_id[build_id]
         symbols = next(filter(None, map(symcache.load, file_build_ids(build_id))), None)
         if symbols is None:
-            paths: list[str | OpenedFile] = [m.path for m in self._maps.get(pid, [])]
-            paths += self._candidates
-            path = next((p for p in dict.fromkeys(paths)
-                         if frame_build_id(build_id_of(p)) == build_id), None)
-            symbols = self._symbols(path) if path else None
+            mapped = (self.mapped_file(pid, m) for m in self._maps.get(pid, []))
+            found = next((f for f in itertools.chain(mapped, self._candidates)
+                          if f is not None and frame_build_id(build_id_of(f)) == build_id),
+                         None)
+            symbols = self._symbols(found) if found is not None else None
         self._by_build_id[build_id] = symbols
         return symbols
 
@@ -168,7 +192,8 @@ class KernelSymbolizer:
         mapping = self.mapping_of(pid, address)
         if mapping is None:
             return None
-        symbols = self._symbols(mapping.path)
+        file = self.mapped_file(pid, mapping)
+        symbols = self._symbols(file) if file is not None else None
         if symbols is None:
             return None
         vaddr = link_address(mapping, symbols, address)

@@ -233,3 +233,23 @@ def test_a_frame_finds_an_object_whose_build_id_is_shorter_than_20_bytes(tmp_pat
     # a 20-byte id that is not the file's padded one finds nothing
     other = (table.build_id + "00" * 3 + "01", frame[1], caller)
     assert KernelSymbolizer(proc=str(tmp_path))(2, caller, other) is None
+
+
+def test_a_name_replaced_after_the_process_exits_is_not_read(tmp_path, cxx_programs):
+    """Names come from the file the process mapped: after it exits, its path is
+    read only while it is still that device and inode, not another file put there."""
+    exe = tmp_path / "prog"
+    shutil.copy(cxx_programs["pie"], exe)
+    renamed = tmp_path / "prog.cpp"
+    renamed.write_text(CXX_PROGRAM.replace("scale", "evil_"))
+    other = tmp_path / "other"
+    subprocess.run(["g++", "-O0", "-fPIE", "-pie", "-o", str(other), str(renamed)], check=True)
+    proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        address = int(proc.stdout.readline(), 16)
+        sym = KernelSymbolizer()
+        sym.see(proc.pid)
+    finally:
+        proc.communicate("x")
+    os.replace(other, exe)  # another file at the name the maps gave
+    assert sym(proc.pid, address) is None
