@@ -124,7 +124,8 @@ def open_mapped(m: Mapped) -> OpenedFile:
     its name: nothing the process does to names can swap it. The kernel lets
     only CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE) open it; without it the
     path is resolved in the process's root with openat2, following no
-    symlink, and the file must then be the very device and inode of the line."""
+    symlink. Either way the file must be the inode the line names, on its
+    device (stat's, or its file system's where they differ: btrfs)."""
     try:
         fd = os.open(f"/proc/{m.pid}/map_files/{m.start:x}-{m.end:x}", FLAGS)
     except FileNotFoundError:
@@ -138,7 +139,9 @@ def open_mapped(m: Mapped) -> OpenedFile:
         raise LibraryNotFound(m.name, f"cannot open it ({e.strerror})") from None
     opened = _regular(fd, m.name)
     st = opened.stat
-    if (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino) != (m.major, m.minor, m.inode):
+    device = (os.major(st.st_dev), os.minor(st.st_dev))
+    if st.st_ino != m.inode or device != (m.major, m.minor) and superblock_device(
+            opened.fd, m.pid) != (m.major, m.minor):
         opened.close()
         raise LibraryNotFound(m.name, f"the file opened is device {os.major(st.st_dev):x}:"
                               f"{os.minor(st.st_dev):x} inode {st.st_ino}, not the "
@@ -146,6 +149,26 @@ def open_mapped(m: Mapped) -> OpenedFile:
                               "maps (replaced, or a file system that shows another "
                               "device in /proc/PID/maps): not trusted")
     return opened
+
+
+def superblock_device(fd: int, pid: int) -> tuple[int, int] | None:
+    """The device of the file system the descriptor is on, as maps and mountinfo
+    print it (the superblock's): btrfs's stat gives each subvolume a device of
+    its own instead. Found through the descriptor's mount (fdinfo's mnt_id) in
+    the process's mount table, or ours."""
+    try:
+        with open(f"/proc/self/fdinfo/{fd}") as f:
+            mount = next(line.split()[1] for line in f if line.startswith("mnt_id:"))
+        for table in (f"/proc/{pid}/mountinfo", "/proc/self/mountinfo"):
+            with open(table) as f:
+                for line in f:
+                    fields = line.split(maxsplit=3)
+                    if fields[0] == mount:
+                        major, minor = fields[2].split(":")
+                        return int(major), int(minor)
+    except (OSError, StopIteration, IndexError, ValueError):
+        pass
+    return None
 
 
 def _open_in_root(m: Mapped) -> int:

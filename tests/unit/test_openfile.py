@@ -13,7 +13,7 @@ import pytest
 
 from cudaprobe.errors import LibraryNotFound
 from cudaprobe.targets import procmaps
-from cudaprobe.targets.openfile import Mapped, _open_in_root, open_node_file
+from cudaprobe.targets.openfile import Mapped, _open_in_root, open_node_file, superblock_device
 
 
 def test_a_fifo_or_a_directory_is_refused_without_waiting(tmp_path):
@@ -78,3 +78,11 @@ def test_maps_lines_keep_every_field():
     assert line[0] == procmaps.MapLine(0x7F1000000000, 0x7F1000200000, "r-xp", 0x10000, 0xFD, 1,
                                        77, "/usr/lib/my lib.so")
     assert line[0].is_file and not line[1].is_file and line[2].path == ""
+
+
+def test_the_file_system_device_is_the_one_maps_print():
+    """Where stat's device is not the file system's (btrfs subvolumes), the one
+    maps print is found through the descriptor's mount."""
+    for f in procmaps.read_maps(os.getpid()):
+        opened = f.open()
+        assert superblock_device(opened.fd, os.getpid()) == (f.mapped.major, f.mapped.minor)
