@@ -186,8 +186,10 @@ class Targets:
                 if opened is None:
                     continue
                 self.cuda_seen.add(f.path)
-                if f.identity not in self.probed:
-                    self.probed.add(f.identity)
+                # as stat gives it, as for the node's files (maps may print
+                # another device: a btrfs subvolume's file system's)
+                if opened.identity not in self.probed:
+                    self.probed.add(opened.identity)
                     found.append(CudaObject(opened, f.path, pid, since))
         return found, gone
 
