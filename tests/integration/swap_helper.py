@@ -5,19 +5,63 @@ wait for it. The command runs as whoever the test says (setpriv argv).
 
 Usage: python swap_helper.py STEP SWAP_ARGV_JSON -- CUDAPROBE_ARGS...
 Steps (see STEPS): after the maps were read, after a file was judged to hold
-CUDA, after its symbols were read, just before the first probe is attached.
+CUDA, after its symbols were read, just before the first probe is attached;
+for --gpu-time, after the CUDA libraries of the process were found for the
+safe-point probes, which are on for a few seconds only: with VICTIM_PID and
+VICTIM_LIB set, the victim's code is read while they are on, and printed.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import cudaprobe.probe.attach as attach
 import cudaprobe.probe.plan as plan
+import cudaprobe.sessions.gputime_inject as gi
 import cudaprobe.targets.selection as selection
 from cudaprobe.cli import main
+from cudaprobe.targets.elfsyms import read_symbols
+
+PROBED = ("cudaMalloc", "cudaFree")
+
+
+def code_in_memory(pid: int, library: Path) -> dict[str, list[str]]:
+    """The first 16 bytes of each of PROBED in `library` as process `pid` runs
+    them (its memory), and as the file holds them, in hex."""
+    offsets = read_symbols(str(library)).functions
+    lines = [line.split() for line in Path(f"/proc/{pid}/maps").read_text().splitlines()]
+    out = {}
+    with open(f"/proc/{pid}/mem", "rb") as mem, open(library, "rb") as f:
+        for symbol in PROBED:
+            offset = offsets[symbol]
+            for fields in lines:
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                at = int(fields[2], 16)
+                if len(fields) == 6 and fields[5] == str(library) \
+                        and at <= offset < at + end - start:
+                    mem.seek(start + offset - at)
+                    f.seek(offset)
+                    out[symbol] = [mem.read(16).hex(), f.read(16).hex()]
+                    break
+            else:
+                raise AssertionError(f"{symbol} of {library} is not mapped by {pid}")
+    return out
+
+
+def report_victim_at_the_safe_point() -> None:
+    original = gi.SafePoint.__enter__
+
+    def entered(self: gi.SafePoint) -> gi.SafePoint:
+        point = original(self)
+        code = code_in_memory(int(os.environ["VICTIM_PID"]), Path(os.environ["VICTIM_LIB"]))
+        print(f"swap_helper: victim code {json.dumps(code)} with {point.probes} probes on",
+              file=sys.stderr, flush=True)
+        return point
+    gi.SafePoint.__enter__ = entered  # type: ignore[method-assign]
 
 SWAP: list[str] = []
 DONE: list[bool] = []
@@ -55,6 +99,7 @@ STEPS = {
     "symbols": lambda: after(plan, "read_symbols"),
     "attach": lambda: (before(attach.uprobe_multi, "create_link"),
                        before(attach.perf_uprobe, "attach")),
+    "safepoint": lambda: (after(gi, "cuda_view"), report_victim_at_the_safe_point()),
 }
 
 if __name__ == "__main__":

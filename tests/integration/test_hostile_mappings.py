@@ -24,13 +24,12 @@ from pathlib import Path
 
 import pytest
 
-from cudaprobe.targets.elfsyms import read_symbols
-
 from ..conftest import HANG_S, NOBODY, REPO, as_not_root, unique_name
+from . import swap_helper
 from .running import Lines, Loop, build_loop, first_traced_iteration, read_jsonl, started
 
 HELPER = Path(__file__).with_name("swap_helper.py")
-PROBED = ("cudaMalloc", "cudaFree")
+PROBED = swap_helper.PROBED
 STEPS = ("maps", "judged", "symbols", "attach")
 INT3 = 0xCC
 
@@ -83,25 +82,9 @@ def arena(tmp_path, libcudart):
 
 def code_in_memory(pid: int, library: Path) -> dict[str, bytes]:
     """The first 16 bytes of each probed function of `library` as process `pid`
-    runs them (its memory), and as the file holds them."""
-    offsets = read_symbols(str(library)).functions
-    lines = [line.split() for line in Path(f"/proc/{pid}/maps").read_text().splitlines()]
-    out = {}
-    with open(f"/proc/{pid}/mem", "rb") as mem, open(library, "rb") as f:
-        for symbol in PROBED:
-            offset = offsets[symbol]
-            for fields in lines:
-                start, end = (int(x, 16) for x in fields[0].split("-"))
-                at = int(fields[2], 16)
-                if len(fields) == 6 and fields[5] == str(library) and at <= offset < at + end \
-                        - start:
-                    mem.seek(start + offset - at)
-                    f.seek(offset)
-                    out[symbol] = mem.read(16) + f.read(16)
-                    break
-            else:
-                raise AssertionError(f"{symbol} of {library} is not mapped by {pid}")
-    return out
+    runs them (its memory), then as the file holds them."""
+    return {k: bytes.fromhex(a + b) for k, (a, b) in swap_helper.code_in_memory(
+        pid, library).items()}
 
 
 def unchanged(code: dict[str, bytes]) -> bool:
@@ -172,3 +155,29 @@ def test_a_fifo_at_a_mapped_library_path_does_not_hold_cudaprobe(arena, tmp_path
     calls, _summary = read_jsonl(output)
     assert calls and {c["pid"] for c in calls} == {attacker.pid}
     attacker.stop()
+
+
+def test_the_safe_point_probes_go_into_the_file_mapped(arena, tmp_path):
+    """--gpu-time's safe-point probes (perf events: in every process mapping the
+    file, for the few seconds of an attempt) after the name of the process's
+    libcudart was re-pointed at the victim's: the victim's code is untouched
+    while they are on."""
+    victim = arena.victim()
+    victim.wait_iter(2)
+    attacker = arena.attacker()
+    attacker.wait_iter(2)
+    swap = arena.as_attacker('mv "$1" "$1.real" && ln -s "$2" "$1"')
+    env = {**os.environ, "PYTHONPATH": str(REPO), "VICTIM_PID": str(victim.pid),
+           "VICTIM_LIB": str(arena.victim_lib)}
+    p = subprocess.run(
+        [sys.executable, str(HELPER), "safepoint", json.dumps(swap), "--", "stats", "--pid",
+         str(attacker.pid), "--gpu-time", "-e", ",".join(PROBED), "-d", "1"],
+        capture_output=True, text=True, timeout=HANG_S, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "swapped at safepoint" in p.stderr
+    line = next(s for s in p.stderr.splitlines() if "victim code" in s)
+    code = json.loads(line.split("victim code ", 1)[1].rsplit(" with ", 1)[0])
+    assert int(line.rsplit(" with ", 1)[1].split()[0]) > 0  # the probes were on
+    assert unchanged({k: bytes.fromhex(a + b) for k, (a, b) in code.items()}), code
+    attacker.stop()
+    victim.stop()
