@@ -140,7 +140,15 @@ static __always_inline void comm_exec(u32 tgid)
 		if (comm[i] == 0)
 			break;
 	}
+#ifdef CP_PER_PROCESS
+	/* its links come from the loader, at its next poll: traced once they are in
+	 * (one already a target keeps its state: its links are in or coming) */
+	if (targets.lookup(&tgid))
+		return;
+	u8 traced = CP_TARGET_LINKING;
+#else
 	u8 traced = CP_TARGET_TRACED;
+#endif
 	targets.update(&tgid, &traced);
 }
 #endif

@@ -14,6 +14,7 @@ from cudaprobe.output.bpftrace import ExportOptions, render_script
 from cudaprobe.output.files import open_output
 from cudaprobe.probe.plan import plan_probes, select_functions
 from cudaprobe.sessions.probing import APIS, resolve_libraries
+from cudaprobe.targets.openfile import OpenedFile
 from cudaprobe.targets.selection import Targets, initial_libraries
 
 
@@ -23,7 +24,7 @@ def export_group() -> None:
 
 
 def _libraries_of(pids: tuple[int, ...], symbols: list[str], apis: set[str]) -> tuple[
-        list[str], list[int]]:
+        list[OpenedFile], list[int]]:
     """What the processes map that defines a traced symbol, as `trace --pid` finds it;
     and their process ids (a thread id names its process)."""
     targets = Targets(symbols, pids)
@@ -91,13 +92,15 @@ def bpftrace_command(libs, pids, events, api, summary, output, force) -> None:
     functions = select_functions(list(events), apis)
     if pids and os.geteuid() != 0:
         raise NotRoot("export --pid")
-    libraries = resolve_libraries(libs, apis) if libs or not pids else []
+    libraries: list[str | OpenedFile] = list(
+        resolve_libraries(libs, apis) if libs or not pids else [])
     if pids:
         found, pids = _libraries_of(pids, [s for f in functions for s in f.symbols], apis)
-        libraries = libraries or found
+        libraries = libraries or list(found)
     plan = plan_probes(functions, libraries)
+    names = [lib if isinstance(lib, str) else lib.name for lib in libraries]
     options = ExportOptions(pids=tuple(pids), summary=summary,
-                            command=_command_line(libraries, events, api, pids, summary, output))
+                            command=_command_line(names, events, api, pids, summary, output))
     to_file = bool(output) and output != "-"
     stream = open_output(output, force)
     stream.write(render_script(plan, options, os.path.basename(output) if to_file else None))

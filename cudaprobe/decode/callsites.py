@@ -40,7 +40,8 @@ class CallSites(KernelSymbolizer):
         mapping = self.mapping_of(pid, address)
         if mapping is None:
             return f"{address:#x}"
-        symbols = self._symbols(mapping.path)
+        file = self.mapped_file(pid, mapping)
+        symbols = self._symbols(file) if file is not None else None
         vaddr = link_address(mapping, symbols, address) if symbols else None
         if vaddr is None:
             return f"{os.path.basename(mapping.path)}+{address - mapping.start + mapping.offset:#x}"

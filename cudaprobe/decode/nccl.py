@@ -78,10 +78,11 @@ class MemoryReader:
     def layout(self, pid: int) -> CommLayout | None:
         if pid not in self._layouts:
             try:
-                libs = [f.host_path for f in read_maps(pid) if api_of(f.path) == NCCL]
+                libs = [f for f in read_maps(pid) if api_of(f.path) == NCCL]
+                # through the mapping: the name is the process's to re-point
+                self._layouts[pid] = comm_layout(libs[0].open()) if len(libs) == 1 else None
             except CudaprobeError:
-                libs = []
-            self._layouts[pid] = comm_layout(libs[0]) if len(libs) == 1 else None
+                self._layouts[pid] = None
         return self._layouts[pid]
 
     def __call__(self, pid: int, comm: int) -> tuple[int, int] | None:

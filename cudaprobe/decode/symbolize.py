@@ -25,15 +25,18 @@ lies in none of the objects mapped then (a library dlopen'ed later).
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cudaprobe.decode.demangle import demangle
-from cudaprobe.errors import CudaprobeError
-from cudaprobe.targets import symcache
-from cudaprobe.targets.elf import build_id_of
+from cudaprobe.errors import CudaprobeError, LibraryNotFound, ProcessGone
+from cudaprobe.targets import procmaps, symcache
+from cudaprobe.targets.elf import build_id_of, file_build_ids, frame_build_id
 from cudaprobe.targets.elfsyms import ElfSymbols, read_symbols
+from cudaprobe.targets.openfile import Mapped, OpenedFile, open_mapped, open_node_file
+from cudaprobe.targets.procmaps import DELETED
 
 
 @dataclass(frozen=True)
@@ -44,19 +47,16 @@ class Mapping:
     end: int
     offset: int  # file offset mapped at `start`
     path: str
+    # (major, minor, inode) the line names: what the file opened must be
+    file: tuple[int, int, int] = field(default=(0, 0, 0), compare=False)
 
 
 def parse_maps(text: str) -> list[Mapping]:
-    """Executable file mappings, sorted by start address."""
-    out = []
-    for line in text.splitlines():
-        parts = line.split(None, 5)
-        if len(parts) < 6 or "x" not in parts[1] or not parts[5].startswith("/"):
-            continue
-        if parts[5].endswith(" (deleted)"):
-            continue  # replaced on disk: its symbols may not be these any more
-        start, end = (int(v, 16) for v in parts[0].split("-"))
-        out.append(Mapping(start, end, int(parts[2], 16), parts[5]))
+    """Executable file mappings, sorted by start address (replaced on disk ones
+    left out: their symbols may not be these any more)."""
+    out = [Mapping(m.start, m.end, m.offset, m.path, (m.major, m.minor, m.inode))
+           for m in procmaps.parse_maps(text)
+           if "x" in m.perms and m.path.startswith("/") and not m.path.endswith(DELETED)]
     return sorted(out, key=lambda m: m.start)
 
 
@@ -92,16 +92,20 @@ class KernelSymbolizer:
         self._names: dict[tuple[int, int], str | None] = {}
         self._by_build_id: dict[str, ElfSymbols] = {}  # tables of root's files
         self._by_process: dict[tuple[int, str], ElfSymbols | None] = {}  # the rest, per process
-        self._candidates: list[str] = []  # files that may hold kernels (add_candidates)
+        # files that may hold kernels (add_candidates)
+        self._candidates: list[str | OpenedFile] = []
 
     @classmethod
-    def for_session(cls, command: list[str], libraries: list[str]) -> KernelSymbolizer:
-        """One for a session tracing `command` (may be empty) in `libraries`."""
+    def for_session(cls, command: list[str], libraries: list[str | OpenedFile]
+                    ) -> KernelSymbolizer:
+        """One for a session tracing `command` (may be empty) in `libraries` (the
+        probed files, read through their descriptors)."""
         symbolizer = cls()
-        symbolizer.add_candidates(files_named_in(command) + sorted(set(libraries)))
+        probed = list({getattr(f, "identity", f): f for f in libraries}.values())
+        symbolizer.add_candidates([*files_named_in(command), *probed])
         return symbolizer
 
-    def add_candidates(self, paths: list[str]) -> None:
+    def add_candidates(self, paths: list[str | OpenedFile]) -> None:
         """Files that may hold the kernels of processes that exit before their maps
         are read: the traced command's executable, the probed libraries."""
         self._candidates += [p for p in paths if p not in self._candidates]
@@ -118,31 +122,55 @@ class KernelSymbolizer:
         if pid not in self._maps:
             self._maps[pid] = self._read_maps(pid) or []
 
-    def _symbols(self, path: str) -> ElfSymbols | None:
+    def mapped_file(self, pid: int, m: Mapping) -> OpenedFile | None:
+        """The file of a mapping: through the mapping while the process lives
+        (openfile.open_mapped), else by its name only where that is still the
+        device and inode its maps line named; None when neither is."""
+        if self.proc == "/proc":
+            try:
+                return open_mapped(Mapped(pid, m.start, m.end, *m.file, m.path, m.path))
+            except LibraryNotFound:
+                return None
+            except ProcessGone:
+                pass  # exited since its maps were read
+        try:
+            f = open_node_file(m.path)
+        except LibraryNotFound:
+            return None
+        st = f.stat
+        if (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino) != m.file:
+            return None
+        return f
+
+    def _symbols(self, path: str | OpenedFile) -> ElfSymbols | None:
         try:
             symbols = read_symbols(path)
         except (OSError, CudaprobeError):
             return None
         # by build-id for every process only a table of root's file (symcache says
         # why): a build-id is what a file claims
-        if symbols.build_id and symbols.build_id not in self._by_build_id \
-                and symcache.trusted_origin(symbols):
-            self._by_build_id[symbols.build_id] = symbols
+        key = frame_build_id(symbols.build_id)  # as frames name it
+        if key and key not in self._by_build_id and symcache.trusted_origin(symbols):
+            self._by_build_id[key] = symbols
             symcache.save(symbols)
         return symbols
 
     def symbols_by_build_id(self, build_id: str, pid: int) -> ElfSymbols | None:
-        """The symbols of the object with `build_id`, wherever they can be found:
-        a table another user's file gave, or none found, is for `pid` alone."""
+        """The symbols of the object with `build_id` (a frame's: 20 bytes, a
+        shorter file's padded with zeros), wherever they can be found: a table
+        another user's file gave, or none found, is for `pid` alone."""
+        build_id = frame_build_id(build_id)
         found = self._by_build_id.get(build_id) or self._by_process.get((pid, build_id))
         if found is not None or (pid, build_id) in self._by_process:
             return found
-        symbols = symcache.load(build_id)
+        symbols = next(filter(None, map(symcache.load, file_build_ids(build_id))), None)
         if symbols is None:
-            paths = [m.path for m in self._maps.get(pid, [])] + self._candidates
-            path = next((p for p in dict.fromkeys(paths) if build_id_of(p) == build_id), None)
-            symbols = self._symbols(path) if path else None
-            if symbols is not None and symbols.build_id != build_id:
+            mapped = (self.mapped_file(pid, m) for m in self._maps.get(pid, []))
+            found = next((f for f in itertools.chain(mapped, self._candidates)
+                          if f is not None and frame_build_id(build_id_of(f)) == build_id),
+                         None)
+            symbols = self._symbols(found) if found is not None else None
+            if symbols is not None and frame_build_id(symbols.build_id) != build_id:
                 symbols = None  # not the file looked at a moment before
         if symbols is not None and symcache.trusted_origin(symbols):
             self._by_build_id[build_id] = symbols
@@ -174,7 +202,8 @@ class KernelSymbolizer:
         mapping = self.mapping_of(pid, address)
         if mapping is None:
             return None
-        symbols = self._symbols(mapping.path)
+        file = self.mapped_file(pid, mapping)
+        symbols = self._symbols(file) if file is not None else None
         if symbols is None:
             return None
         vaddr = link_address(mapping, symbols, address)

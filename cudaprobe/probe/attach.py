@@ -2,7 +2,10 @@
 
 Three ways of attaching: a uprobe_multi link per library (one for the entry
 probes, one for the returns), such links per target process
-(Settings.links_per_process), or a perf event per probe (Linux < 6.6). The
+(Settings.links_per_process), or a perf event per probe (Linux < 6.6). Each
+library is given to the kernel as /proc/self/fd/N of the descriptor it was
+read through (openfile.py), never by the name a traced process could
+re-point; the attachments hold the descriptor open as long as they are kept. The
 `phase` map makes the start and the stop of tracing one instant for every
 function, however long attaching and detaching them one by one take; the
 `targets` map says which processes are traced.
@@ -38,14 +41,14 @@ class Attacher:
         self._bpf = bpf
         self.plan = plan
         self.settings = settings
-        self.attached: list[str] = []  # library paths probed
+        self.attached: list[str] = []  # library paths probed, as users are shown them
         self.attach_seconds = 0.0
         self._links: list[int] = []  # uprobe_multi link fds
         # per-process links (Settings.links_per_process): the libraries probed,
         # and each target process's links on them
-        self._libraries: dict[str, list[Attachment]] = {}
+        self._libraries: dict[tuple[int, int], list[Attachment]] = {}  # by file identity
         self._pid_links: dict[int, list[int]] = {}
-        self._slots: dict[str, int] = {}  # library path -> its slot in `library_ready`
+        self._slots: dict[tuple[int, int], int] = {}  # file identity -> `library_ready` slot
         self._phase = 0  # event.ATTACHING: what the `phase` map holds
         self.on_target: Callable[[int], None] | None = None  # told of each target (--py-stacks)
 
@@ -55,15 +58,15 @@ class Attacher:
         probes = self._bpf["probes"]
         for p in self.plan.probes:
             probes[probes.Key(p.func_id)] = probes.Leaf(*bpfprog.probe_config(p))
-        by_path: dict[str, list[Attachment]] = {}
+        by_file: dict[tuple[int, int], list[Attachment]] = {}
         for a in self.plan.attachments:
-            by_path.setdefault(a.path, []).append(a)
-        for path, atts in by_path.items():
-            self.attach_library(path, atts)
+            by_file.setdefault(a.file.identity, []).append(a)
+        for atts in by_file.values():
+            self.attach_library(atts)
         self.attach_seconds = time.monotonic() - start
 
-    def attach_library(self, path: str, attachments: list[Attachment]) -> None:
-        """Probe `attachments`, all in `path`: at start, or later while tracing.
+    def attach_library(self, attachments: list[Attachment]) -> None:
+        """Probe `attachments`, all in one file: at start, or later while tracing.
 
         Their probe ids must be in the plan, whose `probes` map was filled at
         load time. Return probes go in first: a call entered between the two
@@ -73,41 +76,44 @@ class Attacher:
         `library_ready` slot), every function at once.
         """
         if self.settings.attach == "multi":
-            self._attach_links(path, attachments)
+            self._attach_links(attachments)
         else:
             self._attach_perf(attachments)
-        self.attached.append(path)
+        self.attached.append(attachments[0].path)
 
-    def _attach_links(self, path: str, attachments: list[Attachment]) -> None:
-        """uprobe_multi links on `path`: one pair per library, or a pair per
+    def _attach_links(self, attachments: list[Attachment]) -> None:
+        """uprobe_multi links on their file: one pair per library, or a pair per
         target process; then the library's `library_ready` slot is set."""
-        slot = self._slots.setdefault(path, len(self._slots))
+        file = attachments[0].file
+        slot = self._slots.setdefault(file.identity, len(self._slots))
         if slot >= self.settings.max_libraries:
-            raise BpfError(f"attaching uprobes to {path}", f"more than "
+            raise BpfError(f"attaching uprobes to {file.name}", f"more than "
                            f"{self.settings.max_libraries} libraries in one session")
         if self.settings.links_per_process:
-            self._libraries[path] = attachments
+            self._libraries[file.identity] = attachments
             for pid in list(self._pid_links):
-                self._attach_process(pid, {path: attachments})
+                self._attach_process(pid, {file.identity: attachments})
         else:
-            self._links += self._attach_multi(path, attachments)
+            self._links += self._attach_multi(attachments)
         ready = self._bpf["library_ready"]
         ready[ready.Key(slot)] = ready.Leaf(1)
 
-    def _attach_process(self, pid: int, libraries: dict[str, list[Attachment]]) -> None:
+    def _attach_process(self, pid: int,
+                        libraries: dict[tuple[int, int], list[Attachment]]) -> None:
         """Links for one target process on `libraries`; a process gone meanwhile
         (ESRCH) gets none, quietly: its exit is reported by whoever follows it."""
         links = self._pid_links.setdefault(pid, [])
-        for path, atts in libraries.items():
+        for atts in libraries.values():
             try:
-                links += self._attach_multi(path, atts, pid)
+                links += self._attach_multi(atts, pid)
             except ProcessGone:
                 return
 
-    def _attach_multi(self, path: str, atts: list[Attachment], pid: int = 0) -> list[int]:
+    def _attach_multi(self, atts: list[Attachment], pid: int = 0) -> list[int]:
         """[the return probes' link, the entry probes' link] (detach() counts on
         the pairs)."""
         links = []
+        file = atts[0].file
         try:
             for fn_name, retprobe in ((b"cp_return", True), (b"cp_enter", False)):
                 try:  # bcc loads each program once and hands the same one back after
@@ -116,16 +122,16 @@ class Attacher:
                 except Exception as e:
                     raise BpfError("loading the BPF program failed", str(e)) from None
                 try:
-                    slot = self._slots[path] << 32  # cp_enter's library_ready slot
+                    slot = self._slots[file.identity] << 32  # cp_enter's library_ready slot
                     links.append(uprobe_multi.create_link(
-                        fn.fd, path, [a.offset for a in atts],
+                        fn.fd, file.proc_path, [a.offset for a in atts],
                         [slot | a.probe.func_id for a in atts], retprobe, pid))
                 except OSError as e:
                     if e.errno == errno.ESRCH:
                         raise ProcessGone(pid, "exited") from None
                     fix = REF_CTR_HINT if e.errno == errno.EINVAL else (
                         "set CUDAPROBE_ATTACH=perf on kernels without uprobe_multi")
-                    raise BpfError(f"attaching {len(atts)} uprobes to {path}", e.strerror,
+                    raise BpfError(f"attaching {len(atts)} uprobes to {file.name}", e.strerror,
                                    fix=fix) from None
         except (BpfError, ProcessGone):
             for fd in links:
@@ -139,7 +145,8 @@ class Attacher:
             for kind, fn in (("uretprobe", f"cp_return_{a.probe.func_id}"),
                              ("uprobe", f"cp_enter_{a.probe.func_id}")):
                 try:
-                    perf_uprobe.attach(self._bpf, fn, a.path, addr, kind == "uretprobe")
+                    perf_uprobe.attach(self._bpf, fn, a.file.proc_path, addr,
+                                       kind == "uretprobe")
                 except OSError as e:
                     raise BpfError(f"attaching {kind} to {a.probe.symbol} in {a.path}",
                                    e.strerror, fix=REF_CTR_HINT) from None
@@ -153,21 +160,25 @@ class Attacher:
         if self.settings.links_per_process and pid not in self._pid_links:
             self._attach_process(pid, self._libraries)
 
-    def follow_children(self) -> None:
+    def follow_children(self) -> list[int]:
         """Per-process links for the targets the fork tracepoint added (children of
         targets) since the last look, then the child traced: its calls count from
         the moment every link is in, all functions at once (the tracepoint adds
-        it as TARGET_LINKING). Until then a child takes no trap and its calls are
-        not seen (docs/attach.md)."""
+        it as TARGET_LINKING; so does the exec tracepoint for --comm). Until then
+        a child takes no trap and its calls are not seen (docs/attach.md).
+        Returns the processes linked."""
         if not self.settings.links_per_process:
-            return
+            return []
         targets = self._bpf["targets"]
+        linked = []
         for pid in self.target_pids():
             if pid not in self._pid_links:
                 self._attach_process(pid, self._libraries)
+                linked.append(pid)
                 with contextlib.suppress(KeyError):  # gone meanwhile: not added back
                     targets[targets.Key(pid)]
                     targets[targets.Key(pid)] = targets.Leaf(TARGET_TRACED)
+        return linked
 
     def remove_target(self, pid: int) -> None:
         targets = self._bpf["targets"]

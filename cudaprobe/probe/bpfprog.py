@@ -66,8 +66,8 @@ class Settings:
     max_safepoint_armed: int = 64  # threads seized at once (`armed`, `signalled`)
     filter_pid: bool = False
     filter_comm: bool = False  # with filter_pid: exec under the --comm name joins `targets`
-    # uprobe_multi links per target process (--pid, -- COMMAND), so that other
-    # processes mapping the library take no trap; else one link per library
+    # uprobe_multi links per target process (--pid, --comm, -- COMMAND), so that
+    # other processes mapping the library take no trap; else one link per library
     per_process: bool = False
     errors_only: bool = False
     stats: bool = False  # aggregate in the kernel (cudaprobe stats) instead of emitting events

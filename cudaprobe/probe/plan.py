@@ -8,8 +8,10 @@ from dataclasses import dataclass
 
 from cudaprobe.catalogue.functions import CATEGORIES, FUNCTIONS, Function, is_default
 from cudaprobe.errors import SymbolMissing, UnknownEvent, UsageError
+from cudaprobe.targets.elf import as_file
 from cudaprobe.targets.elfsyms import ElfSymbols, read_symbols
 from cudaprobe.targets.libs import api_of
+from cudaprobe.targets.openfile import OpenedFile
 
 
 @dataclass(frozen=True)
@@ -83,10 +85,15 @@ def _matching(item: str, pool: list[Function], search: bool = False) -> set[str]
 @dataclass(frozen=True)
 class Attachment:
     probe: Probe
-    path: str
+    file: OpenedFile  # attached through its descriptor, never by name
     offset: int  # file offset of the symbol
     vaddr: int  # its link-time address (bcc's perf-event attach wants it for ET_EXEC)
     is_pie_or_shared: bool
+
+    @property
+    def path(self) -> str:
+        """The library as users are shown it."""
+        return self.file.name
 
 
 @dataclass
@@ -97,17 +104,18 @@ class ProbePlan:
     not_found: list[str]
 
 
-def attachments_in(probes: list[Probe], path: str) -> list[Attachment]:
-    """Where `path` defines the probes' symbols: one attachment per symbol it has."""
-    return _attachments(probes, read_symbols(path))
+def attachments_in(probes: list[Probe], source: str | OpenedFile) -> list[Attachment]:
+    """Where the file defines the probes' symbols: one attachment per symbol it has."""
+    file = as_file(source)
+    return _attachments(probes, read_symbols(file), file)
 
 
-def _attachments(probes: list[Probe], table: ElfSymbols) -> list[Attachment]:
-    return [Attachment(p, table.path, table.functions[p.symbol], table.vaddrs[p.symbol],
+def _attachments(probes: list[Probe], table: ElfSymbols, file: OpenedFile) -> list[Attachment]:
+    return [Attachment(p, file, table.functions[p.symbol], table.vaddrs[p.symbol],
                        table.is_pie_or_shared) for p in probes if p.symbol in table.functions]
 
 
-def plan_probes(functions: list[Function], libraries: list[str],
+def plan_probes(functions: list[Function], libraries: list[str | OpenedFile],
                 every_symbol: bool = False) -> ProbePlan:
     """One probe per exported symbol (base name and variants), attached in every library.
 
@@ -116,14 +124,16 @@ def plan_probes(functions: list[Function], libraries: list[str],
     dlopen) is attached with `attachments_in` and no new BPF program; finding
     nothing yet is then no error.
     """
-    tables = [read_symbols(path) for path in libraries]
+    files = [as_file(library) for library in libraries]  # each opened once, here
+    tables = [read_symbols(f) for f in files]
     defined = {s for t in tables for s in t.functions}
     symbols = [(s, fn) for fn in functions for s in fn.symbols if every_symbol or s in defined]
     probes = [Probe(i, symbol, fn) for i, (symbol, fn) in enumerate(symbols)]
-    attachments = [a for t in tables for a in _attachments(probes, t)]
+    attachments = [a for t, f in zip(tables, files) for a in _attachments(probes, t, f)]
+    names = [f.name for f in files]
     if not attachments and not every_symbol:
-        raise SymbolMissing(", ".join(libraries), [f.name for f in functions])
-    return ProbePlan(probes, attachments, missing_symbols(functions, libraries, defined))
+        raise SymbolMissing(", ".join(names), [f.name for f in functions])
+    return ProbePlan(probes, attachments, missing_symbols(functions, names, defined))
 
 
 def missing_symbols(functions: list[Function], libraries: list[str],

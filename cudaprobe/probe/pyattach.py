@@ -16,8 +16,9 @@ import os
 import shutil
 from typing import Any, Callable
 
+from cudaprobe.errors import CudaprobeError
 from cudaprobe.probe import pyrecords as pr
-from cudaprobe.targets import pyelf
+from cudaprobe.targets import procmaps, pyelf
 from cudaprobe.targets.pyoffsets import Layout
 
 USER_GEN = 1 << 63  # gens the loader gives (the probes use the clock, below 2^63)
@@ -108,24 +109,24 @@ class PyStackProbe:
             self.add_executable(path, quiet=True)
 
     def add_process(self, pid: int) -> None:
-        """A running process (--pid): its interpreter from its maps, if it has one."""
+        """A running process (--pid): its interpreter from its maps, if it has one,
+        each file read through its mapping (procmaps), never by the name the
+        process gave it."""
         try:
-            with open(f"/proc/{pid}/maps") as f:
-                lines = f.read().splitlines()
-        except OSError:
+            lines = procmaps.map_lines(pid)
+            files = procmaps.read_maps(pid)
+        except CudaprobeError:
             return
-        seen: set[str] = set()
-        for line in lines:
-            fields = line.split(maxsplit=5)
-            if len(fields) < 6 or not fields[5].startswith("/") or fields[5] in seen:
+        for mapped in files:
+            try:
+                image = pyelf.read_image(mapped.open())
+            except CudaprobeError:
                 continue
-            seen.add(fields[5])
-            image = pyelf.read_image(f"/proc/{pid}/root{fields[5]}")
             if image is None or not image.runtime:
                 continue
             if self._unreadable(image):
                 return
-            base = self._load_base(lines, fields[5], image)
+            base = self._load_base(lines, mapped, image)
             index = self._layout_index(image)
             if base is None or index is None:
                 return
@@ -136,11 +137,13 @@ class PyStackProbe:
             return
 
     @staticmethod
-    def _load_base(lines: list[str], path: str, image: pyelf.PyImage) -> int | None:
-        """The load bias of `path`: where its file offset 0 is mapped, less the
+    def _load_base(lines: list[procmaps.MapLine], mapped: procmaps.MappedFile,
+                   image: pyelf.PyImage) -> int | None:
+        """The load bias of the file: where its file offset 0 is mapped, less the
         address it was linked for (0 for a shared object or a PIE)."""
+        m = mapped.mapped
         for line in lines:
-            fields = line.split(maxsplit=5)
-            if len(fields) == 6 and fields[5] == path and int(fields[2], 16) == 0:
-                return int(fields[0].split("-")[0], 16) - image.load_vaddr
+            if (line.major, line.minor, line.inode) == (m.major, m.minor, m.inode) \
+                    and line.offset == 0:
+                return line.start - image.load_vaddr
         return None

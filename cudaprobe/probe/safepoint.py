@@ -14,6 +14,7 @@ from cudaprobe.probe import perf_uprobe
 from cudaprobe.probe.bpfprog import SAFEPOINT, Settings, bpf_dir, safepoint_numbers
 from cudaprobe.probe.load import import_bcc
 from cudaprobe.targets.elfsyms import read_symbols
+from cudaprobe.targets.openfile import OpenedFile
 
 NUMBERS = safepoint_numbers(Settings(attach="perf"))
 
@@ -37,9 +38,10 @@ ENTRY_POINTS = (
 class SafePoint:
     """`with SafePoint(pid, libraries, inside) as sp`: probes on; closed, gone."""
 
-    def __init__(self, pid: int, libraries: list[str], inside: list[tuple[int, int]]) -> None:
+    def __init__(self, pid: int, libraries: list[OpenedFile],
+                 inside: list[tuple[int, int]]) -> None:
         self.pid = pid
-        self.libraries = libraries  # host paths of the process's libcudart/libcuda
+        self.libraries = libraries  # the process's libcudart/libcuda, opened through its maps
         self.inside = inside[:NUMBERS["CP_MAX_RANGES"]]  # executable ranges of the CUDA libraries
         self._bpf: Any = None
         self.probes = 0
@@ -52,13 +54,14 @@ class SafePoint:
             ranges = self._bpf["inside"]
             for i, (lo, hi) in enumerate(self.inside):
                 ranges[ranges.Key(i)] = ranges.Leaf(lo, hi)
-            for path in self.libraries:
-                offsets = read_symbols(path).functions
+            for library in self.libraries:
+                offsets = read_symbols(library).functions
                 # perf_uprobe's attach, not bcc's: it passes bcc's missing argument. In
                 # every process (a perf event given a pid watches that thread alone):
-                # the program keeps to CP_PID's
+                # the program keeps to CP_PID's. Through the descriptor: the name is
+                # the process's to re-point
                 for offset in sorted({offsets[n] for n in ENTRY_POINTS if n in offsets}):
-                    perf_uprobe.attach(self._bpf, "on_entry", path, offset, False)
+                    perf_uprobe.attach(self._bpf, "on_entry", library.proc_path, offset, False)
                     self.probes += 1
         except BaseException:
             self.close()

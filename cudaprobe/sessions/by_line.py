@@ -40,7 +40,7 @@ def stats_by_line(plan: ProbePlan, settings: bpfprog.Settings, command: list[str
     """Trace the calls with their Python stacks and count them per line; with
     gpu_time, the GPU work each line queued (rows joined when COMMAND exits)."""
     by_line = _ByLine()
-    kernels = KernelSymbolizer.for_session(command, [a.path for a in plan.attachments])
+    kernels = KernelSymbolizer.for_session(command, [a.file for a in plan.attachments])
     session = TraceSession(plan, settings, by_line, None, SessionOptions(
         duration=duration, command=command, symbolize=kernels, see_process=kernels.see,
         targets=targets, notify=notify, gpu_time=gpu_time))

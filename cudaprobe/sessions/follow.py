@@ -72,7 +72,9 @@ class Follower:
         """Report exits, rescan when due; True once every --pid target has exited."""
         for pid in self.targets.exited():
             self.notify(f"pid {pid} ({self.targets.names.get(pid, '?')}) exited")
-        self.attacher.follow_children()  # every poll: the window of a new child is short
+        # every poll: the window of a new child is short
+        for pid in self.attacher.follow_children():
+            self._exec_named(pid)
         now = time.monotonic()
         if now >= self._next_comm_scan:
             self._next_comm_scan = now + COMM_RESCAN_S
@@ -81,6 +83,17 @@ class Follower:
             self._next_maps_scan = now + MAPS_RESCAN_S
             self._rescan_maps()
         return self.waiting_for_pids and not self.targets.requested
+
+    def _exec_named(self, pid: int) -> None:
+        """A process that exec'd under the --comm name got its own probes just now:
+        its calls before them were not seen, and the summary says for how long."""
+        comm = self.targets.comm
+        name = _name(pid)
+        if comm is not None and pid not in self._named and name == comm[:15]:
+            self._named.add(pid)
+            self._ran_before_attach(pid, name)
+            self.notify(f"pid {pid} ({name}) started under the name: probes attached; its "
+                        "calls before, since its exec, are not included")
 
     def _add_named(self) -> None:
         for pid in self.targets.named_now():
@@ -93,6 +106,9 @@ class Follower:
         # (a fork shares its parent's maps) is reported as the named one's
         pids = sorted(self.attacher.target_pids(), key=lambda pid: pid not in self.targets.names)
         found, gone = self.targets.scan(pids)
+        for note in self.targets.refusals:
+            self.notify(note)
+        self.targets.refusals.clear()
         for pid in gone:
             self.attacher.remove_target(pid)
             self._named.discard(pid)
@@ -101,19 +117,19 @@ class Follower:
 
     def _attach(self, obj: CudaObject) -> None:
         try:
-            atts = attachments_in(self.plan.probes, obj.host_path)
+            atts = attachments_in(self.plan.probes, obj.file)
             if not atts:
                 return
-            self.attacher.attach_library(obj.host_path, atts)
+            self.attacher.attach_library(atts)
         except (CudaprobeError, OSError) as e:  # it went away, or the kernel refused
             self.notify(f"cannot probe {obj.where}, mapped by pid {obj.pid}: {e}")
             return
         name, untraced_s = _name(obj.pid), time.monotonic() - obj.mapped_since
         self.notify(f"pid {obj.pid} ({name}) maps {obj.where}: {len(atts)} probes attached; "
                     f"its calls there in the up to {untraced_s:.2f}s before are not included")
-        self.summary.untraced.append(Untraced(obj.pid, name, untraced_s, obj.host_path))
+        self.summary.untraced.append(Untraced(obj.pid, name, untraced_s, obj.file.name))
         self._defined |= {a.probe.symbol for a in atts}
-        self._libraries.append(obj.host_path)
+        self._libraries.append(obj.file.name)
         self.summary.libraries = sorted(self._libraries)
         self.summary.not_found = missing_symbols(self._functions, self._libraries,
                                                  self._defined)

@@ -44,7 +44,7 @@ class MemorySession:
         self.on_interval = on_interval
         self.accounting = MemoryAccounting()
         # the objects of a process that exits before its maps are read: found by build-id
-        self.sites = CallSites.for_session(options.command, [a.path for a in plan.attachments])
+        self.sites = CallSites.for_session(options.command, [a.file for a in plan.attachments])
         self.lost: dict[str, int] = {}
         self.in_flight = 0
         self.decode_errors = 0

@@ -70,8 +70,10 @@ class Probing:
         """Make the machine ready, and say on stderr what that took, what the
         targets need said and what is probed (`doing`: "tracing", ...). Returns
         the function that says further things the same way."""
-        return announce(self.plan, prepare_machine() + (self.targets.notes if self.targets
-                                                        else []), doing)
+        notes = self.targets.notes + self.targets.refusals if self.targets else []
+        if self.targets:
+            self.targets.refusals.clear()  # said once
+        return announce(self.plan, prepare_machine() + notes, doing)
 
     def close(self) -> None:
         if self.targets is not None:
@@ -92,7 +94,7 @@ def plan_targets(functions: list[Function], request: ProbeRequest,
         raise UsageError("--comm needs a process name (as in /proc/PID/comm)")
     follow = bool(command or pids or comm)
     config = bpfprog.Settings(filter_pid=follow, filter_comm=comm is not None,
-                              per_process=bool(command or pids) and comm is None, **settings)
+                              per_process=follow, **settings)
     if not request.dump_bpf and os.geteuid() != 0:
         raise NotRoot()
     if follow and not request.dump_bpf and not host_pids_visible():

@@ -107,7 +107,7 @@ def stats_by_kernel(plan: ProbePlan, settings: Settings, command: list[str],
                     ) -> tuple[StatsReport, int]:
     """Trace the launches and count them per kernel name (analysis.stats.KernelTally)."""
     tally = KernelTally()
-    kernels = KernelSymbolizer.for_session(command, [a.path for a in plan.attachments])
+    kernels = KernelSymbolizer.for_session(command, [a.file for a in plan.attachments])
     session = TraceSession(plan, settings, _Tally(tally), None, SessionOptions(
         duration=duration, command=command, symbolize=kernels, see_process=kernels.see,
         targets=targets, notify=notify, command_env=command_env, on_probes_in=on_probes_in))

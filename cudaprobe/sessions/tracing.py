@@ -71,7 +71,7 @@ def run_trace(probing: Probing, request: TraceRequest) -> int:
     if request.fmt == "table" and not isinstance(stream, StdoutStream):  # StderrStream is one
         summary_console = err
     command = list(probing.request.command)
-    kernels = KernelSymbolizer.for_session(command, [a.path for a in probing.plan.attachments])
+    kernels = KernelSymbolizer.for_session(command, [a.file for a in probing.plan.attachments])
     session = TraceSession(probing.plan, probing.settings, reporter, summary_console,
                            SessionOptions(duration=probing.request.duration, command=command,
                                           symbolize=kernels, see_process=kernels.see,

@@ -5,13 +5,12 @@ elfsyms.py reads the symbols with them."""
 
 from __future__ import annotations
 
-import functools
 import mmap
 import os
-import stat
 import struct
 
 from cudaprobe.errors import LibraryNotFound
+from cudaprobe.targets.openfile import OpenedFile, open_node_file
 
 # Elf64 little-endian layouts (x86-64 only: check_elf refuses the rest)
 EHDR = struct.Struct("<16xHHIQQQIHHHHHH")  # e_type .. e_shstrndx
@@ -34,21 +33,23 @@ MACHINES = {3: "EM_386", 8: "EM_MIPS", 20: "EM_PPC", 21: "EM_PPC64", 22: "EM_S39
             243: "EM_RISCV", 258: "EM_LOONGARCH"}
 
 
-def check_elf(path: str) -> None:
-    """Raise LibraryNotFound with the reason when `path` is not a usable x86-64 ELF:
+def as_file(source: str | OpenedFile) -> OpenedFile:
+    """`source` itself, or the node's file at that path, opened once."""
+    return source if isinstance(source, OpenedFile) else open_node_file(source)
+
+
+def check_elf(source: str | OpenedFile) -> None:
+    """Raise LibraryNotFound with the reason when `source` is not a usable x86-64 ELF:
     its header whole, and its section headers within the file."""
-    if not os.path.exists(path):
-        raise LibraryNotFound(path)
-    if os.path.isdir(path):
-        raise LibraryNotFound(path, "is a directory without CUDA libraries")
-    if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block open() for good
-        raise LibraryNotFound(path, "not a regular file")
+    if isinstance(source, str) and os.path.isdir(source):
+        raise LibraryNotFound(source, "is a directory without CUDA libraries")
+    f = as_file(source)
+    path = f.name
     try:
-        with open(path, "rb") as f:
-            head = f.read(EHDR_SIZE)
-            size = os.fstat(f.fileno()).st_size
-    except PermissionError as e:
+        head = f.pread(EHDR_SIZE, 0)
+    except OSError as e:
         raise LibraryNotFound(path, f"cannot read it ({e.strerror})") from None
+    size = f.stat.st_size
     if head[:4] != b"\x7fELF":
         raise LibraryNotFound(path, "not an ELF file")
     if len(head) < EHDR_SIZE or head[5] not in (1, 2):
@@ -84,10 +85,10 @@ def symbol_name(strtab: bytes, offset: int) -> str:
     return name.split("@", 1)[0] if "@" in name else name
 
 
-def interpreter(path: str) -> str | None:
+def interpreter(source: str | OpenedFile) -> str | None:
     """The program interpreter (ld.so) a dynamic executable names, or None."""
     try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        with as_file(source).map() as mm:
             if mm[:6] != ELFCLASS64_LE:
                 return None
             _t, _m, _v, _e, phoff, _s, _f, _eh, phentsize, phnum, *_ = EHDR.unpack_from(mm)
@@ -95,38 +96,61 @@ def interpreter(path: str) -> str | None:
                 ph = PHDR.unpack_from(mm, phoff + i * phentsize)
                 if ph[0] == PT_INTERP:
                     return mm[ph[2]:ph[2] + ph[5]].rstrip(b"\0").decode()
-    except (OSError, ValueError, struct.error, UnicodeDecodeError):
+    except (OSError, ValueError, struct.error, UnicodeDecodeError, LibraryNotFound):
         return None
     return None
 
 
-def build_id_of(path: str) -> str:
-    """The build-id of the ELF file at `path` in hex ("" if it has none, or is no
-    ELF), read from its headers alone: cheaper than its symbols by far."""
+_BUILD_IDS: dict[tuple[int, ...], str] = {}  # OpenedFile.key -> its build-id
+
+
+def build_id_of(source: str | OpenedFile) -> str:
+    """The build-id of the ELF file in hex ("" if it has none, or is no ELF),
+    read from its headers alone: cheaper than its symbols by far."""
     try:
-        st = os.stat(path)
-        return _build_id_of(path, st.st_ino, st.st_mtime_ns)
-    except (OSError, struct.error):
+        f = as_file(source)
+        if f.key not in _BUILD_IDS:
+            if len(_BUILD_IDS) >= 1024:
+                _BUILD_IDS.clear()
+            _BUILD_IDS[f.key] = _build_id_of(f)
+        return _BUILD_IDS[f.key]
+    except (OSError, struct.error, LibraryNotFound):
         return ""
 
 
-@functools.lru_cache(maxsize=1024)
-def _build_id_of(path: str, _ino: int, _mtime: int) -> str:
-    with open(path, "rb") as f:
-        head = f.read(EHDR.size + 16)
-        if not head.startswith(b"\x7fELF\x02\x01"):  # 64-bit little-endian only
-            return ""
-        _etype, _m, _v, _e, phoff, _s, _f, _eh, phentsize, phnum, *_ = EHDR.unpack_from(head)
-        f.seek(phoff)
-        table = f.read(phentsize * phnum)
-        for i in range(phnum):
-            p = PHDR.unpack_from(table, i * phentsize)
-            if p[0] == PT_NOTE:
-                f.seek(p[2])
-                found = build_id_from_notes(f.read(min(p[5], 1 << 16)))
-                if found:
-                    return found
+def _build_id_of(f: OpenedFile) -> str:
+    head = f.pread(EHDR.size + 16, 0)
+    if not head.startswith(b"\x7fELF\x02\x01"):  # 64-bit little-endian only
+        return ""
+    _etype, _m, _v, _e, phoff, _s, _f, _eh, phentsize, phnum, *_ = EHDR.unpack_from(head)
+    table = f.pread(phentsize * phnum, phoff)
+    for i in range(phnum):
+        p = PHDR.unpack_from(table, i * phentsize)
+        if p[0] == PT_NOTE:
+            found = build_id_from_notes(f.pread(min(p[5], 1 << 16), p[2]))
+            if found:
+                return found
     return ""
+
+
+# BPF_BUILD_ID_SIZE: a stack frame's build-id field is 20 bytes, and the kernel
+# pads a shorter one (ld's --build-id=md5 makes 16) with zeros
+FRAME_BUILD_ID_HEX = 40
+
+
+def frame_build_id(build_id: str) -> str:
+    """A file's build-id (hex) as a stack frame carries it: padded to 20 bytes."""
+    return build_id.ljust(FRAME_BUILD_ID_HEX, "0") if build_id else ""
+
+
+def file_build_ids(frame_id: str) -> list[str]:
+    """The file build-ids a frame's (hex) may stand for, longest first: itself, and
+    where it ends in zero bytes, each shorter id the kernel padded into it."""
+    out = [frame_id]
+    while len(frame_id) > 2 and frame_id.endswith("00"):
+        frame_id = frame_id[:-2]
+        out.append(frame_id)
+    return out
 
 
 def build_id_from_notes(notes: bytes) -> str:

@@ -7,8 +7,10 @@ gives the file offset that a uprobe is attached at. The tables are read with
 struct over the mapped file, a whole section per call (struct.iter_unpack),
 not as one pyelftools object per symbol: libtorch_cuda.so has ~207k symbols,
 which pyelftools took 7 s to read (BENCHMARKS.md has the figures). Names are
-cut out of the string table only when asked for. Results are cached per file
-(path, inode, mtime); symcache.py keeps them on disk by build-id.
+cut out of the string table only when asked for. Each file is read through
+the one descriptor it was opened with (openfile.py: a process's file is never
+opened by its name), and results are cached by what that descriptor holds
+(device, inode, size, mtime, ctime); symcache.py keeps them on disk by build-id.
 
 A PyTorch process maps hundreds of objects, some of them near a gigabyte, and
 most of them import CUDA functions without defining them: defines_any reads
@@ -21,14 +23,13 @@ links the runtime statically, often as local symbols that only .symtab holds.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import functools
 import mmap
-import os
 import re
 import struct
+from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
 
 from cudaprobe.errors import LibraryNotFound
@@ -44,11 +45,13 @@ from cudaprobe.targets.elf import (
     SHT_DYNSYM,
     SHT_SYMTAB,
     SYM,
+    as_file,
     build_id_from_notes,
     check_elf,
     symbol_name,
     symbol_tables,
 )
+from cudaprobe.targets.openfile import OpenedFile
 
 
 @dataclass(frozen=True)
@@ -68,13 +71,16 @@ class ElfSymbols:
     # (uid, mode, size, mtime ns) of the file as read (fstat of the very file parsed):
     # symcache keeps the tables of files no one but root could have written
     origin: tuple[int, int, int, int] = ()
+    # the descriptor it was read from (None: from symcache), kept for `vaddrs`
+    file: OpenedFile | None = field(default=None, compare=False, repr=False)
 
     @functools.cached_property
     def vaddrs(self) -> dict[str, int]:
         """Every defined function's name (also where it shares its address with
         another) -> link-time address; read from the file when first asked for:
-        only the probed libraries need it, and names are most of a big table's cost."""
-        return _read_vaddrs(self.path)
+        only the probed libraries need it, and names are most of a big table's cost.
+        Empty for a table from the disk cache: it has no file to read."""
+        return _read_vaddrs(self.file) if self.file is not None else {}
 
     @functools.cached_property
     def functions(self) -> dict[str, int]:
@@ -115,27 +121,30 @@ class ElfSymbols:
         return None
 
 
-def read_symbols(path: str) -> ElfSymbols:
-    """The symbols of `path`, opened as given: not through os.path.realpath, which
-    would turn /proc/PID/root/lib/x.so (a file in the process's mount namespace)
-    into /lib/x.so here."""
-    st = os.stat(path)
-    return _read_symbols(path, st.st_ino, st.st_mtime_ns)
+_TABLES: OrderedDict[tuple[int, ...], ElfSymbols] = OrderedDict()  # OpenedFile.key ->
+TABLES_KEPT = 64
 
 
-@functools.lru_cache(maxsize=64)
-def _read_symbols(path: str, _ino: int, _mtime: int) -> ElfSymbols:
-    check_elf(path)
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        st = os.fstat(f.fileno())
+def read_symbols(source: str | OpenedFile) -> ElfSymbols:
+    """The symbols of an opened file, or of the node's file at a path (opened as
+    given: not through os.path.realpath)."""
+    f = as_file(source)
+    table = _TABLES.get(f.key)
+    if table is None:
+        check_elf(f)
         try:
-            return dataclasses.replace(_parse(path, data), origin=(
-                st.st_uid, st.st_mode, st.st_size, st.st_mtime_ns))
+            with f.map() as data:
+                table = _parse(f, data)
         except (struct.error, ValueError, IndexError) as e:
-            raise LibraryNotFound(path, f"malformed ELF ({e})") from None
+            raise LibraryNotFound(f.name, f"malformed ELF ({e})") from None
+        _TABLES[f.key] = table
+        if len(_TABLES) > TABLES_KEPT:
+            _TABLES.popitem(last=False)
+    _TABLES.move_to_end(f.key)
+    return table
 
 
-def _parse(path: str, data: mmap.mmap) -> ElfSymbols:
+def _parse(f: OpenedFile, data: mmap.mmap) -> ElfSymbols:
     (etype, _machine, _version, _entry, phoff, shoff, _flags, _ehsize, phentsize, phnum,
      shentsize, shnum, _shstrndx) = EHDR.unpack_from(data)
     phdrs = [PHDR.unpack_from(data, phoff + i * phentsize) for i in range(phnum)]
@@ -162,14 +171,16 @@ def _parse(path: str, data: mmap.mmap) -> ElfSymbols:
         starts.append(value)
         sizes.append(size)
         names.append(symbol_name(strtabs[t], st_name))
-    return ElfSymbols(path, etype != ET_EXEC, starts, sizes, names, loads, build_id)
+    st = f.stat  # the very file parsed: symcache keeps tables of root's files alone
+    return ElfSymbols(f.name, etype != ET_EXEC, starts, sizes, names, loads, build_id,
+                      origin=(st.st_uid, st.st_mode, st.st_size, st.st_mtime_ns), file=f)
 
 
-def _read_vaddrs(path: str) -> dict[str, int]:
+def _read_vaddrs(f: OpenedFile) -> dict[str, int]:
     """Every defined function's name -> its link-time address, the first definition
     winning, .dynsym's before .symtab's: what attaching by name needs."""
     vaddrs: dict[str, int] = {}
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+    with f.map() as data:
         shoff, shentsize, shnum = struct.unpack_from("<40xQ10xHH", data)
         for table, strtab in symbol_tables(data, shoff, shentsize, shnum):
             for st_name, info, _other, shndx, value, _size in struct.iter_unpack(
@@ -211,15 +222,15 @@ def _alternatives(node: dict) -> bytes:
     return b"(?:" + body + b")?" if None in node else body
 
 
-def defines_any(path: str, pattern: re.Pattern[bytes]) -> bool:
-    """Whether `path` defines a function named by `pattern` (.dynsym or .symtab).
+def defines_any(source: str | OpenedFile, pattern: re.Pattern[bytes]) -> bool:
+    """Whether the file defines a function named by `pattern` (.dynsym or .symtab).
 
     Anything that is not a readable 64-bit little-endian ELF defines nothing.
     """
     try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        with as_file(source).map() as mm:
             return _defines_any(mm, pattern)
-    except (OSError, ValueError, struct.error):
+    except (OSError, ValueError, struct.error, LibraryNotFound):
         return False
 
 

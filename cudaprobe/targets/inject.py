@@ -34,6 +34,7 @@ from pathlib import Path
 
 from cudaprobe.targets.elfsyms import read_symbols
 from cudaprobe.targets.pidfd import HeldProcess, take_memfd
+from cudaprobe.targets.procmaps import map_lines
 from cudaprobe.targets.ptrace import Registers, TracedThread
 
 SLOT_REGISTERS = ("rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "r8", "r9", "r10", "r11",
@@ -87,14 +88,8 @@ class Mapping:
 
 
 def mappings(pid: int) -> list[Mapping]:
-    found = []
-    with open(f"/proc/{pid}/maps") as f:
-        for line in f:
-            fields = line.split(maxsplit=5)
-            lo, hi = fields[0].split("-")
-            path = fields[5].rstrip("\n") if len(fields) > 5 else ""
-            found.append(Mapping(int(lo, 16), int(hi, 16), fields[1], int(fields[2], 16), path))
-    return found
+    """Every mapping of the process (procmaps reads /proc/PID/maps, for all)."""
+    return [Mapping(m.start, m.end, m.perms, m.offset, m.path) for m in map_lines(pid)]
 
 
 def map_file(pid: int, m: Mapping) -> str:

@@ -18,8 +18,10 @@ import re
 import signal
 from dataclasses import dataclass
 
+from cudaprobe.errors import LibraryNotFound, ProcessGone
 from cudaprobe.targets.environment import status_field
 from cudaprobe.targets.inject import Mapping
+from cudaprobe.targets.openfile import OpenedFile
 from cudaprobe.targets.procmaps import read_maps
 
 # default action: ignore; SIGCHLD last, as a program may wait for children with it
@@ -89,14 +91,14 @@ def stop_signal(pid: int, tid: int) -> int:
 @dataclass
 class CudaView:
     """What the process maps of CUDA."""
-    libraries: list[str]  # host paths of libcuda/libcudart, for the safe-point probes
+    libraries: list[OpenedFile]  # libcuda/libcudart as mapped, for the safe-point probes
     inside: list[tuple[int, int]]  # executable ranges of every CUDA library
     cupti: str  # a libcupti it maps (its own path), or ""
 
 
 def cuda_view(pid: int, maps: list[Mapping]) -> CudaView:
-    libraries: dict[str, str] = {}
-    host = {f.path: f.host_path for f in read_maps(pid)}  # uprobes want a path, not map_files
+    libraries: dict[str, OpenedFile] = {}
+    mapped = {f.path: f for f in read_maps(pid)}
     inside, cupti = [], ""
     for m in maps:
         if "x" not in m.perms:
@@ -104,8 +106,11 @@ def cuda_view(pid: int, maps: list[Mapping]) -> CudaView:
         path = m.path.removesuffix(" (deleted)")
         if CUDA_CODE.search(path):
             inside.append((m.start, m.end))
-        if CUDA_LIBRARY.search(path) and path not in libraries and path in host:
-            libraries[path] = host[path]
+        if CUDA_LIBRARY.search(path) and path not in libraries and path in mapped:
+            try:  # through the mapping: the name is the process's to re-point
+                libraries[path] = mapped[path].open()
+            except (LibraryNotFound, ProcessGone):
+                continue
         if CUPTI.search(path) and not cupti:
             cupti = path
     return CudaView(list(libraries.values()), inside, cupti)

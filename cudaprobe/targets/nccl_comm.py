@@ -16,12 +16,13 @@ which NCCL's own checks compare its first word with.
 from __future__ import annotations
 
 import bisect
-import functools
 import re
 from dataclasses import dataclass
 
 from cudaprobe.errors import CudaprobeError
+from cudaprobe.targets.elf import as_file
 from cudaprobe.targets.elfsyms import read_symbols
+from cudaprobe.targets.openfile import OpenedFile
 
 NCCL_MAGIC = 0x0280028002800280  # struct ncclComm's startMagic (and endMagic)
 RANK_FUNCTION, NRANKS_FUNCTION = "ncclCommUserRank", "ncclCommCount"
@@ -57,27 +58,35 @@ def loaded_and_stored(code: bytes) -> set[int]:
     return found
 
 
-def _code(path: str, name: str) -> bytes:
-    table = read_symbols(path)
+def _code(file: OpenedFile, name: str) -> bytes:
+    table = read_symbols(file)
     vaddr = table.vaddrs.get(name)
     offset = table.functions.get(name)
     if vaddr is None or offset is None:
         return b""
     i = bisect.bisect_left(table.starts, vaddr)
     size = table.sizes[i] if i < len(table.starts) and table.starts[i] == vaddr else 0
-    with open(path, "rb") as f:
-        f.seek(offset)
-        return f.read(min(size or MAX_CODE, MAX_CODE))
+    return file.pread(min(size or MAX_CODE, MAX_CODE), offset)
 
 
-@functools.cache
-def comm_layout(path: str) -> CommLayout | None:
-    """The rank and nranks offsets of the communicators of the libnccl at `path`."""
+_LAYOUTS: dict[tuple[int, ...], CommLayout | None] = {}  # OpenedFile.key -> its layout
+
+
+def comm_layout(source: str | OpenedFile) -> CommLayout | None:
+    """The rank and nranks offsets of the communicators of a libnccl (an opened
+    file, or the node's at a path)."""
     try:
-        rank = loaded_and_stored(_code(path, RANK_FUNCTION))
-        nranks = loaded_and_stored(_code(path, NRANKS_FUNCTION))
+        file = as_file(source)
+        if file.key not in _LAYOUTS:
+            _LAYOUTS[file.key] = _comm_layout(file)
+        return _LAYOUTS[file.key]
     except (OSError, CudaprobeError):
         return None
+
+
+def _comm_layout(file: OpenedFile) -> CommLayout | None:
+    rank = loaded_and_stored(_code(file, RANK_FUNCTION))
+    nranks = loaded_and_stored(_code(file, NRANKS_FUNCTION))
     if len(rank) != 1 or len(nranks) != 1 or rank == nranks:
         return None
     (r,), (n,) = rank, nranks

@@ -1,12 +1,11 @@
 """Running processes as /proc shows them: names, threads, and the files they map.
 
-Paths in /proc/PID/maps are the ones the process sees. For a process in
-another mount namespace (a container, `unshare -m`) that path may name another
-file here, or none, so such files are opened through /proc/PID/root, which the
-kernel resolves in the process's own namespace. A mapped file deleted since
-(a library upgraded under a running process) is reached through
-/proc/PID/map_files. Pids are those of the pid namespace cudaprobe runs in: the
-host's, whatever a containerised process believes its own pid to be.
+Paths in /proc/PID/maps are the ones the process sees, and the process's to
+change: a mapped file is never opened by that name, but through the mapping
+itself (openfile.open_mapped: /proc/PID/map_files), which reaches the very
+file, in a container's mount namespace or deleted since. Pids are those of the
+pid namespace cudaprobe runs in: the host's, whatever a containerised process
+believes its own pid to be.
 """
 
 from __future__ import annotations
@@ -15,15 +14,60 @@ import os
 from dataclasses import dataclass
 
 from cudaprobe.errors import CudaprobeError, ProcessGone
+from cudaprobe.targets.openfile import Mapped, OpenedFile, open_mapped
 
 DELETED = " (deleted)"
 
 
 @dataclass(frozen=True)
+class MapLine:
+    """One line of /proc/PID/maps, every field of it."""
+
+    start: int
+    end: int
+    perms: str  # "r-xp"
+    offset: int  # file offset mapped at `start`
+    major: int  # the device, as the kernel prints it (hex major:minor)
+    minor: int
+    inode: int
+    path: str  # "" for an anonymous mapping; "[heap]", "/memfd:x (deleted)", ...
+
+    @property
+    def is_file(self) -> bool:
+        return self.inode != 0 and self.path.startswith("/")
+
+
+def parse_maps(text: str) -> list[MapLine]:
+    """Every line of a maps file, in address order (the kernel's)."""
+    out = []
+    for line in text.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) < 5:
+            continue
+        start, end = (int(v, 16) for v in fields[0].split("-"))
+        major, minor = (int(v, 16) for v in fields[3].split(":"))
+        out.append(MapLine(start, end, fields[1], int(fields[2], 16), major, minor,
+                           int(fields[4]), fields[5] if len(fields) == 6 else ""))
+    return out
+
+
+def map_lines(pid: int) -> list[MapLine]:
+    """What the process maps, every line: the one reader of /proc/PID/maps."""
+    return parse_maps(_read(pid, "maps"))
+
+
+@dataclass(frozen=True)
 class MappedFile:
+    """A file the process maps executable, found by its first such mapping."""
+
     path: str  # as the process sees it
-    host_path: str  # the same file, openable from here
-    identity: tuple[int, int]  # (st_dev, st_ino) as seen from here: one file, one probe set
+    host_path: str  # how users are shown it from here (/proc/PID/root/... elsewhere)
+    identity: tuple[int, int]  # (st_dev, st_ino) per the maps line: one file, one probe set
+    mapped: Mapped
+
+    def open(self) -> OpenedFile:
+        """The very file mapped, checked (openfile.open_mapped)."""
+        return open_mapped(self.mapped)
 
 
 def _read(pid: int, name: str) -> str:
@@ -132,36 +176,20 @@ def same_mount_namespace(pid: int) -> bool:
 
 
 def read_maps(pid: int) -> list[MappedFile]:
-    """Files the process maps executable, one entry per file, in address order."""
+    """Files the process maps executable, one entry per file, in address order.
+    Nothing is opened here: MappedFile.open does it, through the mapping."""
     local = same_mount_namespace(pid)
     found: dict[tuple[int, int], MappedFile] = {}
-    seen_lines: set[tuple[str, str]] = set()
-    for line in _read(pid, "maps").splitlines():
-        fields = line.split(maxsplit=5)
-        if len(fields) < 6 or "x" not in fields[1] or not fields[5].startswith("/"):
+    for line in map_lines(pid):
+        if "x" not in line.perms or not line.is_file:
             continue
-        addresses, inode, path = fields[0], fields[4], fields[5]
-        if (inode, path) in seen_lines:
+        identity = (os.makedev(line.major, line.minor), line.inode)
+        if identity in found:
             continue
-        seen_lines.add((inode, path))
-        mapped = _host_file(pid, addresses, int(inode), path, local)
-        if mapped is not None:
-            found.setdefault(mapped.identity, mapped)
+        if line.path.endswith(DELETED):
+            name = f"/proc/{pid}/map_files/{line.start:x}-{line.end:x}"
+        else:
+            name = line.path if local else f"/proc/{pid}/root{line.path}"
+        found[identity] = MappedFile(line.path, name, identity, Mapped(
+            pid, line.start, line.end, line.major, line.minor, line.inode, line.path, name))
     return list(found.values())
-
-
-def _host_file(pid: int, addresses: str, inode: int, path: str,
-               local: bool) -> MappedFile | None:
-    """Where this mapped file can be opened from here, checked by inode number."""
-    candidates = []
-    if not path.endswith(DELETED):
-        candidates.append(path if local else f"/proc/{pid}/root{path}")
-    candidates.append(f"/proc/{pid}/map_files/{addresses}")
-    for candidate in candidates:
-        try:
-            st = os.stat(candidate)
-        except OSError:
-            continue
-        if st.st_ino == inode:
-            return MappedFile(path, candidate, (st.st_dev, st.st_ino))
-    return None  # unmapped or replaced while we looked

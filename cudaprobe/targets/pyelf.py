@@ -10,15 +10,16 @@ that libpython's _DYNAMIC is.
 
 from __future__ import annotations
 
-import functools
 import mmap
 import os
 import re
 import struct
 from dataclasses import dataclass
 
+from cudaprobe.errors import LibraryNotFound
 from cudaprobe.targets import pyoffsets
 from cudaprobe.targets.elf import EHDR, PHDR, PT_LOAD, SYM, symbol_name, symbol_tables
+from cudaprobe.targets.openfile import OpenedFile, open_node_file
 
 PT_DYNAMIC = 2
 PF_X = 1
@@ -101,19 +102,29 @@ def _find_lib(name: str, origin: str, paths: list[str]) -> str:
     return ""
 
 
-def read_image(path: str) -> PyImage | None:
-    """CPython in the ELF file at `path`; None if it is none of it (no
-    `_PyRuntime`, and no libpython needed), or not an ELF file."""
+_IMAGES: dict[tuple[int, ...], PyImage | None] = {}  # OpenedFile.key -> what it holds
+
+
+def read_image(source: str | OpenedFile) -> PyImage | None:
+    """CPython in an ELF file; None if it is none of it (no `_PyRuntime`, and no
+    libpython needed), or not an ELF file. A path is one of the node's (the
+    command's interpreter, those on PATH); a file a process maps comes opened
+    (procmaps: through the mapping), and no libpython is looked for by a name
+    it gave, which would be one on this side of its mount namespace."""
     try:
-        st = os.stat(path)
-        return _read_image(os.path.realpath(path), st.st_ino, st.st_mtime_ns)
-    except (OSError, ValueError, struct.error):
+        f = source if isinstance(source, OpenedFile) else open_node_file(os.path.realpath(source))
+        if f.key not in _IMAGES:
+            if len(_IMAGES) >= 64:
+                _IMAGES.clear()
+            _IMAGES[f.key] = _read_image(f, find_needed=isinstance(source, str))
+        return _IMAGES[f.key]
+    except (OSError, ValueError, struct.error, LibraryNotFound):
         return None
 
 
-@functools.lru_cache(maxsize=64)
-def _read_image(path: str, _ino: int, _mtime: int) -> PyImage | None:
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+def _read_image(f: OpenedFile, find_needed: bool) -> PyImage | None:
+    path = f.name
+    with f.map() as data:
         if data[:6] != b"\x7fELF\x02\x01":
             return None
         ehdr = EHDR.unpack_from(data)
@@ -145,7 +156,7 @@ def _read_image(path: str, _ino: int, _mtime: int) -> PyImage | None:
             lib = next((n for n in names if n.startswith("libpython3")), "")
             if not lib:
                 return None
-            needs = _find_lib(lib, os.path.dirname(path), paths)
+            needs = _find_lib(lib, os.path.dirname(path), paths) if find_needed else ""
         first = min((p[3] - p[2] for p in phdrs if p[0] == PT_LOAD), default=0)
         return PyImage(path, text, runtime, code_type, version, layout, debug_at,
                        dyn_ph[3] if dyn_ph else 0, needs, first & ~0xFFF)

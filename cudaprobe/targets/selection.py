@@ -21,11 +21,18 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cudaprobe.errors import CudaNotMapped, CudaprobeError, ProcessGone, SeccompHazard
+from cudaprobe.errors import (
+    CudaNotMapped,
+    CudaprobeError,
+    LibraryNotFound,
+    ProcessGone,
+    SeccompHazard,
+)
 from cudaprobe.targets.elf import interpreter
 from cudaprobe.targets.elfsyms import defines_any, name_pattern
 from cudaprobe.targets.environment import seccomp_filtered, uretprobes_kill_filtered
 from cudaprobe.targets.libs import discover_libraries
+from cudaprobe.targets.openfile import OpenedFile, open_node_file
 from cudaprobe.targets.procmaps import (
     MappedFile,
     is_kernel_thread,
@@ -42,7 +49,7 @@ from cudaprobe.targets.procmaps import (
 
 @dataclass(frozen=True)
 class CudaObject:
-    host_path: str  # what the probes attach to
+    file: OpenedFile  # what the probes attach to, opened through the mapping
     path: str  # the name the process knows it by
     pid: int  # the process it was found in
     # since when it may have been mapped (time.monotonic()): the process's last
@@ -52,9 +59,9 @@ class CudaObject:
     @property
     def where(self) -> str:
         """The object as a user would name it, with the process when it sees another name."""
-        if self.host_path == self.path:
+        if self.file.name == self.path:
             return self.path
-        return f"{self.path} (pid {self.pid}'s, via {self.host_path})"
+        return f"{self.path} (pid {self.pid}'s, via {self.file.name})"
 
 
 class Targets:
@@ -67,8 +74,12 @@ class Targets:
         # False with --lib: probe what the user named, look for nothing else
         self.discover = discover
         self.notes: list[str] = []
+        # mapped files not probed because what opened is not what the maps name
+        self.refusals: list[str] = []
         self._pattern = name_pattern(self.symbols)
         self._holds_cuda: dict[tuple[int, int], bool] = {}  # file identity -> verdict
+        # the CUDA files found, opened, by identity: probed through these descriptors
+        self._opened: dict[tuple[int, int], OpenedFile] = {}
         self.probed: set[tuple[int, int]] = set()  # identities of files probed already
         self._vm_pages: dict[int, int] = {}  # pid -> address-space size when last scanned
         self._mapped: dict[int, int] = {}  # pid -> files it mapped when last scanned
@@ -105,12 +116,12 @@ class Targets:
             os.close(fd)
         self.requested.clear()
 
-    def attached_up_front(self, paths: Iterable[str]) -> None:
+    def attached_up_front(self, files: Iterable[OpenedFile]) -> None:
         """Libraries probed before any scan (the usual places): never again."""
-        for path in paths:
-            self.probed.add(_identity(path))
+        for f in files:
+            self.probed.add(f.identity)
 
-    def command_objects(self, argv0: str) -> list[str]:
+    def command_objects(self, argv0: str) -> list[OpenedFile]:
         """CUDA code in a command about to start: its executable (nvcc links the
         runtime in) and the libraries it links (an rpath copy of libcudart)."""
         exe = shutil.which(argv0) if os.sep not in argv0 else argv0
@@ -118,13 +129,16 @@ class Targets:
             return []  # LaunchedCommand says so
         found = []
         for path in [exe, *_linked_libraries(exe)]:
-            identity = _identity(path)
-            if not self._is_cuda(MappedFile(path, path, identity)):
+            try:  # the user's own command and what it links: the node's files
+                f = open_node_file(os.path.realpath(path))
+            except LibraryNotFound:
                 continue
-            self.cuda_seen.add(os.path.realpath(path))
-            if identity not in self.probed:
-                self.probed.add(identity)
-                found.append(os.path.realpath(path))
+            if not self._holds(f):
+                continue
+            self.cuda_seen.add(f.name)
+            if f.identity not in self.probed:
+                self.probed.add(f.identity)
+                found.append(f)
         return found
 
     def attached_at(self, pids: Iterable[int]) -> None:
@@ -168,19 +182,46 @@ class Targets:
             self._vm_pages[pid] = pages
             self._mapped[pid] = len(files)
             for f in files:
-                if not self._is_cuda(f):
+                opened = self._is_cuda(f)
+                if opened is None:
                     continue
                 self.cuda_seen.add(f.path)
-                if f.identity not in self.probed:
-                    self.probed.add(f.identity)
-                    found.append(CudaObject(f.host_path, f.path, pid, since))
+                # as stat gives it, as for the node's files (maps may print
+                # another device: a btrfs subvolume's file system's)
+                if opened.identity not in self.probed:
+                    self.probed.add(opened.identity)
+                    found.append(CudaObject(opened, f.path, pid, since))
         return found, gone
 
-    def _is_cuda(self, f: MappedFile) -> bool:
+    def _is_cuda(self, f: MappedFile) -> OpenedFile | None:
+        """The mapped file, opened through the mapping, if it defines a traced
+        function; judged once per file (as its maps line names it)."""
+        if self._holds_cuda.get(f.identity) is False:
+            return None
+        opened = self._opened.get(f.identity)
+        if opened is None:
+            try:
+                opened = f.open()
+            except (LibraryNotFound, ProcessGone) as e:
+                # unmapped meanwhile, or not the file its maps line names: not
+                # judged, looked at again if it is still there at the next scan
+                if isinstance(e, LibraryNotFound):
+                    self._refused(f"not probing {f.host_path}: {e}")
+                return None
+            if not self._holds(opened):
+                return None
+            self._opened[f.identity] = opened
+        return opened
+
+    def _holds(self, f: OpenedFile) -> bool:
         verdict = self._holds_cuda.get(f.identity)
         if verdict is None:
-            verdict = self._holds_cuda[f.identity] = defines_any(f.host_path, self._pattern)
+            verdict = self._holds_cuda[f.identity] = defines_any(f, self._pattern)
         return verdict
+
+    def _refused(self, note: str) -> None:
+        if note not in self.refusals:
+            self.refusals.append(note)
 
     def not_mapped_error(self) -> CudaNotMapped:
         """The error for --pid targets that map nothing CUDA, saying what was looked for."""
@@ -206,7 +247,7 @@ class Targets:
 
 
 def initial_libraries(targets: Targets, apis: set[str], command: list[str],
-                      wait: bool) -> list[str]:
+                      wait: bool) -> list[OpenedFile]:
     """What to probe before tracing starts, when following processes.
 
     --pid: what the processes map now, nothing else; an error if that is
@@ -215,26 +256,29 @@ def initial_libraries(targets: Targets, apis: set[str], command: list[str],
     -- COMMAND, also what its executable holds and links; with --comm, what
     the processes of that name map now.
     """
-    found: list[str] = []
+    found: list[OpenedFile] = []
     if targets.requested:
         objects, _ = targets.scan(list(targets.requested))
         if not objects and not wait:
             raise targets.not_mapped_error()
-        found += [o.host_path for o in objects]
+        found += [o.file for o in objects]
     if command or targets.comm is not None:
-        usual = [p for p in discover_libraries(apis) if _identity(p) not in targets.probed]
+        usual = [f for f in map(_node_file, discover_libraries(apis))
+                 if f is not None and f.identity not in targets.probed]
         targets.attached_up_front(usual)
         found += usual
         if command:
             found += targets.command_objects(command[0])
         objects, _ = targets.scan(targets.named_now())
-        found += [o.host_path for o in objects]
+        found += [o.file for o in objects]
     return found
 
 
-def _identity(path: str) -> tuple[int, int]:
-    st = os.stat(path)
-    return st.st_dev, st.st_ino
+def _node_file(path: str) -> OpenedFile | None:
+    try:
+        return open_node_file(path)
+    except LibraryNotFound:  # gone since it was listed
+        return None
 
 
 _LDD_LINE = re.compile(r"=> (/\S+) \(0x")

@@ -176,20 +176,21 @@ def test_comm_traces_present_and_future_processes_of_that_name_only(tmp_path):
     tracing = Tracing(tmp_path, "--comm", named.name)
     tracing.wait_for(f"following every process named '{named.name}'")
     future, stranger = Loop([named, "5"]), Loop([other, "5"])
-    present.wait_iter(first_traced_iteration(tracing.output, present.pid) + MORE)
-    for loop in (future, stranger):
-        loop.wait_iter(MORE)
+    for loop in (present, future):
+        loop.wait_iter(first_traced_iteration(tracing.output, loop.pid) + MORE)
+    stranger.wait_iter(MORE)
     lasts = [loop.stop() for loop in (present, future, stranger)]
     calls, _summary, _err = tracing.interrupt()
     per_pid = by_pid(calls)
     assert set(per_pid) == {present.pid, future.pid}
     assert traced_since_attach(per_pid[present.pid], lasts[0]) >= 3
-    # the one running at the start ran untraced before it; the later one did not
-    assert [(u["pid"], u["before"]) for u in _summary["untraced"]] == [(present.pid,
-                                                                        "the attach")]
-    # it exec'd under the name after attach: a target before its first call
-    assert check_iterations(per_pid[future.pid], lasts[1]) == 0
-    assert per_pid[future.pid][0]["event"] == "cudaGetDeviceCount"
+    # the one running at the start ran untraced before the attach; the later one
+    # before its own probes were in (links per process: the stranger takes no trap)
+    assert sorted((u["pid"], u["before"]) for u in _summary["untraced"]) == sorted(
+        [(present.pid, "the attach"), (future.pid, "the attach")])
+    # it exec'd under the name after attach: traced, whole iterations, from its
+    # links on (the next poll of the trace loop)
+    assert lasts[1] - check_iterations(per_pid[future.pid], lasts[1]) >= MORE
 
 
 def test_comm_picks_up_a_library_loaded_after_attach(tmp_path, libcudart):
@@ -206,7 +207,10 @@ def test_comm_picks_up_a_library_loaded_after_attach(tmp_path, libcudart):
     first = traced_since_attach(calls, last)
     assert first == 0  # from its first call
     assert lib in summary["libraries"]
-    [span] = summary["untraced"]
+    # its own probes came at the trace loop's next poll after its exec: said too
+    linked, [span] = ([s for s in summary["untraced"] if s["before"] == b] for b in (
+        "the attach", lib))
+    assert [s["pid"] for s in linked] == [loop.pid]
     assert (span["pid"], span["before"]) == (loop.pid, lib)
     assert first * PERIOD_S <= span["up_to_s"] <= loop.age_s() + TICK_S
 

@@ -73,6 +73,8 @@ def test_named_although_the_process_exits_right_after_its_launches(tmp_path):
                                 env={**os.environ, "LD_LIBRARY_PATH": libdir})
         out = Lines(proc.stdout)
         out.wait_for(lambda s: s == '{"ready":1}', "ready")
+        # its own probes (links per process) come at the trace loop's next poll
+        tracing.wait_for(f"pid {proc.pid} ({named.name}) started under the name")
         proc.stdin.write("go\n")
         proc.stdin.flush()
         assert proc.wait(timeout=HANG_S) == 0

@@ -1,4 +1,4 @@
-"""Cost only where asked: with --pid and -- COMMAND the probes are attached per
+"""Cost only where asked: with --pid, --comm and -- COMMAND the probes are attached per
 process (uprobe_multi links that take a pid), so a process that maps the same
 library but is not traced carries no breakpoint and takes no trap; children
 of a traced process get links of their own when they appear.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cudaprobe.targets.elfsyms import read_symbols
 
-from ..conftest import cudaprobe_cmd
+from ..conftest import cudaprobe_cmd, unique_name
 from .running import (
     Loop,
     Tracing,
@@ -96,4 +96,30 @@ def test_command_and_its_children_are_traced_and_nothing_else(tmp_path, libcudar
     calls, summary = read_jsonl(output)
     assert {c["pid"] for c in calls} == {child}
     assert last - check_iterations(calls, last) >= 20
+    assert summary["lost_total"] == 0
+
+
+def test_comm_puts_breakpoints_in_processes_of_that_name_only(tmp_path, libcudart):
+    """--comm: the processes of the name, running at the start or exec'd later,
+    get links of their own; one of another name mapping the very same library
+    file carries no breakpoint."""
+    copy, env = private_copy(tmp_path, libcudart)
+    named, stranger = tmp_path / unique_name("ppn"), tmp_path / unique_name("ppo")
+    shutil.copy(build_loop("shared"), named)
+    shutil.copy(build_loop("shared"), stranger)
+    present, other = Loop([named, "5"], env=env), Loop([stranger, "5"], env=env)
+    present.wait_iter(2)
+    other.wait_iter(2)
+    tracing = Tracing(tmp_path, "--comm", named.name, "--lib", copy)
+    tracing.wait_for("following every process named")
+    future = Loop([named, "5"], env=env)
+    for loop in (present, future):
+        loop.wait_iter(first_traced_iteration(tracing.output, loop.pid) + 3)
+        assert first_byte(loop.pid, copy, "cudaMalloc") == INT3
+    other.wait_iter(other.iteration + 3)
+    assert first_byte(other.pid, copy, "cudaMalloc") != INT3
+    for loop in (present, future, other):
+        loop.stop()
+    calls, summary, _err = tracing.interrupt()
+    assert {c["pid"] for c in calls} == {present.pid, future.pid}
     assert summary["lost_total"] == 0

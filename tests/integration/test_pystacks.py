@@ -159,18 +159,26 @@ def test_memory_names_the_python_line_of_each_leak(tmp_path):
 
 def test_comm_execs_with_their_stacks(tmp_path, libcudart, monkeypatch):
     """--comm and --py-stacks together (both act at exec): an interpreter
-    exec'd under the name after the start is traced from its first call,
-    each row with the stack the interpreter gave."""
+    exec'd under the name after the start is traced from its first call after
+    its own probes are in (said on stderr), each row with the stack the
+    interpreter gave."""
     named = tmp_path / unique_name("cpy")  # a suite beside this one runs its own
     named.symlink_to(PYTHONS[-1])
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     tracing = Tracing(tmp_path, "--py-stacks", "--comm", named.name, *EVENTS,
                       "--lib", str(libcudart))
     tracing.wait_for("following every process named")
-    proc = subprocess.run([str(named), str(WORKLOAD), str(libcudart)], capture_output=True,
-                          text=True, timeout=HANG_S)
-    assert proc.returncode == 0, proc.stderr
+    fifo = tmp_path / "go"
+    os.mkfifo(fifo)
+    workload = started(subprocess.Popen([str(named), str(WORKLOAD), str(libcudart), "--wait",
+                                         str(fifo)], stdout=subprocess.PIPE, text=True))
+    assert workload.stdout.readline().strip() == "ready"
+    tracing.wait_for(f"pid {workload.pid} ({named.name}) started under the name")
+    with open(fifo, "w") as go:
+        go.write("go\n")
+    printed = workload.stdout.read()
+    assert workload.wait(timeout=HANG_S) == 0
     rows, summary, _err = tracing.interrupt()
     assert summary["lost_total"] == 0
-    assert len({row["pid"] for row in rows}) == 1
-    check_stacks(rows, expected_calls(proc.stdout))
+    assert {row["pid"] for row in rows} == {workload.pid}
+    check_stacks(rows, expected_calls(printed))

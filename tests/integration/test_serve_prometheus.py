@@ -31,7 +31,7 @@ from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 from .conftest import expected_calls
 from .fleet import build_fleet_stub, fleet_node
 from .memstub import build_memstub, stub_env
-from .running import Lines
+from .running import Lines, held_at_exec, release
 
 pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
 
@@ -156,9 +156,14 @@ def served(tmp_path, libcudart):
 def test_prometheus_scrapes_the_exact_counts(tmp_path, served):
     prometheus, serve, err, name = served
     exe = renamed(build_workload("runtime_calls.c"), tmp_path, name)
-    run = subprocess.run([str(exe), str(LOOPS), str(THREADS)], capture_output=True, text=True,
-                         timeout=WAIT_S, check=True)
-    truth = expected_calls(run.stdout)
+    # held at its exec until its own probes are in (--comm: links per process)
+    run = held_at_exec([str(exe), str(LOOPS), str(THREADS)], stdout=subprocess.PIPE, text=True)
+    err.wait_for(lambda s: f"pid {run.pid} ({exe.name}) started under the name" in s,
+                 "its probes")
+    release(run)
+    stdout, _ = run.communicate(timeout=WAIT_S)
+    assert run.returncode == 0
+    truth = expected_calls(stdout)
     assert len(truth) == LOOPS * THREADS * 10
     process = f'process="{exe.name}"'
     prometheus.wait_for(f"sum(cudaprobe_calls_total{{{process}}})", len(truth))
@@ -203,12 +208,14 @@ NONE = {"device": 0, "managed": 0, "async-pool": 0, "host-pinned": 0, "vmm": 0,
 ])
 def test_live_bytes_while_a_process_holds_memory_and_gone_when_it_exits(tmp_path, served,
                                                                         workload, first, live):
-    prometheus, _, _, name = served
+    prometheus, _, err, name = served
     stub = build_memstub()
     exe = renamed(build_workload(workload, extra=[f"-L{stub}", "-l:libcuda.so.1"]),
                   tmp_path, name)
-    app = subprocess.Popen([str(exe), "4000"], env=stub_env(), stdout=subprocess.PIPE,
-                           text=True)
+    app = held_at_exec([str(exe), "4000"], env=stub_env(), stdout=subprocess.PIPE, text=True)
+    err.wait_for(lambda s: f"pid {app.pid} ({exe.name}) started under the name" in s,
+                 "its probes")
+    release(app)
     try:
         series = f'cudaprobe_memory_live_bytes{{process="{exe.name}",kind="{first}"}}'
         prometheus.wait_for(series, live[first])

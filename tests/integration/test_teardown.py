@@ -85,7 +85,7 @@ def wait_closers_gone(timeout: float = HANG_S) -> None:
         names = []
         for p in Path("/proc").glob("[0-9]*/comm"):
             try:
-                names.append(p.read_text().strip())
+                names.append(p.read_text(errors="replace").strip())
             except OSError:
                 continue
         if CLOSER_NAME not in names:

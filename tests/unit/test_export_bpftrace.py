@@ -67,11 +67,18 @@ EXPORTED = {
 def fake_libraries(monkeypatch):
     """plan_probes reads these symbol tables instead of ELF files."""
     def read_symbols(path):
+        path = getattr(path, "name", path)
         names = sorted(EXPORTED[path])
         offsets = {n: 0x1000 * (i + 1) for i, n in enumerate(names)}
         return SimpleNamespace(path=path, is_pie_or_shared=True, functions=offsets,
                                vaddrs=offsets, by_address=(), loads=())
     monkeypatch.setattr(probes_module, "read_symbols", read_symbols)
+    monkeypatch.setattr(probes_module, "as_file", named_only)
+
+
+def named_only(path):
+    """A library as plan_probes opens it, for paths that name no file here."""
+    return SimpleNamespace(name=path, identity=path, proc_path=path)
 
 
 def export(events, libraries, apis=("runtime", "driver"), **options) -> str:
@@ -217,6 +224,7 @@ def test_the_whole_catalogue_renders(monkeypatch):
     monkeypatch.setattr(probes_module, "read_symbols", lambda path: SimpleNamespace(
         path=path, is_pie_or_shared=True, functions=dict.fromkeys(everything, 0x1000),
         vaddrs=dict.fromkeys(everything, 0x1000), by_address=(), loads=()))
+    monkeypatch.setattr(probes_module, "as_file", named_only)
     script = export(["all"], [CUDART], apis=("runtime", "driver", "nccl"))
     assert script.count("\nuprobe:") == len(everything)
     assert "\t\t\n" not in script and "${" not in script

@@ -210,3 +210,46 @@ def test_call_site_and_callers_named_from_frames_without_maps(tmp_path, cudart):
     # a later call from the same site carries no frame: named and deduplicated alike
     assert sites.site(7, caller, [probed, site[:2], outer]) == names
     assert sites.frame_name(7, ("ab" * 20, 0x99)) == "abababababab+0x99"  # object unknown
+
+
+def test_a_frame_finds_an_object_whose_build_id_is_shorter_than_20_bytes(tmp_path, monkeypatch):
+    """ld's --build-id=md5 makes a 16-byte id; the kernel pads the frame's to 20
+    bytes with zeros: the object is still found, in the files and in the cache."""
+    monkeypatch.setenv("CUDAPROBE_CACHE_DIR", str(tmp_path / "cache"))
+    source = tmp_path / "k.c"
+    source.write_text("int launch_stub(int x) { return x * 3 + 1; }\n")
+    lib = tmp_path / "libk.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-Wl,--build-id=md5", "-o", str(lib),
+                    str(source)], check=True)
+    table = read_symbols(str(lib))
+    assert len(table.build_id) == 32  # 16 bytes
+    caller = 0x7F00CAFE0000
+    frame = (table.build_id + "00" * 4, table.functions["launch_stub"], caller)
+    first = KernelSymbolizer(proc=str(tmp_path))
+    first.add_candidates([str(lib)])
+    assert first(1, caller, frame) == "launch_stub"
+    later = KernelSymbolizer(proc=str(tmp_path))  # no candidates: the disk cache only
+    assert later(1, caller, frame) == "launch_stub"
+    # a 20-byte id that is not the file's padded one finds nothing
+    other = (table.build_id + "00" * 3 + "01", frame[1], caller)
+    assert KernelSymbolizer(proc=str(tmp_path))(2, caller, other) is None
+
+
+def test_a_name_replaced_after_the_process_exits_is_not_read(tmp_path, cxx_programs):
+    """Names come from the file the process mapped: after it exits, its path is
+    read only while it is still that device and inode, not another file put there."""
+    exe = tmp_path / "prog"
+    shutil.copy(cxx_programs["pie"], exe)
+    renamed = tmp_path / "prog.cpp"
+    renamed.write_text(CXX_PROGRAM.replace("scale", "evil_"))
+    other = tmp_path / "other"
+    subprocess.run(["g++", "-O0", "-fPIE", "-pie", "-o", str(other), str(renamed)], check=True)
+    proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        address = int(proc.stdout.readline(), 16)
+        sym = KernelSymbolizer()
+        sym.see(proc.pid)
+    finally:
+        proc.communicate("x")
+    os.replace(other, exe)  # another file at the name the maps gave
+    assert sym(proc.pid, address) is None

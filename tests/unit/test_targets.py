@@ -17,6 +17,7 @@ from cudaprobe.catalogue.functions import FUNCTIONS, RUNTIME
 from cudaprobe.errors import CudaNotMapped, ProcessGone, SeccompHazard
 from cudaprobe.probe.plan import attachments_in, plan_probes
 from cudaprobe.targets import elf, elfsyms, procmaps
+from cudaprobe.targets.openfile import open_node_file
 from cudaprobe.targets.selection import Targets
 
 from ..conftest import HANG_S, as_not_root, build_workload, cudaprobe_cmd
@@ -131,7 +132,7 @@ def test_targets_find_the_runtime_a_process_maps_once(libcudart):
         loop.stdout.readline()  # {"pid": ...}: libraries are mapped
         targets = Targets(RUNTIME_SYMBOLS, [loop.pid])
         found, gone = targets.scan([loop.pid])
-        assert [o.host_path for o in found] == [str(libcudart)] and gone == []
+        assert [o.file.name for o in found] == [str(libcudart)] and gone == []
         assert found[0].where == str(libcudart)
         # never scanned before: it may have been mapped since the process started
         # (clock ticks: 10 ms)
@@ -149,9 +150,10 @@ def test_targets_find_the_runtime_a_process_maps_once(libcudart):
 
 def test_command_objects_are_the_static_runtime_or_the_linked_library(libcudart, tmp_path):
     shared = build_workload("cuda_loop.c", "loop_shared")
-    assert Targets(RUNTIME_SYMBOLS).command_objects(str(shared)) == [str(libcudart)]
+    found = Targets(RUNTIME_SYMBOLS).command_objects(str(shared))
+    assert [f.name for f in found] == [str(libcudart)]
     targets = Targets(RUNTIME_SYMBOLS)
-    targets.attached_up_front([str(libcudart)])
+    targets.attached_up_front([open_node_file(str(libcudart))])
     assert targets.command_objects(str(shared)) == []
     assert Targets(RUNTIME_SYMBOLS).command_objects("no-such-command") == []
 
