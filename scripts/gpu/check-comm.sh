@@ -31,6 +31,7 @@ waitfor() {  # $1: a test command, $2: seconds
     sleep 0.1; n=$((n + 1))
     [ $n -gt $(($2 * 10)) ] && { echo "TIMEOUT waiting for: $1" >> "$txt"; return 1; }
   done
+  return 0  # (the loop's status is its last test's)
 }
 start() {  # $1 name (cpcomm|cpother), $2 workload: starts it paused after warm-up
   local n=$1 w=$2
