@@ -65,9 +65,9 @@ class ElfSymbols:
     # (p_vaddr, p_memsz, p_offset) of each PT_LOAD segment
     loads: tuple[tuple[int, int, int], ...] = ()
     build_id: str = ""  # NT_GNU_BUILD_ID in hex, or ""
-    # (uid, mode, size, mtime ns) of the file as read (fstat of the very file parsed):
-    # symcache keeps the tables of files no one but root could have written
-    origin: tuple[int, int, int, int] = ()
+    # (uid, mode, size, mtime ns, device, inode) of the file as read (fstat of the
+    # very file parsed): symcache keeps the tables of the node's own files alone
+    origin: tuple[int, ...] = ()
 
     @functools.cached_property
     def vaddrs(self) -> dict[str, int]:
@@ -130,7 +130,7 @@ def _read_symbols(path: str, _ino: int, _mtime: int) -> ElfSymbols:
         st = os.fstat(f.fileno())
         try:
             return dataclasses.replace(_parse(path, data), origin=(
-                st.st_uid, st.st_mode, st.st_size, st.st_mtime_ns))
+                st.st_uid, st.st_mode, st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino))
         except (struct.error, ValueError, IndexError) as e:
             raise LibraryNotFound(path, f"malformed ELF ({e})") from None
 
