@@ -10,10 +10,12 @@ dlopen'ed by the library in the program, from the path found here
 
 The library is loaded into the processes traced, as root where cudaprobe
 runs as root: the cache is used only where root alone (or, not root, we
-alone) can write (targets/cachedir.py), the library found there only if it is
-a regular file no one else can write, and, as root, it is built by
-/usr/bin/cc in a clean environment from headers no one else can write (CC,
-PATH and CUDA_HOME under `sudo -E` are the invoking user's).
+alone) can write (targets/cachedir.py), the library found there is loaded
+only if it is a regular file no one else can write whose bytes have the
+digest written beside it (`.sha256`) when it was built (else it is built
+again in its place: cut short, another build's, a link), and, as root, it is
+built by /usr/bin/cc in a clean environment from headers no one else can
+write (CC, PATH and CUDA_HOME under `sudo -E` are the invoking user's).
 
 Nothing here raises: GPU time is an extra, and every reason not to have it
 is one line (`GpuTimeSetup.why`) said by the caller, which goes on.
@@ -120,21 +122,59 @@ def build_library() -> tuple[Path | None, str]:
     if directory is None:
         return None, f"the cache is not cudaprobe's alone ({why}): not used"
     out = directory / out.name
-    fd, why = open_trusted(out)
-    if fd is not None:
-        os.close(fd)
+    if cached_library_intact(out):
         return out, ""
-    if why:  # a link, a FIFO, another user's file: never loaded, never followed
-        return None, f"the cached library is refused ({why})"
     try:
         # a new name made with O_EXCL, renamed into place when built: a second
-        # cudaprobe building at once finds one or the other, never half of one
+        # cudaprobe building at once finds one or the other, never half of one.
+        # Whatever was there (a link, a FIFO, another build's bytes) is replaced,
+        # never followed or loaded
         write_new(directory, out.name, _compile, mode=0o755)
+        digest = _digest_of(out)
+        if digest is None:
+            raise OSError(0, f"{out.name} is gone")
+        write_new(directory, out.name + DIGEST_SUFFIX,
+                  lambda fd, _tmp: os.write(fd, digest.encode() + b"\n"), mode=0o644)
     except BuildFailed as e:
         return None, f"cannot build {SOURCE}: {e}"
     except OSError as e:
         return None, f"cannot write to {directory}: {e.strerror}"
     return out, ""
+
+
+DIGEST_SUFFIX = ".sha256"  # beside the library: the digest of the bytes built
+
+
+def cached_library_intact(path: Path) -> bool:
+    """Whether `path` in a trusted cache is the library as it was built: a
+    regular file no one else can write (never followed), whose bytes have the
+    digest written beside it when it was built. Else (missing, cut short, from
+    another build, not a plain file of ours) it is built again."""
+    kept = _read_trusted(path.with_name(path.name + DIGEST_SUFFIX), 128)
+    return kept is not None and kept.decode("ascii", "replace").strip() == _digest_of(path)
+
+
+def _digest_of(path: Path) -> str | None:
+    fd, _ = open_trusted(path)
+    if fd is None:
+        return None
+    try:
+        digest = hashlib.sha256()
+        while chunk := os.read(fd, 1 << 20):
+            digest.update(chunk)
+        return digest.hexdigest()
+    finally:
+        os.close(fd)
+
+
+def _read_trusted(path: Path, limit: int) -> bytes | None:
+    fd, _ = open_trusted(path)
+    if fd is None:
+        return None
+    try:
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
 
 
 class BuildFailed(Exception):
@@ -200,7 +240,7 @@ def prepare(command_env: dict[bytes, bytes] | None) -> GpuTimeSetup:
 
 if __name__ == "__main__":  # scripts/setup: build it into the cache now, say what was done
     cached, _ = library_path()
-    if cached is None or not cached.is_file():
+    if cached is None or not cached_library_intact(cached):
         built, reason = build_library()
         print(f"built the --gpu-time library {built}" if built else
               f"not built: the --gpu-time library: {reason}")

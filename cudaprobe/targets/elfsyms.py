@@ -68,9 +68,9 @@ class ElfSymbols:
     # (p_vaddr, p_memsz, p_offset) of each PT_LOAD segment
     loads: tuple[tuple[int, int, int], ...] = ()
     build_id: str = ""  # NT_GNU_BUILD_ID in hex, or ""
-    # (uid, mode, size, mtime ns) of the file as read (fstat of the very file parsed):
-    # symcache keeps the tables of files no one but root could have written
-    origin: tuple[int, int, int, int] = ()
+    # (uid, mode, size, mtime ns, device, inode) of the file as read (fstat of the
+    # very file parsed): symcache keeps the tables of the node's own files alone
+    origin: tuple[int, ...] = ()
     # the descriptor it was read from (None: from symcache), kept for `vaddrs`
     file: OpenedFile | None = field(default=None, compare=False, repr=False)
 
@@ -173,7 +173,8 @@ def _parse(f: OpenedFile, data: mmap.mmap) -> ElfSymbols:
         names.append(symbol_name(strtabs[t], st_name))
     st = f.stat  # the very file parsed: symcache keeps tables of root's files alone
     return ElfSymbols(f.name, etype != ET_EXEC, starts, sizes, names, loads, build_id,
-                      origin=(st.st_uid, st.st_mode, st.st_size, st.st_mtime_ns), file=f)
+                      origin=(st.st_uid, st.st_mode, st.st_size, st.st_mtime_ns,
+                              st.st_dev, st.st_ino), file=f)
 
 
 def _read_vaddrs(f: OpenedFile) -> dict[str, int]:

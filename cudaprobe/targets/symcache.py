@@ -13,15 +13,24 @@ object of that build-id, so only what no one else could have written is kept:
 - the cache is a directory only root (cudaprobe not run as root: only root
   or its user) can write, every directory on the way too (targets/cachedir.py);
 - a table is stored only if the file it was parsed from (elfsyms' fstat of
-  that very file: `ElfSymbols.origin`) is owned by root (or, not root, by us)
-  and writable by neither group nor others. A user's file is read for its
-  own process but never stored, so it names nothing in another's;
-- an entry records what it was read from (owner, size, mtime) and a digest
-  of its own body; one whose digest does not match, whose owner is not
-  trusted, or that is not a plain file of ours, is read as absent. Entries
-  of the older format, written without these checks, are absent too.
+  that very file: `ElfSymbols.origin`) is one of the node's own: owned by
+  root (or, not root, by us), writable by neither group nor others, and the
+  very file (device, inode, size, mtime) that its name, as the process maps
+  it, names in cudaprobe's own root, through directories only root can
+  change. Owner and mode alone are not enough: a container's image is
+  unpacked as root, so the files of a tenant's image are root's, yet theirs
+  to choose, and are seen only from the container's mount namespace. A
+  user's file, or a container's, is read for its own process but never
+  stored, so it names nothing in another's;
+- an entry records what it was read from (owner, mode, size, mtime, device,
+  inode) and a digest of its own body; one whose digest does not match,
+  whose owner is not trusted, or that is not a plain file of ours, is read
+  as absent. Entries of older formats, written without these checks, are
+  absent too. An entry read back names every process's object of its
+  build-id only while its file is still that file; else it names only the
+  process it was looked up for (the build-id is that object's all the same).
 A lookup by build-id alone (the process gone) thus only ever finds tables
-read from files of root's.
+read from the node's files of root's.
 
 Files are <cache>/symbols/<build-id>, the cache being $CUDAPROBE_CACHE_DIR,
 else /var/cache/cudaprobe as root, else $XDG_CACHE_HOME/cudaprobe or
@@ -33,6 +42,7 @@ a file; one that does not parse is read as absent.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -46,11 +56,12 @@ from cudaprobe.targets.cachedir import (
     open_trusted,
     trusted_dir,
     unsafe_owner,
+    unsafe_path,
     write_new,
 )
 from cudaprobe.targets.elfsyms import ElfSymbols
 
-FORMAT = 2
+FORMAT = 3  # 3: the origin's device and inode
 CACHE_VAR = "CUDAPROBE_CACHE_DIR"
 _BUILD_ID = re.compile(r"^[0-9a-f]{2,80}$")  # hex: also what keeps it a plain file name
 
@@ -60,12 +71,30 @@ def cache_dir() -> Path:
 
 
 def trusted_origin(symbols: ElfSymbols) -> bool:
-    """Whether the file `symbols` were parsed from could be written by no one
-    but root (or, not root, us): only such a table may name another's kernels."""
-    if not symbols.origin:
+    """Whether `symbols` were parsed from one of the node's files no one but
+    root (or, not root, us) could write: only such a table may name another
+    process's kernels."""
+    if len(symbols.origin) != 6:
         return False
-    uid, mode, _size, _mtime = symbols.origin
-    return not unsafe_owner(uid, mode)
+    uid, mode, size, mtime, device, inode = symbols.origin
+    return not unsafe_owner(uid, mode) and node_file(symbols.path, (device, inode, size, mtime))
+
+
+@functools.lru_cache(maxsize=256)
+def node_file(path: str, identity: tuple[int, int, int, int]) -> bool:
+    """Whether `path`, in cudaprobe's own root, names the file of `identity`
+    (device, inode, size, mtime ns) through directories no one but root (or
+    us) can change. A name under /proc (another process's root) never does:
+    what it shows is that process's view."""
+    if not path.startswith("/") or path == "/proc" or path.startswith("/proc/"):
+        return False
+    if unsafe_path(Path(path)):
+        return False
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == identity
 
 
 def _directory() -> Path | None:
@@ -84,10 +113,11 @@ def save(symbols: ElfSymbols) -> None:
         return
     body = b"".join((_words(symbols.starts), _words(symbols.sizes),
                      "\0".join(symbols.names).encode("utf-8", "surrogateescape")))
-    uid, mode, size, mtime = symbols.origin
+    uid, mode, size, mtime, device, inode = symbols.origin
     header = {"format": FORMAT, "path": symbols.path, "pie": symbols.is_pie_or_shared,
               "loads": symbols.loads, "count": len(symbols.starts),
-              "origin": {"uid": uid, "mode": mode, "size": size, "mtime_ns": mtime},
+              "origin": {"uid": uid, "mode": mode, "size": size, "mtime_ns": mtime,
+                         "device": device, "inode": inode},
               "digest": hashlib.sha256(body).hexdigest()}
 
     def fill(fd: int, _tmp: str) -> None:
@@ -120,8 +150,9 @@ def load(build_id: str) -> ElfSymbols | None:
         body = data[end + 1 :]
         if hashlib.sha256(body).hexdigest() != header["digest"]:
             return None
-        origin = (header["origin"]["uid"], header["origin"]["mode"], header["origin"]["size"],
-                  header["origin"]["mtime_ns"])
+        kept = header["origin"]
+        origin = tuple(int(kept[k]) for k in ("uid", "mode", "size", "mtime_ns", "device",
+                                               "inode"))
         if unsafe_owner(origin[0], origin[1]):  # not written by this code: not ours
             return None
         n = header["count"]

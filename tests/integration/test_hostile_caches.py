@@ -3,7 +3,10 @@ that user's environment (as `sudo -E` keeps it): a --gpu-time library
 planted where the user's HOME, XDG_CACHE_HOME or CUDAPROBE_CACHE point is
 never loaded, and a compiler named by CC or found first on PATH is never
 run; root's own cache (/var/cache/cudaprobe, or a directory only root can
-write) is used instead, or none, said in one line."""
+write) is used instead, or none, said in one line. A symbol table is kept
+only from the node's own files: not from a user's file, nor from a root-owned
+file seen only inside a container's mount namespace, whatever build-id they
+claim."""
 
 from __future__ import annotations
 
@@ -20,8 +23,9 @@ import pytest
 from cudaprobe.targets import cupti
 from cudaprobe.targets.elfsyms import read_symbols
 
-from ..conftest import NOBODY, as_not_root, build_workload
+from ..conftest import HANG_S, NOBODY, as_not_root, build_workload
 from .conftest import trace_jsonl
+from .running import Lines, Tracing
 from .test_gputime import gpu_lines, program
 
 
@@ -143,4 +147,57 @@ def test_a_forged_build_id_does_not_name_a_later_trace(tmp_path, libcudart, atta
     kept_forged = (cache / "symbols" / build_id).exists()
     assert kernel_names("real", [str(real)])[1] == "short_named(int*)"
     assert not kept_forged
+    assert (cache / "symbols" / build_id).exists()  # root's program: kept
+
+
+def launch_named(tmp_path: Path, run: str, argv: list[str]) -> str | None:
+    """held_kernel started by `argv`, traced by root with --pid while it
+    launches (its maps read while it lives): the launch's kernel name."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        out = Lines(proc.stdout)
+        out.wait_for(lambda s: s == '{"ready":1}', "ready")
+        d = tmp_path / run
+        d.mkdir()
+        tracing = Tracing(d, "--pid", str(proc.pid), "--api", "runtime")
+        tracing.wait_for("attached to")
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        out.wait_for(lambda s: s == '{"launched":1}', "launched")
+        calls, _summary, _err = tracing.interrupt()  # the process still lives
+        proc.stdin.close()
+        assert proc.wait(timeout=HANG_S) == 0
+    finally:
+        proc.kill()
+    (launch,) = [c for c in calls if c["event"] == "cudaLaunchKernel"]
+    return launch["args"].get("func_name")
+
+
+def test_a_containers_root_file_with_a_forged_build_id_does_not_name_a_later_trace(
+        tmp_path, attacker, monkeypatch):
+    """A container's image is unpacked as root: a tenant's file there is
+    root's and read-only, yet theirs to choose. Here a private mount
+    namespace (what a container runtime makes) holds a root-owned copy of a
+    root program, its kernel renamed rm_rf_slash, the build-id kept; its
+    process runs as nobody and is traced by root through its mapping. The
+    root program traced next, with the same cache, is named rightly, and
+    nothing the container's file gave was kept."""
+    real = build_workload("held_kernel.cu", extra=["-cudart=shared"])
+    data = real.read_bytes()
+    assert data.count(b"short_named") >= 1
+    image = tmp_path / "image-file"  # the image layer's bytes (root's)
+    image.write_bytes(data.replace(b"short_named", b"rm_rf_slash"))
+    build_id = read_symbols(str(real)).build_id
+    assert read_symbols(str(image)).build_id == build_id
+    root = attacker / "rootfs"  # where the container's files are; empty here
+    root.mkdir()
+    cache = tmp_path / "cache"  # root's, as /var/cache/cudaprobe is
+    monkeypatch.setenv("CUDAPROBE_CACHE_DIR", str(cache))
+    container = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                 'mount -t tmpfs -o mode=0755 image "$1" && cp "$2" "$1/prog" && '
+                 'chmod 0755 "$1/prog" && shift 2 && exec "$@"', "sh", str(root), str(image),
+                 *as_not_root([str(root / "prog")])]
+    launch_named(tmp_path, "container", container)
+    assert not (cache / "symbols" / build_id).exists()
+    assert launch_named(tmp_path, "real", [str(real)]) == "short_named(int*)"
     assert (cache / "symbols" / build_id).exists()  # root's program: kept

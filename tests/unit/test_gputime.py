@@ -292,6 +292,28 @@ def test_library_built_in_the_cache(tmp_path, monkeypatch):
         setup.close()
 
 
+def test_a_cached_library_not_as_built_is_built_again(monkeypatch, tmp_path):
+    """A library in the cache is loaded only if its bytes have the digest kept
+    beside it when it was built: one cut short, or another build's, is built
+    again, and a link put in its place is replaced, never followed."""
+    if not (cuda_home() / "include" / "cupti.h").is_file():
+        pytest.skip("no CUPTI headers")
+    monkeypatch.setenv("CUDAPROBE_CACHE", str(tmp_path))
+    built, why = cupti.build_library()
+    assert built is not None, why
+    good = built.read_bytes()
+    assert cupti.cached_library_intact(built)
+    built.write_bytes(good[: len(good) // 2])  # cut short: still root's, still 0755
+    assert not cupti.cached_library_intact(built)
+    assert cupti.build_library() == (built, "")
+    assert built.read_bytes() == good and cupti.cached_library_intact(built)
+    built.unlink()
+    built.symlink_to("/etc/hostname")
+    assert cupti.build_library() == (built, "")
+    assert not built.is_symlink() and built.read_bytes() == good
+    assert Path("/etc/hostname").read_bytes() != good
+
+
 def test_a_file_made_a_huge_hole_is_read_in_bounded_chunks(tmp_path):
     """The process grows its file to 1 TiB (sparse: free for it): the records
     before are read, the hole reads as zeros, which no record is, and the file

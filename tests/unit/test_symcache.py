@@ -45,10 +45,23 @@ def test_a_table_of_another_users_file_is_not_kept(cache, tmp_path):
 
 def test_a_group_writable_file_is_not_trusted():
     table = read_symbols(LIBRARY)
-    uid, mode, size, mtime = table.origin
+    uid, mode, *rest = table.origin
     assert not symcache.trusted_origin(dataclasses.replace(table, origin=(uid, mode | 0o020,
-                                                                          size, mtime)))
+                                                                          *rest)))
     assert not symcache.trusted_origin(dataclasses.replace(table, origin=()))
+
+
+def test_a_root_file_not_at_its_name_in_our_root_is_not_trusted():
+    """Root's and read-only, but not the file its name names here (a container's
+    image file, unpacked as root, is seen at its name only inside the container),
+    or named through another process's root: not the node's, not shared."""
+    table = read_symbols(LIBRARY)
+    assert symcache.trusted_origin(table)
+    elsewhere = "/usr/lib/x86_64-linux-gnu/libm.so.6"  # root's too, another inode
+    assert not symcache.trusted_origin(dataclasses.replace(table, path=elsewhere))
+    assert not symcache.trusted_origin(dataclasses.replace(table, path="/nonexistent" + LIBRARY))
+    assert not symcache.trusted_origin(dataclasses.replace(table, path="/proc/1/root" + LIBRARY))
+    assert not symcache.trusted_origin(dataclasses.replace(table, path="/proc/self/root" + LIBRARY))
 
 
 def test_an_altered_or_older_entry_is_absent(cache):
@@ -59,7 +72,7 @@ def test_an_altered_or_older_entry_is_absent(cache):
     at = data.index(b"\n") + 1 + 8 * len(table.starts) * 2 + 1  # inside the names
     entry.write_bytes(data[:at] + b"X" + data[at + 1:])
     assert symcache.load(table.build_id) is None
-    entry.write_bytes(data.replace(b'"format": 2', b'"format": 1', 1))
+    entry.write_bytes(data.replace(b'"format": 3', b'"format": 2', 1))
     assert symcache.load(table.build_id) is None
     entry.unlink()
     entry.symlink_to("/etc/hostname")
