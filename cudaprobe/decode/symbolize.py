@@ -130,7 +130,9 @@ class KernelSymbolizer:
             try:
                 return open_mapped(Mapped(pid, m.start, m.end, *m.file, m.path, m.path))
             except LibraryNotFound:
-                return None
+                if procmaps.process_alive(pid):
+                    return None
+                # a zombie: its map_files and root refuse to open; by name below
             except ProcessGone:
                 pass  # exited since its maps were read
         try:
