@@ -28,7 +28,8 @@ class MappedFile:
 
 def _read(pid: int, name: str) -> str:
     try:
-        with open(f"/proc/{pid}/{name}") as f:
+        # a process names itself and its files with any bytes: kept, never a UnicodeDecodeError
+        with open(f"/proc/{pid}/{name}", encoding="utf-8", errors="surrogateescape") as f:
             return f.read()
     except (FileNotFoundError, ProcessLookupError):
         raise ProcessGone(pid) from None
@@ -98,24 +99,24 @@ PF_EXITING = 0x00000004  # include/linux/sched.h: the task is getting shut down
 def process_alive(pid: int) -> bool:
     """Running: not exiting, not a zombie (whose memory is gone), not reaped."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/stat", "rb") as f:  # bytes: its comm may be any
+            fields = f.read().rsplit(b")", 1)[1].split()
     except OSError:
         return False
     try:
-        return fields[0] not in ("Z", "X", "x") and not int(fields[6]) & PF_EXITING
+        return fields[0] not in (b"Z", b"X", b"x") and not int(fields[6]) & PF_EXITING
     except (IndexError, ValueError):
         return False
 
 
 def pids_named(comm: str) -> list[int]:
     """Processes whose comm is `comm` (compared as the kernel keeps it: 15 characters)."""
-    want = comm[:15]
+    want = os.fsencode(comm)[:15]  # 15 bytes, not characters
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if process_name(int(entry)) == want:
+                if os.fsencode(process_name(int(entry))) == want:
                     found.append(int(entry))
             except ProcessGone:
                 continue
