@@ -6,6 +6,7 @@ import fcntl
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -133,6 +134,17 @@ def unique_name(prefix: str) -> str:
     """A process name (comm: 15 characters) no other run of the suite uses, for
     tests that select processes by name while another suite may run beside."""
     return f"{prefix}{secrets.token_hex(5)}"
+
+
+def ignored_by_runner() -> int:
+    """SigIgn bits a command started from this test runner inherits: what the
+    runner's own parent ignored (nohup ignores SIGHUP, a background job of a
+    non-interactive shell SIGINT and SIGQUIT), less SIGPIPE and SIGXFSZ, which
+    the interpreter ignores itself and a command gets back at their default."""
+    status = Path("/proc/self/status").read_text()
+    ignored = int(next(line for line in status.splitlines()
+                       if line.startswith("SigIgn:")).split()[1], 16)
+    return ignored & ~(1 << (signal.SIGPIPE - 1)) & ~(1 << (signal.SIGXFSZ - 1))
 
 
 def cudaprobe_cmd(*args: str) -> list[str]:

@@ -66,7 +66,7 @@ def _command_line(libs: list[str], events: tuple[str, ...], api: str, pids: list
 @click.option("-e", "--events", multiple=True, metavar="LIST", shell_complete=complete_events,
               help=events_help("trace"))
 @click.option("--api", type=click.Choice(sorted(APIS)), default="all",
-              help="Runtime (libcudart), driver (libcuda), or both.")
+              help="Runtime (libcudart), driver (libcuda), NCCL (libnccl), or all.")
 @click.option("--summary", is_flag=True,
               help="Instead of a line per call: counts, latency histograms and errors per "
                    "function, printed at exit.")

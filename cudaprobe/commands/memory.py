@@ -28,7 +28,9 @@ from cudaprobe.sessions.probing import ProbeRequest, Probing
               help="Record each allocation's user stack: callers under the call site "
                    "(needs frame pointers in the calling code).")
 @py_stacks_option
-@click.option("-i", "--interval", type=Seconds(), metavar="SECONDS",
+@click.option("-i", "--interval", metavar="SECONDS",
+              type=Seconds(0.1, "tables faster than that scroll by unread, and cost the "
+                                "tracing its time"),
               help="Show live bytes per process every SECONDS.")
 @report_file_options("docs/memory.md")
 def memory_command(probe: ProbeRequest, stacks, py_stacks, interval, fmt, as_json, output,

@@ -27,6 +27,10 @@ class Seconds(click.ParamType):
 
     name = "seconds"
 
+    def __init__(self, minimum: float = 0.0, why: str = "") -> None:
+        self.minimum = minimum  # 0: any time above 0
+        self.why = why  # what a shorter time would do, said with the minimum
+
     def convert(self, value, param, ctx) -> float:
         try:
             seconds = float(value)
@@ -34,6 +38,8 @@ class Seconds(click.ParamType):
             seconds = math.nan
         if not (math.isfinite(seconds) and seconds > 0):
             self.fail(f"{value!r} is not a number of seconds above 0", param, ctx)
+        if seconds < self.minimum:
+            self.fail(f"{value!r} is less than {self.minimum:g} s: {self.why}", param, ctx)
         return seconds
 
 

@@ -40,8 +40,10 @@ from cudaprobe.sessions.stats import StatsRequest, functions_to_count, report_st
                    "per NCCL collective and rank, with bandwidths and stragglers "
                    "(docs/nccl.md), or per Python line that made the calls (their Python "
                    "stacks traced: docs/pystacks.md).")
-@click.option("-i", "--interval", type=Seconds(), metavar="SECONDS",
-              help="Also print the table (cumulative) every SECONDS.")
+@click.option("-i", "--interval", metavar="SECONDS",
+              type=Seconds(0.1, "tables faster than that scroll by unread, and cost the "
+                                "tracing its time"),
+              help="Also print the table (cumulative) every SECONDS (0.1 or more).")
 @report_file_options("docs/stats.md")
 @click.option("--compare", "baseline", metavar="BASELINE.json",
               help=f"Compare with an earlier JSON report (-o X.json); exit {REGRESSION_EXIT} if a "

@@ -81,6 +81,11 @@ def quote_probe_path(path: str) -> str:
             "probe names cannot carry portably",
             fix="point --lib at a symlink to it without those characters",
         )
+    if ":" in path:  # bpftrace 0.17 parses it quoted, then splits it there: no symbol found
+        raise UsageError(
+            f"library path {path!r} has a colon, which bpftrace cannot attach to "
+            "(quoted or not)", fix="trace a copy of it in a directory without a colon (a symlink "
+            "resolves back to it)")
     return '"' + path.replace('"', '\\"') + '"'
 
 

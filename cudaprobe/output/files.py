@@ -60,6 +60,9 @@ class OutputStream:
         self.name = name  # as said to the user
         self.written = 0  # bytes given to write(): what --max-size counts
         self.failure: OSError | None = None
+        # the first failure, kept when retry() clears `failure` for the trailer:
+        # what the trace lost is said whether or not the trailer fitted
+        self.failed: OSError | None = None
         self.lines = 0  # lines given to write()
         self.lines_out = 0  # lines written out whole
         self.lines_dropped = 0  # lines not written (whole or cut) since the failure
@@ -104,6 +107,7 @@ class OutputStream:
     def _fail(self, error: OSError, data: bytes, done: int) -> None:
         """`done` bytes of `data` went out: keep its whole lines, drop the rest."""
         self.failure = error
+        self.failed = self.failed or error
         whole = data.rfind(b"\n", 0, done) + 1
         if done > whole:  # a cut line: a regular file loses it, a pipe keeps it
             try:
@@ -137,12 +141,12 @@ class OutputStream:
 
     @property
     def cause(self) -> str:
-        """The failure, as a key of the summary's `lost`: `output_enospc`."""
-        code = self.failure.errno if self.failure is not None else None
+        """The first failure, as a key of the summary's `lost`: `output_enospc`."""
+        code = self.failed.errno if self.failed is not None else None
         return "output_" + errno.errorcode.get(code or 0, "error").lower()
 
     def describe_failure(self) -> str:
-        failure = self.failure
+        failure = self.failed or self.failure
         why = failure.strerror if failure is not None and failure.strerror else str(failure)
         return f"writing {self.name} failed: {why}"
 
@@ -199,8 +203,9 @@ class LazyOutputFile(OutputStream):
         return self._fileno
 
     def describe_failure(self) -> str:
-        if not self._created and self.failure is not None:
-            return f"cannot create {self.path!r}: {self.failure.strerror}"
+        failure = self.failed or self.failure
+        if not self._created and failure is not None:
+            return f"cannot create {self.path!r}: {failure.strerror}"
         return super().describe_failure()
 
     def _close_fd(self) -> None:
@@ -225,7 +230,7 @@ class StdoutStream(OutputStream):
     def __init__(self) -> None:
         super().__init__("stdout")
         if stdout_closed():  # started with fd 1 closed (`>&-`)
-            self.failure = OSError(errno.EBADF, "stdout is closed")
+            self.failure = self.failed = OSError(errno.EBADF, "stdout is closed")
 
     def _fd(self) -> int:
         return 1
@@ -241,7 +246,7 @@ class StderrStream(StdoutStream):
     def __init__(self) -> None:
         OutputStream.__init__(self, "stderr")
         if sys.stderr is None:
-            self.failure = OSError(errno.EBADF, "stderr is closed")
+            self.failure = self.failed = OSError(errno.EBADF, "stderr is closed")
 
     def _fd(self) -> int:
         return 2

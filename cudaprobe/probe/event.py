@@ -12,6 +12,7 @@ length), which the trace hot path decodes without building a RawEvent
 
 from __future__ import annotations
 
+import codecs
 import struct
 from typing import Any, NamedTuple
 
@@ -123,8 +124,20 @@ class CallTally(NamedTuple):
     errors_unkeyed: int = 0  # failed calls whose code could not be kept (map full)
 
 
+TASK_COMM_LEN = 16  # the kernel's comm: 15 bytes and a NUL
+
+
 def comm_text(comm: bytes) -> str:
-    return comm.split(b"\0", 1)[0].decode("utf-8", "replace")
+    """The kernel's comm as text: UTF-8, each byte that is not shown as `\\xNN`
+    (valid text everywhere: JSON, CSV, Prometheus labels, OTLP strings; never a
+    lossy U+FFFD). The kernel cuts a long name at 15 bytes, inside a character
+    as often as not: a last character left incomplete by that cut is dropped,
+    not shown as a byte the process never named."""
+    raw = comm.split(b"\0", 1)[0]
+    if len(raw) < TASK_COMM_LEN - 1:
+        return raw.decode("utf-8", "backslashreplace")
+    # final=False: the decoder holds back an incomplete last character
+    return codecs.getincrementaldecoder("utf-8")("backslashreplace").decode(raw, final=False)
 
 
 def unpack_event(data: bytes) -> RawEvent:

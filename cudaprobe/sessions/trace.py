@@ -157,7 +157,7 @@ class TraceSession:
             self._finish(tracer, run.traced_s)
             self._say_py_stacks()
             output = self.options.output
-            if output is None or output.failure is None:
+            if output is None or output.failed is None:
                 return run.exit_status()
             note = output.failure_note(self.summary.lost)
             if note is not None:
@@ -167,12 +167,14 @@ class TraceSession:
         return run.exit_status() if run.command is not None else int(note is not None)
 
     def _output_failed(self, tracer: Tracer) -> bool:
-        """Rows written out each poll; after a failure the probes come off at once."""
+        """Rows written out each poll; after a failure the probes come off at once,
+        but not for a header alone: they stay in until rows were given, so that
+        the calls made by then are counted as lost, not as never made."""
         output = self.options.output
         if output is None:
             return False
         output.flush()
-        if output.failure is None:
+        if output.failure is None or output.lines <= self._header_lines:
             return False
         tracer.attacher.detach()
         return True
@@ -277,7 +279,11 @@ class TraceSession:
         output = self.options.output
         if output is not None:
             output.flush()
-            if output.failure is not None:
+            if output.failed is not None and output.lines_out == 0:
+                # nothing went out: every row is lost, however many lines a format
+                # gives a call (Chrome's metadata events)
+                lost[output.cause] = sum(s.calls for s in self.summary.by_event.values())
+            elif output.failed is not None:
                 lost[output.cause] = output.rows_dropped(self._header_lines)
                 output.retry()  # the trailer may fit where rows did not
         self.summary.lost = lost
@@ -286,6 +292,6 @@ class TraceSession:
         self.reporter.finish(self.summary)
         if self.summary_console is not None:
             render_summary(self.summary, self.summary_console)
-        if output is None or output.failure is None:  # else tracing stopped early, said so
+        if output is None or output.failed is None:  # else tracing stopped early, said so
             say_if_no_cuda(self.options, self.summary.total_calls + len(in_flight))
 

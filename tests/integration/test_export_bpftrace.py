@@ -333,3 +333,28 @@ def test_the_whole_catalogue_loads_on_this_bpftrace(tmp_path, cudart):
     assert "Tracing" in output and "Error loading" not in p.stderr
     if libcuda is not None:
         assert "cuLaunchKernel" in text and "cudaLaunchKernel" in text
+
+
+def test_a_library_path_with_a_colon_is_refused_in_one_line(tmp_path, libcudart, monkeypatch):
+    """bpftrace 0.17 cuts `uprobe:"/x/co:lon/lib.so":f` at the colon and finds no
+    symbol: such a script would be written (exit 0) and fail when run. Refused,
+    with the way out: the copy it suggests is attached by the real bpftrace."""
+    where = tmp_path / "co:lon"
+    where.mkdir()
+    shutil.copy2(libcudart, where / libcudart.name)
+    script = tmp_path / "colon.bt"
+    p = run_cudaprobe("export", "bpftrace", "--lib", str(where / libcudart.name),
+                      "-e", "cudaGetDeviceCount", "-o", str(script))
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert "has a colon" in p.stderr and "a copy of it" in p.stderr
+    assert not script.exists()
+    link = tmp_path / libcudart.name
+    shutil.copy2(where / libcudart.name, link)
+    count = tmp_path / "count.bt"
+    p = run_cudaprobe("export", "bpftrace", "--lib", str(link), "-e", "cudaGetDeviceCount",
+                      "--summary", "-o", str(count))
+    assert p.returncode == 0, p.stderr
+    exe = build_workload("steady_calls.c")
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))  # the copy is what it loads
+    out, _ = run_bpftrace(count, f"{exe} 3 0 0")
+    assert re.search(r"cudaGetDeviceCount\D+3\b", out), out

@@ -207,3 +207,35 @@ def test_an_output_that_fails_at_once_does_not_say_the_command_made_no_call(libc
     assert "made none of the traced calls" not in proc.stderr
     assert "made no CUDA call" not in proc.stderr
     assert "writing /dev/full failed: No space left on device: tracing stopped" in proc.stderr
+
+
+@pytest.mark.parametrize("where", ["stdout on /dev/full", "a full tmpfs"])
+@pytest.mark.parametrize("fmt", ["csv", "json", "chrome", "table"])
+def test_a_header_that_cannot_be_written_counts_the_commands_calls_as_lost(
+        libcudart, small_fs, fmt, where):
+    """A format that writes a header first: the header's failure does not take
+    the probes off before the command has run (it did, and its 300 calls were
+    "none"); tracing stops at the first rows, which are counted as lost, as
+    JSONL's are."""
+    command = ["--", "sh", "-c", f"exec {' '.join(steady(100))} >/dev/null"]
+    if where == "a full tmpfs":
+        (small_fs / "filler").write_bytes(b"x" * (256 << 10))  # as much as it takes
+        out = small_fs / f"calls.{fmt}"
+        proc = trace(libcudart, "-f", fmt, "-o", str(out), *command)
+        name = str(out)
+        assert out.read_text() == ""  # not a byte of it fitted
+    else:
+        with open("/dev/full", "w") as dev_full:
+            proc = subprocess.run(
+                cudaprobe_cmd("trace", "--lib", str(libcudart), "-f", fmt, "-o", "-", *command),
+                stdout=dev_full, stderr=subprocess.PIPE, text=True, timeout=HANG_S)
+        name = "stdout"
+    assert proc.returncode == 7, proc.stderr
+    not_written = assert_clean_end(proc, name, "No space left on device")
+    assert not_written > 0  # the calls made while traced, each one counted
+    assert "made none" not in proc.stderr and "made no CUDA call" not in proc.stderr
+    summary = SUMMARY.search(proc.stderr)  # on stderr where the rows are not a table
+    if summary is not None:
+        calls, lost, causes = summary.groups()
+        assert int(calls) == int(lost) == not_written
+        assert causes == f"output_enospc={not_written}"

@@ -89,6 +89,14 @@ def test_a_report_to_a_format_only_trace_writes_is_one_line(scratch, command, ou
                     f"-o '{output}' names the", "only `trace` writes")
 
 
+@pytest.mark.parametrize("command", ["stats", "memory"])
+@pytest.mark.parametrize("value", ["1e-9", "0.05"])
+def test_interval_has_a_minimum(scratch, command, value):
+    """A table every nanosecond was accepted: 51 tables in 2 s."""
+    assert_one_line(run(scratch, command, "--interval", value, "--", "/bin/true"),
+                    f"'{value}' is less than 0.1 s")
+
+
 def test_a_bad_baseline_is_said_before_anything_runs(scratch):
     (scratch / "base.json").write_text('{"cudaprobe": "stats", "schema": 1, "functions": null}')
     proc = run(scratch, "stats", "--compare", "base.json", "--", "/bin/true")

@@ -3,8 +3,9 @@
  * Its name (comm) is set with prctl(PR_SET_NAME) to NAME, given as hex
  * bytes, so that any byte but NUL can be given. Prints {"comm": "HEX"}.
  * With `-`, it says {"ready": 1} once named and waits for stdin's end
- * before its calls (a test attaches to it meanwhile).
- * Usage: hostile_name HEXNAME [-]
+ * before its calls (a test attaches to it meanwhile); with `+`, it waits for
+ * stdin's end after its calls (a test reads what was counted meanwhile).
+ * Usage: hostile_name HEXNAME [-|+]
  */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -29,5 +30,10 @@ int main(int argc, char **argv)
 	cudaMalloc(&kept, 2 << 20);
 	cudaFree(freed);
 	printf("{\"comm\": \"%s\"}\n", argc > 1 ? argv[1] : "");
+	if (argc > 2 && strcmp(argv[2], "+") == 0) {
+		fflush(stdout);
+		while (getchar() != EOF)
+			;
+	}
 	return 0;
 }
