@@ -46,10 +46,12 @@ for w in $WORKLOADS; do
   start cpother "$w"; bpid=$!
   waitfor "[ -e /tmp/cpcomm.ready ] && [ -e /tmp/cpother.ready ]" 180 || continue
   echo "$w: target pid $tpid comm $(cat /proc/$tpid/comm), bystander pid $bpid comm $(cat /proc/$bpid/comm)" >> "$txt"
+  t0=$(date +%s.%N)
   python3 -m cudaprobe trace --comm cpcomm -f jsonl -o /tmp/$w-comm.jsonl --force 2>/tmp/$w-comm.err &
   cpid=$!
-  if waitfor "grep -q 'attached to\|tracing' /tmp/$w-comm.err || ! kill -0 $cpid 2>/dev/null" 120; then
-    sleep 1  # (the links are in when the attach line is said; a second more for the loop)
+  # said once the links of the processes of that name running now are in
+  if waitfor "grep -q 'following every process named' /tmp/$w-comm.err || ! kill -0 $cpid 2>/dev/null" 120; then
+    echo "$w: following in $(python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 2))" "$t0" "$(date +%s.%N)") s" >> "$txt"
     touch /tmp/cpcomm.go /tmp/cpother.go
     waitfor "[ -e /tmp/cpcomm.done ] && [ -e /tmp/cpother.done ]" 300
   fi
@@ -57,6 +59,7 @@ for w in $WORKLOADS; do
   kill -TERM $cpid 2>/dev/null; wait $cpid
   touch /tmp/cpcomm.go /tmp/cpother.go /tmp/cpcomm.quit /tmp/cpother.quit; wait $tpid $bpid
   grep -v "SyntaxWarning\|re.match" /tmp/$w-comm.err | tail -4 >> "$txt"
+  cp /tmp/$w-comm.err "$OUT/"
   python3 - "$w" "$bpid" /tmp/$w-comm.jsonl >> "$txt" <<'EOF'
 import collections, json, sys
 pids = collections.Counter(json.loads(l).get("pid") for l in open(sys.argv[3]) if l.startswith("{"))
