@@ -25,7 +25,7 @@ ROW_SCHEMA = (
     Key(('time_ms',), 'float', 'ms since the probes were attached'),
     Key(('ts_ns',), 'int', 'entry time, CLOCK_MONOTONIC ns'),
     Key(('pid', 'tid'), 'int', 'host pid namespace'),
-    Key(('process',), 'string', "thread's comm"),
+    Key(('process',), 'string', "thread's comm (the kernel keeps 15 bytes): UTF-8, each byte that is not written `\\xNN`; a last character the kernel's cut left incomplete is dropped. The same text in every format and in Prometheus's `process` label"),
     Key(('event',), 'string', 'symbol as called, e.g. `cudaMemcpyAsync_ptsz`'),
     Key(('api',), 'string', '`runtime`, `driver` or `nccl`'),
     Key(('category',), 'string', 'one of the 26 of [events.md](events.md): `memory`, `transfer`, '
