@@ -66,9 +66,12 @@ def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, **otlp) -> None:
         metrics = CallMetrics()
         with MetricsServer(metrics, *address) if address else contextlib.nullcontext() as server:
             notify = probing.begin("counting")
-            # said once the probes are in: from then on, what is scraped is being counted
-            serving = server and (lambda: notify(f"serving Prometheus metrics on {server.url}"))
-            sink = MetricsSink(metrics, serving or None)
+            def serving() -> None:
+                """The probes are in: from now on, what is scraped is being counted."""
+                server.ready.set()
+                notify(f"serving Prometheus metrics on {server.url}")
+
+            sink = MetricsSink(metrics, serving if server else None)
             if otlp is not None:
                 sink = Fanout(sink, [otlp_sink(otlp, notify, metrics)])
             # launches named, for the kernel label

@@ -12,7 +12,7 @@ import errno
 import re
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -176,9 +176,20 @@ class MetricsServer:
         except socket.gaierror as e:
             raise CannotListen(where, (e.strerror or str(e)).lower()) from None
         server_class = type("Server", (_ThreadingServer,), {"address_family": family})
+        # set once the probes are in: until then /metrics answers 503, so that no
+        # scrape and no readiness check takes the address for a live tracer
+        self.ready = threading.Event()
+        metrics_app = client.make_wsgi_app(registry)
+
+        def app(environ: dict, start_response: Callable) -> list[bytes]:
+            if not self.ready.is_set():
+                start_response("503 Service Unavailable",
+                               [("Content-Type", "text/plain; charset=utf-8")])
+                return [b"cudaprobe: the probes are not attached yet\n"]
+            return metrics_app(environ, start_response)
+
         try:
-            self.server = make_server(host, port, client.make_wsgi_app(registry),
-                                      server_class, _QuietHandler)
+            self.server = make_server(host, port, app, server_class, _QuietHandler)
         except OSError as e:
             why = "address already in use" if e.errno == errno.EADDRINUSE else (
                 e.strerror or str(e)).lower()

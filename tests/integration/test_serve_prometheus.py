@@ -21,6 +21,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -301,4 +302,61 @@ def test_a_flood_of_junk_names_leaves_a_busy_job_its_own_label(tmp_path, shared_
             node.wait()
         if prometheus is not None:
             stop(prometheus.proc)
+        stop(serve)
+
+
+def test_a_program_started_right_after_the_first_answer_is_counted(shared_dir):
+    """serve binds its address before its probes are in, and answers 503 until
+    they are: a readiness check or a scrape never takes it for a live tracer
+    too early. The program is started the moment /metrics first answers 200,
+    and every call of it is in the next scrape."""
+    # copies only this test's process maps: serve probes every process mapping them
+    stub = Path(shutil.copytree(build_fleet_stub(), shared_dir / "fleetstub"))
+    memstub = Path(shutil.copytree(build_memstub(), shared_dir / "memstub"))
+    env = {**os.environ, "LD_LIBRARY_PATH": f"{stub}:{memstub}"}
+    target = f"127.0.0.1:{free_port()}"
+    url = f"http://{target}/metrics"
+    serve = subprocess.Popen(
+        cudaprobe_cmd("serve", "--prometheus", target, "--api", "runtime",
+                      "--lib", str(stub / "libcudart.so.13"), "-d", "600"),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    err = Lines(serve.stderr)
+    node = None
+    try:
+        answers = collections.Counter()
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(url, timeout=WAIT_S) as r:
+                    answers[r.status] += 1
+                    break
+            except urllib.error.HTTPError as e:
+                answers[e.code] += 1
+            except OSError:  # not bound yet
+                answers["refused"] += 1
+            assert serve.poll() is None, err.text()
+            time.sleep(0.01)
+        assert answers[200] == 1, (answers, err.text())
+        assert set(answers) <= {200, 503, "refused"}, answers
+        node = subprocess.Popen([str(fleet_node())], env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        node.stdin.write("round\n")
+        node.stdin.close()
+        assert node.stdout.readline().strip() == "round 1"
+        assert node.wait(timeout=WAIT_S) == 0
+        # the reader drains the ring asynchronously: scraped until every call of
+        # the round is in (the old serve, live a second after its first 200,
+        # never saw them: the hang guard ends that wait)
+        while True:
+            with urllib.request.urlopen(url, timeout=WAIT_S) as r:
+                text = r.read().decode()
+            counted = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                          if line.startswith("cudaprobe_calls_total{"))
+            if counted >= ROUND or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert counted == ROUND, text
+    finally:
+        if node is not None:
+            node.kill()
         stop(serve)

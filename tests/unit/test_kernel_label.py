@@ -47,6 +47,7 @@ def test_prometheus_exports_kernel_launches_by_whole_name():
            Call(0.0, 0, 100, 101, "app", "cudaMalloc", "runtime", "memory", 1_000, 0,
                 "cudaSuccess", {"size": 4}, "")])
     with MetricsServer(m, "127.0.0.1", free_port()) as server:
+        server.ready.set()
         families = scrape(server.url + "/metrics")
     got = samples(families["cudaprobe_kernel_launches"], "cudaprobe_kernel_launches_total")
     assert got == {(("api", "runtime"), ("kernel", long_name)): 2,

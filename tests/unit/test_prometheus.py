@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 
 import pytest
@@ -83,6 +84,7 @@ def test_a_scrape_gets_every_metric_with_its_labels_and_values():
     m.set_lost({"ringbuf_full": 2, "wakeups": 7})
     with MetricsServer(m, "127.0.0.1", free_port()) as server:
         assert server.url.startswith("http://127.0.0.1:") and server.url.endswith("/metrics")
+        server.ready.set()
         got = scrape(server.url)
     assert samples(got["cudaprobe_build_info"], "cudaprobe_build_info") == {
         (("version", __version__),): 1}
@@ -183,4 +185,18 @@ def test_gpu_time_histogram_per_kernel_with_bounded_names():
 
 def scrape_once(m: CallMetrics) -> dict[str, object]:
     with MetricsServer(m, "127.0.0.1", free_port()) as server:
+        server.ready.set()
         return scrape(server.url)
+
+
+def test_metrics_answer_503_until_the_probes_are_in():
+    """Bound before the probes are attached (a bad address is said at once), the
+    server does not answer as a live tracer until serve says it is one."""
+    with MetricsServer(CallMetrics(), "127.0.0.1", free_port()) as server:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(server.url, timeout=10)
+        assert refused.value.code == 503
+        assert b"not attached yet" in refused.value.read()
+        server.ready.set()
+        with urllib.request.urlopen(server.url, timeout=10) as r:
+            assert r.status == 200
