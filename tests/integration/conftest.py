@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import HANG_S, cudaprobe_cmd
+from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 from .running import kill_left_running
 
 HERE = Path(__file__).resolve().parent
@@ -63,3 +63,15 @@ def trace_jsonl(tmp_path: Path, *args: str, command: list[str] | None = None,
 def expected_calls(stdout: str) -> list[dict]:
     """The JSON lines a workload printed about the calls it made."""
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def build_cuda_workload(source: str, libcuda: Path) -> Path:
+    """A workload of tests/workloads linked against the driver library `libcuda`."""
+    d = str(libcuda.parent)
+    return build_workload(source, extra=[f"-L{d}", "-lcuda", f"-Wl,-rpath,{d}"])
+
+
+@pytest.fixture(scope="module")
+def fake_cupti(libcuda) -> Path:
+    """A stand-in libcupti for --gpu-time injected into a process (no GPU here)."""
+    return build_workload("fake_libcupti.c", "libcupti-fake.so", extra=["-shared", "-fPIC"])

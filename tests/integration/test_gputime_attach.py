@@ -25,8 +25,8 @@ import pytest
 from cudaprobe.sessions.gputime_attach import GpuTimeAttach
 from cudaprobe.targets import injectable
 
-from ..conftest import HANG_S, REPO, build_workload
-from .conftest import trace_jsonl
+from ..conftest import HANG_S, REPO
+from .conftest import build_cuda_workload, trace_jsonl
 from .test_serve_prometheus import free_port
 
 pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
@@ -37,14 +37,8 @@ GONE_S = HANG_S  # for the kernel or the library to let go: an event waited for,
 
 
 @pytest.fixture(scope="module")
-def fake_cupti(libcuda) -> Path:
-    return build_workload("fake_libcupti.c", "libcupti-fake.so", extra=["-shared", "-fPIC"])
-
-
-@pytest.fixture(scope="module")
 def target_exe(libcuda) -> Path:
-    d = str(libcuda.parent)
-    return build_workload("inject_target.c", extra=[f"-L{d}", "-lcuda", f"-Wl,-rpath,{d}"])
+    return build_cuda_workload("inject_target.c", libcuda)
 
 
 def readlink_if_there(path: Path) -> str | None:

@@ -23,7 +23,8 @@ from cudaprobe.output.text import escape
 from cudaprobe.targets.cupti import build_library, find_libcupti
 from cudaprobe.targets.elfsyms import read_symbols
 
-from ..conftest import HANG_S, NOBODY, as_not_root, build_workload
+from ..conftest import HANG_S, NOBODY, as_not_root
+from .conftest import build_cuda_workload
 from .test_gputime_attach import Target, helper, libc_code_end
 
 pytestmark = pytest.mark.slow
@@ -34,14 +35,8 @@ RAN_UNTOUCHED = ("cuda ok\n", 0)
 
 
 @pytest.fixture(scope="module")
-def fake_cupti(libcuda) -> Path:
-    return build_workload("fake_libcupti.c", "libcupti-fake.so", extra=["-shared", "-fPIC"])
-
-
-@pytest.fixture(scope="module")
 def hostile_exe(libcuda) -> Path:
-    d = str(libcuda.parent)
-    return build_workload("inject_hostile.c", extra=[f"-L{d}", "-lcuda", f"-Wl,-rpath,{d}"])
+    return build_cuda_workload("inject_hostile.c", libcuda)
 
 
 @pytest.fixture(scope="module")

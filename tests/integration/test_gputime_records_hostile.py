@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import HANG_S, as_not_root, build_workload, cudaprobe_cmd
+from ..conftest import HANG_S, as_not_root, cudaprobe_cmd
+from .conftest import build_cuda_workload
 from .running import Lines, read_jsonl, started
 
 pytestmark = pytest.mark.slow  # an injection per run: scheduled first (tests/conftest.py)
@@ -23,14 +24,8 @@ CALLS = 200
 
 
 @pytest.fixture(scope="module")
-def fake_cupti(libcuda) -> Path:
-    return build_workload("fake_libcupti.c", "libcupti-fake.so", extra=["-shared", "-fPIC"])
-
-
-@pytest.fixture(scope="module")
 def hole_exe(libcuda) -> Path:
-    d = str(libcuda.parent)
-    return build_workload("records_hole.c", extra=[f"-L{d}", "-lcuda", f"-Wl,-rpath,{d}"])
+    return build_cuda_workload("records_hole.c", libcuda)
 
 
 def traced_run(tmp_path: Path, exe: Path, cupti: Path, grow: bool) -> tuple[list[dict], dict,
