@@ -112,7 +112,9 @@ class KernelSymbolizer:
 
     def _read_maps(self, pid: int) -> list[Mapping] | None:
         try:
-            with open(f"{self.proc}/{pid}/maps") as f:
+            # a process names its files with any bytes: kept, never a UnicodeDecodeError
+            with open(f"{self.proc}/{pid}/maps", encoding="utf-8",
+                      errors="surrogateescape") as f:
                 return parse_maps(f.read())
         except OSError:  # exited, or not ours to read
             return None
