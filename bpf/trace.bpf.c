@@ -127,20 +127,37 @@ TRACEPOINT_PROBE(task, task_rename)
  * stack walk resolves it now: the object's build-id and the file offset of
  * the return address (on Linux >= 6.12 the walk from a function's entry
  * starts with the return address), and the address itself; a launch's stub
- * is in the same object, `func - caller` away. One lookup per call after that. */
+ * is in the same object, `func - caller` away. One lookup per call after that.
+ *
+ * "First" is the first record in the ring: the site is marked located only
+ * once the record that carries it is in (mark_located, at exit). A call made
+ * on another thread while the first one runs walks too, so no record without
+ * the site can reach the reader before the one with it (a process gone by
+ * then could not be named from its maps). A walk that fails still marks. */
+#define CP_FRAME_TRIED (-1)	/* walked, nothing found: marks, is not sent */
 static __always_inline void locate_site(struct pt_regs *ctx, struct cp_event *e, u64 addr)
 {
 	struct cp_frame *f = (struct cp_frame *)&e->cfg[CP_FRAME_WORD];
 	f->status = 0;	/* the entry is reused: nothing recorded unless below */
 	struct cp_located_key key = {.tgid = e->pid, .addr = addr};
-	u8 one = 1;
 	if (located.lookup(&key))
 		return;
-	located.update(&key, &one);
 	bpf_probe_read_user(&f->caller, sizeof(f->caller), (void *)PT_REGS_SP(ctx));
 	/* skip 1: frame 0 is the probed function itself */
-	if (bpf_get_stack(ctx, f, 32, 1 | BPF_F_USER_STACK | BPF_F_USER_BUILD_ID) < 32)
-		f->status = 0;
+	if (bpf_get_stack(ctx, f, 32, 1 | BPF_F_USER_STACK | BPF_F_USER_BUILD_ID) < 32
+	    || f->status <= 0)
+		f->status = CP_FRAME_TRIED;
+}
+
+/* After the record of a call that walked (locate_site) is in the ring, or is
+ * not to be sent: its site is located for every later call. `addr` as there. */
+static __always_inline void mark_located(struct cp_event *e, u64 addr)
+{
+	if (((struct cp_frame *)&e->cfg[CP_FRAME_WORD])->status == 0)
+		return;
+	struct cp_located_key key = {.tgid = e->pid, .addr = addr};
+	u8 one = 1;
+	located.update(&key, &one);
 }
 
 /* probes whose records may carry a struct cp_frame: every one with CP_CALLER
@@ -294,16 +311,36 @@ static __always_inline long output_named(struct cp_event *e, u64 name_at, u64 fl
  * string at the pointer the handle's object holds (CP_HANDLE_NAME_OFFSET),
  * while the process lives. The loader keeps it if it is an identifier (a
  * host stub's bytes are not). One LRU lookup per launch after that. */
-static __always_inline u64 handle_name_at(u32 tgid, u64 handle)
+static __always_inline u64 handle_name_at(u32 tgid, u64 handle, u8 *tried)
 {
 	struct cp_located_key key = {.tgid = tgid, .addr = handle};
-	u8 one = 1;
 	u64 at = 0;
 	if (!handle || handle_named.lookup(&key))
 		return 0;
-	handle_named.update(&key, &one);
+	*tried = 1;
 	bpf_probe_read_user(&at, sizeof(at), (void *)(handle + CP_HANDLE_NAME_OFFSET));
 	return at;
+}
+
+/* Marked as named once the record with the name is in the ring, as sites are
+ * (locate_site): a launch on another thread meanwhile sends the name too. */
+static __always_inline void mark_named(u32 tgid, u64 handle)
+{
+	struct cp_located_key key = {.tgid = tgid, .addr = handle};
+	u8 one = 1;
+	handle_named.update(&key, &one);
+}
+
+/* The address locate_site was given for this call */
+static __always_inline void mark_site(struct cp_event *e, struct cp_probe_cfg *cfg)
+{
+#ifdef CP_CALLER
+	mark_located(e, e->caller);
+#else
+	s32 func_slot = cfg->func_slot;
+	if (func_slot >= 0 && func_slot < CP_MAX_SLOTS)
+		mark_located(e, e->words[func_slot]);
+#endif
 }
 
 /* Exit: count the call in `tally`, complete it in its pairing entry, then
@@ -327,13 +364,16 @@ static __always_inline void end_call(struct cp_event *e, u32 probe_id, u64 now, 
 		if (ret)
 			count_error(probe_id, ret, t->err_ret, t->err_count, &t->errors_unkeyed);
 	}
-#ifdef CP_ERRORS_ONLY
-	if (ret == 0)
-		return;
-#endif
 	struct cp_probe_cfg *cfg = probes.lookup(&idx);
 	if (!cfg)
 		return;
+#ifdef CP_ERRORS_ONLY
+	if (ret == 0) {	/* not sent: its site is located all the same */
+		if (CP_LOCATES(cfg))
+			mark_site(e, cfg);
+		return;
+	}
+#endif
 	e->duration_ns = ns;
 	e->ret = ret;
 	u64 size = cfg->size;
@@ -345,21 +385,28 @@ static __always_inline void end_call(struct cp_event *e, u32 probe_id, u64 now, 
 		if (size < sizeof(struct cp_event))
 			size -= 8 * cfg->nouts;
 	}
-	if (CP_LOCATES(cfg) && ((struct cp_frame *)&e->cfg[CP_FRAME_WORD])->status)
+	if (CP_LOCATES(cfg) && ((struct cp_frame *)&e->cfg[CP_FRAME_WORD])->status > 0)
 		size = sizeof(struct cp_event);	/* with where it was made: cfg goes too */
 	if (size > sizeof(struct cp_event))
 		size = sizeof(struct cp_event);
 	asm volatile("" : "+r"(size));	/* the bounded register is the one passed on */
 	u64 flags = wakeup_flag(e->pid, owner);
 	u64 name_at = 0;	/* a string sent after the event: a name passed, or a handle's */
+	u8 handle_tried = 0;
 	u32 str_slot = cfg->str_slot, handle_slot = cfg->handle_slot;	/* -1: above any slot */
 	asm volatile("" : "+r"(str_slot), "+r"(handle_slot));	/* checked as used */
 	if (str_slot < CP_MAX_SLOTS)
 		name_at = e->words[str_slot];
 	else if (ret == 0 && handle_slot < CP_MAX_SLOTS)
-		name_at = handle_name_at(e->pid, e->words[handle_slot]);
+		name_at = handle_name_at(e->pid, e->words[handle_slot], &handle_tried);
 	long err = name_at ? output_named(e, name_at, flags)
 			   : events.ringbuf_output(e, size, flags);
-	if (err < 0)
+	if (err < 0) {
 		count(CP_LOST_RINGBUF);
+		return;	/* not in the ring: the next call sends the site or name */
+	}
+	if (CP_LOCATES(cfg))
+		mark_site(e, cfg);
+	if (handle_tried && handle_slot < CP_MAX_SLOTS)
+		mark_named(e->pid, e->words[handle_slot]);
 }

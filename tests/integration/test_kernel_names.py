@@ -11,10 +11,18 @@ otherwise exit within a millisecond.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import time
+
 import pytest
 
-from ..conftest import WORKLOAD_BIN, build_workload
+from ..conftest import HANG_S, WORKLOAD_BIN, WORKLOADS, build_workload, cudaprobe_cmd
 from .conftest import expected_calls, run_cudaprobe, trace_jsonl
+from .memstub import build_stub_runtime
+from .running import Lines, started
 
 LINGER_MS = "200"
 
@@ -62,3 +70,54 @@ def test_table_shows_the_name(libcudart):
     assert any("vecAdd(float const*, float const*, float*, int) gridDim=(4,1,1)" in r
                for r in rows), proc.stderr
     assert any("kern::in_library(int*, int)" in r for r in rows), proc.stderr
+
+
+def child_running(pid: int, exe: str) -> int:
+    """The child of `pid` that runs `exe`."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            for child in map(int, f.read().split()):
+                if os.readlink(f"/proc/{child}/exe") == exe:
+                    return child
+    raise AssertionError(f"no child of {pid} runs {exe}")
+
+
+def state_of(pid: int) -> str:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return f.read().rsplit(b")", 1)[1].split()[0].decode()
+
+
+def test_every_launch_named_when_two_threads_race_to_launch_a_kernel_first(tmp_path):
+    """Thread 1 launches a kernel and stays in the call (racing_cudart.c) while
+    thread 2 launches it and returns; then the process exits. cudaprobe is held
+    stopped meanwhile, so that it reads both records with the process gone (a
+    zombie: no maps). The record that reached the ring first (thread 2's) is
+    named from where the launch was made, as the other is."""
+    stub = build_stub_runtime(WORKLOAD_BIN / "racing", [WORKLOADS / "racing_cudart.c"])
+    exe = build_workload("racing_launches.c")
+    out = tmp_path / "calls.jsonl"
+    proc = started(subprocess.Popen(
+        cudaprobe_cmd("trace", "-o", str(out), "--lib", str(stub), "--", str(exe)),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "LD_LIBRARY_PATH": str(stub.parent)}))
+    lines = Lines(proc.stdout)
+    lines.wait_for(lambda s: s == '{"ready":1}', "the workload")  # its probes are in
+    workload = child_running(proc.pid, str(exe))
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        lines.wait_for(lambda s: '"stream":1' in s, "both launches")
+        deadline = time.monotonic() + HANG_S
+        while state_of(workload) != "Z":  # exited; its parent, stopped, has not reaped it
+            assert time.monotonic() < deadline, "the workload never exited"
+            time.sleep(0.01)
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    proc.stdin.close()
+    assert proc.wait(HANG_S) == 0, proc.stderr.read()
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    calls, summary = records[:-1], records[-1]["summary"]
+    assert summary["lost_total"] == 0
+    assert [c["args"]["stream"] for c in calls] == ["0x2", "0x1"]  # the later one first
+    assert [c["args"].get("func_name") for c in calls] == ["racing_kernel"] * 2
