@@ -1,6 +1,6 @@
 """Compare what `cudaprobe trace` recorded with the CUPTI callback counter.
 
-  python compare.py COUNTS TRACE.jsonl [--window] [--json OUT]
+  python compare.py COUNTS TRACE.jsonl [--window] [--pid PID] [--json OUT]
 
 COUNTS is cupti_counter.c's output: the exit table, or with --window the
 "before"/"after" snapshots of COUNTS (their difference is the measured part a
@@ -9,7 +9,9 @@ trace holds, and the trace summary's calls; then the launches and how many of
 them are named (`func_name` present and not a "name unknown" note). Names are
 compared by their base (CUPTI reports `cuMemAlloc_v2` as cuMemAlloc_v2, the
 runtime's `_ptsz` variants by their plain name): versions and per-thread
-suffixes are dropped on both sides.
+suffixes are dropped on both sides. With --pid, only that process's rows are
+compared (a tree of processes, each counted by its own CUPTI_COUNTER_OUT=%p
+file); the summary's calls are the whole trace's and are not compared then.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def read_counts(path: str, window: bool) -> Counter:
     return tables["exit"]
 
 
-def read_trace(path: str) -> tuple[Counter, Counter, dict, int, int]:
+def read_trace(path: str, pid: int | None = None) -> tuple[Counter, Counter, dict, int, int]:
     rows: Counter = Counter()
     launches = named = 0
     summary: dict = {}
@@ -52,6 +54,8 @@ def read_trace(path: str) -> tuple[Counter, Counter, dict, int, int]:
         if "summary" in d:
             summary = d["summary"]
             continue
+        if pid is not None and d.get("pid") != pid or d["event"].startswith("nccl"):
+            continue  # (NCCL's functions are not CUPTI's to count)
         rows[base(d["event"])] += 1
         if LAUNCHES.match(d["event"]):
             launches += 1
@@ -59,7 +63,9 @@ def read_trace(path: str) -> tuple[Counter, Counter, dict, int, int]:
             if name and not name.startswith("name unknown") and not name.startswith("0x"):
                 named += 1
     calls: Counter = Counter()
-    for event, st in summary.get("by_event", {}).items():
+    for event, st in summary.get("by_event", {}).items() if pid is None else ():
+        if event.startswith("nccl"):
+            continue
         calls[base(event)] += st["calls"] if isinstance(st, dict) else st
     return rows, calls, summary, launches, named
 
@@ -69,10 +75,11 @@ def main() -> int:
     p.add_argument("counts")
     p.add_argument("trace")
     p.add_argument("--window", action="store_true")
+    p.add_argument("--pid", type=int, help="compare this process's rows only")
     p.add_argument("--json")
     a = p.parse_args()
     cupti = read_counts(a.counts, a.window)
-    rows, calls, summary, launches, named = read_trace(a.trace)
+    rows, calls, summary, launches, named = read_trace(a.trace, a.pid)
     traced = set(rows) | set(calls)
     print(f"{'function':40} {'cupti':>10} {'rows':>10} {'calls':>10}  match")
     mismatched = 0

@@ -9,7 +9,8 @@
  *
  * At exit it writes "# total" then one "<domain> <name> <count>" line per
  * function called (domain: runtime or driver) to $CUPTI_COUNTER_OUT (default
- * stderr). A program may also take a snapshot at a moment of its choosing
+ * stderr; a "%p" in it is replaced by the process id, for a tree of processes
+ * that each count their own). A program may also take a snapshot at a moment of its choosing
  * (the window a `cudaprobe trace --pid` was attached for) by calling the
  * exported cupti_counter_dump(path, label), e.g. from Python:
  *   ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"]).cupti_counter_dump(b"f", b"before")
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_CBID 4096
 enum { RUNTIME, DRIVER, NDOMAINS };
@@ -72,9 +74,16 @@ int cupti_counter_dump(const char *path, const char *label)
 static void at_exit(void)
 {
     const char *path = getenv("CUPTI_COUNTER_OUT");
+    char own[4096];
     if (!initialized)
         return;
     cuptiUnsubscribe(subscriber);  /* no callbacks while the table is written */
+    const char *mark = path ? strstr(path, "%p") : NULL;
+    if (mark && strlen(path) < sizeof(own) - 16) {  /* CUPTI_COUNTER_OUT=dir/%p.cupti */
+        snprintf(own, sizeof(own), "%.*s%d%s", (int)(mark - path), path, (int)getpid(),
+                 mark + 2);
+        path = own;
+    }
     if (path) {
         FILE *f = fopen(path, "w");
         if (f) {

@@ -210,6 +210,7 @@ class StatsReport:
     gpu: GpuStats | None = None  # stats --gpu-time
     nccl: NcclStats | None = None  # stats --by collective
     untraced: list[Untraced] = field(default_factory=list)  # spans whose calls were not seen
+    processes_traced: int | None = None  # as Summary.processes_traced
     per: str = "function"  # what a row is: a function, a kernel, a Python line (--by)
 
     def sorted(self, key: str = "total") -> list[FunctionStats]:
@@ -235,4 +236,6 @@ class StatsReport:
             **({"gpu": self.gpu.to_dict()} if self.gpu is not None else {}),
             **({"nccl": self.nccl.to_dict()} if self.nccl is not None else {}),
             "untraced": [u.to_dict() for u in self.untraced],
+            **({"processes_traced": self.processes_traced}
+               if self.processes_traced is not None else {}),
         }

@@ -69,6 +69,9 @@ class Summary:
     # calls whose thread exited before they returned (sweep.py): no result to report
     exited_mid_call: int = 0
     untraced: list[Untraced] = field(default_factory=list)  # spans whose calls were not seen
+    # processes given probes of their own (-- COMMAND and its descendants, --pid,
+    # --comm); None where probes are per library
+    processes_traced: int | None = None
 
     def add(self, calls: list[Call]) -> None:
         for c in calls:
@@ -146,4 +149,6 @@ class Summary:
             "libraries": self.libraries,
             "not_found": self.not_found,
             "untraced": [u.to_dict() for u in self.untraced],
+            **({"processes_traced": self.processes_traced}
+               if self.processes_traced is not None else {}),
         }

@@ -16,13 +16,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import threading
 import time
 from typing import Any, Callable
 
-from cudaprobe.errors import BpfError, ProcessGone
+from cudaprobe.errors import BpfError, CudaprobeError, ProcessGone
 from cudaprobe.probe import bpfprog, cleanup, perf_uprobe, uprobe_multi
 from cudaprobe.probe.event import STOPPED, STOPPING, TARGET_TRACED, TRACING
+from cudaprobe.probe.opengate import GateUnavailable, OpenGate
 from cudaprobe.probe.plan import Attachment, ProbePlan
+from cudaprobe.targets.procmaps import map_lines, thread_group
 
 # EINVAL at attach: almost always another tracer's uprobe at the same address
 # with a different reference-counter offset (see perf_uprobe.py)
@@ -51,6 +54,13 @@ class Attacher:
         self._slots: dict[tuple[int, int], int] = {}  # file identity -> `library_ready` slot
         self._phase = 0  # event.ATTACHING: what the `phase` map holds
         self.on_target: Callable[[int], None] | None = None  # told of each target (--py-stacks)
+        # a child is linked as it opens a probed library (opengate.py), from the
+        # gate's thread: links and `targets` are changed under this lock
+        self._lock = threading.RLock()
+        self.gate: OpenGate | None = None
+        self.gate_unavailable = ""  # why there is no gate, where there is none
+        self._linked_at_open: list[int] = []  # processes the gate linked, to be told
+        self.processes: set[int] = set()  # every process given links, for the summary
 
     def attach_all(self) -> None:
         """The plan's probes: their settings into the `probes` map, then attached."""
@@ -90,9 +100,13 @@ class Attacher:
             raise BpfError(f"attaching uprobes to {file.name}", f"more than "
                            f"{self.settings.max_libraries} libraries in one session")
         if self.settings.links_per_process:
-            self._libraries[file.identity] = attachments
-            for pid in list(self._pid_links):
-                self._attach_process(pid, {file.identity: attachments})
+            with self._lock:
+                self._libraries[file.identity] = attachments
+                for pid in list(self._pid_links):
+                    self._attach_process(pid, {file.identity: attachments})
+            if self.gate is not None:
+                with contextlib.suppress(GateUnavailable):  # its children: linked at a poll
+                    self.gate.watch(file.fd, file.identity)
         else:
             self._links += self._attach_multi(attachments)
         ready = self._bpf["library_ready"]
@@ -103,6 +117,7 @@ class Attacher:
         """Links for one target process on `libraries`; a process gone meanwhile
         (ESRCH) gets none, quietly: its exit is reported by whoever follows it."""
         links = self._pid_links.setdefault(pid, [])
+        self.processes.add(pid)
         for atts in libraries.values():
             try:
                 links += self._attach_multi(atts, pid)
@@ -153,40 +168,94 @@ class Attacher:
 
     def add_target(self, pid: int) -> None:
         """Trace this process (and, through the fork tracepoint, its children)."""
+        with self._lock:
+            targets = self._bpf["targets"]
+            targets[targets.Key(pid)] = targets.Leaf(TARGET_TRACED)
+            if self.on_target is not None:
+                self.on_target(pid)
+            if self.settings.links_per_process and pid not in self._pid_links:
+                self._attach_process(pid, self._libraries)
+
+    def _link(self, pid: int) -> None:
+        """A child's own links, then its calls count: from the moment every link
+        is in, all functions at once (the fork tracepoint adds it as
+        TARGET_LINKING; so does the exec tracepoint for --comm)."""
+        self._attach_process(pid, self._libraries)
         targets = self._bpf["targets"]
-        targets[targets.Key(pid)] = targets.Leaf(TARGET_TRACED)
-        if self.on_target is not None:
-            self.on_target(pid)
-        if self.settings.links_per_process and pid not in self._pid_links:
-            self._attach_process(pid, self._libraries)
+        with contextlib.suppress(KeyError):  # gone meanwhile: not added back
+            targets[targets.Key(pid)]
+            targets[targets.Key(pid)] = targets.Leaf(TARGET_TRACED)
+
+    def _link_at_open(self, pid: int) -> None:
+        """The gate holds `pid` at its open of a probed library: a process of the
+        traced tree is linked before the library is mapped (opengate.py)."""
+        with self._lock:
+            if self._bpf is None or self._phase != TRACING or pid in self._pid_links:
+                return
+            targets = self._bpf["targets"]
+            try:
+                targets[targets.Key(pid)]
+            except KeyError:
+                return  # not of the traced tree: its open goes on at once
+            self._link(pid)
+            self._linked_at_open.append(pid)
+
+    def take_linked_at_open(self) -> list[int]:
+        """The processes the gate linked since the last call."""
+        with self._lock:
+            pids, self._linked_at_open = self._linked_at_open, []
+        return pids
+
+    def link_target(self, pid: int) -> None:
+        """Links now for a target not linked yet: one that mapped a library found
+        later (follow.py), which the gate never held for."""
+        with self._lock:
+            if self.settings.links_per_process and pid not in self._pid_links:
+                self._link(pid)
+
+    def _maps_probed(self, pid: int) -> bool:
+        """`pid` maps one of the probed libraries: by inode alone (maps may print
+        another device than stat gives: a btrfs subvolume's, an overlay's; one
+        inode number on two devices links a child early, which is harmless)."""
+        inodes = {ino for _dev, ino in self._libraries}
+        return any(m.inode in inodes for m in map_lines(pid))
 
     def follow_children(self) -> list[int]:
-        """Per-process links for the targets the fork tracepoint added (children of
-        targets) since the last look, then the child traced: its calls count from
-        the moment every link is in, all functions at once (the tracepoint adds
-        it as TARGET_LINKING; so does the exec tracepoint for --comm). Until then
-        a child takes no trap and its calls are not seen (docs/attach.md).
-        Returns the processes linked."""
+        """Links for the children the fork tracepoint added since the last look
+        that map a probed library already: a fork without exec shares its
+        parent's mappings and opens nothing, so the gate never held it; its calls
+        before now are not seen. Without a gate, every child, here. Thread ids
+        (the tracepoint sees every clone) are taken out. Returns the processes
+        linked (docs/attach.md)."""
         if not self.settings.links_per_process:
             return []
-        targets = self._bpf["targets"]
         linked = []
-        for pid in self.target_pids():
-            if pid not in self._pid_links:
-                self._attach_process(pid, self._libraries)
+        with self._lock:
+            targets = self._bpf["targets"]
+            for pid in self.target_pids():
+                if pid in self._pid_links:
+                    continue
+                try:
+                    if thread_group(pid) != pid:  # a thread of a target
+                        with contextlib.suppress(KeyError):
+                            del targets[targets.Key(pid)]
+                        continue
+                    if self.gate is not None and not self._maps_probed(pid):
+                        continue  # linked as it opens one, if it ever does
+                except CudaprobeError:
+                    continue  # gone: the next rescan takes it out
+                self._link(pid)
                 linked.append(pid)
-                with contextlib.suppress(KeyError):  # gone meanwhile: not added back
-                    targets[targets.Key(pid)]
-                    targets[targets.Key(pid)] = targets.Leaf(TARGET_TRACED)
         return linked
 
     def remove_target(self, pid: int) -> None:
-        targets = self._bpf["targets"]
-        with contextlib.suppress(KeyError):
-            del targets[targets.Key(pid)]
-        for fd in self._pid_links.pop(pid, []):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        with self._lock:
+            targets = self._bpf["targets"]
+            with contextlib.suppress(KeyError):
+                del targets[targets.Key(pid)]
+            for fd in self._pid_links.pop(pid, []):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
     def target_pids(self) -> list[int]:
         """Processes traced now: those added, their children, --comm execs."""
@@ -209,8 +278,24 @@ class Attacher:
         """Calls begin to be traced, in every function at once: call it when
         every probe of the start is attached (the kernel puts them in one at a
         time; a program calling meanwhile would otherwise be traced in some
-        functions and not others). Probes attached later count at once."""
+        functions and not others). Probes attached later count at once. With
+        links per process, the children of targets are held at their open of
+        a probed library until their links are in (opengate.py), from now on."""
         self._set_phase(TRACING)
+        if self.settings.links_per_process and self.gate is None and not self.gate_unavailable:
+            self._open_gate()
+
+    def _open_gate(self) -> None:
+        gate = OpenGate(self._link_at_open)
+        try:
+            gate.start()
+            for atts in self._libraries.values():
+                gate.watch(atts[0].file.fd, atts[0].file.identity)
+        except GateUnavailable as e:
+            gate.close()
+            self.gate_unavailable = str(e)
+            return
+        self.gate = gate
 
     def detach(self) -> None:
         """Stop the probes, all at once; the maps and ring buffer stay readable
@@ -220,12 +305,16 @@ class Attacher:
         return, whole, before returns stop being seen too (STOPPED); those
         still under way then are left in flight, reported as such. Safe to call
         twice."""
-        stopping = self._phase == TRACING
-        self._set_phase(STOPPING)
-        links, self._links = self._links, []
-        for pid_links in self._pid_links.values():
-            links += pid_links
-        self._pid_links = {}
+        gate, self.gate = self.gate, None
+        if gate is not None:  # first: it links no child from now on
+            gate.close()
+        with self._lock:
+            stopping = self._phase == TRACING
+            self._set_phase(STOPPING)
+            links, self._links = self._links, []
+            for pid_links in self._pid_links.values():
+                links += pid_links
+            self._pid_links = {}
         entry_links = links[1::2]  # each library's pair: (return, entry)
         for fd in reversed(entry_links):
             with contextlib.suppress(OSError):

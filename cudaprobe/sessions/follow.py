@@ -51,6 +51,10 @@ class Follower:
             self._ran_before_attach(pid, _name(pid))
         for pid in targets.requested:
             self._ran_before_attach(pid, targets.names[pid])
+        if attacher.gate_unavailable:
+            notify("children of traced processes are probed at cudaprobe's next look, within "
+                   "about 0.1 s of their start: their calls before are not included "
+                   f"({attacher.gate_unavailable})")
         if targets.comm is not None:
             notify(f"following every process named {targets.comm[:15]!r}, present and future")
         if targets.requested:
@@ -74,7 +78,10 @@ class Follower:
             self.notify(f"pid {pid} ({self.targets.names.get(pid, '?')}) exited")
         # every poll: the window of a new child is short
         for pid in self.attacher.follow_children():
-            self._exec_named(pid)
+            if not self._exec_named(pid):
+                self._linked_late(pid)
+        for pid in self.attacher.take_linked_at_open():
+            self._exec_named(pid, at_open=True)
         now = time.monotonic()
         if now >= self._next_comm_scan:
             self._next_comm_scan = now + COMM_RESCAN_S
@@ -82,18 +89,42 @@ class Follower:
         if now >= self._next_maps_scan:
             self._next_maps_scan = now + MAPS_RESCAN_S
             self._rescan_maps()
+        self.count_processes()
         return self.waiting_for_pids and not self.targets.requested
 
-    def _exec_named(self, pid: int) -> None:
+    def count_processes(self) -> None:
+        """The summary's count of processes given probes of their own."""
+        if self.attacher.settings.links_per_process:
+            self.summary.processes_traced = len(self.attacher.processes)
+
+    def _exec_named(self, pid: int, at_open: bool = False) -> bool:
         """A process that exec'd under the --comm name got its own probes just now:
-        its calls before them were not seen, and the summary says for how long."""
+        said. Held at its open of a probed library (`at_open`), it is traced from
+        its first call; linked at a poll, its calls before were not seen, and the
+        summary says for how long."""
         comm = self.targets.comm
         name = _name(pid)
-        if comm is not None and pid not in self._named and name == comm[:15]:
-            self._named.add(pid)
-            self._ran_before_attach(pid, name)
-            self.notify(f"pid {pid} ({name}) started under the name: probes attached; its "
-                        "calls before, since its exec, are not included")
+        if comm is None or pid in self._named or name != comm[:15]:
+            return False
+        self._named.add(pid)
+        if at_open:
+            self.notify(f"pid {pid} ({name}) started under the name: traced from its first call")
+            return True
+        self._ran_before_attach(pid, name)
+        self.notify(f"pid {pid} ({name}) started under the name: probes attached; its "
+                    "calls before, since its exec, are not included")
+        return True
+
+    def _linked_late(self, pid: int) -> None:
+        """A child linked at a poll, not held at its open (opengate.py): a fork
+        that shares its parent's CUDA mappings, or any child where there is no
+        gate. Its calls since its fork were not seen: said, and summed up."""
+        name = _name(pid)
+        self._ran_before_attach(pid, name)
+        if self.attacher.gate is not None:
+            self.notify(f"pid {pid} ({name}) was forked with CUDA libraries mapped and no "
+                        "exec: probes attached; its calls before, since its fork, are not "
+                        "included")
 
     def _add_named(self) -> None:
         for pid in self.targets.named_now():
@@ -121,6 +152,7 @@ class Follower:
             if not atts:
                 return
             self.attacher.attach_library(atts)
+            self.attacher.link_target(obj.pid)
         except (CudaprobeError, OSError) as e:  # it went away, or the kernel refused
             self.notify(f"cannot probe {obj.where}, mapped by pid {obj.pid}: {e}")
             return

@@ -42,7 +42,7 @@ from cudaprobe.probe.tracer import Tracer
 from cudaprobe.sessions.follow import Follower
 from cudaprobe.sessions.signals import StopRequest
 from cudaprobe.targets.launch import LaunchedCommand
-from cudaprobe.targets.procmaps import process_alive
+from cudaprobe.targets.procmaps import process_running
 from cudaprobe.targets.selection import Targets
 
 POLL_MS = 100  # how long a read waits for events: also how often the stop conditions are checked
@@ -187,12 +187,13 @@ class ProbeRun:
     def _descendants(self) -> list[int]:
         """The command's descendants still running: the targets the fork hook
         added (a target gone is removed at the Follower's next rescan: here it
-        is not counted once it has exited or is a zombie)."""
+        is not counted once it has exited or is a zombie; a thread's id, which
+        the fork hook sees too, is not a process)."""
         if self._closed:
             return []
         command = self.command.pid if self.command is not None else 0
         return sorted(pid for pid in self.tracer.attacher.target_pids()
-                      if pid != command and process_alive(pid))
+                      if pid != command and process_running(pid))
 
     def _descendants_run(self) -> bool:
         """The command has exited: go on while a process it started runs (said
@@ -274,6 +275,11 @@ class ProbeRun:
         status, message = end_of_trace(command, self._stop.signal, over, left, bool(self._left))
         if status is None:
             return  # tracing stopped on its own (output failed): decided at the command's exit
+        if self._follower is not None:
+            self._follower.count_processes()
+            traced = self.probed.processes_traced
+            if command is not None and traced and message:
+                message += f"; {traced} process{'es' if traced > 1 else ''} traced"
         self._ended, self._status = message or "done", status
         self._signals_at_end = self._stop.count
         if message:

@@ -65,6 +65,7 @@ def snapshot(tracer: Tracer, plan: ProbePlan, probed: Summary,
         in_flight=tracer.pairing.in_flight_count(),
         lost={k: counters[k] for k in ("pairing_map_full", "recursion_depth")},
         untraced=probed.untraced,
+        processes_traced=probed.processes_traced,
     )
 
 

@@ -153,6 +153,15 @@ def process_alive(pid: int) -> bool:
         return False
 
 
+def process_running(pid: int) -> bool:
+    """A process (not a thread of one: /proc shows those by their id too) that
+    is alive (process_alive)."""
+    try:
+        return thread_group(pid) == pid and process_alive(pid)
+    except CudaprobeError:
+        return False
+
+
 def pids_named(comm: str) -> list[int]:
     """Processes whose comm is `comm` (compared as the kernel keeps it: 15 characters)."""
     want = os.fsencode(comm)[:15]  # 15 bytes, not characters

@@ -250,11 +250,12 @@ def initial_libraries(targets: Targets, apis: set[str], command: list[str],
                       wait: bool) -> list[OpenedFile]:
     """What to probe before tracing starts, when following processes.
 
-    --pid: what the processes map now, nothing else; an error if that is
-    nothing, unless `wait`. --comm and -- COMMAND: the usual places too, so
-    that a process that starts later is traced from its first call; with
-    -- COMMAND, also what its executable holds and links; with --comm, what
-    the processes of that name map now.
+    --pid: what the processes map now (an error if that is nothing, unless
+    `wait`). Every mode: the usual places too, so that a process that starts
+    later (a child of a --pid target, a --comm exec, the command's
+    descendants) is traced from its first call; with -- COMMAND, also what its
+    executable holds and links; with --comm, what the processes of that name
+    map now.
     """
     found: list[OpenedFile] = []
     if targets.requested:
@@ -262,11 +263,11 @@ def initial_libraries(targets: Targets, apis: set[str], command: list[str],
         if not objects and not wait:
             raise targets.not_mapped_error()
         found += [o.file for o in objects]
+    usual = [f for f in map(_node_file, discover_libraries(apis))
+             if f is not None and f.identity not in targets.probed]
+    targets.attached_up_front(usual)
+    found += usual
     if command or targets.comm is not None:
-        usual = [f for f in map(_node_file, discover_libraries(apis))
-                 if f is not None and f.identity not in targets.probed]
-        targets.attached_up_front(usual)
-        found += usual
         if command:
             found += targets.command_objects(command[0])
         objects, _ = targets.scan(targets.named_now())

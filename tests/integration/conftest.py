@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from cudaprobe.targets.libs import discover_libraries
+
 from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 from .running import kill_left_running
 
@@ -58,6 +60,14 @@ def trace_jsonl(tmp_path: Path, *args: str, command: list[str] | None = None,
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert lines and "summary" in lines[-1], proc.stderr
     return lines[:-1], lines[-1]["summary"], proc
+
+
+def probed_for_pid(*mapped: str, apis: tuple[str, ...] = ("runtime", "driver", "nccl")
+                   ) -> list[str]:
+    """The libraries `--pid` probes, sorted: the files the process maps (`mapped`,
+    none of them a file of the usual places) and the usual places of `apis`,
+    for the children it starts later (docs/attach.md)."""
+    return sorted({*mapped, *discover_libraries(set(apis))})
 
 
 def expected_calls(stdout: str) -> list[dict]:

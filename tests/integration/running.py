@@ -7,10 +7,8 @@ or for cudaprobe's "attached to pid N" without sleeping for a guessed time.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -49,26 +47,6 @@ def kill_left_running() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-
-PTRACE_TRACEME, PTRACE_DETACH = 0, 17
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def held_at_exec(argv: list[str], **popen) -> subprocess.Popen:
-    """`argv` started and held at its exec, done (its new name taken: what the
-    exec tracepoint, and so --comm, sees), until release() lets it run: a
-    ptrace stop, so that the test knows the process has run nothing yet."""
-    proc = started(subprocess.Popen(
-        argv, preexec_fn=lambda: _libc.ptrace(PTRACE_TRACEME, 0, None, None), **popen))
-    _pid, status = os.waitpid(proc.pid, 0)
-    assert os.WIFSTOPPED(status) and os.WSTOPSIG(status) == signal.SIGTRAP, status
-    return proc
-
-
-def release(proc: subprocess.Popen) -> None:
-    """Let a process held_at_exec run on."""
-    assert _libc.ptrace(PTRACE_DETACH, proc.pid, None, None) == 0, ctypes.get_errno()
-
 
 # tests/workloads/cuda_loop.c: the calls of one iteration I, in order, and
 # where each carries I (cudaGetDeviceCount carries none)

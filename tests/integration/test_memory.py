@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from ..conftest import HANG_S, build_workload, cudaprobe_cmd
-from .conftest import expected_calls, run_cudaprobe
+from .conftest import expected_calls, probed_for_pid, run_cudaprobe
 from .memstub import build_memstub, stub_env
 from .running import Lines, started
 
@@ -135,9 +135,10 @@ def test_attach_to_a_running_process(tmp_path):
     assert memory.wait(timeout=HANG_S) == 0, err.text()
     err.wait_for(lambda s: "every traced pid has exited" in s, "the end")
     report = json.loads(out_json.read_text())
-    # no --lib: what the process maps (the memstub libraries) is probed; it stops by itself
-    assert sorted(report["libraries"]) == [str(stub / "libcuda.so.1"),
-                                           str(stub / "libcudart.so.13")]
+    # no --lib: what the process maps (the memstub libraries) is probed, and the
+    # usual places for its children; it stops by itself
+    assert sorted(report["libraries"]) == probed_for_pid(
+        str(stub / "libcuda.so.1"), str(stub / "libcudart.so.13"), apis=("runtime", "driver"))
     [p] = report["processes"]
     truth = {t["site"]: t for t in expected_calls(out)}
     assert p["pid"] == app.pid and p["exited"] and p["nested_driver_calls"] == 6

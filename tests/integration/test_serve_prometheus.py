@@ -32,7 +32,7 @@ from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 from .conftest import expected_calls
 from .fleet import build_fleet_stub, fleet_node
 from .memstub import build_memstub, stub_env
-from .running import Lines, held_at_exec, release
+from .running import Lines, started
 
 pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
 
@@ -157,12 +157,13 @@ def served(tmp_path, libcudart):
 def test_prometheus_scrapes_the_exact_counts(tmp_path, served):
     prometheus, serve, err, name = served
     exe = renamed(build_workload("runtime_calls.c"), tmp_path, name)
-    # held at its exec until its own probes are in (--comm: links per process)
-    run = held_at_exec([str(exe), str(LOOPS), str(THREADS)], stdout=subprocess.PIPE, text=True)
-    err.wait_for(lambda s: f"pid {run.pid} ({exe.name}) started under the name" in s,
-                 "its probes")
-    release(run)
+    # held at its open of libcudart until its own probes are in (--comm: links
+    # per process), and so counted from its first call
+    run = started(subprocess.Popen([str(exe), str(LOOPS), str(THREADS)],
+                                   stdout=subprocess.PIPE, text=True))
     stdout, _ = run.communicate(timeout=WAIT_S)
+    err.wait_for(lambda s: f"pid {run.pid} ({exe.name}) started under the name: traced from "
+                 "its first call" in s, "its probes")
     assert run.returncode == 0
     truth = expected_calls(stdout)
     assert len(truth) == LOOPS * THREADS * 10
@@ -213,10 +214,10 @@ def test_live_bytes_while_a_process_holds_memory_and_gone_when_it_exits(tmp_path
     stub = build_memstub()
     exe = renamed(build_workload(workload, extra=[f"-L{stub}", "-l:libcuda.so.1"]),
                   tmp_path, name)
-    app = held_at_exec([str(exe), "4000"], env=stub_env(), stdout=subprocess.PIPE, text=True)
-    err.wait_for(lambda s: f"pid {app.pid} ({exe.name}) started under the name" in s,
-                 "its probes")
-    release(app)
+    app = started(subprocess.Popen([str(exe), "4000"], env=stub_env(), stdout=subprocess.PIPE,
+                                   text=True))
+    err.wait_for(lambda s: f"pid {app.pid} ({exe.name}) started under the name: traced from "
+                 "its first call" in s, "its probes")
     try:
         series = f'cudaprobe_memory_live_bytes{{process="{exe.name}",kind="{first}"}}'
         prometheus.wait_for(series, live[first])

@@ -1,0 +1,144 @@
+"""Holding a new process at its open of a probed library until its probes are in.
+
+Per-process uprobe links (attach.py) keep other processes from taking a trap,
+but a child of a traced process gets its own links only once cudaprobe has
+made them: a short program started by `bash run.sh` could make all its calls
+before. A child opens the library before it can call into it (ld.so or
+dlopen opens it, then maps it; execve opens an executable with the runtime
+linked in), so a fanotify permission event on each probed file (FAN_OPEN_PERM,
+an inode mark) holds the open, in the kernel, while the gate's thread looks:
+a process of the traced tree (the `targets` map, which the fork and exec
+tracepoints fill before it runs) gets its links, then the open goes on; the
+breakpoints are put in as the library is mapped. Any other process's open is
+let go at once. Every open is allowed, whatever happens here: the gate never
+refuses a file, and when cudaprobe exits, however it exits (kill -9 too), the
+kernel lets go every open still held.
+
+fanotify's permission events need CAP_SYS_ADMIN; without it, or on a kernel
+without them, `OpenGate.start` says why and children are linked at the next
+poll instead (follow.py says for which span).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import select
+import struct
+import threading
+from typing import Callable
+
+FAN_CLOEXEC, FAN_NONBLOCK, FAN_CLASS_CONTENT = 0x1, 0x2, 0x4
+FAN_MARK_ADD, FAN_OPEN_PERM, FAN_ALLOW = 0x1, 0x10000, 0x1
+FAN_Q_OVERFLOW = 0x4000
+METADATA = struct.Struct("=IBBHQii")  # struct fanotify_event_metadata
+METADATA_VERSION = 3
+RESPONSE = struct.Struct("=iI")  # struct fanotify_response
+READ_BYTES = 64 * 1024
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.fanotify_mark.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint64, ctypes.c_int,
+                                ctypes.c_char_p]
+
+
+class GateUnavailable(Exception):
+    """The kernel refused the gate: the reason, said to the user."""
+
+
+class OpenGate:
+    """`on_open(pid)` runs, on the gate's thread, for each open of a watched
+    file, before the open goes on. It must be quick: the opener waits."""
+
+    def __init__(self, on_open: Callable[[int], None]) -> None:
+        self.on_open = on_open
+        self.held = 0  # opens held for on_open, and let go
+        self.errors = 0  # on_open raised (the open went on all the same)
+        self._fd = -1
+        self._stop_r = self._stop_w = -1
+        self._thread: threading.Thread | None = None
+        self._watched: set[tuple[int, int]] = set()
+
+    def start(self) -> None:
+        """Raises GateUnavailable with the reason."""
+        fd = _libc.fanotify_init(FAN_CLASS_CONTENT | FAN_CLOEXEC | FAN_NONBLOCK,
+                                 os.O_RDONLY | os.O_CLOEXEC | os.O_LARGEFILE)
+        if fd < 0:
+            err = ctypes.get_errno()
+            why = ("fanotify needs CAP_SYS_ADMIN" if err == errno.EPERM
+                   else "this kernel has no fanotify permission events" if err == errno.EINVAL
+                   else os.strerror(err))
+            raise GateUnavailable(why)
+        self._fd = fd
+        self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._thread = threading.Thread(target=self._serve, name="cudaprobe-open-gate",
+                                        daemon=True)
+        self._thread.start()
+
+    def watch(self, fd: int, identity: tuple[int, int]) -> None:
+        """Hold the opens of the file open at `fd` (a mark on its inode)."""
+        if self._fd < 0 or identity in self._watched:
+            return
+        if _libc.fanotify_mark(self._fd, FAN_MARK_ADD, FAN_OPEN_PERM, fd, None) < 0:
+            err = ctypes.get_errno()
+            raise GateUnavailable(f"marking a probed file: {os.strerror(err)}")
+        self._watched.add(identity)
+
+    def close(self) -> None:
+        """No more holds; opens held now are let go (the kernel allows them as
+        the descriptor closes)."""
+        if self._thread is not None:
+            os.write(self._stop_w, b"x")
+            self._thread.join()
+            self._thread = None
+        for fd in (self._fd, self._stop_r, self._stop_w):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._fd = self._stop_r = self._stop_w = -1
+
+    def _serve(self) -> None:
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        poller.register(self._stop_r, select.POLLIN)
+        while True:
+            ready = {fd for fd, _ in poller.poll()}
+            if self._stop_r in ready:
+                return
+            try:
+                data = os.read(self._fd, READ_BYTES)
+            except BlockingIOError:
+                continue
+            except OSError:
+                return
+            for pid, fd in events(data):
+                self._hold(pid, fd)
+
+    def _hold(self, pid: int, fd: int) -> None:
+        try:
+            if pid > 0:
+                self.on_open(pid)
+        except Exception:  # noqa: BLE001 - the open goes on whatever went wrong here
+            self.errors += 1
+        finally:
+            self.held += 1
+            with contextlib.suppress(OSError):  # gone: the opener was killed meanwhile
+                os.write(self._fd, RESPONSE.pack(fd, FAN_ALLOW))
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def events(data: bytes) -> list[tuple[int, int]]:
+    """(pid, fd) of each permission event in what one read gave, bounded by
+    the lengths the records give and by the buffer."""
+    found = []
+    offset = 0
+    while offset + METADATA.size <= len(data):
+        length, version, _, _, mask, fd, pid = METADATA.unpack_from(data, offset)
+        if version != METADATA_VERSION or length < METADATA.size:
+            break
+        if fd >= 0 and not mask & FAN_Q_OVERFLOW:
+            found.append((pid, fd))
+        offset += length
+    return found

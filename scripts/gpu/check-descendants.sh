@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Every descendant of a traced command, from its first call, on the GPU
+# machine: each process's rows against the CUPTI callback counter run in that
+# very process (benchmarks/oracle/cupti_counter.c; CUPTI_COUNTER_OUT=DIR/%p.cupti
+# gives one file a process), compared by benchmarks/oracle/compare.py --pid.
+#   two       cudaprobe trace -- bash -c 'python mlp; python gemm'
+#   loader    cudaprobe trace -- python dataloader_cuda.py: a DataLoader whose two
+#             spawned workers use CUDA
+#   torchrun  cudaprobe trace -- torchrun --nproc_per_node 2 (NCCL; on 2 GPUs only)
+#   pid       a bash loop of three pythons started alone; cudaprobe trace --pid
+#             --wait attached while the first runs: the two started after it, whole
+# PARTS (default "two loader torchrun pid") picks some.
+# Results: $OUT/descendants.txt (readable), $OUT/descendants.jsonl (one object a process).
+# Run from the repo root, .gpukit carried: bash scripts/gpu/check-descendants.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+CUPTI_LIB=$(dirname "$(find /usr/local/cuda/ /usr/local/cuda-*/ -name 'libcupti.so' 2>/dev/null | head -1)")
+ORACLE=/tmp/cupti_counter.so
+gcc -O2 -shared -fPIC -o $ORACLE benchmarks/oracle/cupti_counter.c -I/usr/local/cuda/include \
+  -I/usr/local/cuda/extras/CUPTI/include -L"$CUPTI_LIB" -lcupti -Wl,-rpath,"$CUPTI_LIB" || exit 1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+W="$TORCH_PY benchmarks/torch_workloads.py"
+txt=$OUT/descendants.txt; jl=$OUT/descendants.jsonl; : > "$txt"; : > "$jl"
+{ date -u; nvidia-smi -L; git log --oneline -1 2>/dev/null; } >> "$txt" 2>&1
+
+compare_tree() {  # $1 label, $2 the run's directory (PID.cupti files, trace.jsonl, err)
+  local f pid
+  grep -v "SyntaxWarning\|re.match" "$2/err" | grep "cudaprobe:\|calls in\|not traced" \
+    | tail -4 >> "$txt"
+  for f in "$2"/*.cupti; do
+    [ -e "$f" ] || continue
+    pid=$(basename "$f" .cupti)
+    python3 benchmarks/oracle/compare.py "$f" "$2/trace.jsonl" --pid "$pid" \
+      --json /tmp/cmp.json > /tmp/cmp.txt 2>&1
+    echo "-- $1 pid $pid: $(grep -c ' DIFF$' /tmp/cmp.txt) functions differ" >> "$txt"
+    grep ' DIFF$' /tmp/cmp.txt | head -8 >> "$txt"
+    python3 -c 'import json,sys; d=json.load(open("/tmp/cmp.json")); d.pop("untraced");
+d["run"]=sys.argv[1]; d["pid"]=int(sys.argv[2]); print(json.dumps(d))' "$1" "$pid" >> "$jl"
+  done
+  python3 - "$2" >> "$txt" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+rows = {}
+for line in open(os.path.join(d, "trace.jsonl")):
+    r = json.loads(line)
+    if "pid" in r:
+        rows[r["pid"]] = rows.get(r["pid"], 0) + 1
+counted = {int(f[:-6]) for f in os.listdir(d) if f.endswith(".cupti")}
+print(f"processes with rows: {len(rows)}, with a CUPTI count: {len(counted)}; "
+      f"rows without a count: {sorted(set(rows) - counted)}; "
+      f"counted, no rows: {sorted(counted - set(rows))}")
+PY
+}
+
+run_tree() {  # $1 label, then the command: under cudaprobe trace, each process counted
+  local label=$1 d=/tmp/desc-$1 start=$SECONDS rc
+  shift
+  rm -rf "$d"; mkdir -p "$d"
+  echo "== $label: $*" >> "$txt"
+  CUDA_INJECTION64_PATH=$ORACLE CUPTI_COUNTER_OUT=$d/%p.cupti timeout -k 10 300 \
+    python3 -m cudaprobe trace -f jsonl -o "$d/trace.jsonl" --force -- "$@" > "$d/out" 2> "$d/err"
+  rc=$?
+  echo "$label: exit $rc in $((SECONDS - start)) s; workload said: $(tail -c 300 "$d/out" | tr '\n' ' ')" >> "$txt"
+  compare_tree "$label" "$d"
+}
+
+PARTS=" ${PARTS:-two loader torchrun pid} "
+if [[ $PARTS == *" two "* ]]; then
+  echo "step two" >&2
+  run_tree two bash -c "$W mlp --iters 300; $W gemm --iters 50"
+fi
+if [[ $PARTS == *" loader "* ]]; then
+  echo "step loader" >&2
+  run_tree loader "$TORCH_PY" scripts/gpu/dataloader_cuda.py --items 256 --workers 2
+fi
+if [[ $PARTS == *" torchrun "* ]] && [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+  echo "step torchrun" >&2
+  rm -rf /tmp/desc-nccl; mkdir -p /tmp/desc-nccl
+  run_tree torchrun /opt/torch/.venv/bin/torchrun --nproc_per_node 2 --master_port 29513 \
+    scripts/gpu/nccl_workload.py --out /tmp/desc-nccl --iters 20 --warmup 2 --slow 10 \
+    --slow-rank 1 --slow-ms 30
+  # each rank's NCCL calls, as the workload counted them, against its rows
+  python3 - /tmp/desc-nccl /tmp/desc-torchrun/trace.jsonl >> "$txt" <<'PY'
+import collections, json, pathlib, sys
+sys.path.insert(0, "scripts/gpu")
+from nccl_compare import rows as outer_calls  # ncclBcast's own ncclBroadcast left out
+rows = collections.Counter()
+for r in outer_calls(pathlib.Path(sys.argv[2]))[0]:
+    if r.get("event", "").startswith("nccl"):
+        rows[(r["pid"], r["event"])] += 1
+for f in sorted(pathlib.Path(sys.argv[1]).glob("rank.*.json")):
+    j = json.loads(f.read_text())
+    want = collections.Counter()
+    for op in j["ops"].values():
+        want[op["function"]] += op["warmup_calls"] + op["timed_calls"]
+    want[j["slow_call"]["function"]] += j["slow"]
+    # "ncclBroadcast|ncclBcast": either, as torch's NCCL build calls it
+    got = {fn: sum(rows[(j["pid"], f)] for f in fn.split("|")) for fn in want}
+    print(f"rank {j['rank']} pid {j['pid']} NCCL calls: workload {dict(want)}, rows {got}: "
+          f"{'equal' if got == dict(want) else 'DIFF'}")
+PY
+fi
+
+[[ $PARTS == *" pid "* ]] || exit 0
+echo "step pid" >&2
+d=/tmp/desc-pid; rm -rf "$d"; mkdir -p "$d"
+echo "== pid: bash loop of loop (25 s), gemm, mlp; --pid --wait attached while the first runs" >> "$txt"
+CUDA_INJECTION64_PATH=$ORACLE CUPTI_COUNTER_OUT=$d/%p.cupti bash -c \
+  "$W loop --seconds 25; $W gemm --iters 50; $W mlp --iters 300" > "$d/out" 2>&1 &
+bpid=$!
+for _ in $(seq 300); do  # the first python is running its steps
+  pgrep -P $bpid > /dev/null && [ -e /proc/$(pgrep -P $bpid | head -1) ] && sleep 8 && break
+  sleep 0.1
+done
+first=$(pgrep -P $bpid | head -1)
+echo "first python: pid $first (started before the attach)" >> "$txt"
+timeout -k 10 300 python3 -m cudaprobe trace --pid $bpid --wait -f jsonl -o "$d/trace.jsonl" \
+  --force 2> "$d/err"
+echo "pid: trace exit $?" >> "$txt"
+wait $bpid
+compare_tree pid "$d"
+echo "done" >&2

@@ -1,0 +1,114 @@
+"""-- COMMAND traces every process the command starts, from its first call:
+wrapper shells, loops, Python's subprocess, a double fork whose grandchild
+outlives its parent, exec without fork, posix_spawn (vfork). A child is held
+at its open of the probed library until its own probes are in
+(cudaprobe/probe/opengate.py), so runtime_calls, which calls at once and
+exits within milliseconds, is whole however soon it runs; a process outside
+the tree that opens the same file takes no breakpoint.
+
+Each count is compared with what the workloads printed about their calls."""
+
+from __future__ import annotations
+
+import collections
+import sys
+
+import pytest
+
+from ..conftest import build_workload, cudaprobe_cmd
+from .conftest import expected_calls, trace_jsonl
+from .running import Loop, build_loop, check_iterations, read_jsonl
+from .test_per_process import INT3, first_byte, private_copy
+
+PYTHON = sys.executable
+
+
+def shapes(app: str) -> dict[str, tuple[list[str], int]]:
+    """Each command, and how many runs of `app` (1 iteration, 1 thread) it makes."""
+    run = f"{app} 1 1"
+    return {
+        "sh -c 'app; true'": (["sh", "-c", f"{run}; true"], 1),
+        "bash loop": (["bash", "-c", f"for i in 1 2 3; do {run}; done"], 3),
+        "python subprocess.run": (
+            [PYTHON, "-c", "import subprocess, sys; subprocess.run([sys.argv[1], '1', '1'])",
+             app], 1),
+        # the subshell exits at once; its child, app, runs on after it
+        "double fork": (["sh", "-c", f"( {run} & ); sleep 0.01; true"], 1),
+        "exec without fork": (["sh", "-c", f"exec {run}"], 1),
+        "posix_spawn": (
+            [PYTHON, "-c", "import os, sys; a = sys.argv[1]; "
+             "os.waitpid(os.posix_spawn(a, [a, '1', '1'], os.environ), 0)", app], 1),
+        "make-like nesting": (["sh", "-c", f"sh -c '{run}' && bash -c '{run}; {run}'"], 3),
+    }
+
+
+SHAPES = list(shapes("app"))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_call_of_every_descendant_from_its_first(tmp_path, libcudart, shape):
+    app = str(build_workload("runtime_calls.c"))
+    command, runs = shapes(app)[shape]
+    calls, summary, proc = trace_jsonl(tmp_path, "--lib", str(libcudart), command=command)
+    assert proc.returncode == 0, proc.stderr
+    truth = expected_calls(proc.stdout)
+    assert len(truth) == 10 * runs
+    assert collections.Counter(c["event"] for c in calls) == collections.Counter(
+        t["event"] for t in truth), proc.stderr
+    assert len({c["pid"] for c in calls}) == runs
+    assert summary["lost_total"] == 0 and summary["untraced"] == [], proc.stderr
+    assert summary["processes_traced"] >= runs + (shape != "exec without fork")
+    assert "made no CUDA call" not in proc.stderr
+
+
+def test_a_thousand_short_processes_are_each_counted(tmp_path, libcudart):
+    """A shell loop of 1,000 runs, each making its 10 calls within milliseconds
+    of its exec: 10,000 calls, from 1,000 processes."""
+    app = str(build_workload("runtime_calls.c"))
+    calls, summary, proc = trace_jsonl(
+        tmp_path, "--lib", str(libcudart),
+        command=["bash", "-c", f"for i in $(seq 1000); do {app} 1 1 > /dev/null; done"],
+        timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert len(calls) == 10_000 and len({c["pid"] for c in calls}) == 1000
+    assert collections.Counter(c["event"] for c in calls)["cudaMalloc"] == 1000
+    assert summary["lost_total"] == 0 and summary["untraced"] == []
+
+
+def test_a_process_outside_the_tree_takes_no_breakpoint(tmp_path, libcudart):
+    """While `sh -c 'loop; true'` is traced, a loop started beside it (not a
+    descendant) opens and maps the same library file: the gate lets its open go
+    without links, and its copy of cudaMalloc keeps its first byte; the
+    descendant's has the breakpoint, and all its iterations are traced."""
+    copy, env = private_copy(tmp_path, libcudart)
+    exe = build_loop("shared")
+    output = tmp_path / "calls.jsonl"
+    run = Loop([*cudaprobe_cmd("trace", "-o", str(output), "--lib", copy, "--", "sh", "-c",
+                               f"{exe} 5; true")], env=env)
+    run.wait_iter(3)
+    bystander = Loop([exe, "5"], env=env)
+    bystander.wait_iter(3)
+    assert first_byte(run.pid, copy, "cudaMalloc") == INT3
+    assert first_byte(bystander.pid, copy, "cudaMalloc") != INT3
+    bystander.stop()
+    last = run.stop()
+    calls, summary = read_jsonl(output)
+    assert {c["pid"] for c in calls} == {run.pid}
+    assert check_iterations(calls, last) == 0  # from its first call
+    assert summary["lost_total"] == 0 and summary["untraced"] == []
+
+
+def test_a_threaded_descendant_is_one_process_running_on(tmp_path, libcudart):
+    """`sh -c 'python & exit 5'`: sh exits at once, its child runs on with three
+    threads; the line about it names one process, never a thread id, and the
+    trace ends with the child."""
+    child = ("import os, threading, time; print(os.getpid(), flush=True); "
+             "ts = [threading.Thread(target=time.sleep, args=(1,)) for _ in range(2)]; "
+             "[t.start() for t in ts]; [t.join() for t in ts]")
+    _calls, _summary, proc = trace_jsonl(
+        tmp_path, "--lib", str(libcudart),
+        command=["sh", "-c", f"{PYTHON} -c '{child}' & exit 5"])
+    assert proc.returncode == 5, proc.stderr
+    pid = int(proc.stdout.split()[0])
+    [line] = [s for s in proc.stderr.splitlines() if "of its descendants runs on" in s]
+    assert f"1 of its descendants runs on (pid {pid})" in line, line
