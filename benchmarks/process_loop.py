@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -65,7 +66,8 @@ def beside(script: str, app: str, tmp: Path) -> int:
     out = tmp / "b.jsonl"
     tree = f"while :; do {app} 1 1 > /dev/null; sleep 0.05; done"
     tracer = subprocess.Popen(cudaprobe("trace", "-o", str(out), "--force", "--", "bash", "-c",
-                                        tree), stderr=subprocess.PIPE, text=True)
+                                        tree), stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)  # Ctrl-C below: to it and its tree
     try:
         for line in tracer.stderr:
             if "tracing" in line:
@@ -73,7 +75,7 @@ def beside(script: str, app: str, tmp: Path) -> int:
         time.sleep(1.0)
         return untraced(script)
     finally:
-        tracer.send_signal(signal.SIGINT)
+        os.killpg(tracer.pid, signal.SIGINT)
         tracer.communicate(timeout=120)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 import threading
 import time
 from typing import Any, Callable
@@ -189,14 +190,17 @@ class Attacher:
     def _link_at_open(self, pid: int) -> None:
         """The gate holds `pid` at its open of a probed library: a process of the
         traced tree is linked before the library is mapped (opengate.py)."""
+        bpf = self._bpf
+        if bpf is None or self._phase != TRACING:
+            return
+        targets = bpf["targets"]
+        try:  # without the lock: another process's open never waits on our work
+            targets[targets.Key(pid)]
+        except KeyError:
+            return  # not of the traced tree: its open goes on at once
         with self._lock:
             if self._bpf is None or self._phase != TRACING or pid in self._pid_links:
                 return
-            targets = self._bpf["targets"]
-            try:
-                targets[targets.Key(pid)]
-            except KeyError:
-                return  # not of the traced tree: its open goes on at once
             self._link(pid)
             self._linked_at_open.append(pid)
 
@@ -296,6 +300,21 @@ class Attacher:
             self.gate_unavailable = str(e)
             return
         self.gate = gate
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTSTP, self._stop_at_tstp)
+
+    def _stop_at_tstp(self, _signum: int, _frame: object) -> None:
+        """Ctrl-Z: the gate is closed before cudaprobe stops, so that no process on
+        the node waits on a stopped cudaprobe to open a CUDA library; it opens
+        again at SIGCONT. (SIGSTOP cannot be caught: docs/attach.md.)"""
+        gate = self.gate
+        if gate is not None and gate.close(timeout=2.0):
+            self.gate = None
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)  # stopped here until SIGCONT
+        signal.signal(signal.SIGTSTP, self._stop_at_tstp)
+        if self.gate is None and self._phase == TRACING:
+            self._open_gate()
 
     def detach(self) -> None:
         """Stop the probes, all at once; the maps and ring buffer stay readable
@@ -308,6 +327,8 @@ class Attacher:
         gate, self.gate = self.gate, None
         if gate is not None:  # first: it links no child from now on
             gate.close()
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTSTP, signal.SIG_DFL)
         with self._lock:
             stopping = self._phase == TRACING
             self._set_phase(STOPPING)

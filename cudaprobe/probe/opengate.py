@@ -85,18 +85,23 @@ class OpenGate:
             raise GateUnavailable(f"marking a probed file: {os.strerror(err)}")
         self._watched.add(identity)
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> bool:
         """No more holds; opens held now are let go (the kernel allows them as
-        the descriptor closes)."""
+        the descriptor closes). With `timeout`, gives up (False) if the gate's
+        thread is still busy with an open by then: it keeps its descriptor."""
         if self._thread is not None:
             os.write(self._stop_w, b"x")
-            self._thread.join()
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                return False
             self._thread = None
         for fd in (self._fd, self._stop_r, self._stop_w):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self._fd = self._stop_r = self._stop_w = -1
+        self._watched.clear()
+        return True
 
     def _serve(self) -> None:
         poller = select.poll()

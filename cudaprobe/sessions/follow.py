@@ -122,9 +122,9 @@ class Follower:
         name = _name(pid)
         self._ran_before_attach(pid, name)
         if self.attacher.gate is not None:
-            self.notify(f"pid {pid} ({name}) was forked with CUDA libraries mapped and no "
-                        "exec: probes attached; its calls before, since its fork, are not "
-                        "included")
+            self.notify(f"pid {pid} ({name}) maps CUDA libraries it was not held opening (a "
+                        "fork without exec, or an open while cudaprobe was stopped): probes "
+                        "attached; its calls before, since its start, are not included")
 
     def _add_named(self) -> None:
         for pid in self.targets.named_now():

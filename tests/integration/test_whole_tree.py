@@ -11,13 +11,19 @@ Each count is compared with what the workloads printed about their calls."""
 from __future__ import annotations
 
 import collections
+import json
+import os
+import signal
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
-from ..conftest import build_workload, cudaprobe_cmd
+from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 from .conftest import expected_calls, trace_jsonl
-from .running import Loop, build_loop, check_iterations, read_jsonl
+from .running import Lines, Loop, build_loop, check_iterations, read_jsonl, started
 from .test_per_process import INT3, first_byte, private_copy
 
 PYTHON = sys.executable
@@ -112,3 +118,92 @@ def test_a_threaded_descendant_is_one_process_running_on(tmp_path, libcudart):
     pid = int(proc.stdout.split()[0])
     [line] = [s for s in proc.stderr.splitlines() if "of its descendants runs on" in s]
     assert f"1 of its descendants runs on (pid {pid})" in line, line
+
+
+def test_the_tree_cannot_tell_it_is_traced(tmp_path, libcudart):
+    """tree_cannot_tell.py, untraced and under `cudaprobe trace --`: the same
+    wait statuses (WUNTRACED | WCONTINUED: no stop, no continue), the same
+    SIGCHLD count, a debugger's PTRACE_SEIZE of a child that loaded
+    libcudart succeeds, the same exit status; and each child's call traced."""
+    argv = [PYTHON, str(Path(__file__).with_name("tree_cannot_tell.py")), str(libcudart)]
+    alone = subprocess.run(argv, capture_output=True, text=True, timeout=HANG_S)
+    calls, summary, traced = trace_jsonl(tmp_path, "--lib", str(libcudart), command=argv)
+    assert alone.returncode == traced.returncode == 6, traced.stderr
+    assert traced.stdout == alone.stdout
+    report = json.loads(alone.stdout)
+    assert report["ptrace seize"] == "ok"
+    assert [report[f"child {n}"] for n in (3, 4, 5)] == [["exited 3"], ["exited 4"],
+                                                        ["exited 5"]]
+    counts = collections.Counter((c["pid"], c["event"]) for c in calls)
+    assert sorted(counts.values()) == [1, 1, 1] and len(counts) == 3
+    assert summary["lost_total"] == 0 and summary["untraced"] == []
+
+
+def state_of(pid: int) -> str:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return f.read().rsplit(b")", 1)[1].split()[0].decode()
+
+
+def wait_state(pid: int, state: str) -> None:
+    deadline = time.monotonic() + HANG_S
+    while state_of(pid) != state:
+        assert time.monotonic() < deadline, f"pid {pid} never reached state {state}"
+        time.sleep(0.01)
+
+
+def opens(library: str) -> subprocess.Popen:
+    """A process outside the tree that says "opening", opens (dlopen)
+    `library`, then exits."""
+    return subprocess.Popen([PYTHON, "-c", "import ctypes, sys; print('opening', flush=True); "
+                             "ctypes.CDLL(sys.argv[1])", library],
+                            stdout=subprocess.PIPE, text=True)
+
+
+def test_ctrl_z_lets_every_open_go_and_the_gate_opens_again_after(tmp_path, libcudart):
+    """SIGTSTP (Ctrl-Z) to cudaprobe: it lets go of the probed files before it
+    stops, so a process opening one meanwhile does not wait on it; after
+    SIGCONT, a child the tree starts is held again and traced from its first
+    call."""
+    copy, env = private_copy(tmp_path, libcudart)
+    app = str(build_workload("runtime_calls.c"))
+    output = tmp_path / "calls.jsonl"
+    tracer = started(subprocess.Popen(
+        cudaprobe_cmd("trace", "-o", str(output), "--lib", copy, "--", "sh", "-c",
+                      f"echo started; read go; {app} 1 1; true"),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env))
+    err = Lines(tracer.stderr)
+    # the command runs once every probe is in and the gate is open
+    assert tracer.stdout.readline() == "started\n", err.text()
+    os.kill(tracer.pid, signal.SIGTSTP)
+    wait_state(tracer.pid, "T")
+    bystander = opens(copy)
+    assert bystander.wait(timeout=HANG_S) == 0  # it never waited on the stopped cudaprobe
+    os.kill(tracer.pid, signal.SIGCONT)
+    tracer.stdin.write("go\n")
+    tracer.stdin.close()
+    assert tracer.wait(timeout=HANG_S) == 0, err.text()
+    calls, summary = read_jsonl(output)
+    assert len(calls) == 10 and summary["untraced"] == [] and summary["lost_total"] == 0
+
+
+def test_kill_9_of_a_stopped_cudaprobe_lets_a_held_open_go_on(tmp_path, libcudart):
+    """SIGSTOP cannot be caught: a process opening a probed file waits while
+    cudaprobe is stopped (docs/attach.md). Killed with SIGKILL, cudaprobe
+    leaves nothing held: the open goes on, and the process runs to its end."""
+    copy, env = private_copy(tmp_path, libcudart)
+    tracer = started(subprocess.Popen(
+        cudaprobe_cmd("trace", "-o", str(tmp_path / "calls.jsonl"), "--lib", copy, "--",
+                      "sh", "-c", "echo started; exec sleep 600"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True))
+    err = Lines(tracer.stderr)
+    assert tracer.stdout.readline() == "started\n", err.text()  # the gate is open
+    os.kill(tracer.pid, signal.SIGSTOP)
+    wait_state(tracer.pid, "T")
+    bystander = started(opens(copy))
+    assert bystander.stdout.readline() == "opening\n"
+    wait_state(bystander.pid, "D")  # held in its open: the kernel's killable wait
+    tracer.kill()
+    assert bystander.wait(timeout=HANG_S) == 0
+    os.killpg(tracer.pid, signal.SIGKILL)  # and the sleep it started
