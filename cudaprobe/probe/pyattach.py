@@ -134,7 +134,41 @@ class PyStackProbe:
             table = self._bpf["py_procs"]
             table[table.Key(pid)] = table.Leaf(base + image.runtime, base + image.code_type,
                                                USER_GEN | self._gen, index, pr.FOUND)
+            self._add_process_exe(pid, files, image, index)
             return
+
+    def _add_process_exe(self, pid: int, files: list[procmaps.MappedFile],
+                         holder: pyelf.PyImage, index: int) -> None:
+        """The running interpreter's executable into `py_exes` too, read through
+        its mapping: a child it forks, or one that execs the same interpreter
+        (multiprocessing's spawn, a DataLoader worker), is found at its first
+        call, as a launched command's children are."""
+        try:
+            st = os.stat(f"/proc/{pid}/exe")  # the kernel's own link: the file it runs
+        except OSError:
+            return
+        exe = next((f for f in files if f.identity[1] == st.st_ino), None)
+        if exe is None:
+            return
+        try:
+            opened = exe.open()
+            image = pyelf.read_image(opened)
+        except CudaprobeError:
+            return
+        if image is None:
+            return
+        if image.readable and image.runtime == holder.runtime:  # the runtime is in it
+            fields = (image.text_vaddr, 0, 0, image.runtime, image.code_type)
+        elif image.debug_at and holder.readable:  # in a libpython it loads
+            fields = (image.text_vaddr, image.debug_at, holder.dynamic, holder.runtime,
+                      holder.code_type)
+        else:
+            return
+        key = (pyelf.kernel_dev(opened.stat.st_dev), opened.stat.st_ino)
+        if key not in self._exes:
+            self._exes.add(key)
+            table = self._bpf["py_exes"]
+            table[table.Key(*key)] = table.Leaf(*fields, index, 0)
 
     @staticmethod
     def _load_base(lines: list[procmaps.MapLine], mapped: procmaps.MappedFile,

@@ -13,6 +13,7 @@ import glob
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,35 @@ def test_attached_with_pid_to_every_version_at_once(tmp_path, libcudart):
         except AssertionError as e:
             wrong.append(f"{python}: {e}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_pid_children_forked_and_spawned_have_their_stacks(tmp_path, libcudart):
+    """--py-stacks --pid on a Python process that then forks a child (no exec)
+    and starts another with subprocess (an exec of the same interpreter): both
+    are traced from their first call, each row with the stack its own
+    interpreter gave."""
+    fifo = tmp_path / "go"
+    os.mkfifo(fifo)
+    family = started(subprocess.Popen(
+        [sys.executable, str(WORKLOAD.with_name("pystack_family.py")), str(libcudart),
+         str(fifo)], stdout=subprocess.PIPE, text=True))
+    assert family.stdout.readline().strip() == "ready"
+    tracing = Tracing(tmp_path, "--py-stacks", *EVENTS, "--lib", str(libcudart), "--pid",
+                      str(family.pid), "--wait")
+    tracing.wait_for("attached to")
+    with open(fifo, "w") as go:
+        go.write("go\n")
+    printed = [json.loads(line) for line in family.stdout.read().splitlines()
+               if line.startswith("{")]
+    assert family.wait(timeout=HANG_S) == 0
+    rows, summary, _err = tracing.finish()
+    assert summary["lost_total"] == 0 and summary["untraced"][1:] == []
+    children = sorted({r["pid"] for r in rows})
+    assert len(children) == 2 and family.pid not in children
+    for child in children:
+        mine = [r for r in rows if r["pid"] == child]
+        tids = {r["tid"] for r in mine}
+        check_stacks(mine, [e for e in printed if e["tid"] in tids])
 
 
 STRESS = """
