@@ -182,6 +182,9 @@ class Attacher:
         is in, all functions at once (the fork tracepoint adds it as
         TARGET_LINKING; so does the exec tracepoint for --comm)."""
         self._attach_process(pid, self._libraries)
+        if self.on_target is not None:  # (--py-stacks: its interpreter, from its maps)
+            with contextlib.suppress(CudaprobeError, OSError):
+                self.on_target(pid)
         targets = self._bpf["targets"]
         with contextlib.suppress(KeyError):  # gone meanwhile: not added back
             targets[targets.Key(pid)]

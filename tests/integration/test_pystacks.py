@@ -93,6 +93,24 @@ def test_attached_with_pid_to_every_version_at_once(tmp_path, libcudart):
     assert not wrong, "\n".join(wrong)
 
 
+def test_a_descendant_running_an_interpreter_found_nowhere_else_has_its_stacks(tmp_path,
+                                                                             libcudart):
+    """-- sh -c 'PYTHON workload', with a PATH that has no such Python: the
+    interpreter is read from the child's own maps while it is held at its
+    open of libcudart, before its first call."""
+    others = [p for p in PYTHONS if not p.startswith("/usr/bin/")]
+    if not others:
+        pytest.skip("no CPython outside /usr/bin on this machine")
+    python = others[-1]
+    rows, summary, proc = trace_jsonl(
+        tmp_path, "--py-stacks", *EVENTS, "--lib", str(libcudart),
+        command=["sh", "-c", f"{python} {WORKLOAD} {libcudart}; true"],
+        env={**os.environ, "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert summary["lost_total"] == 0
+    check_stacks(rows, expected_calls(proc.stdout))
+
+
 def test_pid_children_forked_and_spawned_have_their_stacks(tmp_path, libcudart):
     """--py-stacks --pid on a Python process that then forks a child (no exec)
     and starts another with subprocess (an exec of the same interpreter): both
