@@ -63,20 +63,22 @@ def traced(script: str, tmp: Path) -> tuple[int, int]:
 
 def beside(script: str, app: str, tmp: Path) -> int:
     """The loop's ns while `trace -- APP-in-a-loop` traces a tree it is not in."""
-    out = tmp / "b.jsonl"
-    tree = f"while :; do {app} 1 1 > /dev/null; sleep 0.05; done"
-    tracer = subprocess.Popen(cudaprobe("trace", "-o", str(out), "--force", "--", "bash", "-c",
-                                        tree), stderr=subprocess.PIPE, text=True,
-                              start_new_session=True)  # Ctrl-C below: to it and its tree
+    out, err, pidfile = tmp / "b.jsonl", tmp / "b.err", tmp / "tree.pid"
+    tree = f"echo $$ > {pidfile}; while :; do {app} 1 1 > /dev/null; sleep 0.05; done"
+    with open(err, "w") as errors:
+        tracer = subprocess.Popen(cudaprobe("trace", "-o", str(out), "--force", "--", "bash",
+                                            "-c", tree), stderr=errors)
     try:
-        for line in tracer.stderr:
-            if "tracing" in line:
-                break
+        deadline = time.monotonic() + 120
+        while not pidfile.exists() or not pidfile.read_text().strip():
+            assert time.monotonic() < deadline and tracer.poll() is None, err.read_text()
+            time.sleep(0.1)
         time.sleep(1.0)
         return untraced(script)
     finally:
-        os.killpg(tracer.pid, signal.SIGINT)
-        tracer.communicate(timeout=120)
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)  # the tree, then cudaprobe ends
+        tracer.wait(timeout=120)
+        pidfile.unlink()
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import queue
 import signal
 import threading
 import time
@@ -35,6 +36,37 @@ REF_CTR_HINT = ("if dmesg says 'ref_ctr_offset mismatch', another tracer (a bcc 
 # at the end, between the stop of new calls and the stop of returns: for the
 # calls under way to return, and so to be whole in the trace
 STOP_GRACE_S = 0.01
+
+
+class LinkCloser:
+    """Closes the links of processes that have exited, on threads of its own.
+
+    The kernel waits for a grace period as it takes a uprobe_multi link's
+    probes out (tens of milliseconds a link): closed one by one on the trace
+    loop, a loop of short processes would stall the reading of events and
+    keep the links of hundreds of dead processes, which every later mapping
+    of the library walks. Waits on several threads share grace periods."""
+
+    THREADS = 4
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+
+    def close(self, fds: list[int]) -> None:
+        if not self._threads:
+            self._threads = [threading.Thread(target=self._serve, name="cudaprobe-unlink",
+                                              daemon=True) for _ in range(self.THREADS)]
+            for t in self._threads:
+                t.start()
+        for fd in fds:
+            self._queue.put(fd)
+
+    def _serve(self) -> None:
+        while True:
+            fd = self._queue.get()
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class Attacher:
@@ -62,6 +94,7 @@ class Attacher:
         self.gate_unavailable = ""  # why there is no gate, where there is none
         self._linked_at_open: list[int] = []  # processes the gate linked, to be told
         self.processes: set[int] = set()  # every process given links, for the summary
+        self._closer = LinkCloser()
 
     def attach_all(self) -> None:
         """The plan's probes: their settings into the `probes` map, then attached."""
@@ -256,13 +289,15 @@ class Attacher:
         return linked
 
     def remove_target(self, pid: int) -> None:
+        """A process gone: out of `targets`, and its links closed on the closer
+        threads (LinkCloser)."""
         with self._lock:
             targets = self._bpf["targets"]
             with contextlib.suppress(KeyError):
                 del targets[targets.Key(pid)]
-            for fd in self._pid_links.pop(pid, []):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+            links = self._pid_links.pop(pid, [])
+        if links:
+            self._closer.close(links)
 
     def target_pids(self) -> list[int]:
         """Processes traced now: those added, their children, --comm execs."""
