@@ -9,7 +9,8 @@
 #   torchrun  cudaprobe trace -- torchrun --nproc_per_node 2 (NCCL; on 2 GPUs only)
 #   pid       a bash loop of three pythons started alone; cudaprobe trace --pid
 #             --wait attached while the first runs: the two started after it, whole
-# PARTS (default "two loader torchrun pid") picks some.
+# PARTS (default "two loader torchrun pid") picks some; "gputime" adds
+# trace --gpu-time -- bash -c 'python mlp; python gemm': each process's launches with GPU time.
 # Results: $OUT/descendants.txt (readable), $OUT/descendants.jsonl (one object a process).
 # Run from the repo root, .gpukit carried: bash scripts/gpu/check-descendants.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -100,6 +101,29 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("rank.*.json")):
 PY
 fi
 
+if [[ $PARTS == *" gputime "* ]]; then  # not in the default PARTS: no CUPTI counter here
+  echo "step gputime" >&2
+  d=/tmp/desc-gputime; rm -rf "$d"; mkdir -p "$d"
+  echo "== gputime: trace --gpu-time -- bash -c 'python mlp; python gemm': GPU time per process" >> "$txt"
+  timeout -k 10 300 python3 -m cudaprobe trace --gpu-time -f jsonl -o "$d/trace.jsonl" --force \
+    -- bash -c "$W mlp --iters 300; $W gemm --iters 50" > "$d/out" 2> "$d/err"
+  echo "gputime: exit $?; workload said: $(tail -c 300 "$d/out" | tr '\n' ' ')" >> "$txt"
+  grep "cudaprobe:\|calls in\|not traced\|GPU" "$d/err" | tail -6 >> "$txt"
+  python3 - "$d/trace.jsonl" >> "$txt" <<'PY'
+import collections, json, sys
+launches, timed, gpu_ns = collections.Counter(), collections.Counter(), collections.Counter()
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "Launch" in r.get("event", ""):
+        launches[r["pid"]] += 1
+        if r.get("gpu"):
+            timed[r["pid"]] += 1
+            gpu_ns[r["pid"]] += r["gpu"]["duration_ns"]
+for pid in sorted(launches):
+    print(f"pid {pid}: {launches[pid]} launches, {timed[pid]} with GPU time, "
+          f"{gpu_ns[pid] / 1e6:.1f} ms of kernels")
+PY
+fi
 [[ $PARTS == *" pid "* ]] || exit 0
 echo "step pid" >&2
 d=/tmp/desc-pid; rm -rf "$d"; mkdir -p "$d"
