@@ -25,6 +25,8 @@ from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 from .conftest import expected_calls, trace_jsonl
 from .running import Lines, Loop, build_loop, check_iterations, read_jsonl, started
 from .test_per_process import INT3, first_byte, private_copy
+from .test_stats import stats_json
+from .test_trace_nccl import nccl_calls
 
 PYTHON = sys.executable
 
@@ -207,3 +209,32 @@ def test_kill_9_of_a_stopped_cudaprobe_lets_a_held_open_go_on(tmp_path, libcudar
     tracer.kill()
     assert bystander.wait(timeout=HANG_S) == 0
     os.killpg(tracer.pid, signal.SIGKILL)  # and the sleep it started
+
+
+def test_stats_counts_every_call_of_a_wrapper_scripts_processes(tmp_path, libcudart):
+    """`stats -- bash -c 'app; app'`: the in-kernel counts are the two runs'."""
+    app = str(build_workload("runtime_calls.c"))
+    report, proc = stats_json(tmp_path, "s.json", "--lib", str(libcudart),
+                              command=["bash", "-c", f"{app} 2 1; {app} 1 2; true"])
+    assert proc.returncode == 0, proc.stderr
+    truth = collections.Counter(t["event"] for t in expected_calls(proc.stdout))
+    assert sum(truth.values()) == 40
+    assert {f["event"]: f["count"] for f in report["functions"]} == dict(truth)
+    assert report["lost_total"] == 0 and report["processes_traced"] == 3
+    assert report["untraced"] == []
+
+
+def test_nccl_calls_of_a_program_a_shell_execs_after_a_while(tmp_path, libnccl):
+    """`trace --api nccl -- sh -c 'sleep 0.3; exec nccl_calls'`: every NCCL
+    call the program says it made (its libnccl is opened, and held, after
+    the exec)."""
+    exe = nccl_calls(libnccl)
+    calls, summary, proc = trace_jsonl(
+        tmp_path, "--api", "nccl", "--lib", str(libnccl.parent), "-e", "all",
+        command=["sh", "-c", f"sleep 0.3; exec {exe}"])
+    assert proc.returncode == 0, proc.stderr
+    truth = expected_calls(proc.stdout)
+    made = [c["event"] for c in calls  # but the ncclBroadcast that ncclBcast makes
+            if not (c["event"] == "ncclBroadcast" and c["depth"] == 1)]
+    assert made == [t["event"] for t in truth]
+    assert summary["lost_total"] == 0 and summary["untraced"] == []
