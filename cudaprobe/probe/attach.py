@@ -92,6 +92,7 @@ class Attacher:
         self._lock = threading.RLock()
         self.gate: OpenGate | None = None
         self.gate_unavailable = ""  # why there is no gate, where there is none
+        self.notify: Callable[[str], None] = lambda _line: None  # said to the user (follow.py)
         self._linked_at_open: list[int] = []  # processes the gate linked, to be told
         self.processes: set[int] = set()  # every process given links, for the summary
         self._closer = LinkCloser()
@@ -348,11 +349,15 @@ class Attacher:
         gate = self.gate
         if gate is not None and gate.close(timeout=2.0):
             self.gate = None
+            self.notify("stopping (SIGTSTP): processes opening CUDA libraries go on meanwhile; "
+                        "a child that loads one now gets its probes once cudaprobe continues")
         signal.signal(signal.SIGTSTP, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTSTP)  # stopped here until SIGCONT
         signal.signal(signal.SIGTSTP, self._stop_at_tstp)
         if self.gate is None and self._phase == TRACING:
             self._open_gate()
+            if self.gate is not None:
+                self.notify("continued: children are held at their open of a CUDA library again")
 
     def detach(self) -> None:
         """Stop the probes, all at once; the maps and ring buffer stay readable

@@ -32,6 +32,7 @@ class Follower:
         self.plan = plan
         self.summary = summary
         self.notify = notify
+        attacher.notify = notify
         self.waiting_for_pids = bool(targets.requested)
         self._next_maps_scan = self._next_comm_scan = 0.0
         self._named: set[int] = set()

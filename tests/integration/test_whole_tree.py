@@ -173,7 +173,7 @@ def test_ctrl_z_lets_every_open_go_and_the_gate_opens_again_after(tmp_path, libc
         cudaprobe_cmd("trace", "-o", str(output), "--lib", copy, "--", "sh", "-c",
                       f"echo started; read go; {app} 1 1; true"),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=env))
+        env=env, process_group=0))  # as a shell's job: a stop signal is not discarded
     err = Lines(tracer.stderr)
     # the command runs once every probe is in and the gate is open
     assert tracer.stdout.readline() == "started\n", err.text()
@@ -182,6 +182,7 @@ def test_ctrl_z_lets_every_open_go_and_the_gate_opens_again_after(tmp_path, libc
     bystander = opens(copy)
     assert bystander.wait(timeout=HANG_S) == 0  # it never waited on the stopped cudaprobe
     os.kill(tracer.pid, signal.SIGCONT)
+    err.wait_for(lambda s: "continued: children are held" in s, "the gate open again")
     tracer.stdin.write("go\n")
     tracer.stdin.close()
     assert tracer.wait(timeout=HANG_S) == 0, err.text()
