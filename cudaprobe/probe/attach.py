@@ -27,7 +27,7 @@ from cudaprobe.probe import bpfprog, cleanup, perf_uprobe, uprobe_multi
 from cudaprobe.probe.event import STOPPED, STOPPING, TARGET_TRACED, TRACING
 from cudaprobe.probe.opengate import GateUnavailable, OpenGate
 from cudaprobe.probe.plan import Attachment, ProbePlan
-from cudaprobe.targets.procmaps import map_lines, thread_group
+from cudaprobe.targets.procmaps import map_lines, process_name, thread_group
 
 # EINVAL at attach: almost always another tracer's uprobe at the same address
 # with a different reference-counter offset (see perf_uprobe.py)
@@ -93,7 +93,8 @@ class Attacher:
         self.gate: OpenGate | None = None
         self.gate_unavailable = ""  # why there is no gate, where there is none
         self.notify: Callable[[str], None] = lambda _line: None  # said to the user (follow.py)
-        self._linked_at_open: list[int] = []  # processes the gate linked, to be told
+        # processes the gate linked, to be told: (pid, its name then: it may be gone by then)
+        self._linked_at_open: list[tuple[int, str]] = []
         self.processes: set[int] = set()  # every process given links, for the summary
         self._closer = LinkCloser()
 
@@ -239,9 +240,13 @@ class Attacher:
             if self._bpf is None or self._phase != TRACING or pid in self._pid_links:
                 return
             self._link(pid)
-            self._linked_at_open.append(pid)
+            try:
+                name = process_name(pid)
+            except CudaprobeError:
+                name = "exited"
+            self._linked_at_open.append((pid, name))
 
-    def take_linked_at_open(self) -> list[int]:
+    def take_linked_at_open(self) -> list[tuple[int, str]]:
         """The processes the gate linked since the last call."""
         with self._lock:
             pids, self._linked_at_open = self._linked_at_open, []

@@ -81,8 +81,8 @@ class Follower:
         for pid in self.attacher.follow_children():
             if not self._exec_named(pid):
                 self._linked_late(pid)
-        for pid in self.attacher.take_linked_at_open():
-            self._exec_named(pid, at_open=True)
+        for pid, name in self.attacher.take_linked_at_open():
+            self._exec_named(pid, name, at_open=True)
         now = time.monotonic()
         if now >= self._next_comm_scan:
             self._next_comm_scan = now + COMM_RESCAN_S
@@ -98,13 +98,13 @@ class Follower:
         if self.attacher.settings.links_per_process:
             self.summary.processes_traced = len(self.attacher.processes)
 
-    def _exec_named(self, pid: int, at_open: bool = False) -> bool:
+    def _exec_named(self, pid: int, name: str | None = None, at_open: bool = False) -> bool:
         """A process that exec'd under the --comm name got its own probes just now:
         said. Held at its open of a probed library (`at_open`), it is traced from
         its first call; linked at a poll, its calls before were not seen, and the
         summary says for how long."""
         comm = self.targets.comm
-        name = _name(pid)
+        name = name or _name(pid)
         if comm is None or pid in self._named or name != comm[:15]:
             return False
         self._named.add(pid)
