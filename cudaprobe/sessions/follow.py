@@ -33,6 +33,8 @@ class Follower:
         self.summary = summary
         self.notify = notify
         attacher.notify = notify
+        self.untimed_children = False  # --gpu-time injected at the start: said of a child
+        self._said_untimed = False
         self.waiting_for_pids = bool(targets.requested)
         self._next_maps_scan = self._next_comm_scan = 0.0
         self._named: set[int] = set()
@@ -81,8 +83,10 @@ class Follower:
         for pid in self.attacher.follow_children():
             if not self._exec_named(pid):
                 self._linked_late(pid)
+            self._untimed(pid, _name(pid))
         for pid, name in self.attacher.take_linked_at_open():
             self._exec_named(pid, name, at_open=True)
+            self._untimed(pid, name)
         now = time.monotonic()
         if now >= self._next_comm_scan:
             self._next_comm_scan = now + COMM_RESCAN_S
@@ -115,6 +119,15 @@ class Follower:
         self.notify(f"pid {pid} ({name}) started under the name: probes attached; its "
                     "calls before, since its exec, are not included")
         return True
+
+    def _untimed(self, pid: int, name: str) -> None:
+        """With --gpu-time on running processes, a process that joined later is
+        traced but its GPU work is not timed: said once, at the first."""
+        if self.untimed_children and not self._said_untimed:
+            self._said_untimed = True
+            self.notify(f"pid {pid} ({name}) and any other process that joins the trace from "
+                        "now on are traced, but their GPU work is not timed (--gpu-time is "
+                        "injected only into the processes running at the start)")
 
     def _linked_late(self, pid: int) -> None:
         """A child linked at a poll, not held at its open (opengate.py): a fork

@@ -138,6 +138,9 @@ class ProbeRun:
             if self.options.targets is not None:
                 self._follower = Follower(self.options.targets, self.tracer.attacher, self.plan,
                                           self.probed, self.notify)
+                # --gpu-time into running processes: their later children get none
+                self._follower.untimed_children = (self.options.on_probes_in is not None
+                                                   and self.command is None)
             # every probe in: each function traced from this instant (the Follower
             # starts it already, before it says it is attached)
             self.tracer.attacher.start()

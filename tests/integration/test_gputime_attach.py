@@ -27,6 +27,7 @@ from cudaprobe.targets import injectable
 
 from ..conftest import HANG_S, REPO
 from .conftest import build_cuda_workload, trace_jsonl
+from .running import Lines
 from .test_serve_prometheus import free_port
 
 pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
@@ -285,3 +286,35 @@ def test_serve_with_pid(target_exe, fake_cupti):
         t.wait_settled()
     finally:
         assert t.finish() == (UNTRACED, 0)
+
+
+def test_a_child_started_after_the_attach_is_traced_and_said_untimed(tmp_path, fake_cupti,
+                                                                     libcudart, libcuda):
+    """--pid --gpu-time injects into the process running at the start; a child
+    it starts later is traced from its first call, and one line says that
+    its GPU work (and any later process's) is not timed."""
+    script = REPO / "tests" / "workloads" / "gputime_parent.py"
+    t = Target([sys.executable, str(script), str(libcudart), str(libcuda)])
+    out = tmp_path / "calls.jsonl"
+    tracing = subprocess.Popen(
+        [sys.executable, "-m", "cudaprobe", "trace", "-o", str(out), "--pid", str(t.pid),
+         "--gpu-time", "-e", "cudaGetDeviceCount"], stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "CUDAPROBE_CUPTI": str(fake_cupti)})
+    try:
+        err = Lines(tracing.stderr)
+        err.wait_for(lambda s: f"is recording in pid {t.pid}" in s, "the injection")
+        t.proc.stdin.write("child\n")
+        t.proc.stdin.flush()
+        assert t.proc.stdout.readline() == "child done\n"
+        line = err.wait_for(lambda s: "their GPU work is not timed" in s, "the line")
+        tracing.send_signal(signal.SIGINT)
+        assert tracing.wait(timeout=HANG_S) == 0, err.text()
+    finally:
+        out_text, status = t.finish()
+    assert status == 0
+    calls = [json.loads(x) for x in out.read_text().splitlines()][:-1]
+    children = {c["pid"] for c in calls} - {t.pid}
+    assert len(children) == 1, calls
+    (child,) = children
+    assert line.startswith(f"cudaprobe: pid {child} (python") and "are traced" in line
+    assert [c["event"] for c in calls if c["pid"] == child] == ["cudaGetDeviceCount"]
