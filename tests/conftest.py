@@ -175,7 +175,7 @@ def not_root_uid() -> int:
 def scratch(tmp_path: Path) -> Path:
     """A directory for bad input (tests/badinput.py): an existing output file, a
     non-ELF 'library', an aarch64 ELF, a truncated one, a FIFO, an empty
-    directory, a symlink and a non-executable file."""
+    directory, a symlink, two symlinks in a loop and a non-executable file."""
     (tmp_path / "exists.jsonl").write_text("keep me\n")
     (tmp_path / "libcudart.so.12").write_text("not ELF\n")
     arm = tmp_path / "arm" / "libcudart.so.12"
@@ -190,4 +190,6 @@ def scratch(tmp_path: Path) -> Path:
     cut.parent.mkdir()
     cut.write_bytes(Path("/bin/true").read_bytes()[:3000])
     os.mkfifo(tmp_path / "fifo.so")  # open() would wait for a writer for good
+    (tmp_path / "loop.so").symlink_to("loop2.so")  # links that lead to each other
+    (tmp_path / "loop2.so").symlink_to("loop.so")
     return tmp_path

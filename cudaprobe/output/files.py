@@ -33,7 +33,7 @@ def check_output_path(path: str, force: bool) -> None:
         raise OutputError(f"output {path!r} is a directory")
     if os.path.islink(path):
         raise OutputError(f"output {path!r} is a symbolic link", fix="give the file it points to")
-    if os.path.exists(path) and not force:
+    if os.path.exists(path) and not force and not _discards(path):
         raise OutputError(f"output {path!r} exists", fix="use --force to overwrite it")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
@@ -48,6 +48,14 @@ def check_output_path(path: str, force: bool) -> None:
             os.unlink(path)
     except OSError as e:
         raise OutputError(f"output {path!r} is not writable: {e.strerror}") from None
+
+
+def _discards(path: str) -> bool:
+    """/dev/null (a character device): nothing in it to overwrite."""
+    try:
+        return stat.S_ISCHR(os.stat(path).st_mode) and os.path.samefile(path, os.devnull)
+    except OSError:
+        return False
 
 
 class OutputStream:
@@ -195,7 +203,7 @@ class LazyOutputFile(OutputStream):
     def _fd(self) -> int:
         if self._fileno < 0:
             flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-            flags |= os.O_TRUNC if self.force else os.O_EXCL
+            flags |= os.O_TRUNC if self.force or _discards(self.path) else os.O_EXCL
             self._fileno = os.open(self.path, flags, self.mode)
             self._created = True
             if stat.S_ISREG(os.fstat(self._fileno).st_mode):  # not /dev/null's mode

@@ -92,7 +92,7 @@ def resolve_lib_arg(arg: str) -> list[str]:
             raise LibraryNotFound(arg, "directory holds no libcudart.so*, libcuda.so* or "
                                        "libnccl.so*")
         return found
-    if os.sep in arg or os.path.exists(arg):
+    if os.sep in arg or os.path.lexists(arg):  # a link to nowhere: check_elf says why
         check_elf(arg)
         return [os.path.realpath(arg)]
     # a soname or bare file name: look it up where the loader and pip would

@@ -27,6 +27,7 @@ CASES = {
                                ["built for EM_AARCH64, not x86-64"]),
     "lib truncated ELF": (["--lib", "cut/libcudart.so.12"], ["malformed ELF"]),
     "lib is a FIFO": (["--lib", "fifo.so", "-d", "1"], ["'fifo.so': not a regular file"]),
+    "lib is a symlink loop": (["--lib", "loop.so"], ["'loop.so'", "Too many levels of symbolic"]),
     "lib lacking every symbol": (["--lib", "/bin/true", "-d", "1"],
                                  ["defines none of the selected functions"]),
     "lib lacking every selected symbol, with COMMAND": (

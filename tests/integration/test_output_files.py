@@ -4,8 +4,11 @@ and --max-size caps them (a long run's disk use is bounded)."""
 from __future__ import annotations
 
 import json
+import os
 import stat
 
+from ..conftest import build_workload
+from .conftest import run_cudaprobe
 from .steady import trace_steady, trailer
 
 
@@ -32,6 +35,15 @@ def test_max_size_reached_is_a_loss_for_strict(tmp_path, libcudart):
     proc, _out = trace_steady(tmp_path, libcudart, 5000, "--max-size", "50K", "--strict")
     assert proc.returncode == 3
     assert "events lost: exit 3 (--strict)" in proc.stderr
+
+
+def test_dev_null_takes_the_output_without_force(libcudart):
+    """-o /dev/null: nothing in it to overwrite, so no --force is asked for."""
+    proc = run_cudaprobe("trace", "-o", "/dev/null", "--lib", str(libcudart), "--",
+                         str(build_workload("runtime_calls.c")), "1", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert "10 calls in" in proc.stderr and "0 lost" in proc.stderr
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
 
 
 def test_output_is_private_whatever_the_umask_and_mode_when_asked(tmp_path, libcudart):
