@@ -25,6 +25,7 @@ from typing import Any, Callable
 from cudaprobe.errors import BpfError, CudaprobeError, ProcessGone
 from cudaprobe.probe import bpfprog, cleanup, perf_uprobe, uprobe_multi
 from cudaprobe.probe.event import STOPPED, STOPPING, TARGET_TRACED, TRACING
+from cudaprobe.probe.load import retry_interrupted
 from cudaprobe.probe.opengate import GateUnavailable, OpenGate
 from cudaprobe.probe.plan import Attachment, ProbePlan
 from cudaprobe.targets.procmaps import map_lines, process_name, thread_group
@@ -168,8 +169,8 @@ class Attacher:
         try:
             for fn_name, retprobe in ((b"cp_return", True), (b"cp_enter", False)):
                 try:  # bcc loads each program once and hands the same one back after
-                    fn = self._bpf.load_func(fn_name, self._bpf.KPROBE,
-                                             attach_type=uprobe_multi.BPF_TRACE_UPROBE_MULTI)
+                    fn = retry_interrupted(lambda name=fn_name: self._bpf.load_func(
+                        name, self._bpf.KPROBE, attach_type=uprobe_multi.BPF_TRACE_UPROBE_MULTI))
                 except Exception as e:
                     raise BpfError("loading the BPF program failed", str(e)) from None
                 try:

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from cudaprobe.errors import BccMissing, BpfError, NotRoot
 from cudaprobe.probe import bpfprog, cleanup
 from cudaprobe.probe.plan import ProbePlan
 from cudaprobe.targets import environment
+
+T = TypeVar("T")
 
 
 def prepare_machine() -> list[str]:
@@ -39,6 +41,23 @@ def import_bcc() -> Any:
     return bcc
 
 
+# the verifier gives up with EAGAIN when a signal comes while it works (a
+# profiler's ptrace stops, py-spy's): the load is tried again, a few times
+EAGAIN_TEXT = "Resource temporarily unavailable"
+LOAD_TRIES = 5
+
+
+def retry_interrupted(load: Callable[[], T]) -> T:
+    """`load()`, again while it fails as a load interrupted by a signal does."""
+    for attempt in range(LOAD_TRIES):
+        try:
+            return load()
+        except Exception as e:
+            if EAGAIN_TEXT not in str(e) or attempt == LOAD_TRIES - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 def load_program(plan: ProbePlan, settings: bpfprog.Settings) -> Any:
     """The compiled and loaded program (a bcc.BPF), its maps created; nothing
     attached yet. Root only."""
@@ -46,8 +65,8 @@ def load_program(plan: ProbePlan, settings: bpfprog.Settings) -> Any:
         raise NotRoot()
     bcc = import_bcc()
     try:
-        return bcc.BPF(text=bpfprog.source(settings).encode(),
-                       cflags=bpfprog.cflags(plan.probes, settings))
+        return retry_interrupted(lambda: bcc.BPF(text=bpfprog.source(settings).encode(),
+                                                 cflags=bpfprog.cflags(plan.probes, settings)))
     except Exception as e:  # bcc: compile errors are printed above by clang
         raise BpfError("compiling the BPF program failed", str(e),
                        fix="run `cudaprobe doctor`") from None

@@ -59,7 +59,8 @@ class Follower:
                    "about 0.1 s of their start: their calls before are not included "
                    f"({attacher.gate_unavailable})")
         if targets.comm is not None:
-            notify(f"following every process named {targets.comm[:15]!r}, present and future")
+            # the name as given, quoted: notify escapes what a terminal would act on
+            notify(f"following every process named '{targets.comm[:15]}', present and future")
         if targets.requested:
             names = ", ".join(f"pid {pid} ({targets.names[pid]})" for pid in targets.requested)
             notify(f"attached to {names}: tracing ends when "

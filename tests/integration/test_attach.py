@@ -263,3 +263,11 @@ def test_pid_that_does_not_exist_is_one_line(tmp_path):
 def test_pid_with_command_is_a_usage_error():
     p = run_cudaprobe("trace", "--pid", "1", "--", "true")
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--pid" in p.stderr
+
+
+def test_comm_with_a_newline_is_echoed_escaped_once():
+    """--comm $'a\\nb': the name is said as given, its newline shown as \\n (one
+    backslash), on one line."""
+    proc = run_cudaprobe("trace", "--comm", "a\nb", "-d", "0.3")
+    assert proc.returncode == 0, proc.stderr
+    assert "following every process named 'a\\nb', present and future" in proc.stderr
