@@ -104,6 +104,15 @@ class OpenGate:
         return True
 
     def _serve(self) -> None:
+        try:
+            self._serve_events()
+        except BaseException:  # noqa: BLE001 - never leave an open held: let them all go
+            fd, self._fd = self._fd, -1
+            with contextlib.suppress(OSError):
+                os.close(fd)  # the kernel allows every open still held
+            raise
+
+    def _serve_events(self) -> None:
         poller = select.poll()
         poller.register(self._fd, select.POLLIN)
         poller.register(self._stop_r, select.POLLIN)
