@@ -48,6 +48,21 @@ def kill_left_running() -> None:
             proc.kill()
             proc.wait()
 
+def state_of(pid: int) -> str:
+    """A process's state letter (/proc/PID/stat): R, S, D, T, Z ..."""
+    with open(f"/proc/{pid}/stat", "rb") as f:  # bytes: its comm may be any
+        return f.read().rsplit(b")", 1)[1].split()[0].decode()
+
+
+def wait_state(pid: int, state: str, wchan: str = "") -> None:
+    """Until `pid` is in `state` (and, if given, waiting in a kernel function
+    whose name holds `wchan`)."""
+    deadline = time.monotonic() + WAIT_S
+    while state_of(pid) != state or wchan not in Path(f"/proc/{pid}/wchan").read_text():
+        assert time.monotonic() < deadline, f"pid {pid} never reached state {state} {wchan}"
+        time.sleep(0.01)
+
+
 # tests/workloads/cuda_loop.c: the calls of one iteration I, in order, and
 # where each carries I (cudaGetDeviceCount carries none)
 LOOP_ORDER = ["cudaGetDeviceCount", "cudaMalloc", "cudaMemset", "cudaLaunchKernel", "cudaFree"]

@@ -15,14 +15,13 @@ import json
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 
 from ..conftest import HANG_S, WORKLOAD_BIN, WORKLOADS, build_workload, cudaprobe_cmd
 from .conftest import expected_calls, run_cudaprobe, trace_jsonl
 from .memstub import build_stub_runtime
-from .running import Lines, started
+from .running import Lines, started, wait_state
 
 LINGER_MS = "200"
 
@@ -82,11 +81,6 @@ def child_running(pid: int, exe: str) -> int:
     raise AssertionError(f"no child of {pid} runs {exe}")
 
 
-def state_of(pid: int) -> str:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        return f.read().rsplit(b")", 1)[1].split()[0].decode()
-
-
 def test_every_launch_named_when_two_threads_race_to_launch_a_kernel_first(tmp_path):
     """Thread 1 launches a kernel and stays in the call (racing_cudart.c) while
     thread 2 launches it and returns; then the process exits. cudaprobe is held
@@ -108,10 +102,7 @@ def test_every_launch_named_when_two_threads_race_to_launch_a_kernel_first(tmp_p
         proc.stdin.write("go\n")
         proc.stdin.flush()
         lines.wait_for(lambda s: '"stream":1' in s, "both launches")
-        deadline = time.monotonic() + HANG_S
-        while state_of(workload) != "Z":  # exited; its parent, stopped, has not reaped it
-            assert time.monotonic() < deadline, "the workload never exited"
-            time.sleep(0.01)
+        wait_state(workload, "Z")  # exited; its parent, stopped, has not reaped it
     finally:
         os.kill(proc.pid, signal.SIGCONT)
     proc.stdin.close()

@@ -16,14 +16,21 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 from .conftest import expected_calls, trace_jsonl
-from .running import Lines, Loop, build_loop, check_iterations, read_jsonl, started
+from .running import (
+    Lines,
+    Loop,
+    build_loop,
+    check_iterations,
+    read_jsonl,
+    started,
+    wait_state,
+)
 from .test_per_process import INT3, first_byte, private_copy
 from .test_stats import stats_json
 from .test_trace_nccl import nccl_calls
@@ -141,18 +148,6 @@ def test_the_tree_cannot_tell_it_is_traced(tmp_path, libcudart):
     assert summary["lost_total"] == 0 and summary["untraced"] == []
 
 
-def state_of(pid: int) -> str:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        return f.read().rsplit(b")", 1)[1].split()[0].decode()
-
-
-def wait_state(pid: int, state: str) -> None:
-    deadline = time.monotonic() + HANG_S
-    while state_of(pid) != state:
-        assert time.monotonic() < deadline, f"pid {pid} never reached state {state}"
-        time.sleep(0.01)
-
-
 def opens(library: str) -> subprocess.Popen:
     """A process outside the tree that says "opening", opens (dlopen)
     `library`, then exits."""
@@ -206,7 +201,8 @@ def test_kill_9_of_a_stopped_cudaprobe_lets_a_held_open_go_on(tmp_path, libcudar
     wait_state(tracer.pid, "T")
     bystander = started(opens(copy))
     assert bystander.stdout.readline() == "opening\n"
-    wait_state(bystander.pid, "D")  # held in its open: the kernel's killable wait
+    # held in its open: the kernel's killable wait for cudaprobe's answer
+    wait_state(bystander.pid, "D", wchan="fanotify")
     tracer.kill()
     assert bystander.wait(timeout=HANG_S) == 0
     os.killpg(tracer.pid, signal.SIGKILL)  # and the sleep it started
