@@ -82,9 +82,10 @@ class Follower:
             self.notify(f"pid {pid} ({self.targets.names.get(pid, '?')}) exited")
         # every poll: the window of a new child is short
         for pid in self.attacher.follow_children():
-            if not self._exec_named(pid):
-                self._linked_late(pid)
-            self._untimed(pid, _name(pid))
+            name = _name(pid)
+            if not self._exec_named(pid, name):
+                self._linked_late(pid, name)
+            self._untimed(pid, name)
         for pid, name in self.attacher.take_linked_at_open():
             self._exec_named(pid, name, at_open=True)
             self._untimed(pid, name)
@@ -103,13 +104,12 @@ class Follower:
         if self.attacher.settings.links_per_process:
             self.summary.processes_traced = len(self.attacher.processes)
 
-    def _exec_named(self, pid: int, name: str | None = None, at_open: bool = False) -> bool:
+    def _exec_named(self, pid: int, name: str, at_open: bool = False) -> bool:
         """A process that exec'd under the --comm name got its own probes just now:
         said. Held at its open of a probed library (`at_open`), it is traced from
         its first call; linked at a poll, its calls before were not seen, and the
         summary says for how long."""
         comm = self.targets.comm
-        name = name or _name(pid)
         if comm is None or pid in self._named or name != comm[:15]:
             return False
         self._named.add(pid)
@@ -130,11 +130,10 @@ class Follower:
                         "now on are traced, but their GPU work is not timed (--gpu-time is "
                         "injected only into the processes running at the start)")
 
-    def _linked_late(self, pid: int) -> None:
+    def _linked_late(self, pid: int, name: str) -> None:
         """A child linked at a poll, not held at its open (opengate.py): a fork
         that shares its parent's CUDA mappings, or any child where there is no
         gate. Its calls since its fork were not seen: said, and summed up."""
-        name = _name(pid)
         self._ran_before_attach(pid, name)
         if self.attacher.gate is not None:
             self.notify(f"pid {pid} ({name}) maps CUDA libraries it was not held opening (a "
