@@ -26,8 +26,9 @@ from cudaprobe.errors import BpfError, CudaprobeError, ProcessGone
 from cudaprobe.probe import bpfprog, cleanup, perf_uprobe, uprobe_multi
 from cudaprobe.probe.event import STOPPED, STOPPING, TARGET_TRACED, TRACING
 from cudaprobe.probe.load import retry_interrupted
-from cudaprobe.probe.opengate import GateUnavailable, OpenGate
+from cudaprobe.probe.opengate import GateUnavailable, Hand, OpenGate
 from cudaprobe.probe.plan import Attachment, ProbePlan
+from cudaprobe.targets.openfile import OpenedFile
 from cudaprobe.targets.procmaps import map_lines, process_name, thread_group
 
 # EINVAL at attach: almost always another tracer's uprobe at the same address
@@ -88,6 +89,8 @@ class Attacher:
         self._slots: dict[tuple[int, int], int] = {}  # file identity -> `library_ready` slot
         self._phase = 0  # event.ATTACHING: what the `phase` map holds
         self.on_target: Callable[[int], None] | None = None  # told of each target (--py-stacks)
+        # a process held at its open, linked: may take the open over (--gpu-time, opengate.py)
+        self.on_held: Callable[[int], Hand | None] | None = None
         # a child is linked as it opens a probed library (opengate.py), from the
         # gate's thread: links and `targets` are changed under this lock
         self._lock = threading.RLock()
@@ -226,26 +229,33 @@ class Attacher:
             targets[targets.Key(pid)]
             targets[targets.Key(pid)] = targets.Leaf(TARGET_TRACED)
 
-    def _link_at_open(self, pid: int) -> None:
+    def _link_at_open(self, pid: int) -> Hand | None:
         """The gate holds `pid` at its open of a probed library: a process of the
-        traced tree is linked before the library is mapped (opengate.py)."""
+        traced tree is linked before the library is mapped (opengate.py); then
+        `on_held` may take the open over."""
         bpf = self._bpf
         if bpf is None or self._phase != TRACING:
-            return
+            return None
         targets = bpf["targets"]
         try:  # without the lock: another process's open never waits on our work
             targets[targets.Key(pid)]
         except KeyError:
-            return  # not of the traced tree: its open goes on at once
+            return None  # not of the traced tree: its open goes on at once
         with self._lock:
             if self._bpf is None or self._phase != TRACING or pid in self._pid_links:
-                return
+                return None
             self._link(pid)
             try:
                 name = process_name(pid)
             except CudaprobeError:
                 name = "exited"
             self._linked_at_open.append((pid, name))
+        return self.on_held(pid) if self.on_held is not None else None
+
+    def probed_files(self) -> list[OpenedFile]:
+        """Each file probed, opened (by descriptor)."""
+        with self._lock:
+            return [atts[0].file for atts in self._libraries.values() if atts]
 
     def take_linked_at_open(self) -> list[tuple[int, str]]:
         """The processes the gate linked since the last call."""

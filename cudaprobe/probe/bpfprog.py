@@ -64,6 +64,7 @@ class Settings:
     max_safepoint_ranges: int = 32  # CUDA libraries' code ranges (`inside`)
     max_safepoint_threads: int = 4096  # threads whose CUDA calls are counted (`seen`)
     max_safepoint_armed: int = 64  # threads seized at once (`armed`, `signalled`)
+    max_safepoint_procs: int = 1024  # processes being injected at once (`inside`)
     filter_pid: bool = False
     filter_comm: bool = False  # with filter_pid: exec under the --comm name joins `targets`
     # uprobe_multi links per target process (--pid, --comm, -- COMMAND), so that
@@ -162,7 +163,8 @@ def safepoint_numbers(settings: Settings) -> dict[str, int]:
     """bpf/safepoint.bpf.c's map sizes: every one it uses (the C has no defaults)."""
     return {"CP_MAX_RANGES": settings.max_safepoint_ranges,
             "CP_MAX_SEEN": settings.max_safepoint_threads,
-            "CP_MAX_ARMED": settings.max_safepoint_armed}
+            "CP_MAX_ARMED": settings.max_safepoint_armed,
+            "CP_MAX_PROCS": settings.max_safepoint_procs}
 
 
 def task_offsets() -> dict[str, int]:

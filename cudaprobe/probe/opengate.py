@@ -47,11 +47,19 @@ class GateUnavailable(Exception):
     """The kernel refused the gate: the reason, said to the user."""
 
 
+Release = Callable[[], None]
+Hand = Callable[[Release], None]
+
+
 class OpenGate:
     """`on_open(pid)` runs, on the gate's thread, for each open of a watched
-    file, before the open goes on. It must be quick: the opener waits."""
+    file, before the open goes on. It must be quick: the opener waits. It may
+    return a function that takes the open over: called with `release`, which
+    lets the open go on when called (from any thread, once; later calls do
+    nothing), it must see that release is called; meanwhile the gate goes on
+    with other opens."""
 
-    def __init__(self, on_open: Callable[[int], None]) -> None:
+    def __init__(self, on_open: Callable[[int], Hand | None]) -> None:
         self.on_open = on_open
         self.held = 0  # opens held for on_open, and let go
         self.errors = 0  # on_open raised (the open went on all the same)
@@ -59,6 +67,7 @@ class OpenGate:
         self._stop_r = self._stop_w = -1
         self._thread: threading.Thread | None = None
         self._watched: set[tuple[int, int]] = set()
+        self._respond = threading.Lock()  # a release against the descriptor's close
 
     def start(self) -> None:
         """Raises GateUnavailable with the reason."""
@@ -95,11 +104,12 @@ class OpenGate:
             if self._thread.is_alive():
                 return False
             self._thread = None
-        for fd in (self._fd, self._stop_r, self._stop_w):
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        self._fd = self._stop_r = self._stop_w = -1
+        with self._respond:
+            for fd in (self._fd, self._stop_r, self._stop_w):
+                if fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            self._fd = self._stop_r = self._stop_w = -1
         self._watched.clear()
         return True
 
@@ -107,9 +117,10 @@ class OpenGate:
         try:
             self._serve_events()
         except BaseException:  # noqa: BLE001 - never leave an open held: let them all go
-            fd, self._fd = self._fd, -1
-            with contextlib.suppress(OSError):
-                os.close(fd)  # the kernel allows every open still held
+            with self._respond:
+                fd, self._fd = self._fd, -1
+                with contextlib.suppress(OSError):
+                    os.close(fd)  # the kernel allows every open still held
             raise
 
     def _serve_events(self) -> None:
@@ -130,17 +141,37 @@ class OpenGate:
                 self._hold(pid, fd)
 
     def _hold(self, pid: int, fd: int) -> None:
+        release = self._releaser(fd)
+        hand = None
         try:
             if pid > 0:
-                self.on_open(pid)
+                hand = self.on_open(pid)
+            if hand is not None:
+                hand(release)
         except Exception:  # noqa: BLE001 - the open goes on whatever went wrong here
             self.errors += 1
+            release()
         finally:
             self.held += 1
-            with contextlib.suppress(OSError):  # gone: the opener was killed meanwhile
-                os.write(self._fd, RESPONSE.pack(fd, FAN_ALLOW))
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            if hand is None:
+                release()
+
+    def _releaser(self, event_fd: int) -> Release:
+        """Lets the open of one event go on, once. After close() there is nothing
+        to answer (the kernel allowed it as the descriptor closed), and the
+        event's descriptor is closed all the same."""
+        done = threading.Lock()
+
+        def release() -> None:
+            if not done.acquire(blocking=False):
+                return
+            with self._respond:
+                if self._fd >= 0:
+                    with contextlib.suppress(OSError):  # gone: the opener was killed meanwhile
+                        os.write(self._fd, RESPONSE.pack(event_fd, FAN_ALLOW))
+                with contextlib.suppress(OSError):
+                    os.close(event_fd)
+        return release
 
 
 def events(data: bytes) -> list[tuple[int, int]]:

@@ -33,8 +33,9 @@ class Follower:
         self.summary = summary
         self.notify = notify
         attacher.notify = notify
-        self.untimed_children = False  # --gpu-time injected at the start: said of a child
-        self._said_untimed = False
+        # --gpu-time into running processes: given each process that joins the
+        # trace without the gate holding it (the gate's are given at their open)
+        self.on_later: Callable[[int], None] | None = None
         self.waiting_for_pids = bool(targets.requested)
         self._next_maps_scan = self._next_comm_scan = 0.0
         self._named: set[int] = set()
@@ -43,7 +44,7 @@ class Follower:
         self._libraries = sorted({a.path for a in plan.attachments})
         if targets.comm is not None:  # the present ones are targets before we say so
             attacher.set_comm(targets.comm)
-            self._add_named()
+            self._add_named(later=False)
             self._next_comm_scan = time.monotonic() + COMM_RESCAN_S
         for pid in targets.requested:
             attacher.add_target(pid)
@@ -85,10 +86,10 @@ class Follower:
             name = _name(pid)
             if not self._exec_named(pid, name):
                 self._linked_late(pid, name)
-            self._untimed(pid, name)
+            if self.on_later is not None:
+                self.on_later(pid)
         for pid, name in self.attacher.take_linked_at_open():
             self._exec_named(pid, name, at_open=True)
-            self._untimed(pid, name)
         now = time.monotonic()
         if now >= self._next_comm_scan:
             self._next_comm_scan = now + COMM_RESCAN_S
@@ -121,15 +122,6 @@ class Follower:
                     "calls before, since its exec, are not included")
         return True
 
-    def _untimed(self, pid: int, name: str) -> None:
-        """With --gpu-time on running processes, a process that joined later is
-        traced but its GPU work is not timed: said once, at the first."""
-        if self.untimed_children and not self._said_untimed:
-            self._said_untimed = True
-            self.notify(f"pid {pid} ({name}) and any other process that joins the trace from "
-                        "now on are traced, but their GPU work is not timed (--gpu-time is "
-                        "injected only into the processes running at the start)")
-
     def _linked_late(self, pid: int, name: str) -> None:
         """A child linked at a poll, not held at its open (opengate.py): a fork
         that shares its parent's CUDA mappings, or any child where there is no
@@ -140,11 +132,13 @@ class Follower:
                         "fork without exec, or an open while cudaprobe was stopped): probes "
                         "attached; its calls before, since its start, are not included")
 
-    def _add_named(self) -> None:
+    def _add_named(self, later: bool = True) -> None:
         for pid in self.targets.named_now():
             if pid not in self._named:
                 self._named.add(pid)
                 self.attacher.add_target(pid)
+                if later and self.on_later is not None:
+                    self.on_later(pid)
 
     def _rescan_maps(self) -> None:
         # the processes named by --pid first: a library new to several processes

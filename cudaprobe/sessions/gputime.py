@@ -74,7 +74,7 @@ def gpu_time_for(notify: Callable[[str], None], command: list[str], keep: bool =
                  ) -> GpuTimeRun | GpuTimeAttach:
     """--gpu-time: the library in the environment of `-- COMMAND`, or injected
     into the processes traced (--pid, --comm) once the probes are in
-    (RunOptions.on_probes_in: its attach_all)."""
+    (RunOptions.gpu_attach), and into each that joins later."""
     return GpuTimeRun(notify, keep) if command else GpuTimeAttach(notify, keep)
 
 
@@ -99,9 +99,9 @@ class GpuTimeRows:
                    "records come in batches)")
 
     @property
-    def attach(self) -> Callable[[list[int]], None] | None:
-        """--pid/--comm: what injects the library, given the processes traced."""
-        return self.gpu.attach_all if isinstance(self.gpu, GpuTimeAttach) else None
+    def attach(self) -> GpuTimeAttach | None:
+        """--pid/--comm: what injects the library into the processes traced."""
+        return self.gpu if isinstance(self.gpu, GpuTimeAttach) else None
 
     @property
     def env(self) -> dict[str, str]:

@@ -18,14 +18,17 @@ from dataclasses import dataclass
 
 from cudaprobe.decode.gputime import GpuReader, GpuWork
 from cudaprobe.errors import CudaprobeError
+from cudaprobe.probe.safepoint import SafePointProgram
 from cudaprobe.sessions.gputime_control import quoted, read_control
 from cudaprobe.sessions.gputime_inject import Injector
 from cudaprobe.targets.cupti import build_library, cupti_source_dir
 from cudaprobe.targets.inject import ProcessMemory, mappings, read_layout, stub_code
+from cudaprobe.targets.openfile import OpenedFile
 from cudaprobe.targets.pidfd import HeldProcess, take_memfd
 
 HEARTBEAT_S = 0.5
 STOP_WAIT_S = 10.0  # for the library to flush and stop
+CHILD_WAIT_S = 35.0  # for an injection into a later process under way at the end
 RECORDS_NAME = "/memfd:cudaprobe-gpu-records (deleted)"
 RECORDS_AT_START = 64 << 20  # what the library's records memfd may hold when handed over
 FALLOC_PUNCH_HOLE = 0x03  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
@@ -69,7 +72,10 @@ class Injected:
 
 class GpuTimeAttach:
     """The GPU-time library in running processes: attach(pid) each, poll()
-    while tracing, read() at the end (recording stopped first)."""
+    while tracing, read() at the end (recording stopped first). A process that
+    joins the trace later (a child, a later --comm process) gets it too, on a
+    thread of its own: held(pid) when the open gate holds it before its first
+    CUDA call, later(pid) otherwise."""
 
     def __init__(self, notify: Callable[[str], None], keep: bool = True) -> None:
         self.notify = notify
@@ -82,13 +88,18 @@ class GpuTimeAttach:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._beats: threading.Thread | None = None
+        self._children: list[threading.Thread] = []
+        self._joined: set[int] = set()  # processes given a thread of their own
+        self.libraries: Callable[[], list[OpenedFile]] = list  # the probed CUDA libraries
+        self.program: SafePointProgram | None = None
         if self.library is None:
             notify(f"no GPU time: {why}")
             return
         self.layout = read_layout(cupti_source_dir() / "inject.h")
         self.memfd_name = "cudaprobe-" + self.library.stem  # gputime-<hash of its source>
+        self.program = SafePointProgram.for_this_kernel()
         self.injector = Injector(self.library, self.layout, stub_code(self.library),
-                                 self.memfd_name)
+                                 self.memfd_name, self.program)
         self.reader = GpuReader(None, keep)
 
     @property
@@ -109,6 +120,55 @@ class GpuTimeAttach:
         except Exception as e:  # noqa: BLE001 - bcc raises bare Exception: one line, trace on
             why = f"the safe-point probes failed: {str(e).splitlines()[0]}"
         if why:
+            self.notify(f"no GPU time for pid {pid}: {why}")
+
+    def held(self, pid: int) -> Callable[[Callable[[], None]], None] | None:
+        """For the open gate (probe/opengate.py), a process of the traced tree
+        held at its open of a probed library: a function that takes over the
+        open's release and injects on a thread of its own (Injector.inject_held)."""
+        if self.reader is None or self._stopping.is_set():
+            return None
+        return lambda release: self._start_child(pid, release)
+
+    def later(self, pid: int) -> None:
+        """A process that joined the trace without being held (a fork that maps
+        its parent's CUDA libraries, a later --comm process): the same, on a
+        thread of its own, with nothing to release."""
+        if self.reader is not None and not self._stopping.is_set():
+            self._start_child(pid, lambda: None)
+
+    def _start_child(self, pid: int, release: Callable[[], None]) -> None:
+        thread = threading.Thread(target=self._child, args=(pid, release), daemon=True,
+                                  name=f"cudaprobe-gputime-{pid}")
+        with self._lock:
+            if pid in self._joined:  # (a --comm process, seen by its exec and by its name)
+                release()
+                return
+            self._joined.add(pid)
+            self._children = [t for t in self._children if t.is_alive()] + [thread]
+        thread.start()
+
+    def _child(self, pid: int, release: Callable[[], None]) -> None:
+        why = ""
+        try:
+            process = HeldProcess(pid)
+        except ProcessLookupError:
+            release()
+            return
+        try:
+            why = self.injector.inject_held(
+                process, self.libraries(),
+                lambda mem, control: self._started(process, mem, control), release,
+                self._stopping)
+        except (OSError, CudaprobeError) as e:
+            why = str(e)
+        except Exception as e:  # noqa: BLE001 - bcc raises bare Exception: one line, trace on
+            why = f"the safe-point probes failed: {str(e).splitlines()[0]}"
+        finally:
+            release()  # (once: a second call does nothing)
+            if not any(i.process is process for i in self._done):
+                process.close()
+        if why and why != "it has exited":
             self.notify(f"no GPU time for pid {pid}: {why}")
 
     def _attach(self, pid: int) -> str:
@@ -182,6 +242,11 @@ class GpuTimeAttach:
         self._stopping.set()
         if self._beats is not None:
             self._beats.join()
+        with self._lock:
+            children = list(self._children)
+        deadline = time.monotonic() + CHILD_WAIT_S
+        for child in children:  # an injection under way ends (a stub runs at most 30 s)
+            child.join(max(0.0, deadline - time.monotonic()))
         L = self.layout if self.reader is not None else {}
         with self._lock:
             injected = list(self._done)
@@ -194,10 +259,12 @@ class GpuTimeAttach:
         for i in injected:
             while time.monotonic() < deadline:
                 try:
-                    state = struct.unpack("<I", i.mem.read(i.control + L["C_STATE"], 4))[0]
+                    word = i.mem.read(i.control + L["C_STATE"], 4)
                 except OSError:
                     break
-                if state == L["ATTACH_STOPPED"]:
+                if len(word) != 4:  # it has exited: its records are in our memfd
+                    break
+                if struct.unpack("<I", word)[0] == L["ATTACH_STOPPED"]:
                     break
                 time.sleep(0.02)
             else:
@@ -229,4 +296,6 @@ class GpuTimeAttach:
                 i.mem.close()
                 i.process.close()
             self._done.clear()
+        if self.program is not None:
+            self.program.close()
 

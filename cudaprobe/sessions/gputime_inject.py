@@ -6,12 +6,14 @@ the safe point (probe/safepoint.py), the stub run by the thread caught there
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cudaprobe.probe.safepoint import SafePoint
+from cudaprobe.probe.safepoint import SafePoint, SafePointProgram
 from cudaprobe.sessions.gputime_control import quoted
 from cudaprobe.targets.cupti import cupti_library
 from cudaprobe.targets.elfsyms import read_symbols
@@ -34,6 +36,7 @@ from cudaprobe.targets.injectable import (
     stop_signal,
     under_seccomp,
 )
+from cudaprobe.targets.openfile import OpenedFile
 from cudaprobe.targets.pidfd import HeldProcess
 from cudaprobe.targets.procmaps import same_mount_namespace
 from cudaprobe.targets.ptrace import PtraceError, TracedThread
@@ -50,21 +53,26 @@ class Injector:
     into a process: inject(process), once per attach."""
 
     def __init__(self, library: Path, layout: dict[str, int], stub: bytes,
-                 memfd_name: str) -> None:
+                 memfd_name: str, program: SafePointProgram | None = None) -> None:
         self.library = library
         self.layout = layout
         self.stub = stub
         self.memfd_name = memfd_name
+        self.program = program  # the safe point's BPF, compiled once (None: each its own)
 
-    def inject(self, process: HeldProcess, started: Started) -> str:
+    def inject(self, process: HeldProcess, started: Started, point: SafePoint | None = None,
+               caught: tuple[TracedThread, int] | None = None) -> str:
         """The library in, and `started(mem, address)` called with the process's
         memory and what its attach function returned, at once (the library's
         heartbeat runs from then: the safe-point probes are taken off after);
         why not, or what `started` said. Each check by pid below is of
         `process`: its /proc/PID/mem is opened after them, and confirmed its
-        (alive) once open. `mem` is closed here unless `started` said ""."""
+        (alive) once open. `mem` is closed here unless `started` said "".
+        `point`: safe-point probes on already (a process held at its open);
+        `caught`: a thread of it seized and stopped at the safe point, with the
+        signal that stopped it (the caller releases it)."""
         pid = process.pid
-        why = refusal(pid)
+        why = refusal(pid, ours=caught is not None)
         if why:
             return why
         maps = mappings(pid)
@@ -87,7 +95,10 @@ class Injector:
             return "it has exited"
         why = "the injection did not finish"
         try:
-            why = self._at_safe_point(process, view, mem, space, call, started)
+            if caught is not None:
+                why = self._in_caught(process, caught, mem, space, call, started)
+            else:
+                why = self._at_safe_point(process, view, mem, space, call, started, point)
         finally:
             if why:
                 mem.close()
@@ -110,8 +121,91 @@ class Injector:
         return fill_memfd(process, fd, f"/memfd:{self.memfd_name} (deleted)",
                           self.library.read_bytes())
 
+    def _in_caught(self, process: HeldProcess, caught: tuple[TracedThread, int],
+                   mem: ProcessMemory, space: CodeSpace, call: StubCall,
+                   started: Started) -> str:
+        thread, sig = caught
+        if under_seccomp(process.pid, thread.tid):
+            return (f"its thread that made the first CUDA call runs under a seccomp filter, "
+                    f"{SECCOMP_WHY}: it runs on untouched")
+        got = self._run(process, thread, sig, mem, space, call)
+        return got if isinstance(got, str) else started(mem, got)
+
+    def inject_held(self, process: HeldProcess, libraries: list[OpenedFile], started: Started,
+                    release: Callable[[], None], stopping: threading.Event) -> str:
+        """A process held at its open of a probed CUDA library (opengate.py),
+        before it can make a CUDA call: its safe-point probes go on, its main
+        thread is seized and armed, then its open goes on (`release`); at its
+        first CUDA call the library goes in (then every kernel it runs is
+        timed). If another thread calls first, or none within SAFE_POINT_S
+        (the main thread is let go then), the usual way from there: the
+        busiest thread, at its next call. Waits as long as the process runs
+        and `stopping` is not set; "" also when it made no CUDA call."""
+        pid = process.pid
+        thread: TracedThread | None = None
+        sig = 0
+        with contextlib.ExitStack() as stack:
+            try:
+                point = stack.enter_context(SafePoint(pid, libraries, [], self.program))
+                with contextlib.suppress(PtraceError):  # gone, or not ours to trace
+                    thread = TracedThread(pid)
+                if thread is not None:
+                    stack.callback(lambda: thread.release(sig))
+                    sig = stop_signal(pid, pid)
+                    if sig:
+                        point.arm(pid, sig)
+            finally:
+                release()
+            if thread is not None and sig:
+                caught = self._first_call(process, thread, point, sig, stopping,
+                                          time.monotonic() + SAFE_POINT_S)
+                if caught:
+                    why = self.inject(process, started, caught=(thread, sig))
+                    if thread.attached:  # not let go by the stub's end: on from its stop
+                        with contextlib.suppress(PtraceError):
+                            thread.resume(0)
+                    return why
+                point.disarm(pid)
+                thread.release(sig)
+            while not stopping.wait(0.005):  # no first call caught: the usual way
+                if point.busiest_threads():
+                    return self.inject(process, started, point=point)
+                if not process.alive():
+                    return ""
+        return ""
+
+    def _first_call(self, process: HeldProcess, thread: TracedThread, point: SafePoint,
+                    sig: int, stopping: threading.Event, deadline: float) -> bool:
+        """The seized main thread stopped by our signal at a CUDA call entry
+        made from outside CUDA's code (checked now that the process maps it);
+        False if it exited, job control stopped it, another thread called CUDA
+        first, or none came by `deadline` (it is let go then: a process that
+        makes no CUDA call soon is not kept traced)."""
+        while not stopping.is_set() and time.monotonic() < deadline:
+            stop = thread.wait(0.05)
+            if stop is None:
+                if point.busiest_threads() and point.signalled_at(thread.tid) is None:
+                    return False  # another thread calls CUDA: the usual way
+                continue
+            if stop.exited or stop.event:
+                return False
+            if stop.signal != sig:
+                thread.resume(stop.signal)
+                continue
+            at = point.signalled_at(thread.tid)
+            regs = thread.registers()
+            inside = cuda_view(process.pid, mappings(process.pid)).inside
+            point.set_inside(inside)
+            if at is not None and at - 1 <= regs.rip < at + ENTRY_SLACK and not _called_from(
+                    process, regs.rsp, inside):
+                return True
+            thread.resume(0)  # ours, elsewhere, or CUDA calling itself: the next entry
+            point.arm(thread.tid, sig)
+        return False
+
     def _at_safe_point(self, process: HeldProcess, view: CudaView, mem: ProcessMemory,
-                       space: CodeSpace, call: StubCall, started: Started) -> str:
+                       space: CodeSpace, call: StubCall, started: Started,
+                       point: SafePoint | None = None) -> str:
         """The stub run by the first thread caught at an outermost CUDA call entry;
         the recording taken on at once (the library's heartbeat runs from its start).
         A thread is checked as itself once seized (ours, and so until released),
@@ -119,7 +213,10 @@ class Injector:
         pid = process.pid
         tried: set[int] = set()
         filtered = 0
-        with SafePoint(pid, view.libraries, view.inside) as point:
+        on = (contextlib.nullcontext(point) if point is not None
+              else SafePoint(pid, view.libraries, view.inside, self.program))
+        with on as point:
+            point.set_inside(view.inside)
             deadline = time.monotonic() + SAFE_POINT_S  # from the probes' start
             if not point.probes:
                 return "its CUDA libraries define none of the calls a safe point is taken at"
@@ -199,3 +296,22 @@ class Injector:
             thread.resume(0)  # ours, elsewhere (it had it blocked): suppressed, try again
             point.arm(thread.tid, sig)
         return False
+
+
+def _called_from(process: HeldProcess, rsp: int, inside: list[tuple[int, int]]) -> bool:
+    """The return address at the stack pointer lies in CUDA's code (a call CUDA
+    made within one of its own), or cannot be read."""
+    try:
+        mem = ProcessMemory(process)  # the held process's, not whoever has its pid now
+    except (OSError, ProcessLookupError):
+        return True
+    try:
+        word = mem.read(rsp, 8)
+    except OSError:
+        return True
+    finally:
+        mem.close()
+    if len(word) != 8:
+        return True
+    ret = int.from_bytes(word, "little")
+    return any(lo <= ret < hi for lo, hi in inside)

@@ -32,7 +32,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from cudaprobe.analysis.summary import Summary
 from cudaprobe.output.text import escape
@@ -41,9 +41,13 @@ from cudaprobe.probe.plan import ProbePlan
 from cudaprobe.probe.tracer import Tracer
 from cudaprobe.sessions.follow import Follower
 from cudaprobe.sessions.signals import StopRequest
+from cudaprobe.targets.injectable import CUDA_LIBRARY
 from cudaprobe.targets.launch import LaunchedCommand
 from cudaprobe.targets.procmaps import process_running
 from cudaprobe.targets.selection import Targets
+
+if TYPE_CHECKING:  # (sessions/gputime_attach.py imports bcc's users: only its type here)
+    from cudaprobe.sessions.gputime_attach import GpuTimeAttach
 
 POLL_MS = 100  # how long a read waits for events: also how often the stop conditions are checked
 STEP_S = 0.1  # how often running() is checked while sleeping
@@ -63,9 +67,9 @@ class RunOptions:
     duration: float | None = None
     targets: Targets | None = None  # processes followed (--pid, --comm, -- COMMAND)
     notify: Callable[[str], None] = say_on_stderr  # what happens to them, said to the user
-    # given the running processes traced (--pid, --comm) once the probes are in
-    # (--gpu-time's injection)
-    on_probes_in: Callable[[list[int]], None] | None = None
+    # --gpu-time into running processes (--pid, --comm): the processes traced
+    # once the probes are in, and each that joins later
+    gpu_attach: GpuTimeAttach | None = None
 
 
 def say_if_no_cuda(options: RunOptions, calls: int) -> None:
@@ -135,17 +139,19 @@ class ProbeRun:
             if self.command:
                 self.tracer.attacher.add_target(self.command.pid)
             self.t0_ns = time.monotonic_ns()
+            gpu = self.options.gpu_attach if self.command is None else None
+            if gpu is not None:  # before the gate opens: a later process is held for it
+                self._gpu_for_later(gpu)
             if self.options.targets is not None:
                 self._follower = Follower(self.options.targets, self.tracer.attacher, self.plan,
                                           self.probed, self.notify)
-                # --gpu-time into running processes: their later children get none
-                self._follower.untimed_children = (self.options.on_probes_in is not None
-                                                   and self.command is None)
+                if gpu is not None:
+                    self._follower.on_later = gpu.later
             # every probe in: each function traced from this instant (the Follower
             # starts it already, before it says it is attached)
             self.tracer.attacher.start()
-            if self.options.on_probes_in is not None and self.command is None:
-                self.options.on_probes_in(self.tracer.attacher.target_pids())
+            if gpu is not None:
+                gpu.attach_all(self.tracer.attacher.target_pids())
             if self._on_attached is not None:
                 self._on_attached(self)
         except BaseException:
@@ -159,6 +165,14 @@ class ProbeRun:
 
     def __exit__(self, *exc: object) -> None:
         self._close()
+
+    def _gpu_for_later(self, gpu: GpuTimeAttach) -> None:
+        """--gpu-time into running processes: a process that joins the trace
+        later gets the library too, held at its open where the gate holds it."""
+        attacher = self.tracer.attacher
+        gpu.libraries = lambda: [f for f in attacher.probed_files()
+                                 if CUDA_LIBRARY.search(f.name)]
+        attacher.on_held = gpu.held
 
     def _close(self) -> None:
         self._closed = True

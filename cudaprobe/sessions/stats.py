@@ -104,14 +104,14 @@ class _Tally(Reporter):
 def stats_by_kernel(plan: ProbePlan, settings: Settings, command: list[str],
                     targets: Targets | None, notify, duration: float | None,
                     command_env: dict[str, str],
-                    on_probes_in: Callable[[list[int]], None] | None = None
+                    gpu_attach: GpuTimeAttach | None = None
                     ) -> tuple[StatsReport, int]:
     """Trace the launches and count them per kernel name (analysis.stats.KernelTally)."""
     tally = KernelTally()
     kernels = KernelSymbolizer.for_session(command, [a.file for a in plan.attachments])
     session = TraceSession(plan, settings, _Tally(tally), None, SessionOptions(
         duration=duration, command=command, symbolize=kernels, see_process=kernels.see,
-        targets=targets, notify=notify, command_env=command_env, on_probes_in=on_probes_in))
+        targets=targets, notify=notify, command_env=command_env, gpu_attach=gpu_attach))
     started = time.monotonic()
     status = session.run()
     s = session.summary
@@ -149,19 +149,19 @@ def count(probing: Probing, notify: Callable[[str], None], console: Console,
     gpu = gpu_time_for(notify, command) if gpu_time else None
     command_env = gpu.env if gpu is not None else {}
     # --pid/--comm: the library injected once the probes are in
-    on_probes_in = gpu.attach_all if isinstance(gpu, GpuTimeAttach) else None
+    gpu_attach = gpu if isinstance(gpu, GpuTimeAttach) else None
     try:
         if by == "collective":
             report, status = stats_by_collective(plan, settings, command, probing.targets,
                                                  notify, request.duration, gpu)
         elif by == "kernel":
             report, status = stats_by_kernel(plan, settings, command, probing.targets, notify,
-                                             request.duration, command_env, on_probes_in)
+                                             request.duration, command_env, gpu_attach)
         else:
             report, status = run_stats(plan, settings, StatsOptions(
                 command=command, targets=probing.targets, notify=notify,
                 duration=request.duration, interval=interval, sort=sort,
-                command_env=command_env, on_probes_in=on_probes_in), console)
+                command_env=command_env, gpu_attach=gpu_attach), console)
         if gpu is not None and by != "collective" and (work := gpu.read()):
             report.gpu = gpu_stats(work, gpu.dropped)
     finally:

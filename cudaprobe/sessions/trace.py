@@ -126,7 +126,7 @@ class TraceSession:
             self._gpu = GpuTimeRows(self.options.notify, self.options.on_gpu_work,
                                     self.options.command)
             self.options.command_env = {**self.options.command_env, **self._gpu.env}
-            self.options.on_probes_in = self._gpu.attach
+            self.options.gpu_attach = self._gpu.attach
         try:
             return self._run()
         finally:

@@ -34,8 +34,10 @@ YAMA = "/proc/sys/kernel/yama/ptrace_scope"
 SECCOMP_WHY = "which the injected code's system calls (memfd_create, tgkill, mmap) could trip"
 
 
-def refusal(pid: int) -> str:
-    """Why the process may not be injected into ("" if it may)."""
+def refusal(pid: int, ours: bool = False) -> str:
+    """Why the process may not be injected into ("" if it may). `ours`: a
+    tracer that is cudaprobe itself (a child it seized at its open) is no
+    reason."""
     state = status_field("State", pid)
     if state is None:
         return "it has exited"
@@ -48,11 +50,12 @@ def refusal(pid: int) -> str:
     except OSError:
         pass
     tids = threads(pid)
+    mine = {str(tid) for tid in threads(os.getpid())} if ours else set()  # a tracer is a thread
     if tids and all(under_seccomp(pid, tid) for tid in tids):
         return f"it runs under a seccomp filter, {SECCOMP_WHY}"
     for tid in tids:
         tracer = status_field("TracerPid", f"{pid}/task/{tid}")
-        if tracer not in (None, "0"):
+        if tracer not in (None, "0") and tracer not in mine:
             return f"it is already traced by pid {tracer} (a debugger, or another cudaprobe)"
     return ""
 

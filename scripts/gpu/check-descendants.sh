@@ -9,8 +9,14 @@
 #   torchrun  cudaprobe trace -- torchrun --nproc_per_node 2 (NCCL; on 2 GPUs only)
 #   pid       a bash loop of three pythons started alone; cudaprobe trace --pid
 #             --wait attached while the first runs: the two started after it, whole
+#   compile   cudaprobe trace -- bash -c 'python torch.compile model': each process counted
 # PARTS (default "two loader torchrun pid") picks some; "gputime" adds
-# trace --gpu-time -- bash -c 'python mlp; python gemm': each process's launches with GPU time.
+# trace --gpu-time -- bash -c 'python mlp; python gemm': each process's launches with GPU time;
+# "pidgpu": trace --pid BASH --gpu-time of a bash loop started alone, whose later children
+# (event_kernels, launching from its first call and timing each kernel with CUDA events,
+# then python gemm) get the GPU-time library from their first call: kernels timed against
+# the count and event time the program printed; "pystacks": trace --py-stacks -- bash -c
+# 'python mlp': the child's rows with their Python line, against the same run started alone.
 # Results: $OUT/descendants.txt (readable), $OUT/descendants.jsonl (one object a process).
 # Run from the repo root, .gpukit carried: bash scripts/gpu/check-descendants.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -73,6 +79,10 @@ if [[ $PARTS == *" loader "* ]]; then
   echo "step loader" >&2
   run_tree loader "$TORCH_PY" scripts/gpu/dataloader_cuda.py --items 256 --workers 2
 fi
+if [[ $PARTS == *" compile "* ]]; then
+  echo "step compile" >&2
+  run_tree compile bash -c "$W compile --iters 200; true"
+fi
 if [[ $PARTS == *" torchrun "* ]] && [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
   echo "step torchrun" >&2
   rm -rf /tmp/desc-nccl; mkdir -p /tmp/desc-nccl
@@ -122,6 +132,70 @@ for line in open(sys.argv[1]):
 for pid in sorted(launches):
     print(f"pid {pid}: {launches[pid]} launches, {timed[pid]} with GPU time, "
           f"{gpu_ns[pid] / 1e6:.1f} ms of kernels")
+PY
+fi
+if [[ $PARTS == *" pidgpu "* ]]; then
+  echo "step pidgpu" >&2
+  d=/tmp/desc-pidgpu; rm -rf "$d"; mkdir -p "$d"
+  nvcc -O2 -o "$d/event_kernels" scripts/gpu/event_kernels.cu || exit 1
+  echo "== pidgpu: trace --pid BASH --gpu-time; its later children timed from their first call" >> "$txt"
+  bash -c "sleep 6; $d/event_kernels 300; $d/event_kernels 50 2000000; $W gemm --iters 50; \
+    $d/event_kernels 100" > "$d/out" 2>&1 &
+  bpid=$!
+  sleep 0.5
+  timeout -k 10 300 python3 -m cudaprobe trace --pid $bpid --gpu-time -f jsonl \
+    -o "$d/trace.jsonl" --force 2> "$d/err"
+  echo "pidgpu: trace exit $?" >> "$txt"
+  wait $bpid; echo "bash exit $?" >> "$txt"
+  grep "cudaprobe:\|calls in\|not traced\|GPU" "$d/err" | grep -v "^cudaprobe: pid .* exited" \
+    | tail -12 >> "$txt"
+  python3 - "$d/trace.jsonl" "$d/out" >> "$txt" <<'PY'
+import collections, json, re, sys
+launches, timed, gpu_ns = collections.Counter(), collections.Counter(), collections.Counter()
+names = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "Launch" in r.get("event", ""):
+        launches[r["pid"]] += 1
+        names[r["pid"]] = r.get("process", "?")
+        if r.get("gpu"):
+            timed[r["pid"]] += 1
+            gpu_ns[r["pid"]] += r["gpu"]["duration_ns"]
+said = [(int(n), float(ms)) for n, ms in re.findall(r"kernels (\d+) event_ms ([\d.]+)",
+                                                    open(sys.argv[2]).read())]
+ours = [p for p in sorted(launches) if names[p].startswith("event_kernels")]
+for pid in sorted(launches):
+    print(f"pid {pid} ({names[pid]}): {launches[pid]} launches, {timed[pid]} with GPU time, "
+          f"{gpu_ns[pid] / 1e6:.2f} ms of kernels")
+for pid, (n, ms) in zip(ours, said):
+    ok = launches[pid] == timed[pid] == n and abs(gpu_ns[pid] / 1e6 - ms) <= 0.1 * ms
+    print(f"event_kernels pid {pid}: printed {n} kernels, {ms:.2f} ms by CUDA events; "
+          f"cudaprobe {timed[pid]} timed, {gpu_ns[pid] / 1e6:.2f} ms: {'equal' if ok else 'DIFF'}")
+if len(ours) != len(said):
+    print(f"DIFF: {len(said)} event_kernels runs printed, {len(ours)} traced")
+PY
+fi
+if [[ $PARTS == *" pystacks "* ]]; then
+  echo "step pystacks" >&2
+  d=/tmp/desc-pystacks; rm -rf "$d"; mkdir -p "$d"
+  echo "== pystacks: --py-stacks, python mlp alone and as a child of bash" >> "$txt"
+  timeout -k 10 300 python3 -m cudaprobe trace --py-stacks -f jsonl -o "$d/alone.jsonl" \
+    --force -- $W mlp --iters 200 > /dev/null 2> "$d/err1"
+  timeout -k 10 300 python3 -m cudaprobe trace --py-stacks -f jsonl -o "$d/tree.jsonl" \
+    --force -- bash -c "$W mlp --iters 200; true" > /dev/null 2> "$d/err2"
+  python3 - "$d/alone.jsonl" "$d/tree.jsonl" >> "$txt" <<'PY'
+import collections, json, sys
+for path in sys.argv[1:]:
+    rows = [json.loads(x) for x in open(path)][:-1]
+    launches = [r for r in rows if "Launch" in r.get("event", "")]
+    main = [r for r in launches if r["tid"] == r["pid"]]
+    lines = collections.Counter()
+    for r in main:
+        frames = r.get("py_stack") or []
+        user = [f for f in frames if "torch_workloads.py" in f.get("file", "")]
+        lines[f"torch_workloads.py:{user[0]['line']}" if user else "(none)"] += 1
+    print(f"{path.rsplit('/', 1)[1]}: {len(launches)} launches, {len(main)} on the main "
+          f"thread, by line: {dict(lines.most_common(6))}")
 PY
 fi
 [[ $PARTS == *" pid "* ]] || exit 0

@@ -58,6 +58,7 @@ POINTS = {
 
 
 SAFE_POINT = gi.SafePoint
+SafePointProgram = gi.SafePointProgram
 
 
 class OneSafePoint:
@@ -66,9 +67,11 @@ class OneSafePoint:
     def __init__(self) -> None:
         self.point: gi.SafePoint | None = None
 
-    def __call__(self, pid: int, libraries: list[str], inside: list) -> OneSafePoint:
-        if self.point is None:
-            self.point = SAFE_POINT(pid, libraries, inside).__enter__()
+    def __call__(self, pid: int, libraries: list[str], inside: list,
+                 program: object = None) -> OneSafePoint:
+        if self.point is None:  # on a program of its own: each cycle's is closed at its end
+            self.point = SAFE_POINT(pid, libraries, inside,
+                                    SafePointProgram.for_this_kernel()).__enter__()
         for key in list(self.point._bpf["seen"].keys()):  # fresh counts per cycle
             del self.point._bpf["seen"][key]
         return self
