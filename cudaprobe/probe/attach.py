@@ -242,8 +242,10 @@ class Attacher:
         except KeyError:
             return None  # not of the traced tree: its open goes on at once
         with self._lock:
-            if self._bpf is None or self._phase != TRACING or pid in self._pid_links:
+            if self._bpf is None or self._phase != TRACING:
                 return None
+            if pid in self._pid_links:  # linked: its new image, after an exec, may want it
+                return self.on_held(pid) if self.on_held is not None else None
             self._link(pid)
             try:
                 name = process_name(pid)

@@ -89,7 +89,9 @@ class GpuTimeAttach:
         self._stopping = threading.Event()
         self._beats: threading.Thread | None = None
         self._children: list[threading.Thread] = []
-        self._joined: set[int] = set()  # processes given a thread of their own
+        # (pid, image) tried: injected, or refused for a reason that stays
+        self._joined: set[tuple[int, tuple[int, int] | None]] = set()
+        self._workers: dict[int, threading.Thread] = {}
         self.libraries: Callable[[], list[OpenedFile]] = list  # the probed CUDA libraries
         self.program: SafePointProgram | None = None
         if self.library is None:
@@ -113,6 +115,9 @@ class GpuTimeAttach:
     def attach(self, pid: int) -> None:
         if self.reader is None:
             return
+        image = _image(pid)
+        with self._lock:  # not again at its next open of a CUDA library (held)
+            self._joined.add((pid, image))
         try:
             why = self._attach(pid)
         except (OSError, CudaprobeError) as e:
@@ -140,11 +145,16 @@ class GpuTimeAttach:
     def _start_child(self, pid: int, release: Callable[[], None]) -> None:
         thread = threading.Thread(target=self._child, args=(pid, release), daemon=True,
                                   name=f"cudaprobe-gputime-{pid}")
+        image = _image(pid)  # an exec since is a new image, to be given the library too
         with self._lock:
-            if pid in self._joined:  # (a --comm process, seen by its exec and by its name)
+            # one thread a process at a time, once an image (a --comm process is seen by
+            # its exec and by its name; a process opens libcudart, then libcuda; the
+            # open of an exec comes before its new image)
+            busy = self._workers.get(pid)
+            if image is None or (pid, image) in self._joined or (busy and busy.is_alive()):
                 release()
                 return
-            self._joined.add(pid)
+            self._workers[pid] = thread
             self._children = [t for t in self._children if t.is_alive()] + [thread]
         thread.start()
 
@@ -166,6 +176,8 @@ class GpuTimeAttach:
             why = f"the safe-point probes failed: {str(e).splitlines()[0]}"
         finally:
             release()  # (once: a second call does nothing)
+            with self._lock:  # the image it ran in by now: not tried again
+                self._joined.add((pid, _image(pid)))
             if not any(i.process is process for i in self._done):
                 process.close()
         if why and why != "it has exited":
@@ -299,3 +311,16 @@ class GpuTimeAttach:
         if self.program is not None:
             self.program.close()
 
+
+
+def _image(pid: int) -> tuple[int, int] | None:
+    """What tells one program image of a process from the next (an exec): its
+    executable's inode and where its stack starts (placed anew at each exec)."""
+    try:
+        ino = os.stat(f"/proc/{pid}/exe").st_ino
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read(4096)
+        fields = stat[stat.rindex(b")") + 2:].split()
+        return ino, int(fields[25])  # startstack: field 28, the 26th after the name
+    except (OSError, ValueError, IndexError):
+        return None

@@ -77,7 +77,9 @@ class Injector:
             return why
         maps = mappings(pid)
         view = cuda_view(pid, maps)
-        if not view.libraries:
+        if not view.libraries and point is None and caught is None:
+            # (with its safe point on already: a runtime linked into the program loads
+            # libcuda only in its first call)
             return "it maps no CUDA library (libcuda, libcudart)"
         space = code_space(pid, maps)
         if isinstance(space, str):

@@ -41,7 +41,6 @@ from cudaprobe.probe.plan import ProbePlan
 from cudaprobe.probe.tracer import Tracer
 from cudaprobe.sessions.follow import Follower
 from cudaprobe.sessions.signals import StopRequest
-from cudaprobe.targets.injectable import CUDA_LIBRARY
 from cudaprobe.targets.launch import LaunchedCommand
 from cudaprobe.targets.procmaps import process_running
 from cudaprobe.targets.selection import Targets
@@ -169,10 +168,8 @@ class ProbeRun:
     def _gpu_for_later(self, gpu: GpuTimeAttach) -> None:
         """--gpu-time into running processes: a process that joins the trace
         later gets the library too, held at its open where the gate holds it."""
-        attacher = self.tracer.attacher
-        gpu.libraries = lambda: [f for f in attacher.probed_files()
-                                 if CUDA_LIBRARY.search(f.name)]
-        attacher.on_held = gpu.held
+        gpu.libraries = self.tracer.attacher.probed_files  # (the safe point's calls, in each)
+        self.tracer.attacher.on_held = gpu.held
 
     def _close(self) -> None:
         self._closed = True

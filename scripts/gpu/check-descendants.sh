@@ -9,7 +9,8 @@
 #   torchrun  cudaprobe trace -- torchrun --nproc_per_node 2 (NCCL; on 2 GPUs only)
 #   pid       a bash loop of three pythons started alone; cudaprobe trace --pid
 #             --wait attached while the first runs: the two started after it, whole
-#   compile   cudaprobe trace -- bash -c 'python torch.compile model': each process counted
+#   compile   cudaprobe trace -- bash -c 'python torch.compile model': each process counted,
+#             and the same python alone (the differences it has there too: cuBLAS's static runtime)
 # PARTS (default "two loader torchrun pid") picks some; "gputime" adds
 # trace --gpu-time -- bash -c 'python mlp; python gemm': each process's launches with GPU time;
 # "pidgpu": trace --pid BASH --gpu-time of a bash loop started alone, whose later children
@@ -82,6 +83,7 @@ fi
 if [[ $PARTS == *" compile "* ]]; then
   echo "step compile" >&2
   run_tree compile bash -c "$W compile --iters 200; true"
+  run_tree compile-alone $W compile --iters 200  # the differences a process has alone
 fi
 if [[ $PARTS == *" torchrun "* ]] && [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
   echo "step torchrun" >&2
@@ -143,7 +145,7 @@ if [[ $PARTS == *" pidgpu "* ]]; then
     $d/event_kernels 100" > "$d/out" 2>&1 &
   bpid=$!
   sleep 0.5
-  timeout -k 10 300 python3 -m cudaprobe trace --pid $bpid --gpu-time -f jsonl \
+  timeout -k 10 300 python3 -m cudaprobe trace --pid $bpid --wait --gpu-time -f jsonl \
     -o "$d/trace.jsonl" --force 2> "$d/err"
   echo "pidgpu: trace exit $?" >> "$txt"
   wait $bpid; echo "bash exit $?" >> "$txt"
@@ -155,7 +157,8 @@ launches, timed, gpu_ns = collections.Counter(), collections.Counter(), collecti
 names = {}
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    if "Launch" in r.get("event", ""):
+    if r.get("event", "").startswith("cudaLaunch") or "Launch" in r.get("event", "") and (
+            r.get("process", "").startswith("python")):  # (the runtime's, not its cuLaunch)
         launches[r["pid"]] += 1
         names[r["pid"]] = r.get("process", "?")
         if r.get("gpu"):
@@ -163,7 +166,9 @@ for line in open(sys.argv[1]):
             gpu_ns[r["pid"]] += r["gpu"]["duration_ns"]
 said = [(int(n), float(ms)) for n, ms in re.findall(r"kernels (\d+) event_ms ([\d.]+)",
                                                     open(sys.argv[2]).read())]
-ours = [p for p in sorted(launches) if names[p].startswith("event_kernels")]
+# the runs in the order they ran: bash's own pid runs the last (bash execs it)
+ours = sorted((p for p in launches if names[p].startswith("event_kernels")),
+              key=lambda p: (p == min(launches), p))
 for pid in sorted(launches):
     print(f"pid {pid} ({names[pid]}): {launches[pid]} launches, {timed[pid]} with GPU time, "
           f"{gpu_ns[pid] / 1e6:.2f} ms of kernels")

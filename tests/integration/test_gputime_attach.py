@@ -323,3 +323,37 @@ def test_a_child_started_after_the_attach_is_traced_and_timed_from_its_first_cal
     assert "--gpu-time: 2 kernels, 0 copies, 0 memsets timed on the GPU" in said, said
     assert "not timed" not in said and f"no GPU time for pid {child}" not in said, said
     assert [c["event"] for c in calls if c["pid"] == child] == ["cudaGetDeviceCount"]
+
+
+def test_a_target_that_execs_a_cuda_program_gets_the_library_in_its_new_image(
+        tmp_path, fake_cupti, libcudart):
+    """--pid of a shell that maps no CUDA (no GPU time for it, said), which then
+    execs a program calling CUDA: the same pid, a new image, held at its open
+    of libcudart and given the library at its first and only call."""
+    child = ("import ctypes, sys; n = ctypes.c_int(); "
+             "ctypes.CDLL(sys.argv[1]).cudaGetDeviceCount(ctypes.byref(n))")
+    shell = subprocess.Popen(["bash", "-c", f'echo ready; read x; exec "$0" -c "{child}" "$1"',
+                              sys.executable, str(libcudart)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert shell.stdout.readline() == "ready\n"
+    out = tmp_path / "calls.jsonl"
+    tracing = subprocess.Popen(
+        [sys.executable, "-m", "cudaprobe", "trace", "-o", str(out), "--pid", str(shell.pid),
+         "--wait", "--gpu-time", "-e", "cudaGetDeviceCount"], stderr=subprocess.PIPE,
+        text=True, env={**os.environ, "CUDAPROBE_CUPTI": str(fake_cupti)})
+    try:
+        err = Lines(tracing.stderr)
+        err.wait_for(lambda s: f"no GPU time for pid {shell.pid}: it maps no CUDA" in s,
+                     "the shell's refusal")
+        shell.stdin.write("go\n")
+        shell.stdin.flush()
+        assert shell.wait(timeout=HANG_S) == 0
+        assert tracing.wait(timeout=HANG_S) == 0, err.text()
+    finally:
+        shell.kill()
+    err._thread.join(timeout=HANG_S)
+    said = err.text()
+    assert f"--gpu-time: the GPU-time library is recording in pid {shell.pid}" in said, said
+    assert "--gpu-time: 1 kernels, 0 copies, 0 memsets timed on the GPU" in said, said
+    calls = [json.loads(x) for x in out.read_text().splitlines()][:-1]
+    assert [(c["pid"], c["event"]) for c in calls] == [(shell.pid, "cudaGetDeviceCount")]
