@@ -9,7 +9,10 @@ and after), so cudaprobe's own start and end are not in the figure.
               within milliseconds of the exec): each is held at its open of
               libcudart until its own probes are in (cudaprobe/probe/opengate.py)
   bystander   the cuda loop started beside a traced tree, not in it: its opens
-              of libcudart are let go at once, it gets no probes
+              of libcudart are let go at once, it gets no probes; and the true
+              loop beside it: each exec is let go at once too (the gate holds
+              every exec on the node's file systems, for a program with the
+              runtime linked in that the tree may exec)
 
 Reported: ms per process (median and min over repetitions), traced minus
 untraced, and the calls the trace counted against the calls made.
@@ -91,13 +94,15 @@ def main() -> None:
     app = str(build_workload("runtime_calls.c"))
     scripts = {"true": loop_script("/bin/true", n), "cuda": loop_script(f"{app} 1 1", n)}
     runs: dict[str, list[float]] = {k: [] for k in (
-        "true alone", "true traced", "cuda alone", "cuda traced", "cuda beside a trace")}
+        "true alone", "true traced", "true beside a trace", "cuda alone", "cuda traced",
+        "cuda beside a trace")}
     counted = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         for rep in range(args.reps):
             runs["true alone"].append(untraced(scripts["true"]) / n / 1e6)
             runs["true traced"].append(traced(scripts["true"], tmp)[0] / n / 1e6)
+            runs["true beside a trace"].append(beside(scripts["true"], app, tmp) / n / 1e6)
             runs["cuda alone"].append(untraced(scripts["cuda"]) / n / 1e6)
             ns, calls = traced(scripts["cuda"], tmp)
             runs["cuda traced"].append(ns / n / 1e6)

@@ -91,6 +91,10 @@ class Attacher:
         self.on_target: Callable[[int], None] | None = None  # told of each target (--py-stacks)
         # a process held at its open, linked: may take the open over (--gpu-time, opengate.py)
         self.on_held: Callable[[int], Hand | None] | None = None
+        # a process of the traced tree held at its exec of a file, given (pid, the file's
+        # descriptor): probes it, if it has CUDA linked in, and links the process (follow.py)
+        self.on_exec: Callable[[int, int], None] | None = None
+        self.exec_filesystems = 0  # file systems whose execs the gate holds
         # a child is linked as it opens a probed library (opengate.py), from the
         # gate's thread: links and `targets` are changed under this lock
         self._lock = threading.RLock()
@@ -254,6 +258,24 @@ class Attacher:
             self._linked_at_open.append((pid, name))
         return self.on_held(pid) if self.on_held is not None else None
 
+    def _exec_at_gate(self, pid: int, fd: int) -> Hand | None:
+        """The gate holds `pid` at its exec of a file: for a process of the traced
+        tree, on_exec probes the file if it is a program with CUDA linked in (and
+        not probed yet) and links the process, before it runs; then on_held, as
+        at an open (its new image may want the GPU-time library)."""
+        bpf = self._bpf
+        if bpf is None or self._phase != TRACING or self.on_exec is None:
+            return None
+        targets = bpf["targets"]
+        try:  # without the lock: another process's exec never waits on our work
+            targets[targets.Key(pid)]
+        except KeyError:
+            return None
+        self.on_exec(pid, fd)
+        with self._lock:
+            linked = pid in self._pid_links
+        return self.on_held(pid) if linked and self.on_held is not None else None
+
     def probed_files(self) -> list[OpenedFile]:
         """Each file probed, opened (by descriptor)."""
         with self._lock:
@@ -347,11 +369,13 @@ class Attacher:
             self._open_gate()
 
     def _open_gate(self) -> None:
-        gate = OpenGate(self._link_at_open)
+        gate = OpenGate(self._link_at_open, self._exec_at_gate)
         try:
             gate.start()
             for atts in self._libraries.values():
                 gate.watch(atts[0].file.fd, atts[0].file.identity)
+            if self.on_exec is not None:
+                self.exec_filesystems = gate.watch_execs()
         except GateUnavailable as e:
             gate.close()
             self.gate_unavailable = str(e)

@@ -25,14 +25,25 @@ import contextlib
 import ctypes
 import errno
 import os
+import re
 import select
 import struct
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Callable
 
 FAN_CLOEXEC, FAN_NONBLOCK, FAN_CLASS_CONTENT = 0x1, 0x2, 0x4
 FAN_MARK_ADD, FAN_OPEN_PERM, FAN_ALLOW = 0x1, 0x10000, 0x1
+FAN_OPEN_EXEC_PERM, FAN_MARK_FILESYSTEM = 0x40000, 0x100
 FAN_Q_OVERFLOW = 0x4000
+AT_FDCWD = -100
+# file systems that hold no program anyone runs: not watched for execs
+PSEUDO = frozenset((
+    "proc", "sysfs", "cgroup", "cgroup2", "devpts", "devtmpfs", "mqueue", "debugfs", "tracefs",
+    "bpf", "securityfs", "pstore", "configfs", "fusectl", "hugetlbfs", "autofs", "binfmt_misc",
+    "efivarfs", "nsfs", "rpc_pipefs", "selinuxfs", "ramfs"))
 METADATA = struct.Struct("=IBBHQii")  # struct fanotify_event_metadata
 METADATA_VERSION = 3
 RESPONSE = struct.Struct("=iI")  # struct fanotify_response
@@ -59,14 +70,20 @@ class OpenGate:
     nothing), it must see that release is called; meanwhile the gate goes on
     with other opens."""
 
-    def __init__(self, on_open: Callable[[int], Hand | None]) -> None:
+    def __init__(self, on_open: Callable[[int], Hand | None],
+                 on_exec: Callable[[int, int], Hand | None] | None = None) -> None:
         self.on_open = on_open
+        # given (pid, descriptor of the file) for each exec on a watched file system
+        # (watch_execs), before the exec goes on; quick, and may take it over, like on_open
+        self.on_exec = on_exec
         self.held = 0  # opens held for on_open, and let go
         self.errors = 0  # on_open raised (the open went on all the same)
         self._fd = -1
         self._stop_r = self._stop_w = -1
         self._thread: threading.Thread | None = None
         self._watched: set[tuple[int, int]] = set()
+        self._tid = 0  # the gate thread's, for the keeper
+        self._keeper: subprocess.Popen | None = None
         self._respond = threading.Lock()  # a release against the descriptor's close
 
     def start(self) -> None:
@@ -81,10 +98,25 @@ class OpenGate:
             raise GateUnavailable(why)
         self._fd = fd
         self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        self._thread = threading.Thread(target=self._serve, name="cudaprobe-open-gate",
-                                        daemon=True)
+        running = threading.Event()
+        self._thread = threading.Thread(target=self._serve, args=(running,),
+                                        name="cudaprobe-open-gate", daemon=True)
         self._thread.start()
+        running.wait()
+        self._keeper = self._start_keeper()
 
+    def _start_keeper(self) -> subprocess.Popen | None:
+        """The keeper (gatekeeper.py), which answers for the gate whenever its
+        thread is stopped or gone; run by its file, isolated from the
+        environment, in a session of its own (no terminal signal stops it)."""
+        try:
+            return subprocess.Popen(
+                [sys.executable, "-I", "-S", str(Path(__file__).with_name("gatekeeper.py")),
+                 str(self._fd), str(os.getpid()), str(self._tid)],
+                pass_fds=(self._fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True)
+        except OSError:
+            return None  # no keeper: as before it, the gate answers alone
     def watch(self, fd: int, identity: tuple[int, int]) -> None:
         """Hold the opens of the file open at `fd` (a mark on its inode)."""
         if self._fd < 0 or identity in self._watched:
@@ -93,6 +125,27 @@ class OpenGate:
             err = ctypes.get_errno()
             raise GateUnavailable(f"marking a probed file: {os.strerror(err)}")
         self._watched.add(identity)
+
+    def watch_execs(self) -> int:
+        """Hold every exec on this node's file systems (a mark on each: tmpfs, ext4,
+        overlay, ...; not /proc, /sys and the like) for on_exec. Returns the
+        number of file systems watched; one the kernel refuses is left out."""
+        if self._fd < 0:
+            return 0
+        seen: set[int] = set()
+        for where, kind in mount_points():
+            if kind in PSEUDO:
+                continue
+            try:
+                dev = os.stat(where).st_dev
+            except OSError:
+                continue
+            if dev in seen:
+                continue
+            if _libc.fanotify_mark(self._fd, FAN_MARK_ADD | FAN_MARK_FILESYSTEM,
+                                   FAN_OPEN_EXEC_PERM, AT_FDCWD, where.encode()) == 0:
+                seen.add(dev)
+        return len(seen)
 
     def close(self, timeout: float | None = None) -> bool:
         """No more holds; opens held now are let go (the kernel allows them as
@@ -104,6 +157,11 @@ class OpenGate:
             if self._thread.is_alive():
                 return False
             self._thread = None
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:  # its copy of the descriptor first: then ours lets opens go
+            with contextlib.suppress(OSError):
+                keeper.kill()
+            keeper.wait()
         with self._respond:
             for fd in (self._fd, self._stop_r, self._stop_w):
                 if fd >= 0:
@@ -113,7 +171,9 @@ class OpenGate:
         self._watched.clear()
         return True
 
-    def _serve(self) -> None:
+    def _serve(self, running: threading.Event) -> None:
+        self._tid = threading.get_native_id()
+        running.set()
         try:
             self._serve_events()
         except BaseException:  # noqa: BLE001 - never leave an open held: let them all go
@@ -137,14 +197,17 @@ class OpenGate:
                 continue
             except OSError:
                 return
-            for pid, fd in events(data):
-                self._hold(pid, fd)
+            for pid, fd, mask in events(data):
+                self._hold(pid, fd, mask)
 
-    def _hold(self, pid: int, fd: int) -> None:
+    def _hold(self, pid: int, fd: int, mask: int = FAN_OPEN_PERM) -> None:
         release = self._releaser(fd)
         hand = None
         try:
-            if pid > 0:
+            if pid > 0 and mask & FAN_OPEN_EXEC_PERM:
+                if self.on_exec is not None:
+                    hand = self.on_exec(pid, fd)
+            elif pid > 0:
                 hand = self.on_open(pid)
             if hand is not None:
                 hand(release)
@@ -174,9 +237,9 @@ class OpenGate:
         return release
 
 
-def events(data: bytes) -> list[tuple[int, int]]:
-    """(pid, fd) of each permission event in what one read gave, bounded by
-    the lengths the records give and by the buffer."""
+def events(data: bytes) -> list[tuple[int, int, int]]:
+    """(pid, fd, mask) of each permission event in what one read gave, bounded
+    by the lengths the records give and by the buffer."""
     found = []
     offset = 0
     while offset + METADATA.size <= len(data):
@@ -184,6 +247,27 @@ def events(data: bytes) -> list[tuple[int, int]]:
         if version != METADATA_VERSION or length < METADATA.size:
             break
         if fd >= 0 and not mask & FAN_Q_OVERFLOW:
-            found.append((pid, fd))
+            found.append((pid, fd, mask))
         offset += length
+    return found
+
+
+def mount_points() -> list[tuple[str, str]]:
+    """(mount point, file system type) of each mount cudaprobe sees."""
+    found = []
+    try:
+        with open("/proc/self/mountinfo", "rb") as f:
+            text = f.read(1 << 22)
+    except OSError:
+        return []
+    for line in text.splitlines():
+        fields = line.split()
+        try:
+            sep = fields.index(b"-")
+            where, kind = fields[4], fields[sep + 1]
+        except (ValueError, IndexError):
+            continue
+        # the kernel escapes space, tab, newline and backslash as octal
+        path = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), where)
+        found.append((os.fsdecode(path), kind.decode("ascii", "replace")))
     return found

@@ -10,13 +10,14 @@ exec'ing under it (the BPF exec hook sees those) join the targets.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
 from cudaprobe.analysis.summary import ATTACH, Summary, Untraced
 from cudaprobe.errors import CudaprobeError, ProcessGone
 from cudaprobe.probe.attach import Attacher
-from cudaprobe.probe.plan import ProbePlan, attachments_in, missing_symbols
+from cudaprobe.probe.plan import Attachment, ProbePlan, attachments_in, missing_symbols
 from cudaprobe.targets.procmaps import process_age_s, process_name
 from cudaprobe.targets.selection import CudaObject, Targets
 
@@ -36,6 +37,11 @@ class Follower:
         # --gpu-time into running processes: given each process that joins the
         # trace without the gate holding it (the gate's are given at their open)
         self.on_later: Callable[[int], None] | None = None
+        # programs with CUDA linked in, probed at a process's exec (the gate's thread):
+        # told, and counted in the summary, at the next step
+        self._at_exec: list[tuple[CudaObject, list[Attachment], str]] = []
+        self._at_exec_lock = threading.Lock()
+        attacher.on_exec = self._exec_of
         self.waiting_for_pids = bool(targets.requested)
         self._next_maps_scan = self._next_comm_scan = 0.0
         self._named: set[int] = set()
@@ -55,6 +61,10 @@ class Follower:
             self._ran_before_attach(pid, _name(pid))
         for pid in targets.requested:
             self._ran_before_attach(pid, targets.names[pid])
+        if attacher.gate is not None and not attacher.exec_filesystems:
+            notify("a program with the CUDA runtime linked in that a traced process execs is "
+                   "probed at cudaprobe's next look, within about 0.25 s of its start (no file "
+                   "system's execs could be watched)")
         if attacher.gate_unavailable:
             notify("children of traced processes are probed at cudaprobe's next look, within "
                    "about 0.1 s of their start: their calls before are not included "
@@ -90,6 +100,10 @@ class Follower:
                 self.on_later(pid)
         for pid, name in self.attacher.take_linked_at_open():
             self._exec_named(pid, name, at_open=True)
+        with self._at_exec_lock:
+            at_exec, self._at_exec = self._at_exec, []
+        for obj, atts, why in at_exec:
+            self._probed_at_exec(obj, atts, why)
         now = time.monotonic()
         if now >= self._next_comm_scan:
             self._next_comm_scan = now + COMM_RESCAN_S
@@ -132,6 +146,37 @@ class Follower:
                         "fork without exec, or an open while cudaprobe was stopped): probes "
                         "attached; its calls before, since its start, are not included")
 
+    def _exec_of(self, pid: int, fd: int) -> None:
+        """On the gate's thread, a process of the traced tree held at its exec of
+        `fd`'s file: if it is a program with CUDA linked in, not probed yet, its
+        probes go on and the process is linked, before it runs."""
+        try:
+            obj = self.targets.exec_object(pid, fd)
+        except (CudaprobeError, OSError):
+            return
+        if obj is None:
+            return
+        atts, why = [], ""
+        try:
+            atts = attachments_in(self.plan.probes, obj.file)
+            if atts:
+                self.attacher.attach_library(atts)
+                self.attacher.link_target(pid)
+        except (CudaprobeError, OSError) as e:
+            atts, why = [], str(e)
+        with self._at_exec_lock:
+            self._at_exec.append((obj, atts, why))
+
+    def _probed_at_exec(self, obj: CudaObject, atts: list[Attachment], why: str) -> None:
+        if why:
+            self.notify(f"cannot probe {obj.where}, exec'd by pid {obj.pid}: {why}")
+            return
+        if not atts:
+            return
+        self.notify(f"pid {obj.pid} ({_name(obj.pid)}) execs {obj.where}, which has CUDA linked "
+                    f"in: {len(atts)} probes attached before it ran")
+        self._add_library(obj, atts)
+
     def _add_named(self, later: bool = True) -> None:
         for pid in self.targets.named_now():
             if pid not in self._named:
@@ -168,6 +213,10 @@ class Follower:
         self.notify(f"pid {obj.pid} ({name}) maps {obj.where}: {len(atts)} probes attached; "
                     f"its calls there in the up to {untraced_s:.2f}s before are not included")
         self.summary.untraced.append(Untraced(obj.pid, name, untraced_s, obj.file.name))
+        self._add_library(obj, atts)
+
+    def _add_library(self, obj: CudaObject, atts: list[Attachment]) -> None:
+        """A file probed while tracing, in the summary's libraries and symbols."""
         self._defined |= {a.probe.symbol for a in atts}
         self._libraries.append(obj.file.name)
         self.summary.libraries = sorted(self._libraries)

@@ -16,7 +16,9 @@ import os
 import re
 import select
 import shutil
+import stat
 import subprocess
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -81,6 +83,7 @@ class Targets:
         # the CUDA files found, opened, by identity: probed through these descriptors
         self._opened: dict[tuple[int, int], OpenedFile] = {}
         self.probed: set[tuple[int, int]] = set()  # identities of files probed already
+        self._probing = threading.Lock()  # `probed`: the exec gate's thread adds to it too
         self._vm_pages: dict[int, int] = {}  # pid -> address-space size when last scanned
         self._mapped: dict[int, int] = {}  # pid -> files it mapped when last scanned
         # CUDA code seen in the targets' maps or a command's links, probed or not:
@@ -188,10 +191,40 @@ class Targets:
                 self.cuda_seen.add(f.path)
                 # as stat gives it, as for the node's files (maps may print
                 # another device: a btrfs subvolume's file system's)
-                if opened.identity not in self.probed:
-                    self.probed.add(opened.identity)
+                if self._first_to_probe(opened.identity):
                     found.append(CudaObject(opened, f.path, pid, since))
         return found, gone
+
+    def _first_to_probe(self, identity: tuple[int, int]) -> bool:
+        with self._probing:
+            if identity in self.probed:
+                return False
+            self.probed.add(identity)
+            return True
+
+    def exec_object(self, pid: int, fd: int) -> CudaObject | None:
+        """The file a process of the traced tree is held exec'ing (the gate's
+        descriptor, opened by the kernel for the exec: the file itself, not a
+        name), if it defines a traced function and is not probed yet: a program
+        with the CUDA runtime linked in. Judged once per file."""
+        if not self.discover:
+            return None
+        st = os.fstat(fd)
+        identity = (st.st_dev, st.st_ino)
+        if (not stat.S_ISREG(st.st_mode) or identity in self.probed
+                or self._holds_cuda.get(identity) is False):
+            return None
+        try:
+            name = os.readlink(f"/proc/self/fd/{fd}")  # the path the kernel gives: shown only
+        except OSError:
+            name = f"(the program pid {pid} execs)"
+        opened = OpenedFile(os.dup(fd), name)
+        if not self._holds(opened) or not self._first_to_probe(identity):
+            opened.close()
+            return None
+        self._opened[identity] = opened
+        self.cuda_seen.add(name)
+        return CudaObject(opened, name, pid, time.monotonic())
 
     def _is_cuda(self, f: MappedFile) -> OpenedFile | None:
         """The mapped file, opened through the mapping, if it defines a traced

@@ -16,11 +16,20 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from ..conftest import HANG_S, build_workload, cudaprobe_cmd
+from ..conftest import (
+    CUDA_HOME,
+    HANG_S,
+    WORKLOAD_BIN,
+    WORKLOADS,
+    build_once,
+    build_workload,
+    cudaprobe_cmd,
+)
 from .conftest import expected_calls, trace_jsonl
 from .running import (
     Lines,
@@ -185,10 +194,27 @@ def test_ctrl_z_lets_every_open_go_and_the_gate_opens_again_after(tmp_path, libc
     assert len(calls) == 10 and summary["untraced"] == [] and summary["lost_total"] == 0
 
 
-def test_kill_9_of_a_stopped_cudaprobe_lets_a_held_open_go_on(tmp_path, libcudart):
-    """SIGSTOP cannot be caught: a process opening a probed file waits while
-    cudaprobe is stopped (docs/attach.md). Killed with SIGKILL, cudaprobe
-    leaves nothing held: the open goes on, and the process runs to its end."""
+def keepers(tracer_pid: int) -> list[int]:
+    """The gate keepers (cudaprobe/probe/gatekeeper.py) of that cudaprobe."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"gatekeeper.py") for a in argv) and str(tracer_pid).encode() in argv:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_stopped_cudaprobe_holds_no_open_or_exec_and_kill_9_leaves_no_keeper(
+        tmp_path, libcudart):
+    """SIGSTOP cannot be caught: while cudaprobe is stopped, its gate keeper (a
+    process of its own) answers for it, so a process opening a probed file, and
+    one exec'ing a program, go on at once. Killed with SIGKILL, cudaprobe leaves
+    no keeper behind, and nothing held."""
     copy, env = private_copy(tmp_path, libcudart)
     tracer = started(subprocess.Popen(
         cudaprobe_cmd("trace", "-o", str(tmp_path / "calls.jsonl"), "--lib", copy, "--",
@@ -197,14 +223,20 @@ def test_kill_9_of_a_stopped_cudaprobe_lets_a_held_open_go_on(tmp_path, libcudar
         start_new_session=True))
     err = Lines(tracer.stderr)
     assert tracer.stdout.readline() == "started\n", err.text()  # the gate is open
+    assert len(keepers(tracer.pid)) == 1
     os.kill(tracer.pid, signal.SIGSTOP)
     wait_state(tracer.pid, "T")
     bystander = started(opens(copy))
     assert bystander.stdout.readline() == "opening\n"
-    # held in its open: the kernel's killable wait for cudaprobe's answer
-    wait_state(bystander.pid, "D", wchan="fanotify")
+    assert bystander.wait(timeout=HANG_S) == 0  # never held for the stopped cudaprobe
+    assert subprocess.run(["/bin/true"], timeout=HANG_S).returncode == 0
     tracer.kill()
-    assert bystander.wait(timeout=HANG_S) == 0
+    tracer.wait(timeout=HANG_S)
+    deadline = time.monotonic() + HANG_S
+    while keepers(tracer.pid):  # it sees cudaprobe's exit through a pidfd: an event
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert opens(copy).wait(timeout=HANG_S) == 0
     os.killpg(tracer.pid, signal.SIGKILL)  # and the sleep it started
 
 
@@ -235,3 +267,29 @@ def test_nccl_calls_of_a_program_a_shell_execs_after_a_while(tmp_path, libnccl):
             if not (c["event"] == "ncclBroadcast" and c["depth"] == 1)]
     assert made == [t["event"] for t in truth]
     assert summary["lost_total"] == 0 and summary["untraced"] == []
+
+
+def static_runtime_calls() -> str:
+    """runtime_calls with the CUDA runtime linked in (libcudart_static.a, as
+    nvcc links by default): the program itself is the file to probe, and no
+    probed library is opened before its first call."""
+    src, lib64 = WORKLOADS / "runtime_calls.c", CUDA_HOME / "lib64"
+    return str(build_once(WORKLOAD_BIN / "runtime_calls_static", [src], lambda to: [
+        "gcc", "-O1", "-g", f"-I{CUDA_HOME}/include", "-o", str(to), str(src), f"-L{lib64}",
+        "-l:libcudart_static.a", "-lpthread", "-ldl", "-lrt"]))
+
+
+@pytest.mark.parametrize("shape", ["sh -c 'app; true'", "exec without fork"])
+def test_a_program_with_the_runtime_linked_in_is_probed_at_its_exec(tmp_path, shape):
+    """A descendant that execs a program with the CUDA runtime linked in (a file
+    nothing probed yet): the gate holds the exec, the program is probed and the
+    process linked before it runs, so its calls from the first are traced."""
+    app = static_runtime_calls()
+    command, runs = shapes(app)[shape]
+    calls, summary, proc = trace_jsonl(tmp_path, command=command)
+    assert proc.returncode == 0, proc.stderr
+    truth = expected_calls(proc.stdout)
+    assert len(truth) == 10
+    assert [c["event"] for c in calls] == [t["event"] for t in truth], proc.stderr
+    assert summary["lost_total"] == 0 and summary["untraced"] == [], proc.stderr
+    assert f"execs {app}, which has CUDA linked in" in proc.stderr
