@@ -102,7 +102,10 @@ class Attacher:
         self.gate_unavailable = ""  # why there is no gate, where there is none
         self.notify: Callable[[str], None] = lambda _line: None  # said to the user (follow.py)
         # processes the gate linked, to be told: (pid, its name then: it may be gone by then)
-        self._linked_at_open: list[tuple[int, str]] = []
+        # and whether it mapped a probed library already (a fork without exec: its
+        # calls since its fork were not seen)
+        self._linked_at_open: list[tuple[int, str, bool]] = []
+        self._comm = b""  # --comm's name, as the kernel keeps it (15 bytes)
         self.processes: set[int] = set()  # every process given links, for the summary
         self._closer = LinkCloser()
 
@@ -250,12 +253,16 @@ class Attacher:
                 return None
             if pid in self._pid_links:  # linked: its new image, after an exec, may want it
                 return self.on_held(pid) if self.on_held is not None else None
+            try:
+                late = self._maps_probed(pid)
+            except CudaprobeError:
+                late = False
             self._link(pid)
             try:
                 name = process_name(pid)
             except CudaprobeError:
                 name = "exited"
-            self._linked_at_open.append((pid, name))
+            self._linked_at_open.append((pid, name, late))
         return self.on_held(pid) if self.on_held is not None else None
 
     def _exec_at_gate(self, pid: int, fd: int) -> Hand | None:
@@ -270,18 +277,33 @@ class Attacher:
         try:  # without the lock: another process's exec never waits on our work
             targets[targets.Key(pid)]
         except KeyError:
-            return None
+            if not self._execs_under_comm(fd):
+                return None
+            self.add_target(pid)  # (the exec tracepoint would, once it has the name)
+            with self._lock:  # told as a process that started under the name
+                self._linked_at_open.append((pid, self._comm.decode(errors="replace"), False))
         self.on_exec(pid, fd)
         with self._lock:
             linked = pid in self._pid_links
         return self.on_held(pid) if linked and self.on_held is not None else None
+
+    def _execs_under_comm(self, fd: int) -> bool:
+        """The file being exec'd gives the process the --comm name (its name is
+        the file's, cut to 15 bytes; a symbolic link's own name is not seen here)."""
+        if not self._comm:
+            return False
+        try:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return False
+        return os.fsencode(os.path.basename(path))[:15] == self._comm
 
     def probed_files(self) -> list[OpenedFile]:
         """Each file probed, opened (by descriptor)."""
         with self._lock:
             return [atts[0].file for atts in self._libraries.values() if atts]
 
-    def take_linked_at_open(self) -> list[tuple[int, str]]:
+    def take_linked_at_open(self) -> list[tuple[int, str, bool]]:
         """The processes the gate linked since the last call."""
         with self._lock:
             pids, self._linked_at_open = self._linked_at_open, []
@@ -348,7 +370,7 @@ class Attacher:
         """Processes that exec under `name` become targets (Settings.filter_comm)."""
         table = self._bpf["comm_filter"]
         leaf = table.Leaf()
-        leaf.name = name.encode()[:15]
+        leaf.name = self._comm = name.encode()[:15]
         table[table.Key(0)] = leaf
 
     def _set_phase(self, phase: int) -> None:

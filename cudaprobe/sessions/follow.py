@@ -10,6 +10,7 @@ exec'ing under it (the BPF exec hook sees those) join the targets.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -98,8 +99,9 @@ class Follower:
                 self._linked_late(pid, name)
             if self.on_later is not None:
                 self.on_later(pid)
-        for pid, name in self.attacher.take_linked_at_open():
-            self._exec_named(pid, name, at_open=True)
+        for pid, name, late in self.attacher.take_linked_at_open():
+            if not self._exec_named(pid, name, at_open=not late) and late:
+                self._linked_late(pid, name)
         with self._at_exec_lock:
             at_exec, self._at_exec = self._at_exec, []
         for obj, atts, why in at_exec:
@@ -173,8 +175,9 @@ class Follower:
             return
         if not atts:
             return
-        self.notify(f"pid {obj.pid} ({_name(obj.pid)}) execs {obj.where}, which has CUDA linked "
-                    f"in: {len(atts)} probes attached before it ran")
+        name = os.path.basename(obj.path)[:15]  # its name once exec'd (it may not be yet)
+        self.notify(f"pid {obj.pid} ({name}) execs {obj.where}, which has CUDA linked in: "
+                    f"{len(atts)} probes attached before it ran")
         self._add_library(obj, atts)
 
     def _add_named(self, later: bool = True) -> None:

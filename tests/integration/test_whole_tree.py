@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,11 +30,13 @@ from ..conftest import (
     build_once,
     build_workload,
     cudaprobe_cmd,
+    unique_name,
 )
 from .conftest import expected_calls, trace_jsonl
 from .running import (
     Lines,
     Loop,
+    Tracing,
     build_loop,
     check_iterations,
     read_jsonl,
@@ -293,3 +296,21 @@ def test_a_program_with_the_runtime_linked_in_is_probed_at_its_exec(tmp_path, sh
     assert [c["event"] for c in calls] == [t["event"] for t in truth], proc.stderr
     assert summary["lost_total"] == 0 and summary["untraced"] == [], proc.stderr
     assert f"execs {app}, which has CUDA linked in" in proc.stderr
+
+
+def test_a_program_with_the_runtime_linked_in_started_under_the_comm_name(tmp_path):
+    """--comm NAME, and a program with the CUDA runtime linked in exec'd under
+    that name later: held at its exec, probed and linked before it runs, so its
+    calls from the first are traced, and said as started under the name."""
+    named = tmp_path / unique_name("st")  # (a name within 15 bytes, as comm keeps it)
+    shutil.copy(static_runtime_calls(), named)
+    tracing = Tracing(tmp_path, "--comm", named.name)
+    tracing.wait_for("following every process named")
+    run = subprocess.run([str(named), "1", "1"], capture_output=True, text=True,
+                         timeout=HANG_S)
+    assert run.returncode == 0
+    tracing.wait_for(f"({named.name}) started under the name: traced from its first call")
+    calls, summary, err = tracing.interrupt()
+    truth = expected_calls(run.stdout)
+    assert [c["event"] for c in calls] == [t["event"] for t in truth], err
+    assert summary["lost_total"] == 0 and summary["untraced"] == [], err
