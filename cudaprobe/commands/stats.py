@@ -107,8 +107,6 @@ def stats_command(probe: ProbeRequest, sort, by, interval, fmt, as_json, output,
     by_collective = by == "collective"
     if gpu_time:
         check_gpu_time(list(probe.command), probe.pids, probe.comm)
-        if by_collective and not probe.command:
-            raise UsageError("--by collective --gpu-time goes with -- COMMAND")
     if by != "function" and interval:
         raise UsageError("--interval goes with --by function")
     if by_collective and NCCL not in apis:
