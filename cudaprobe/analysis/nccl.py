@@ -40,8 +40,9 @@ class SizeRow:
     pid: int
     rank: int | None
     nranks: int | None
-    size: int  # bytes, as nccl-tests counts them
-    count: int | None  # elements of `type`
+    bytes: int  # what each call passed (count x datatype size, its calls together)
+    size: int | None  # bytes as nccl-tests counts them; None: the number of ranks unknown
+    count: int | None  # elements of `type` in `size`
     type: str
     calls: int = 0
     failed: int = 0
@@ -70,7 +71,7 @@ class SizeRow:
     def algbw(self) -> float | None:
         """GB/s (1e9 bytes a second: a byte a ns) from the GPU time, as nccl-tests' algbw."""
         t = self.time_ns
-        return self.size / t if t and self.timed_by != HOST else None
+        return self.size / t if t and self.size is not None and self.timed_by != HOST else None
 
     @property
     def busbw(self) -> float | None:
@@ -83,7 +84,7 @@ class SizeRow:
         ok = self.calls - self.failed
         return {"operation": self.name, "nccl_tests": self.shape.test or None,
                 "pid": self.pid, "rank": self.rank, "nranks": self.nranks,
-                "size": self.size, "count": self.count, "type": self.type,
+                "bytes": self.bytes, "size": self.size, "count": self.count, "type": self.type,
                 "calls": self.calls, "failed": self.failed,
                 "timed_by": self.timed_by, "timed_calls": self.timed_calls,
                 "time_ns": self.time_ns,
@@ -114,13 +115,13 @@ def collective_stats(calls: list[Call], window: Window | None = None) -> NcclSta
     rows: dict[tuple, SizeRow] = {}
     for op in ops:
         r = op.row
-        key = (r.name, op.pid, op.rank, op.nranks, r.size, r.type)
+        key = (r.name, op.pid, op.rank, op.nranks, r.bytes, r.type)
         row = rows.get(key)
         if row is None:
-            row = rows[key] = SizeRow(r.name, r.shape, op.pid, op.rank, op.nranks, r.size,
-                                      r.count, r.type)
+            row = rows[key] = SizeRow(r.name, r.shape, op.pid, op.rank, op.nranks, r.bytes,
+                                      r.size, r.count, r.type)
         _add(row, op)
-    ordered = sorted(rows.values(), key=lambda r: (r.name, r.size, r.type, r.rank is None,
+    ordered = sorted(rows.values(), key=lambda r: (r.name, r.bytes, r.type, r.rank is None,
                                                    r.rank or 0, r.pid))
     return NcclStats(ordered, waits, any(op.gpu for op in ops))
 

@@ -167,9 +167,9 @@ def communicators(ops: list[Operation]) -> list[Communicator]:
 
 def _same(a: Operation, b: Operation) -> bool:
     """Could be one operation on two ranks: its kernels overlap in time (each
-    rank's runs until the others have joined), and it has the same size."""
+    rank's runs until the others have joined), and its calls passed as many bytes."""
     return (a.gpu is not None and b.gpu is not None and a.start_ns < b.end_ns
-            and b.start_ns < a.end_ns and a.row.size == b.row.size)
+            and b.start_ns < a.end_ns and a.row.bytes == b.row.bytes)
 
 
 def align(first: list[Operation], seq: list[Operation]) -> int:

@@ -44,8 +44,11 @@ class Shape:
     times_ranks: bool  # its size is the call's bytes x the number of ranks
     bus: str  # busbw / algbw: "2(n-1)/n", "(n-1)/n", "1", or "" (none defined)
 
-    def size(self, nbytes: int, nranks: int) -> int:
-        return nbytes * nranks if self.times_ranks else nbytes
+    def size(self, nbytes: int, nranks: int | None) -> int | None:
+        """None where it is a multiple of the number of ranks, which is unknown."""
+        if not self.times_ranks:
+            return nbytes
+        return nbytes * nranks if nranks else None
 
     def bus_factor(self, nranks: int | None) -> float | None:
         if not self.bus or not nranks:
@@ -82,11 +85,13 @@ TEST_TYPES = {
 
 @dataclass(frozen=True)
 class Sized:
-    """An operation as a row of the per-size table: what it is, its size in
-    bytes as nccl-tests reports it, its count of elements and their type."""
+    """An operation as a row of the per-size table: what it is, the bytes its
+    calls passed, its size as nccl-tests reports it, its count of elements
+    and their type."""
     name: str  # the NCCL call, or the group: "ncclGroup[2 ncclSend+2 ncclRecv]"
     shape: Shape
-    size: int
+    bytes: int  # count x datatype size, of its calls together
+    size: int | None  # None where it needs the number of ranks, unknown
     count: int | None  # elements of `type` in `size`; None where the types differ
     type: str  # nccl-tests' name of the datatype, "mixed", or "?" where unknown
 
@@ -96,8 +101,8 @@ def _type(c: Call) -> str:
     return TEST_TYPES.get(datatype, str(datatype)) if datatype is not None else "?"
 
 
-def _count(size: int, calls: list[Call], type_: str) -> int | None:
-    if type_ in ("mixed", "?"):
+def _count(size: int | None, calls: list[Call], type_: str) -> int | None:
+    if size is None or type_ in ("mixed", "?"):
         return None
     per = element_size(calls[0].args.get("datatype"))
     return size // per if per else None
@@ -114,25 +119,25 @@ def _group_name(calls: list[Call]) -> str:
 def sized(calls: list[Call], nranks: int | None) -> Sized:
     """The row one operation goes in: `calls` are a call made alone, or a
     group's calls on one communicator, in the order they were made."""
-    n = nranks or 1
     nbytes = [c.args.get("bytes") or 0 for c in calls]
     types = {_type(c) for c in calls}
     type_ = types.pop() if len(types) == 1 else "mixed"
     events = {c.event for c in calls}
+    name = calls[0].event if len(calls) == 1 else _group_name(calls)
     if len(calls) == 1:
         shape = SHAPES.get(calls[0].event, MIXED)
-        name = calls[0].event
     elif events == {"ncclSend", "ncclRecv"} and len(set(nbytes)) == 1:
-        shape, name = _p2p_group(calls, nranks), _group_name(calls)
-        if shape is ALLTOALL or shape is SENDRECV:
-            size = shape.size(nbytes[0], n)
-            return Sized(name, shape, size, _count(size, calls, type_), type_)
-    elif len(events) == 1 and events.pop() in SHAPES:
-        shape, name = SHAPES[calls[0].event], _group_name(calls)
+        shape = _p2p_group(calls, nranks)
+        if shape is not MIXED:  # sendrecv, alltoall: the size of one of its calls
+            size = shape.size(nbytes[0], nranks)
+            return Sized(name, shape, sum(nbytes), size, _count(size, calls, type_), type_)
+    elif len(events) == 1 and calls[0].event in SHAPES:
+        shape = SHAPES[calls[0].event]
     else:
-        shape, name = MIXED, _group_name(calls)
-    size = sum(shape.size(b, n) for b in nbytes)
-    return Sized(name, shape, size, _count(size, calls, type_), type_)
+        shape = MIXED
+    sizes = [shape.size(b, nranks) for b in nbytes]
+    size = None if None in sizes else sum(sizes)
+    return Sized(name, shape, sum(nbytes), size, _count(size, calls, type_), type_)
 
 
 def _p2p_group(calls: list[Call], nranks: int | None) -> Shape:

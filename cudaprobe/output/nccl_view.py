@@ -42,11 +42,11 @@ def render_nccl_stats(stats: NcclStats, console: Console) -> None:
                          else "right")
     for r in stats.rows:
         t = r.time_ns
-        table.add_row(Text(escape(r.name)), _rank(r.rank, r.nranks), str(r.pid), str(r.size),
-                      _number(r.count, "d"), Text(escape(r.type)), str(r.calls),
-                      str(r.failed) if r.failed else "", _number(None if t is None else t / 1e3,
-                                                                 ".1f"),
-                      r.timed_by, _number(r.algbw, ".2f"), _number(r.busbw, ".2f"))
+        table.add_row(Text(escape(r.name)), _rank(r.rank, r.nranks), str(r.pid),
+                      _number(r.size, "d"), _number(r.count, "d"), Text(escape(r.type)),
+                      str(r.calls), str(r.failed) if r.failed else "",
+                      _number(None if t is None else t / 1e3, ".1f"), r.timed_by,
+                      _number(r.algbw, ".2f"), _number(r.busbw, ".2f"))
     console.print(table)
     if any(r.timed_by != GPU for r in stats.rows):
         console.print(Text(TIMED_BY, style="dim"))

@@ -123,7 +123,7 @@ def test_every_view_escapes_the_process_controlled_text():
                                         min_ns=5, max_ns=5)],
                          untraced=[Untraced(7, HOSTILE, 1.0, "the attach")],
                          gpu=GpuStats([GpuRow(HOSTILE, [10])], [GpuRow(HOSTILE, [10], 8)]),
-                         nccl=NcclStats([SizeRow(HOSTILE, MIXED, 7, 0, 2, 8, 2, HOSTILE,
+                         nccl=NcclStats([SizeRow(HOSTILE, MIXED, 7, 0, 2, 8, 8, 2, HOSTILE,
                                                  calls=1)], []))
     render_stats(report, console)
     checks.append(out.getvalue())
