@@ -91,10 +91,13 @@ def _clip(start: int, end: int, window: Window | None) -> tuple[int, int] | None
 
 
 def comm_waits(comm: Communicator, window: Window | None = None) -> CommWaits:
-    """The waits of `comm`'s ranks; also sets each measured operation's
-    latest_start_ns (what the per-size table's GPU time starts from)."""
+    """The waits of `comm`'s ranks, among those traced; where every rank of
+    it is, also each measured operation's latest_start_ns (what the per-size
+    table's GPU time starts from: with a rank missing, the last to start may
+    be one not seen)."""
     out = CommWaits(comm.nranks, comm.ordinal)
     pids = list(comm.by_pid)
+    every_rank = comm.nranks is not None and len(pids) >= comm.nranks
     ranks = [RankWaits(_label(comm.by_pid[p][0]), p) for p in pids]
     waits: list[list[tuple[int, int]]] = [[] for _ in pids]  # each rank's own
     # [q][p]: p's waits for q; and the longest of them
@@ -108,7 +111,7 @@ def comm_waits(comm: Communicator, window: Window | None = None) -> CommWaits:
         starts = [op.start_ns for op in ops]
         latest = max(starts)
         for op in ops:
-            op.latest_start_ns = latest
+            op.latest_start_ns = latest if every_rank else None
         if latest == min(starts):
             continue  # all at once: no one waited, no one was last
         q = starts.index(latest)

@@ -226,6 +226,20 @@ def test_a_rank_traced_from_later_on_is_matched_by_its_gpu_work():
     assert ranks[1].last == 3 and ranks[0].last == 0
 
 
+def test_with_ranks_of_a_communicator_untraced_the_kernel_is_the_time():
+    """Two ranks of a communicator of 4 traced (the others on another host):
+    their waits are among them, but the last of the four to start may be
+    one not seen: each row's time is its whole kernel, as without the others."""
+    calls = [nccl("ncclAllReduce", 0, pid=10 + r, rank=r, nranks=4,
+                  gpu=(r * MS, 5 * MS)) for r in (0, 1)]
+    stats = collective_stats(calls, (0, 10 * MS))
+    assert [(r.rank, r.timed_by, r.time_ns) for r in stats.rows] == [(0, "kernel", 5 * MS),
+                                                                    (1, "kernel", 4 * MS)]
+    (waits,) = stats.waits
+    assert [(r.rank, r.waited_ns, r.last) for r in waits.ranks] == [(0, MS, 0), (1, 0, 1)]
+    assert "2 of its 4 ranks traced: waits among them" in rendered(stats)
+
+
 def test_groups_in_the_size_table():
     """A group of one call is that call (its kernels are on the ncclGroupEnd);
     one send and one receive, nccl-tests' sendrecv; a send and a receive with
