@@ -11,8 +11,8 @@ the GPU's where --gpu-time joined the NCCL kernels to their calls:
   from the last rank's kernel start to this rank's kernel end, the transfer
   once every rank had joined, without the time this rank's kernel spent
   waiting for the others (which is in the waits, nccl_waits.py);
-- `kernel`: only this rank's kernels seen (one rank traced): the whole
-  kernel, waits and all;
+- `kernel`: not every rank of the communicator traced (the last to start
+  may be one not seen): this rank's whole kernel, waits and all;
 - `host`: no GPU time: how long the call took on the CPU, which is how long
   NCCL took to queue it, not to move the bytes: no bandwidth is given.
 

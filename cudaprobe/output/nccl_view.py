@@ -16,7 +16,7 @@ COLUMNS = ("OPERATION", "RANK", "PID", "SIZE (B)", "COUNT", "TYPE", "CALLS", "FA
 WAIT_COLUMNS = ("COMMUNICATOR", "RANK", "PID", "LAST TO START", "WAITED", "OTHERS WAITED FOR IT",
                 "LONGEST")
 TIMED_BY = "TIMED BY: gpu = from the last rank's kernel start to this rank's kernel end; " \
-           "kernel = this rank's whole kernel (the other ranks not traced: waits in); " \
+           "kernel = this rank's whole kernel (not every rank's seen: waits in); " \
            "host = the call on the CPU (NCCL queues its work: no bandwidth)"
 WAITS_NEED_GPU = "Waits: not measured: they need --gpu-time (NCCL returns once its work is " \
                  "queued, so when a rank's host made a call says nothing of when its GPU " \
@@ -50,9 +50,7 @@ def render_nccl_stats(stats: NcclStats, console: Console) -> None:
     console.print(table)
     if any(r.timed_by != GPU for r in stats.rows):
         console.print(Text(TIMED_BY, style="dim"))
-    if not stats.waits:
-        return
-    if not stats.gpu_time:
+    if stats.waits and not stats.gpu_time:
         console.print(Text(WAITS_NEED_GPU, style="yellow"))
         return
     for waits in stats.waits:
@@ -61,6 +59,11 @@ def render_nccl_stats(stats: NcclStats, console: Console) -> None:
 
 def render_waits(waits: CommWaits, console: Console) -> None:
     name = f"{waits.nranks or '?'} ranks #{waits.ordinal}"
+    if not waits.measured:  # no figure, rather than zeros that say nobody waited
+        console.print(Text(f"Waits: communicator of {name}: none of its {waits.matched} "
+                           "operations seen on every rank had GPU time on every rank",
+                           style="yellow"))
+        return
     traced = len(waits.ranks)
     of = f", {traced} of its {waits.nranks} ranks traced: waits among them" \
         if waits.nranks and traced < waits.nranks else ""

@@ -332,6 +332,12 @@ def test_without_gpu_time_no_wait_is_given():
     text = rendered(stats)
     assert "Waits: not measured: they need --gpu-time" in text
     assert "straggler" not in text
+    # GPU time on one rank only: that communicator's waits are not measured either
+    calls[0].gpu = [kernel(10, 0, MS)]
+    text = rendered(collective_stats(calls, (0, S)))
+    assert "Waits: communicator of 2 ranks #0: none of its 10 operations seen on every " \
+           "rank had GPU time on every rank" in text
+    assert "WAITED" not in text
 
 
 def test_a_call_made_inside_another_is_counted_once():
