@@ -2,8 +2,9 @@
 scripts/gpu/check-nccl.sh.
 
 Run by torchrun, one process a GPU. Each rank, in order:
-  warm-up   one of each collective below (connections set up), then a
-            barrier through torchrun's store (no NCCL kernel waits in it)
+  warm-up   one of each collective below (connections set up), between two
+            barriers through torchrun's store (no NCCL kernel waits in them),
+            so that no rank's GPU waits here for another's setting up
   [--hold]  writes DIR/ready.RANK (its pid), then every 50 ms an all-reduce
             of one int (a max of "DIR/go exists") until it says go on every
             rank: the job runs, and makes NCCL and CUDA calls, while
@@ -112,6 +113,9 @@ def main() -> None:
         "coalesced_all_reduce": ("all_reduce", sum(t.nbytes for t in co), coalesced),
     }
     calls = {name: {"warmup": 0, "main": 0} for name in (*late_ops, *shapes)}
+    # the ranks made their buffers in their own time: none waits for another at the first call
+    torch.cuda.synchronize()
+    store_barrier(store, "start", n)
     for name, (*_, call) in (*late_ops.items(), *shapes.items()):
         call()
         calls[name]["warmup"] += 1
