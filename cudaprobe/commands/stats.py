@@ -37,9 +37,10 @@ from cudaprobe.sessions.stats import StatsRequest, functions_to_count, report_st
               default="function",
               help="A row per traced function (counted in the kernel), per kernel "
                    "launched (counted from traced launches: costs what `trace` does), "
-                   "per NCCL collective and rank, with bandwidths and stragglers "
-                   "(docs/nccl.md), or per Python line that made the calls (their Python "
-                   "stacks traced: docs/pystacks.md).")
+                   "per NCCL operation, message size and rank in nccl-tests' columns, "
+                   "with --gpu-time the ranks' waits on the GPU (docs/nccl.md), or per "
+                   "Python line that made the calls (their Python stacks traced: "
+                   "docs/pystacks.md).")
 @click.option("-i", "--interval", metavar="SECONDS",
               type=Seconds(0.1, "tables faster than that scroll by unread, and cost the "
                                 "tracing its time"),
@@ -96,10 +97,12 @@ def stats_command(probe: ProbeRequest, sort, by, interval, fmt, as_json, output,
     queued. Calls from threads with no Python frame are one row.
 
     With --by collective, NCCL's calls are traced (the default set of --api nccl,
-    or -e): a row per collective and rank with calls, bytes and host latency,
-    with --gpu-time the NCCL kernels' GPU time and nccl-tests' algbw and busbw;
-    then, per communicator, how long its ranks waited for each other and which
-    rank came last (the straggler).
+    or -e): a row per operation (a call, or a group's calls), message size,
+    datatype and rank, as nccl-tests prints them: size, count, type, calls,
+    time per call, algbw and busbw. With --gpu-time (launched, or --pid on
+    each rank of a running job) the time is the NCCL kernels' on the GPU, and
+    per communicator each rank's wait for the others, from when each GPU
+    started each operation, and the rank they waited for (the straggler).
     """
     if baseline:  # checked whole before anything (the root check too) runs
         load_report(baseline)
@@ -107,8 +110,6 @@ def stats_command(probe: ProbeRequest, sort, by, interval, fmt, as_json, output,
     by_collective = by == "collective"
     if gpu_time:
         check_gpu_time(list(probe.command), probe.pids, probe.comm)
-        if by_collective and not probe.command:
-            raise UsageError("--by collective --gpu-time goes with -- COMMAND")
     if by != "function" and interval:
         raise UsageError("--interval goes with --by function")
     if by_collective and NCCL not in apis:

@@ -1,7 +1,9 @@
 """stats --by collective: NCCL's calls traced (not counted in the kernel: their
 counts, datatypes and communicators are in their arguments), kept, joined to
-their kernels' GPU time after the command exits (--gpu-time), and summed per
-collective and rank (analysis/nccl.py)."""
+their kernels' GPU time once tracing ends (--gpu-time: in the environment of
+`-- COMMAND`, or injected into the --pid/--comm processes once the probes are
+in), and summed per operation, size and rank, with the ranks' waits, within
+the run (analysis/nccl.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from cudaprobe.output.base import Reporter
 from cudaprobe.probe import bpfprog
 from cudaprobe.probe.plan import ProbePlan
 from cudaprobe.sessions.gputime import GpuTimeRun
+from cudaprobe.sessions.gputime_attach import GpuTimeAttach
 from cudaprobe.sessions.trace import SessionOptions, TraceSession
 from cudaprobe.targets.selection import Targets
 
@@ -38,23 +41,27 @@ class _Keep(Reporter):
 
 def stats_by_collective(plan: ProbePlan, settings: bpfprog.Settings, command: list[str],
                         targets: Targets | None, notify: Callable[[str], None],
-                        duration: float | None, gpu: GpuTimeRun | None
+                        duration: float | None, gpu: GpuTimeRun | GpuTimeAttach | None,
+                        on_probes_in: Callable[[list[int]], None] | None = None
                         ) -> tuple[StatsReport, int]:
     keep = _Keep()
     per_function = KernelTally(lambda c: c.event)
     session = TraceSession(plan, settings, keep, None, SessionOptions(
         duration=duration, command=command, targets=targets, notify=notify,
-        command_env=gpu.env if gpu is not None else {}))
-    started = time.monotonic()
+        command_env=gpu.env if gpu is not None else {},
+        on_probes_in=on_probes_in))
+    started = time.monotonic_ns()  # CLOCK_MONOTONIC: the clock of the rows and GPU records
     status = session.run()
+    ended = time.monotonic_ns()
     work = gpu.read() if gpu is not None else []
     if work:
         join(keep.kept, work)
     per_function.add(keep.kept)
     s = session.summary
     lost = {k: v for k, v in s.lost.items() if k not in NOT_LOST}
-    report = StatsReport(per_function.functions, time.monotonic() - started, s.libraries,
-                         s.not_found, len(s.in_flight), lost, nccl=collective_stats(keep.kept))
+    report = StatsReport(per_function.functions, (ended - started) / 1e9, s.libraries,
+                         s.not_found, len(s.in_flight), lost,
+                         nccl=collective_stats(keep.kept, (started, ended)))
     if gpu is not None and work:
         report.gpu = gpu_stats(work, gpu.dropped)
     return report, status

@@ -95,7 +95,7 @@ if [[ $PARTS == *" torchrun "* ]] && [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
   python3 - /tmp/desc-nccl /tmp/desc-torchrun/trace.jsonl >> "$txt" <<'PY'
 import collections, json, pathlib, sys
 sys.path.insert(0, "scripts/gpu")
-from nccl_compare import rows as outer_calls  # ncclBcast's own ncclBroadcast left out
+from nccl_rows import rows as outer_calls  # ncclBcast's own ncclBroadcast left out
 rows = collections.Counter()
 for r in outer_calls(pathlib.Path(sys.argv[2]))[0]:
     if r.get("event", "").startswith("nccl"):

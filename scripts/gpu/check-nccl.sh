@@ -1,29 +1,36 @@
 #!/usr/bin/env bash
-# NCCL on two GPUs: scripts/gpu/nccl_workload.py (a torch.distributed job of known
-# collectives) run three times by torchrun on 2 ranks, then checked by
-# scripts/gpu/nccl_compare.py:
-#  A. cudaprobe stats --by collective --gpu-time -- torchrun ...: calls and bytes per
-#     collective and rank as the job made them, 0 lost, busbw beside the job's own
-#     (CUDA events), the slow rank (a sleep before each of 10 reduces) named;
-#  B. cudaprobe trace --api nccl --gpu-time -- torchrun ...: each timed call's NCCL
-#     kernel GPU time beside the CUDA events around it (5%);
-#  C. the job started alone, cudaprobe trace --pid attached to rank 1 mid-run (after
-#     the warm-up, before the timed calls): the calls it made from then on, exactly,
-#     its communicator read from memory as rank 1 of 2, 0 lost.
+# NCCL on two GPUs: scripts/gpu/nccl_waits.py (a torch.distributed job whose
+# rank 1 comes LATE_MS late to each of ITERS iterations of all-reduces of 4 KiB,
+# 4 MiB and 64 MiB, a broadcast and an all-gather; then all-to-all,
+# reduce-scatter, a pipeline's send/recv and a coalesced group, and 64 MiB
+# all-reduces, each timed by CUDA events) run by torchrun on 2 ranks three
+# times, then checked by scripts/gpu/nccl_compare.py:
+#  launched  cudaprobe stats --by collective --gpu-time -- torchrun ...: calls
+#            per operation, size and rank; each rank's wait against the lateness
+#            put in (10%), the straggler; busbw at 64 MiB against the job's
+#            CUDA events (5%), the other timed operations' (10%)
+#  trace     cudaprobe trace --api nccl --gpu-time -- torchrun ...: each timed
+#            64 MiB all-reduce's kernel time beside its events (5%)
+#  attached  the job alone; cudaprobe stats --by collective --gpu-time --pid
+#            RANK0 --pid RANK1 attached while it runs its hold loop (all-reduces
+#            every 50 ms), the job let go once both ranks record GPU time: the
+#            calls from then on, waits and busbw as launched
 # NVLink multicast stays off (the device tool's KINDS.md says why).
-# Results under $OUT: nccl.txt (readable), nccl-compare.json, nccl-files.tar.gz (the rest).
+# Results under $OUT: nccl.txt (the tables and every check), nccl-compare.json,
+# nccl-files.tar.gz (the rest: stats JSON, the job's reports, stderr).
 # Run from the repo root, .gpukit carried: bash scripts/gpu/check-nccl.sh
+# (ITERS, LATE_MS, REPS, TIMED change the job).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-# pure-Python wheels import from their zip where pip could not unpack them
-for w in .whl/*.whl; do [ -e "$w" ] && PYTHONPATH=$PYTHONPATH:$PWD/$w; done
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 TORCHRUN=(/opt/torch/.venv/bin/torchrun --nproc_per_node 2 --master_port 29511)
-JOB=(scripts/gpu/nccl_workload.py --iters 20 --warmup 2 --slow 10 --slow-rank 1 --slow-ms 30)
+JOB=(scripts/gpu/nccl_waits.py --iters "${ITERS:-30}" --late-rank 1 --late-ms "${LATE_MS:-30}"
+     --reps "${REPS:-10}" --timed "${TIMED:-20}")
 txt=$OUT/nccl.txt; : > "$txt"
 say() { echo "$*" >> "$txt"; }
 step() {  # step NAME SECONDS COMMAND...
   local name=$1 limit=$2 start=$SECONDS rc
   shift 2
+  echo "step $name" >&2
   timeout -k 10 "$limit" "$@"
   rc=$?
   say "step $name: exit $rc in $((SECONDS - start)) s"
@@ -35,38 +42,43 @@ step() {  # step NAME SECONDS COMMAND...
   git log --oneline -1 2>/dev/null
 } >> "$txt" 2>&1
 step build-library 120 python3 -m cudaprobe.targets.cupti >> "$txt" 2>&1
-mkdir -p "$OUT"/a "$OUT"/b "$OUT"/c
+mkdir -p "$OUT"/launched "$OUT"/trace "$OUT"/attached
 
-# A: stats --by collective
-step A 100 python3 -m cudaprobe stats --by collective --gpu-time -o "$OUT/a/stats.json" \
-  -- "${TORCHRUN[@]}" "${JOB[@]}" --out "$OUT/a" > "$OUT/a/stats.txt" 2> "$OUT/a/stderr.txt"
-cat "$OUT/a/stats.txt" >> "$txt"
+step launched 240 python3 -m cudaprobe stats --by collective --gpu-time \
+  -o "$OUT/launched/stats.json" -- "${TORCHRUN[@]}" "${JOB[@]}" --out "$OUT/launched" \
+  > "$OUT/launched/stats.txt" 2> "$OUT/launched/stderr.txt"
+sed -n '/^NCCL per operation/,$p' "$OUT/launched/stats.txt" >> "$txt"
 
-# B: trace --gpu-time
-step B 100 python3 -m cudaprobe trace --api nccl --gpu-time -o "$OUT/b/trace.jsonl" \
-  -- "${TORCHRUN[@]}" "${JOB[@]}" --out "$OUT/b" > /dev/null 2> "$OUT/b/stderr.txt"
+step trace 240 python3 -m cudaprobe trace --api nccl --gpu-time -o "$OUT/trace/trace.jsonl" \
+  -- "${TORCHRUN[@]}" "${JOB[@]}" --out "$OUT/trace" > /dev/null 2> "$OUT/trace/stderr.txt"
 
-# C: --pid on rank 1, attached while the job waits between warm-up and timed calls
-start=$SECONDS
-"${TORCHRUN[@]}" "${JOB[@]}" --hold --out "$OUT/c" > "$OUT/c/job.txt" 2>&1 &
+# attached: both ranks by --pid, while the job holds; let go once both record GPU time
+echo "step attached" >&2
+d=$OUT/attached start=$SECONDS
+"${TORCHRUN[@]}" "${JOB[@]}" --hold --out "$d" > "$d/job.txt" 2>&1 &
 job=$!
-while [ ! -s "$OUT/c/ready.1" ] && [ $((SECONDS - start)) -lt 60 ]; do sleep 0.2; done
-if [ -s "$OUT/c/ready.1" ]; then
-  pid=$(cat "$OUT/c/ready.1")
-  python3 -m cudaprobe trace --api nccl --pid "$pid" -o "$OUT/c/trace.jsonl" \
-    2> "$OUT/c/stderr.txt" &
+while [ ! -s "$d/ready.0" ] || [ ! -s "$d/ready.1" ]; do
+  [ $((SECONDS - start)) -lt 120 ] && kill -0 "$job" 2>/dev/null || break
+  sleep 0.2
+done
+if [ -s "$d/ready.0" ] && [ -s "$d/ready.1" ]; then
+  p0=$(cat "$d/ready.0") p1=$(cat "$d/ready.1")
+  timeout -k 10 300 python3 -m cudaprobe stats --by collective --gpu-time --pid "$p0" \
+    --pid "$p1" -o "$d/stats.json" > "$d/stats.txt" 2> "$d/stderr.txt" &
   tracer=$!
-  while ! grep -q "attached to pid $pid" "$OUT/c/stderr.txt" 2>/dev/null \
-      && kill -0 "$tracer" 2>/dev/null && [ $((SECONDS - start)) -lt 90 ]; do sleep 0.2; done
-  touch "$OUT/c/go"
-  timeout 60 tail --pid="$tracer" -f /dev/null || kill -INT "$tracer"
-  say "step C: attached to rank 1 (pid $pid) in $((SECONDS - start)) s"
+  recording() { grep -c "GPU-time library is recording in pid" "$d/stderr.txt" 2>/dev/null; }
+  while [ "$(recording)" != 2 ] && kill -0 "$tracer" 2>/dev/null \
+      && [ $((SECONDS - start)) -lt 240 ]; do sleep 0.2; done
+  say "step attached: ranks $p0 $p1, $(recording) recording GPU time after $((SECONDS - start)) s"
+  touch "$d/go"
+  wait "$tracer"; say "step attached: cudaprobe exit $? in $((SECONDS - start)) s"
 else
-  touch "$OUT/c/go"
-  say "step C: rank 1 never became ready"
+  touch "$d/go"
+  say "step attached: the ranks never became ready"
 fi
-timeout 30 tail --pid="$job" -f /dev/null || kill "$job"
-wait "$job"; say "step C: job exit $?"
+timeout 60 tail --pid="$job" -f /dev/null || kill "$job"
+wait "$job"; say "step attached: job exit $?"
+sed -n '/^Waits on the GPU/,$p' "$d/stats.txt" >> "$txt"
 
 python3 scripts/gpu/nccl_compare.py "$OUT" >> "$txt" 2>&1
 say "compare exit $?"

@@ -1,7 +1,19 @@
-"""Checks check-nccl.sh's three runs against what nccl_workload.py says it made.
+"""Checks check-nccl.sh's runs of nccl_waits.py against what the job says it did.
 
-Usage: nccl_compare.py OUT   (OUT/a, OUT/b, OUT/c as check-nccl.sh leaves them)
-Prints a line per check (PASS/FAIL and the figures) and writes OUT/nccl-compare.json.
+Usage: nccl_compare.py OUT   (OUT/launched, OUT/trace, OUT/attached)
+  launched  stats --by collective --gpu-time -- torchrun ...: calls per
+            operation, size and rank as the job made them; each rank's wait
+            within 10% of the lateness the job put in (ITERS x LATE_MS for
+            the others, none for the late rank), the late rank the
+            straggler, no wait beyond the run; busbw of the 64 MiB
+            all-reduces within 5% of the job's CUDA events, the other timed
+            operations' within 10%
+  trace     trace --api nccl --gpu-time -- torchrun ...: each timed 64 MiB
+            all-reduce's NCCL kernel time beside its own CUDA events (5%)
+  attached  the job alone, stats --by collective --gpu-time --pid RANK0 --pid
+            RANK1 attached while it ran (its hold loop): the calls after the
+            hold, exactly, and the waits and busbw as launched
+Prints a line per check (PASS/FAIL and the figures), writes OUT/nccl-compare.json.
 """
 
 from __future__ import annotations
@@ -10,7 +22,12 @@ import json
 import sys
 from pathlib import Path
 
-TOLERANCE = 0.05
+sys.path.insert(0, str(Path(__file__).parent))
+from nccl_rows import gpu_ns, rows  # noqa: E402 - beside this script
+
+WAIT_TOLERANCE = 0.10  # of the lateness put in
+BUSBW_64M = 0.05
+BUSBW_OTHER = 0.10
 results: list[dict] = []
 
 
@@ -24,132 +41,94 @@ def jobs(d: Path) -> dict[int, dict]:
     return {r["rank"]: r for r in (json.loads(p.read_text()) for p in d.glob("rank.*.json"))}
 
 
-def functions(op: dict) -> set[str]:
-    return set(op["function"].split("|"))
-
-
-def rows(path: Path) -> tuple[list[dict], dict]:
-    """The trace's NCCL calls, but those made inside another of their thread
-    (ncclBcast's ncclBroadcast), in time order; and its summary."""
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    calls, last = [], {}
-    for c in sorted(lines[:-1], key=lambda c: c["ts_ns"]):
-        outer = last.get((c["pid"], c["tid"]))
-        end = c["ts_ns"] + (c["duration_ns"] or 0)
-        if outer is not None and outer[0] <= c["ts_ns"] and end <= outer[1]:
-            continue
-        last[(c["pid"], c["tid"])] = (c["ts_ns"], end)
-        calls.append(c)
-    return calls, lines[-1]["summary"]
-
-
-def stats_run(d: Path) -> None:
+def stats_run(label: str, d: Path, after_hold: bool) -> None:
     report, job = json.loads((d / "stats.json").read_text()), jobs(d)
-    check("A lost", report["lost_total"] == 0, lost=report["lost"])
+    check(f"{label} lost", report["lost_total"] == 0, lost=report["lost"])
+    check(f"{label} ranks", len(job) >= 2, ranks=sorted(job))
     table = report["nccl"]["collectives"]
     for rank, j in sorted(job.items()):
         mine = [r for r in table if r["rank"] == rank]
-        check(f"A rank {rank} nranks", all(r["nranks"] == j["world"] for r in mine),
-              rows=len(mine))
+        check(f"{label} rank {rank} communicator known", bool(mine) and all(
+            r["nranks"] == j["world"] and r["pid"] == j["pid"] for r in mine), rows=len(mine))
         for name, op in j["ops"].items():
-            found = [r for r in mine if r["event"] in functions(op)]
-            calls = op["warmup_calls"] + op["timed_calls"]
+            found = [r for r in mine if r["nccl_tests"] == op["nccl_tests"]
+                     and r["size"] == op["size"]]
+            want = op["main"] + (0 if after_hold else op["warmup"])
             got = sum(r["calls"] for r in found)
-            nbytes = sum(r["bytes"] for r in found)
-            check(f"A rank {rank} {name} calls and bytes",
-                  got == calls and nbytes == calls * op["size"]
-                  and not any(r["failed"] for r in found),
-                  events=[r["event"] for r in found], calls=got, want=calls, bytes=nbytes,
-                  want_bytes=calls * op["size"])
-            if found and found[0]["busbw_gbps"]:
-                ratio = found[0]["busbw_gbps"] / op["busbw_gbps"]
-                check(f"A rank {rank} {name} busbw", abs(ratio - 1) <= 0.10,
-                      cudaprobe=found[0]["busbw_gbps"], job=round(op["busbw_gbps"], 3),
-                      ratio=round(ratio, 4), gpu_calls=found[0]["gpu_calls"])
-            else:
-                check(f"A rank {rank} {name} busbw", False, why="no GPU time joined")
-        slow = [r for r in mine if r["event"] == "ncclReduce"]
-        check(f"A rank {rank} slow reduces", sum(r["calls"] for r in slow) == j["slow"],
-              calls=sum(r["calls"] for r in slow))
-    waits = report["nccl"]["stragglers"]
-    slow_rank = next(iter(job.values()))["slow_rank"]
-    named = [w["straggler"] for w in waits]
-    check("A straggler named", bool(waits) and waits[0]["straggler"] == slow_rank,
-          named=named, want=slow_rank,
-          waits=[{r["rank"]: (r["last"], r["caused_ns"]) for r in w["ranks"]} for w in waits])
-
-
-def gpu_ns(calls: list[dict]) -> dict[int, int]:
-    """index in `calls` -> GPU ns: its own, or its group's where it is a group's one call."""
-    out, depth, members = {}, {}, {}
-    for i, c in enumerate(calls):
-        key = (c["pid"], c["tid"])
-        if c["event"] == "ncclGroupStart":
-            depth[key] = depth.get(key, 0) + 1
-        elif c["event"] == "ncclGroupEnd" and depth.get(key):
-            depth[key] -= 1
-            group = members.pop(key, []) if depth[key] == 0 else []
-            if c.get("gpu") and len(group) == 1:
-                out[group[0]] = c["gpu"]["duration_ns"]
-        elif c["category"] in ("collective", "p2p"):
-            if c.get("gpu"):
-                out[i] = c["gpu"]["duration_ns"]
-            if depth.get(key):
-                members.setdefault(key, []).append(i)
-    return out
+            check(f"{label} rank {rank} {name} calls", got == want and not any(
+                r["failed"] for r in found), operations=[r["operation"] for r in found],
+                calls=got, want=want)
+            if "busbw_joined_gbps" not in op:
+                continue
+            row = max(found, key=lambda r: r["calls"], default=None)
+            if row is None or row["busbw_gbps"] is None:
+                check(f"{label} rank {rank} {name} busbw", False, why="no GPU time", row=row)
+                continue
+            ratio = row["busbw_gbps"] / op["busbw_joined_gbps"]
+            bound = BUSBW_64M if name == "all_reduce_64m" else BUSBW_OTHER
+            check(f"{label} rank {rank} {name} busbw", abs(ratio - 1) <= bound
+                  and row["timed_by"] == "gpu", cudaprobe=row["busbw_gbps"],
+                  job_joined=round(op["busbw_joined_gbps"], 2),
+                  job_own_events=round(op["busbw_own_gbps"], 2), ratio=round(ratio, 4),
+                  bound=bound, timed_by=row["timed_by"], timed_calls=row["timed_calls"])
+    waits = [w for w in report["nccl"]["waits"] if w["nranks"] == len(job)]
+    if not waits:
+        check(f"{label} waits", False, why="no communicator of every rank", waits=waits)
+        return
+    world = max(waits, key=lambda w: w["measured"])
+    any_job = next(iter(job.values()))
+    put_in_ms = any_job["iters"] * any_job["late_ms"]
+    by_rank = {r["rank"]: r for r in world["ranks"]}
+    check(f"{label} straggler", world["straggler"] == any_job["late_rank"],
+          named=world["straggler"], want=any_job["late_rank"], matched=world["matched"],
+          measured=world["measured"])
+    for rank, j in sorted(job.items()):
+        r = by_rank.get(rank)
+        got_ms = None if r is None or r["waited_ns"] is None else r["waited_ns"] / 1e6
+        check(f"{label} rank {rank} waited", got_ms is not None and abs(
+            got_ms - j["expected_wait_ms"]) <= WAIT_TOLERANCE * put_in_ms,
+            cudaprobe_ms=None if got_ms is None else round(got_ms, 2),
+            put_in_ms=j["expected_wait_ms"], bound_ms=WAIT_TOLERANCE * put_in_ms,
+            last=None if r is None else r["last"])
+    longest = max((r["waited_ns"] or 0 for w in report["nccl"]["waits"] for r in w["ranks"]),
+                  default=0)
+    check(f"{label} no wait beyond the run", longest <= report["duration_s"] * 1e9,
+          longest_ms=round(longest / 1e6, 2), run_s=report["duration_s"])
 
 
 def trace_run(d: Path) -> None:
     calls, summary = rows(d / "trace.jsonl")
     job = jobs(d)
-    check("B lost", summary["lost_total"] == 0, lost=summary.get("lost"))
+    check("trace lost", summary["lost_total"] == 0, lost=summary.get("lost"))
     gpu = gpu_ns(calls)
     for rank, j in sorted(job.items()):
-        for name, op in j["ops"].items():
-            mine = [i for i, c in enumerate(calls) if c["pid"] == j["pid"]
-                    and c["event"] in functions(op)]
-            timed = mine[-op["timed_calls"]:]
-            got = [gpu.get(i) for i in timed]
-            events_ns = [ms * 1e6 for ms in op["event_ms"]]
-            if len(mine) != op["warmup_calls"] + op["timed_calls"] or None in got:
-                check(f"B rank {rank} {name} GPU time", False, calls=len(mine),
-                      joined=sum(g is not None for g in got))
-                continue
-            ratio = sum(got) / sum(events_ns)
-            worst = max(abs(g / e - 1) for g, e in zip(got, events_ns))
-            check(f"B rank {rank} {name} GPU time", abs(ratio - 1) <= TOLERANCE,
-                  cudaprobe_ms=round(sum(got) / 1e6, 3), events_ms=round(sum(events_ns) / 1e6, 3),
-                  ratio=round(ratio, 4), worst_call=round(worst, 4))
-
-
-def pid_run(d: Path) -> None:
-    calls, summary = rows(d / "trace.jsonl")
-    job = jobs(d)
-    j = job.get(1)
-    check("C lost", summary["lost_total"] == 0, lost=summary.get("lost"))
-    if j is None:
-        check("C job", False, why="rank 1 wrote no report")
-        return
-    pids = {c["pid"] for c in calls}
-    check("C only rank 1", pids == {j["pid"]}, pids=sorted(pids))
-    for name, op in j["ops"].items():
-        got = sum(c["event"] in functions(op) for c in calls)
-        check(f"C {name} calls", got == op["timed_calls"], calls=got, want=op["timed_calls"])
-    slow = sum(c["event"] == "ncclReduce" for c in calls)
-    check("C slow reduces", slow == j["slow"], calls=slow)
-    ranks = {(c["args"].get("rank"), c["args"].get("nranks")) for c in calls
-             if c["category"] in ("collective", "p2p")}
-    check("C communicator read from memory", ranks == {(1, j["world"])}, seen=sorted(
-        ranks, key=str))
+        op = j["ops"]["all_reduce_64m"]
+        mine = [i for i, c in enumerate(calls) if c["pid"] == j["pid"]
+                and c["event"] == "ncclAllReduce" and c["args"].get("bytes") == op["size"]]
+        timed = mine[-op["timed_calls"]:]
+        got = [gpu.get(i) for i in timed]
+        events_ns = [ms * 1e6 for ms in op["event_ms_by_rank"][rank]]
+        if len(timed) != op["timed_calls"] or None in got:
+            check(f"trace rank {rank} 64 MiB all-reduce GPU time", False, calls=len(mine),
+                  joined=sum(g is not None for g in got))
+            continue
+        ratio = sum(got) / sum(events_ns)
+        worst = max(abs(g / e - 1) for g, e in zip(got, events_ns))
+        check(f"trace rank {rank} 64 MiB all-reduce GPU time", abs(ratio - 1) <= BUSBW_64M,
+              cudaprobe_ms=round(sum(got) / 1e6, 3), events_ms=round(sum(events_ns) / 1e6, 3),
+              ratio=round(ratio, 4), worst_call=round(worst, 4))
 
 
 def main() -> int:
     out = Path(sys.argv[1])
-    for name, run in (("a", stats_run), ("b", trace_run), ("c", pid_run)):
+    runs = (("launched", lambda: stats_run("launched", out / "launched", False)),
+            ("trace", lambda: trace_run(out / "trace")),
+            ("attached", lambda: stats_run("attached", out / "attached", True)))
+    for name, run in runs:
         try:
-            run(out / name)
+            run()
         except Exception as e:  # one run's failure does not lose the others' checks
-            check(f"{name.upper()} readable", False, error=repr(e))
+            check(f"{name} readable", False, error=repr(e))
     (out / "nccl-compare.json").write_text(json.dumps(results, indent=1))
     failed = [r["check"] for r in results if not r["ok"]]
     print(f"{len(results) - len(failed)} of {len(results)} checks passed"

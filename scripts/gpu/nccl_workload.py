@@ -1,4 +1,4 @@
-"""A torch.distributed job of known NCCL calls, for scripts/gpu/check-nccl.sh.
+"""A torch.distributed job of known NCCL calls, for scripts/gpu/check-descendants.sh.
 
 Run by torchrun, one process a GPU. Each rank makes, in order:
   warm-up   WARMUP of each: all_reduce, all_gather_into_tensor,

@@ -25,7 +25,7 @@ import pytest
 from cudaprobe.sessions.gputime_attach import GpuTimeAttach
 from cudaprobe.targets import injectable
 
-from ..conftest import HANG_S, REPO
+from ..conftest import HANG_S, REPO, build_workload
 from .conftest import build_cuda_workload, trace_jsonl
 from .running import Lines
 from .test_serve_prometheus import free_port
@@ -194,6 +194,34 @@ def test_trace_and_stats_with_pid(tmp_path, target_exe, fake_cupti):
     finally:
         out, status = t.finish()
     assert (out, status) == (UNTRACED, 5)
+
+
+def test_stats_by_collective_with_pid(libcuda, libnccl, fake_cupti):
+    """stats --by collective --gpu-time on a running process (as on a job's
+    ranks, each by --pid): the library is injected at its CUDA calls and its
+    GPU records read; the NCCL rows are joined to them (none here: the
+    program maps libnccl but makes no NCCL call)."""
+    cuda, nccl = str(libcuda.parent), str(libnccl.parent)
+    exe = build_workload("inject_target.c", "inject_target_nccl", extra=[
+        f"-L{cuda}", "-lcuda", f"-Wl,-rpath,{cuda}", "-Wl,--no-as-needed", f"-L{nccl}",
+        "-l:libnccl.so.2", f"-Wl,-rpath,{nccl}", "-Wl,--as-needed"])
+    t = Target([str(exe), "1", "0"])
+    env = {**os.environ, "CUDAPROBE_CUPTI": str(fake_cupti)}
+    try:
+        stats = subprocess.run([sys.executable, "-m", "cudaprobe", "stats", "--by", "collective",
+                                "--pid", str(t.pid), "--gpu-time", "--json", "-d", "1"],
+                               capture_output=True, text=True, timeout=HANG_S, env=env)
+        assert stats.returncode == 0, stats.stderr
+        assert f"--gpu-time: the GPU-time library is recording in pid {t.pid}" in stats.stderr
+        report = json.loads(stats.stdout)
+        assert [(k["name"], k["calls"]) for k in report["gpu"]["kernels"]] == [
+            ("fake_attached_kernel", 1)]
+        assert report["nccl"] == {"collectives": [], "waits": []}
+        assert report["libraries"] == [str(libnccl.resolve())]
+        t.wait_settled()
+    finally:
+        out, status = t.finish()
+    assert (out, status) == (UNTRACED, 0)
 
 
 def test_python_program(target_exe, fake_cupti, libcudart, libcuda):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -19,9 +20,9 @@ import pytest
 from cudaprobe.catalogue.generated import ENUMS
 from cudaprobe.targets.nccl_comm import comm_layout
 
-from ..conftest import NCCL_HOME, build_workload
+from ..conftest import NCCL_HOME, build_workload, cudaprobe_cmd
 from .conftest import expected_calls, run_cudaprobe, trace_jsonl
-from .running import WAIT_S, Lines, Tracing
+from .running import WAIT_S, Lines, Tracing, started
 
 SIZES = {"ncclInt8": 1, "ncclUint8": 1, "ncclInt32": 4, "ncclUint32": 4, "ncclInt64": 8,
          "ncclUint64": 8, "ncclFloat16": 2, "ncclFloat32": 4, "ncclFloat64": 8,
@@ -201,22 +202,117 @@ def test_a_communicator_made_before_the_attach_is_read_from_memory(tmp_path, lib
         assert (call["rank"], call["world_size"]) == (2, 5)
 
 
-def test_stats_by_collective_sums_each_collective(tmp_path, libnccl):
+# nccl-tests' size of an operation on n ranks, from the bytes its calls
+# passed: (its name in nccl-tests, the size)
+def nccl_tests_size(calls: list[dict], nbytes: list[int], n: int) -> tuple[str | None, int]:
+    events = [c["event"] for c in calls]
+    if len(calls) == 1:
+        times_n = {"ncclAllGather": "all_gather", "ncclReduceScatter": "reduce_scatter",
+                   "ncclAlltoAll": "alltoall", "ncclGather": "gather"}
+        alone = {"ncclAllReduce": "all_reduce", "ncclBcast": "broadcast", "ncclSend": "send",
+                 "ncclRecv": "recv"}
+        if events[0] in times_n:
+            return times_n[events[0]], nbytes[0] * n
+        return alone[events[0]], nbytes[0]
+    if events == ["ncclSend", "ncclRecv"]:
+        return "sendrecv", nbytes[0]
+    if set(events) == {"ncclSend", "ncclRecv"}:  # one of each with every rank
+        return "alltoall", nbytes[0] * n
+    assert set(events) == {"ncclAllReduce"}
+    return "all_reduce", sum(nbytes)
+
+
+TEST_TYPES = {"ncclFloat32": "float", "ncclBfloat16": "bfloat16", "ncclInt64": "int64",
+              "ncclInt8": "int8", "ncclFloat64": "double", "ncclInt32": "int32",
+              "ncclFloat16": "half"}
+
+
+def group_name(events: list[str]) -> str:
+    counts: dict[str, int] = {}
+    for e in events:
+        counts[e] = counts.get(e, 0) + 1
+    return "ncclGroup[" + "+".join(f"{n} {e}" if n > 1 else e for e, n in counts.items()) + "]"
+
+
+def test_stats_by_collective_a_row_per_operation_and_size(tmp_path, libnccl):
+    """--pid on nccl_sizes.c: collectives of several sizes and datatypes,
+    alone and in groups, on a communicator of rank 1 of 4 (read from the
+    process's memory): a row per operation, size and datatype with the bytes
+    the calls passed, nccl-tests' size, count and type, as many calls as the
+    program made. NCCL refused every one (no GPU): all failed, no time, no
+    bandwidth."""
+    layout = comm_layout(str(libnccl))
+    assert layout is not None
+    d = str(libnccl.parent)
+    exe = build_workload("nccl_sizes.c", extra=[f"-I{NCCL_HOME / 'include'}", f"-L{d}",
+                                                "-l:libnccl.so.2", f"-Wl,-rpath,{d}"])
+    workload = started(subprocess.Popen([str(exe), str(layout.rank_offset),
+                                         str(layout.nranks_offset)], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True))
+    out = Lines(workload.stdout)
+    made = json.loads(out.wait_for(lambda s: s.startswith('{"pid"'), "its pid"))
+    report = tmp_path / "stats.json"
+    stats = started(subprocess.Popen(cudaprobe_cmd(
+        "stats", "--by", "collective", "--pid", str(made["pid"]), "-o", str(report)),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    err = Lines(stats.stderr)
+    err.wait_for(lambda s: f"attached to pid {made['pid']}" in s, "the attach")
+    workload.stdin.write("go\n")
+    workload.stdin.flush()
+    out.wait_for(lambda s: s.startswith('{"done"'), "done")
+    stats.send_signal(signal.SIGINT)
+    assert stats.wait(timeout=WAIT_S) == 0, err.text()
+    workload.stdin.close()
+    assert workload.wait(timeout=WAIT_S) == 0
+    document = json.loads(report.read_text())
+    assert document["lost_total"] == 0
+    names = ENUMS["ncclDataType_t"]
+    kinds = [k for k in expected_calls(out.text()) if "times" in k]
+    rows = document["nccl"]["collectives"]
+    assert len(rows) == len(kinds) == 11
+    by_key = {(r["operation"], r["bytes"], r["type"]): r for r in rows}
+    for kind in kinds:
+        calls = kind["calls"]
+        datatype = names[calls[0]["datatype"]]
+        nbytes = [c["count"] * SIZES[names[c["datatype"]]] for c in calls]
+        test, size = nccl_tests_size(calls, nbytes, made["nranks"])
+        events = [c["event"] for c in calls]
+        name = events[0] if len(events) == 1 else group_name(events)
+        row = by_key[(name, sum(nbytes), TEST_TYPES[datatype])]
+        assert row == {
+            "operation": name, "nccl_tests": test, "pid": made["pid"], "rank": made["rank"],
+            "nranks": made["nranks"], "bytes": sum(nbytes), "size": size,
+            "count": size // SIZES[datatype], "type": TEST_TYPES[datatype],
+            "calls": kind["times"], "failed": kind["times"], "timed_by": "host",
+            "timed_calls": 0, "time_ns": None, "kernel_avg_ns": None, "host_avg_ns": None,
+            "algbw_gbps": None, "busbw_gbps": None, "bus_factor": row["bus_factor"]}, row
+    assert document["nccl"]["waits"] == []  # one process
+
+
+def test_stats_by_collective_without_the_number_of_ranks(tmp_path, libnccl):
+    """nccl_calls.c's communicator is no known one: each collective is a row
+    with the bytes its call passed, and nccl-tests' size where it does not
+    depend on the number of ranks."""
     exe = nccl_calls(libnccl)
     out = tmp_path / "stats.json"
     proc = run_cudaprobe("stats", "--by", "collective", "-o", str(out), "--lib", str(libnccl),
                          "--", str(exe))
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
+    names = ENUMS["ncclDataType_t"]
     truth = [t for t in expected_calls(proc.stdout) if "datatype" in t]
-    rows = {r["event"]: r for r in report["nccl"]["collectives"]}
+    rows = {r["operation"]: r for r in report["nccl"]["collectives"]}
     assert set(rows) == {t["event"] for t in truth}
+    times_n = {"ncclAllGather", "ncclReduceScatter", "ncclAlltoAll", "ncclGather", "ncclScatter"}
     for t in truth:
         row = rows[t["event"]]
-        # every one failed (no GPU): counted, but no bytes moved
-        assert (row["calls"], row["failed"], row["bytes"]) == (1, 1, 0), row
-        assert (row["rank"], row["nranks"]) == (None, None)
-    assert report["nccl"]["stragglers"] == []  # one process
+        count = next(t[k] for k in ("count", "sendcount", "recvcount") if k in t)
+        nbytes = count * SIZES[names[t["datatype"]]]
+        # every one failed (no GPU): counted, but no time
+        assert (row["calls"], row["failed"], row["time_ns"]) == (1, 1, None), row
+        assert (row["rank"], row["nranks"], row["bytes"]) == (None, None, nbytes)
+        assert row["size"] == (None if t["event"] in times_n else nbytes), row
+    assert report["nccl"]["waits"] == []  # one process
     assert report["lost_total"] == 0
     assert {f["event"] for f in report["functions"]} >= {"ncclCommInitRank", "ncclAllReduce"}
     refused = run_cudaprobe("stats", "--by", "collective", "--api", "runtime", "--", "true")

@@ -14,7 +14,8 @@ import pytest
 from rich.console import Console
 
 from cudaprobe.analysis.gpustats import GpuRow, GpuStats
-from cudaprobe.analysis.nccl import CollectiveRow, NcclStats
+from cudaprobe.analysis.nccl import NcclStats, SizeRow
+from cudaprobe.analysis.nccl_shapes import MIXED
 from cudaprobe.analysis.stats import FunctionStats, StatsReport
 from cudaprobe.analysis.stats_compare import Change
 from cudaprobe.analysis.summary import Untraced
@@ -122,7 +123,8 @@ def test_every_view_escapes_the_process_controlled_text():
                                         min_ns=5, max_ns=5)],
                          untraced=[Untraced(7, HOSTILE, 1.0, "the attach")],
                          gpu=GpuStats([GpuRow(HOSTILE, [10])], [GpuRow(HOSTILE, [10], 8)]),
-                         nccl=NcclStats([CollectiveRow(HOSTILE, 7, 0, 2, calls=1)], []))
+                         nccl=NcclStats([SizeRow(HOSTILE, MIXED, 7, 0, 2, 8, 8, 2, HOSTILE,
+                                                 calls=1)], []))
     render_stats(report, console)
     checks.append(out.getvalue())
     # memory: the live table (process name) and the leak report (name, call site)
