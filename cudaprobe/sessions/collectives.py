@@ -41,15 +41,14 @@ class _Keep(Reporter):
 
 def stats_by_collective(plan: ProbePlan, settings: bpfprog.Settings, command: list[str],
                         targets: Targets | None, notify: Callable[[str], None],
-                        duration: float | None, gpu: GpuTimeRun | GpuTimeAttach | None,
-                        on_probes_in: Callable[[list[int]], None] | None = None
+                        duration: float | None, gpu: GpuTimeRun | GpuTimeAttach | None
                         ) -> tuple[StatsReport, int]:
     keep = _Keep()
     per_function = KernelTally(lambda c: c.event)
     session = TraceSession(plan, settings, keep, None, SessionOptions(
         duration=duration, command=command, targets=targets, notify=notify,
         command_env=gpu.env if gpu is not None else {},
-        on_probes_in=on_probes_in))
+        gpu_attach=gpu if isinstance(gpu, GpuTimeAttach) else None))
     started = time.monotonic_ns()  # CLOCK_MONOTONIC: the clock of the rows and GPU records
     status = session.run()
     ended = time.monotonic_ns()

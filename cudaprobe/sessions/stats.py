@@ -153,7 +153,7 @@ def count(probing: Probing, notify: Callable[[str], None], console: Console,
     try:
         if by == "collective":
             report, status = stats_by_collective(plan, settings, command, probing.targets,
-                                                 notify, request.duration, gpu, on_probes_in)
+                                                 notify, request.duration, gpu)
         elif by == "kernel":
             report, status = stats_by_kernel(plan, settings, command, probing.targets, notify,
                                              request.duration, command_env, gpu_attach)
