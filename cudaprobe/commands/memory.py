@@ -64,7 +64,7 @@ def memory_command(probe: ProbeRequest, stacks, py_stacks, interval, fmt, as_jso
     command = list(probe.command)
 
     def session(probing: Probing) -> int:
-        stream, json_out, human = report_output(output, force, fmt, as_json)
+        stream, json_out, human = report_output(output, force, fmt, as_json, bool(command))
         notify = probing.begin("tracking memory:")
         memory: MemorySession
 

@@ -19,13 +19,17 @@ from cudaprobe.output.text import escape
 
 
 def report_output(output: str | None, force: bool, fmt: str | None,
-                  as_json: bool) -> tuple[OutputStream, bool, Console]:
+                  as_json: bool, command: bool = False) -> tuple[OutputStream, bool, Console]:
     """Where a report goes: the -o stream (stdout without it), whether it is JSON
     (-f json, --json, or -o FILE.json), and the console for the human report:
-    stdout, unless the JSON goes there."""
+    stdout, unless the JSON goes there. JSON for stdout with a -- COMMAND and
+    no -o is refused: the command writes there too, and `| jq` would read both."""
     if as_json and fmt not in (None, "json"):
         raise UsageError(f"--json and -f {fmt} disagree: give one (--json is -f json)")
     as_json = format_of_output("json" if as_json else fmt, output, REPORT_EXTENSIONS) == "json"
+    if as_json and command and output is None:
+        raise UsageError("the JSON report would share stdout with the command's own output",
+                         fix="give -o FILE for the report, or -o - to share stdout all the same")
     stream = open_output(output, force)
     return stream, as_json, make_console(
         sys.stderr if as_json and isinstance(stream, StdoutStream) else sys.stdout)

@@ -192,7 +192,8 @@ def report_stats(probing: Probing, request: StatsRequest) -> int:
     returns the exit status for cudaprobe."""
     r = request
     before = load_report(r.baseline) if r.baseline else None
-    stream, json_out, human = report_output(r.output, r.force, r.fmt, r.as_json)
+    stream, json_out, human = report_output(r.output, r.force, r.fmt, r.as_json,
+                                            bool(probing.request.command))
     notify = probing.begin("counting")
     report, status = count(probing, notify, human, r.by, r.interval, r.sort, r.gpu_time)
     document = report.to_dict(r.sort)

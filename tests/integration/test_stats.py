@@ -10,6 +10,8 @@ import re
 import signal
 import subprocess
 
+import pytest
+
 from cudaprobe.catalogue.enums import error_name
 
 from ..conftest import build_workload, cudaprobe_cmd
@@ -189,3 +191,20 @@ def test_every_return_code_counted_past_the_codes_a_record_holds(tmp_path):
     [f] = report["functions"]
     assert f["count"] == 70 and f["failed"] == 60
     assert f["errors"] == {error_name("runtime", code): 10 for code in range(1, 7)}
+
+
+@pytest.mark.parametrize("command", ["stats", "memory"])
+def test_a_json_report_never_shares_stdout_with_the_command_unasked(tmp_path, libcudart, command):
+    """`stats -f json -- CMD | jq` would read the command's output and the report
+    together: refused in one line before anything runs; with -o - (asked for),
+    both go to stdout, the report after the command's line."""
+    refused = run_cudaprobe(command, "-f", "json", "--lib", str(libcudart), "--", "sh", "-c",
+                            "echo RAN")
+    assert refused.returncode == 2 and refused.stdout == ""
+    (line,) = refused.stderr.splitlines()
+    assert line.startswith("cudaprobe: the JSON report would share stdout") and "-o FILE" in line
+    asked = run_cudaprobe(command, "-f", "json", "-o", "-", "--lib", str(libcudart), "--", "sh",
+                          "-c", "echo RAN")
+    assert asked.returncode == 0, asked.stderr
+    first, _, report = asked.stdout.partition("\n")
+    assert first == "RAN" and json.loads(report)["cudaprobe"] == command
