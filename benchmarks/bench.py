@@ -163,7 +163,7 @@ class Bench:
 
     def stats(self, w: list[str]) -> dict:
         p, cpu = run_measured(cudaprobe("stats", "--lib", self.lib, "-e", self.func, "--json",
-                                        "--", *w), 600, self.tree)
+                                        "-o", "-", "--", *w), 600, self.tree)
         res = workload_result(p.stdout)
         m = re.search(r'"count":\s*(\d+)', p.stdout)
         return {"result": res, "events": int(m.group(1)) if m else None,
