@@ -9,6 +9,7 @@ trace goes on without it. docs/gputime.md says what is done, step by step.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import struct
 import threading
@@ -120,7 +121,11 @@ class GpuTimeAttach:
             self._joined.add((pid, image))
         try:
             why = self._attach(pid)
-        except (OSError, CudaprobeError) as e:
+        except ProcessLookupError:
+            why = "it has exited"
+        except OSError as e:  # ESRCH from ptrace or /proc: it was killed meanwhile
+            why = "it has exited" if e.errno == errno.ESRCH else str(e)
+        except CudaprobeError as e:
             why = str(e)
         except Exception as e:  # noqa: BLE001 - bcc raises bare Exception: one line, trace on
             why = f"the safe-point probes failed: {str(e).splitlines()[0]}"
@@ -170,7 +175,9 @@ class GpuTimeAttach:
                 process, self.libraries(),
                 lambda mem, control: self._started(process, mem, control), release,
                 self._stopping)
-        except (OSError, CudaprobeError) as e:
+        except OSError as e:
+            why = "it has exited" if e.errno == errno.ESRCH else str(e)
+        except CudaprobeError as e:
             why = str(e)
         except Exception as e:  # noqa: BLE001 - bcc raises bare Exception: one line, trace on
             why = f"the safe-point probes failed: {str(e).splitlines()[0]}"

@@ -258,6 +258,11 @@ class Injector:
         if filtered:
             return (f"its threads that make CUDA calls run under a seccomp filter, {SECCOMP_WHY}:"
                     " it runs on untouched")
+        if not process.alive():
+            return "it has exited"
+        stopped = refusal(pid)
+        if stopped.startswith(("it is stopped", "it is a zombie", "it has exited")):
+            return stopped  # (stopped or gone while the safe point waited)
         return (f"no thread of it entered a CUDA call within {SAFE_POINT_S:.0f} s "
                    "(the safe point the library is loaded at): it runs on untouched")
 

@@ -43,6 +43,9 @@ def refusal(pid: int, ours: bool = False) -> str:
         return "it has exited"
     if state.startswith("Z"):
         return "it is a zombie"
+    if state.startswith(("T", "t")):
+        return ("it is stopped (SIGSTOP, job control or a debugger): no thread of it can reach "
+                "a CUDA call, where the library is loaded; it runs on untouched")
     try:
         with open(YAMA) as f:
             if f.read().strip() == "3":

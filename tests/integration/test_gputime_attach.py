@@ -284,6 +284,17 @@ def test_refusals(target_exe, fake_cupti):
     finally:
         no_cuda.kill()
         no_cuda.wait()
+    t = Target([str(target_exe), "1", "0"])
+    try:  # stopped: said at once, not after waiting out the safe point
+        os.kill(t.pid, signal.SIGSTOP)
+        while injectable.status_field("State", t.pid)[0] != "T":
+            time.sleep(0.01)
+        assert _refused(t, fake_cupti).startswith("it is stopped (SIGSTOP, job control or a "
+                                                  "debugger)")
+        assert t.loaded() == 0
+    finally:
+        os.kill(t.pid, signal.SIGCONT)
+        assert t.finish() == (UNTRACED, 0)
     zombie = subprocess.Popen(["true"])
     while injectable.status_field("State", zombie.pid)[0] != "Z":
         time.sleep(0.01)
