@@ -28,7 +28,7 @@ from cudaprobe.probe.event import STOPPED, STOPPING, TARGET_TRACED, TRACING
 from cudaprobe.probe.load import retry_interrupted
 from cudaprobe.probe.opengate import GateUnavailable, Hand, OpenGate
 from cudaprobe.probe.plan import Attachment, ProbePlan
-from cudaprobe.targets.openfile import OpenedFile
+from cudaprobe.targets.openfile import OpenedFile, proc_base
 from cudaprobe.targets.procmaps import map_lines, process_name, thread_group
 
 # EINVAL at attach: almost always another tracer's uprobe at the same address
@@ -107,6 +107,7 @@ class Attacher:
         self._linked_at_open: list[tuple[int, str, bool]] = []
         self._comm = b""  # --comm's name, as the kernel keeps it (15 bytes)
         self.processes: set[int] = set()  # every process given links, for the summary
+        self._said_leaderless: set[int] = set()
         self._closer = LinkCloser()
 
     def attach_all(self) -> None:
@@ -165,9 +166,20 @@ class Attacher:
         (ESRCH) gets none, quietly: its exit is reported by whoever follows it."""
         links = self._pid_links.setdefault(pid, [])
         self.processes.add(pid)
+        # a process whose main thread has exited (pthread_exit): the kernel finds its
+        # memory through that thread, and a link given its pid puts no breakpoint in
+        # it; links on the whole library instead (the `targets` map keeps the
+        # calls to its own), said once
+        whole = proc_base(pid) != f"/proc/{pid}"
+        if whole and pid not in self._said_leaderless:
+            self._said_leaderless.add(pid)
+            self.notify(f"pid {pid}: its main thread has exited (pthread_exit), and the kernel "
+                        "puts no per-process probe in such a process: its libraries are probed "
+                        "for every process while it runs (others mapping them take a trap, "
+                        "and are not traced)")
         for atts in libraries.values():
             try:
-                links += self._attach_multi(atts, pid)
+                links += self._attach_multi(atts, 0 if whole else pid)
             except ProcessGone:
                 return
 

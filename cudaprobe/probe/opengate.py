@@ -132,6 +132,12 @@ class OpenGate:
         number of file systems watched; one the kernel refuses is left out."""
         if self._fd < 0:
             return 0
+        # a process cudaprobe starts meanwhile must never exec while the thread that
+        # started it holds the GIL: a vfork'd child (CPython's default) keeps its
+        # parent stopped until its exec, which would wait on the gate's thread,
+        # which would wait for the GIL. fork, then exec, instead
+        subprocess._USE_VFORK = False  # type: ignore[attr-defined]
+        subprocess._USE_POSIX_SPAWN = False  # type: ignore[attr-defined]
         seen: set[int] = set()
         for where, kind in mount_points():
             if kind in PSEUDO:

@@ -117,6 +117,32 @@ class Mapped:
     name: str  # how users are shown it
 
 
+def _state(path: str) -> bytes:
+    """The state letter in a /proc .../stat file (b"" if gone)."""
+    try:
+        with open(path, "rb") as f:  # bytes: its comm may be any
+            return f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return b""
+
+
+def proc_base(pid: int) -> str:
+    """Where /proc shows the process: /proc/PID, or, when its main thread has
+    exited (pthread_exit: a zombie leader) while other threads run on, the
+    /proc/PID/task/TID of one of those, whose files (maps, root, ns) are the
+    process's, where the leader's are empty or gone."""
+    if _state(f"/proc/{pid}/stat") != b"Z":
+        return f"/proc/{pid}"
+    try:
+        tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if t != str(pid))
+    except OSError:
+        return f"/proc/{pid}"
+    for tid in tids:
+        if _state(f"/proc/{pid}/task/{tid}/stat") not in (b"", b"Z", b"X", b"x"):
+            return f"/proc/{pid}/task/{tid}"
+    return f"/proc/{pid}"
+
+
 def open_mapped(m: Mapped) -> OpenedFile:
     """The file behind one mapping, checked to be the one its maps line names.
 
@@ -128,8 +154,13 @@ def open_mapped(m: Mapped) -> OpenedFile:
     device (stat's, or its file system's where they differ: btrfs)."""
     try:
         fd = os.open(f"/proc/{m.pid}/map_files/{m.start:x}-{m.end:x}", FLAGS)
-    except FileNotFoundError:
-        raise ProcessGone(m.pid, f"{m.name} is no longer mapped") from None
+    except (FileNotFoundError, ProcessLookupError):
+        # its main thread exited (pthread_exit): no map_files of the process's, but
+        # the root of a thread that runs on; else unmapped meanwhile
+        base = proc_base(m.pid)
+        if base == f"/proc/{m.pid}" or m.path.endswith(" (deleted)"):
+            raise ProcessGone(m.pid, f"{m.name} is no longer mapped") from None
+        fd = _open_in_root(m, base)
     except PermissionError:
         if m.path.endswith(" (deleted)"):
             raise LibraryNotFound(m.name, "deleted since it was mapped, and "
@@ -171,10 +202,12 @@ def superblock_device(fd: int, pid: int) -> tuple[int, int] | None:
     return None
 
 
-def _open_in_root(m: Mapped) -> int:
-    """openat2 of the mapped path under the process's root, no symlink followed."""
+def _open_in_root(m: Mapped, base: str | None = None) -> int:
+    """openat2 of the mapped path under the process's root (`base`/root: a
+    thread's, where the main thread has exited), no symlink followed."""
     try:
-        root = os.open(f"/proc/{m.pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        root = os.open(f"{base or f'/proc/{m.pid}'}/root",
+                       os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         raise ProcessGone(m.pid) from None
     try:

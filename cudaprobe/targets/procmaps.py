@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 
 from cudaprobe.errors import CudaprobeError, ProcessGone
-from cudaprobe.targets.openfile import Mapped, OpenedFile, open_mapped
+from cudaprobe.targets.openfile import Mapped, OpenedFile, open_mapped, proc_base
 
 DELETED = " (deleted)"
 
@@ -71,9 +71,23 @@ class MappedFile:
 
 
 def _read(pid: int, name: str) -> str:
+    text = _read_in(f"/proc/{pid}", pid, name)
+    if name in ADDRESS_SPACE and not text.strip(" 0\n"):  # none: its main thread exited?
+        base = proc_base(pid)
+        if base != f"/proc/{pid}":
+            return _read_in(base, pid, name)
+    return text
+
+
+# what a process whose main thread exited (pthread_exit) shows empty at /proc/PID
+# and whole at /proc/PID/task/TID of a thread that runs on
+ADDRESS_SPACE = ("maps", "statm")
+
+
+def _read_in(base: str, pid: int, name: str) -> str:
     try:
         # a process names itself and its files with any bytes: kept, never a UnicodeDecodeError
-        with open(f"/proc/{pid}/{name}", encoding="utf-8", errors="surrogateescape") as f:
+        with open(f"{base}/{name}", encoding="utf-8", errors="surrogateescape") as f:
             return f.read()
     except (FileNotFoundError, ProcessLookupError):
         raise ProcessGone(pid) from None
@@ -148,7 +162,9 @@ def process_alive(pid: int) -> bool:
     except OSError:
         return False
     try:
-        return fields[0] not in (b"Z", b"X", b"x") and not int(fields[6]) & PF_EXITING
+        if fields[0] == b"Z":  # its main thread exited; others may run on
+            return proc_base(pid) != f"/proc/{pid}"
+        return fields[0] not in (b"X", b"x") and not int(fields[6]) & PF_EXITING
     except (IndexError, ValueError):
         return False
 
@@ -178,7 +194,8 @@ def pids_named(comm: str) -> list[int]:
 
 def same_mount_namespace(pid: int) -> bool:
     try:
-        return os.stat(f"/proc/{pid}/ns/mnt").st_ino == os.stat("/proc/self/ns/mnt").st_ino
+        return (os.stat(f"{proc_base(pid)}/ns/mnt").st_ino
+                == os.stat("/proc/self/ns/mnt").st_ino)
     except FileNotFoundError:
         raise ProcessGone(pid) from None
     except PermissionError:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from ..conftest import HANG_S, cudaprobe_cmd, unique_name
-from .conftest import probed_for_pid, run_cudaprobe
+from ..conftest import HANG_S, build_workload, cudaprobe_cmd, unique_name
+from .conftest import expected_calls, probed_for_pid, run_cudaprobe
 from .running import (
     Loop,
     Tracing,
@@ -24,6 +25,7 @@ from .running import (
     first_traced_iteration,
     host_pid_of,
     read_jsonl,
+    wait_state,
 )
 
 MORE = 20  # iterations the workload runs once cudaprobe said it is attached
@@ -271,3 +273,35 @@ def test_comm_with_a_newline_is_echoed_escaped_once():
     proc = run_cudaprobe("trace", "--comm", "a\nb", "-d", "0.3")
     assert proc.returncode == 0, proc.stderr
     assert "following every process named 'a\\nb', present and future" in proc.stderr
+
+
+@pytest.mark.parametrize("select", ["pid", "comm"])
+def test_a_process_whose_main_thread_exited_is_traced_through_its_threads(tmp_path, libcudart,
+                                                                          select):
+    """leader_exit's main thread calls pthread_exit: /proc/PID/maps is empty, the
+    process's memory is found through its live thread, and the calls that
+    thread makes after the attach are all traced (the kernel gives such a
+    process no per-process link: its library is probed whole, said once)."""
+    named = tmp_path / unique_name("lx")
+    shutil.copy(build_workload("leader_exit.c"), named)
+    app = subprocess.Popen([str(named), "50"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           text=True)
+    try:
+        assert app.stdout.readline() == '{"ready":1}\n'
+        wait_state(app.pid, "Z")  # its main thread: gone, the worker waits on stdin
+        target = ["--pid", str(app.pid)] if select == "pid" else ["--comm", named.name]
+        tracing = Tracing(tmp_path, "--lib", str(libcudart), *target)
+        tracing.wait_for(f"pid {app.pid}: its main thread has exited (pthread_exit)")
+        tracing.wait_for("attached to" if select == "pid" else "following every process")
+        app.stdin.write("go\n")
+        app.stdin.flush()
+        lines = []
+        while (line := app.stdout.readline()) != '{"done":1}\n':
+            lines.append(line)
+        calls, summary, err = tracing.interrupt()
+    finally:
+        app.stdin.close()
+        assert app.wait(timeout=HANG_S) == 0
+    assert len(expected_calls("".join(lines))) == 50
+    assert [c["event"] for c in calls] == ["cudaGetDeviceCount"] * 50, err
+    assert {c["pid"] for c in calls} == {app.pid} and summary["lost_total"] == 0
