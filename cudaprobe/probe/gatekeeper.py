@@ -16,6 +16,7 @@ kernel lets every open still held go on.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import select
 import struct
@@ -27,6 +28,7 @@ METADATA = struct.Struct("=IBBHQii")  # struct fanotify_event_metadata (opengate
 RESPONSE = struct.Struct("=iI")
 FAN_ALLOW = 0x1
 STOPPED = (b"T", b"t")  # stopped by a signal, or by a tracer
+NAME = b"cudaprobe-gate"  # its process name (comm), as ps shows it
 
 
 def thread_state(pid: int, tid: int) -> bytes | None:
@@ -83,6 +85,8 @@ def keep(fd: int, pid: int, tid: int) -> None:
 
 def main() -> None:
     fd, pid, tid = (int(a) for a in sys.argv[1:4])
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(15, ctypes.c_char_p(NAME), 0, 0, 0)  # PR_SET_NAME
     try:
         keep(fd, pid, tid)
     finally:

@@ -43,7 +43,7 @@ def refusal(pid: int, ours: bool = False) -> str:
         return "it has exited"
     if state.startswith("Z"):
         return "it is a zombie"
-    if state.startswith(("T", "t")):
+    if state.startswith(("T", "t")) and not ours:  # (ours: stopped by us, at the safe point)
         return ("it is stopped (SIGSTOP, job control or a debugger): no thread of it can reach "
                 "a CUDA call, where the library is loaded; it runs on untouched")
     try:

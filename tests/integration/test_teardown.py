@@ -122,10 +122,12 @@ class Trace:
             time.sleep(0.05)
 
     def workload_pid(self) -> int:
-        """cudaprobe's child that is not its ring reader (ringbuf.READER_NAME)."""
+        """cudaprobe's child that is not its ring reader (ringbuf.READER_NAME) or
+        its open gate's keeper (cudaprobe/probe/gatekeeper.py)."""
         children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
         (pid,) = [pid for pid in map(int, children.split())
-                  if Path(f"/proc/{pid}/comm").read_text().strip() != READER_NAME]
+                  if Path(f"/proc/{pid}/comm").read_text().strip() != READER_NAME
+                  and b"gatekeeper.py" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
         return pid
 
     def wait(self, timeout: float = HANG_S) -> tuple[int, float]:
