@@ -6,15 +6,16 @@ the interpreter itself gives: one JSON line {"tid", "event", "stack":
 and first line of the code object that made the call). Runs on CPython 3.9
 and later.
 
-    python pystack_hostile.py LIBCUDART cells|threads|names
+    python pystack_hostile.py LIBCUDART cells|threads N|names
 
 cells: code compiled, run and freed, one piece after another, so that each
   takes the memory of the one before: each with its own file name, then one
   file name with the call on another line each time, then a function of
   another name each time (all at line 1, where the first line is the key).
-threads: 200 threads wait on an event, so that CPython's list of threads
-  has the main thread 201st; the main thread calls, then the thread started
-  first and the one started last, while all of them are alive.
+threads N: N threads wait on an event, so that CPython's list of threads
+  has the main thread last, N+1st; the main thread calls, then the thread
+  started first (Nth) and the one started last (1st), while all are alive
+  (none ends before both have called).
 names: a file name of 300 ASCII characters, one of 80 characters with an
   emoji, a function name of 200 characters and one of 100 CJK characters.
 """
@@ -68,21 +69,25 @@ def cells():
 
 
 def threads():
+    n = int(sys.argv[3])
     go = threading.Event()
-    waiting = threading.Barrier(201)
+    waiting, done = threading.Barrier(n + 1), threading.Barrier(n + 1)
 
     def wait(calls):
         waiting.wait()
         go.wait()
         if calls:
             cuda(lib.cudaDriverGetVersion, ctypes.byref(version))
+        done.wait()  # none ends, and leaves the list, before both have called
 
-    workers = [threading.Thread(target=wait, args=(i in (0, 199),)) for i in range(200)]
+    threading.stack_size(256 << 10)  # a thousand of them, and little memory
+    workers = [threading.Thread(target=wait, args=(i in (0, n - 1),)) for i in range(n)]
     for t in workers:
         t.start()
-    waiting.wait()  # all 200 alive, in CPython's list before the main thread
+    waiting.wait()  # all alive, in CPython's list before the main thread
     cuda(lib.cudaRuntimeGetVersion, ctypes.byref(version))
     go.set()
+    done.wait()
     for t in workers:
         t.join()
 
