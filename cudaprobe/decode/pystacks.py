@@ -11,14 +11,14 @@ its frame says "truncated": true.
 
 Never garbage: a stack with a frame whose code object failed the probe's
 type check, or whose code record never came (the ring was full), is not
-shown, and its call says why (`missing`), as does one whose thread the
-probe could not tell in the interpreter's list; the first two are counted
-in `unreadable`.
+shown, and its call says why (PyStack.missing), as does one whose thread
+the probe could not tell in the interpreter's list; `missing` counts them
+by why, for the session to say at the end.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,8 @@ FRAME_KEYS = ("file", "line", "function")
 LIST_CHANGED = "the interpreter's list of threads changed while it was read"
 TOO_MANY = "more Python threads than this kernel lets the probe walk (Linux 6.9+ walks all)"
 NOT_CODE = "a frame's code object could not be read"
-NOT_NAMED = "a code object's names were lost (the ring buffer was full)"
+NOT_NAMED = ("a code object's names were not received (the ring buffer was full) or are "
+             "held in a form not read")
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class PyStacks:
         self._pending: dict[int, OrderedDict[int, bytes]] = {}
         self._lines: dict[tuple[int, int, int, int], dict] = {}  # (gen, code, ident, instr)
         self.stacks = 0
-        self.unreadable = 0  # stacks not shown: a frame not a code object, or its names lost
+        self.missing: Counter[str] = Counter()  # calls of a Python thread with no stack, by why
 
     def add(self, records: list[bytes]) -> None:
         for rec in records:
@@ -117,10 +118,8 @@ class PyStacks:
             return None
         (_, _, _, _, gen, _pid, n, flags) = pr.STACK_HEAD.unpack_from(rec)
         n = min(n, pr.MAX_FRAMES)
-        if flags & pr.TOO_MANY:
-            return PyStack([], False, TOO_MANY)
-        if flags & pr.LIST_CHANGED:
-            return PyStack([], False, LIST_CHANGED)
+        if flags & (pr.TOO_MANY | pr.LIST_CHANGED):
+            return self._missing(TOO_MANY if flags & pr.TOO_MANY else LIST_CHANGED)
         kinds = rec[pr.KINDS_AT : pr.KINDS_AT + n]
         out = []
         for i, kind in enumerate(kinds):
@@ -129,11 +128,14 @@ class PyStacks:
             code, instr, ident = pr.FRAME.unpack_from(rec, pr.FRAMES_AT + i * pr.FRAME.size)
             frame = self._frame(gen, code, ident, instr) if kind == pr.CODE else None
             if frame is None:
-                self.unreadable += 1
-                return PyStack([], False, NOT_NAMED if kind == pr.CODE else NOT_CODE)
+                return self._missing(NOT_NAMED if kind == pr.CODE else NOT_CODE)
             out.append(frame)
         self.stacks += 1
         return PyStack(out, bool(flags & pr.CUT)) if out else None
+
+    def _missing(self, why: str) -> PyStack:
+        self.missing[why] += 1
+        return PyStack([], False, why)
 
     def _frame(self, gen: int, code: int, ident: int, instr: int) -> dict | None:
         key = (gen, code, ident, instr)

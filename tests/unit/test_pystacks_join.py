@@ -53,7 +53,7 @@ def test_a_frame_not_a_code_object_or_unnamed_hides_the_stack_and_says_why():
            stack_record(5, 3, [(0x100, AT, 1, pr.CODE)], gen=8)])  # another image of pid 1
     assert [s.pop(5, ts).missing for ts in (1, 2, 3)] == [ps.NOT_CODE, ps.NOT_NAMED, ps.NOT_NAMED]
     assert s.pop(5, 1) is None  # once
-    assert s.unreadable == 3
+    assert s.missing == {ps.NOT_CODE: 1, ps.NOT_NAMED: 2}  # said at the end
 
 
 def test_code_in_reused_memory_is_decoded_by_its_own_identity():
@@ -79,7 +79,7 @@ def test_a_thread_not_told_says_why():
     assert (first.frames, first.missing) == ([], ps.LIST_CHANGED)
     assert second.missing == ps.TOO_MANY
     assert first.fields() == {"py_stack_missing": ps.LIST_CHANGED}
-    assert s.unreadable == 0  # not a stack read wrong: none was read
+    assert s.missing == {ps.LIST_CHANGED: 1, ps.TOO_MANY: 1}  # said at the end
 
 
 def test_long_names_are_cut_marked_and_the_stack_kept():
