@@ -150,3 +150,4 @@ def test_without_may_goto_what_is_not_read_is_said(tmp_path, libcudart, python):
             assert row.get("py_stack") == frames(want), row
         else:
             assert row.get("py_stack_missing") == TOO_MANY and "py_stack" not in row, row
+    assert f"--py-stacks: 2 calls without their Python stack: {TOO_MANY}" in err, err
