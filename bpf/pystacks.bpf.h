@@ -4,10 +4,17 @@
  *
  * The thread's PyThreadState is found in the interpreter's list by its
  * thread id, whether or not the thread holds the GIL (a CUDA call made by
- * C++ with the GIL released still has its Python frames in its state); it is
- * cached per thread and checked again at each call. The process's runtime is
- * found once per process: from `py_procs` (the loader, for --pid), or from
- * the executable's entry in `py_exes` and the process's own memory. */
+ * C++ with the GIL released still has its Python frames in its state). The
+ * list is walked to its end however long it is (with may_goto, Linux 6.9+),
+ * and what the walk found is kept per thread: the state, checked at each call
+ * to be the thread's still; or that the thread has none, until a thread state
+ * is made. The process's runtime is found once per process: from `py_procs`
+ * (the loader, for --pid), or from the executable's entry in `py_exes` and
+ * the process's own memory.
+ *
+ * A code object's names and line table are sent once per process image, by
+ * its address and identity (struct cp_py_frame): one that takes the memory
+ * of another, freed, is sent again, never decoded with the other's names. */
 #include "pystacks.h"
 
 #ifndef CP_RINGBUF_PAGES
@@ -53,11 +60,67 @@
 #error "CP_OFF_SB_DEV (super_block.s_dev) comes from bpfprog.py"
 #endif
 
-/* code objects whose record has been sent, by (gen, code, firstlineno) */
+
+#ifdef CP_MAY_GOTO
+/* may_goto (Linux 6.9+), spelled in bytes for clang 14 as bpf_experimental.h's
+ * cond_break is: the kernel ends a loop that runs too long, so the verifier
+ * follows the loop's body once, not once per iteration, and a loop may run
+ * as long as its data (every thread of a process) */
+#define py_cond_break                                                          \
+	({                                                                     \
+		__label__ l_break, l_continue;                                 \
+		asm volatile goto("1:.byte 0xe5; .byte 0;"                     \
+				  ".long ((%l[l_break] - 1b - 8) / 8) & 0xffff;" \
+				  ".short 0" :::: l_break);                    \
+		goto l_continue;                                               \
+	l_break:                                                               \
+		break;                                                         \
+	l_continue:;                                                           \
+	})
+#define CP_PY_WALK CP_PY_WALK_MAX
+#define py_within(i, n, most) ((i) < (n))
+#else
+/* Without it the verifier follows every iteration of a loop: the thread walk
+ * is bounded (CP_PY_WALK_BOUNDED), and code objects are not hashed (that would
+ * take it past its limit), so the loader gives only the versions whose code
+ * objects carry a co_version (3.12+) */
+#define py_cond_break
+#define CP_PY_WALK CP_PY_WALK_BOUNDED
+#define py_within(i, n, most) ((i) < (n) && (i) < (most))
+#endif
+
+#define CP_PY_HASHED (1u << 31)	/* cp_py_frame.ident: a hash, not a co_version */
+
+/* code objects whose record has been sent, by (gen, code, ident) */
 struct cp_py_code_key {
 	u64 gen;
 	u64 code;
-	s64 firstlineno;
+	u64 ident;
+};
+
+/* what the walk of the thread list found for a thread: its state; or (tstate
+ * 0) that it had none when the head of the list had id head_id */
+struct cp_py_thread {
+	u64 tstate;
+	u64 head_id;
+};
+
+/* Per CPU: the first bytes of a code object (read at once, its fields taken
+ * at offsets masked to the array: the loader gives none past the bytes read),
+ * and a string or line table copied to be hashed, CP_PY_CHUNK words at a
+ * time (a chunk more: the words from where a copy ends to its chunk's end
+ * are zeroed before the copy). */
+#define CP_PY_CODE_MASK 0xff
+#define CP_PY_CHUNK 8	/* words hashed an iteration */
+#define CP_PY_CHUNKS (CP_PY_TABLE_MAX / 8 / CP_PY_CHUNK)
+struct cp_py_scratch {
+	u8 code[CP_PY_CODE_MASK + 1 + 8];
+	u64 w[CP_PY_TABLE_MAX / 8 + CP_PY_CHUNK];
+	u32 chunk;	/* the hash loop's count, through memory (py_hash_bytes) */
+	u32 frame;	/* the frame loop's, the same (py_capture) */
+	u32 step;	/* the thread walk's (py_thread_state) */
+	struct cp_py_code_key key;	/* py_see_code's, off the stack */
+	u8 frame_win[CP_PY_FRAME_WINDOW];	/* a frame, read at once (py_capture) */
 };
 
 /* the interpreters' layouts (struct cp_py_layout), one per Python version,
@@ -67,10 +130,12 @@ BPF_ARRAY(py_layouts, struct cp_py_layout, CP_PY_LAYOUTS);
 BPF_TABLE("lru_hash", u32, struct cp_py_proc, py_procs, CP_MAX_PY_PROCS);
 /* interpreters by executable (inode, device), filled by the loader */
 BPF_HASH(py_exes, struct cp_py_exe_key, struct cp_py_exe, CP_MAX_PY_EXES);
-/* the calling thread's PyThreadState, by pid_tgid: checked at each use */
-BPF_TABLE("lru_hash", u64, u64, py_tstates, CP_MAX_PY_THREADS);
+/* what the walk found of the calling thread, by pid_tgid: checked at each use */
+BPF_TABLE("lru_hash", u64, struct cp_py_thread, py_tstates, CP_MAX_PY_THREADS);
 /* code objects whose record has been sent */
 BPF_TABLE("lru_hash", struct cp_py_code_key, u8, py_codes_seen, CP_MAX_PY_CODES);
+/* per CPU: a code object's first bytes, what its identity is hashed from */
+BPF_PERCPU_ARRAY(py_scratch, struct cp_py_scratch, 1);
 
 /* A process's image changes at exec; a pid is reused after exit: either way
  * its entry goes, and the next call finds the interpreter again. */
@@ -151,43 +216,173 @@ static __always_inline struct cp_py_proc *py_process(u32 tgid)
 	return py_procs.lookup(&tgid);
 }
 
-/* The thread's PyThreadState, 0 if it has none (a thread that never ran Python). */
+/* The thread's PyThreadState; 0 if it has none (a thread that never ran
+ * Python), or if it could not be told, *why then saying why. */
 static __always_inline u64 py_thread_state(struct cp_py_proc *p, struct cp_py_layout *L,
-					   u64 pid_tgid)
+					   struct cp_py_scratch *b, u64 pid_tgid, u16 *why)
 {
 	u64 want = (u32)pid_tgid;
 	if (L->thread_id_is_pthread)	/* pthread_self(): the thread's fs base */
 		want = py_kread(bpf_get_current_task() + CP_OFF_TASK_FSBASE);
-	u64 *cached = py_tstates.lookup(&pid_tgid);
-	if (cached && *cached && py_read_u64(*cached + L->tstate_thread_id) == want)
-		return *cached;
+	struct cp_py_thread *known = py_tstates.lookup(&pid_tgid);
+	if (known && known->tstate && py_read_u64(known->tstate + L->tstate_thread_id) == want)
+		return known->tstate;
 	u64 interp = py_read_u64(p->runtime + L->runtime_interp_head);
 	u64 ts = interp ? py_read_u64(interp + L->interp_threads_head) : 0;
-	for (int i = 0; i < CP_PY_MAX_THREADS && ts; i++) {
-		if (py_read_u64(ts + L->tstate_thread_id) == want) {
-			py_tstates.update(&pid_tgid, &ts);
+	if (!ts)
+		return 0;
+	u64 head_id = py_read_u64(ts + L->tstate_id);
+	if (known && !known->tstate && known->head_id == head_id)
+		return 0;	/* none, and no thread state made since the walk that said so */
+	/* A thread state is made at the head of the list with the next id, so the
+	 * ids go down along it: a step where they do not, or to a state of
+	 * another interpreter, or that cannot be read, is one taken while the
+	 * list changed (a state removed as it was read). */
+	u64 last = ~0ULL;
+	int changed = 0;
+	volatile u32 *through = &b->step;	/* no exact count: as py_hash_bytes's */
+	*through = 0;
+	for (u64 i = *through; i < CP_PY_WALK && ts; i++) {
+		py_cond_break;
+		u64 id = 0, owner = 0, tid = 0;
+		if (bpf_probe_read_user(&id, sizeof(id), (void *)(ts + L->tstate_id)) ||
+		    bpf_probe_read_user(&owner, sizeof(owner), (void *)(ts + L->tstate_interp)) ||
+		    bpf_probe_read_user(&tid, sizeof(tid), (void *)(ts + L->tstate_thread_id)) ||
+		    id >= last || owner != interp) {
+			changed = 1;
+			break;
+		}
+		if (tid == want) {
+			struct cp_py_thread found = {.tstate = ts};
+			py_tstates.update(&pid_tgid, &found);
 			return ts;
 		}
-		ts = py_read_u64(ts + L->tstate_next);
+		last = id;
+		if (bpf_probe_read_user(&ts, sizeof(ts), (void *)(ts + L->tstate_next))) {
+			changed = 1;
+			break;
+		}
 	}
+	if (changed || ts) {	/* not to the end: the next call walks again */
+		*why = changed ? CP_PY_LIST_CHANGED : CP_PY_TOO_MANY;
+		return 0;
+	}
+	struct cp_py_thread none = {.head_id = head_id};
+	py_tstates.update(&pid_tgid, &none);
 	return 0;
 }
 
-/* First sight of a code object in this process image: send its record. A
- * record lost (ring full) is tried again at the next sight. */
-static __always_inline int py_see_code(struct cp_py_proc *p, struct cp_py_layout *L, u64 code,
-				       s32 firstlineno)
+/* A field of the code object read into b->code */
+static __always_inline u64 py_code_u64(struct cp_py_scratch *b, s32 off)
 {
-	struct cp_py_code_key key = {.gen = p->gen, .code = code, .firstlineno = firstlineno};
-	u8 one = 1;
-	if (py_codes_seen.lookup(&key))
-		return 0;
-	if (py_read_u64(code + 8) != p->code_type)	/* ob_type: freed, or not a code object */
+	return *(u64 *)&b->code[off & CP_PY_CODE_MASK];
+}
+
+static __always_inline u32 py_code_u32(struct cp_py_scratch *b, s32 off)
+{
+	return *(u32 *)&b->code[off & CP_PY_CODE_MASK];
+}
+
+static __always_inline u64 py_mix(u64 h, u64 v)
+{
+	h = (h ^ v) * 0x9e3779b97f4a7c15ULL;
+	return h ^ (h >> 29);
+}
+
+/* `n` bytes at `from` (at most `max`, which is at most CP_PY_TABLE_MAX), and
+ * their count, into the hash h. The count starts from memory, and the chunk's
+ * index goes through it: the verifier then has no exact value for either,
+ * and with may_goto follows the loop's body once or twice, not once a chunk
+ * (an index used as an offset would need its exact value, and so would the
+ * count it came from). */
+static __always_inline u64 py_hash_bytes(struct cp_py_scratch *b, u64 h, u64 from, u64 n,
+					 u32 max)
+{
+	h = py_mix(h, n);
+	if (n > max)
+		n = max;
+	asm volatile("" : "+r"(n));
+	if (n == 0 || n > CP_PY_TABLE_MAX)
+		return h;
+	u32 last = n >> 3;
+	if (last > CP_PY_TABLE_MAX / 8)
+		last = CP_PY_TABLE_MAX / 8;
+#pragma unroll
+	for (int j = 0; j < CP_PY_CHUNK; j++)
+		b->w[last + j] = 0;	/* what follows the copy in its last chunk */
+	if (bpf_probe_read_user(b->w, n, (void *)from))
+		return py_mix(h, 1);
+	u64 chunks = (n + 8 * CP_PY_CHUNK - 1) / (8 * CP_PY_CHUNK);
+	volatile u32 *through = &b->chunk;
+	*through = 0;
+	for (u64 i = *through; py_within(i, chunks, CP_PY_CHUNKS); i++) {
+		py_cond_break;
+		*through = i;
+		u64 *w = &b->w[(*through & (CP_PY_CHUNKS - 1)) * CP_PY_CHUNK];
+#pragma unroll
+		for (int j = 0; j < CP_PY_CHUNK; j++)
+			h = (h ^ w[j]) * 0x9e3779b97f4a7c15ULL;	/* py_mix's step, less one */
+		h ^= h >> 29;
+	}
+	return h;
+}
+
+/* A str object's kind and text (at most `max` bytes of it) into the hash h */
+static __always_inline u64 py_hash_str(struct cp_py_scratch *b, struct cp_py_layout *L, u64 h,
+				       u64 str, u32 max)
+{
+	u64 head[3] = {};	/* PyASCIIObject from its length: length, hash, state */
+	bpf_probe_read_user(head, sizeof(head), (void *)(str + 16));
+	u32 form = (head[2] >> 2) & 0x1f;	/* kind, compact, ascii: not `interned` */
+	u64 data = str + ((form >> 4) & 1 ? L->unicode_ascii_size : L->unicode_compact_size);
+	return py_hash_bytes(b, py_mix(h, form), data, head[0] * (form & 7), max);
+}
+
+/* A code object's identity where CPython gives none: a hash of what its
+ * record sends (names, first line, line table), its top bit set. */
+static __always_inline u32 py_hash_code(struct cp_py_scratch *b, struct cp_py_layout *L,
+					s32 firstlineno, u64 filename, u64 name, u64 table)
+{
+	u64 h = py_mix(0xcbf29ce484222325ULL, (u32)firstlineno);
+	h = py_hash_str(b, L, h, filename, CP_PY_STR_MAX + CP_PY_STR_SLACK);
+	h = py_hash_str(b, L, h, name, CP_PY_NAME_MAX + CP_PY_STR_SLACK);
+	h = py_hash_bytes(b, h, table + L->bytes_sval, py_read_u64(table + 16), CP_PY_TABLE_MAX);
+	return (u32)(h ^ (h >> 32)) | CP_PY_HASHED;
+}
+
+/* A frame's code object: checked to be one (else CP_PY_NOT_CODE), its
+ * identity into the frame, and its record sent at its first sight in this
+ * process image. A record lost (ring full) is tried again at the next sight. */
+static __always_inline u8 py_see_code(struct cp_py_proc *p, struct cp_py_layout *L,
+				      struct cp_py_frame *f, struct cp_py_scratch *b)
+{
+	u64 code = f->code;
+	if (bpf_probe_read_user(b->code, CP_PY_CODE_WINDOW, (void *)code) ||
+	    py_code_u64(b, 8) != p->code_type)	/* ob_type: freed, or not a code object */
 		return CP_PY_NOT_CODE;
+	s32 firstlineno = py_code_u32(b, L->code_firstlineno);
+	u64 filename = py_code_u64(b, L->code_filename);
+	u64 name = py_code_u64(b, L->code_name);
+	u64 table = py_code_u64(b, L->code_linetable);
+	u32 ident = L->code_version >= 0 ? py_code_u32(b, L->code_version) : 0;
+	if (!ident || ident >= CP_PY_HASHED)	/* none, or CPython's count ran out */
+#ifdef CP_MAY_GOTO
+		ident = py_hash_code(b, L, firstlineno, filename, name, table);
+#else
+		return CP_PY_NOT_CODE;	/* it cannot be told from one before it */
+#endif
+	f->ident = ident;
+	struct cp_py_code_key *key = &b->key;
+	key->gen = p->gen;
+	key->code = code;
+	key->ident = ident;
+	u8 one = 1;
+	if (py_codes_seen.lookup(key))
+		return CP_PY_CODE;
 	struct cp_py_code *c = events.ringbuf_reserve(sizeof(struct cp_py_code));
 	if (!c) {
 		count(CP_LOST_RINGBUF);
-		return 0;
+		return CP_PY_CODE;
 	}
 	c->zero = 0;
 	c->kind = CP_SIDE_CODE;
@@ -196,10 +391,7 @@ static __always_inline int py_see_code(struct cp_py_proc *p, struct cp_py_layout
 	c->code = code;
 	c->firstlineno = firstlineno;
 	c->layout = p->layout;
-	c->pad = 0;
-	u64 filename = py_read_u64(code + L->code_filename);
-	u64 name = py_read_u64(code + L->code_name);
-	u64 table = py_read_u64(code + L->code_linetable);
+	c->ident = ident;
 	c->filename_len = py_read_u64(filename + 16);	/* PyASCIIObject.length */
 	c->name_len = py_read_u64(name + 16);
 	c->filename_state = 0;
@@ -217,12 +409,13 @@ static __always_inline int py_see_code(struct cp_py_proc *p, struct cp_py_layout
 	if (n > 0 && n <= CP_PY_TABLE_MAX)
 		bpf_probe_read_user(c->table, n, (void *)(table + L->bytes_sval));
 	events.ringbuf_submit(c, 0);
-	py_codes_seen.update(&key, &one);
-	return 0;
+	py_codes_seen.update(key, &one);
+	return CP_PY_CODE;
 }
 
 /* The calling thread's Python stack, sent as a side record with the entry
- * time it returns (the caller's call record gets the same time). */
+ * time it returns (the caller's call record gets the same time); where the
+ * thread's state could not be told, a record with no frames that says why. */
 static __always_inline u64 py_capture(u64 pid_tgid)
 {
 	struct cp_py_proc *p = py_process(pid_tgid >> 32);
@@ -232,13 +425,16 @@ static __always_inline u64 py_capture(u64 pid_tgid)
 	struct cp_py_layout *L = py_layouts.lookup(&idx);
 	if (!L)
 		return bpf_ktime_get_ns();
-	u64 ts = py_thread_state(p, L, pid_tgid);
-	if (!ts)
+	int zero = 0;
+	struct cp_py_scratch *b = py_scratch.lookup(&zero);
+	if (!b)
 		return bpf_ktime_get_ns();
-	u64 frame = py_read_u64(ts + L->tstate_frame);
+	u16 why = 0;
+	u64 ts = py_thread_state(p, L, b, pid_tgid, &why);
+	u64 frame = ts ? py_read_u64(ts + L->tstate_frame) : 0;
 	if (L->cframe_current_frame >= 0 && frame)
 		frame = py_read_u64(frame + L->cframe_current_frame);
-	if (!frame)
+	if (!frame && !why)
 		return bpf_ktime_get_ns();
 	struct cp_py_stack *s = events.ringbuf_reserve(sizeof(struct cp_py_stack));
 	if (!s) {
@@ -249,33 +445,32 @@ static __always_inline u64 py_capture(u64 pid_tgid)
 	 * verifier follows one way each. Their count goes through the record, not
 	 * a register, so that the second loop is not followed once per count; a
 	 * shim frame is kept, marked, and left out by the decoder. */
-	u8 win[CP_PY_FRAME_WINDOW];
+	u8 *win = b->frame_win;
 	s->nframes = 0;
 	for (int i = 0; i < CP_PY_MAX_FRAMES; i++) {
-		if (!frame || bpf_probe_read_user(win, sizeof(win), (void *)frame))
+		if (!frame || bpf_probe_read_user(win, CP_PY_FRAME_WINDOW, (void *)frame))
 			break;
-		struct cp_py_frame *f = &s->frames[i & (CP_PY_MAX_FRAMES - 1)];
+		int k = i & (CP_PY_MAX_FRAMES - 1);
+		struct cp_py_frame *f = &s->frames[k];
 		u64 code = *(u64 *)&win[L->frame_code & 0x78];
 		u64 instr = *(u64 *)&win[L->frame_instr & 0x78];
 		u8 owner = win[L->frame_owner & 0x7f];
 		frame = *(u64 *)&win[L->frame_back & 0x78];
 		f->code = code;
 		f->instr = L->instr_is_pointer ? (u32)(instr - code) : (u32)instr;
-		f->firstlineno = 0;
-		f->kind = L->frame_owner >= 0 && owner == 3 ? CP_PY_SHIM : CP_PY_CODE;
+		f->ident = 0;
+		s->kinds[k] = L->frame_owner >= 0 && owner == 3 ? CP_PY_SHIM : CP_PY_CODE;
 		s->nframes = i + 1;
 	}
-	s->flags = frame ? CP_PY_CUT : 0;	/* frames left past the walk's bound */
-	for (int i = 0; i < CP_PY_MAX_FRAMES; i++) {
-		if (i >= s->nframes)
-			break;
-		struct cp_py_frame *f = &s->frames[i & (CP_PY_MAX_FRAMES - 1)];
-		if (f->kind != CP_PY_CODE)
-			continue;
-		s32 firstlineno = 0;
-		bpf_probe_read_user(&firstlineno, 4, (void *)(f->code + L->code_firstlineno));
-		f->firstlineno = firstlineno;
-		f->kind = py_see_code(p, L, f->code, firstlineno);
+	s->flags = why | (frame ? CP_PY_CUT : 0);	/* frames left past the walk's bound */
+	volatile u32 *through = &b->frame;	/* as py_hash_bytes's chunks */
+	*through = 0;
+	for (u64 i = *through; py_within(i, s->nframes, CP_PY_MAX_FRAMES); i++) {
+		py_cond_break;
+		*through = i;
+		u32 k = *through & (CP_PY_MAX_FRAMES - 1);
+		if (s->kinds[k] == CP_PY_CODE)
+			s->kinds[k] = py_see_code(p, L, &s->frames[k], b);
 	}
 	u64 now = bpf_ktime_get_ns();
 	s->zero = 0;
@@ -284,7 +479,7 @@ static __always_inline u64 py_capture(u64 pid_tgid)
 	s->ts_ns = now;
 	s->gen = p->gen;
 	s->pid = pid_tgid >> 32;
-	if (s->nframes)
+	if (s->nframes || why)
 		events.ringbuf_submit(s, 0);
 	else
 		events.ringbuf_discard(s, 0);

@@ -5,13 +5,19 @@
 #define CP_PYSTACKS_H
 
 #define CP_PY_MAX_FRAMES 32    /* frames kept per call, innermost first; deeper: CP_PY_CUT */
-#define CP_PY_MAX_THREADS 128  /* thread states walked to find the calling thread's */
+#define CP_PY_WALK_MAX (1 << 22) /* thread states walked to find the calling thread's:
+				  * pid_max's ceiling, more than a process can have; with
+				  * no may_goto (Linux < 6.9) the verifier follows each
+				  * step, and CP_PY_WALK_BOUNDED is the most it is given */
+#define CP_PY_WALK_BOUNDED 512
 #define CP_PY_FRAME_WINDOW 128 /* bytes of a frame read at once (every field used is in it) */
 #define CP_PY_STR_MAX 256      /* bytes of a file name kept (code points * kind) */
 #define CP_PY_NAME_MAX 128     /* bytes of a function's name kept */
 #define CP_PY_STR_SLACK 32     /* read past the ASCII header: a compact non-ASCII
 				* string's data starts up to this much further */
 #define CP_PY_TABLE_MAX 4096   /* bytes of a code object's line table kept */
+#define CP_PY_CODE_WINDOW 144  /* bytes of a code object read at once: every field the
+				* walk reads of it lies in them (the loader checks) */
 #define CP_PY_LAYOUTS 8        /* interpreter versions the loader describes */
 
 /* Side records: in the ring between the call records, told apart by their
@@ -22,7 +28,11 @@
 
 /* struct cp_py_stack.flags */
 #define CP_PY_CUT 1      /* the stack was deeper than CP_PY_MAX_FRAMES */
-/* struct cp_py_frame.kind */
+/* A record with no frames says why the thread's stack was not read; the
+ * probe sends none for a thread that has no Python thread state, or no frame */
+#define CP_PY_LIST_CHANGED 2   /* the interpreter's thread list changed as it was walked */
+#define CP_PY_TOO_MANY 4       /* the walk's bound came before the list's end */
+/* struct cp_py_stack.kinds[] */
 #define CP_PY_CODE 0     /* a code object */
 #define CP_PY_SHIM 1     /* the interpreter's own frame (FRAME_OWNED_BY_CSTACK): not shown */
 #define CP_PY_NOT_CODE 2 /* its code is not a code object (type check): the stack is unreadable */
@@ -48,6 +58,10 @@ struct cp_py_layout {
 	__s32 bytes_sval;            /* offsetof(PyBytesObject, ob_sval) */
 	__u32 thread_id_is_pthread;  /* thread_id holds pthread_self() (the fs base) */
 	__u32 instr_is_pointer;      /* frame_instr is a pointer: kept as its offset in the code */
+	__s32 tstate_interp;         /* PyThreadState.interp */
+	__s32 tstate_id;             /* PyThreadState.id: unique, new ones larger, at the head */
+	__s32 code_version;          /* co_version (3.12+): a count, new at each code object */
+	__s32 unicode_compact_size;  /* sizeof(PyCompactUnicodeObject): where other data starts */
 };
 
 /* A process running Python (map `py_procs`, by tgid): where its runtime and
@@ -83,11 +97,16 @@ struct cp_py_exe {
 	__u32 pad;
 };
 
+/* A frame: its code object, by address and identity. The identity tells a
+ * code object from another that took its memory after it was freed: its
+ * co_version (3.12+), a count CPython gives each new code object, below
+ * 2^31; else (and when that count has run out) a hash of all the record
+ * sends of it (file name, function name, first line, line table) with the
+ * top bit set. (gen, code, ident) is the key of its code record. */
 struct cp_py_frame {
 	__u64 code;        /* PyCodeObject * */
 	__u32 instr;       /* f_lasti, or (instr_is_pointer) the instruction's offset in the code */
-	__s16 firstlineno; /* with gen and code: the key of its code record (low 16 bits) */
-	__u16 kind;        /* CP_PY_CODE, CP_PY_SHIM, CP_PY_NOT_CODE */
+	__u32 ident;
 };
 
 /* The Python stack of a call, sent at entry; joined with the call's record
@@ -100,14 +119,16 @@ struct cp_py_stack {
 	__u64 gen;
 	__u32 pid;
 	__u16 nframes;
-	__u16 flags;       /* CP_PY_CUT */
+	__u16 flags;       /* CP_PY_CUT; with no frames, CP_PY_LIST_CHANGED or CP_PY_TOO_MANY */
+	__u8 kinds[CP_PY_MAX_FRAMES];   /* each frame's: CP_PY_CODE, CP_PY_SHIM, CP_PY_NOT_CODE */
 	struct cp_py_frame frames[CP_PY_MAX_FRAMES];
 };
 
 /* A code object's names and line table, sent the first time a process's
- * stacks hold it (map `py_codes_seen`), so that the stacks decode after the
- * process has exited. Strings as CPython keeps them: state and length, the
- * bytes from its ASCII data on. */
+ * stacks hold it, by its address and identity (map `py_codes_seen`), so that
+ * the stacks decode after the process has exited. Strings as CPython keeps
+ * them: state and length (code points: a name longer than what is kept is
+ * cut by the decoder, and marked), the bytes from its ASCII data on. */
 struct cp_py_code {
 	__u64 zero;
 	__u32 kind;        /* CP_SIDE_CODE */
@@ -121,7 +142,7 @@ struct cp_py_code {
 	__u64 filename_len;
 	__u64 name_len;
 	__u32 name_state;
-	__u32 pad;
+	__u32 ident;       /* struct cp_py_frame.ident */
 	char filename[CP_PY_STR_MAX + CP_PY_STR_SLACK];
 	char name[CP_PY_NAME_MAX + CP_PY_STR_SLACK];
 	__u8 table[CP_PY_TABLE_MAX];

@@ -34,7 +34,10 @@ def frame_text(f: dict[str, Any]) -> str:
 
 
 def python_line(stack: PyStack | None) -> str:
-    """`file:line (function)` of a stack's user frame (NO_PYTHON: no stack)."""
+    """`file:line (function)` of a stack's user frame (NO_PYTHON: no stack; a
+    stack not read says why)."""
+    if stack is not None and stack.missing is not None:
+        return f"(Python stack not read: {stack.missing})"
     f = user_frame(stack.frames) if stack is not None else None
     return f"{frame_text(f)} ({f['function']})" if f is not None else NO_PYTHON
 

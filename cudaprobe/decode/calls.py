@@ -109,9 +109,7 @@ class Call:
         if self.rank is not None:  # absent for a process that is no known rank
             d["rank"], d["world_size"] = self.rank, self.world_size
         if self.py_stack is not None:  # absent for a thread with no Python frame
-            d["py_stack"] = self.py_stack.frames
-            if self.py_stack.cut:
-                d["py_stack_cut"] = True
+            d.update(self.py_stack.fields())
         return d
 
     def __eq__(self, other: object) -> bool:

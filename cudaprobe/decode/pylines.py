@@ -102,21 +102,28 @@ def line_at(version: tuple[int, int], table: bytes, firstlineno: int,
     return lnotab_line(table, firstlineno, offset)
 
 
-KINDS = {1: "latin-1", 2: "utf-16-le", 4: "utf-32-le"}
+ELLIPSIS = "\u2026"  # ends a name cut where the probe's copy of it ends
+_UNITS = {2: "H", 4: "I"}  # UCS-2 and UCS-4 code units, as CPython keeps them
 
 
-def unicode_text(state: int, length: int, data: bytes, compact_extra: int) -> str | None:
+def unicode_text(state: int, length: int, data: bytes, compact_extra: int
+                 ) -> tuple[str, bool] | None:
     """A str object's text from its state word, length (code points) and the
-    bytes copied from its ASCII data on; None where it is not a compact string
-    or was cut. `compact_extra`: how much further a non-ASCII string's data is."""
+    bytes copied from its ASCII data on, and whether it was cut: a string
+    longer than the copy keeps what the copy holds, then ELLIPSIS. None where it
+    is not a compact string, or its bytes are not text of its kind.
+    `compact_extra`: how much further a non-ASCII string's data is."""
     kind, compact, ascii_ = (state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1
-    if not compact or kind not in KINDS:
+    if not compact or kind not in (1, 2, 4):
         return None
     start = 0 if ascii_ else compact_extra
-    raw = data[start : start + length * kind]
-    if len(raw) < length * kind:
-        return None
+    kept = min(length, max(0, len(data) - start) // kind)
+    raw = data[start : start + kept * kind]
     try:
-        return raw.decode("ascii" if ascii_ else KINDS[kind])
-    except UnicodeDecodeError:
+        if kind == 1:
+            text = raw.decode("ascii" if ascii_ else "latin-1")
+        else:  # code points one a unit, lone surrogates too (undecodable file names)
+            text = "".join(map(chr, memoryview(raw).cast(_UNITS[kind])))
+    except (UnicodeDecodeError, ValueError):
         return None
+    return (text + ELLIPSIS, True) if kept < length else (text, False)

@@ -1,20 +1,26 @@
 """Python stacks (--py-stacks): the side records joined with the calls.
 
 The probe sends, at a call's entry, the thread's frames as (code object,
-instruction offset) pairs, and the first time a process shows a code object,
-that object's names and line table (bpf/pystacks.h). Here the frames become
-[{"file", "line", "function"}], innermost first, and wait for their call's
-record, which comes later (at its exit) with the same (tid, entry time).
+identity, instruction offset), and the first time a process shows a code
+object (by address and identity: one that took a freed one's memory is
+another), that object's names and line table (bpf/pystacks.h). Here the
+frames become [{"file", "line", "function"}], innermost first, and wait for
+their call's record, which comes later (at its exit) with the same (tid,
+entry time). A name longer than the probe's copy is cut, ends in "…", and
+its frame says "truncated": true.
 
 Never garbage: a stack with a frame whose code object failed the probe's
 type check, or whose code record never came (the ring was full), is not
-shown; such calls are counted in `unreadable`.
+shown, and its call says why (PyStack.missing), as does one whose thread
+the probe could not tell in the interpreter's list; `missing` counts them
+by why, for the session to say at the end.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 from cudaprobe.decode import pylines
 from cudaprobe.probe import pyrecords as pr
@@ -28,6 +34,14 @@ PENDING_PER_THREAD = 16384
 FRAME_KEYS = ("file", "line", "function")
 
 
+# why a call of a thread running Python has no stack (PyStack.missing)
+LIST_CHANGED = "the interpreter's list of threads changed while it was read"
+TOO_MANY = "more Python threads than this kernel lets the probe walk (Linux 6.9+ walks all)"
+NOT_CODE = "a frame's code object could not be read"
+NOT_NAMED = ("a code object's names were not received (the ring buffer was full) or are "
+             "held in a form not read")
+
+
 @dataclass(frozen=True)
 class CodeInfo:
     file: str
@@ -35,12 +49,21 @@ class CodeInfo:
     firstlineno: int
     table: bytes
     layout: int
+    truncated: bool  # the file or function name was cut
 
 
 @dataclass
 class PyStack:
     frames: list[dict]  # innermost first
     cut: bool  # deeper than the probe walks
+    missing: str | None = None  # no frames: why
+
+    def fields(self) -> dict[str, Any]:
+        """Its keys in a row: py_stack (and py_stack_cut), or py_stack_missing."""
+        if self.missing is not None:
+            return {"py_stack_missing": self.missing}
+        return {"py_stack": self.frames, "py_stack_cut": True} if self.cut \
+            else {"py_stack": self.frames}
 
 
 class PyStacks:
@@ -48,11 +71,11 @@ class PyStacks:
 
     def __init__(self, layouts: list[tuple[tuple[int, int], Layout]]) -> None:
         self.layouts = layouts  # index in py_layouts -> (version, layout)
-        self._codes: dict[tuple[int, int, int], CodeInfo] = {}
+        self._codes: dict[tuple[int, int, int], CodeInfo] = {}  # (gen, code, ident)
         self._pending: dict[int, OrderedDict[int, bytes]] = {}
-        self._lines: dict[tuple[int, int, int, int], dict] = {}  # (gen, code, fl, instr) -> frame
+        self._lines: dict[tuple[int, int, int, int], dict] = {}  # (gen, code, ident, instr)
         self.stacks = 0
-        self.unreadable = 0  # stacks not shown: a frame not a code object, or its names lost
+        self.missing: Counter[str] = Counter()  # calls of a Python thread with no stack, by why
 
     def add(self, records: list[bytes]) -> None:
         for rec in records:
@@ -68,7 +91,7 @@ class PyStacks:
 
     def _add_code(self, rec: bytes) -> None:
         (_, _, _pid, gen, code, firstlineno, table_len, layout, fstate, flen, nlen, nstate,
-         _) = pr.CODE_HEAD.unpack_from(rec)
+         ident) = pr.CODE_HEAD.unpack_from(rec)
         if layout >= len(self.layouts):
             return
         version, lay = self.layouts[layout]
@@ -83,36 +106,43 @@ class PyStacks:
         name = pylines.unicode_text(nstate, nlen, ndata, extra)
         if file is None or name is None:
             return  # not readable: its frames make their stacks unreadable
-        self._codes[(gen, code, firstlineno & 0xFFFF)] = CodeInfo(file, name, firstlineno,
-                                                                  table, layout)
+        self._codes[(gen, code, ident)] = CodeInfo(file[0], name[0], firstlineno, table, layout,
+                                                   file[1] or name[1])
 
     def pop(self, tid: int, ts_ns: int) -> PyStack | None:
-        """The stack of the call that thread `tid` entered at `ts_ns`, once."""
+        """The stack of the call that thread `tid` entered at `ts_ns`, once; None
+        where the probe sent none (a thread with no Python frame)."""
         waiting = self._pending.get(tid)
         rec = waiting.pop(ts_ns, None) if waiting else None
         if rec is None:
             return None
         (_, _, _, _, gen, _pid, n, flags) = pr.STACK_HEAD.unpack_from(rec)
-        frames = [pr.FRAME.unpack_from(rec, pr.STACK_HEAD.size + i * pr.FRAME.size)
-                  for i in range(min(n, pr.MAX_FRAMES))]
+        n = min(n, pr.MAX_FRAMES)
+        if flags & (pr.TOO_MANY | pr.LIST_CHANGED):
+            return self._missing(TOO_MANY if flags & pr.TOO_MANY else LIST_CHANGED)
+        kinds = rec[pr.KINDS_AT : pr.KINDS_AT + n]
         out = []
-        for code, instr, fl16, kind in frames:
+        for i, kind in enumerate(kinds):
             if kind == pr.SHIM:
                 continue
-            frame = self._frame(gen, code, fl16 & 0xFFFF, instr) if kind == pr.CODE else None
+            code, instr, ident = pr.FRAME.unpack_from(rec, pr.FRAMES_AT + i * pr.FRAME.size)
+            frame = self._frame(gen, code, ident, instr) if kind == pr.CODE else None
             if frame is None:
-                self.unreadable += 1
-                return None
+                return self._missing(NOT_NAMED if kind == pr.CODE else NOT_CODE)
             out.append(frame)
         self.stacks += 1
         return PyStack(out, bool(flags & pr.CUT)) if out else None
 
-    def _frame(self, gen: int, code: int, fl16: int, instr: int) -> dict | None:
-        key = (gen, code, fl16, instr)
+    def _missing(self, why: str) -> PyStack:
+        self.missing[why] += 1
+        return PyStack([], False, why)
+
+    def _frame(self, gen: int, code: int, ident: int, instr: int) -> dict | None:
+        key = (gen, code, ident, instr)
         frame = self._lines.get(key)
         if frame is not None:
             return frame
-        info = self._codes.get((gen, code, fl16))
+        info = self._codes.get((gen, code, ident))
         if info is None:
             return None
         version, lay = self.layouts[info.layout]
@@ -122,5 +152,8 @@ class PyStacks:
             offset = instr
         line = pylines.line_at(version, info.table, info.firstlineno, offset) \
             if offset >= 0 else None
-        frame = self._lines[key] = {"file": info.file, "line": line, "function": info.function}
+        frame = {"file": info.file, "line": line, "function": info.function}
+        if info.truncated:
+            frame["truncated"] = True
+        self._lines[key] = frame
         return frame

@@ -127,7 +127,9 @@ class ChromeReporter(Reporter):
                      "dur": _us(c.duration_ns)}
             self._last_ns = max(self._last_ns, ts + c.duration_ns)
         args["details"] = c.details
-        if c.py_stack is not None:  # --py-stacks: innermost frame first
+        if c.py_stack is not None and c.py_stack.missing is not None:
+            args["py_stack_missing"] = c.py_stack.missing
+        elif c.py_stack is not None:  # --py-stacks: innermost frame first
             args["py_stack"] = [f"{f['file']}:{f['line']} {f['function']}"
                                 for f in c.py_stack.frames]
         event.update(pid=c.pid, tid=c.tid, args=args)

@@ -61,7 +61,7 @@ class CsvReporter(Reporter):
         return csv_row(call)
 
     def with_py_stack(self, row: tuple, stack: PyStack) -> tuple:
-        return (*row, json.dumps(stack.frames, separators=(",", ":")))
+        return (*row, py_stack_cell(stack))
 
 
 CSV_KEYS = JSONL_KEYS + RANK_KEYS
@@ -84,5 +84,11 @@ def csv_row(call: Call) -> tuple:
                (json.dumps(call.args, separators=(",", ":")), call.details), call.depth,
                call.parent, NO_RANK if call.rank is None else (call.rank, call.world_size))
     if call.py_stack is not None:  # --py-stacks: the last column, as JSON
-        row += (json.dumps(call.py_stack.frames, separators=(",", ":")),)
+        row += (py_stack_cell(call.py_stack),)
     return row
+
+
+def py_stack_cell(stack: PyStack) -> str:
+    """The py_stack column: the frames as JSON, or {"missing": why}."""
+    value = stack.frames if stack.missing is None else {"missing": stack.missing}
+    return json.dumps(value, separators=(",", ":"))

@@ -104,9 +104,9 @@ class JsonlReporter(Reporter):
 
 
 def py_stack_json(stack: PyStack) -> str:
-    """`,"py_stack":[...]` (and `,"py_stack_cut":true`), to go before a line's `}`."""
-    return (',"py_stack":' + encode(stack.frames)
-            + (',"py_stack_cut":true' if stack.cut else ""))
+    """`,"py_stack":[...]` (and `,"py_stack_cut":true`), or `,"py_stack_missing":"why"`,
+    to go before a line's `}`."""
+    return "".join(f',"{key}":{encode(value)}' for key, value in stack.fields().items())
 
 
 def _middle(event: str, api: str, category: str) -> str:

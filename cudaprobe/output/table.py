@@ -91,6 +91,8 @@ GPU_COLUMN = Column("GPU TIME", 9,
 
 def _py_line(c: Call) -> str:
     """--py-stacks: the innermost frame that is the program's own, as file:line."""
+    if c.py_stack is not None and c.py_stack.missing is not None:
+        return "(not read)"
     f = user_frame(c.py_stack.frames) if c.py_stack is not None else None
     return frame_text(f) if f is not None else "-"
 

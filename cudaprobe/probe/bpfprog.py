@@ -20,6 +20,7 @@ from cudaprobe.catalogue.functions import NCCL, ArgKind
 from cudaprobe.errors import EnvironmentProblem
 from cudaprobe.probe import event, kernel_btf, uprobe_multi
 from cudaprobe.probe.plan import Probe
+from cudaprobe.targets.environment import kernel_version
 
 PROGRAMS = {"trace": "trace.bpf.c", "stats": "stats.bpf.c"}
 
@@ -42,6 +43,15 @@ def default_attach() -> str:
     if forced in ATTACH_MODES:
         return forced
     return "multi" if uprobe_multi.supported() else "perf"
+
+
+def default_may_goto() -> bool:
+    """may_goto where the kernel has it (6.9+); CUDAPROBE_MAY_GOTO=0|1 overrides
+    (0: the bounded loops older kernels get)."""
+    forced = os.environ.get("CUDAPROBE_MAY_GOTO")
+    if forced in ("0", "1"):
+        return forced == "1"
+    return kernel_version() >= (6, 9)
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,9 @@ class Settings:
     py_stacks: bool = False  # send each call's Python stack (--py-stacks; trace records only)
     # "multi": uprobe_multi links (Linux >= 6.6); "perf": one perf event per probe
     attach: str = field(default_factory=lambda: default_attach())
+    # may_goto (Linux >= 6.9): --py-stacks walks a thread list of any length;
+    # without it, the first CP_PY_WALK_BOUNDED states (and a longer list is said)
+    may_goto: bool = field(default_factory=lambda: default_may_goto())
 
     @property
     def links_per_process(self) -> bool:
@@ -199,6 +212,8 @@ def switches(probes: list[Probe], settings: Settings) -> dict[str, str]:
         d["CP_OUTER"] = "1"  # calls made inside an NCCL call say so (decode/nesting.py)
     if settings.py_stacks and not settings.stats:
         d["CP_PYSTACKS"] = "1"
+        if settings.may_goto:
+            d["CP_MAY_GOTO"] = "1"
     return d
 
 

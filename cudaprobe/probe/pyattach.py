@@ -6,7 +6,9 @@ start (a command launched, its children); and a running process in
 `py_procs` (--pid), found from its maps. The versions' layouts go in
 `py_layouts` (and `layouts`, which decode.pystacks reads the side records
 with). What cannot be read (a version without a layout, an interpreter the
-probes cannot find) is said once, and its calls have no stack.
+probes cannot find, a version before 3.12 on a kernel without may_goto, where
+the probes cannot tell a code object from one that took its memory) is said
+once, and its calls have no stack.
 """
 
 from __future__ import annotations
@@ -27,9 +29,12 @@ USER_GEN = 1 << 63  # gens the loader gives (the probes use the clock, below 2^6
 class PyStackProbe:
     """Fills the py_* maps of a loaded program; splits the side records out."""
 
-    def __init__(self, bpf: Any, notify: Callable[[str], None] = print) -> None:
+    def __init__(self, bpf: Any, notify: Callable[[str], None] = print,
+                 hashes: bool = True) -> None:
         self._bpf = bpf
         self.notify = notify
+        # the program hashes code objects (CP_MAY_GOTO): versions without co_version
+        self.hashes = hashes
         # index in py_layouts -> (version, layout): how the side records read
         self.layouts: list[tuple[tuple[int, int], Layout]] = []
         self._exes: set[tuple[int, int]] = set()
@@ -59,6 +64,16 @@ class PyStackProbe:
         self._say_once(image.path, f"CPython {v} is not one cudaprobe can read")
         return True
 
+    def _untold(self, image: pyelf.PyImage) -> bool:
+        """A version whose code objects only a hash tells apart, where the program
+        has none (a kernel without may_goto)."""
+        if self.hashes or image.layout is None or image.layout.code_version >= 0:
+            return False
+        v = ".".join(map(str, image.version or ()))
+        self._say_once(image.path, f"CPython {v} needs Linux 6.9 or later (may_goto) for the "
+                                   f"probes to tell each code object from one freed before it")
+        return True
+
     def add_executable(self, path: str, quiet: bool = False) -> None:
         """An interpreter executable: processes running it are found at their first
         call. `quiet`: one that may never run, nothing said if it cannot be read."""
@@ -72,7 +87,7 @@ class PyStackProbe:
                 self._unreadable(image)
             return
         holder, fields = found
-        if self._unreadable(holder):
+        if self._unreadable(holder) or self._untold(holder):
             return
         index = self._layout_index(holder)
         st = os.stat(image.path)
@@ -124,7 +139,7 @@ class PyStackProbe:
                 continue
             if image is None or not image.runtime:
                 continue
-            if self._unreadable(image):
+            if self._unreadable(image) or self._untold(image):
                 return
             base = self._load_base(lines, mapped, image)
             index = self._layout_index(image)

@@ -14,19 +14,22 @@ MAX_FRAMES = 32  # CP_PY_MAX_FRAMES
 STR_MAX, NAME_MAX, STR_SLACK, TABLE_MAX = 256, 128, 32, 4096
 LAYOUTS = 8  # CP_PY_LAYOUTS
 SIDE_STACK, SIDE_CODE = 1, 2
-CUT = 1  # struct cp_py_stack.flags
-CODE, SHIM, NOT_CODE = 0, 1, 2  # struct cp_py_frame.kind
+CUT, LIST_CHANGED, TOO_MANY = 1, 2, 4  # struct cp_py_stack.flags
+CODE, SHIM, NOT_CODE = 0, 1, 2  # struct cp_py_stack.kinds[]
 FOUND, NONE = 1, 2  # struct cp_py_proc.status
 
 # the first two fields of either: zero, kind
 SIDE_HEAD = struct.Struct("<QI")
-# struct cp_py_stack: zero, kind, tid, ts_ns, gen, pid, nframes, flags, then the frames
+# struct cp_py_stack: zero, kind, tid, ts_ns, gen, pid, nframes, flags, then
+# each frame's kind (a byte), then the frames
 STACK_HEAD = struct.Struct("<QIIQQIHH")
-FRAME = struct.Struct("<QIhH")  # code, instr, firstlineno (low 16 bits), kind
+KINDS_AT = STACK_HEAD.size
+FRAMES_AT = KINDS_AT + MAX_FRAMES
+FRAME = struct.Struct("<QII")  # code, instr, ident
 STACK_KEY = struct.Struct("<12xIQ")  # tid, ts_ns: the key of the call it goes with
-STACK_SIZE = STACK_HEAD.size + MAX_FRAMES * FRAME.size
+STACK_SIZE = FRAMES_AT + MAX_FRAMES * FRAME.size
 # struct cp_py_code: zero, kind, pid, gen, code, firstlineno, table_len, layout,
-# filename_state, filename_len, name_len, name_state, pad; then the bytes
+# filename_state, filename_len, name_len, name_state, ident; then the bytes
 CODE_HEAD = struct.Struct("<QIIQQiIIIQQII")
 CODE_SIZE = CODE_HEAD.size + STR_MAX + STR_SLACK + NAME_MAX + STR_SLACK + TABLE_MAX
 # struct cp_py_proc, cp_py_exe_key, cp_py_exe as the loader writes them

@@ -49,7 +49,7 @@ class Tracer:
         self.pairing = PairingEntries(self._bpf, self.plan, self.settings)
         try:
             if self.settings.py_stacks and not self.settings.stats:
-                self.py = PyStackProbe(self._bpf)
+                self.py = PyStackProbe(self._bpf, hashes=self.settings.may_goto)
                 self.attacher.on_target = self.py.add_process
             self.attacher.attach_all()
             if not self.settings.stats:

@@ -180,12 +180,11 @@ class TraceSession:
         return True
 
     def _say_py_stacks(self) -> None:
-        """--py-stacks: the calls whose stack could not be read, never shown wrong."""
+        """--py-stacks: the calls whose stack could not be read (never shown wrong),
+        by why, as their rows say."""
         stacks = self._records.py_stacks if self._records else None
-        if stacks is not None and stacks.unreadable:
-            self.options.notify(f"--py-stacks: {stacks.unreadable} calls without their Python "
-                                "stack: a frame's code object could not be read (freed as "
-                                "the call was made, or its record lost)")
+        for why, calls in (stacks.missing.items() if stacks is not None else ()):
+            self.options.notify(f"--py-stacks: {calls} calls without their Python stack: {why}")
 
     def _never_ran(self) -> None:
         """Stopped before -- COMMAND was started: leave an existing -o file as it was."""

@@ -16,7 +16,8 @@ from dataclasses import astuple, dataclass
 
 @dataclass(frozen=True)
 class Layout:
-    """struct cp_py_layout (bpf/pystacks.h), and what only the decoder needs."""
+    """struct cp_py_layout (bpf/pystacks.h), in its order, and what only the
+    decoder needs."""
 
     runtime_interp_head: int
     interp_threads_head: int
@@ -36,36 +37,68 @@ class Layout:
     bytes_sval: int
     thread_id_is_pthread: int
     instr_is_pointer: int
-    # the decoder's: where the instructions start in a code object (3.11+),
-    # and sizeof(PyCompactUnicodeObject), where non-ASCII data starts
+    tstate_interp: int
+    tstate_id: int
+    code_version: int  # co_version (3.12+), -1 before
+    unicode_compact_size: int  # sizeof(PyCompactUnicodeObject): where non-ASCII data starts
+    # the decoder's: where the instructions start in a code object (3.11+)
     code_adaptive: int
-    unicode_compact_size: int
 
     def bpf_values(self) -> tuple[int, ...]:
         """The fields of struct cp_py_layout, in order."""
-        return astuple(self)[:18]
+        return astuple(self)[:BPF_FIELDS]
 
+    def code_fields_fit(self) -> bool:
+        """Every field the probe reads of a code object lies in the bytes it reads
+        of it at once (CP_PY_CODE_WINDOW)."""
+        ends = [self.code_firstlineno + 4, self.code_filename + 8, self.code_name + 8,
+                self.code_linetable + 8, self.code_version + 4]
+        return max(ends) <= CODE_WINDOW
+
+
+BPF_FIELDS = 22  # struct cp_py_layout's: all but the last
+CODE_WINDOW = 144  # CP_PY_CODE_WINDOW (bpf/pystacks.h)
+
+# what every version up to 3.13 keeps where
+_COMMON = {"runtime_interp_head": 32, "interp_threads_head": 8, "tstate_next": 8,
+           "tstate_interp": 16, "cframe_current_frame": -1, "frame_owner": -1,
+           "code_version": -1, "bytes_sval": 32, "code_adaptive": -1}
+_BEFORE_311 = {**_COMMON, "tstate_thread_id": 176, "tstate_frame": 24, "frame_code": 32,
+               "frame_back": 24, "code_firstlineno": 40, "code_filename": 104,
+               "code_name": 112, "code_linetable": 120, "unicode_ascii_size": 48,
+               "unicode_compact_size": 72, "thread_id_is_pthread": 1, "instr_is_pointer": 0}
+_FROM_311 = {**_COMMON, "runtime_interp_head": 40, "tstate_frame": 56, "frame_instr": 56,
+             "code_filename": 112, "code_name": 128, "code_linetable": 136,
+             "thread_id_is_pthread": 0, "instr_is_pointer": 1}
 
 # (3, minor) -> its layout, from its headers (x86-64, default build)
 LAYOUTS: dict[tuple[int, int], Layout] = {
-    (3, 9): Layout(32, 8, 8, 176, 24, -1, 32, 24, 104, -1, 40, 104, 112, 120, 48, 32, 1, 0,
-                   -1, 72),
-    (3, 10): Layout(32, 8, 8, 176, 24, -1, 32, 24, 96, -1, 40, 104, 112, 120, 48, 32, 1, 0,
-                    -1, 72),
-    (3, 11): Layout(40, 16, 8, 160, 56, 8, 32, 48, 56, 69, 72, 112, 128, 136, 48, 32, 0, 1,
-                    184, 72),
-    (3, 12): Layout(40, 72, 8, 144, 56, 0, 0, 8, 56, 70, 68, 112, 128, 136, 40, 32, 0, 1,
-                    192, 56),
+    (3, 9): Layout(**{**_BEFORE_311, "frame_instr": 104, "tstate_id": 256}),
+    (3, 10): Layout(**{**_BEFORE_311, "frame_instr": 96, "tstate_id": 256}),
+    (3, 11): Layout(**{**_FROM_311, "interp_threads_head": 16, "tstate_thread_id": 160,
+                       "cframe_current_frame": 8, "frame_code": 32, "frame_back": 48,
+                       "frame_owner": 69, "code_firstlineno": 72, "unicode_ascii_size": 48,
+                       "unicode_compact_size": 72, "tstate_id": 240, "code_adaptive": 184}),
+    (3, 12): Layout(**{**_FROM_311, "interp_threads_head": 72, "tstate_thread_id": 144,
+                       "cframe_current_frame": 0, "frame_code": 0, "frame_back": 8,
+                       "frame_owner": 70, "code_firstlineno": 68, "unicode_ascii_size": 40,
+                       "unicode_compact_size": 56, "tstate_id": 224, "code_version": 92,
+                       "code_adaptive": 192}),
 }
 
 DEBUG_COOKIE = b"xdebugpy"
 # _Py_DebugOffsets of 3.13, as u64 words from its start (Include/internal/pycore_runtime.h)
 _DEBUG_WORDS = 73
-_W = {"interpreters_head": 5, "threads_head": 9, "ts_next": 21, "current_frame": 23,
+_W = {"interpreters_head": 5, "threads_head": 9, "ts_next": 21, "ts_interp": 22,
+      "current_frame": 23,
       "native_thread_id": 25, "previous": 29, "executable": 30, "instr_ptr": 31, "owner": 33,
       "filename": 35, "qualname": 37, "linetable": 38, "firstlineno": 39, "co_code_adaptive": 43,
       "ob_sval": 66, "asciiobject_size": 70}
 DEBUG_SIZE = 8 * _DEBUG_WORDS
+# what the probe reads that 3.13's _Py_DebugOffsets does not publish, from its
+# headers (tests/unit/test_pyoffsets.py compiles against them): the thread
+# state's unique id, the code object's co_version
+UNPUBLISHED_313 = {"tstate_id": 224, "code_version": 92}
 
 
 def version_of_hex(hexversion: int) -> tuple[int, int]:
@@ -74,7 +107,8 @@ def version_of_hex(hexversion: int) -> tuple[int, int]:
 
 def from_debug_offsets(data: bytes) -> tuple[tuple[int, int], Layout] | None:
     """(version, layout) from the bytes of a 3.13 `_Py_DebugOffsets`; None where
-    they are not one (no cookie, another version: its layout is not this one)."""
+    they are not one (no cookie, another version: its layout is not this one),
+    or where a code object's fields lie past what the probe reads of it."""
     if len(data) < DEBUG_SIZE or data[:8] != DEBUG_COOKIE:
         return None
     w = struct.unpack_from(f"<8x{_DEBUG_WORDS - 1}Q", data)
@@ -85,11 +119,18 @@ def from_debug_offsets(data: bytes) -> tuple[tuple[int, int], Layout] | None:
     def at(name: str) -> int:
         return w[_W[name] - 1]
     ascii_size = at("asciiobject_size")
-    return version, Layout(
-        at("interpreters_head"), at("threads_head"), at("ts_next"), at("native_thread_id"),
-        at("current_frame"), -1, at("executable"), at("previous"), at("instr_ptr"), at("owner"),
-        at("firstlineno"), at("filename"), at("qualname"), at("linetable"), ascii_size,
-        at("ob_sval"), 0, 1, at("co_code_adaptive"), ascii_size + 16)
+    layout = Layout(
+        runtime_interp_head=at("interpreters_head"), interp_threads_head=at("threads_head"),
+        tstate_next=at("ts_next"), tstate_thread_id=at("native_thread_id"),
+        tstate_frame=at("current_frame"), cframe_current_frame=-1,
+        frame_code=at("executable"), frame_back=at("previous"), frame_instr=at("instr_ptr"),
+        frame_owner=at("owner"), code_firstlineno=at("firstlineno"),
+        code_filename=at("filename"), code_name=at("qualname"),
+        code_linetable=at("linetable"), unicode_ascii_size=ascii_size,
+        bytes_sval=at("ob_sval"), thread_id_is_pthread=0, instr_is_pointer=1,
+        tstate_interp=at("ts_interp"), unicode_compact_size=ascii_size + 16,
+        code_adaptive=at("co_code_adaptive"), **UNPUBLISHED_313)
+    return (version, layout) if layout.code_fields_fit() else None
 
 
 def layout_for(version: tuple[int, int], debug: bytes = b"") -> Layout | None:

@@ -9,7 +9,6 @@ cudaprobe says it is attached)."""
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import subprocess
@@ -20,6 +19,7 @@ import pytest
 
 from ..conftest import HANG_S, cudaprobe_cmd, unique_name
 from .conftest import expected_calls, trace_jsonl
+from .pythons import PYTHONS
 from .running import Tracing, started
 
 pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
@@ -27,9 +27,6 @@ pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftes
 WORKLOAD = Path(__file__).resolve().parent / "pystack_workload.py"
 EVENTS = ("-e", "cudaRuntimeGetVersion,cudaDriverGetVersion")
 MAX_FRAMES = 32
-PYTHONS = sorted(p for p in glob.glob(os.path.expanduser("~/.pyenv/versions/3.*/bin/python3.*"))
-                 if p.rsplit("python", 1)[1] in ("3.9", "3.10", "3.11", "3.12", "3.13"))
-PYTHONS += [p for p in ("/usr/bin/python3.11",) if os.path.exists(p)]
 
 
 def check_stacks(rows: list[dict], expected: list[dict]) -> None:

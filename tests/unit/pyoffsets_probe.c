@@ -23,6 +23,13 @@ int main(void) {
   P("tstate_thread_id", offsetof(PyThreadState, thread_id));
 #endif
   P("tstate_next", offsetof(PyThreadState, next));
+  P("tstate_interp", offsetof(PyThreadState, interp));
+  P("tstate_id", offsetof(PyThreadState, id));
+#if PY_VERSION_HEX >= 0x030c0000
+  P("code_version", offsetof(PyCodeObject, co_version));
+#else
+  P("code_version", -1);
+#endif
 #if PY_VERSION_HEX >= 0x030d0000
   P("tstate_frame", offsetof(PyThreadState, current_frame));
   P("cframe_current_frame", -1);

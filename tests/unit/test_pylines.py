@@ -44,9 +44,28 @@ def test_a_cut_table_gives_no_line_past_its_end():
 
 
 def test_strings_by_kind():
-    assert pylines.unicode_text(0b1100100, 3, b"abc" + bytes(40), 24) == "abc"  # ascii, compact
+    ascii_ = (1 << 2) | (1 << 5) | (1 << 6)
+    assert pylines.unicode_text(ascii_, 3, b"abc" + bytes(40), 24) == ("abc", False)
     text = "é€"
     data = bytes(16) + text.encode("utf-16-le")
-    assert pylines.unicode_text((2 << 2) | (1 << 5), 2, data, 16) == text
+    assert pylines.unicode_text((2 << 2) | (1 << 5), 2, data, 16) == (text, False)
+    snake = "\N{SNAKE}x"
+    data = bytes(16) + snake.encode("utf-32-le")
+    assert pylines.unicode_text((4 << 2) | (1 << 5), 2, data, 16) == (snake, False)
+    latin = "café"
+    assert pylines.unicode_text((1 << 2) | (1 << 5), 4, bytes(24) + latin.encode("latin-1"),
+                                24) == (latin, False)
     assert pylines.unicode_text((1 << 2), 3, b"abc", 16) is None  # not compact: not read
-    assert pylines.unicode_text(0b1100100, 10, b"abc", 24) is None  # cut
+
+
+def test_a_string_longer_than_its_copy_is_cut_at_a_character_and_marked():
+    ascii_ = (1 << 2) | (1 << 5) | (1 << 6)
+    assert pylines.unicode_text(ascii_, 10, b"abc", 24) == ("abc…", True)
+    # UCS-4 with 16 bytes before its data: 2 whole characters of 40 bytes copied
+    snake = "\N{SNAKE}" * 5
+    data = (bytes(16) + snake.encode("utf-32-le"))[:27]
+    assert pylines.unicode_text((4 << 2) | (1 << 5), 5, data, 16) == ("\N{SNAKE}" * 2 + "…", True)
+    # a lone surrogate (an undecodable byte of a file name) is kept, not a reason to drop
+    data = bytes(16) + b"a\x00\xdc\xdc"
+    assert pylines.unicode_text((2 << 2) | (1 << 5), 2, data, 16) == ("a\udcdc", False)
+    assert pylines.unicode_text(ascii_, 2, b"\xff\xfe", 0) is None  # not ASCII: not text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cudaprobe.decode import pystacks as ps
 from cudaprobe.decode.pystacks import PENDING_PER_THREAD, PyStacks
 from cudaprobe.probe import pyrecords as pr
 from cudaprobe.targets.pyoffsets import LAYOUTS
@@ -10,18 +11,21 @@ V312 = ((3, 12), LAYOUTS[(3, 12)])
 ASCII = (1 << 2) | (1 << 5) | (1 << 6)  # kind 1, compact, ascii
 
 
-def code_record(code: int, name: str, first: int, table: bytes, gen: int = 7) -> bytes:
+def code_record(code: int, name: str, first: int, table: bytes, gen: int = 7, ident: int = 1,
+                file: str = "f.py") -> bytes:
     head = pr.CODE_HEAD.pack(0, pr.SIDE_CODE, 1, gen, code, first, len(table), 0, ASCII,
-                             len("f.py"), len(name), ASCII, 0)
-    fname = b"f.py".ljust(pr.STR_MAX + pr.STR_SLACK, b"\0")
-    fn = name.encode().ljust(pr.NAME_MAX + pr.STR_SLACK, b"\0")
+                             len(file), len(name), ASCII, ident)
+    fname = file.encode()[:pr.STR_MAX + pr.STR_SLACK].ljust(pr.STR_MAX + pr.STR_SLACK, b"\0")
+    fn = name.encode()[:pr.NAME_MAX + pr.STR_SLACK].ljust(pr.NAME_MAX + pr.STR_SLACK, b"\0")
     return head + fname + fn + table.ljust(pr.TABLE_MAX, b"\0")
 
 
 def stack_record(tid: int, ts: int, frames: list[tuple], flags: int = 0, gen: int = 7) -> bytes:
-    body = b"".join(pr.FRAME.pack(*f) for f in frames)
+    """frames: (code, instr, ident, kind) each"""
+    kinds = bytes(f[3] for f in frames).ljust(pr.MAX_FRAMES, b"\0")
+    body = b"".join(pr.FRAME.pack(*f[:3]) for f in frames)
     head = pr.STACK_HEAD.pack(0, pr.SIDE_STACK, tid, ts, gen, 1, len(frames), flags)
-    return head + body.ljust(pr.MAX_FRAMES * pr.FRAME.size, b"\0")
+    return head + kinds + body.ljust(pr.MAX_FRAMES * pr.FRAME.size, b"\0")
 
 
 # one location entry of 8 code units at line first + 2
@@ -32,8 +36,8 @@ AT = LAYOUTS[(3, 12)].code_adaptive  # instruction offsets are from the code obj
 def test_frames_innermost_first_with_lines_shims_left_out():
     s = PyStacks([V312])
     s.add([code_record(0x100, "inner", 10, TABLE), code_record(0x200, "outer", 20, TABLE)])
-    s.add([stack_record(5, 99, [(0x100, AT + 2, 10, pr.CODE), (0x300, 0, 0, pr.SHIM),
-                                (0x200, AT + 4, 20, pr.CODE)], flags=pr.CUT)])
+    s.add([stack_record(5, 99, [(0x100, AT + 2, 1, pr.CODE), (0x300, 0, 0, pr.SHIM),
+                                (0x200, AT + 4, 1, pr.CODE)], flags=pr.CUT)])
     stack = s.pop(5, 99)
     assert stack.frames == [{"file": "f.py", "line": 12, "function": "inner"},
                             {"file": "f.py", "line": 22, "function": "outer"}]
@@ -41,14 +45,54 @@ def test_frames_innermost_first_with_lines_shims_left_out():
     assert s.pop(5, 99) is None  # once
 
 
-def test_a_frame_not_a_code_object_or_unnamed_hides_the_stack():
+def test_a_frame_not_a_code_object_or_unnamed_hides_the_stack_and_says_why():
     s = PyStacks([V312])
     s.add([code_record(0x100, "inner", 10, TABLE)])
-    s.add([stack_record(5, 1, [(0x100, AT, 10, pr.CODE), (0x400, 0, 0, pr.NOT_CODE)]),
-           stack_record(5, 2, [(0x100, AT, 10, pr.CODE), (0x500, AT, 3, pr.CODE)]),
-           stack_record(5, 3, [(0x100, AT, 10, pr.CODE)], gen=8)])  # another image of pid 1
-    assert s.pop(5, 1) is None and s.pop(5, 2) is None and s.pop(5, 3) is None
-    assert s.unreadable == 3
+    s.add([stack_record(5, 1, [(0x100, AT, 1, pr.CODE), (0x400, 0, 0, pr.NOT_CODE)]),
+           stack_record(5, 2, [(0x100, AT, 1, pr.CODE), (0x500, AT, 1, pr.CODE)]),
+           stack_record(5, 3, [(0x100, AT, 1, pr.CODE)], gen=8)])  # another image of pid 1
+    assert [s.pop(5, ts).missing for ts in (1, 2, 3)] == [ps.NOT_CODE, ps.NOT_NAMED, ps.NOT_NAMED]
+    assert s.pop(5, 1) is None  # once
+    assert s.missing == {ps.NOT_CODE: 1, ps.NOT_NAMED: 2}  # said at the end
+
+
+def test_code_in_reused_memory_is_decoded_by_its_own_identity():
+    """Two code objects at one address, one after the other, each with its
+    record: each frame is named by the record of its identity, not the first."""
+    s = PyStacks([V312])
+    s.add([code_record(0x100, "<module>", 1, TABLE, ident=41, file="cell_0.py")])
+    s.add([stack_record(5, 1, [(0x100, AT, 41, pr.CODE)])])
+    s.add([code_record(0x100, "<module>", 1, bytes([0x80 | (13 << 3) | 7, 0]), ident=42,
+                       file="cell_1.py")])
+    s.add([stack_record(5, 2, [(0x100, AT, 42, pr.CODE)]),
+           stack_record(5, 3, [(0x100, AT, 41, pr.CODE)])])
+    assert s.pop(5, 1).frames == [{"file": "cell_0.py", "line": 3, "function": "<module>"}]
+    assert s.pop(5, 2).frames == [{"file": "cell_1.py", "line": 1, "function": "<module>"}]
+    assert s.pop(5, 3).frames[0]["file"] == "cell_0.py"  # both kept: records come first
+
+
+def test_a_thread_not_told_says_why():
+    s = PyStacks([V312])
+    s.add([stack_record(5, 1, [], flags=pr.LIST_CHANGED),
+           stack_record(5, 2, [], flags=pr.TOO_MANY)])
+    first, second = s.pop(5, 1), s.pop(5, 2)
+    assert (first.frames, first.missing) == ([], ps.LIST_CHANGED)
+    assert second.missing == ps.TOO_MANY
+    assert first.fields() == {"py_stack_missing": ps.LIST_CHANGED}
+    assert s.missing == {ps.LIST_CHANGED: 1, ps.TOO_MANY: 1}  # said at the end
+
+
+def test_long_names_are_cut_marked_and_the_stack_kept():
+    s = PyStacks([V312])
+    long_file, long_name = "/" + "d" * 400 + ".py", "f" * 300
+    s.add([code_record(0x100, long_name, 10, TABLE, file=long_file),
+           code_record(0x200, "outer", 20, TABLE)])
+    s.add([stack_record(5, 1, [(0x100, AT, 1, pr.CODE), (0x200, AT, 1, pr.CODE)])])
+    inner, outer = s.pop(5, 1).frames
+    assert inner["file"] == long_file[:pr.STR_MAX + pr.STR_SLACK] + "…"
+    assert inner["function"] == long_name[:pr.NAME_MAX + pr.STR_SLACK] + "…"
+    assert inner["truncated"] is True and inner["line"] == 12
+    assert outer == {"file": "f.py", "line": 22, "function": "outer"}
 
 
 def test_stacks_waiting_per_thread_are_bounded():

@@ -70,3 +70,55 @@ def test_jsonl_csv_chrome_table():
     header, with_stack, without = out.getvalue().splitlines()[:3]
     assert "PYTHON" in header and "/home/me/train.py:54" in with_stack
     assert "train.py" not in without
+
+
+MISSING = "the interpreter's list of threads changed while it was read"
+
+
+def missing_call() -> Call:
+    c = call(stack=False)
+    c.py_stack = PyStack([], cut=False, missing=MISSING)
+    return c
+
+
+def test_a_stack_not_read_says_why_in_each_output():
+    out = io.StringIO()
+    JsonlReporter(out).calls([missing_call()])
+    row = json.loads(out.getvalue())
+    assert row["py_stack_missing"] == MISSING and "py_stack" not in row
+    assert missing_call().to_dict()["py_stack_missing"] == MISSING
+
+    out = io.StringIO()
+    r = CsvReporter(out, py_stacks=True)
+    r.start()
+    r.calls([missing_call()])
+    _header, row = list(csv.reader(io.StringIO(out.getvalue())))
+    assert json.loads(row[-1]) == {"missing": MISSING}
+
+    out = io.StringIO()
+    r = ChromeReporter(out)
+    r.start()
+    r.calls([missing_call()])
+    assert "py_stack_missing" in out.getvalue() and MISSING in out.getvalue()
+
+    out = io.StringIO()
+    r = TableReporter(out, py_stacks=True)
+    r.start()
+    r.calls([missing_call()])
+    assert "(not read)" in out.getvalue().splitlines()[1]
+
+    assert line_of(missing_call()) == f"(Python stack not read: {MISSING})"
+
+
+def test_a_truncated_frame_keeps_its_mark_in_jsonl_and_csv():
+    cut = {"file": "/home/me/" + "d" * 40 + "…", "line": 3, "function": "f", "truncated": True}
+    c = call()
+    c.py_stack = PyStack([cut], cut=False)
+    out = io.StringIO()
+    JsonlReporter(out).calls([c])
+    assert json.loads(out.getvalue())["py_stack"] == [cut]
+    out = io.StringIO()
+    r = CsvReporter(out, py_stacks=True)
+    r.start()
+    r.calls([c])
+    assert json.loads(list(csv.reader(io.StringIO(out.getvalue())))[1][-1]) == [cut]
