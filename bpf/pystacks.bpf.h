@@ -60,7 +60,6 @@
 #error "CP_OFF_SB_DEV (super_block.s_dev) comes from bpfprog.py"
 #endif
 
-
 #ifdef CP_MAY_GOTO
 /* may_goto (Linux 6.9+), spelled in bytes for clang 14 as bpf_experimental.h's
  * cond_break is: the kernel ends a loop that runs too long, so the verifier
@@ -107,16 +106,20 @@ struct cp_py_thread {
 
 /* Per CPU: the first bytes of a code object (read at once, its fields taken
  * at offsets masked to the array: the loader gives none past the bytes read),
- * and a string or line table copied to be hashed, CP_PY_CHUNK words at a
- * time (a chunk more: the words from where a copy ends to its chunk's end
- * are zeroed before the copy). */
+ * and a string or line table copied to be hashed, head and all, CP_PY_CHUNK
+ * words at a time (a chunk more: the words from where its data ends to its
+ * chunk's end are zeroed). */
 #define CP_PY_CODE_MASK 0xff
 #define CP_PY_CHUNK 8	/* words hashed an iteration */
 #define CP_PY_CHUNKS (CP_PY_TABLE_MAX / 8 / CP_PY_CHUNK)
+#define CP_PY_HEAD 80	/* where an object's data starts, at most: sizeof(PyCompactUnicodeObject) */
+#define CP_PY_OFF_MASK 0x78	/* that offset, word-aligned, in bounds for the verifier */
+#define CP_PY_SHORT 256	/* a line table's bytes read with its head */
+#define CP_PY_WORDS 1024	/* a power of two, more than (CP_PY_HEAD + CP_PY_TABLE_MAX) / 8 */
 struct cp_py_scratch {
 	u8 code[CP_PY_CODE_MASK + 1 + 8];
-	u64 w[CP_PY_TABLE_MAX / 8 + CP_PY_CHUNK];
-	u32 chunk;	/* the hash loop's count, through memory (py_hash_bytes) */
+	u64 w[CP_PY_WORDS + CP_PY_CHUNK];
+	u32 chunk;	/* the hash loop's count, through memory (py_hash_copied) */
 	u32 frame;	/* the frame loop's, the same (py_capture) */
 	u32 step;	/* the thread walk's (py_thread_state) */
 	struct cp_py_code_key key;	/* py_see_code's, off the stack */
@@ -240,7 +243,7 @@ static __always_inline u64 py_thread_state(struct cp_py_proc *p, struct cp_py_la
 	 * list changed (a state removed as it was read). */
 	u64 last = ~0ULL;
 	int changed = 0;
-	volatile u32 *through = &b->step;	/* no exact count: as py_hash_bytes's */
+	volatile u32 *through = &b->step;	/* no exact count: as py_hash_copied's */
 	*through = 0;
 	for (u64 i = *through; i < CP_PY_WALK && ts; i++) {
 		py_cond_break;
@@ -289,36 +292,32 @@ static __always_inline u64 py_mix(u64 h, u64 v)
 	return h ^ (h >> 29);
 }
 
-/* `n` bytes at `from` (at most `max`, which is at most CP_PY_TABLE_MAX), and
- * their count, into the hash h. The count starts from memory, and the chunk's
- * index goes through it: the verifier then has no exact value for either,
- * and with may_goto follows the loop's body once or twice, not once a chunk
- * (an index used as an offset would need its exact value, and so would the
- * count it came from). */
-static __always_inline u64 py_hash_bytes(struct cp_py_scratch *b, u64 h, u64 from, u64 n,
-					 u32 max)
+/* The `n` bytes copied into b->w from its word `first` on (n at most
+ * CP_PY_TABLE_MAX), and their count, into the hash h; only the copy's own
+ * bytes count: the rest of its last word, and the words to its last chunk's
+ * end, are zeroed first. The count of chunks starts from memory, and each
+ * chunk's index goes through it: the verifier then has no exact value for
+ * either, and with may_goto follows the loop's body once or twice, not once
+ * a chunk (an index used as an offset would need its exact value, and so
+ * would the count it came from). */
+static __always_inline u64 py_hash_copied(struct cp_py_scratch *b, u64 h, u32 first, u64 n)
 {
 	h = py_mix(h, n);
-	if (n > max)
-		n = max;
-	asm volatile("" : "+r"(n));
 	if (n == 0 || n > CP_PY_TABLE_MAX)
 		return h;
-	u32 last = n >> 3;
-	if (last > CP_PY_TABLE_MAX / 8)
-		last = CP_PY_TABLE_MAX / 8;
+	u32 end = (first + (n >> 3)) & (CP_PY_WORDS - 1);
+	b->w[end] &= (1ULL << ((n & 7) * 8)) - 1;
 #pragma unroll
-	for (int j = 0; j < CP_PY_CHUNK; j++)
-		b->w[last + j] = 0;	/* what follows the copy in its last chunk */
-	if (bpf_probe_read_user(b->w, n, (void *)from))
-		return py_mix(h, 1);
+	for (int j = 1; j < CP_PY_CHUNK; j++)
+		b->w[end + j] = 0;
 	u64 chunks = (n + 8 * CP_PY_CHUNK - 1) / (8 * CP_PY_CHUNK);
 	volatile u32 *through = &b->chunk;
 	*through = 0;
 	for (u64 i = *through; py_within(i, chunks, CP_PY_CHUNKS); i++) {
 		py_cond_break;
 		*through = i;
-		u64 *w = &b->w[(*through & (CP_PY_CHUNKS - 1)) * CP_PY_CHUNK];
+		u32 at = first + (*through & (CP_PY_CHUNKS - 1)) * CP_PY_CHUNK;
+		u64 *w = &b->w[at & (CP_PY_WORDS - 1)];
 #pragma unroll
 		for (int j = 0; j < CP_PY_CHUNK; j++)
 			h = (h ^ w[j]) * 0x9e3779b97f4a7c15ULL;	/* py_mix's step, less one */
@@ -327,15 +326,53 @@ static __always_inline u64 py_hash_bytes(struct cp_py_scratch *b, u64 h, u64 fro
 	return h;
 }
 
-/* A str object's kind and text (at most `max` bytes of it) into the hash h */
-static __always_inline u64 py_hash_str(struct cp_py_scratch *b, struct cp_py_layout *L, u64 h,
-				       u64 str, u32 max)
+/* The `n` bytes at obj + off into b->w at the same place, where the read of
+ * the object's head and first bytes at once did not have them all */
+static __always_inline int py_copy_rest(struct cp_py_scratch *b, u64 obj, u32 off, u64 n)
 {
-	u64 head[3] = {};	/* PyASCIIObject from its length: length, hash, state */
-	bpf_probe_read_user(head, sizeof(head), (void *)(str + 16));
-	u32 form = (head[2] >> 2) & 0x1f;	/* kind, compact, ascii: not `interned` */
-	u64 data = str + ((form >> 4) & 1 ? L->unicode_ascii_size : L->unicode_compact_size);
-	return py_hash_bytes(b, py_mix(h, form), data, head[0] * (form & 7), max);
+	off &= CP_PY_OFF_MASK;
+	if (n > CP_PY_TABLE_MAX)
+		n = CP_PY_TABLE_MAX;
+	asm volatile("" : "+r"(n));
+	return n > 0 && n <= CP_PY_TABLE_MAX &&
+	       bpf_probe_read_user((u8 *)b->w + off, n, (void *)(obj + off));
+}
+
+/* A str object's kind and text (at most `max` bytes of it) into the hash h:
+ * its head and text read at once (one read, not two: the probe pays for
+ * each), or where that much is not mapped, its head, then its text. */
+static __always_inline u64 py_hash_str(struct cp_py_scratch *b, struct cp_py_layout *L, u64 h,
+				       u64 str, const u32 max)
+{
+	int whole = !bpf_probe_read_user(b->w, CP_PY_HEAD + max, (void *)str);
+	if (!whole && bpf_probe_read_user(b->w, 40, (void *)str))	/* no str is shorter */
+		return py_mix(h, 1);
+	u32 form = (b->w[4] >> 2) & 0x1f;	/* state: kind, compact, ascii; not `interned` */
+	u32 off = (form >> 4) & 1 ? L->unicode_ascii_size : L->unicode_compact_size;
+	u64 n = b->w[2] * (form & 7);	/* length, in code points */
+	if (n > max)
+		n = max;
+	if (!whole && py_copy_rest(b, str, off, n))
+		return py_mix(h, 2);
+	return py_hash_copied(b, py_mix(h, form), (off & CP_PY_OFF_MASK) >> 3, n);
+}
+
+/* A bytes object's bytes (the line table: at most CP_PY_TABLE_MAX of them)
+ * into the hash h: its head and first CP_PY_SHORT bytes read at once, the
+ * rest where there is more. */
+static __always_inline u64 py_hash_table(struct cp_py_scratch *b, struct cp_py_layout *L, u64 h,
+					 u64 table)
+{
+	int whole = !bpf_probe_read_user(b->w, CP_PY_HEAD + CP_PY_SHORT, (void *)table);
+	if (!whole && bpf_probe_read_user(b->w, 32, (void *)table))	/* none is shorter */
+		return py_mix(h, 1);
+	u32 off = L->bytes_sval;
+	u64 n = b->w[2];	/* ob_size */
+	if (n > CP_PY_TABLE_MAX)
+		n = CP_PY_TABLE_MAX;
+	if ((!whole || n + off > CP_PY_HEAD + CP_PY_SHORT) && py_copy_rest(b, table, off, n))
+		return py_mix(h, 2);
+	return py_hash_copied(b, h, (off & CP_PY_OFF_MASK) >> 3, n);
 }
 
 /* A code object's identity where CPython gives none: a hash of what its
@@ -346,7 +383,7 @@ static __always_inline u32 py_hash_code(struct cp_py_scratch *b, struct cp_py_la
 	u64 h = py_mix(0xcbf29ce484222325ULL, (u32)firstlineno);
 	h = py_hash_str(b, L, h, filename, CP_PY_STR_MAX + CP_PY_STR_SLACK);
 	h = py_hash_str(b, L, h, name, CP_PY_NAME_MAX + CP_PY_STR_SLACK);
-	h = py_hash_bytes(b, h, table + L->bytes_sval, py_read_u64(table + 16), CP_PY_TABLE_MAX);
+	h = py_hash_table(b, L, h, table);
 	return (u32)(h ^ (h >> 32)) | CP_PY_HASHED;
 }
 
@@ -463,7 +500,7 @@ static __always_inline u64 py_capture(u64 pid_tgid)
 		s->nframes = i + 1;
 	}
 	s->flags = why | (frame ? CP_PY_CUT : 0);	/* frames left past the walk's bound */
-	volatile u32 *through = &b->frame;	/* as py_hash_bytes's chunks */
+	volatile u32 *through = &b->frame;	/* as py_hash_copied's chunks */
 	*through = 0;
 	for (u64 i = *through; py_within(i, s->nframes, CP_PY_MAX_FRAMES); i++) {
 		py_cond_break;
