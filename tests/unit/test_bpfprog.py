@@ -238,3 +238,22 @@ def test_the_safepoint_takes_every_number_from_bpfprog(preprocess):
     bare = preprocess(None, [], safepoint_source())
     needed = set(re.findall(r'#error "(CP_\w+) \(', bare.stderr))
     assert needed == set(bpfprog.safepoint_numbers(SETTINGS[0]))
+
+
+def test_may_goto_only_with_py_stacks_and_as_the_kernel_or_override_says(monkeypatch):
+    """The walk of every thread and the code objects' hash are compiled where the
+    kernel has may_goto (6.9+), for --py-stacks alone: nothing else changes."""
+    def switches(**kw: object) -> dict[str, str]:
+        return bpfprog.switches(probes(), bpfprog.Settings(attach="multi", **kw))
+    assert "CP_MAY_GOTO" in switches(py_stacks=True, may_goto=True)
+    assert "CP_MAY_GOTO" not in switches(py_stacks=True, may_goto=False)
+    assert "CP_MAY_GOTO" not in switches(may_goto=True)  # no --py-stacks: not a word of it
+    monkeypatch.setenv("CUDAPROBE_MAY_GOTO", "0")
+    assert bpfprog.default_may_goto() is False
+    monkeypatch.setenv("CUDAPROBE_MAY_GOTO", "1")
+    assert bpfprog.default_may_goto() is True
+    monkeypatch.delenv("CUDAPROBE_MAY_GOTO")
+    monkeypatch.setattr(bpfprog, "kernel_version", lambda: (6, 8))
+    assert bpfprog.default_may_goto() is False
+    monkeypatch.setattr(bpfprog, "kernel_version", lambda: (6, 9))
+    assert bpfprog.default_may_goto() is True
