@@ -34,6 +34,7 @@ from cudaprobe.analysis.summary import Summary
 from cudaprobe.decode.calls import Call
 from cudaprobe.decode.gputime import gpu_span_ns
 from cudaprobe.output.base import Reporter
+from cudaprobe.output.reading import fit_reading, reading
 from cudaprobe.output.summary_view import render_summary
 from cudaprobe.output.text import cut_end, cut_middle, cut_start, escape, humanize_ns, pad
 
@@ -74,6 +75,21 @@ def _result(c: Call) -> str:
     return "in flight" if c.in_flight else c.ret_name or ""
 
 
+SUCCESS = {"cudaSuccess", "CUDA_SUCCESS"}
+ERROR_PREFIXES = ("cudaError", "CUDA_ERROR_")
+
+
+def cut_result(text: str, width: int) -> str:
+    """RESULT in `width` cells: whole where it fits, else without its prefix
+    (InsufficientDriver, not cudaEr…river), cut at the end."""
+    if len(text) <= width:
+        return text
+    for prefix in ERROR_PREFIXES + ("cuda", "CUDA_"):
+        if text.startswith(prefix) and len(text) > len(prefix):
+            return cut_end(text[len(prefix):], width)
+    return cut_end(text, width)
+
+
 COLUMNS = (
     Column("TIME(ms)", 10, lambda c: f"{c.time_ms:.3f}", "right"),
     # cut in the middle: a rank's `[r1]` stays
@@ -82,7 +98,7 @@ COLUMNS = (
     Column("TID", 7, lambda c: str(c.tid), "right"),
     Column("EVENT", 26, _event, min_width=18, cut=cut_middle),
     Column("LATENCY", 9, _latency, "right"),
-    Column("RESULT", 28, _result, min_width=12, cut=cut_middle),
+    Column("RESULT", 28, _result, min_width=12, cut=cut_result),
 )
 # --gpu-time: what the call's GPU work took, from its first start to its last end
 GPU_COLUMN = Column("GPU TIME", 9,
@@ -104,9 +120,9 @@ DETAILS_MIN = 8  # what the shrinking makes room for, where it can
 EVENT_MAX = 40  # EVENT grows to this when the line is wide (LONG names whole)
 DETAILS_ROOM = 60  # ... and DETAILS would still have this much
 DETAILS_WANT = 30  # what DETAILS keeps at any width from 80: columns fold into it for it
-FOLD_ORDER = ("TID", "RESULT", "LATENCY")  # the first folds first
-SUCCESS = {"cudaSuccess", "CUDA_SUCCESS"}
-ERROR_PREFIXES = ("cudaError", "CUDA_ERROR_")
+# the first folds first; PROCESS (the PID stays) where the PYTHON column is shown
+FOLD_ORDER = ("TID", "RESULT", "LATENCY", "PROCESS")
+KERNEL_ROOM_MIN = 16  # a kernel's name takes half of DETAILS, at least this
 
 
 def short_result(c: Call) -> str:
@@ -124,30 +140,29 @@ def short_result(c: Call) -> str:
     return name
 
 
-def folded_details(c: Call, folded: tuple[str, ...]) -> str:
-    """DETAILS with what the folded columns would have said."""
-    text = c.details
-    if "RESULT" in folded and (result := short_result(c)):
-        text = f"{result}: {text}"
-    if "TID" in folded and c.tid != c.pid:
-        text = f"{text} tid={c.tid}"
-    if "LATENCY" in folded:
-        text = f"{text} <{_latency(c)}>"
-    return text
+def folded_extra(c: Call, folded: tuple[str, ...]) -> str:
+    """What the folded TID and LATENCY would have said, after DETAILS."""
+    text = f" tid={c.tid}" if "TID" in folded and c.tid != c.pid else ""
+    return f"{text} <{_latency(c)}>" if "LATENCY" in folded else text
 
 
 def fit(width: int | None, columns: tuple[Column, ...] = COLUMNS
         ) -> tuple[tuple[Column, ...], list[int], tuple[str, ...]]:
     """The columns shown in a line of `width` characters, their widths, and the
-    titles folded into DETAILS (FOLD_ORDER) so that it keeps DETAILS_WANT."""
+    titles folded into DETAILS (FOLD_ORDER) so that it keeps DETAILS_WANT.
+    Once LATENCY is folded every column gives what it can; PROCESS folds
+    only beside PYTHON."""
+    titles = {c.title for c in columns}
+    order = [t for t in FOLD_ORDER if t in titles and (t != "PROCESS" or "PYTHON" in titles)]
     folded: tuple[str, ...] = ()
     while True:
         shown = tuple(c for c in columns if c.title not in folded)
-        widths = layout(width, shown, DETAILS_WANT)
-        if (width is None or len(folded) == len(FOLD_ORDER)
-                or width - sum(widths) - len(widths) >= DETAILS_WANT):
+        if width is None:
+            return shown, layout(width, shown), folded
+        widths = layout(width, shown, width if "LATENCY" in folded else DETAILS_WANT)
+        if len(folded) == len(order) or width - sum(widths) - len(widths) >= DETAILS_WANT:
             return shown, widths, folded
-        folded += (FOLD_ORDER[len(folded)],)
+        folded += (order[len(folded)],)
 
 
 def layout(width: int | None, columns: tuple[Column, ...] = COLUMNS,
@@ -205,6 +220,7 @@ class TableReporter(Reporter):
         self._cells: list[tuple[Column, int]] = []
         self._folded: tuple[str, ...] = ()
         self._details_width: int | None = None
+        self._kernel_room: int | None = None  # a kernel's name in DETAILS: its cells
         self._lay_out()
 
     def columns(self) -> tuple[Column, ...]:
@@ -218,6 +234,7 @@ class TableReporter(Reporter):
         self._cells = list(zip(columns, widths))
         if self.width is not None:
             self._details_width = self.width - sum(widths) - len(widths)
+            self._kernel_room = max(KERNEL_ROOM_MIN, self._details_width // 2)
 
     def start(self) -> None:
         header = " ".join(c.text(c.title, w) for c, w in self._cells) + " "
@@ -234,11 +251,13 @@ class TableReporter(Reporter):
         details_width, cells, folded = self._details_width, self._cells, self._folded
         for c in calls:
             row = " ".join([column.text(column.cell(c), w) for column, w in cells])
-            details = escape(folded_details(c, folded) if folded else c.details)
+            result = short_result(c) if "RESULT" in folded else ""
+            details = escape(reading(c, result, self._kernel_room))
+            extra = folded_extra(c, folded) if folded else ""
             if details_width is None:
-                line = f"{row} {details}"
+                line = f"{row} {details}{extra}"
             else:
-                line = f"{row} {cut_end(details, details_width)}".rstrip()
+                line = f"{row} {fit_reading(details, result, extra, details_width)}".rstrip()
             if self._color and (c.ret or c.in_flight):
                 line = f"\x1b[{33 if c.in_flight else 31}m{line}\x1b[0m"
             lines.append(line)

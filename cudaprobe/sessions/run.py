@@ -69,6 +69,9 @@ class RunOptions:
     # --gpu-time into running processes (--pid, --comm): the processes traced
     # once the probes are in, and each that joins later
     gpu_attach: GpuTimeAttach | None = None
+    # the line saying how the trace ended waits for say_end() (the table's rows
+    # on the same terminal come first), not said when the trace ends
+    hold_end: bool = False
 
 
 def say_if_no_cuda(options: RunOptions, calls: int) -> None:
@@ -108,6 +111,7 @@ class ProbeRun:
         self.probed = probed
         self._on_attached = on_attached
         self._follower: Follower | None = None
+        self._held_end: str | None = None  # hold_end: said by say_end()
         self._all_exited = False
         self._ended: str | None = None  # what ended the trace, once said (ENDED_BY)
         self._status = 0  # the exit status, decided when the trace ended
@@ -173,6 +177,7 @@ class ProbeRun:
 
     def _close(self) -> None:
         self._closed = True
+        self.say_end()
         self._stack.close()
         if self.command is not None and not self.command.released:
             self.command.abandon()  # attach failed: the child exits without running
@@ -296,6 +301,14 @@ class ProbeRun:
                 message += f"; {traced} process{'es' if traced > 1 else ''} traced"
         self._ended, self._status = message or "done", status
         self._signals_at_end = self._stop.count
+        if message and self.options.hold_end:
+            self._held_end = message
+        elif message:
+            self.notify(message)
+
+    def say_end(self) -> None:
+        """Say the line held by hold_end (once; at the latest on closing)."""
+        message, self._held_end = self._held_end, None
         if message:
             self.notify(message)
 

@@ -288,6 +288,8 @@ class TraceSession:
         self.summary.lost = lost
         self.summary.duration_s = duration_s
         self.kernel_handles.close()
+        if self._lifecycle is not None:
+            self._lifecycle.say_end()  # after the rows, before the summary
         self.reporter.finish(self.summary)
         if self.summary_console is not None:
             render_summary(self.summary, self.summary_console)

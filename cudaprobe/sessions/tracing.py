@@ -77,7 +77,9 @@ def run_trace(probing: Probing, request: TraceRequest) -> int:
                                           symbolize=kernels, see_process=kernels.see,
                                           targets=probing.targets, notify=notify,
                                           on_counters=on_counters, output=stream,
-                                          gpu_time=request.gpu_time, status=status_line))
+                                          gpu_time=request.gpu_time, status=status_line,
+                                          hold_end=request.fmt == "table" and stream.isatty()
+                                          and sys.stderr.isatty()))
     try:
         status = session.run()
     finally:

@@ -33,7 +33,7 @@ def test_a_process_name_with_escapes_is_one_escaped_row(tmp_path, libcudart):
     err = proc.stderr.decode()
     assert "\x1b" not in err and "c\\d" not in err.replace("c\\\\d", "")
     escaped = '\\x1b[31m,"b\\nc\\\\d'
-    rows = [line for line in err.splitlines() if " cudaMalloc " in line and "devPtr=" in line]
+    rows = [line for line in err.splitlines() if " cudaMalloc " in line and "size=" in line]
     # PROCESS is 15 characters: the escaped name is cut there (in the middle), on its line
     shown = escaped[:7] + "…" + escaped[-7:]
     assert len(rows) == 2 and all(f" {shown} " in row for row in rows), err

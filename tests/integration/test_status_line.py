@@ -13,6 +13,7 @@ import subprocess
 import termios
 
 import pytest
+from rich.cells import cell_len
 
 from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 
@@ -76,26 +77,36 @@ def _terminal(width: int) -> tuple[int, int]:
     return master, slave
 
 
-@pytest.mark.parametrize("width", [80, 100, 160])
-def test_the_table_on_a_terminal_fits_and_keeps_details_and_errors(libcudart, width):
-    """`trace -- COMMAND` on a terminal of 80, 100 and 160 columns (its size, not
-    $COLUMNS): the rows go to stderr, the command keeps stdout; each row is
-    TIME, PROCESS, PID, EVENT and 30 characters of DETAILS at least, and a
-    failed call says its error."""
-    exe = build_workload("runtime_calls.c")
+def on_terminal(argv: list[str], width: int, stdout=subprocess.PIPE) -> tuple[int, str, str]:
+    """Run `argv` with stderr (and stdout, given STDOUT) on a pty of `width`
+    columns (its size, not $COLUMNS): its exit status, what the terminal
+    showed (colours and cursor moves taken out), what went to stdout."""
     master, slave = _terminal(width)
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    proc = subprocess.Popen(cudaprobe_cmd("trace", "--lib", str(libcudart), "-e",
-                                          "cudaMalloc,cudaLaunchKernel", "--", str(exe), "1"),
-                            stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL,
-                            env=env)
+    proc = subprocess.Popen(argv, stdout=slave if stdout is None else stdout, stderr=slave,
+                            stdin=subprocess.DEVNULL, env=env)
     os.close(slave)
     try:
         shown = ANSI.sub("", read_all(master, proc)).replace("\r", "")
     finally:
         os.close(master)
-    stdout = proc.stdout.read().decode()
-    assert proc.returncode == 0, shown
+    out = proc.stdout.read().decode() if proc.stdout is not None else ""
+    return proc.returncode, shown, out
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_the_table_on_a_terminal_fits_and_keeps_details_and_errors(libcudart, width):
+    """`trace -- COMMAND` on a terminal of 80, 100 and 160 columns: the rows go
+    to stderr, the command keeps stdout; each row is TIME, PROCESS, PID,
+    EVENT and 30 cells of DETAILS at least, which read as a person reads a
+    call: what went in first (the size, the kernel and its grid), the error
+    said once (RESULT, or after DETAILS' arrow where RESULT is folded); the
+    line saying the command exited comes after the last row."""
+    exe = build_workload("runtime_calls.c")
+    rc, shown, stdout = on_terminal(cudaprobe_cmd(
+        "trace", "--lib", str(libcudart), "-e", "cudaMalloc,cudaMemcpy,cudaLaunchKernel", "--",
+        str(exe), "3"), width)
+    assert rc == 0, shown
     assert "cudaMalloc" in stdout and "TIME(ms)" not in stdout  # the command's own
     lines = shown.splitlines()
     assert all(len(line) <= width for line in lines), [line for line in lines
@@ -104,14 +115,71 @@ def test_the_table_on_a_terminal_fits_and_keeps_details_and_errors(libcudart, wi
     assert header.split()[:3] == ["TIME(ms)", "PROCESS", "PID"] and "EVENT" in header
     details = header.rindex(" ") + 1
     assert width - details >= 30
-    malloc = next(line for line in lines if " cudaMalloc " in line)
-    launch = next(line for line in lines if " cudaLaunchKernel " in line)
-    assert malloc.split()[2] == str(proc.pid) or malloc.split()[2].isdigit()
-    if width == 80:  # the error's short name, then the arguments
-        assert malloc[details:].startswith("InsufficientDriver: devPtr=- ")
-        assert launch[details:].startswith("InsufficientDriver: func=0x")
-    elif width == 160:
-        assert "cudaErrorInsufficientDriver" in malloc
-        assert malloc[details:].startswith("devPtr=- size=1.0 MiB")
+    rows = [line for line in lines if re.match(r" +\d+\.\d{3} ", line)]
+    mallocs = [line for line in rows if " cudaMalloc " in line]
+    copies = [line for line in rows if " cudaMemcpy " in line]
+    launches = [line for line in rows if " cudaLaunchKernel " in line]
+    assert len(mallocs) == len(copies) == len(launches) == 3 and len(rows) == 9
+    exited = next(i for i, line in enumerate(lines) if "exited (status 0)" in line)
+    assert exited > lines.index(rows[-1])  # not between the header and the rows
+    for row in rows:
+        assert row.count("nsufficien") == 1  # said once
+    malloc, copy, launch = mallocs[0][details:], copies[0][details:], launches[0][details:]
+    assert malloc.startswith("size=1.0 MiB") and "devPtr" not in malloc  # (never written)
+    assert copy.startswith("count=4.0 KiB")
+    assert launch.startswith("fake_kernel")
+    if width == 80:  # RESULT folded: the error's short name after the arrow
+        assert malloc == "size=1.0 MiB → InsufficientDriver"
+        assert "→ Insufficient" in launch
+    elif width == 100:
+        assert "Insufficien…" in mallocs[0]  # RESULT, less its prefix
+        assert launch.startswith("fake_kernel gridDim=(4,2,1)")
     else:
-        assert "cudaE" in malloc and malloc[details:].startswith("devPtr=- size=1.0 MiB")
+        assert "cudaErrorInsufficientDriver" in mallocs[0] and malloc == "size=1.0 MiB"
+        assert launch.startswith("fake_kernel gridDim=(4,2,1) blockDim=(256,1,1) sha")
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_python_lines_in_wide_characters_keep_each_row_on_its_line(tmp_path, libcudart, width):
+    """--py-stacks on a terminal: the PYTHON column holds a file named in CJK
+    (two cells a character) cut at its start to the column's cells, so no
+    row wraps; at 80 columns the size still shows."""
+    folder = tmp_path / "データ"
+    folder.mkdir()
+    script = folder / "学習スクリプト.py"
+    script.write_text(f"import ctypes\nrt = ctypes.CDLL({str(libcudart)!r})\n"
+                      "p = ctypes.c_void_p()\n"
+                      "for i in range(3):\n"
+                      "    rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(1 << 20))\n")
+    rc, shown, _ = on_terminal(cudaprobe_cmd("trace", "--py-stacks", "--lib", str(libcudart),
+                                             "-e", "cudaMalloc", "--", "/usr/bin/python3",
+                                             str(script)), width)
+    assert rc == 0, shown
+    lines = shown.splitlines()
+    assert all(cell_len(line) <= width for line in lines), [
+        line for line in lines if cell_len(line) > width]
+    rows = [line for line in lines if " cudaMalloc " in line and "│" not in line]
+    assert len(rows) == 3, shown
+    for row in rows:
+        assert "スクリプト.py:5 " in row and "size=1.0 MiB" in row
+    header = next(line for line in lines if line.startswith("  TIME(ms)"))
+    assert "PYTHON" in header and ("PROCESS" in header) == (width > 80)
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_stats_on_a_terminal_keeps_names_whole_and_rows_on_one_line(libcudart, width):
+    """stats' EVENT is never cut where the terminal has room for it: the
+    columns a narrow terminal cannot hold are left out, and said."""
+    exe = build_workload("runtime_calls.c")
+    rc, shown, _ = on_terminal(cudaprobe_cmd("stats", "--lib", str(libcudart), "--", "sh",
+                                             "-c", f"{exe} 2 >/dev/null"), width, stdout=None)
+    assert rc == 0, shown
+    lines = shown.splitlines()
+    assert all(cell_len(line) <= width for line in lines)
+    rows = [line for line in lines if "│" in line]
+    names = [line.split()[0] for line in rows]
+    assert names and all(name.startswith("cuda") and "…" not in name for name in names), names
+    assert "cudaEventElapsedTime" in names and "cudaGetDeviceCount" in names
+    assert len(names) == len(set(names))  # one line a row: none wrapped
+    if width == 80:
+        assert any("left out at this width" in line for line in lines)

@@ -26,6 +26,7 @@ def render(width: int) -> list[str]:
                       color_system=None)
     cs = calls()
     cs[1].event = LONG
+    cs[1].details = cs[1].details.replace("func=0x401000", "func=0x401000 kern(float*, int)")
     r = TableReporter(buf, console=console)
     r.start()
     r.calls(cs)
@@ -55,19 +56,22 @@ def test_every_line_fits_and_the_header_is_one_line(width):
 @pytest.mark.parametrize("width", range(80, 241, 20))
 def test_details_keep_30_characters_and_errors_stay_visible(width):
     """TID, RESULT and LATENCY fold into DETAILS where the line is too narrow
-    for DETAILS to keep 30 characters; the error stays, first. (The calls'
-    TID, 8, is not their PID, 7: DETAILS says it.)"""
+    for DETAILS to keep 30 characters; an error is said once, after what went
+    in. (The calls' TID, 8, is not their PID, 7: DETAILS says it.)"""
     header, malloc, launch = render(width)[:3]
     start = header.index("DETAILS"[: width - header.rindex(" ") - 1])
     assert width - start >= 30
     shown = header.split()
-    assert malloc[start:].startswith("devPtr=0x7f0000000000 s")
+    assert malloc[start:].startswith("size=4.0 KiB → devPtr=0x7f")
     if "RESULT" in shown:
-        assert "cudaSuccess" in malloc and "cudaE" in launch
-    else:  # folded: a success says nothing, an error its short name, first
-        assert launch[start:].startswith("InsufficientDriver: func=0x4")
+        assert "cudaSuccess" in malloc and "Insuff" in launch
+        assert "InsufficientDriver" not in launch[start:]  # said once
+    else:  # folded: a success says nothing, an error its short name, after the arrow
+        assert "→ Insuff" in launch[start:] and launch.count("Insuff") == 1
+    # the kernel's name first: its parameters too where DETAILS has room
+    assert launch[start:].startswith("kern(float*, int) gridDim=(1" if width >= 160 else "kern")
     if "…" not in malloc:
-        assert malloc.endswith("4.0 KiB" + ("" if "TID" in shown else " tid=8")
+        assert malloc.endswith("0x7f0000000000" + ("" if "TID" in shown else " tid=8")
                                + ("" if "LATENCY" in shown else " <41.2µs>"))
     assert ("TID" in shown) == (width >= 120)
 
@@ -86,7 +90,9 @@ def test_a_file_or_pipe_has_whole_details():
     r.start()
     r.calls(calls())
     text = buf.getvalue()
-    assert "func=0x401000 gridDim=(1,1,1) blockDim=(32,1,1)" in text and "…" not in text
+    assert ("gridDim=(1,1,1) blockDim=(32,1,1) sharedMem=0 B stream=0x0 func=0x401000 "
+            "args=0x0") in text
+    assert "…" not in text
     assert layout(None) == [c.width for c in COLUMNS]
 
 
