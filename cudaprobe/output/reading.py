@@ -96,6 +96,8 @@ def reading(c: Call, result: str = "", kernel_room: int | None = None) -> str:
             ranked.append((KERNEL, i, kernel))
             part = f"{name}={address}"
             rank = REST
+        elif kind in _KERNEL_KINDS:  # not named: its address (and why) says which kernel
+            rank = KERNEL
         elif kind is not None:
             rank = _KIND_RANK.get(kind, REST)
         else:

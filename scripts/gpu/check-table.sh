@@ -40,7 +40,7 @@ CUDA_INJECTION64_PATH=$ORACLE CUPTI_COUNTER_OUT=$d/counts.txt timeout -k 10 240 
   -e $EV -- sh -c "$W mlp --seconds 1 --warmup 3 > $d/workload.out"
 python3 scripts/gpu/table_check.py "$d/shown.txt" 80 "$d/counts.txt" --events $EV >> "$txt" \
   || fails=$((fails + 1))
-echo "rows with a Python line: $(grep -c 'torch_workloads.py:[0-9]' "$d/shown.txt")" >> "$txt"
+echo "rows with a Python line: $(grep -c 'workloads.py:[0-9]' "$d/shown.txt")" >> "$txt"
 { head -24 "$d/shown.txt"; echo ...; tail -14 "$d/shown.txt"; } > "$OUT/table-w80-pystacks.txt"
 
 echo "== trace --pid, attached mid-run, at 100 columns" | tee -a "$txt"
@@ -58,7 +58,7 @@ w = int(sys.argv[2])
 cells = lambda t: sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in t)
 rows = [l for l in lines if re.match(r"^ +\d+\.\d{3} ", l)]
 wide = [l for l in lines if cells(l) > w]
-py = [l for l in rows if "torch_workloads.py:" in l]
+py = [l for l in rows if "workloads.py:" in l]
 print(f"--pid: {len(rows)} rows, {len(py)} with a Python line, {len(wide)} lines too wide"
       f" -> {'OK' if rows and not wide and py else 'FAIL'}")
 sys.exit(0 if rows and not wide and py else 1)

@@ -36,11 +36,11 @@ def call(event: str, details: str):
      "vecAdd(float const*, float const*, float*, int) gridDim=(4096,1,1) blockDim=(256,1,1) "
      "sharedMem=0 B stream=0x0 func=0x560f0d272c1e args=0x7ffc59a15ec0"),
     ("cudaLaunchKernel_ptsz", "func=0x401000 gridDim=(1,1,1) blockDim=(32,1,1) args=0x0 "
-     "sharedMem=0 B stream=0x0",  # unnamed: its address stays among the rest
-     "gridDim=(1,1,1) blockDim=(32,1,1) sharedMem=0 B stream=0x0 func=0x401000 args=0x0"),
+     "sharedMem=0 B stream=0x0",  # not named: its address says which kernel
+     "func=0x401000 gridDim=(1,1,1) blockDim=(32,1,1) sharedMem=0 B stream=0x0 args=0x0"),
     ("cuLaunchKernelEx", "grid=(8,4,2) block=(128,1,1) smem=4.0 KiB stream=0xabc f=0x0 "
      "kernelParams=0x7ffc59c7ece0 extra=0x0",
-     "grid=(8,4,2) block=(128,1,1) smem=4.0 KiB stream=0xabc f=0x0 kernelParams=0x7ffc59c7ece0 "
+     "f=0x0 grid=(8,4,2) block=(128,1,1) smem=4.0 KiB stream=0xabc kernelParams=0x7ffc59c7ece0 "
      "extra=0x0"),
     ("cuMemcpyDtoHAsync_v2", "dstHost=0x3000 srcDevice=0x4000 ByteCount=123 B hStream=0x5000",
      "ByteCount=123 B hStream=0x5000 dstHost=0x3000 srcDevice=0x4000"),

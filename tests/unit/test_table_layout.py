@@ -90,7 +90,7 @@ def test_a_file_or_pipe_has_whole_details():
     r.start()
     r.calls(calls())
     text = buf.getvalue()
-    assert ("gridDim=(1,1,1) blockDim=(32,1,1) sharedMem=0 B stream=0x0 func=0x401000 "
+    assert ("func=0x401000 gridDim=(1,1,1) blockDim=(32,1,1) sharedMem=0 B stream=0x0 "
             "args=0x0") in text
     assert "…" not in text
     assert layout(None) == [c.width for c in COLUMNS]
