@@ -28,7 +28,7 @@ for width in 80 100 160; do
     echo "exit $?; the workload: $(cat "$d/workload.out")" >> "$txt"
     python3 scripts/gpu/table_check.py "$d/shown.txt" "$width" "$d/counts.txt" --events $EV \
       >> "$txt" || fails=$((fails + 1))
-    { head -24 "$d/shown.txt"; echo ...; tail -14 "$d/shown.txt"; } > "$OUT/table-w$width-$wl.txt"
+    [ $wl = mlp ] && python3 scripts/gpu/table_picture.py "$d/shown.txt" 3 > "$OUT/table-w$width.txt"
   done
 done
 tail -n +4 "$txt"
@@ -41,7 +41,7 @@ CUDA_INJECTION64_PATH=$ORACLE CUPTI_COUNTER_OUT=$d/counts.txt timeout -k 10 240 
 python3 scripts/gpu/table_check.py "$d/shown.txt" 80 "$d/counts.txt" --events $EV >> "$txt" \
   || fails=$((fails + 1))
 echo "rows with a Python line: $(grep -c 'workloads.py:[0-9]' "$d/shown.txt")" >> "$txt"
-{ head -24 "$d/shown.txt"; echo ...; tail -14 "$d/shown.txt"; } > "$OUT/table-w80-pystacks.txt"
+python3 scripts/gpu/table_picture.py "$d/shown.txt" 3 > "$OUT/table-w80-pystacks.txt"
 
 echo "== trace --pid, attached mid-run, at 100 columns" | tee -a "$txt"
 d=/tmp/table-pid; rm -rf "$d"; mkdir -p "$d"
@@ -64,7 +64,7 @@ print(f"--pid: {len(rows)} rows, {len(py)} with a Python line, {len(wide)} lines
 sys.exit(0 if rows and not wide and py else 1)
 PY
 kill $P 2>/dev/null; wait $P 2>/dev/null
-{ head -24 "$d/shown.txt"; echo ...; tail -10 "$d/shown.txt"; } > "$OUT/table-w100-pid.txt"
+python3 scripts/gpu/table_picture.py "$d/shown.txt" 6 > "$OUT/table-w100-pid.txt"
 
 echo "== stats at 100 columns" | tee -a "$txt"
 d=/tmp/table-stats; rm -rf "$d"; mkdir -p "$d"
