@@ -21,6 +21,7 @@ import re
 from cudaprobe.catalogue.functions import FUNCTIONS, OUT_KINDS, ArgKind, Function
 from cudaprobe.decode.calls import NOT_READ, Call
 from cudaprobe.decode.demangle import shorten
+from cudaprobe.decode.handles import UNKNOWN_WHY
 from cudaprobe.output.text import cells, cut_end
 
 ARROW = " → "  # what the call wrote (or the error it returned), after it
@@ -89,7 +90,7 @@ def reading(c: Call, result: str = "", kernel_room: int | None = None) -> str:
                 written.append(f"{name}={text}")
             continue
         part = f"{name}={text}" if name else text
-        if kind in _KERNEL_KINDS and " " in text and not text.split(" ", 1)[1].startswith("("):
+        if kind in _KERNEL_KINDS and " " in text and not text.endswith(f" ({UNKNOWN_WHY})"):
             address, kernel = text.split(" ", 1)  # named: the name first, its address last
             if kernel_room is not None:
                 kernel = kernel_label(kernel, kernel_room)

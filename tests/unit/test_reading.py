@@ -44,6 +44,16 @@ def call(event: str, details: str):
      "extra=0x0"),
     ("cuMemcpyDtoHAsync_v2", "dstHost=0x3000 srcDevice=0x4000 ByteCount=123 B hStream=0x5000",
      "ByteCount=123 B hStream=0x5000 dstHost=0x3000 srcDevice=0x4000"),
+    ("cudaLaunchKernel", "func=0x1b8dbb60 (anonymous namespace)::softmax_warp_forward<…> "
+     "gridDim=(64,1,1) blockDim=(128,1,1) args=0x7ffc59a15ec0 sharedMem=0 B stream=0x0",
+     "(anonymous namespace)::softmax_warp_forward<…> gridDim=(64,1,1) blockDim=(128,1,1) "
+     "sharedMem=0 B stream=0x0 func=0x1b8dbb60 args=0x7ffc59a15ec0"),
+    ("cuLaunchKernel", "f=0x7f00 (name unknown: not made by a traced call, and not readable "
+     "from the handle) gridDim=(4,1,1) blockDim=(32,1,1) sharedMemBytes=0 B hStream=0x0 "
+     "kernelParams=0x1 extra=0x0",
+     "f=0x7f00 (name unknown: not made by a traced call, and not readable from the handle) "
+     "gridDim=(4,1,1) blockDim=(32,1,1) sharedMemBytes=0 B hStream=0x0 kernelParams=0x1 "
+     "extra=0x0"),
     ("cuDeviceGet", "device=- ordinal=0", "ordinal=0"),
     ("cuDriverGetVersion", "driverVersion=12020", "driverVersion=12020"),
     ("cudaEventRecord", "event=0x0 stream=0x0", "event=0x0 stream=0x0"),
