@@ -369,7 +369,11 @@ static __always_inline int cp_exit(struct pt_regs *ctx, u32 probe_id)
 	if (!entry)
 		return 0;	/* filtered out, or entered before tracing began */
 	u64 now = bpf_ktime_get_ns();
+#ifdef CP_NO_STATUS
+	s32 ret = CP_NO_STATUS(probe_id) ? 0 : (s32)PT_REGS_RC(ctx);
+#else
 	s32 ret = (s32)PT_REGS_RC(ctx);
+#endif
 	if (entry->nested) {
 		u64 key = 0;
 		cp_entry_t *inner = innermost_entry(entry, pid_tgid, probe_id, &key);

@@ -425,7 +425,8 @@ def decode_event(
         duration, ret, ret_name = None, None, None
         details = f"{details} (still running when the trace ended)".lstrip()
     else:
-        duration, ret, ret_name = raw.duration_ns, raw.ret, error_name(fn.api, raw.ret)
+        duration, ret = raw.duration_ns, raw.ret
+        ret_name = "" if fn.returns else error_name(fn.api, raw.ret)  # (a string, a struct)
     call = Call(
         time_ms=time_ms(raw.ts_ns, t0_ns),
         ts_ns=raw.ts_ns,

@@ -131,9 +131,12 @@ class ProbeDecoder:
         self.ret_names: dict[int, str] = {}  # return code -> name, as met
 
     def ret_name(self, ret: int) -> str:
+        """The status's name; "" for a function that returns none (the probe
+        reads its return as 0: bpfprog's CP_NO_STATUS)."""
         name = self.ret_names.get(ret)
         if name is None:
-            name = self.ret_names[ret] = error_name(self.api, ret)
+            name = self.ret_names[ret] = "" if self.probe.function.returns else error_name(
+                self.api, ret)
         return name
 
     def args_details(self, rec: tuple) -> tuple[dict[str, Any], str]:

@@ -214,6 +214,11 @@ def switches(probes: list[Probe], settings: Settings) -> dict[str, str]:
         d["CP_PYSTACKS"] = "1"
         if settings.may_goto:
             d["CP_MAY_GOTO"] = "1"
+    # probes of functions that return no status (cudaGetErrorName's const char *):
+    # what they return is no error, and is not read
+    no_status = [p.func_id for p in probes if p.function.returns]
+    if no_status:
+        d["CP_NO_STATUS(id)"] = "(" + "||".join(f"(id)=={i}" for i in no_status) + ")"
     return d
 
 

@@ -8,6 +8,7 @@ tests check against what the workload itself printed.
 from __future__ import annotations
 
 import collections
+import json
 import os
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from cudaprobe.catalogue.enums import error_name
 
 from ..conftest import build_workload
-from .conftest import expected_calls, trace_jsonl
+from .conftest import expected_calls, run_cudaprobe, trace_jsonl
 from .memstub import build_memstub, stub_env
 
 
@@ -176,3 +177,42 @@ def test_summary_counts_every_call_by_its_code_with_errors_only(tmp_path):
     assert summary["calls"] == counted["calls"] == 70
     assert counted["errors"] == {error_name("runtime", code): 10 for code in range(1, 7)}
     assert counted["total_ns"] > sum(c["duration_ns"] for c in calls) > 0
+
+
+STRING_CALLS = """import ctypes, sys
+rt = ctypes.CDLL(sys.argv[1])
+rt.cudaGetErrorName.restype = rt.cudaGetErrorString.restype = ctypes.c_char_p
+for code in (35, 2, 0, 100, 999):
+    print(rt.cudaGetErrorName(code).decode(), rt.cudaGetErrorString(code).decode()[:20])
+"""
+
+
+def test_a_function_that_returns_a_string_never_counts_as_an_error(tmp_path, libcudart):
+    """cudaGetErrorName and cudaGetErrorString return a const char *, not a
+    status: its pointer is not an error code (it was: `cudaError(-1716983984)
+    x22` in ERRORS, and rows under --errors-only). The call is counted, its
+    result is empty, and --errors-only leaves it out."""
+    script = tmp_path / "names.py"
+    script.write_text(STRING_CALLS)
+    command = ["/usr/bin/python3", str(script), str(libcudart)]
+    events = "cudaGetErrorName,cudaGetErrorString"
+    calls, summary, proc = trace_jsonl(tmp_path, "--lib", str(libcudart), "-e", events,
+                                       command=command)
+    assert proc.returncode == 0, proc.stderr
+    assert "cudaErrorInsufficientDriver" in proc.stdout  # it named the codes
+    assert len(calls) == 10 and {c["event"] for c in calls} == set(events.split(","))
+    assert all(c["ret"] == 0 and c["ret_name"] == "" for c in calls)
+    assert [c["args"]["error"] for c in calls[::2]] == [
+        "cudaErrorInsufficientDriver", "cudaErrorMemoryAllocation", "cudaSuccess",
+        "cudaErrorNoDevice", "cudaErrorUnknown"]
+    assert all(f["errors"] == {} for f in summary["by_event"].values())
+    (tmp_path / "e").mkdir()
+    errors_only, _, proc = trace_jsonl(tmp_path / "e", "--lib", str(libcudart), "-e", events,
+                                       "--errors-only", command=command)
+    assert proc.returncode == 0 and errors_only == [], proc.stderr
+    out = tmp_path / "stats.json"
+    proc = run_cudaprobe("stats", "-o", str(out), "--lib", str(libcudart), "-e", events,
+                         "--", *command)
+    stats = json.loads(out.read_text())
+    counted = {f["event"]: (f["count"], f["errors"]) for f in stats["functions"]}
+    assert counted == {"cudaGetErrorName": (5, {}), "cudaGetErrorString": (5, {})}, proc.stderr
