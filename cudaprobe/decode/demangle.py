@@ -133,9 +133,15 @@ def _collapse_templates(name: str) -> str:
 
 def shorten(name: str, limit: int = SHORT_LIMIT) -> str:
     """A table-sized form of a demangled name: whole if it fits in `limit`, else
-    without parameters and return type, then with template arguments elided."""
+    without parameters and return type, then with template arguments elided.
+    (Remembered: a trace names the same few hundred kernels in every row.)"""
     if len(name) <= limit:
         return name
+    return _shortened(name, limit)
+
+
+@functools.lru_cache(maxsize=8192)
+def _shortened(name: str, limit: int) -> str:
     short = _drop_return_type(_drop_parameters(name))
     if len(short) > limit:
         short = _collapse_templates(short)
