@@ -54,6 +54,18 @@ class StatusLine:
         text.append(". Ctrl-C to stop", style="dim")
         return text
 
+    def draining(self, rows: int, calls: int | None) -> None:
+        """The trace has ended and the rows captured are still being written:
+        how far that is, of the calls the kernel counted (None: not comparable,
+        --errors-only keeps some of them)."""
+        if self._live is None:
+            return
+        text = Text(f"cudaprobe: writing {escape(self.target)}: {rows:,} rows", style="dim")
+        if calls:
+            text.append(f" of {calls:,} calls ({min(100, 100 * rows // calls)}%)", style="dim")
+        text.append("; Ctrl-C stops it, the rest counted as lost", style="dim")
+        self._live.update(text, refresh=True)  # (a batch at a time: tens of ms)
+
     def say_through(self, notify: Callable[[str], None]) -> Callable[[str], None]:
         """`notify`, printing above the line while it is shown."""
         def say(message: str) -> None:

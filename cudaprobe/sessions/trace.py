@@ -10,6 +10,7 @@ the command has exited, or tracing ends (sessions/gputime.py's GpuTimeRows).
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -39,6 +40,16 @@ from cudaprobe.sessions.gputime import GpuTimeRows
 from cudaprobe.sessions.run import POLL_MS, ProbeRun, RunOptions, say_if_no_cuda
 
 LOSS_REPORT_S = 1.0
+# a drain longer than this says how far it is on the status line (the
+# environment's CUDAPROBE_DRAIN_SAY_S, a number of seconds, overrides it)
+DRAIN_SAY_S = 1.0
+
+
+def drain_say_s() -> float:
+    try:
+        return max(0.0, float(os.environ.get("CUDAPROBE_DRAIN_SAY_S", DRAIN_SAY_S)))
+    except ValueError:
+        return DRAIN_SAY_S
 
 
 @dataclass
@@ -213,8 +224,15 @@ class TraceSession:
             self._emit(tracer.ring.poll(timeout_ms))
             return
         run = self._lifecycle
+        status, since, calls = self.options.status, time.monotonic(), None
+        say_after = drain_say_s()
         while not run.drain_cut and (records := tracer.ring.drain()):
             self._emit(records)
+            if status is not None and time.monotonic() - since >= say_after:
+                if calls is None:  # all counted now: the probes are off
+                    calls = 0 if self.settings.errors_only else sum(
+                        t.calls for t in tracer.maps.read_tally().values())
+                status.draining(self.summary.total_rows, calls)
         if run.drain_cut:  # a second stop signal: the rest is counted, not decoded
             self._undecoded = tracer.ring.skip_rest()
             run.say_drain_cut(self._undecoded)

@@ -60,6 +60,33 @@ def test_status_line_on_a_terminal_while_rows_go_to_a_file(tmp_path, libcudart):
     assert len(out.read_text().splitlines()) == 3001  # the rows went to the file
 
 
+def test_a_drain_says_how_far_it_is(tmp_path, libcudart):
+    """The trace has ended, the rows captured are still being written: the
+    status line says how many of the calls counted are written. (Said after a
+    second of draining; CUDAPROBE_DRAIN_SAY_S=0 says it at once, so that the
+    test does not hang on the machine's speed.)"""
+    exe = build_workload("runtime_calls.c")
+    out = tmp_path / "calls.jsonl"
+    master, slave = _terminal(400)  # the line whole: the path is long
+    proc = subprocess.Popen(cudaprobe_cmd("trace", "--lib", str(libcudart), "-o", str(out),
+                                          "--", str(exe), "300"),
+                            stdout=subprocess.DEVNULL, stderr=slave, stdin=subprocess.DEVNULL,
+                            env={**os.environ, "CUDAPROBE_DRAIN_SAY_S": "0"})
+    os.close(slave)
+    try:
+        shown = ANSI.sub("", read_all(master, proc))
+    finally:
+        os.close(master)
+    assert proc.returncode == 0, shown
+    said = re.findall(r"cudaprobe: writing (\S+): ([\d,]+) rows of 3,000 calls \((\d+)%\); "
+                      r"Ctrl-C stops it, the rest counted as lost", shown)
+    assert said and {where for where, _, _ in said} == {str(out)}, shown
+    rows = [int(n.replace(",", "")) for _, n, _ in said]
+    assert rows == sorted(rows) and rows[-1] <= 3000
+    assert [int(p) for _, _, p in said] == [100 * n // 3000 for n in rows]
+    assert len(out.read_text().splitlines()) == 3001
+
+
 def test_no_status_line_when_stderr_is_not_a_terminal(tmp_path, libcudart):
     exe = build_workload("runtime_calls.c")
     proc = subprocess.run(cudaprobe_cmd("trace", "--lib", str(libcudart), "-o",
