@@ -334,6 +334,23 @@ _TYPED_DECODERS: dict[ArgKind, Callable[[Arg, RawEvent, int], tuple[Any, str]]] 
 }
 
 
+def launch_name(pid: int, address: int, cfg: tuple[int, ...], symbolize: Symbolizer | None,
+                handles: KernelHandles | None) -> str | None:
+    """The kernel a launch names by its host stub's `address` (a FUNC
+    argument), demangled; `cfg`, the record's, holds where the probe found
+    the launch's call site, the first time. None where it has no name."""
+    name = None
+    if symbolize is not None:
+        frame = site_frame(cfg)
+        name = symbolize(pid, address, frame) if frame else symbolize(pid, address)
+    if not name and handles is not None:
+        # CUDA 12+ <<<>>> passes a cudaKernel_t (a CUkernel), not the host
+        # stub: named by the traced cuLibraryGetKernel that made it
+        handle_name = handles.name(pid, address)
+        name = demangle(handle_name) if handle_name else None
+    return name or None
+
+
 def decode_args(
     function: Function, raw: RawEvent, pid: int, symbolize: Symbolizer | None,
     handles: KernelHandles | None = None,
@@ -375,17 +392,7 @@ def decode_args(
         if raw.text and handles is not None and arg.kind in (ArgKind.FUNC, ArgKind.CU_FUNCTION):
             handles.seen_in_record(pid, raw.args[slot], raw.text)
         if arg.kind is ArgKind.FUNC:
-            name = None
-            if symbolize is not None:
-                # where the probe found the launch's call site, the first time
-                frame = site_frame(raw.cfg)
-                name = (symbolize(pid, raw.args[slot], frame) if frame
-                        else symbolize(pid, raw.args[slot]))
-            if not name and handles is not None:
-                # CUDA 12+ <<<>>> passes a cudaKernel_t (a CUkernel), not the host
-                # stub: named by the traced cuLibraryGetKernel that made it
-                handle_name = handles.name(pid, raw.args[slot])
-                name = demangle(handle_name) if handle_name else None
+            name = launch_name(pid, raw.args[slot], raw.cfg, symbolize, handles)
             if name:
                 args[NAME_KEY] = name  # whole in JSONL; shortened in DETAILS
                 text = f"{text} {shorten(name)}"

@@ -34,17 +34,23 @@ from cudaprobe.decode.calls import (
     Symbolizer,
     _dim3_value,
     decode_event,
+    launch_name,
 )
-from cudaprobe.decode.handles import KernelHandles
+from cudaprobe.decode.demangle import shorten
+from cudaprobe.decode.handles import NAME_KEY, KernelHandles
 from cudaprobe.decode.ranks import NO_RANK, Ranks
 from cudaprobe.decode.schema import time_ms
 from cudaprobe.probe.event import (
+    CFG_WORDS,
+    NO_CFG,
+    R_CFG,
     R_COMM,
     R_DURATION,
     R_FUNC_ID,
     R_NOUTS,
     R_PID,
     R_RET,
+    R_TEXT,
     R_TID,
     R_TS,
     R_WORDS,
@@ -89,6 +95,31 @@ _FUNC_RET, _FUNC, _DURATION = (itemgetter(R_FUNC_ID, R_RET), itemgetter(R_FUNC_I
 # decode_event's path (see the module docstring)
 SIMPLE_KINDS = set(WORD_DECODERS) - {ArgKind.FUNC, ArgKind.CU_FUNCTION, ArgKind.OUT_FUNCTION}
 SIMPLE_KINDS.add(ArgKind.DIM3)
+# ... and those whose kernel name (FUNC: a launch's host stub) LaunchNames gives
+NAMED_KINDS = SIMPLE_KINDS | {ArgKind.FUNC}
+
+
+class LaunchNames:
+    """A launch's kernel name from its record, as decode_args finds it
+    (calls.launch_name), remembered by (pid, address) once found: a trace
+    launches the same few hundred kernels in every row. A record holding the
+    name the probe read (its text) tells the handles, as decode_args does."""
+
+    def __init__(self, symbolize: Symbolizer | None, handles: KernelHandles | None) -> None:
+        self.symbolize, self.handles = symbolize, handles
+        self._known: dict[tuple[int, int], str] = {}
+
+    def __call__(self, rec: tuple, address: int) -> str | None:
+        pid = rec[R_PID]
+        if self.handles is not None and len(rec) > R_TEXT and rec[R_TEXT]:
+            self.handles.seen_in_record(pid, address, rec[R_TEXT])
+        name = self._known.get((pid, address))
+        if name is None:
+            cfg = rec[R_CFG:R_CFG + CFG_WORDS] if len(rec) > R_CFG else NO_CFG
+            name = launch_name(pid, address, cfg, self.symbolize, self.handles)
+            if name:
+                self._known[(pid, address)] = name
+        return name
 
 
 class ArgField:
@@ -115,12 +146,16 @@ class ArgField:
 class ProbeDecoder:
     """What one probe's records decode to, built from its catalogue entry."""
 
-    def __init__(self, probe: Probe) -> None:
+    def __init__(self, probe: Probe, names: LaunchNames | None = None) -> None:
         fn = probe.function
         self.probe = probe
         self.event, self.api, self.category = probe.symbol, fn.api, fn.category
-        # NCCL calls learn and name communicators (decode/nccl.py): decoded whole
-        self.simple = fn.api != NCCL and all(arg.kind in SIMPLE_KINDS for arg in fn.args)
+        # NCCL calls learn and name communicators (decode/nccl.py): decoded whole;
+        # a launch by host stub too, where no LaunchNames names its kernel
+        kinds = NAMED_KINDS if names is not None else SIMPLE_KINDS
+        self.simple = fn.api != NCCL and all(arg.kind in kinds for arg in fn.args)
+        # the kernel name of a FUNC argument, where the probe has one
+        self.names = names if any(a.kind is ArgKind.FUNC for a in fn.args) else None
         self.fields: list[ArgField] = []
         if self.simple:
             for arg, slot in zip(fn.args, fn.slots):
@@ -145,6 +180,9 @@ class ProbeDecoder:
         for f in self.fields:
             value, text = f.decode(rec)
             args[f.name] = value
+            if f.kind is ArgKind.FUNC and (name := self.names(rec, rec[f.index])):
+                args[NAME_KEY] = name  # whole in JSONL; shortened in DETAILS
+                text = f"{text} {shorten(name)}"
             parts.append(f.text_key + text)
         return args, " ".join(parts)
 
@@ -170,11 +208,12 @@ class RecordDecoder:
         self._makers: dict[int, tuple[RowFormat, list[RowMaker | None]]] = {}
         self.errors = 0  # records that could not be decoded (unknown probe id)
         self.py_stacks: Any = None  # --py-stacks: decode.pystacks.PyStacks, joined by decode()
+        self.names = LaunchNames(symbolize, handles)  # launches' kernels, by their records
 
     def decoder(self, fid: int) -> ProbeDecoder:
         d = self._decoders[fid]
         if d is None:
-            d = self._decoders[fid] = ProbeDecoder(self.probes[fid])
+            d = self._decoders[fid] = ProbeDecoder(self.probes[fid], self.names)
         return d
 
     def decode(self, records: list[tuple], rows: RowFormat,

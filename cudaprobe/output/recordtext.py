@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 from cudaprobe.catalogue.functions import OUT_KINDS, ArgKind
 from cudaprobe.decode.calls import NOT_READ, WORD_DECODERS, _dim3_value
+from cudaprobe.decode.demangle import shorten
+from cudaprobe.decode.handles import NAME_KEY
 from cudaprobe.decode.records import ProbeDecoder
 from cudaprobe.probe.event import R_NOUTS
 
@@ -22,8 +24,8 @@ encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
                           check_circular=False).encode
 
 # kinds whose JSON value is a string: pointers and handles in hex, memcpy kind names
-STRING_KINDS = {ArgKind.PTR, ArgKind.STREAM, ArgKind.EVENT, ArgKind.HANDLE, ArgKind.OUT_PTR,
-                ArgKind.OUT_HANDLE, ArgKind.MEMCPY_KIND}
+STRING_KINDS = {ArgKind.PTR, ArgKind.FUNC, ArgKind.STREAM, ArgKind.EVENT, ArgKind.HANDLE,
+                ArgKind.OUT_PTR, ArgKind.OUT_HANDLE, ArgKind.MEMCPY_KIND}
 
 
 def _json_list(value: list[int]) -> str:
@@ -55,7 +57,7 @@ def compile_args_text(probe: ProbeDecoder
     the record's nouts and two returns: the out-parameters decoded, or all of
     them not read (NOT_READ, written as constants: null in `args`, `-` in
     details). Only repr()s of catalogue names and ints go into the source."""
-    ns: dict[str, Any] = {"enc": encode_basestring}
+    ns: dict[str, Any] = {"enc": encode_basestring, "short": shorten}
     body, outs = [], []  # lines decoding the arguments, the out-parameters
     args, details = [], []  # each argument's text: out-parameters read
     args_unread, details_unread = [], []  # ... out-parameters not read
@@ -66,11 +68,21 @@ def compile_args_text(probe: ProbeDecoder
         if kind is ArgKind.DIM3:
             ns[f"w{k}"] = _dim3_value
             body.append(f"    v{k}, t{k} = w{k}(rec[{index}], rec[{index + 1}])")
+        elif kind is ArgKind.FUNC:  # a launch's host stub, and its kernel's name where known
+            ns[f"w{k}"], ns["names"] = WORD_DECODERS[kind], probe.names
+            body.append(f"    v{k}, t{k} = w{k}(rec[{index}])")
+            body.append(f"    n{k} = names(rec, rec[{index}])")
+            body.append(f"    if n{k}:")
+            body.append(f"        t{k} += ' ' + short(n{k})")
         else:
             ns[f"w{k}"] = WORD_DECODERS[kind]
             (outs if kind in OUT_KINDS else body).append(f"    v{k}, t{k} = w{k}(rec[{index}])")
         ns[f"j{k}"] = _json_of(kind)
-        args.append(f"{json_key!r} + j{k}(v{k})")
+        if kind is ArgKind.FUNC:
+            name_key = "," + encode_basestring(NAME_KEY) + ":"
+            args.append(f"{json_key!r} + j{k}(v{k}) + ({name_key!r} + enc(n{k}) if n{k} else '')")
+        else:
+            args.append(f"{json_key!r} + j{k}(v{k})")
         details.append(f"{text_key!r} + t{k}")
         if kind in OUT_KINDS:
             args_unread.append(repr(json_key + encode(NOT_READ[0])))

@@ -11,9 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cudaprobe.analysis.summary import Summary
+from cudaprobe.catalogue.functions import ArgKind
 from cudaprobe.decode.calls import Call, decode_event
 from cudaprobe.decode.handles import KernelHandles
-from cudaprobe.decode.records import ProbeDecoder, RecordDecoder
+from cudaprobe.decode.records import NAMED_KINDS, LaunchNames, ProbeDecoder, RecordDecoder
 from cudaprobe.output.csv import CsvReporter
 from cudaprobe.output.jsonl import JsonlReporter
 from cudaprobe.output.recordtext import compile_args_text
@@ -213,3 +214,71 @@ def test_csv_from_records_is_what_the_reporter_writes_of_calls():
         reporter.records(batch, decoder)
     assert fast.getvalue() == slow.getvalue()
     assert by_records.to_dict() == by_calls.to_dict()
+
+
+KERNEL = ("void at::native::(anonymous namespace)::vectorized_elementwise_kernel<4, float, "
+          "at::native::(anonymous namespace)::FillFunctor<float> >(int, "
+          "at::native::(anonymous namespace)::FillFunctor<float>, float*)")
+
+
+class NamingSymbolizer:
+    """Names the host stubs at 0x1000 and at 2: what the trace's symbolizer
+    would; counts the questions."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[int, int]] = []
+
+    def __call__(self, pid: int, address: int, frame=None) -> str | None:
+        self.asked.append((pid, address))
+        return {0x1000: KERNEL, 2: "vecAdd(float*, int)"}.get(address)
+
+
+def launch_probes():
+    """Launches by host stub whose other arguments are words (not a config struct)."""
+    return [p for p in EVERY_PROBE if any(a.kind is ArgKind.FUNC for a in p.function.args)
+            and all(a.kind in NAMED_KINDS for a in p.function.args)]
+
+
+def test_a_launch_named_by_its_stub_decodes_as_decode_event_does_in_every_format():
+    """Launches by host stub (cudaLaunchKernel and kin) take the compiled path
+    with their kernel's name: the same Call, JSONL line and CSV row as
+    decode_event's, named or not."""
+    assert {"cudaLaunchKernel", "cudaLaunchCooperativeKernel"} <= {
+        p.symbol for p in launch_probes()}
+    recs = []
+    for probe in launch_probes():
+        assert ProbeDecoder(probe, LaunchNames(None, None)).simple, probe.symbol
+        for words in ([0x1000, 0x40, 1, 0x80, 1, 0, 0x7f00], [2, 3, 4], [0x2000], SPECIAL):
+            for ret in (0, 35):
+                recs.append(record(probe.func_id, list(words), ret=ret))
+    slow = [decode_event(from_record(rec), EVERY_PROBE, T0, NamingSymbolizer(),
+                         handles=KernelHandles()) for rec in recs]
+    fast = RecordDecoder(EVERY_PROBE, T0, NamingSymbolizer(), handles=KernelHandles()
+                         ).calls(recs)
+    assert [c.to_dict() for c in fast] == [c.to_dict() for c in slow]
+    assert [json_line(c) for c in fast] == [dumps(c) for c in slow]
+    jsonl = RecordDecoder(EVERY_PROBE, T0, NamingSymbolizer(), handles=KernelHandles()
+                          ).decode(recs, JsonlReporter(io.StringIO()))
+    assert jsonl == [dumps(c) + "\n" for c in slow]  # byte for byte
+    named = [json.loads(line) for line in jsonl if '"func_name"' in line]
+    assert len(named) >= 2 * len(launch_probes())  # each probe named at least twice
+    assert all("vectorized_elementwise_kernel<…>" in c["details"] or "vecAdd" in c["details"]
+               for c in named)
+    by_calls, by_records = io.StringIO(), io.StringIO()
+    reporter = CsvReporter(by_calls)
+    reporter.start()
+    reporter.calls(slow)
+    reporter = CsvReporter(by_records)
+    reporter.start()
+    reporter.records(recs, RecordDecoder(EVERY_PROBE, T0, NamingSymbolizer(),
+                                         handles=KernelHandles()))
+    assert by_records.getvalue() == by_calls.getvalue()
+
+
+def test_a_kernel_name_found_is_remembered_and_a_name_not_found_is_asked_again():
+    names = LaunchNames(symbolize := NamingSymbolizer(), None)
+    launch = next(p for p in EVERY_PROBE if p.symbol == "cudaLaunchKernel")
+    rec = record(launch.func_id, [0x1000])
+    assert [names(rec, 0x1000) for _ in range(3)] == [KERNEL] * 3
+    assert [names(rec, 0x2000) for _ in range(2)] == [None] * 2
+    assert symbolize.asked == [(7, 0x1000), (7, 0x2000), (7, 0x2000)]
