@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import repeat
+from json.encoder import encode_basestring
 from operator import itemgetter
 from typing import Any, Callable, Protocol
 
@@ -108,6 +109,19 @@ class LaunchNames:
     def __init__(self, symbolize: Symbolizer | None, handles: KernelHandles | None) -> None:
         self.symbolize, self.handles = symbolize, handles
         self._known: dict[tuple[int, int], str] = {}
+        self._texts: dict[str, tuple[str, str]] = {}
+
+    def texts(self, rec: tuple, address: int) -> tuple[str, str] | None:
+        """The name as a JSONL line adds it after the address (`,"func_name":"..."`)
+        and as DETAILS does (` ` and its short form); None where it has none."""
+        name = self(rec, address)
+        if name is None:
+            return None
+        texts = self._texts.get(name)
+        if texts is None:
+            texts = self._texts[name] = (f',"{NAME_KEY}":' + encode_basestring(name),
+                                         " " + shorten(name))
+        return texts
 
     def __call__(self, rec: tuple, address: int) -> str | None:
         pid = rec[R_PID]

@@ -9,14 +9,13 @@ the decoded Call (tests/unit/test_decoders.py checks it, byte for byte).
 
 from __future__ import annotations
 
+import functools
 import json
 from json.encoder import encode_basestring
 from typing import Any, Callable
 
 from cudaprobe.catalogue.functions import OUT_KINDS, ArgKind
 from cudaprobe.decode.calls import NOT_READ, WORD_DECODERS, _dim3_value
-from cudaprobe.decode.demangle import shorten
-from cudaprobe.decode.handles import NAME_KEY
 from cudaprobe.decode.records import ProbeDecoder
 from cudaprobe.probe.event import R_NOUTS
 
@@ -48,6 +47,13 @@ def _json_of(kind: ArgKind) -> Callable[[Any], str]:
     return str  # SIZE, COUNT, INT, FLAGS, ...: ints
 
 
+@functools.lru_cache(maxsize=4096)
+def _dim3_texts(lo: int, hi: int) -> tuple[list[int], str, str]:
+    """A dim3's JSON value, its DETAILS text and its JSON text."""
+    value, text = _dim3_value(lo, hi)
+    return value, text, _json_list(value)
+
+
 def compile_args_text(probe: ProbeDecoder
                       ) -> tuple[Callable[[tuple], str], Callable[[tuple], tuple[str, str]]]:
     """(json_tail, json_details) of a probe whose arguments decode from its
@@ -57,7 +63,7 @@ def compile_args_text(probe: ProbeDecoder
     the record's nouts and two returns: the out-parameters decoded, or all of
     them not read (NOT_READ, written as constants: null in `args`, `-` in
     details). Only repr()s of catalogue names and ints go into the source."""
-    ns: dict[str, Any] = {"enc": encode_basestring, "short": shorten}
+    ns: dict[str, Any] = {"enc": encode_basestring}
     body, outs = [], []  # lines decoding the arguments, the out-parameters
     args, details = [], []  # each argument's text: out-parameters read
     args_unread, details_unread = [], []  # ... out-parameters not read
@@ -65,22 +71,23 @@ def compile_args_text(probe: ProbeDecoder
         name, kind, index = f.name, f.kind, f.index
         json_key = (',' if k else '') + encode_basestring(name) + ':'
         text_key = (' ' if k else '') + name + '='
-        if kind is ArgKind.DIM3:
-            ns[f"w{k}"] = _dim3_value
-            body.append(f"    v{k}, t{k} = w{k}(rec[{index}], rec[{index + 1}])")
+        if kind is ArgKind.DIM3:  # (a few shapes, again and again: remembered)
+            ns[f"w{k}"] = _dim3_texts
+            body.append(f"    v{k}, t{k}, x{k} = w{k}(rec[{index}], rec[{index + 1}])")
         elif kind is ArgKind.FUNC:  # a launch's host stub, and its kernel's name where known
-            ns[f"w{k}"], ns["names"] = WORD_DECODERS[kind], probe.names
+            ns[f"w{k}"], ns["names"] = WORD_DECODERS[kind], probe.names.texts
             body.append(f"    v{k}, t{k} = w{k}(rec[{index}])")
             body.append(f"    n{k} = names(rec, rec[{index}])")
             body.append(f"    if n{k}:")
-            body.append(f"        t{k} += ' ' + short(n{k})")
+            body.append(f"        t{k} += n{k}[1]")
         else:
             ns[f"w{k}"] = WORD_DECODERS[kind]
             (outs if kind in OUT_KINDS else body).append(f"    v{k}, t{k} = w{k}(rec[{index}])")
         ns[f"j{k}"] = _json_of(kind)
-        if kind is ArgKind.FUNC:
-            name_key = "," + encode_basestring(NAME_KEY) + ":"
-            args.append(f"{json_key!r} + j{k}(v{k}) + ({name_key!r} + enc(n{k}) if n{k} else '')")
+        if kind is ArgKind.FUNC:  # `,"func_name":"..."` after it, where named
+            args.append(f"{json_key!r} + j{k}(v{k}) + (n{k}[0] if n{k} else '')")
+        elif kind is ArgKind.DIM3:
+            args.append(f"{json_key!r} + x{k}")
         else:
             args.append(f"{json_key!r} + j{k}(v{k})")
         details.append(f"{text_key!r} + t{k}")
