@@ -161,14 +161,16 @@ def _stat_identity(path: str) -> str:
     return f"{real} {st.st_size} {st.st_mtime_ns} {st.st_dev}:{st.st_ino}"
 
 
-def kernel_build_id() -> str:
-    """The running kernel's GNU build-id, from its notes; "" if it has none."""
-    notes = _read("/sys/kernel/notes")
+def build_id(notes: bytes) -> str:
+    """The GNU build-id in ELF notes (the kernel's: /sys/kernel/notes), in hex;
+    "" if there is none."""
     pos = 0
     while pos + 12 <= len(notes):
         namesz, descsz, kind = struct.unpack_from("<III", notes, pos)
         name_end = pos + 12 + (namesz + 3 & ~3)
         desc = notes[name_end : name_end + descsz]
+        if len(desc) < descsz:
+            break  # cut short
         if kind == 3 and notes[pos + 12 : pos + 12 + namesz].rstrip(b"\0") == b"GNU":
             return desc.hex()
         pos = name_end + (descsz + 3 & ~3)
@@ -179,13 +181,15 @@ def kernel_build_id() -> str:
 def kernel_identity() -> str:
     """What the program's instructions depend on in the kernel: its release and
     build (uname), its build-id (or, without one, a digest of its BTF: struct
-    offsets and BTF ids come from it), and the headers bcc compiles against."""
+    offsets and BTF ids come from it) and BTF's size, and the headers bcc
+    compiles against."""
     u = os.uname()
-    build_id = kernel_build_id()
-    if not build_id:
-        build_id = "btf:" + hashlib.sha256(_read(BTF_PATH, 1 << 30)).hexdigest()
+    identity = build_id(_read("/sys/kernel/notes"))
+    if not identity:
+        identity = "btf:" + hashlib.sha256(_read(BTF_PATH, 1 << 30)).hexdigest()
+    btf_size = os.stat(BTF_PATH).st_size if os.path.exists(BTF_PATH) else 0
     headers = _stat_identity(f"/lib/modules/{u.release}/build")
-    return "\n".join((u.release, u.version, u.machine, build_id, headers))
+    return "\n".join((u.release, u.version, u.machine, identity, f"btf {btf_size}", headers))
 
 
 def bcc_identity(bcc_module: object) -> str:

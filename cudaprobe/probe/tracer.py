@@ -41,9 +41,12 @@ class Tracer:
         self.pairing: PairingEntries
         self.ring: RingBuffer | None = None  # none in stats mode: it aggregates in maps
         self.py: PyStackProbe | None = None  # --py-stacks: where the interpreters are
+        self.program_from = ""
 
     def __enter__(self) -> Tracer:
         self._bpf = load_program(self.plan, self.settings)
+        # "cached": loaded from the cache (bpfcache.py), or "compiled" by bcc
+        self.program_from = "cached" if getattr(self._bpf, "from_cache", False) else "compiled"
         self.attacher = Attacher(self._bpf, self.plan, self.settings)
         self.maps = MapReader(self._bpf, self.plan, self.settings.stats)
         self.pairing = PairingEntries(self._bpf, self.plan, self.settings)
