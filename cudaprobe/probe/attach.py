@@ -462,15 +462,19 @@ class Attacher:
         if stopping:
             time.sleep(STOP_GRACE_S)
         self._set_phase(STOPPED)
-        for fd in reversed(links[0::2]):
+        # from now on the probes do nothing: the return links and the perf probes
+        # are closed by a child process (the kernel waits for a grace period as
+        # each goes, ~50 ms a link, 0.1 s a perf probe), and fire meanwhile,
+        # doing nothing; here, one by one, where no child could be started
+        returns = list(reversed(links[0::2]))
+        perf = [fd for _name, fd in (self._bpf.uprobe_fds.items() if self._bpf else [])]
+        if (returns or perf) and cleanup.close_in_background(returns + perf, bool(perf)):
+            for name in list(self._bpf.uprobe_fds if perf else ()):
+                self._bpf._del_uprobe_fd(name)
+            return
+        for fd in returns:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        perf = [fd for _name, fd in (self._bpf.uprobe_fds.items() if self._bpf else [])]
-        # perf probes fire until the closer is done, doing nothing (STOPPED); bcc
-        # would close them one by one, 0.1 s each: a child process does it
-        if perf and cleanup.close_in_background(perf):
-            for name in list(self._bpf.uprobe_fds):
-                self._bpf._del_uprobe_fd(name)
 
     def close(self) -> None:
         """Detach, and let go of the program, which is about to be cleaned up:
