@@ -82,7 +82,7 @@ def prog_load(prog_type: int, insns: bytes, license: bytes, kern_version: int, n
     try:
         return _bpf(BPF_PROG_LOAD, attr)
     except OSError as e:
-        if log:
-            tail = c_log.value.decode(errors="replace").strip().splitlines()[-3:]
-            raise OSError(e.errno, f"{e.strerror}: {' / '.join(tail)}") from None
+        tail = c_log.value.decode(errors="replace").strip().splitlines()[-3:] if log else []
+        if tail:  # the verifier's reason (its log may have been cut: ENOSPC)
+            raise OSError(e.errno, " / ".join(tail)) from None
         raise

@@ -1,6 +1,7 @@
 """Loading the BPF program: what the machine must have first
-(prepare_machine), bcc imported (import_bcc) and the program compiled
-(load_program). bcc raises bare `Exception`s; compiling's become BpfError here.
+(prepare_machine), bcc imported (import_bcc) and the program compiled, or
+loaded from the cache where it was compiled before (load_program, load_text;
+bpfcache.py). bcc raises bare `Exception`s; compiling's become BpfError here.
 """
 
 from __future__ import annotations
@@ -68,10 +69,6 @@ def load_program(plan: ProbePlan, settings: bpfprog.Settings) -> Any:
     return load_text(bcc, bpfprog.source(settings).encode(), bpfprog.cflags(plan.probes, settings))
 
 
-# how this process's programs were had: a debug counter the tests read
-LOADS = {"compiled": 0, "cached": 0}
-
-
 def load_text(bcc: Any, text: bytes, cflags: list[str]) -> Any:
     """`text` compiled with `cflags`, or its instructions kept from an earlier
     compile; a compiled program is kept for the next session."""
@@ -88,14 +85,12 @@ def load_text(bcc: Any, text: bytes, cflags: list[str]) -> Any:
             raise BpfError("loading the BPF program failed", str(e),
                            fix="run `cudaprobe doctor`") from None
         else:
-            LOADS["cached"] += 1
             return bpf
     try:
         bpf = retry_interrupted(lambda: bcc.BPF(text=text, cflags=cflags))
     except Exception as e:  # bcc: compile errors are printed above by clang
         raise BpfError("compiling the BPF program failed", str(e),
                        fix="run `cudaprobe doctor`") from None
-    LOADS["compiled"] += 1
     keep(bpf, key)
     return bpf
 
