@@ -6,7 +6,9 @@ compiler. uprobe_multi.py makes links the same way.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
+import resource
 import struct
 from dataclasses import dataclass
 
@@ -56,13 +58,23 @@ def map_info(fd: int) -> MapInfo:
 
 
 def map_create(name: bytes, info: MapInfo) -> int:
-    """A new map of `info`'s kind; returns its descriptor."""
+    """A new map of `info`'s kind; returns its descriptor. Where the kernel
+    charges maps to RLIMIT_MEMLOCK (before Linux 5.11) and refuses one, the
+    limit is lifted and the map made again, as bcc does."""
     attr = ctypes.create_string_buffer(_ATTR_SIZE)
     # union bpf_attr: map_type, key_size, value_size, max_entries, map_flags,
     # inner_map_fd, numa_node, map_name[16]
     struct.pack_into("<7I16s", attr, 0, info.type, info.key_size, info.value_size,
                      info.max_entries, info.flags, 0, 0, _name(name))
-    return _bpf(BPF_MAP_CREATE, attr)
+    try:
+        return _bpf(BPF_MAP_CREATE, attr)
+    except PermissionError:
+        try:
+            resource.setrlimit(resource.RLIMIT_MEMLOCK,
+                               (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        except (OSError, ValueError):
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM)) from None
+        return _bpf(BPF_MAP_CREATE, attr)
 
 
 def prog_load(prog_type: int, insns: bytes, license: bytes, kern_version: int, name: bytes,
