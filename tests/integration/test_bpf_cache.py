@@ -18,7 +18,7 @@ from cudaprobe.probe.plan import plan_probes
 
 from ..conftest import NOBODY, build_workload
 from .conftest import trace_jsonl
-from .test_stats import stats_json
+from .test_stats import LOOP, stats_json
 
 # what differs between two runs of one workload
 VOLATILE = ("time_ms", "ts_ns", "pid", "tid", "duration_ns", "parent")
@@ -40,14 +40,18 @@ def rows(calls: list[dict]) -> list[dict]:
     return [{k: v for k, v in c.items() if k not in VOLATILE} for c in calls]
 
 
+@pytest.mark.parametrize("attach", ["multi", "perf"])
 def test_a_second_trace_loads_the_kept_program_and_its_rows_are_the_same(tmp_path, cache,
-                                                                         libcudart):
+                                                                         libcudart, attach):
+    """With uprobe_multi links (two programs), and with a perf event per probe
+    (a program pair per probe: the workload's functions only, 20 perf probes)."""
     exe = build_workload("runtime_calls.c")  # run at the same addresses each time (setarch -R)
-    env = {**os.environ, bpfcache.CACHE_VAR: str(cache)}
+    env = {**os.environ, bpfcache.CACHE_VAR: str(cache), "CUDAPROBE_ATTACH": attach}
+    events = ["-e", ",".join(LOOP)] if attach == "perf" else []
     runs = []
     for run in ("compiled", "cached"):
         (tmp_path / run).mkdir()
-        calls, summary, proc = trace_jsonl(tmp_path / run, "--lib", str(libcudart),
+        calls, summary, proc = trace_jsonl(tmp_path / run, "--lib", str(libcudart), *events,
                                            command=["setarch", "-R", str(exe), "2"], env=env)
         assert proc.returncode == 0, proc.stderr
         assert summary["bpf_program"] == run, proc.stderr
