@@ -38,8 +38,8 @@ TABLES = {
     bcc_table.BPF_MAP_TYPE_LRU_PERCPU_HASH: bcc_table.LruPerCpuHash,
     bcc_table.BPF_MAP_TYPE_RINGBUF: bcc_table.RingBuf,
 }
-# functions bcc attaches at load by their name's prefix, where no BTF id is needed
-AUTOLOADED = (b"kprobe__", b"kretprobe__", b"tracepoint__", b"raw_tracepoint__")
+# functions bcc attaches at load by a BTF id (not kept: a kept program is loaded
+# without BTF); those it attaches by name (kprobe__, tracepoint__, ...) are kept
 NEEDS_BTF = (b"kfunc__", b"kretfunc__", b"lsm__")
 
 
