@@ -65,6 +65,7 @@ class Summary:
     duration_s: float = 0.0
     attach_s: float = 0.0
     startup_s: float = 0.0
+    bpf_program: str = ""  # "compiled" by bcc, or "cached": loaded without compiling
     exit_status: int | None = None
     # calls whose thread exited before they returned (sweep.py): no result to report
     exited_mid_call: int = 0
@@ -146,6 +147,7 @@ class Summary:
             "duration_s": round(self.duration_s, 3),
             "attach_s": round(self.attach_s, 3),
             "startup_s": round(self.startup_s, 3),
+            "bpf_program": self.bpf_program,
             "libraries": self.libraries,
             "not_found": self.not_found,
             "untraced": [u.to_dict() for u in self.untraced],

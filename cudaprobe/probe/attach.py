@@ -29,7 +29,7 @@ from cudaprobe.probe.load import retry_interrupted
 from cudaprobe.probe.opengate import GateUnavailable, Hand, OpenGate
 from cudaprobe.probe.plan import Attachment, ProbePlan
 from cudaprobe.targets.openfile import OpenedFile, proc_base
-from cudaprobe.targets.procmaps import map_lines, process_name, thread_group
+from cudaprobe.targets.procmaps import map_lines, process_name, thread_group, threads_gone
 
 # EINVAL at attach: almost always another tracer's uprobe at the same address
 # with a different reference-counter offset (see perf_uprobe.py)
@@ -452,25 +452,33 @@ class Attacher:
             stopping = self._phase == TRACING
             self._set_phase(STOPPING)
             links, self._links = self._links, []
-            for pid_links in self._pid_links.values():
-                links += pid_links
+            # the links of processes whose every thread has exited: none of their
+            # calls can return now, so none is waited for (a -- COMMAND that exited)
+            gone: list[int] = []
+            for pid, pid_links in self._pid_links.items():
+                (gone if threads_gone(pid) else links).extend(pid_links)
             self._pid_links = {}
         entry_links = links[1::2]  # each library's pair: (return, entry)
         for fd in reversed(entry_links):
             with contextlib.suppress(OSError):
                 os.close(fd)
-        if stopping:
+        perf = [fd for _name, fd in (self._bpf.uprobe_fds.items() if self._bpf else [])]
+        if stopping and (links or perf):  # probes of processes that may still call
             time.sleep(STOP_GRACE_S)
         self._set_phase(STOPPED)
-        for fd in reversed(links[0::2]):
+        # from now on the probes do nothing: the return links, the links of the
+        # processes gone and the perf probes are closed by a child process (the
+        # kernel waits for a grace period as each goes, ~50 ms a link, 0.1 s a
+        # perf probe), and fire meanwhile, doing nothing; here, one by one,
+        # where no child could be started
+        late = list(reversed(links[0::2])) + gone
+        if (late or perf) and cleanup.close_in_background(late + perf, bool(perf)):
+            for name in list(self._bpf.uprobe_fds if perf else ()):
+                self._bpf._del_uprobe_fd(name)
+            return
+        for fd in late:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        perf = [fd for _name, fd in (self._bpf.uprobe_fds.items() if self._bpf else [])]
-        # perf probes fire until the closer is done, doing nothing (STOPPED); bcc
-        # would close them one by one, 0.1 s each: a child process does it
-        if perf and cleanup.close_in_background(perf):
-            for name in list(self._bpf.uprobe_fds):
-                self._bpf._del_uprobe_fd(name)
 
     def close(self) -> None:
         """Detach, and let go of the program, which is about to be cleaned up:

@@ -105,11 +105,12 @@ def remove_stale_uprobe_events() -> str | None:
     return note
 
 
-def close_in_background(fds: list[int]) -> bool:
+def close_in_background(fds: list[int], perf_uprobes: bool = False) -> bool:
     """Close `fds`: ours at once, the last references (the slow part) in a
-    detached process, which then removes any uprobe_events entries bcc made
-    for this process. False (nothing closed) when no process could be started."""
-    owner = os.getpid()
+    detached process, which then, where they are `perf_uprobes`, removes any
+    uprobe_events entries bcc made for this process. False (nothing closed)
+    when no process could be started."""
+    owner = os.getpid() if perf_uprobes else 0
     go_read, go_write = os.pipe()
     try:
         pid = os.fork()
@@ -135,7 +136,8 @@ def close_in_background(fds: list[int]) -> bool:
 def _close_all(fds: list[int], owner: int, go: int) -> None:
     """In the detached grandchild: keep nothing else open (a pipe held here
     would keep the reader of cudaprobe's output waiting), wait until the owner
-    has closed its copies, then close the probes."""
+    has closed its copies, then close the probes; then the uprobe_events
+    entries bcc made for `owner` (0: none to look for)."""
     with contextlib.suppress(OSError), open("/proc/self/comm", "w") as f:
         f.write(CLOSER_NAME)
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
@@ -150,7 +152,7 @@ def _close_all(fds: list[int], owner: int, go: int) -> None:
     for fd in fds:
         with contextlib.suppress(OSError):
             os.close(fd)
-    path = uprobe_events_path()
+    path = uprobe_events_path() if owner else None
     ours: list[str] = []
     if path:
         with contextlib.suppress(OSError), open(path) as f:

@@ -1,6 +1,7 @@
 """Loading the BPF program: what the machine must have first
-(prepare_machine), bcc imported (import_bcc) and the program compiled
-(load_program). bcc raises bare `Exception`s; compiling's become BpfError here.
+(prepare_machine), bcc imported (import_bcc) and the program compiled, or
+loaded from the cache where it was compiled before (load_program, load_text;
+bpfcache.py). bcc raises bare `Exception`s; compiling's become BpfError here.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import warnings
 from typing import Any, Callable, TypeVar
 
 from cudaprobe.errors import BccMissing, BpfError, NotRoot
-from cudaprobe.probe import bpfprog, cleanup
+from cudaprobe.probe import bpfcache, bpfprog, cleanup
 from cudaprobe.probe.plan import ProbePlan
 from cudaprobe.targets import environment
 
@@ -59,14 +60,48 @@ def retry_interrupted(load: Callable[[], T]) -> T:
 
 
 def load_program(plan: ProbePlan, settings: bpfprog.Settings) -> Any:
-    """The compiled and loaded program (a bcc.BPF), its maps created; nothing
-    attached yet. Root only."""
+    """The loaded program (a bcc.BPF), its maps created; nothing attached yet.
+    Compiled by bcc, or loaded from the cache where the same source, settings,
+    kernel and bcc compiled it before (bpfcache.py). Root only."""
     if os.geteuid() != 0:
         raise NotRoot()
     bcc = import_bcc()
+    return load_text(bcc, bpfprog.source(settings).encode(), bpfprog.cflags(plan.probes, settings))
+
+
+def load_text(bcc: Any, text: bytes, cflags: list[str]) -> Any:
+    """`text` compiled with `cflags`, or its instructions kept from an earlier
+    compile; a compiled program is kept for the next session."""
+    key = bpfcache.cache_key(text, cflags, bpfcache.bcc_identity(bcc))
+    program = bpfcache.load(key)
+    if program is not None:
+        from cudaprobe.probe.cachedbpf import CachedBPF  # noqa: PLC0415 - needs bcc
+
+        try:
+            bpf = retry_interrupted(lambda: CachedBPF(program))
+        except bpfcache.NotRelocatable:
+            pass  # not an entry this code made: compiled again, and replaced
+        except Exception as e:
+            raise BpfError("loading the BPF program failed", str(e),
+                           fix="run `cudaprobe doctor`") from None
+        else:
+            return bpf
     try:
-        return retry_interrupted(lambda: bcc.BPF(text=bpfprog.source(settings).encode(),
-                                                 cflags=bpfprog.cflags(plan.probes, settings)))
+        bpf = retry_interrupted(lambda: bcc.BPF(text=text, cflags=cflags))
     except Exception as e:  # bcc: compile errors are printed above by clang
         raise BpfError("compiling the BPF program failed", str(e),
                        fix="run `cudaprobe doctor`") from None
+    keep(bpf, key)
+    return bpf
+
+
+def keep(bpf: Any, key: str) -> None:
+    """Keep what bcc compiled under `key`, where it can be (quietly not: the
+    next session compiles again)."""
+    from cudaprobe.probe.cachedbpf import extract  # noqa: PLC0415 - needs bcc
+
+    try:
+        program = extract(bpf)
+    except (ValueError, OSError):
+        return
+    bpfcache.store(key, program)

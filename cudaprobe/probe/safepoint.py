@@ -25,7 +25,7 @@ from cudaprobe.probe.bpfprog import (
     default_attach,
     safepoint_numbers,
 )
-from cudaprobe.probe.load import import_bcc, retry_interrupted
+from cudaprobe.probe.load import import_bcc, load_text
 from cudaprobe.targets.elfsyms import read_symbols
 from cudaprobe.targets.openfile import OpenedFile
 
@@ -77,10 +77,9 @@ class SafePointProgram:
 
 
 def _compile() -> Any:
-    bcc = import_bcc()
+    """The safe point's program: compiled, or from the cache (bpfcache.py)."""
     cflags = [f"-D{k}={v}" for k, v in NUMBERS.items()]
-    return retry_interrupted(lambda: bcc.BPF(src_file=str(bpf_dir() / SAFEPOINT).encode(),
-                                             cflags=cflags))
+    return load_text(import_bcc(), (bpf_dir() / SAFEPOINT).read_bytes(), cflags)
 
 
 class SafePoint:

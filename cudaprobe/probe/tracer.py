@@ -13,7 +13,7 @@ import contextlib
 import mmap
 from typing import Any
 
-from cudaprobe.probe import bpfprog
+from cudaprobe.probe import bpfprog, cleanup
 from cudaprobe.probe.attach import Attacher
 from cudaprobe.probe.event import RECORD_STRUCTS
 from cudaprobe.probe.load import load_program
@@ -41,9 +41,12 @@ class Tracer:
         self.pairing: PairingEntries
         self.ring: RingBuffer | None = None  # none in stats mode: it aggregates in maps
         self.py: PyStackProbe | None = None  # --py-stacks: where the interpreters are
+        self.program_from = ""
 
     def __enter__(self) -> Tracer:
         self._bpf = load_program(self.plan, self.settings)
+        # "cached": loaded from the cache (bpfcache.py), or "compiled" by bcc
+        self.program_from = "cached" if getattr(self._bpf, "from_cache", False) else "compiled"
         self.attacher = Attacher(self._bpf, self.plan, self.settings)
         self.maps = MapReader(self._bpf, self.plan, self.settings.stats)
         self.pairing = PairingEntries(self._bpf, self.plan, self.settings)
@@ -73,6 +76,12 @@ class Tracer:
             self.ring.close()
             self.ring = None
         bpf, self._bpf = self._bpf, None
+        # the tracepoints' perf events: the kernel waits for grace periods as each
+        # is closed, under one lock (~0.1 s each), which bcc's cleanup would do one
+        # by one before cudaprobe could exit; a child process closes them instead
+        tracepoints = list(bpf.tracepoint_fds.values())
+        if tracepoints and cleanup.close_in_background(tracepoints):
+            bpf.tracepoint_fds.clear()
         with contextlib.suppress(Exception):
             bpf.cleanup()
 

@@ -213,6 +213,7 @@ class TraceSession:
             run.tracer.ring.on_side = self._records.py_stacks.add
         self.summary.attach_s = run.tracer.attacher.attach_seconds
         self.summary.startup_s = time.monotonic() - STARTED
+        self.summary.bpf_program = run.tracer.program_from
         self.reporter.start()
         if self.options.output is not None:
             self._header_lines = self.options.output.lines

@@ -169,6 +169,24 @@ def process_alive(pid: int) -> bool:
         return False
 
 
+def threads_gone(pid: int) -> bool:
+    """No thread of `pid` can begin or finish a call: the process is reaped,
+    or each of its threads is a zombie (or dead)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[:1]
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if state not in ([b"Z"], [b"X"], [b"x"]):
+            return False
+    return True
+
+
 def process_running(pid: int) -> bool:
     """A process (not a thread of one: /proc shows those by their id too) that
     is alive (process_alive)."""

@@ -246,3 +246,33 @@ def test_a_refused_read_of_a_process_that_has_exited_is_its_exit():
     assert isinstance(procmaps._not_ours(pid, "ns/mnt"), ProcessGone)  # reaped
     refused = procmaps._not_ours(os.getpid(), "ns/mnt")  # alive: a refusal
     assert not isinstance(refused, ProcessGone) and "permission denied" in str(refused)
+
+
+def test_threads_gone_only_once_no_thread_of_the_process_runs():
+    """A process whose main thread has exited (pthread_exit) while another runs
+    can still call; once that one exits too, a zombie or reaped, it cannot."""
+    code = ("import ctypes, sys, threading\n"
+            "threading.Thread(target=sys.stdin.read).start()\n"
+            "ctypes.CDLL(None).pthread_exit(None)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + HANG_S
+
+        def state() -> bytes:
+            with open(f"/proc/{proc.pid}/stat", "rb") as f:
+                return f.read().rsplit(b")", 1)[1].split()[0]
+        while state() != b"Z":  # the main thread has exited
+            assert time.monotonic() < deadline, "the main thread never exited"
+            time.sleep(0.01)
+        assert not procmaps.threads_gone(proc.pid)
+        assert not procmaps.threads_gone(os.getpid())
+        proc.stdin.close()  # the other thread returns: the process exits
+        while len(os.listdir(f"/proc/{proc.pid}/task")) > 1 or not procmaps.threads_gone(
+                proc.pid):
+            assert time.monotonic() < deadline, "the process never exited"
+            time.sleep(0.01)
+        assert os.path.exists(f"/proc/{proc.pid}")  # a zombie: not reaped yet
+    finally:
+        proc.kill()
+        proc.wait()
+    assert procmaps.threads_gone(proc.pid)  # reaped
