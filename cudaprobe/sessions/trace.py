@@ -225,15 +225,19 @@ class TraceSession:
             self._emit(tracer.ring.poll(timeout_ms))
             return
         run = self._lifecycle
-        status, since, calls = self.options.status, time.monotonic(), None
-        say_after = drain_say_s()
-        while not run.drain_cut and (records := tracer.ring.drain()):
-            self._emit(records)
-            if status is not None and time.monotonic() - since >= say_after:
+        status, due, calls = self.options.status, time.monotonic() + drain_say_s(), None
+        records: list[tuple] = []
+        while True:
+            if status is not None and time.monotonic() >= due:
                 if calls is None:  # all counted now: the probes are off
                     calls = 0 if self.settings.errors_only else sum(
                         t.calls for t in tracer.maps.read_tally().values())
                 status.draining(self.summary.total_rows, calls)
+            if run.drain_cut or not (records := tracer.ring.drain()):
+                break
+            self._emit(records)
+        if status is not None and calls is not None:
+            status.draining(self.summary.total_rows, calls)  # where it ended
         if run.drain_cut:  # a second stop signal: the rest is counted, not decoded
             self._undecoded = tracer.ring.skip_rest()
             run.say_drain_cut(self._undecoded)
