@@ -387,6 +387,26 @@ static __always_inline u32 py_hash_code(struct cp_py_scratch *b, struct cp_py_la
 	return (u32)(h ^ (h >> 32)) | CP_PY_HASHED;
 }
 
+/* A str object's text from `data` (its ASCII data) into dst: `size` bytes
+ * at once, or where those run past the end of what is mapped (a short string
+ * near the end of a mapping), the bytes its length needs at most (a
+ * non-ASCII one's data is up to CP_PY_STR_SLACK further, 4 bytes a code
+ * point at most); where neither can be read, its state is 0: the decoder
+ * says the text was not read, never takes the zeros of a failed read for it. */
+static __always_inline void py_read_text(char *dst, const u32 size, u64 data, u64 len,
+					 u32 *state)
+{
+	if (!bpf_probe_read_user(dst, size, (void *)data))
+		return;
+	u64 n = len < size ? len * 4 + CP_PY_STR_SLACK : size;
+	if (n > size)
+		n = size;
+	asm volatile("" : "+r"(n));
+	if (n > 0 && n <= size && !bpf_probe_read_user(dst, n, (void *)data))
+		return;
+	*state = 0;
+}
+
 /* A frame's code object: checked to be one (else CP_PY_NOT_CODE), its
  * identity into the frame, and its record sent at its first sight in this
  * process image. A record lost (ring full) is tried again at the next sight. */
@@ -435,9 +455,10 @@ static __always_inline u8 py_see_code(struct cp_py_proc *p, struct cp_py_layout 
 	c->name_state = 0;
 	bpf_probe_read_user(&c->filename_state, 4, (void *)(filename + 32));	/* .state */
 	bpf_probe_read_user(&c->name_state, 4, (void *)(name + 32));
-	bpf_probe_read_user(c->filename, sizeof(c->filename),
-			    (void *)(filename + L->unicode_ascii_size));
-	bpf_probe_read_user(c->name, sizeof(c->name), (void *)(name + L->unicode_ascii_size));
+	py_read_text(c->filename, sizeof(c->filename), filename + L->unicode_ascii_size,
+		     c->filename_len, &c->filename_state);
+	py_read_text(c->name, sizeof(c->name), name + L->unicode_ascii_size, c->name_len,
+		     &c->name_state);
 	u64 n = py_read_u64(table + 16);	/* PyBytesObject.ob_size */
 	c->table_len = n;
 	if (n > CP_PY_TABLE_MAX)
