@@ -55,7 +55,9 @@ def main() -> None:
         warm = os.path.join(d, "warm-cache")
 
         def env(tree: str, cache: str) -> dict[str, str]:
-            return {**os.environ, "PYTHONPATH": tree, "CUDAPROBE_CACHE": cache}
+            # the tree first; what the environment had after it (bcc's, on the GPU host)
+            path = os.pathsep.join(p for p in (tree, os.environ.get("PYTHONPATH")) if p)
+            return {**os.environ, "PYTHONPATH": path, "CUDAPROBE_CACHE": cache}
 
         def cold() -> float:
             cache = tempfile.mkdtemp(prefix="cold-", dir=d)
