@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -13,7 +11,7 @@ from cudaprobe.analysis.stats import PERCENTILE_NOTE, PERCENTILES, StatsReport
 from cudaprobe.decode.calls import humanize_bytes
 from cudaprobe.decode.demangle import shorten
 from cudaprobe.output.nccl_view import render_nccl_stats
-from cudaprobe.output.summary_view import describe_untraced
+from cudaprobe.output.summary_view import describe_untraced, short_errors
 from cudaprobe.output.text import cells, cut_end, cut_middle, escape, humanize_ns
 
 COLUMNS = ("EVENT", "CALLS", "TOTAL", "AVG", "MIN", "MAX", *(f"P{q}" for q in PERCENTILES),
@@ -25,9 +23,6 @@ DROP_ORDER = ("P95", "MIN", "MAX", "AVG", "P99", "P50")
 NAME_WANT = 48  # a name column whole up to this, before any column but the first
 NAME_MIN = 20  # ... its cells where the terminal has no room for more
 ERRORS_MIN = 12
-
-
-_ERROR_PREFIX = re.compile(r"\b(?:cudaError|CUDA_ERROR_)(?=\w)")  # said less them when narrow
 
 
 def fitted_table(title: str, columns: tuple[str, ...], rows: list[list[str]], width: int,
@@ -69,7 +64,7 @@ def fitted_table(title: str, columns: tuple[str, ...], rows: list[list[str]], wi
                          no_wrap=True, min_width=widths[i], max_width=widths[i])
     cut = [cut_middle if i == 0 else cut_end for i in range(len(columns))]
     if errors in widths and widths[errors] < natural[errors]:  # the names less their prefixes
-        rows = [[*r[:errors], _ERROR_PREFIX.sub("", r[errors]), *r[errors + 1:]] for r in rows]
+        rows = [[*r[:errors], short_errors(r[errors]), *r[errors + 1:]] for r in rows]
     for r in rows:
         table.add_row(*(Text(cut[i](r[i], widths[i]),
                              style="red" if i == errors and r[i] else "") for i in kept))

@@ -3,6 +3,8 @@ function, the line of totals and losses, and what was not traced."""
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -11,6 +13,15 @@ from cudaprobe.analysis.summary import ATTACH, NOT_LOST, Summary, Untraced
 from cudaprobe.output.text import cells, cut_middle, escape, humanize_ns
 
 SHOWN_UNTRACED = 5  # said one by one; more are counted
+
+
+_ERROR_PREFIX = re.compile(r"\b(?:cudaError|CUDA_ERROR_)(?=\w)")
+
+
+def short_errors(text: str) -> str:
+    """Errors named less their API's prefix (InsufficientDriver x3), where
+    the terminal is short of room."""
+    return _ERROR_PREFIX.sub("", text)
 
 
 def describe_lost(lost: dict[str, int]) -> str:
@@ -39,8 +50,9 @@ def describe_untraced(spans: list[Untraced]) -> list[str]:
 
 def render_summary(summary: Summary, console: Console) -> None:
     """The table, a line per function at any width from 80: an error per line
-    of its cell, never split; names cut in the middle where the line is short
-    (the suffix stays: `cudaLaunchCoop…Kernel_ptsz`)."""
+    of its cell, never split (less its prefix where a name would be cut
+    otherwise); names cut in the middle where the line is still short (the
+    suffix stays: `cudaLaunchCoop…Kernel_ptsz`)."""
     by_total = sorted(summary.counts.items(), key=lambda kv: -kv[1].total_ns)
     rows = []
     for name, s in by_total:
@@ -48,10 +60,19 @@ def render_summary(summary: Summary, console: Console) -> None:
         avg = humanize_ns(s.total_ns // s.calls) if s.calls else "-"
         rows.append([escape(name), str(s.calls), humanize_ns(s.total_ns), avg, errors])
     titles = ("EVENT", "CALLS", "TOTAL", "AVG", "ERRORS")
-    widths = [max([len(titles[i])] + [cells(line) for r in rows for line in r[i].split("\n")])
-              for i in range(len(titles))]
-    # each column's padding and rule: 3 characters, less the edge
-    event_width = max(len(titles[0]), console.width - sum(widths[1:]) - 3 * len(titles))
+
+    def widths_of(rows: list[list[str]]) -> tuple[list[int], int]:
+        """Each column's widest cell, and the room EVENT has: each column's
+        padding and rule take 3 characters, less the edge."""
+        widths = [max([len(titles[i])] + [cells(line) for r in rows
+                                           for line in r[i].split("\n")])
+                  for i in range(len(titles))]
+        return widths, max(len(titles[0]), console.width - sum(widths[1:]) - 3 * len(titles))
+
+    widths, event_width = widths_of(rows)
+    if widths[0] > event_width:  # the errors less their prefixes, for the names' sake
+        rows = [[*r[:-1], short_errors(r[-1])] for r in rows]
+        widths, event_width = widths_of(rows)
     table = Table(title="cudaprobe summary", title_justify="left", show_edge=False)
     for col, justify in zip(titles, ("left", "right", "right", "right", "left")):
         table.add_column(col, justify=justify, no_wrap=True)

@@ -134,14 +134,24 @@ class RingBuffer:
         os.set_blocking(notify_r, False)
         self._poll = select.poll()
         self._poll.register(notify_r, select.POLLIN)
+        self._wakers: set[int] = set()  # wake_on's
         self._read = 0  # spool bytes unpacked
         self._punched = 0  # spool bytes whose pages were freed
         self._punch = _fallocate()
 
+    def wake_on(self, fd: int) -> None:
+        """wait() returns too when `fd` turns readable (a command's pidfd: it
+        exited), once: the fd is not waited on after that."""
+        self._poll.register(fd, select.POLLIN)
+        self._wakers.add(fd)
+
     def wait(self, timeout_ms: int) -> None:
         """Sleep until the reader spools something or the timeout passes."""
         if not self.available():
-            self._poll.poll(timeout_ms)
+            for fd, _ in self._poll.poll(timeout_ms):
+                if fd in self._wakers:
+                    self._poll.unregister(fd)
+                    self._wakers.discard(fd)
         try:
             os.read(self._notify, 4096)
         except BlockingIOError:

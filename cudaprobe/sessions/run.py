@@ -164,6 +164,8 @@ class ProbeRun:
             self.command.abandon()
         elif self.command:
             self.command.release()
+            if self.command.exit_fd is not None and self.tracer.ring is not None:
+                self.tracer.ring.wake_on(self.command.exit_fd)  # its exit seen at once
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -108,6 +108,12 @@ class LaunchedCommand:
             finally:
                 os._exit(127)
         os.close(read_end)
+        # readable once it exits: a trace's wait wakes then (our child: its pid is
+        # not reused while we have not waited for it); kept open for the session
+        try:
+            self.exit_fd: int | None = os.pidfd_open(self.pid)
+        except (OSError, AttributeError):  # (Linux < 5.3)
+            self.exit_fd = None
 
     def release(self) -> None:
         """Let the held child exec the command."""

@@ -71,7 +71,9 @@ def test_a_drain_says_how_far_it_is(tmp_path, libcudart):
     proc = subprocess.Popen(cudaprobe_cmd("trace", "--lib", str(libcudart), "-o", str(out),
                                           "--", str(exe), "300"),
                             stdout=subprocess.DEVNULL, stderr=slave, stdin=subprocess.DEVNULL,
-                            env={**os.environ, "CUDAPROBE_DRAIN_SAY_S": "0"})
+                            env={**{k: v for k, v in os.environ.items()
+                                    if k not in ("COLUMNS", "LINES")},
+                                 "CUDAPROBE_DRAIN_SAY_S": "0"})
     os.close(slave)
     try:
         shown = ANSI.sub("", read_all(master, proc))
