@@ -1,0 +1,126 @@
+"""Borrowed stacks (--py-stacks), on every CPython this machine has: CUDA calls
+made by threads that run no Python (borrowed_pool.c, loaded with ctypes by
+borrowed_workload.py) while a Python thread waits for them in a C call carry
+that thread's stack, marked borrowed with its tid and why it was chosen:
+
+- a thread made by a ctypes call and joined: every one of its calls on the
+  caller's line, lent by the caller, which handed it the work (made it);
+- autograd's shape: a device thread with a Python thread state but no frame,
+  woken with work by backward() (a C call) that waits for it;
+- two Python threads (and the main one) waiting in C calls while a native
+  thread, woken by none of them, calls: no stack, and the row says why;
+- no Python thread waiting (the main one runs Python): no stack at all.
+
+One trace per CPython, shared by its tests; each row compared with the stack
+the interpreter itself printed for the waiting call."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cudaprobe.analysis.by_line import NO_LENDER
+from cudaprobe.decode.pystacks import HANDED, LENDERS_MANY
+
+from ..conftest import build_workload
+from .conftest import run_cudaprobe, trace_jsonl
+from .pythons import PYTHONS
+
+pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
+
+WORKLOAD = Path(__file__).resolve().parent / "borrowed_workload.py"
+EVENTS = ("-e", "cudaRuntimeGetVersion,cudaDriverGetVersion")
+CALLS = 20  # each case's, by its thread with no Python frame
+
+
+@pytest.fixture(scope="module")
+def borrowed_pool(libcudart) -> Path:
+    return build_workload("borrowed_pool.c", "libborrowed_pool.so", extra=["-shared", "-fPIC"])
+
+
+@pytest.fixture(scope="module", params=PYTHONS)
+def traced(request, tmp_path_factory, libcudart, borrowed_pool):
+    """(rows by tid, the cases the workload printed by name, stderr) of one trace."""
+    tmp = tmp_path_factory.mktemp("borrowed")
+    rows, summary, proc = trace_jsonl(
+        tmp, "--py-stacks", *EVENTS, "--lib", str(libcudart),
+        command=[request.param, str(WORKLOAD), str(borrowed_pool), str(libcudart), str(CALLS)])
+    assert proc.returncode == 0, proc.stderr
+    assert summary["lost_total"] == 0
+    by_tid: dict[int, list[dict]] = {}
+    for row in rows:
+        by_tid.setdefault(row["tid"], []).append(row)
+    cases = {c["case"]: c for c in map(json.loads, proc.stdout.splitlines())}
+    assert set(cases) == {"worker", "pool", "several", "none"}, proc.stdout
+    return by_tid, cases, proc.stderr
+
+
+def frames(case: dict) -> list[dict]:
+    return [{"file": f, "line": line, "function": fn} for f, line, fn in case["stack"]]
+
+
+def check_lent(rows: list[dict], case: dict) -> None:
+    """Every call of the case's thread: the waiting caller's stack, lent by it,
+    which handed the work over."""
+    assert [r["event"] for r in rows] == ["cudaDriverGetVersion"] * CALLS
+    assert case["tid"] != case["caller"]
+    for row in rows:
+        assert row["py_stack"] == frames(case), row
+        assert row["py_stack_borrowed"] == {"tid": case["caller"], "because": HANDED}, row
+        assert "py_stack_missing" not in row
+
+
+def test_a_thread_made_by_a_ctypes_call_borrows_its_callers_stack(traced):
+    by_tid, cases, _ = traced
+    check_lent(by_tid.get(cases["worker"]["tid"], []), cases["worker"])
+
+
+def test_a_device_thread_with_no_frame_borrows_the_stack_of_backward(traced):
+    by_tid, cases, _ = traced
+    check_lent(by_tid.get(cases["pool"]["tid"], []), cases["pool"])
+
+
+def test_several_waiting_and_none_handing_over_gives_no_stack_and_says_why(traced):
+    by_tid, cases, stderr = traced
+    rows = by_tid.get(cases["several"]["tid"], [])
+    assert len(rows) == CALLS
+    for row in rows:
+        assert "py_stack" not in row and "py_stack_borrowed" not in row, row
+        assert row["py_stack_missing"] == LENDERS_MANY, row
+    assert f"{CALLS} calls without their Python stack: {LENDERS_MANY}" in stderr
+
+
+def test_no_python_thread_waiting_gives_no_stack(traced):
+    by_tid, cases, _ = traced
+    rows = by_tid.get(cases["none"]["tid"], [])
+    assert len(rows) == CALLS
+    assert all(not any(k.startswith("py_stack") for k in row) for row in rows), rows[0]
+
+
+def test_the_python_threads_own_calls_are_not_borrowed(traced):
+    by_tid, cases, stderr = traced
+    own = by_tid[cases["worker"]["caller"]]
+    assert [r["event"] for r in own] == ["cudaRuntimeGetVersion"]
+    assert own[0]["py_stack"] and "py_stack_borrowed" not in own[0]
+    assert f"--py-stacks: {2 * CALLS} calls of threads with no Python frame" in stderr
+
+
+def test_stats_by_line_counts_the_lent_calls_on_the_callers_line(tmp_path, libcudart,
+                                                                 borrowed_pool):
+    """stats --by line: the worker's and the device thread's calls are counted on
+    the line of the Python call that waited for them; the others' rows as said."""
+    out = tmp_path / "stats.json"
+    proc = run_cudaprobe("stats", "--by", "line", "--json", "-o", str(out), *EVENTS, "--lib",
+                         str(libcudart), "--", PYTHONS[-1], str(WORKLOAD), str(borrowed_pool),
+                         str(libcudart), str(CALLS))
+    assert proc.returncode == 0, proc.stderr
+    cases = {c["case"]: c for c in map(json.loads, (line for line in proc.stdout.splitlines()
+                                                    if line.startswith('{"case"')))}
+    rows = {r["event"]: r["count"] for r in json.loads(out.read_text())["functions"]}
+    file, line, function = cases["worker"]["stack"][0]
+    assert rows.pop(f"{file}:{line} ({function})") == 2 * CALLS  # worker and pool: one line
+    assert rows.pop(NO_LENDER) == CALLS
+    assert rows.pop("(no Python frame)") == CALLS
+    assert sum(rows.values()) == 1, rows  # the main thread's first call
