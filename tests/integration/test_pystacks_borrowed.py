@@ -11,6 +11,9 @@ that thread's stack, marked borrowed with its tid and why it was chosen:
   thread, woken by none of them, calls: no stack, and the row says why;
 - no Python thread waiting (the main one runs Python): no stack at all.
 
+And `stats --by line` and `memory --py-stacks` count lent calls on the
+lender's line.
+
 One trace per CPython, shared by its tests; each row compared with the stack
 the interpreter itself printed for the waiting call."""
 
@@ -26,6 +29,7 @@ from cudaprobe.decode.pystacks import HANDED, LENDERS_MANY
 
 from ..conftest import build_workload
 from .conftest import run_cudaprobe, trace_jsonl
+from .memstub import build_memstub
 from .pythons import PYTHONS
 
 pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
@@ -124,3 +128,29 @@ def test_stats_by_line_counts_the_lent_calls_on_the_callers_line(tmp_path, libcu
     assert rows.pop(NO_LENDER) == CALLS
     assert rows.pop("(no Python frame)") == CALLS
     assert sum(rows.values()) == 1, rows  # the main thread's first call
+
+
+LEAKER = """
+import ctypes, sys
+pool, rt = ctypes.CDLL(sys.argv[1]), ctypes.CDLL(sys.argv[2])
+def load_weights():
+    malloc = ctypes.cast(rt.cudaMalloc, ctypes.c_void_p)
+    pool.worker_allocs(malloc, 3, ctypes.c_size_t(1 << 20))  # line 6
+load_weights()
+"""
+
+
+def test_memory_names_the_line_that_waited_for_a_threads_allocations(tmp_path, borrowed_pool):
+    """memory --py-stacks: allocations made by a thread of a C library that a
+    Python call handed them to are grouped and named by that call's line."""
+    script = tmp_path / "leaker.py"
+    script.write_text(LEAKER)
+    cudart = str(build_memstub() / "libcudart.so.13")
+    out = tmp_path / "memory.json"
+    proc = run_cudaprobe("memory", "--py-stacks", "--lib", cudart, "-o", str(out), "--",
+                         PYTHONS[-1], str(script), str(borrowed_pool), cudart)
+    assert proc.returncode == 0, proc.stderr
+    leaks = [g for p in json.loads(out.read_text())["processes"] for g in p["leaks"]]
+    assert len(leaks) == 1, leaks
+    assert leaks[0]["site"][0] == f"{script}:6 (load_weights)", leaks
+    assert leaks[0]["count"] == 3, leaks

@@ -5,6 +5,8 @@
  *   worker_calls(n)        a thread made for the call makes n calls of
  *                          cudaDriverGetVersion; the caller joins it (a C++
  *                          pool that a ctypes call hands work to)
+ *   worker_allocs(f, n, s) the same, n calls of f (a cudaMalloc: the test's
+ *                          library, passed by Python) of s bytes, never freed
  *   pool_start()           a device thread, as PyTorch's autograd makes: it
  *                          has a Python thread state but no frame, has
  *                          released the GIL, and waits for work
@@ -95,6 +97,34 @@ int worker_calls(int n)
 	struct job j = {.n = n};
 	pthread_t t;
 	if (pthread_create(&t, NULL, worker_main, &j))
+		return -1;
+	pthread_join(t, NULL);
+	return j.tid;
+}
+
+struct alloc_job {
+	int (*alloc)(void **, size_t);
+	int n;
+	size_t size;
+	int tid;
+};
+
+static void *allocator_main(void *arg)
+{
+	struct alloc_job *j = arg;
+	j->tid = gettid_();
+	for (int i = 0; i < j->n; i++) {
+		void *p;
+		j->alloc(&p, j->size);
+	}
+	return NULL;
+}
+
+int worker_allocs(int (*alloc)(void **, size_t), int n, size_t size)
+{
+	struct alloc_job j = {.alloc = alloc, .n = n, .size = size};
+	pthread_t t;
+	if (pthread_create(&t, NULL, allocator_main, &j))
 		return -1;
 	pthread_join(t, NULL);
 	return j.tid;
