@@ -226,6 +226,25 @@ def test_no_combination_attaches_a_tracepoint_twice(preprocess):
     assert len(seen) > 32
 
 
+def test_wakeups_are_followed_only_with_py_stacks(preprocess):
+    """The wakeup tracepoints of borrowed stacks (sched_waking, sched_wakeup_new)
+    run on every wakeup of the machine: they are in the program only where
+    --py-stacks is on (trace records), in none of the others."""
+    if kernel_btf.task_offsets() is None:
+        pytest.skip("no kernel BTF: --py-stacks has no offsets to give")
+    seen = set()
+    for settings in every_settings():
+        flags = bpfprog.cflags(probes(), settings)
+        if tuple(flags) in seen:
+            continue
+        seen.add(tuple(flags))
+        out = preprocess(settings, flags).stdout
+        raw = set(re.findall(r"RAW_TRACEPOINT_PROBE\s*\(\s*(\w+)\s*\)", out))
+        want = {"sched_waking", "sched_wakeup_new"} if settings.py_stacks and \
+            not settings.stats else set()
+        assert raw == want, settings
+
+
 def test_the_safepoint_takes_every_number_from_bpfprog(preprocess):
     """bpf/safepoint.bpf.c likewise: it stops at an #error for each map size
     not given, safepoint_numbers() gives exactly those, and with them it builds."""
