@@ -53,6 +53,12 @@
 #ifndef CP_OFF_TASK_TGID
 #error "CP_OFF_TASK_TGID (task_struct.tgid) comes from bpfprog.py"
 #endif
+#ifndef CP_OFF_TASK_FLAGS
+#error "CP_OFF_TASK_FLAGS (task_struct.flags) comes from bpfprog.py"
+#endif
+#ifndef CP_OFF_REGS_ORIG_AX
+#error "CP_OFF_REGS_ORIG_AX (pt_regs.orig_ax) comes from bpfprog.py"
+#endif
 #ifndef CP_OFF_MM_START_CODE
 #error "CP_OFF_MM_START_CODE (mm_struct.start_code) comes from bpfprog.py"
 #endif
@@ -100,7 +106,8 @@
 #define py_within(i, n, most) ((i) < (n) && (i) < (most))
 #endif
 
-#define CP_PY_HASHED (1u << 31)	/* cp_py_frame.ident: a hash, not a co_version */
+#define CP_PY_HASHED (1u << 31)
+#define CP_PF_EXITING 0x4	/* task_struct.flags: the task is exiting (include/linux/sched.h) */	/* cp_py_frame.ident: a hash, not a co_version */
 
 /* code objects whose record has been sent, by (gen, code, ident) */
 struct cp_py_code_key {
@@ -168,16 +175,21 @@ BPF_TABLE("lru_hash", struct cp_py_code_key, u8, py_codes_seen, CP_MAX_PY_CODES)
 BPF_PERCPU_ARRAY(py_scratch, struct cp_py_scratch, 1);
 
 /* Who woke a thread of a Python process last (sched_waking, and
- * sched_wakeup_new for a thread just made): the waker where it is a thread of
- * the same process, else 0 (another process's, or an interrupt on a CPU where
- * none of it runs). A thread with no Python frame borrows the stack of a
- * waiting Python thread that woke it: it handed the work over. */
+ * sched_wakeup_new for a thread just made), among the threads of the same
+ * process: a wakeup from another process or from an interrupt (a disk read
+ * done, a timer) hands no work over, and does not replace it. A thread with
+ * no Python frame borrows the stack of a waiting Python thread that woke it:
+ * it handed the work over. */
 struct cp_py_waker {
-	u32 tid;	/* the waker; 0: not one of the process's threads */
+	u32 tid;	/* the waker */
 	u32 pad;
 	u64 fsbase;	/* its pthread_self(): 3.9 and 3.10 name a thread state's thread by it */
 };
 BPF_TABLE("lru_hash", u32, struct cp_py_waker, py_wakers, CP_MAX_PY_THREADS);
+/* the wakers that live, by tid: their pthread_self(). A waker that has exited
+ * lends nothing: its pthread_self() (its stack's address) is given to the
+ * next thread made, which did not wake anyone */
+BPF_TABLE("lru_hash", u32, u64, py_wakers_alive, CP_MAX_PY_THREADS);
 
 /* A process's image changes at exec; a pid is reused after exit: either way
  * its entry goes, and the next call finds the interpreter again. */
@@ -192,6 +204,7 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
 	u32 tgid = pid_tgid >> 32, tid = pid_tgid;
 	py_tstates.delete(&pid_tgid);
 	py_wakers.delete(&tid);
+	py_wakers_alive.delete(&tid);
 	if (tgid == (u32)pid_tgid)
 		py_procs.delete(&tgid);
 	return 0;
@@ -204,24 +217,37 @@ static __always_inline u64 py_kread(u64 addr)
 	return v;
 }
 
-/* A thread is woken: kept only for the processes whose interpreter the probe
- * has found (py_procs, at their first call), so that every other wakeup of
- * the machine costs one lookup and no write. */
+/* A thread is woken: kept where the waker is another thread of its process,
+ * in a system call (a futex wake, a write, a clone: the registers saved at
+ * its kernel entry hold the call's number, not an interrupt's vector), not
+ * exiting, and the probe has found that process's interpreter (py_procs, at
+ * its first call). A wakeup from an interrupt (a timer, a disk read done) is
+ * made in the context of whatever thread it interrupted, and is no
+ * hand-over: it is told only where that thread was running its own code
+ * (docs/pystacks.md says the rest). Any other wakeup of the machine costs
+ * two reads and a compare. */
 static __always_inline int py_woken(u64 task)
 {
 	u32 tgid = 0, tid = 0;
+	u64 me = bpf_get_current_pid_tgid();
 	bpf_probe_read_kernel(&tgid, sizeof(tgid), (void *)(task + CP_OFF_TASK_TGID));
+	bpf_probe_read_kernel(&tid, sizeof(tid), (void *)(task + CP_OFF_TASK_PID));
+	if (me >> 32 != tgid || (u32)me == tid)
+		return 0;
+	u64 regs = bpf_task_pt_regs(bpf_get_current_task_btf());
+	if ((s64)py_kread(regs + CP_OFF_REGS_ORIG_AX) < 0)	/* not in a system call */
+		return 0;
+	u64 current = bpf_get_current_task();
+	u32 flags = 0;	/* an exiting thread wakes its joiner after its exit's tracepoint */
+	bpf_probe_read_kernel(&flags, sizeof(flags), (void *)(current + CP_OFF_TASK_FLAGS));
+	if (flags & CP_PF_EXITING)
+		return 0;
 	struct cp_py_proc *p = py_procs.lookup(&tgid);
 	if (!p || p->status != CP_PY_FOUND)
 		return 0;
-	bpf_probe_read_kernel(&tid, sizeof(tid), (void *)(task + CP_OFF_TASK_PID));
-	u64 me = bpf_get_current_pid_tgid();
-	struct cp_py_waker w = {};
-	if (me >> 32 == tgid && (u32)me != tid) {
-		w.tid = (u32)me;
-		w.fsbase = py_kread(bpf_get_current_task() + CP_OFF_TASK_FSBASE);
-	}
+	struct cp_py_waker w = {.tid = (u32)me, .fsbase = py_kread(current + CP_OFF_TASK_FSBASE)};
 	py_wakers.update(&tid, &w);
+	py_wakers_alive.update(&w.tid, &w.fsbase);
 	return 0;
 }
 
@@ -579,9 +605,13 @@ static __always_inline u64 py_lender(struct cp_py_proc *p, struct cp_py_layout *
 	u32 tid = pid_tgid;
 	struct cp_py_waker *w = py_wakers.lookup(&tid);
 	u64 waker = 0;
-	if (w && w->tid)
-		waker = L->thread_id_is_pthread ? w->fsbase : w->tid;
-	u32 waker_tid = w ? w->tid : 0;
+	u32 waker_tid = 0;
+	if (w) {	/* the waker, if it still lives as the thread it was */
+		waker_tid = w->tid;
+		u64 *alive = py_wakers_alive.lookup(&waker_tid);
+		if (alive && *alive == w->fsbase)
+			waker = L->thread_id_is_pthread ? w->fsbase : waker_tid;
+	}
 	u64 interp = py_read_u64(p->runtime + L->runtime_interp_head);
 	u64 ts = interp ? py_read_u64(interp + L->interp_threads_head) : 0;
 	struct cp_py_gil gil = {};

@@ -8,9 +8,11 @@ function], ...] as the interpreter gives the caller's, innermost first}.
 
 Cases, in order: `worker` (a thread made for a ctypes call, joined),
 `pool` (autograd's shape: a device thread with a thread state and no frame,
-handed work by backward()), `several` (two Python threads and the main one
-wait in C calls, none hands the native thread its work), `none` (the main
-thread runs Python, holding the GIL, while the native thread calls).
+handed work by backward()), `only` (the main thread, the only one waiting
+in a C call, did not wake the native thread: its timer did), `several`
+(two Python threads and the main one wait in C calls, none hands the
+native thread its work), `none` (the main thread runs Python, holding the
+GIL, while the native thread calls).
 """
 
 import ctypes
@@ -51,6 +53,11 @@ def main():
     pool.pool_start()
     backward()
     pool.pool_stop()
+
+    pool.native_start(1, CALLS)
+    ctypes.c_int.in_dll(pool, "native_go").value = 1
+    waited("only", pool.wait_in_c)
+    pool.native_join()
 
     native = pool.native_start(2, CALLS)
     waiters = [threading.Thread(target=pool.wait_in_c) for _ in range(2)]

@@ -7,8 +7,13 @@ that thread's stack, marked borrowed with its tid and why it was chosen:
   caller's line, lent by the caller, which handed it the work (made it);
 - autograd's shape: a device thread with a Python thread state but no frame,
   woken with work by backward() (a C call) that waits for it;
+- the main thread the only one waiting in a C call, the native thread made
+  and woken by none of the Python threads: lent all the same, as the only
+  one (its tid not known on 3.9 and 3.10, whose thread states name a thread
+  by pthread_self);
 - two Python threads (and the main one) waiting in C calls while a native
-  thread, woken by none of them, calls: no stack, and the row says why;
+  thread, made and woken by none of them, calls: no stack, and the row says
+  why;
 - no Python thread waiting (the main one runs Python): no stack at all.
 
 And `stats --by line` and `memory --py-stacks` count lent calls on the
@@ -25,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from cudaprobe.analysis.by_line import NO_LENDER
-from cudaprobe.decode.pystacks import HANDED, LENDERS_MANY
+from cudaprobe.decode.pystacks import HANDED, LENDERS_MANY, ONLY
 
 from ..conftest import build_workload
 from .conftest import run_cudaprobe, trace_jsonl
@@ -57,37 +62,52 @@ def traced(request, tmp_path_factory, libcudart, borrowed_pool):
     for row in rows:
         by_tid.setdefault(row["tid"], []).append(row)
     cases = {c["case"]: c for c in map(json.loads, proc.stdout.splitlines())}
-    assert set(cases) == {"worker", "pool", "several", "none"}, proc.stdout
-    return by_tid, cases, proc.stderr
+    assert set(cases) == {"worker", "pool", "only", "several", "none"}, proc.stdout
+    return by_tid, cases, proc.stderr, request.param
+
+
+def version_of(python: str) -> tuple[int, int]:
+    major, minor = python.rsplit("python", 1)[1].split(".")
+    return int(major), int(minor)
 
 
 def frames(case: dict) -> list[dict]:
     return [{"file": f, "line": line, "function": fn} for f, line, fn in case["stack"]]
 
 
-def check_lent(rows: list[dict], case: dict) -> None:
+def check_lent(rows: list[dict], case: dict, borrowed: dict | None = None) -> None:
     """Every call of the case's thread: the waiting caller's stack, lent by it,
-    which handed the work over."""
+    which handed the work over (or as `borrowed` says)."""
     assert [r["event"] for r in rows] == ["cudaDriverGetVersion"] * CALLS
     assert case["tid"] != case["caller"]
     for row in rows:
         assert row["py_stack"] == frames(case), row
-        assert row["py_stack_borrowed"] == {"tid": case["caller"], "because": HANDED}, row
+        assert row["py_stack_borrowed"] == (borrowed or {"tid": case["caller"],
+                                                         "because": HANDED}), row
         assert "py_stack_missing" not in row
 
 
 def test_a_thread_made_by_a_ctypes_call_borrows_its_callers_stack(traced):
-    by_tid, cases, _ = traced
+    by_tid, cases, _, _ = traced
     check_lent(by_tid.get(cases["worker"]["tid"], []), cases["worker"])
 
 
 def test_a_device_thread_with_no_frame_borrows_the_stack_of_backward(traced):
-    by_tid, cases, _ = traced
+    by_tid, cases, _, _ = traced
     check_lent(by_tid.get(cases["pool"]["tid"], []), cases["pool"])
 
 
+def test_the_only_python_thread_waiting_lends_its_stack_though_it_did_not_wake_the_thread(
+        traced):
+    by_tid, cases, _, python = traced
+    case = cases["only"]
+    named = version_of(python) >= (3, 11)  # 3.9, 3.10: a thread state has no tid
+    check_lent(by_tid.get(case["tid"], []), case,
+               {"tid": case["caller"] if named else None, "because": ONLY})
+
+
 def test_several_waiting_and_none_handing_over_gives_no_stack_and_says_why(traced):
-    by_tid, cases, stderr = traced
+    by_tid, cases, stderr, _ = traced
     rows = by_tid.get(cases["several"]["tid"], [])
     assert len(rows) == CALLS
     for row in rows:
@@ -97,18 +117,18 @@ def test_several_waiting_and_none_handing_over_gives_no_stack_and_says_why(trace
 
 
 def test_no_python_thread_waiting_gives_no_stack(traced):
-    by_tid, cases, _ = traced
+    by_tid, cases, _, _ = traced
     rows = by_tid.get(cases["none"]["tid"], [])
     assert len(rows) == CALLS
     assert all(not any(k.startswith("py_stack") for k in row) for row in rows), rows[0]
 
 
 def test_the_python_threads_own_calls_are_not_borrowed(traced):
-    by_tid, cases, stderr = traced
+    by_tid, cases, stderr, _ = traced
     own = by_tid[cases["worker"]["caller"]]
     assert [r["event"] for r in own] == ["cudaRuntimeGetVersion"]
     assert own[0]["py_stack"] and "py_stack_borrowed" not in own[0]
-    assert f"--py-stacks: {2 * CALLS} calls of threads with no Python frame" in stderr
+    assert f"--py-stacks: {3 * CALLS} calls of threads with no Python frame" in stderr
 
 
 def test_stats_by_line_counts_the_lent_calls_on_the_callers_line(tmp_path, libcudart,
@@ -124,7 +144,7 @@ def test_stats_by_line_counts_the_lent_calls_on_the_callers_line(tmp_path, libcu
                                                     if line.startswith('{"case"')))}
     rows = {r["event"]: r["count"] for r in json.loads(out.read_text())["functions"]}
     file, line, function = cases["worker"]["stack"][0]
-    assert rows.pop(f"{file}:{line} ({function})") == 2 * CALLS  # worker and pool: one line
+    assert rows.pop(f"{file}:{line} ({function})") == 3 * CALLS  # worker, pool, only: one line
     assert rows.pop(NO_LENDER) == CALLS
     assert rows.pop("(no Python frame)") == CALLS
     assert sum(rows.values()) == 1, rows  # the main thread's first call

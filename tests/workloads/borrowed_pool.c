@@ -13,10 +13,11 @@
  *   pool_backward(n)       hands the device thread n calls and waits until
  *                          they are done (backward())
  *   pool_stop()
- *   native_start(w, n)     a thread that waits (polling with nanosleep: no
- *                          Python thread wakes it) until Python sets
- *                          `native_go` and w threads sleep in wait_in_c(),
- *                          then makes n calls and sets `native_done`
+ *   native_start(w, n)     a thread, made by a native thread that exits,
+ *                          that waits (polling, never asleep: nothing wakes
+ *                          it) until Python sets `native_go` and w threads
+ *                          sleep in wait_in_c(), then makes n calls and
+ *                          sets `native_done`
  *   wait_in_c()            blocks until the native thread is done
  *   native_join()
  *
@@ -30,6 +31,7 @@
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -206,64 +208,77 @@ void pool_stop(void)
 	pthread_join(device, NULL);
 }
 
-/* ---- a native thread, and Python threads that wait or do not ---- */
+/* ---- a native thread, and Python threads that wait or do not ----
+ * The native thread is made by a native thread (no Python thread hands it
+ * anything), and shares no lock with the Python threads while they wait:
+ * they take none of its wakeups. */
 
 #define MAX_WAITERS 8
+static pthread_mutex_t done_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;
 static pthread_t native;
 static int native_tid, native_waiters, native_n, waiting, waiter_tids[MAX_WAITERS];
 int native_go;    /* set by Python (no C call: it keeps the GIL) */
 int native_done;  /* read by the Python thread that spins instead of waiting */
 
+static int load(int *at)
+{
+	return __atomic_load_n(at, __ATOMIC_SEQ_CST);
+}
+
 static void *native_main(void *arg)
 {
 	(void)arg;
-	pthread_mutex_lock(&mu);
-	native_tid = gettid_();
-	pthread_mutex_unlock(&mu);
-	for (int all = 0; !all; ) {  /* woken by its timer alone, never by a Python thread */
-		nap();
-		pthread_mutex_lock(&mu);
-		all = __atomic_load_n(&native_go, __ATOMIC_SEQ_CST) && waiting == native_waiters;
-		for (int i = 0; all && i < waiting; i++)
-			all = asleep(waiter_tids[i]);
-		pthread_mutex_unlock(&mu);
+	__atomic_store_n(&native_tid, gettid_(), __ATOMIC_SEQ_CST);
+	/* polls without sleeping: nothing wakes it (a timer's interrupt taken
+	 * while a Python thread is in a system call is counted as that thread's) */
+	for (int all = 0; !all; ) {
+		sched_yield();
+		int n = load(&waiting);
+		all = load(&native_go) && n == native_waiters;
+		for (int i = 0; all && i < n; i++)
+			all = asleep(load(&waiter_tids[i]));
 	}
-	nap();
 	calls(native_n);
-	pthread_mutex_lock(&mu);
+	pthread_mutex_lock(&done_mu);
 	__atomic_store_n(&native_done, 1, __ATOMIC_SEQ_CST);
-	pthread_cond_broadcast(&cv);
-	pthread_mutex_unlock(&mu);
+	pthread_cond_broadcast(&done_cv);
+	pthread_mutex_unlock(&done_mu);
+	return NULL;
+}
+
+static void *starter_main(void *arg)
+{
+	(void)arg;
+	pthread_create(&native, NULL, native_main, NULL);
 	return NULL;
 }
 
 int native_start(int waiters, int n)
 {
-	pthread_mutex_lock(&mu);  /* each run from the start */
-	native_tid = waiting = native_go = native_done = 0;
-	pthread_mutex_unlock(&mu);
+	native_tid = waiting = native_go = native_done = 0;  /* each run from the start */
+	for (int i = 0; i < MAX_WAITERS; i++)
+		waiter_tids[i] = 0;
 	native_waiters = waiters < MAX_WAITERS ? waiters : MAX_WAITERS;
 	native_n = n;
-	if (pthread_create(&native, NULL, native_main, NULL))
+	pthread_t starter;
+	if (pthread_create(&starter, NULL, starter_main, NULL))
 		return -1;
-	for (;;) {  /* its tid, for the caller to print */
-		pthread_mutex_lock(&mu);
-		int tid = native_tid;
-		pthread_mutex_unlock(&mu);
-		if (tid)
-			return tid;
+	pthread_join(starter, NULL);
+	while (!load(&native_tid))  /* its tid, for the caller to print */
 		nap();
-	}
+	return native_tid;
 }
 
 int wait_in_c(void)
 {
-	pthread_mutex_lock(&mu);
-	if (waiting < MAX_WAITERS)
-		waiter_tids[waiting++] = gettid_();
-	while (!native_done)
-		pthread_cond_wait(&cv, &mu);
-	pthread_mutex_unlock(&mu);
+	int i = __atomic_fetch_add(&waiting, 1, __ATOMIC_SEQ_CST);
+	if (i < MAX_WAITERS)
+		__atomic_store_n(&waiter_tids[i], gettid_(), __ATOMIC_SEQ_CST);
+	pthread_mutex_lock(&done_mu);
+	while (!load(&native_done))
+		pthread_cond_wait(&done_cv, &done_mu);
+	pthread_mutex_unlock(&done_mu);
 	return native_tid;
 }
 
