@@ -174,6 +174,7 @@ BPF_TABLE("lru_hash", struct cp_py_code_key, u8, py_codes_seen, CP_MAX_PY_CODES)
 /* per CPU: a code object's first bytes, what its identity is hashed from */
 BPF_PERCPU_ARRAY(py_scratch, struct cp_py_scratch, 1);
 
+#ifdef CP_PY_WAKERS	/* Linux 5.15+ (bpf_task_pt_regs): bpfprog.py says */
 /* Who woke a thread of a Python process last (sched_waking, and
  * sched_wakeup_new for a thread just made), among the threads of the same
  * process: a wakeup from another process or from an interrupt (a disk read
@@ -190,6 +191,7 @@ BPF_TABLE("lru_hash", u32, struct cp_py_waker, py_wakers, CP_MAX_PY_THREADS);
  * lends nothing: its pthread_self() (its stack's address) is given to the
  * next thread made, which did not wake anyone */
 BPF_TABLE("lru_hash", u32, u64, py_wakers_alive, CP_MAX_PY_THREADS);
+#endif
 
 /* A process's image changes at exec; a pid is reused after exit: either way
  * its entry goes, and the next call finds the interpreter again. */
@@ -203,8 +205,10 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	u32 tgid = pid_tgid >> 32, tid = pid_tgid;
 	py_tstates.delete(&pid_tgid);
+#ifdef CP_PY_WAKERS
 	py_wakers.delete(&tid);
 	py_wakers_alive.delete(&tid);
+#endif
 	if (tgid == (u32)pid_tgid)
 		py_procs.delete(&tgid);
 	return 0;
@@ -217,6 +221,7 @@ static __always_inline u64 py_kread(u64 addr)
 	return v;
 }
 
+#ifdef CP_PY_WAKERS
 /* A thread is woken: kept where the waker is another thread of its process,
  * in a system call (a futex wake, a write, a clone: the registers saved at
  * its kernel entry hold the call's number, not an interrupt's vector), not
@@ -260,6 +265,7 @@ RAW_TRACEPOINT_PROBE(sched_wakeup_new)	/* a thread made: by its maker, current *
 {
 	return py_woken(ctx->args[0]);
 }
+#endif
 
 static __always_inline u64 py_read_u64(u64 addr)
 {
@@ -603,15 +609,19 @@ static __always_inline u64 py_lender(struct cp_py_proc *p, struct cp_py_layout *
 				     u32 *lender, u32 *waiting)
 {
 	u32 tid = pid_tgid;
-	struct cp_py_waker *w = py_wakers.lookup(&tid);
 	u64 waker = 0;
 	u32 waker_tid = 0;
+#ifdef CP_PY_WAKERS
+	struct cp_py_waker *w = py_wakers.lookup(&tid);
 	if (w) {	/* the waker, if it still lives as the thread it was */
 		waker_tid = w->tid;
 		u64 *alive = py_wakers_alive.lookup(&waker_tid);
 		if (alive && *alive == w->fsbase)
 			waker = L->thread_id_is_pthread ? w->fsbase : waker_tid;
 	}
+#else
+	(void)tid;
+#endif
 	u64 interp = py_read_u64(p->runtime + L->runtime_interp_head);
 	u64 ts = interp ? py_read_u64(interp + L->interp_threads_head) : 0;
 	struct cp_py_gil gil = {};
