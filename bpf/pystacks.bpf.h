@@ -95,6 +95,7 @@
 	l_continue:;                                                           \
 	})
 #define CP_PY_WALK CP_PY_WALK_MAX
+#define CP_PY_LEND_WALK CP_PY_WALK_MAX
 #define py_within(i, n, most) ((i) < (n))
 #else
 /* Without it the verifier follows every iteration of a loop: the thread walk
@@ -103,6 +104,7 @@
  * objects carry a co_version (3.12+) */
 #define py_cond_break
 #define CP_PY_WALK CP_PY_WALK_BOUNDED
+#define CP_PY_LEND_WALK CP_PY_LEND_BOUNDED	/* the lenders' walk: its body is longer */
 #define py_within(i, n, most) ((i) < (n) && (i) < (most))
 #endif
 
@@ -634,7 +636,7 @@ static __always_inline u64 py_lender(struct cp_py_proc *p, struct cp_py_layout *
 	u8 *win = b->ts_win;
 	volatile u32 *through = &f->step;	/* as py_thread_state's */
 	*through = 0;
-	for (u64 i = *through; i < CP_PY_WALK && ts; i++) {
+	for (u64 i = *through; i < CP_PY_LEND_WALK && ts; i++) {
 		py_cond_break;
 		if (bpf_probe_read_user(win, CP_PY_TSTATE_WINDOW, (void *)ts)) {
 			changed = 1;

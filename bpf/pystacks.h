@@ -10,6 +10,7 @@
 				  * no may_goto (Linux < 6.9) the verifier follows each
 				  * step, and CP_PY_WALK_BOUNDED is the most it is given */
 #define CP_PY_WALK_BOUNDED 512
+#define CP_PY_LEND_BOUNDED 32  /* without may_goto, the states the lenders' walk reads */
 #define CP_PY_FRAME_WINDOW 128 /* bytes of a frame read at once (every field used is in it) */
 #define CP_PY_STR_MAX 256      /* bytes of a file name kept (code points * kind) */
 #define CP_PY_NAME_MAX 128     /* bytes of a function's name kept */

@@ -25,6 +25,7 @@ the interpreter itself printed for the waiting call."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,19 @@ def test_memory_names_the_line_that_waited_for_a_threads_allocations(tmp_path, b
     assert len(leaks) == 1, leaks
     assert leaks[0]["site"][0] == f"{script}:6 (load_weights)", leaks
     assert leaks[0]["count"] == 3, leaks
+
+
+def test_the_older_kernels_program_lends_too(tmp_path, libcudart, borrowed_pool):
+    """As on a kernel without may_goto (CUDAPROBE_MAY_GOTO=0, CPython 3.12+: its
+    code objects are told apart without a hash): the program loads, and the
+    worker's calls carry the caller's stack."""
+    python = next((p for p in PYTHONS if version_of(p) >= (3, 12)), None)
+    if python is None:
+        pytest.skip("no CPython 3.12 or later on this machine")
+    rows, summary, proc = trace_jsonl(
+        tmp_path, "--py-stacks", *EVENTS, "--lib", str(libcudart),
+        command=[python, str(WORKLOAD), str(borrowed_pool), str(libcudart), str(CALLS)],
+        env={**os.environ, "CUDAPROBE_MAY_GOTO": "0"})
+    assert proc.returncode == 0, proc.stderr
+    cases = {c["case"]: c for c in map(json.loads, proc.stdout.splitlines())}
+    check_lent([r for r in rows if r["tid"] == cases["worker"]["tid"]], cases["worker"])
