@@ -14,7 +14,13 @@
  *
  * A code object's names and line table are sent once per process image, by
  * its address and identity (struct cp_py_frame): one that takes the memory
- * of another, freed, is sent again, never decoded with the other's names. */
+ * of another, freed, is sent again, never decoded with the other's names.
+ *
+ * A thread with no Python frame (a C++ thread, or one whose thread state has
+ * none, as PyTorch's autograd device threads) borrows the stack of a Python
+ * thread of its process that waits in a C call (has frames and has released
+ * the GIL): the one that woke it last (it handed the work over), else the
+ * only one waiting; where several wait and none woke it, none (py_lender). */
 #include "pystacks.h"
 
 #ifndef CP_RINGBUF_PAGES
@@ -40,6 +46,18 @@
 #endif
 #ifndef CP_OFF_TASK_FSBASE
 #error "CP_OFF_TASK_FSBASE (task_struct.thread.fsbase) comes from bpfprog.py"
+#endif
+#ifndef CP_OFF_TASK_PID
+#error "CP_OFF_TASK_PID (task_struct.pid) comes from bpfprog.py"
+#endif
+#ifndef CP_OFF_TASK_TGID
+#error "CP_OFF_TASK_TGID (task_struct.tgid) comes from bpfprog.py"
+#endif
+#ifndef CP_OFF_TASK_FLAGS
+#error "CP_OFF_TASK_FLAGS (task_struct.flags) comes from bpfprog.py"
+#endif
+#ifndef CP_OFF_REGS_ORIG_AX
+#error "CP_OFF_REGS_ORIG_AX (pt_regs.orig_ax) comes from bpfprog.py"
 #endif
 #ifndef CP_OFF_MM_START_CODE
 #error "CP_OFF_MM_START_CODE (mm_struct.start_code) comes from bpfprog.py"
@@ -77,6 +95,7 @@
 	l_continue:;                                                           \
 	})
 #define CP_PY_WALK CP_PY_WALK_MAX
+#define CP_PY_LEND_WALK CP_PY_WALK_MAX
 #define py_within(i, n, most) ((i) < (n))
 #else
 /* Without it the verifier follows every iteration of a loop: the thread walk
@@ -85,10 +104,12 @@
  * objects carry a co_version (3.12+) */
 #define py_cond_break
 #define CP_PY_WALK CP_PY_WALK_BOUNDED
+#define CP_PY_LEND_WALK CP_PY_LEND_BOUNDED	/* the lenders' walk: its body is longer */
 #define py_within(i, n, most) ((i) < (n) && (i) < (most))
 #endif
 
-#define CP_PY_HASHED (1u << 31)	/* cp_py_frame.ident: a hash, not a co_version */
+#define CP_PY_HASHED (1u << 31)
+#define CP_PF_EXITING 0x4	/* task_struct.flags: the task is exiting (include/linux/sched.h) */	/* cp_py_frame.ident: a hash, not a co_version */
 
 /* code objects whose record has been sent, by (gen, code, ident) */
 struct cp_py_code_key {
@@ -104,6 +125,18 @@ struct cp_py_thread {
 	u64 head_id;
 };
 
+/* What the lenders' walk found so far (py_lender), kept in memory, not in
+ * registers: the verifier then has no exact count to follow the walk with,
+ * and follows its body once or twice, not once per thread found */
+struct cp_py_lend {
+	u64 only;	/* the first waiting thread's innermost frame, and its tid */
+	u64 only_tid;
+	u64 handed;	/* the waker's, where it waits */
+	u64 handed_tid;
+	u32 count;	/* threads found waiting */
+	u32 step;	/* the walk's count */
+};
+
 /* Per CPU: the first bytes of a code object (read at once, its fields taken
  * at offsets masked to the array: the loader gives none past the bytes read),
  * and a string or line table copied to be hashed, head and all, CP_PY_CHUNK
@@ -116,14 +149,17 @@ struct cp_py_thread {
 #define CP_PY_OFF_MASK 0x78	/* that offset, word-aligned, in bounds for the verifier */
 #define CP_PY_SHORT 256	/* a line table's bytes read with its head */
 #define CP_PY_WORDS 1024	/* a power of two, more than (CP_PY_HEAD + CP_PY_TABLE_MAX) / 8 */
+#define CP_PY_TSTATE_MASK 0x1ff	/* CP_PY_TSTATE_WINDOW's bytes, masked in bounds */
 struct cp_py_scratch {
 	u8 code[CP_PY_CODE_MASK + 1 + 8];
 	u64 w[CP_PY_WORDS + CP_PY_CHUNK];
 	u32 chunk;	/* the hash loop's count, through memory (py_hash_copied) */
 	u32 frame;	/* the frame loop's, the same (py_capture) */
 	u32 step;	/* the thread walk's (py_thread_state) */
+	struct cp_py_lend lend;	/* the lenders' walk's findings (py_lender) */
 	struct cp_py_code_key key;	/* py_see_code's, off the stack */
 	u8 frame_win[CP_PY_FRAME_WINDOW];	/* a frame, read at once (py_capture) */
+	u8 ts_win[CP_PY_TSTATE_MASK + 1 + 8];	/* a thread state's first bytes (py_lender) */
 };
 
 /* the interpreters' layouts (struct cp_py_layout), one per Python version,
@@ -140,6 +176,25 @@ BPF_TABLE("lru_hash", struct cp_py_code_key, u8, py_codes_seen, CP_MAX_PY_CODES)
 /* per CPU: a code object's first bytes, what its identity is hashed from */
 BPF_PERCPU_ARRAY(py_scratch, struct cp_py_scratch, 1);
 
+#ifdef CP_PY_WAKERS	/* Linux 5.15+ (bpf_task_pt_regs): bpfprog.py says */
+/* Who woke a thread of a Python process last (sched_waking, and
+ * sched_wakeup_new for a thread just made), among the threads of the same
+ * process: a wakeup from another process or from an interrupt (a disk read
+ * done, a timer) hands no work over, and does not replace it. A thread with
+ * no Python frame borrows the stack of a waiting Python thread that woke it:
+ * it handed the work over. */
+struct cp_py_waker {
+	u32 tid;	/* the waker */
+	u32 pad;
+	u64 fsbase;	/* its pthread_self(): 3.9 and 3.10 name a thread state's thread by it */
+};
+BPF_TABLE("lru_hash", u32, struct cp_py_waker, py_wakers, CP_MAX_PY_THREADS);
+/* the wakers that live, by tid: their pthread_self(). A waker that has exited
+ * lends nothing: its pthread_self() (its stack's address) is given to the
+ * next thread made, which did not wake anyone */
+BPF_TABLE("lru_hash", u32, u64, py_wakers_alive, CP_MAX_PY_THREADS);
+#endif
+
 /* A process's image changes at exec; a pid is reused after exit: either way
  * its entry goes, and the next call finds the interpreter again. */
 static __always_inline void py_exec(u32 tgid)	/* from pairing.bpf.h's exec tracepoint */
@@ -150,8 +205,12 @@ static __always_inline void py_exec(u32 tgid)	/* from pairing.bpf.h's exec trace
 TRACEPOINT_PROBE(sched, sched_process_exit)
 {
 	u64 pid_tgid = bpf_get_current_pid_tgid();
-	u32 tgid = pid_tgid >> 32;
+	u32 tgid = pid_tgid >> 32, tid = pid_tgid;
 	py_tstates.delete(&pid_tgid);
+#ifdef CP_PY_WAKERS
+	py_wakers.delete(&tid);
+	py_wakers_alive.delete(&tid);
+#endif
 	if (tgid == (u32)pid_tgid)
 		py_procs.delete(&tgid);
 	return 0;
@@ -163,6 +222,52 @@ static __always_inline u64 py_kread(u64 addr)
 	bpf_probe_read_kernel(&v, sizeof(v), (void *)addr);
 	return v;
 }
+
+#ifdef CP_PY_WAKERS
+/* A thread is woken: kept where the waker is another thread of its process,
+ * in a system call (a futex wake, a write, a clone: the registers saved at
+ * its kernel entry hold the call's number, not an interrupt's vector), not
+ * exiting, and the probe has found that process's interpreter (py_procs, at
+ * its first call). A wakeup from an interrupt (a timer, a disk read done) is
+ * made in the context of whatever thread it interrupted, and is no
+ * hand-over: it is told only where that thread was running its own code
+ * (docs/pystacks.md says the rest). Any other wakeup of the machine costs
+ * two reads and a compare. */
+static __always_inline int py_woken(u64 task)
+{
+	u32 tgid = 0, tid = 0;
+	u64 me = bpf_get_current_pid_tgid();
+	bpf_probe_read_kernel(&tgid, sizeof(tgid), (void *)(task + CP_OFF_TASK_TGID));
+	bpf_probe_read_kernel(&tid, sizeof(tid), (void *)(task + CP_OFF_TASK_PID));
+	if (me >> 32 != tgid || (u32)me == tid)
+		return 0;
+	u64 regs = bpf_task_pt_regs(bpf_get_current_task_btf());
+	if ((s64)py_kread(regs + CP_OFF_REGS_ORIG_AX) < 0)	/* not in a system call */
+		return 0;
+	u64 current = bpf_get_current_task();
+	u32 flags = 0;	/* an exiting thread wakes its joiner after its exit's tracepoint */
+	bpf_probe_read_kernel(&flags, sizeof(flags), (void *)(current + CP_OFF_TASK_FLAGS));
+	if (flags & CP_PF_EXITING)
+		return 0;
+	struct cp_py_proc *p = py_procs.lookup(&tgid);
+	if (!p || p->status != CP_PY_FOUND)
+		return 0;
+	struct cp_py_waker w = {.tid = (u32)me, .fsbase = py_kread(current + CP_OFF_TASK_FSBASE)};
+	py_wakers.update(&tid, &w);
+	py_wakers_alive.update(&w.tid, &w.fsbase);
+	return 0;
+}
+
+RAW_TRACEPOINT_PROBE(sched_waking)	/* in the waker's context: current is the waker */
+{
+	return py_woken(ctx->args[0]);
+}
+
+RAW_TRACEPOINT_PROBE(sched_wakeup_new)	/* a thread made: by its maker, current */
+{
+	return py_woken(ctx->args[0]);
+}
+#endif
 
 static __always_inline u64 py_read_u64(u64 addr)
 {
@@ -471,6 +576,139 @@ static __always_inline u8 py_see_code(struct cp_py_proc *p, struct cp_py_layout 
 	return CP_PY_CODE;
 }
 
+/* Whether thread state ts (its first bytes in b->ts_win) has released the GIL:
+ * 3.13 says so in the state; before, a state holds the GIL where the GIL is
+ * locked and it is its last holder (`gil`: the GIL's holder and lock words,
+ * read once a walk). */
+struct cp_py_gil {
+	u64 holder;
+	u32 locked;
+};
+
+static __always_inline int py_released(struct cp_py_layout *L, struct cp_py_scratch *b,
+				       u64 ts, struct cp_py_gil *gil)
+{
+	if (L->tstate_state >= 0)
+		return *(u32 *)&b->ts_win[L->tstate_state & (CP_PY_TSTATE_MASK & ~3)] != 1;
+	return !(gil->locked && gil->holder == ts);
+}
+
+static __always_inline void py_read_gil(struct cp_py_layout *L, u64 runtime, u64 interp,
+					struct cp_py_gil *gil)
+{
+	u64 at = 0;
+	if (L->tstate_state >= 0)
+		return;
+	if (L->gil_in_runtime >= 0)
+		at = runtime + L->gil_in_runtime;
+	else if (L->gil_in_interp >= 0)
+		at = py_read_u64(interp + L->gil_in_interp);
+	gil->locked = 1;	/* unread: every state taken to hold it, none lends */
+	gil->holder = 0;
+	if (!at || bpf_probe_read_user(&gil->holder, sizeof(gil->holder),
+				       (void *)(at + L->gil_last_holder)) ||
+	    bpf_probe_read_user(&gil->locked, sizeof(gil->locked), (void *)(at + L->gil_locked)))
+		gil->holder = ~0ULL;
+}
+
+/* A state's innermost frame: tstate_frame, through the CFrame where there is one */
+static __always_inline u64 py_top_frame(struct cp_py_layout *L, u64 frame)
+{
+	if (L->cframe_current_frame >= 0 && frame)
+		frame = py_read_u64(frame + L->cframe_current_frame);
+	return frame;
+}
+
+/* For a thread with no Python frame: the innermost frame of the Python thread
+ * of its process that lends it its stack, a thread that has frames and has
+ * released the GIL (it waits in a C call): the one that woke the caller last
+ * (*how CP_PY_HANDED), else the only one (CP_PY_ONLY); 0 where none waits,
+ * or several and none woke it (*how CP_PY_LENDERS_MANY), or the list changed
+ * as it was walked (CP_PY_LIST_CHANGED) or was longer than the walk
+ * (CP_PY_TOO_MANY). *lender: its tid where told; *waiting: how many wait.
+ * Each state is read at once, its first CP_PY_TSTATE_WINDOW bytes. */
+static __always_inline u64 py_lender(struct cp_py_proc *p, struct cp_py_layout *L,
+				     struct cp_py_scratch *b, u64 pid_tgid, u16 *how,
+				     u32 *lender, u32 *waiting)
+{
+	u32 tid = pid_tgid;
+	u64 waker = 0;
+	u32 waker_tid = 0;
+#ifdef CP_PY_WAKERS
+	struct cp_py_waker *w = py_wakers.lookup(&tid);
+	if (w) {	/* the waker, if it still lives as the thread it was */
+		waker_tid = w->tid;
+		u64 *alive = py_wakers_alive.lookup(&waker_tid);
+		if (alive && *alive == w->fsbase)
+			waker = L->thread_id_is_pthread ? w->fsbase : waker_tid;
+	}
+#else
+	(void)tid;
+#endif
+	u64 interp = py_read_u64(p->runtime + L->runtime_interp_head);
+	u64 ts = interp ? py_read_u64(interp + L->interp_threads_head) : 0;
+	struct cp_py_gil gil = {};
+	py_read_gil(L, p->runtime, interp, &gil);
+	struct cp_py_lend *f = &b->lend;
+	f->only = f->only_tid = f->handed = f->handed_tid = 0;
+	f->count = 0;
+	u64 last = ~0ULL;
+	int changed = 0;
+	u8 *win = b->ts_win;
+	volatile u32 *through = &f->step;	/* as py_thread_state's */
+	*through = 0;
+	for (u64 i = *through; i < CP_PY_LEND_WALK && ts; i++) {
+		py_cond_break;
+		if (bpf_probe_read_user(win, CP_PY_TSTATE_WINDOW, (void *)ts)) {
+			changed = 1;
+			break;
+		}
+		u64 id = *(u64 *)&win[L->tstate_id & (CP_PY_TSTATE_MASK & ~7)];
+		u64 owner = *(u64 *)&win[L->tstate_interp & (CP_PY_TSTATE_MASK & ~7)];
+		u64 thread = *(u64 *)&win[L->tstate_thread_id & (CP_PY_TSTATE_MASK & ~7)];
+		u64 frame = *(u64 *)&win[L->tstate_frame & (CP_PY_TSTATE_MASK & ~7)];
+		u64 next = *(u64 *)&win[L->tstate_next & (CP_PY_TSTATE_MASK & ~7)];
+		if (id >= last || owner != interp) {
+			changed = 1;
+			break;
+		}
+		if (frame && py_released(L, b, ts, &gil))
+			frame = py_top_frame(L, frame);
+		else
+			frame = 0;
+		if (frame) {
+			u64 t = L->thread_id_is_pthread ? 0 : thread;
+			if (!f->count++) {
+				f->only = frame;
+				f->only_tid = t;
+			}
+			if (waker && thread == waker) {
+				f->handed = frame;
+				f->handed_tid = t ? t : waker_tid;
+			}
+		}
+		last = id;
+		ts = next;
+	}
+	*waiting = f->count;
+	if (changed || ts) {
+		*how = changed ? CP_PY_LIST_CHANGED : CP_PY_TOO_MANY;
+		return 0;
+	}
+	if (f->handed) {
+		*how = CP_PY_HANDED;
+		*lender = f->handed_tid;
+		return f->handed;
+	}
+	if (f->count == 1) {
+		*how = CP_PY_ONLY;
+		*lender = f->only_tid;
+		return f->only;
+	}
+	*how = f->count ? CP_PY_LENDERS_MANY : 0;
+	return 0;
+}
+
 /* The calling thread's Python stack, sent as a side record with the entry
  * time it returns (the caller's call record gets the same time); where the
  * thread's state could not be told, a record with no frames that says why. */
@@ -487,12 +725,13 @@ static __always_inline u64 py_capture(u64 pid_tgid)
 	struct cp_py_scratch *b = py_scratch.lookup(&zero);
 	if (!b)
 		return bpf_ktime_get_ns();
-	u16 why = 0;
+	u16 why = 0, how = 0;
+	u32 lender = 0, waiting = 0;
 	u64 ts = py_thread_state(p, L, b, pid_tgid, &why);
-	u64 frame = ts ? py_read_u64(ts + L->tstate_frame) : 0;
-	if (L->cframe_current_frame >= 0 && frame)
-		frame = py_read_u64(frame + L->cframe_current_frame);
-	if (!frame && !why)
+	u64 frame = py_top_frame(L, ts ? py_read_u64(ts + L->tstate_frame) : 0);
+	if (!frame && !why)	/* no frame of its own: a waiting thread's, if it lends one */
+		frame = py_lender(p, L, b, pid_tgid, &how, &lender, &waiting);
+	if (!frame && !why && !how)
 		return bpf_ktime_get_ns();
 	struct cp_py_stack *s = events.ringbuf_reserve(sizeof(struct cp_py_stack));
 	if (!s) {
@@ -520,7 +759,9 @@ static __always_inline u64 py_capture(u64 pid_tgid)
 		s->kinds[k] = L->frame_owner >= 0 && owner == 3 ? CP_PY_SHIM : CP_PY_CODE;
 		s->nframes = i + 1;
 	}
-	s->flags = why | (frame ? CP_PY_CUT : 0);	/* frames left past the walk's bound */
+	s->flags = why | how | (frame ? CP_PY_CUT : 0);	/* frames left past the walk's bound */
+	s->lender = lender;
+	s->lender_count = waiting;
 	volatile u32 *through = &b->frame;	/* as py_hash_copied's chunks */
 	*through = 0;
 	for (u64 i = *through; py_within(i, s->nframes, CP_PY_MAX_FRAMES); i++) {
@@ -537,7 +778,7 @@ static __always_inline u64 py_capture(u64 pid_tgid)
 	s->ts_ns = now;
 	s->gen = p->gen;
 	s->pid = pid_tgid >> 32;
-	if (s->nframes || why)
+	if (s->nframes || why || how)
 		events.ringbuf_submit(s, 0);
 	else
 		events.ringbuf_discard(s, 0);

@@ -10,6 +10,7 @@
 				  * no may_goto (Linux < 6.9) the verifier follows each
 				  * step, and CP_PY_WALK_BOUNDED is the most it is given */
 #define CP_PY_WALK_BOUNDED 512
+#define CP_PY_LEND_BOUNDED 32  /* without may_goto, the states the lenders' walk reads */
 #define CP_PY_FRAME_WINDOW 128 /* bytes of a frame read at once (every field used is in it) */
 #define CP_PY_STR_MAX 256      /* bytes of a file name kept (code points * kind) */
 #define CP_PY_NAME_MAX 128     /* bytes of a function's name kept */
@@ -19,6 +20,8 @@
 #define CP_PY_CODE_WINDOW 144  /* bytes of a code object read at once: every field the
 				* walk reads of it lies in them (the loader checks) */
 #define CP_PY_LAYOUTS 8        /* interpreter versions the loader describes */
+#define CP_PY_TSTATE_WINDOW 272 /* bytes of a thread state read at once by the lenders'
+				 * walk: every field it reads lies in them (the loader checks) */
 
 /* Side records: in the ring between the call records, told apart by their
  * first word, 0 where a call record has its (never 0) entry time. Always
@@ -32,6 +35,13 @@
  * probe sends none for a thread that has no Python thread state, or no frame */
 #define CP_PY_LIST_CHANGED 2   /* the interpreter's thread list changed as it was walked */
 #define CP_PY_TOO_MANY 4       /* the walk's bound came before the list's end */
+/* Borrowed: the caller has no Python frame, and the frames are those of
+ * another thread of the process that waits in a C call (struct cp_py_stack's
+ * lender), chosen because */
+#define CP_PY_HANDED 8         /* it woke the caller last (it handed the work over) */
+#define CP_PY_ONLY 16          /* it is the only Python thread waiting in a C call */
+/* ...or, with no frames: several wait, and none woke the caller last */
+#define CP_PY_LENDERS_MANY 32
 /* struct cp_py_stack.kinds[] */
 #define CP_PY_CODE 0     /* a code object */
 #define CP_PY_SHIM 1     /* the interpreter's own frame (FRAME_OWNED_BY_CSTACK): not shown */
@@ -62,6 +72,12 @@ struct cp_py_layout {
 	__s32 tstate_id;             /* PyThreadState.id: unique, new ones larger, at the head */
 	__s32 code_version;          /* co_version (3.12+): a count, new at each code object */
 	__s32 unicode_compact_size;  /* sizeof(PyCompactUnicodeObject): where other data starts */
+	/* whether a thread has released the GIL (borrowed stacks): */
+	__s32 tstate_state;          /* PyThreadState.state (3.13+: 1 attached), or -1: */
+	__s32 gil_in_runtime;        /* _PyRuntime.ceval.gil (up to 3.11), or -1: */
+	__s32 gil_in_interp;         /* PyInterpreterState.ceval.gil, a pointer (3.12) */
+	__s32 gil_last_holder;       /* struct _gil_runtime_state.last_holder, */
+	__s32 gil_locked;            /* .locked: held by last_holder while locked */
 };
 
 /* A process running Python (map `py_procs`, by tgid): where its runtime and
@@ -110,7 +126,9 @@ struct cp_py_frame {
 };
 
 /* The Python stack of a call, sent at entry; joined with the call's record
- * by (tid, ts_ns). Not sent for a thread with no Python frame. */
+ * by (tid, ts_ns). Not sent for a thread with no Python frame, unless it
+ * borrows one (CP_PY_HANDED, CP_PY_ONLY) or several could lend theirs
+ * (CP_PY_LENDERS_MANY). */
 struct cp_py_stack {
 	__u64 zero;
 	__u32 kind;        /* CP_SIDE_STACK */
@@ -119,7 +137,11 @@ struct cp_py_stack {
 	__u64 gen;
 	__u32 pid;
 	__u16 nframes;
-	__u16 flags;       /* CP_PY_CUT; with no frames, CP_PY_LIST_CHANGED or CP_PY_TOO_MANY */
+	__u16 flags;       /* CP_PY_CUT, CP_PY_HANDED, CP_PY_ONLY; with no frames,
+			    * CP_PY_LIST_CHANGED, CP_PY_TOO_MANY or CP_PY_LENDERS_MANY */
+	__u32 lender;      /* borrowed: the lender's tid (0: not known, 3.9 and 3.10
+			    * name a thread by pthread_self() alone) */
+	__u32 lender_count; /* Python threads found waiting in a C call */
 	__u8 kinds[CP_PY_MAX_FRAMES];   /* each frame's: CP_PY_CODE, CP_PY_SHIM, CP_PY_NOT_CODE */
 	struct cp_py_frame frames[CP_PY_MAX_FRAMES];
 };

@@ -14,10 +14,12 @@ from typing import Any
 
 from cudaprobe.analysis.gpustats import GpuRow, GpuStats
 from cudaprobe.decode.calls import Call
-from cudaprobe.decode.pystacks import PyStack
+from cudaprobe.decode.pystacks import LENDERS_MANY, PyStack
 
 NOT_USERS = re.compile(r"/(site|dist)-packages/|/lib/python\d\.\d+/|^<")
 NO_PYTHON = "(no Python frame)"
+# a thread with no Python frame while several Python threads waited in C calls
+NO_LENDER = "(no Python frame: several Python threads waited, none handed the work over)"
 
 
 def user_frame(frames: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -36,6 +38,8 @@ def frame_text(f: dict[str, Any]) -> str:
 def python_line(stack: PyStack | None) -> str:
     """`file:line (function)` of a stack's user frame (NO_PYTHON: no stack; a
     stack not read says why)."""
+    if stack is not None and stack.missing == LENDERS_MANY:
+        return NO_LENDER
     if stack is not None and stack.missing is not None:
         return f"(Python stack not read: {stack.missing})"
     f = user_frame(stack.frames) if stack is not None else None

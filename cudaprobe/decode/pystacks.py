@@ -9,6 +9,12 @@ their call's record, which comes later (at its exit) with the same (tid,
 entry time). A name longer than the probe's copy is cut, ends in "…", and
 its frame says "truncated": true.
 
+A thread with no Python frame may borrow the stack of a Python thread of its
+process that waits in a C call (the probe's rule: bpf/pystacks.bpf.h); its
+call then says whose stack it is and why that thread (PyStack.borrowed), and
+where several could lend and none handed the work over, that no stack is
+given (a `missing` reason, as below).
+
 Never garbage: a stack with a frame whose code object failed the probe's
 type check, or whose code record never came (the ring was full), is not
 shown, and its call says why (PyStack.missing), as does one whose thread
@@ -40,6 +46,13 @@ TOO_MANY = "more Python threads than this kernel lets the probe walk (Linux 6.9+
 NOT_CODE = "a frame's code object could not be read"
 NOT_NAMED = ("a code object's names were not received (the ring buffer was full) or are "
              "held in a form not read")
+LENDERS_MANY = ("no Python frame, and several Python threads were waiting in C calls, none "
+                "of which had woken this thread: whose work it did is not known")
+# why a borrowed stack is that thread's (PyStack.borrowed["because"])
+HANDED = "handed"  # it woke the calling thread last: it handed the work over
+ONLY = "only"  # the only Python thread of the process waiting in a C call
+BECAUSE = {HANDED: "it woke this thread last (it handed the work over)",
+           ONLY: "the only Python thread waiting in a C call"}
 
 
 @dataclass(frozen=True)
@@ -57,13 +70,29 @@ class PyStack:
     frames: list[dict]  # innermost first
     cut: bool  # deeper than the probe walks
     missing: str | None = None  # no frames: why
+    # another thread's stack, lent to a thread with no Python frame:
+    # {"tid": the lender's (None where not known), "because": HANDED or ONLY}
+    borrowed: dict | None = None
 
     def fields(self) -> dict[str, Any]:
-        """Its keys in a row: py_stack (and py_stack_cut), or py_stack_missing."""
+        """Its keys in a row: py_stack (and py_stack_cut, py_stack_borrowed), or
+        py_stack_missing."""
         if self.missing is not None:
             return {"py_stack_missing": self.missing}
-        return {"py_stack": self.frames, "py_stack_cut": True} if self.cut \
-            else {"py_stack": self.frames}
+        d: dict[str, Any] = {"py_stack": self.frames}
+        if self.cut:
+            d["py_stack_cut"] = True
+        if self.borrowed is not None:
+            d["py_stack_borrowed"] = self.borrowed
+        return d
+
+    def borrowed_text(self) -> str | None:
+        """`borrowed from tid N: why`, for the formats that say it in words."""
+        if self.borrowed is None:
+            return None
+        tid = self.borrowed["tid"]
+        who = f"tid {tid}" if tid is not None else "a thread whose tid is not known"
+        return f"borrowed from {who}: {BECAUSE[self.borrowed['because']]}"
 
 
 class PyStacks:
@@ -75,6 +104,7 @@ class PyStacks:
         self._pending: dict[int, OrderedDict[int, bytes]] = {}
         self._lines: dict[tuple[int, int, int, int], dict] = {}  # (gen, code, ident, instr)
         self.stacks = 0
+        self.borrowed = 0  # calls that carry another thread's stack
         self.missing: Counter[str] = Counter()  # calls of a Python thread with no stack, by why
 
     def add(self, records: list[bytes]) -> None:
@@ -116,10 +146,12 @@ class PyStacks:
         rec = waiting.pop(ts_ns, None) if waiting else None
         if rec is None:
             return None
-        (_, _, _, _, gen, _pid, n, flags) = pr.STACK_HEAD.unpack_from(rec)
+        (_, _, _, _, gen, _pid, n, flags, lender, _waiting) = pr.STACK_HEAD.unpack_from(rec)
         n = min(n, pr.MAX_FRAMES)
         if flags & (pr.TOO_MANY | pr.LIST_CHANGED):
             return self._missing(TOO_MANY if flags & pr.TOO_MANY else LIST_CHANGED)
+        if flags & pr.LENDERS_MANY:
+            return self._missing(LENDERS_MANY)
         kinds = rec[pr.KINDS_AT : pr.KINDS_AT + n]
         out = []
         for i, kind in enumerate(kinds):
@@ -131,7 +163,14 @@ class PyStacks:
                 return self._missing(NOT_NAMED if kind == pr.CODE else NOT_CODE)
             out.append(frame)
         self.stacks += 1
-        return PyStack(out, bool(flags & pr.CUT)) if out else None
+        if not out:
+            return None
+        borrowed = None
+        if flags & (pr.HANDED | pr.ONLY):
+            self.borrowed += 1
+            borrowed = {"tid": lender or None,
+                        "because": HANDED if flags & pr.HANDED else ONLY}
+        return PyStack(out, bool(flags & pr.CUT), borrowed=borrowed)
 
     def _missing(self, why: str) -> PyStack:
         self.missing[why] += 1

@@ -132,6 +132,8 @@ class ChromeReporter(Reporter):
         elif c.py_stack is not None:  # --py-stacks: innermost frame first
             args["py_stack"] = [f"{f['file']}:{f['line']} {f['function']}"
                                 for f in c.py_stack.frames]
+            if c.py_stack.borrowed is not None:  # another thread's: whose, and why
+                args["py_stack_borrowed"] = c.py_stack.borrowed_text()
         event.update(pid=c.pid, tid=c.tid, args=args)
         return event
 

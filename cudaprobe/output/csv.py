@@ -29,7 +29,7 @@ class CsvReporter(Reporter):
 
     def start(self) -> None:
         self._writer = csv.writer(self.stream)
-        self._writer.writerow((*CSV_KEYS, "py_stack") if self.py_stacks else CSV_KEYS)
+        self._writer.writerow((*CSV_KEYS, *PY_KEYS) if self.py_stacks else CSV_KEYS)
 
     def calls(self, calls: list[Call]) -> None:
         self._writer.writerows([csv_row(c) for c in calls])
@@ -61,10 +61,11 @@ class CsvReporter(Reporter):
         return csv_row(call)
 
     def with_py_stack(self, row: tuple, stack: PyStack) -> tuple:
-        return (*row, py_stack_cell(stack))
+        return (*row, *py_stack_cells(stack))
 
 
 CSV_KEYS = JSONL_KEYS + RANK_KEYS
+PY_KEYS = ("py_stack", "py_stack_borrowed")  # --py-stacks: the last columns
 
 
 def _row(time: float, ts: int, pid: int, tid: int, process: str, event: str, api: str,
@@ -83,12 +84,16 @@ def csv_row(call: Call) -> tuple:
                call.api, call.category, call.duration_ns, call.ret, call.ret_name,
                (json.dumps(call.args, separators=(",", ":")), call.details), call.depth,
                call.parent, NO_RANK if call.rank is None else (call.rank, call.world_size))
-    if call.py_stack is not None:  # --py-stacks: the last column, as JSON
-        row += (py_stack_cell(call.py_stack),)
+    if call.py_stack is not None:  # --py-stacks: the last columns, as JSON
+        row += py_stack_cells(call.py_stack)
     return row
 
 
-def py_stack_cell(stack: PyStack) -> str:
-    """The py_stack column: the frames as JSON, or {"missing": why}."""
+def py_stack_cells(stack: PyStack) -> tuple[str, str]:
+    """The py_stack column: the frames as JSON, or {"missing": why}; and the
+    py_stack_borrowed column: {"tid", "because"} where the stack is another
+    thread's, else empty."""
     value = stack.frames if stack.missing is None else {"missing": stack.missing}
-    return json.dumps(value, separators=(",", ":"))
+    borrowed = "" if stack.borrowed is None else json.dumps(stack.borrowed,
+                                                             separators=(",", ":"))
+    return json.dumps(value, separators=(",", ":")), borrowed

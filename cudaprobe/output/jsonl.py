@@ -104,8 +104,8 @@ class JsonlReporter(Reporter):
 
 
 def py_stack_json(stack: PyStack) -> str:
-    """`,"py_stack":[...]` (and `,"py_stack_cut":true`), or `,"py_stack_missing":"why"`,
-    to go before a line's `}`."""
+    """`,"py_stack":[...]` (and `,"py_stack_cut":true`, `,"py_stack_borrowed":{...}`),
+    or `,"py_stack_missing":"why"`, to go before a line's `}`."""
     return "".join(f',"{key}":{encode(value)}' for key, value in stack.fields().items())
 
 

@@ -33,6 +33,7 @@ from cudaprobe.analysis.by_line import frame_text, user_frame
 from cudaprobe.analysis.summary import Summary
 from cudaprobe.decode.calls import Call
 from cudaprobe.decode.gputime import gpu_span_ns
+from cudaprobe.decode.pystacks import LENDERS_MANY
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.reading import fit_reading, reading
 from cudaprobe.output.summary_view import render_summary
@@ -106,11 +107,18 @@ GPU_COLUMN = Column("GPU TIME", 9,
 
 
 def _py_line(c: Call) -> str:
-    """--py-stacks: the innermost frame that is the program's own, as file:line."""
-    if c.py_stack is not None and c.py_stack.missing is not None:
-        return "(not read)"
-    f = user_frame(c.py_stack.frames) if c.py_stack is not None else None
-    return frame_text(f) if f is not None else "-"
+    """--py-stacks: the innermost frame that is the program's own, as file:line;
+    a stack lent by another thread ends with whose (cut_start keeps the end)."""
+    stack = c.py_stack
+    if stack is not None and stack.missing is not None:
+        return "(no lender)" if stack.missing == LENDERS_MANY else "(not read)"
+    f = user_frame(stack.frames) if stack is not None else None
+    if f is None:
+        return "-"
+    if stack.borrowed is None:
+        return frame_text(f)
+    tid = stack.borrowed["tid"]
+    return f"{frame_text(f)} (lent by {tid})" if tid is not None else f"{frame_text(f)} (lent)"
 
 
 PY_COLUMN = Column("PYTHON", 32, lambda c: escape(_py_line(c)), min_width=16, cut=cut_start)

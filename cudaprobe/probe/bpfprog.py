@@ -54,6 +54,16 @@ def default_may_goto() -> bool:
     return kernel_version() >= (6, 9)
 
 
+def default_py_wakers() -> bool:
+    """Who woke whom, for borrowed stacks, where the kernel gives a program the
+    waker's saved registers (bpf_task_pt_regs, 5.15+); CUDAPROBE_PY_WAKERS=0|1
+    overrides (0: the older kernels' program)."""
+    forced = os.environ.get("CUDAPROBE_PY_WAKERS")
+    if forced in ("0", "1"):
+        return forced == "1"
+    return kernel_version() >= (5, 15)
+
+
 @dataclass(frozen=True)
 class Settings:
     ringbuf_pages: int = 4096  # 16 MiB with 4 KiB pages
@@ -90,6 +100,10 @@ class Settings:
     # may_goto (Linux >= 6.9): --py-stacks walks a thread list of any length;
     # without it, the first CP_PY_WALK_BOUNDED states (and a longer list is said)
     may_goto: bool = field(default_factory=lambda: default_may_goto())
+    # --py-stacks: follow wakeups (Linux >= 5.15), so that a thread with no Python
+    # frame borrows the stack of the waiting thread that handed it its work;
+    # without, only that of the one Python thread waiting
+    py_wakers: bool = field(default_factory=lambda: default_py_wakers())
 
     @property
     def links_per_process(self) -> bool:
@@ -214,6 +228,8 @@ def switches(probes: list[Probe], settings: Settings) -> dict[str, str]:
         d["CP_PYSTACKS"] = "1"
         if settings.may_goto:
             d["CP_MAY_GOTO"] = "1"
+        if settings.py_wakers:
+            d["CP_PY_WAKERS"] = "1"
     # probes of functions that return no status (cudaGetErrorName's const char *):
     # what they return is no error, and is not read
     no_status = [p.func_id for p in probes if p.function.returns]

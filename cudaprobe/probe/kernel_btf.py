@@ -23,6 +23,10 @@ _EXTRA = {1: (4, 0), 3: (12, 0), 4: (0, 12), 5: (0, 12), 6: (0, 8), 13: (0, 8), 
 WANTED = {
     "CP_OFF_TASK_MM": ("task_struct", "mm"),
     "CP_OFF_TASK_FSBASE": ("task_struct", "thread", "fsbase"),
+    "CP_OFF_TASK_PID": ("task_struct", "pid"),
+    "CP_OFF_TASK_TGID": ("task_struct", "tgid"),
+    "CP_OFF_TASK_FLAGS": ("task_struct", "flags"),
+    "CP_OFF_REGS_ORIG_AX": ("pt_regs", "orig_ax"),
     "CP_OFF_MM_START_CODE": ("mm_struct", "start_code"),
     "CP_OFF_MM_EXE_FILE": ("mm_struct", "exe_file"),
     "CP_OFF_FILE_INODE": ("file", "f_inode"),
@@ -30,7 +34,6 @@ WANTED = {
     "CP_OFF_INODE_SB": ("inode", "i_sb"),
     "CP_OFF_SB_DEV": ("super_block", "s_dev"),
 }
-
 
 class Btf:
     def __init__(self, data: bytes) -> None:

@@ -15,14 +15,15 @@ STR_MAX, NAME_MAX, STR_SLACK, TABLE_MAX = 256, 128, 32, 4096
 LAYOUTS = 8  # CP_PY_LAYOUTS
 SIDE_STACK, SIDE_CODE = 1, 2
 CUT, LIST_CHANGED, TOO_MANY = 1, 2, 4  # struct cp_py_stack.flags
+HANDED, ONLY, LENDERS_MANY = 8, 16, 32  # borrowed stacks: why this lender, or none
 CODE, SHIM, NOT_CODE = 0, 1, 2  # struct cp_py_stack.kinds[]
 FOUND, NONE = 1, 2  # struct cp_py_proc.status
 
 # the first two fields of either: zero, kind
 SIDE_HEAD = struct.Struct("<QI")
-# struct cp_py_stack: zero, kind, tid, ts_ns, gen, pid, nframes, flags, then
-# each frame's kind (a byte), then the frames
-STACK_HEAD = struct.Struct("<QIIQQIHH")
+# struct cp_py_stack: zero, kind, tid, ts_ns, gen, pid, nframes, flags, lender,
+# lender_count, then each frame's kind (a byte), then the frames
+STACK_HEAD = struct.Struct("<QIIQQIHHII")
 KINDS_AT = STACK_HEAD.size
 FRAMES_AT = KINDS_AT + MAX_FRAMES
 FRAME = struct.Struct("<QII")  # code, instr, ident

@@ -194,6 +194,10 @@ class TraceSession:
         """--py-stacks: the calls whose stack could not be read (never shown wrong),
         by why, as their rows say."""
         stacks = self._records.py_stacks if self._records else None
+        if stacks is not None and stacks.borrowed:
+            self.options.notify(f"--py-stacks: {stacks.borrowed} calls of threads with no Python "
+                                f"frame carry the stack of a Python thread waiting for them "
+                                f"(py_stack_borrowed)")
         for why, calls in (stacks.missing.items() if stacks is not None else ()):
             self.options.notify(f"--py-stacks: {calls} calls without their Python stack: {why}")
 

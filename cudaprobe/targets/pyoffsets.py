@@ -41,6 +41,14 @@ class Layout:
     tstate_id: int
     code_version: int  # co_version (3.12+), -1 before
     unicode_compact_size: int  # sizeof(PyCompactUnicodeObject): where non-ASCII data starts
+    # whether a thread state has released the GIL (borrowed stacks): 3.13's own
+    # word for it, PyThreadState.state; before, the GIL's holder and lock, the
+    # GIL in _PyRuntime (up to 3.11) or at the interpreter's pointer (3.12+)
+    tstate_state: int
+    gil_in_runtime: int
+    gil_in_interp: int
+    gil_last_holder: int
+    gil_locked: int
     # the decoder's: where the instructions start in a code object (3.11+)
     code_adaptive: int
 
@@ -55,14 +63,24 @@ class Layout:
                 self.code_linetable + 8, self.code_version + 4]
         return max(ends) <= CODE_WINDOW
 
+    def tstate_fields_fit(self) -> bool:
+        """Every field the lenders' walk reads of a thread state lies in the bytes
+        it reads of it at once (CP_PY_TSTATE_WINDOW)."""
+        ends = [self.tstate_next + 8, self.tstate_interp + 8, self.tstate_thread_id + 8,
+                self.tstate_frame + 8, self.tstate_id + 8, self.tstate_state + 4]
+        return max(ends) <= TSTATE_WINDOW
 
-BPF_FIELDS = 22  # struct cp_py_layout's: all but the last
+
+BPF_FIELDS = 27  # struct cp_py_layout's: all but the last
 CODE_WINDOW = 144  # CP_PY_CODE_WINDOW (bpf/pystacks.h)
+TSTATE_WINDOW = 272  # CP_PY_TSTATE_WINDOW (bpf/pystacks.h)
 
 # what every version up to 3.13 keeps where
 _COMMON = {"runtime_interp_head": 32, "interp_threads_head": 8, "tstate_next": 8,
            "tstate_interp": 16, "cframe_current_frame": -1, "frame_owner": -1,
-           "code_version": -1, "bytes_sval": 32, "code_adaptive": -1}
+           "code_version": -1, "bytes_sval": 32, "code_adaptive": -1,
+           "tstate_state": -1, "gil_in_runtime": 352, "gil_in_interp": -1,
+           "gil_last_holder": 8, "gil_locked": 16}
 _BEFORE_311 = {**_COMMON, "tstate_thread_id": 176, "tstate_frame": 24, "frame_code": 32,
                "frame_back": 24, "code_firstlineno": 40, "code_filename": 104,
                "code_name": 112, "code_linetable": 120, "unicode_ascii_size": 48,
@@ -78,12 +96,13 @@ LAYOUTS: dict[tuple[int, int], Layout] = {
     (3, 11): Layout(**{**_FROM_311, "interp_threads_head": 16, "tstate_thread_id": 160,
                        "cframe_current_frame": 8, "frame_code": 32, "frame_back": 48,
                        "frame_owner": 69, "code_firstlineno": 72, "unicode_ascii_size": 48,
-                       "unicode_compact_size": 72, "tstate_id": 240, "code_adaptive": 184}),
+                       "unicode_compact_size": 72, "tstate_id": 240, "code_adaptive": 184,
+                       "gil_in_runtime": 360}),
     (3, 12): Layout(**{**_FROM_311, "interp_threads_head": 72, "tstate_thread_id": 144,
                        "cframe_current_frame": 0, "frame_code": 0, "frame_back": 8,
                        "frame_owner": 70, "code_firstlineno": 68, "unicode_ascii_size": 40,
                        "unicode_compact_size": 56, "tstate_id": 224, "code_version": 92,
-                       "code_adaptive": 192}),
+                       "code_adaptive": 192, "gil_in_runtime": -1, "gil_in_interp": 384}),
 }
 
 DEBUG_COOKIE = b"xdebugpy"
@@ -97,8 +116,11 @@ _W = {"interpreters_head": 5, "threads_head": 9, "ts_next": 21, "ts_interp": 22,
 DEBUG_SIZE = 8 * _DEBUG_WORDS
 # what the probe reads that 3.13's _Py_DebugOffsets does not publish, from its
 # headers (tests/unit/test_pyoffsets.py compiles against them): the thread
-# state's unique id, the code object's co_version
-UNPUBLISHED_313 = {"tstate_id": 224, "code_version": 92}
+# state's unique id and state (attached or not), the code object's co_version,
+# where its GIL is (read where the state is not: never, kept for the check)
+UNPUBLISHED_313 = {"tstate_id": 224, "code_version": 92, "tstate_state": 40,
+                   "gil_in_runtime": -1, "gil_in_interp": 16, "gil_last_holder": 8,
+                   "gil_locked": 16}
 
 
 def version_of_hex(hexversion: int) -> tuple[int, int]:
@@ -108,7 +130,8 @@ def version_of_hex(hexversion: int) -> tuple[int, int]:
 def from_debug_offsets(data: bytes) -> tuple[tuple[int, int], Layout] | None:
     """(version, layout) from the bytes of a 3.13 `_Py_DebugOffsets`; None where
     they are not one (no cookie, another version: its layout is not this one),
-    or where a code object's fields lie past what the probe reads of it."""
+    or where a code object's or thread state's fields lie past what the probe
+    reads of it."""
     if len(data) < DEBUG_SIZE or data[:8] != DEBUG_COOKIE:
         return None
     w = struct.unpack_from(f"<8x{_DEBUG_WORDS - 1}Q", data)
@@ -130,7 +153,8 @@ def from_debug_offsets(data: bytes) -> tuple[tuple[int, int], Layout] | None:
         bytes_sval=at("ob_sval"), thread_id_is_pthread=0, instr_is_pointer=1,
         tstate_interp=at("ts_interp"), unicode_compact_size=ascii_size + 16,
         code_adaptive=at("co_code_adaptive"), **UNPUBLISHED_313)
-    return (version, layout) if layout.code_fields_fit() else None
+    fits = layout.code_fields_fit() and layout.tstate_fields_fit()
+    return (version, layout) if fits else None
 
 
 def layout_for(version: tuple[int, int], debug: bytes = b"") -> Layout | None:

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include "internal/pycore_runtime.h"
 #include "internal/pycore_interp.h"
+#include "internal/pycore_gil.h"
 #if PY_VERSION_HEX >= 0x030b0000
 #include "internal/pycore_frame.h"
 #include "internal/pycore_code.h"
@@ -70,5 +71,21 @@ int main(void) {
   P("unicode_ascii_size", sizeof(PyASCIIObject));
   P("unicode_compact_size", sizeof(PyCompactUnicodeObject));
   P("bytes_sval", offsetof(PyBytesObject, ob_sval));
+  /* whether a thread has released the GIL (a blocking C call): 3.13 says so in
+   * its thread state; before, the GIL says which state holds it */
+#if PY_VERSION_HEX >= 0x030d0000
+  P("tstate_state", offsetof(PyThreadState, state));
+#else
+  P("tstate_state", -1);
+#endif
+#if PY_VERSION_HEX >= 0x030c0000
+  P("gil_in_runtime", -1);
+  P("gil_in_interp", offsetof(PyInterpreterState, ceval.gil));
+#else
+  P("gil_in_runtime", offsetof(_PyRuntimeState, ceval.gil));
+  P("gil_in_interp", -1);
+#endif
+  P("gil_last_holder", offsetof(struct _gil_runtime_state, last_holder));
+  P("gil_locked", offsetof(struct _gil_runtime_state, locked));
   return 0;
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -224,6 +225,30 @@ def test_no_combination_attaches_a_tracepoint_twice(preprocess):
         if comm or settings.py_stacks and not settings.stats:
             assert ("sched", "sched_process_exec") in points, settings
     assert len(seen) > 32
+
+
+def test_wakeups_are_followed_only_with_py_stacks(preprocess):
+    """The wakeup tracepoints of borrowed stacks (sched_waking, sched_wakeup_new)
+    run on every wakeup of the machine: they are in the program only where
+    --py-stacks is on (trace records) and the kernel has what they read
+    (5.15+), in none of the others."""
+    if kernel_btf.task_offsets() is None:
+        pytest.skip("no kernel BTF: --py-stacks has no offsets to give")
+    seen = set()
+    for settings in every_settings():
+        flags = bpfprog.cflags(probes(), settings)
+        if tuple(flags) in seen:
+            continue
+        seen.add(tuple(flags))
+        out = preprocess(settings, flags).stdout
+        if settings.py_stacks and not settings.stats:  # and on an older kernel: none
+            older = dataclasses.replace(settings, py_wakers=False)
+            text = preprocess(older, bpfprog.cflags(probes(), older)).stdout
+            assert "RAW_TRACEPOINT_PROBE" not in text and "py_wakers" not in text
+        raw = set(re.findall(r"RAW_TRACEPOINT_PROBE\s*\(\s*(\w+)\s*\)", out))
+        want = {"sched_waking", "sched_wakeup_new"} if settings.py_stacks and \
+            settings.py_wakers and not settings.stats else set()
+        assert raw == want, settings
 
 
 def test_the_safepoint_takes_every_number_from_bpfprog(preprocess):

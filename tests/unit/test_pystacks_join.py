@@ -20,11 +20,13 @@ def code_record(code: int, name: str, first: int, table: bytes, gen: int = 7, id
     return head + fname + fn + table.ljust(pr.TABLE_MAX, b"\0")
 
 
-def stack_record(tid: int, ts: int, frames: list[tuple], flags: int = 0, gen: int = 7) -> bytes:
+def stack_record(tid: int, ts: int, frames: list[tuple], flags: int = 0, gen: int = 7,
+                 lender: int = 0, waiting: int = 0) -> bytes:
     """frames: (code, instr, ident, kind) each"""
     kinds = bytes(f[3] for f in frames).ljust(pr.MAX_FRAMES, b"\0")
     body = b"".join(pr.FRAME.pack(*f[:3]) for f in frames)
-    head = pr.STACK_HEAD.pack(0, pr.SIDE_STACK, tid, ts, gen, 1, len(frames), flags)
+    head = pr.STACK_HEAD.pack(0, pr.SIDE_STACK, tid, ts, gen, 1, len(frames), flags, lender,
+                              waiting)
     return head + kinds + body.ljust(pr.MAX_FRAMES * pr.FRAME.size, b"\0")
 
 
@@ -100,3 +102,21 @@ def test_stacks_waiting_per_thread_are_bounded():
     s.add([stack_record(5, ts, []) for ts in range(20000)])
     assert len(s._pending[5]) == PENDING_PER_THREAD
     assert s.pop(5, 19999) is None and 0 not in s._pending[5]  # the oldest went first
+
+
+def test_a_borrowed_stack_says_whose_and_why_and_several_lenders_say_none():
+    s = PyStacks([V312])
+    s.add([code_record(0x100, "waits", 10, TABLE)])
+    frame = [(0x100, AT + 2, 1, pr.CODE)]
+    s.add([stack_record(9, 1, frame, flags=pr.HANDED, lender=4242, waiting=2),
+           stack_record(9, 2, frame, flags=pr.ONLY, waiting=1),  # 3.9/3.10: tid not known
+           stack_record(9, 3, [], flags=pr.LENDERS_MANY, waiting=3),
+           stack_record(9, 4, frame)])
+    lent = s.pop(9, 1)
+    assert lent.frames == [{"file": "f.py", "line": 12, "function": "waits"}]
+    assert lent.borrowed == {"tid": 4242, "because": ps.HANDED}
+    assert s.pop(9, 2).borrowed == {"tid": None, "because": ps.ONLY}
+    none = s.pop(9, 3)
+    assert none.missing == ps.LENDERS_MANY and not none.frames and none.borrowed is None
+    assert s.pop(9, 4).borrowed is None  # its own
+    assert (s.borrowed, s.missing) == (2, {ps.LENDERS_MANY: 1})  # said at the end

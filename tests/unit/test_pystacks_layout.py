@@ -8,7 +8,7 @@ import pytest
 
 from cudaprobe.probe import event
 from cudaprobe.probe import pyrecords as pr
-from cudaprobe.targets.pyoffsets import BPF_FIELDS, CODE_WINDOW, LAYOUTS
+from cudaprobe.targets.pyoffsets import BPF_FIELDS, CODE_WINDOW, LAYOUTS, TSTATE_WINDOW
 
 from .cprobe import c_values
 
@@ -24,12 +24,14 @@ int main(void) {
     S(cp_py_stack) S(cp_py_code) S(cp_py_frame) S(cp_py_proc) S(cp_py_exe) S(cp_py_exe_key)
     S(cp_py_layout)
     O(cp_py_stack, frames) O(cp_py_stack, nframes) O(cp_py_stack, ts_ns) O(cp_py_stack, kinds)
+    O(cp_py_stack, lender) O(cp_py_stack, lender_count) O(cp_py_layout, gil_locked)
     O(cp_py_code, filename) O(cp_py_code, name) O(cp_py_code, table) O(cp_py_code, name_state)
     O(cp_py_frame, ident) O(cp_py_code, ident)
     O(cp_py_layout, tstate_interp) O(cp_py_layout, unicode_compact_size)
     C(CP_PY_MAX_FRAMES) C(CP_PY_STR_MAX) C(CP_PY_NAME_MAX) C(CP_PY_STR_SLACK)
     C(CP_PY_TABLE_MAX) C(CP_PY_LAYOUTS) C(CP_SIDE_STACK) C(CP_SIDE_CODE) C(CP_PY_CUT)
-    C(CP_PY_LIST_CHANGED) C(CP_PY_TOO_MANY) C(CP_PY_CODE_WINDOW)
+    C(CP_PY_LIST_CHANGED) C(CP_PY_TOO_MANY) C(CP_PY_CODE_WINDOW) C(CP_PY_TSTATE_WINDOW)
+    C(CP_PY_HANDED) C(CP_PY_ONLY) C(CP_PY_LENDERS_MANY)
     C(CP_PY_CODE) C(CP_PY_SHIM) C(CP_PY_NOT_CODE) C(CP_PY_FOUND) C(CP_PY_NONE)
     return 0;
 }
@@ -45,7 +47,9 @@ def test_records_match_header(c_layout):
     assert c_layout["cp_py_stack"] == pr.STACK_SIZE
     assert c_layout["cp_py_stack.kinds"] == pr.KINDS_AT == pr.STACK_HEAD.size
     assert c_layout["cp_py_stack.frames"] == pr.FRAMES_AT
-    assert c_layout["cp_py_stack.nframes"] == pr.STACK_HEAD.size - 4
+    assert c_layout["cp_py_stack.nframes"] == pr.STACK_HEAD.size - 12
+    assert c_layout["cp_py_stack.lender"] == pr.STACK_HEAD.size - 8
+    assert c_layout["cp_py_stack.lender_count"] == pr.STACK_HEAD.size - 4
     assert c_layout["cp_py_stack.ts_ns"] == 16
     assert c_layout["cp_py_frame"] == pr.FRAME.size and c_layout["cp_py_frame.ident"] == 12
     assert c_layout["cp_py_code"] == pr.CODE_SIZE
@@ -60,7 +64,8 @@ def test_records_match_header(c_layout):
     assert c_layout["cp_py_exe_key"] == pr.EXE_KEY.size
     assert c_layout["cp_py_layout"] == 4 * len(LAYOUTS[(3, 12)].bpf_values()) == 4 * BPF_FIELDS
     assert c_layout["cp_py_layout.tstate_interp"] == 4 * 18  # the fields in the mirror's order
-    assert c_layout["cp_py_layout.unicode_compact_size"] == 4 * (BPF_FIELDS - 1)
+    assert c_layout["cp_py_layout.unicode_compact_size"] == 4 * 21
+    assert c_layout["cp_py_layout.gil_locked"] == 4 * (BPF_FIELDS - 1)
 
 
 def test_constants_match_header(c_layout):
@@ -72,6 +77,10 @@ def test_constants_match_header(c_layout):
         == (pr.SIDE_STACK, pr.SIDE_CODE, pr.CUT, pr.LIST_CHANGED, pr.TOO_MANY)
     assert c_layout["CP_PY_CODE_WINDOW"] == CODE_WINDOW
     assert all(layout.code_fields_fit() for layout in LAYOUTS.values())
+    assert c_layout["CP_PY_TSTATE_WINDOW"] == TSTATE_WINDOW
+    assert all(layout.tstate_fields_fit() for layout in LAYOUTS.values())
+    assert (c_layout["CP_PY_HANDED"], c_layout["CP_PY_ONLY"], c_layout["CP_PY_LENDERS_MANY"]) \
+        == (pr.HANDED, pr.ONLY, pr.LENDERS_MANY)
     assert (c_layout["CP_PY_CODE"], c_layout["CP_PY_SHIM"], c_layout["CP_PY_NOT_CODE"]) \
         == (pr.CODE, pr.SHIM, pr.NOT_CODE)
     assert (c_layout["CP_PY_FOUND"], c_layout["CP_PY_NONE"]) == (pr.FOUND, pr.NONE)

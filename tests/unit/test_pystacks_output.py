@@ -1,6 +1,7 @@
-"""--py-stacks in each output: JSONL/JSON rows, CSV's last column, the table's
+"""--py-stacks in each output: JSONL/JSON rows, CSV's last columns, the table's
 PYTHON column (the program's own innermost frame), Chrome's slice args, and
-the rows of `stats --by line`."""
+the rows of `stats --by line`; a stack borrowed from a waiting thread marked
+so in each."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ import csv
 import io
 import json
 
-from cudaprobe.analysis.by_line import line_of, user_frame
+from cudaprobe.analysis.by_line import NO_LENDER, line_of, user_frame
 from cudaprobe.analysis.stats import KernelTally
 from cudaprobe.decode.calls import Call
-from cudaprobe.decode.pystacks import PyStack
+from cudaprobe.decode.pystacks import HANDED, LENDERS_MANY, ONLY, PyStack
 from cudaprobe.output.chrome import ChromeReporter
 from cudaprobe.output.csv import CsvReporter
 from cudaprobe.output.jsonl import JsonlReporter
@@ -55,7 +56,8 @@ def test_jsonl_csv_chrome_table():
     r.start()
     r.calls([call()])
     header, row = list(csv.reader(io.StringIO(out.getvalue())))
-    assert header[-1] == "py_stack" and json.loads(row[-1]) == FRAMES
+    assert header[-2:] == ["py_stack", "py_stack_borrowed"]
+    assert json.loads(row[-2]) == FRAMES and row[-1] == ""
 
     out = io.StringIO()
     r = ChromeReporter(out)
@@ -93,7 +95,7 @@ def test_a_stack_not_read_says_why_in_each_output():
     r.start()
     r.calls([missing_call()])
     _header, row = list(csv.reader(io.StringIO(out.getvalue())))
-    assert json.loads(row[-1]) == {"missing": MISSING}
+    assert json.loads(row[-2]) == {"missing": MISSING} and row[-1] == ""
 
     out = io.StringIO()
     r = ChromeReporter(out)
@@ -121,4 +123,63 @@ def test_a_truncated_frame_keeps_its_mark_in_jsonl_and_csv():
     r = CsvReporter(out, py_stacks=True)
     r.start()
     r.calls([c])
-    assert json.loads(list(csv.reader(io.StringIO(out.getvalue())))[1][-1]) == [cut]
+    assert json.loads(list(csv.reader(io.StringIO(out.getvalue())))[1][-2]) == [cut]
+
+
+def lent_call(tid: int | None = 4242, because: str = HANDED) -> Call:
+    c = call()
+    c.tid = 9  # a thread with no Python frame of its own
+    c.py_stack = PyStack(FRAMES, cut=False, borrowed={"tid": tid, "because": because})
+    return c
+
+
+def test_a_borrowed_stack_is_marked_with_its_lender_and_why_in_each_output():
+    out = io.StringIO()
+    JsonlReporter(out).calls([lent_call()])
+    row = json.loads(out.getvalue())
+    assert row["py_stack"] == FRAMES
+    assert row["py_stack_borrowed"] == {"tid": 4242, "because": "handed"}
+    assert lent_call().to_dict()["py_stack_borrowed"] == {"tid": 4242, "because": "handed"}
+
+    out = io.StringIO()
+    r = CsvReporter(out, py_stacks=True)
+    r.start()
+    r.calls([lent_call(), call()])
+    _header, lent, own = list(csv.reader(io.StringIO(out.getvalue())))
+    assert json.loads(lent[-2]) == FRAMES
+    assert json.loads(lent[-1]) == {"tid": 4242, "because": "handed"} and own[-1] == ""
+
+    out = io.StringIO()
+    r = ChromeReporter(out)
+    r.start()
+    r.calls([lent_call(), lent_call(None, ONLY)])
+    text = out.getvalue()
+    assert "borrowed from tid 4242: it woke this thread last (it handed the work over)" in text
+    assert ("borrowed from a thread whose tid is not known: the only Python thread waiting "
+            "in a C call") in text
+
+    out = io.StringIO()
+    r = TableReporter(out, py_stacks=True)
+    r.start()
+    r.calls([lent_call(), lent_call(None, ONLY), call()])
+    lines = out.getvalue().splitlines()
+    assert "train.py:54 (lent by 4242)" in lines[1]  # its start cut, the mark kept
+    assert "train.py:54 (lent)" in lines[2]
+    assert "lent" not in lines[3]
+
+    assert line_of(lent_call()) == "/home/me/train.py:54 (main)"  # counted on the line
+
+
+def test_no_lender_among_several_says_so_in_each_output():
+    c = call(stack=False)
+    c.py_stack = PyStack([], cut=False, missing=LENDERS_MANY)
+    out = io.StringIO()
+    JsonlReporter(out).calls([c])
+    row = json.loads(out.getvalue())
+    assert row["py_stack_missing"] == LENDERS_MANY and "py_stack" not in row
+    out = io.StringIO()
+    r = TableReporter(out, py_stacks=True)
+    r.start()
+    r.calls([c])
+    assert "(no lender)" in out.getvalue().splitlines()[1]
+    assert line_of(c) == NO_LENDER
