@@ -20,10 +20,10 @@ echo "== attached mid-run" | tee -a "$txt"
 $TORCH_PY $W --steps 100000 > /tmp/b-workload.out 2>&1 &
 P=$!
 sleep 15
-timeout -k 10 120 python3 -m cudaprobe trace --pid $P -d 5 --py-stacks --gpu-time \
+timeout -k 10 120 python3 -m cudaprobe trace --pid $P -d 8 --py-stacks --gpu-time \
   -e cudaLaunchKernel -o /tmp/b-attached.jsonl 2> /tmp/b-attached.err
 echo "exit $? (124: -d over)" >> "$txt"
-tail -3 /tmp/b-attached.err >> "$txt"
+grep -v "^step" /tmp/b-attached.err | tail -8 >> "$txt"
 python3 scripts/gpu/borrowed_check.py /tmp/b-attached.jsonl $W >> "$txt" 2>&1
 kill $P; wait $P 2>/dev/null
 echo "== stats --by line --gpu-time, launched" | tee -a "$txt"
