@@ -21,10 +21,7 @@
 # Results: $OUT/descendants.txt (readable), $OUT/descendants.jsonl (one object a process).
 # Run from the repo root, .gpukit carried: bash scripts/gpu/check-descendants.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-CUPTI_LIB=$(dirname "$(find /usr/local/cuda/ /usr/local/cuda-*/ -name 'libcupti.so' 2>/dev/null | head -1)")
-ORACLE=/tmp/cupti_counter.so
-gcc -O2 -shared -fPIC -o $ORACLE benchmarks/oracle/cupti_counter.c -I/usr/local/cuda/include \
-  -I/usr/local/cuda/extras/CUPTI/include -L"$CUPTI_LIB" -lcupti -Wl,-rpath,"$CUPTI_LIB" || exit 1
+build_oracle || exit 1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 W="$TORCH_PY benchmarks/torch_workloads.py"
 txt=$OUT/descendants.txt; jl=$OUT/descendants.jsonl; : > "$txt"; : > "$jl"

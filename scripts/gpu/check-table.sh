@@ -9,10 +9,7 @@
 # summary: $OUT/table.txt. Run from the repo root, .gpukit carried:
 #   bash scripts/gpu/check-table.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-CUPTI_LIB=$(dirname "$(find /usr/local/cuda/ /usr/local/cuda-*/ -name 'libcupti.so' 2>/dev/null | head -1)")
-ORACLE=/tmp/cupti_counter.so
-gcc -O2 -shared -fPIC -o $ORACLE benchmarks/oracle/cupti_counter.c -I/usr/local/cuda/include \
-  -I/usr/local/cuda/extras/CUPTI/include -L"$CUPTI_LIB" -lcupti -Wl,-rpath,"$CUPTI_LIB" || exit 1
+build_oracle || exit 1
 W="$TORCH_PY benchmarks/torch_workloads.py"
 EV=cudaMalloc,cudaMemcpyAsync,cudaMemsetAsync,cudaLaunchKernel,cudaStreamSynchronize
 txt=$OUT/table.txt; : > "$txt"

@@ -7,10 +7,7 @@
 # Summary: $OUT/write.txt. Run from the repo root, .gpukit carried:
 #   bash scripts/gpu/check-write.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-CUPTI_LIB=$(dirname "$(find /usr/local/cuda/ /usr/local/cuda-*/ -name 'libcupti.so' 2>/dev/null | head -1)")
-ORACLE=/tmp/cupti_counter.so
-gcc -O2 -shared -fPIC -o $ORACLE benchmarks/oracle/cupti_counter.c -I/usr/local/cuda/include \
-  -I/usr/local/cuda/extras/CUPTI/include -L"$CUPTI_LIB" -lcupti -Wl,-rpath,"$CUPTI_LIB" || exit 1
+build_oracle || exit 1
 W="$TORCH_PY benchmarks/torch_workloads.py"
 txt=$OUT/write.txt; : > "$txt"
 { date -u; nvidia-smi -L; git log --oneline -1 2>/dev/null; } >> "$txt" 2>&1

@@ -43,3 +43,13 @@ pack_out() {
   tar -czf "$OUT/$archive" -C "$OUT" "${files[@]}" \
     && (cd "$OUT" && rm -rf -- "${files[@]}")
 }
+
+# build_oracle: the CUPTI callback counter (benchmarks/oracle/cupti_counter.c) as
+# $ORACLE, for CUDA_INJECTION64_PATH=$ORACLE CUPTI_COUNTER_OUT=FILE (or DIR/%p.cupti)
+ORACLE=/tmp/cupti_counter.so
+build_oracle() {
+  local lib
+  lib=$(dirname "$(find /usr/local/cuda/ /usr/local/cuda-*/ -name 'libcupti.so' 2>/dev/null | head -1)")
+  gcc -O2 -shared -fPIC -o $ORACLE benchmarks/oracle/cupti_counter.c -I/usr/local/cuda/include \
+    -I/usr/local/cuda/extras/CUPTI/include -L"$lib" -lcupti -Wl,-rpath,"$lib"
+}

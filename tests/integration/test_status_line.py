@@ -60,6 +60,32 @@ def test_status_line_on_a_terminal_while_rows_go_to_a_file(tmp_path, libcudart):
     assert len(out.read_text().splitlines()) == 3001  # the rows went to the file
 
 
+def _terminal(width: int) -> tuple[int, int]:
+    """A pty of `width` columns: (master, slave)."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, width, 0, 0))
+    return master, slave
+
+
+def on_terminal(argv: list[str], width: int, stdout=subprocess.PIPE,
+                env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """Run `argv` with stderr (and stdout, given STDOUT) on a pty of `width`
+    columns (its size, not $COLUMNS): its exit status, what the terminal
+    showed (colours and cursor moves taken out), what went to stdout."""
+    master, slave = _terminal(width)
+    env = {**{k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
+           **(env or {})}
+    proc = subprocess.Popen(argv, stdout=slave if stdout is None else stdout, stderr=slave,
+                            stdin=subprocess.DEVNULL, env=env)
+    os.close(slave)
+    try:
+        shown = ANSI.sub("", read_all(master, proc)).replace("\r", "")
+    finally:
+        os.close(master)
+    out = proc.stdout.read().decode() if proc.stdout is not None else ""
+    return proc.returncode, shown, out
+
+
 def test_a_drain_says_how_far_it_is(tmp_path, libcudart):
     """The trace has ended, the rows captured are still being written: the
     status line says how many of the calls counted are written. (Said after a
@@ -67,19 +93,10 @@ def test_a_drain_says_how_far_it_is(tmp_path, libcudart):
     test does not hang on the machine's speed.)"""
     exe = build_workload("runtime_calls.c")
     out = tmp_path / "calls.jsonl"
-    master, slave = _terminal(400)  # the line whole: the path is long
-    proc = subprocess.Popen(cudaprobe_cmd("trace", "--lib", str(libcudart), "-o", str(out),
-                                          "--", str(exe), "300"),
-                            stdout=subprocess.DEVNULL, stderr=slave, stdin=subprocess.DEVNULL,
-                            env={**{k: v for k, v in os.environ.items()
-                                    if k not in ("COLUMNS", "LINES")},
-                                 "CUDAPROBE_DRAIN_SAY_S": "0"})
-    os.close(slave)
-    try:
-        shown = ANSI.sub("", read_all(master, proc))
-    finally:
-        os.close(master)
-    assert proc.returncode == 0, shown
+    rc, shown, _ = on_terminal(  # 400 columns: the line whole, the path is long
+        cudaprobe_cmd("trace", "--lib", str(libcudart), "-o", str(out), "--", str(exe), "300"),
+        400, stdout=subprocess.DEVNULL, env={"CUDAPROBE_DRAIN_SAY_S": "0"})
+    assert rc == 0, shown
     said = re.findall(r"cudaprobe: writing (\S+): ([\d,]+) rows of 3,000 calls \((\d+)%\); "
                       r"Ctrl-C stops it, the rest counted as lost", shown)
     assert said and {where for where, _, _ in said} == {str(out)}, shown
@@ -97,30 +114,6 @@ def test_no_status_line_when_stderr_is_not_a_terminal(tmp_path, libcudart):
     assert proc.returncode == 0, proc.stderr
     assert "Ctrl-C to stop" not in proc.stderr and "\x1b[" not in proc.stderr
     assert "300 calls in" in proc.stderr
-
-
-def _terminal(width: int) -> tuple[int, int]:
-    """A pty of `width` columns: (master, slave)."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, width, 0, 0))
-    return master, slave
-
-
-def on_terminal(argv: list[str], width: int, stdout=subprocess.PIPE) -> tuple[int, str, str]:
-    """Run `argv` with stderr (and stdout, given STDOUT) on a pty of `width`
-    columns (its size, not $COLUMNS): its exit status, what the terminal
-    showed (colours and cursor moves taken out), what went to stdout."""
-    master, slave = _terminal(width)
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    proc = subprocess.Popen(argv, stdout=slave if stdout is None else stdout, stderr=slave,
-                            stdin=subprocess.DEVNULL, env=env)
-    os.close(slave)
-    try:
-        shown = ANSI.sub("", read_all(master, proc)).replace("\r", "")
-    finally:
-        os.close(master)
-    out = proc.stdout.read().decode() if proc.stdout is not None else ""
-    return proc.returncode, shown, out
 
 
 @pytest.mark.parametrize("width", [80, 100, 160])
