@@ -45,7 +45,7 @@ def cuda(fn, *args):
     caller = [id(caller), caller.co_firstlineno]
     result = fn(*args)  # the line of the call: f_lineno above + 7
     out.append({"tid": threading.get_native_id(), "event": fn.__name__, "stack": frames,
-                "code": caller})
+                "code": caller, "thread": threading.current_thread().name})
     return result
 
 
@@ -81,7 +81,8 @@ def threads():
         done.wait()  # none ends, and leaves the list, before both have called
 
     threading.stack_size(256 << 10)  # a thousand of them, and little memory
-    workers = [threading.Thread(target=wait, args=(i in (0, n - 1),)) for i in range(n)]
+    workers = [threading.Thread(target=wait, args=(i in (0, n - 1),), name=f"worker-{i}")
+               for i in range(n)]
     for t in workers:
         t.start()
     waiting.wait()  # all alive, in CPython's list before the main thread
