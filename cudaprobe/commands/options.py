@@ -193,7 +193,8 @@ def report_file_options(schema_doc: str) -> Callable[[Callable], Callable]:
         click.option("--json", "as_json", is_flag=True, hidden=True,
                      help="The same as `-f json` (deprecated)."),
         click.option("-o", "--output", metavar="FILE",
-                     help="Write the report to FILE (created 0600)."),
+                     help="Write the report to FILE (created 0600); FILE.gz: "
+                          "gzip-compressed."),
         click.option("--force", is_flag=True, help="Overwrite an existing -o FILE."),
     ]
 

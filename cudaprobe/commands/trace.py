@@ -28,7 +28,9 @@ from cudaprobe.sessions.tracing import TraceRequest, run_trace
               help="Output format: json is one document ({\"calls\": [...], \"summary\": "
                    "{...}}), jsonl a line per call. Default: from the -o extension (.jsonl, "
                    ".json, .csv, .chrome.json), else table.")
-@click.option("-o", "--output", metavar="FILE", help="Write calls to FILE (created 0600).")
+@click.option("-o", "--output", metavar="FILE",
+              help="Write calls to FILE (created 0600); FILE.gz: gzip-compressed, the "
+                   "format from the name before .gz (run.chrome.json.gz).")
 @click.option("--force", is_flag=True, help="Overwrite an existing -o FILE.")
 @click.option("--errors-only", is_flag=True, help="Only calls that returned an error.")
 @click.option("--gpu-time", is_flag=True,

@@ -20,12 +20,14 @@ import errno
 import os
 import stat
 import sys
+import zlib
 from typing import Callable
 
 from cudaprobe.errors import OutputError, OutputFailed
 
 DEFAULT_MODE = 0o600
 BUFFER = 1 << 16  # bytes held before a write(2)
+GZIP_SUFFIX = ".gz"  # -o FILE.gz: written gzip-compressed, its format from what is before
 
 
 def check_output_path(path: str, force: bool) -> None:
@@ -225,6 +227,44 @@ class LazyOutputFile(OutputStream):
                 self.failure = self.failure or e
 
 
+class GzipOutputFile(LazyOutputFile):
+    """-o FILE.gz: what the format writes, gzip-compressed as it goes (zcat,
+    Perfetto and Python's gzip read it). A batch whose compressed bytes fail
+    to go out has its lines dropped whole, and the file ends there (a reader
+    takes what was before). Lines are counted out when compressed: the last
+    of them reach the file with the gzip trailer at close."""
+
+    def __init__(self, path: str, force: bool, mode: int = DEFAULT_MODE) -> None:
+        super().__init__(path, force, mode)
+        self._zip = zlib.compressobj(6, zlib.DEFLATED, 31)  # 31: the gzip format
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        data = b"".join(self._pending)
+        self._pending, self._pending_bytes = [], 0
+        self._write_packed(self._zip.compress(data), data.count(b"\n"))
+
+    def _write_packed(self, packed: bytes, lines: int) -> None:
+        done = 0
+        try:
+            fd = self._fd()
+            while done < len(packed):
+                done += os.write(fd, packed[done:])
+        except OSError as e:
+            self.failure = e
+            self.failed = self.failed or e
+            self.lines_dropped += lines
+        else:
+            self.lines_out += lines
+
+    def close(self) -> None:
+        self.flush()
+        if self.failed is None:  # the rest the compressor holds, and the trailer
+            self._write_packed(self._zip.flush(), 0)
+        super().close()
+
+
 def stdout_closed() -> bool:
     """Whether cudaprobe started with fd 1 closed (`>&-`): Python's sys.stdout is
     None then, or the CLI's stand-in that fails every write (cli.ClosedStdout)."""
@@ -271,4 +311,6 @@ def open_output(path: str | None, force: bool, mode: int = DEFAULT_MODE,
     if path is None or path == "-":
         return StdoutStream()
     check_output_path(path, force)
+    if path.lower().endswith(GZIP_SUFFIX):  # compressed as it is written
+        return GzipOutputFile(path, force, mode)
     return LazyOutputFile(path, force, mode)

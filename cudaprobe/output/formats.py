@@ -15,6 +15,7 @@ from cudaprobe.errors import UsageError
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.chrome import ChromeReporter
 from cudaprobe.output.csv import CsvReporter
+from cudaprobe.output.files import GZIP_SUFFIX
 from cudaprobe.output.json_document import JsonReporter
 from cudaprobe.output.jsonl import JsonlReporter
 from cudaprobe.output.table import TableReporter
@@ -37,7 +38,7 @@ def format_of_output(fmt: str | None, output: str | None,
             raise UsageError(f"unknown format {fmt!r}: choose one of {', '.join(extensions)}")
         return fmt
     if output and output != "-":
-        path = output.lower()
+        path = output.lower().removesuffix(GZIP_SUFFIX)  # calls.jsonl.gz: JSONL, compressed
         matches = [(len(ext), name) for name, exts in extensions.items() for ext in exts
                    if path.endswith(ext)]
         if matches:

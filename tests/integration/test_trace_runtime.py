@@ -8,6 +8,9 @@ tests check against what the workload itself printed.
 from __future__ import annotations
 
 import collections
+import csv
+import gzip
+import io
 import json
 import os
 
@@ -216,3 +219,27 @@ def test_a_function_that_returns_a_string_never_counts_as_an_error(tmp_path, lib
     stats = json.loads(out.read_text())
     counted = {f["event"]: (f["count"], f["errors"]) for f in stats["functions"]}
     assert counted == {"cudaGetErrorName": (5, {}), "cudaGetErrorString": (5, {})}, proc.stderr
+
+
+@pytest.mark.parametrize("name", ["calls.jsonl.gz", "run.chrome.json.gz", "calls.csv.gz"])
+def test_a_trace_written_to_a_gz_file_is_the_trace_compressed(tmp_path, libcudart, name):
+    """-o FILE.gz: the format its name picks before `.gz`, gzip-compressed;
+    every call the workload made is in it, in the order it made them."""
+    exe = build_workload("runtime_calls.c")
+    out = tmp_path / name
+    proc = run_cudaprobe("trace", "--lib", str(libcudart), "-o", str(out), "--", str(exe), "3")
+    assert proc.returncode == 0, proc.stderr
+    truth = [t["event"] for t in expected_calls(proc.stdout)]
+    text = gzip.decompress(out.read_bytes()).decode()
+    if name.endswith(".jsonl.gz"):
+        lines = [json.loads(line) for line in text.splitlines()]
+        events = [row["event"] for row in lines[:-1]]
+        assert lines[-1]["summary"]["calls"] == 30
+    elif name.endswith(".chrome.json.gz"):  # what Perfetto opens, gzipped as it takes it
+        # a launch's slice is named by its kernel (by its function where not named)
+        events = [e["name"].replace("fake_kernel", "cudaLaunchKernel")
+                  for e in json.loads(text) if e.get("ph") == "X"]
+    else:
+        rows = list(csv.DictReader(io.StringIO(text)))
+        events = [row["event"] for row in rows]
+    assert events == truth and len(truth) == 30

@@ -132,3 +132,49 @@ def test_discarded_output_leaves_an_existing_file_alone(tmp_path):
     out.discard()
     out.close()
     assert old.read_text() == "old trace\n"
+
+
+def test_a_gz_file_is_written_compressed_and_reads_back_whole(tmp_path):
+    """-o FILE.gz: the format's text, gzip-compressed as it goes; the format
+    is the one the name before `.gz` picks."""
+    import gzip  # noqa: PLC0415
+
+    from cudaprobe.output.files import GzipOutputFile  # noqa: PLC0415
+    from cudaprobe.output.formats import choose_format  # noqa: PLC0415
+
+    path = tmp_path / "calls.jsonl.gz"
+    out = open_output(str(path), force=False)
+    assert isinstance(out, GzipOutputFile)
+    for _ in range(3):
+        out.write(ROW * 2000)  # past the buffer: flushed in batches
+        out.flush()
+    out.write('{"summary":{}}\n')
+    out.close()
+    assert gzip.decompress(path.read_bytes()).decode() == ROW * 6000 + '{"summary":{}}\n'
+    assert path.stat().st_size < len(ROW) * 6000 // 20  # compressed
+    assert (out.lines_out, out.lines_dropped, out.failed) == (6001, 0, None)
+    assert choose_format(None, "run.chrome.json.gz") == "chrome"
+    assert choose_format(None, "calls.JSONL.GZ") == "jsonl"
+    assert choose_format(None, "rows.csv.gz") == "csv"
+    assert choose_format(None, "trace.gz") == "table"
+
+
+def test_a_gz_file_that_cannot_be_written_drops_its_lines_whole(tmp_path):
+    """Its compressed bytes refused (the file may not grow past 1000 bytes):
+    the batch's lines are dropped and counted, the failure kept and said."""
+    from cudaprobe.output.files import GzipOutputFile  # noqa: PLC0415
+
+    def body() -> None:
+        out = GzipOutputFile(str(tmp_path / "calls.jsonl.gz"), force=False)
+        # hex of random bytes: half as long compressed, far past 1000 bytes
+        lines = [f"{i:08d} {os.urandom(24).hex()}\n" for i in range(4000)]
+        out.write("".join(lines))
+        out.flush()
+        assert out.failure is not None and out.cause == "output_efbig"
+        assert (out.lines_out, out.lines_dropped) == (0, 4000)
+        out.write(ROW)  # after the failure: dropped and counted
+        assert out.lines_dropped == 4001
+        with pytest.raises(OutputFailed, match="calls.jsonl.gz failed: File too large"):
+            out.close()
+
+    under_size_limit(body)
