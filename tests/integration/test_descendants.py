@@ -119,6 +119,9 @@ class Background:
         return self.child
 
     def stop_child(self) -> None:
+        """SIGTERM, once the child has its handler (it prints its arguments
+        after setting it): before, the signal would kill it unsaid."""
+        _wait_for(self.steady_out, r"argv\[0\]=", None)
         os.kill(self.child, signal.SIGTERM)
 
     def close(self) -> None:
