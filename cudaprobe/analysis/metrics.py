@@ -55,7 +55,7 @@ from cudaprobe.analysis.labels import LabelBudget
 from cudaprobe.analysis.memstate import KINDS
 from cudaprobe.analysis.memtrack import ROLES, MemCall, MemoryAccounting
 from cudaprobe.analysis.summary import NOT_LOST
-from cudaprobe.catalogue.functions import FUNCTIONS, Function
+from cudaprobe.catalogue.functions import BY_EXPORTED
 from cudaprobe.decode.calls import Call
 from cudaprobe.decode.demangle import demangle
 from cudaprobe.decode.gputime import GpuWork
@@ -102,9 +102,6 @@ MEMSETS: dict[str, tuple[str, int]] = {
     "cuMemsetD32Async": ("N", 4),
 }
 
-# every probed symbol (versions and variants too) -> its catalogue function
-_BY_SYMBOL: dict[str, Function] = {s: f for f in FUNCTIONS for s in f.symbols}
-
 
 def _copy(name: str, args: dict) -> tuple[str, int] | None:
     copy = COPIES.get(name)
@@ -120,7 +117,7 @@ def _copy(name: str, args: dict) -> tuple[str, int] | None:
 def copy_of(call: Call) -> tuple[str, int] | None:
     """A copy's direction and bytes, as `memcpy_bytes` counts them; None for a
     call that is not a copy."""
-    function = _BY_SYMBOL.get(call.event)
+    function = BY_EXPORTED.get(call.event)
     return _copy(function.name, call.args) if function is not None else None
 
 
@@ -200,7 +197,7 @@ class CallMetrics:
                     launch = (self._kernels.label(c.args.get(NAME_KEY)), c.api)
                     self._launches[launch] = self._launches.get(launch, 0) + 1
                 last_ns = max(last_ns, c.ts_ns + c.duration_ns)
-                function = _BY_SYMBOL.get(c.event)
+                function = BY_EXPORTED.get(c.event)
                 if function is None:
                     continue
                 if function.name in ROLES:

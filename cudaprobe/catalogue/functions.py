@@ -36,7 +36,7 @@ __all__ = ["APIS", "NCCL", "NCCL_FUNCTIONS", "CATEGORIES", "CONFIG_KINDS", "CONF
            "DRIVER", "MAX_OUTS", "MAX_SLOTS",
            "NOT_CAPTURED_SLOT", "OUT4_KINDS", "OUT_KINDS", "REGISTER_SLOTS", "RUNTIME", "Arg",
            "ArgKind", "Function", "HOT", "is_default", "FUNCTIONS", "RUNTIME_FUNCTIONS",
-           "DRIVER_FUNCTIONS", "BY_SYMBOL", "BY_NAME", "MEMCPY_KINDS"]
+           "DRIVER_FUNCTIONS", "BY_SYMBOL", "BY_EXPORTED", "BY_NAME", "MEMCPY_KINDS"]
 
 FUNCTIONS: tuple[Function, ...] = build_functions()
 RUNTIME_FUNCTIONS = tuple(f for f in FUNCTIONS if f.api == RUNTIME)
@@ -45,6 +45,9 @@ NCCL_FUNCTIONS = tuple(f for f in FUNCTIONS if f.api == NCCL)
 
 # exported symbol (without variant suffix) -> function; unique
 BY_SYMBOL: dict[str, Function] = {f.symbol: f for f in FUNCTIONS}
+# every exported symbol (versions and variants too: cudaLaunchKernel_ptsz,
+# cuMemAlloc_v2) -> its function, as events name it
+BY_EXPORTED: dict[str, Function] = {s: f for f in FUNCTIONS for s in f.symbols}
 # header name -> function; where one name has several ABI versions
 # (cuCtxCreate_v2, _v4) this holds the newest, as the current headers declare it
 BY_NAME: dict[str, Function] = {f.name: f for f in FUNCTIONS}

@@ -104,15 +104,26 @@ class OutputStream:
             return
         data = b"".join(self._pending)
         self._pending, self._pending_bytes = [], 0
+        self._send(data)
+
+    def _send(self, data: bytes) -> None:
+        """A batch of whole lines out; where it fails, its whole lines kept."""
+        done, error = self._write_all(data)
+        if error is not None:
+            self._fail(error, data, done)
+        else:
+            self.lines_out += data.count(b"\n")
+
+    def _write_all(self, data: bytes) -> tuple[int, OSError | None]:
+        """`data` written out: the bytes that went, and the failure that stopped it."""
         done = 0
         try:
             fd = self._fd()
             while done < len(data):
                 done += os.write(fd, data[done:])
         except OSError as e:
-            self._fail(e, data, done)
-        else:
-            self.lines_out += data.count(b"\n")
+            return done, e
+        return done, None
 
     def _fail(self, error: OSError, data: bytes, done: int) -> None:
         """`done` bytes of `data` went out: keep its whole lines, drop the rest."""
@@ -238,22 +249,15 @@ class GzipOutputFile(LazyOutputFile):
         super().__init__(path, force, mode)
         self._zip = zlib.compressobj(6, zlib.DEFLATED, 31)  # 31: the gzip format
 
-    def flush(self) -> None:
-        if not self._pending:
-            return
-        data = b"".join(self._pending)
-        self._pending, self._pending_bytes = [], 0
-        self._write_packed(self._zip.compress(data), data.count(b"\n"))
+    def _send(self, data: bytes) -> None:
+        self._send_packed(self._zip.compress(data), data.count(b"\n"))
 
-    def _write_packed(self, packed: bytes, lines: int) -> None:
-        done = 0
-        try:
-            fd = self._fd()
-            while done < len(packed):
-                done += os.write(fd, packed[done:])
-        except OSError as e:
-            self.failure = e
-            self.failed = self.failed or e
+    def _send_packed(self, packed: bytes, lines: int) -> None:
+        """Compressed bytes out, standing for `lines`: all of them or none."""
+        _, error = self._write_all(packed)
+        if error is not None:
+            self.failure = error
+            self.failed = self.failed or error
             self.lines_dropped += lines
         else:
             self.lines_out += lines
@@ -261,7 +265,7 @@ class GzipOutputFile(LazyOutputFile):
     def close(self) -> None:
         self.flush()
         if self.failed is None:  # the rest the compressor holds, and the trailer
-            self._write_packed(self._zip.flush(), 0)
+            self._send_packed(self._zip.flush(), 0)
         super().close()
 
 

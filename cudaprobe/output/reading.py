@@ -16,9 +16,10 @@ JSON and Chrome keep DETAILS as decoded; only the table reads it this way.
 
 from __future__ import annotations
 
+import functools
 import re
 
-from cudaprobe.catalogue.functions import FUNCTIONS, OUT_KINDS, ArgKind, Function
+from cudaprobe.catalogue.functions import BY_EXPORTED, OUT_KINDS, ArgKind, Function
 from cudaprobe.decode.calls import NOT_READ, Call
 from cudaprobe.decode.demangle import shorten
 from cudaprobe.decode.handles import UNKNOWN_WHY
@@ -29,7 +30,6 @@ STILL_RUNNING = " (still running when the trace ended)"  # decode.calls' ending
 ERROR_KEEPS = 8  # cells an error keeps at the end of a cut DETAILS ...
 INPUTS_KEEP = 16  # ... where what went in keeps these
 _NAME = re.compile(r" (?=[A-Za-z_][A-Za-z0-9_]*=)")  # where a `name=` part starts
-_BY_SYMBOL: dict[str, Function] = {s: f for f in FUNCTIONS for s in f.symbols}
 
 # rank of an argument's part: lower first; (launch, other call)
 KERNEL, SHAPE, SIZE, KIND, VALUE, HANDLE, REST = range(7)
@@ -46,6 +46,7 @@ _NAME_RANK = {"bytes": SIZE, "grid": SHAPE, "block": SHAPE, "smem": SIZE, "strea
 _KERNEL_KINDS = (ArgKind.FUNC, ArgKind.CU_FUNCTION)
 
 
+@functools.cache  # (the catalogue's functions: a few thousand at most)
 def _kinds(fn: Function) -> dict[str, ArgKind]:
     """Each part's name in DETAILS -> its argument's kind (a grid's X, Y and Z
     are one part, named by their stem)."""
@@ -76,7 +77,7 @@ def reading(c: Call, result: str = "", kernel_room: int | None = None) -> str:
     details = c.details
     if details.endswith(STILL_RUNNING):
         details = details[: -len(STILL_RUNNING)]
-    fn = _BY_SYMBOL.get(c.event.strip())
+    fn = BY_EXPORTED.get(c.event.strip())
     if fn is None or not details:
         return f"{details}{ARROW}{result}" if result and details else details or result
     kinds = _kinds(fn)

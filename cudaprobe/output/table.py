@@ -80,15 +80,20 @@ SUCCESS = {"cudaSuccess", "CUDA_SUCCESS"}
 ERROR_PREFIXES = ("cudaError", "CUDA_ERROR_")
 
 
+def less_prefix(name: str, prefixes: tuple[str, ...] = ERROR_PREFIXES) -> str:
+    """`name` without the first of `prefixes` it starts with (and has more than)."""
+    for prefix in prefixes:
+        if name.startswith(prefix) and len(name) > len(prefix):
+            return name[len(prefix):]
+    return name
+
+
 def cut_result(text: str, width: int) -> str:
     """RESULT in `width` cells: whole where it fits, else without its prefix
-    (InsufficientDriver, not cudaEr…river), cut at the end."""
+    (InsufficientDriver, not cudaEr…river; Success), cut at the end."""
     if len(text) <= width:
         return text
-    for prefix in ERROR_PREFIXES + ("cuda", "CUDA_"):
-        if text.startswith(prefix) and len(text) > len(prefix):
-            return cut_end(text[len(prefix):], width)
-    return cut_end(text, width)
+    return cut_end(less_prefix(text, ERROR_PREFIXES + ("cuda", "CUDA_")), width)
 
 
 COLUMNS = (
@@ -140,12 +145,7 @@ def short_result(c: Call) -> str:
     if c.in_flight:
         return "in flight"
     name = c.ret_name or ""
-    if name in SUCCESS:
-        return ""
-    for prefix in ERROR_PREFIXES:
-        if name.startswith(prefix) and len(name) > len(prefix):
-            return name[len(prefix):]
-    return name
+    return "" if name in SUCCESS else less_prefix(name)
 
 
 def folded_extra(c: Call, folded: tuple[str, ...]) -> str:

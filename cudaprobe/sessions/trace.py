@@ -230,7 +230,6 @@ class TraceSession:
             return
         run = self._lifecycle
         status, due, calls = self.options.status, time.monotonic() + drain_say_s(), None
-        records: list[tuple] = []
         while True:
             if status is not None and time.monotonic() >= due:
                 if calls is None:  # all counted now: the probes are off
