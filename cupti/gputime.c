@@ -58,6 +58,7 @@ static struct {
     CUptiResult (*subscribe)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
     CUptiResult (*unsubscribe)(CUpti_SubscriberHandle);
     CUptiResult (*get_thread_id_type)(CUpti_ActivityThreadIdType *);
+    CUptiResult (*timestamp)(uint64_t *);  /* cuptiGetTimestamp: CUPTI's clock now; may be NULL */
 } cupti;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;  /* the file and the tables */
@@ -115,6 +116,28 @@ static int open_output(void)
     return 1;
 }
 
+/* CLOCK_MONOTONIC less CUPTI's own clock, whose records an attached recording
+ * keeps (no timestamp callback there): CUPTI's clock read between two reads of
+ * ours, the closest of a few tries. Where CUPTI cannot say, CLOCK_REALTIME's
+ * offset, the clock CUPTI's is meant to follow. */
+static int64_t cupti_to_monotonic_ns(void)
+{
+    int64_t best = (int64_t)(now_ns(CLOCK_MONOTONIC) - now_ns(CLOCK_REALTIME));
+    uint64_t best_gap = UINT64_MAX;
+    for (int i = 0; cupti.timestamp && i < 5; i++) {
+        uint64_t c = 0, before = now_ns(CLOCK_MONOTONIC);
+        CUptiResult res = cupti.timestamp(&c);
+        uint64_t after = now_ns(CLOCK_MONOTONIC);
+        if (res != CUPTI_SUCCESS || !c)
+            break;
+        if (after - before < best_gap) {
+            best_gap = after - before;
+            best = (int64_t)(before + (after - before) / 2 - c);
+        }
+    }
+    return best;
+}
+
 /* the file's header, as the recording is set up now; under lock */
 static void write_header(void)
 {
@@ -122,7 +145,7 @@ static void write_header(void)
                                .clock = (uint32_t)clock_kind,
                                .record_size = sizeof(struct gputime_record)};
     memcpy(h.magic, GPUTIME_MAGIC, sizeof h.magic);
-    h.realtime_to_monotonic_ns = (int64_t)(now_ns(CLOCK_MONOTONIC) - now_ns(CLOCK_REALTIME));
+    h.realtime_to_monotonic_ns = clock_kind == GPUTIME_CLOCK_REALTIME ? cupti_to_monotonic_ns() : 0;
     h.system_tids = (uint32_t)system_tids;
     h.api_records = (uint32_t)api_records;
     write_all(&h, sizeof h);
@@ -394,6 +417,7 @@ static int load_cupti(const char *cupti_path, char *why, size_t why_size)
     cupti.subscribe = dlsym(lib, "cuptiSubscribe");
     cupti.unsubscribe = dlsym(lib, "cuptiUnsubscribe");
     cupti.get_thread_id_type = dlsym(lib, "cuptiGetThreadIdType");
+    cupti.timestamp = dlsym(lib, "cuptiGetTimestamp");
     if (missing || !cupti.callback_name) {
         snprintf(why, why_size, "libcupti lacks the activity API cudaprobe uses");
         lib = NULL;

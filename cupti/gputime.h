@@ -14,7 +14,8 @@
 #define GPUTIME_VERSION 3
 
 enum gputime_clock {
-    GPUTIME_CLOCK_REALTIME = 0,   /* CUPTI's own (CLOCK_REALTIME): add realtime_to_monotonic_ns */
+    GPUTIME_CLOCK_REALTIME = 0,   /* CUPTI's own (meant to follow CLOCK_REALTIME): add
+                                     realtime_to_monotonic_ns */
     GPUTIME_CLOCK_MONOTONIC = 1,  /* ours, through cuptiActivityRegisterTimestampCallback */
 };
 
@@ -42,7 +43,8 @@ struct gputime_header {
     uint32_t pid;
     uint32_t clock;        /* enum gputime_clock */
     uint32_t record_size;  /* sizeof(struct gputime_record) */
-    int64_t realtime_to_monotonic_ns;  /* CLOCK_MONOTONIC - CLOCK_REALTIME when opened */
+    int64_t realtime_to_monotonic_ns;  /* CLOCK_MONOTONIC less CUPTI's clock when opened
+                                          (cuptiGetTimestamp; else less CLOCK_REALTIME) */
     uint32_t system_tids;  /* 1: API records' tid is gettid()'s; 0: CUPTI's default,
                               pthread_self()'s low 32 bits, which no row has */
     uint32_t api_records;  /* enum gputime_api_records */

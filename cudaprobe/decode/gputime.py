@@ -17,9 +17,14 @@ uprobe interval contains the API interval: the call the program made (cudaLaunch
 cuLaunchKernel it made in turn). Where no traced call contains it (the API call
 was made by a runtime linked statically into cuBLAS, which has no symbols to
 probe), the first traced call inside it: the driver call that queued the work.
-Timestamps are CLOCK_MONOTONIC ns, the clock of bpf_ktime_get_ns, or CUPTI's
-CLOCK_REALTIME moved onto it with the offset the library took when it opened
-the file (header `clock`).
+Timestamps are CLOCK_MONOTONIC ns, the clock of bpf_ktime_get_ns, or (a
+process attached to, whose CUPTI already ran) CUPTI's own clock moved onto it
+with the offset the library read when it opened the file (header `clock`).
+That offset is one reading, and the join needs the API record inside a call
+of a few microseconds: such a process's records are aligned by the records
+themselves first (`align`): the API records and the traced calls of the same
+thread and function vote on the offset still missing, and the one most agree
+on is added to its GPU and API timestamps alike.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from cudaprobe.decode.calls import Call
 
@@ -148,6 +153,7 @@ class GpuReader:
     dropped: int = 0  # activity records CUPTI dropped (buffers full)
     bad_files: int = 0  # files that are not the library's (cut, foreign, holed, lying)
     foreign_tids: int = 0  # processes whose CUPTI could not give the kernel's thread ids
+    cupti_clock: set[int] = field(default_factory=set)  # pids stamped in CUPTI's own clock
     all_api_records: int = 0  # processes whose CUPTI recorded every call (no fine-grained switch)
     _files: dict[str, _File] = field(default_factory=dict)
     _apis: dict[tuple[int, int], ApiCall] = field(default_factory=dict)  # (pid, correlation)
@@ -233,6 +239,8 @@ class GpuReader:
         if api_records == API_ALL:
             self.all_api_records += 1
         f.clock_offset = offset if clock == CLOCK_REALTIME else 0
+        if clock == CLOCK_REALTIME:
+            self.cupti_clock.add(f.pid)
         return HEADER.size
 
     def decode(self, f: _File, data: bytes, pos: int, new: list[GpuWork]) -> int:
@@ -278,10 +286,13 @@ class GpuReader:
         return sum(1 for f in self._files.values() if f.clock_offset is not None)
 
 
-def join(calls: list[Call], work: list[GpuWork]) -> int:
+def join(calls: list[Call], work: list[GpuWork], cupti_clock: set[int] | frozenset = frozenset(),
+         shifts: dict[int, int | None] | None = None) -> int:
     """Gives each call in `calls` that queued GPU work its `gpu` list (GpuWork,
     in start order); returns how many records found no call (not traced: a
-    function outside -e, a thread not followed, or its API record not read)."""
+    function outside -e, a thread not followed, or its API record not read).
+    The work of processes in `cupti_clock` is aligned first (`align`); each
+    one's shift, or None where too few records agreed, goes into `shifts`."""
     threads: dict[tuple[int, int], list[Call]] = {}
     for c in calls:
         if c.duration_ns is not None:
@@ -290,9 +301,17 @@ def join(calls: list[Call], work: list[GpuWork]) -> int:
     for key, thread in threads.items():
         thread.sort(key=lambda c: c.ts_ns)
         starts[key] = [c.ts_ns for c in thread]
+    slack: dict[int, int] = {}
+    for pid in sorted(cupti_clock):
+        mine = [w for w in work if w.pid == pid]
+        shift = align(mine, threads, starts) if mine else None
+        if shifts is not None and mine:
+            shifts[pid] = shift
+        if shift is not None:
+            slack[pid] = ALIGN_SLACK_NS
     unjoined = 0
     for w in sorted(work, key=lambda w: w.start_ns):
-        call = _caller(w, threads, starts)
+        call = _caller(w, threads, starts, slack.get(w.pid, 0))
         if call is None:
             unjoined += 1
         elif call.gpu is None:
@@ -303,10 +322,82 @@ def join(calls: list[Call], work: list[GpuWork]) -> int:
 
 
 NESTED_SCAN = 8  # calls looked back at for the outermost one containing the API call
+# align(): API records (evenly spread over the run) whose calls vote; how far
+# from the header's offset a vote may be; the votes' bins; the slack the join
+# then allows on each side of a call, for what one offset cannot follow
+ALIGN_SAMPLE = 400
+ALIGN_WINDOW_NS = 2_000_000
+ALIGN_BIN_NS = 500
+ALIGN_SLACK_NS = 500
+ALIGN_MIN_VOTES = 20  # API records that must agree, else no shift (and no slack)
+ALIGN_NEAR_MOST = 0.9
+
+
+def align(work: list[GpuWork], threads: dict[tuple[int, int], list[Call]],
+          starts: dict[tuple[int, int], list[int]]) -> int | None:
+    """The ns to add to one process's CUPTI timestamps (its work's and API
+    records') so that its API records fall inside the calls that made them;
+    added here. Each sampled API record votes for the offset to every traced
+    call of its thread and function within ALIGN_WINDOW_NS (midpoint to
+    midpoint): the offset of the true pairs is the one nearly all agree on,
+    where a loop's other calls spread theirs over its varying periods. None
+    (nothing moved) where fewer than ALIGN_MIN_VOTES records agree."""
+    apis = {id(w.api): w.api for w in work if w.api is not None}
+    records = sorted(apis.values(), key=lambda a: a.start_ns)
+    if not records:
+        return None
+    step = max(1, len(records) // ALIGN_SAMPLE)
+    votes: list[tuple[int, int]] = []  # (offset, sample index)
+    for n, a in enumerate(records[::step]):
+        key = (work[0].pid, a.tid)
+        thread = threads.get(key)
+        if thread is None:
+            continue
+        mid2 = a.start_ns + a.end_ns  # twice the midpoint, to stay in integers
+        first = bisect.bisect_left(starts[key], a.start_ns - ALIGN_WINDOW_NS)
+        last = bisect.bisect_right(starts[key], a.end_ns + ALIGN_WINDOW_NS)
+        for c in thread[first:last]:
+            if not a.function or c.event == a.function:
+                votes.append(((2 * c.ts_ns + c.duration_ns - mid2) // 2, n))
+    if not votes:
+        return None
+    bins: dict[int, set[int]] = {}
+    for offset, n in votes:
+        bins.setdefault(offset // ALIGN_BIN_NS, set()).add(n)
+    # a bin's voters with its two neighbours' (the true offset's may straddle a
+    # border); of the bins nearly as agreed on as the most (a loop as regular as a
+    # clock agrees as well on its period), the nearest the header's offset
+    voters = {b: len(bins[b].union(bins.get(b - 1, ()), bins.get(b + 1, ()))) for b in bins}
+    most = max(voters.values())
+    best = min((b for b, v in voters.items() if v >= most * ALIGN_NEAR_MOST),
+               key=lambda b: (abs(b), b))
+    if voters[best] < ALIGN_MIN_VOTES:
+        return None
+    agreeing = sorted(o for o, _ in votes if abs(o // ALIGN_BIN_NS - best) <= 1)
+    shift = agreeing[len(agreeing) // 2]
+    for w in work:
+        w.start_ns += shift
+        w.end_ns += shift
+    for a in records:
+        a.start_ns += shift
+        a.end_ns += shift
+    return shift
+
+
+def say_shifts(shifts: dict[int, int | None], notify: Callable[[str], None]) -> None:
+    """A line per process whose CUPTI clock was aligned (or could not be)."""
+    for pid, shift in sorted(shifts.items()):
+        if shift is None:
+            notify(f"--gpu-time: pid {pid}'s GPU timestamps could not be aligned with its "
+                   "rows (too few of CUPTI's API records met a traced call): its work is "
+                   "joined by the clock offset read at the attach, and may go unjoined")
+        else:
+            notify(f"--gpu-time: pid {pid}'s GPU timestamps moved by {shift / 1000:+.1f} µs "
+                   "onto the rows' clock (CUPTI's own clock, aligned by its API records)")
 
 
 def _caller(w: GpuWork, threads: dict[tuple[int, int], list[Call]],
-            starts: dict[tuple[int, int], list[int]]) -> Call | None:
+            starts: dict[tuple[int, int], list[int]], slack: int = 0) -> Call | None:
     api = w.api
     if api is None:
         return None
@@ -314,16 +405,16 @@ def _caller(w: GpuWork, threads: dict[tuple[int, int], list[Call]],
     thread = threads.get(key)
     if thread is None:
         return None
-    i = bisect.bisect_right(starts[key], api.start_ns)
+    i = bisect.bisect_right(starts[key], api.start_ns + slack)
     found = None
     for c in reversed(thread[max(0, i - NESTED_SCAN):i]):
-        if c.ts_ns + c.duration_ns >= api.end_ns:
+        if c.ts_ns + c.duration_ns + slack >= api.end_ns:
             found = c  # keep looking: an outer call started earlier
     if found is None and i < len(thread):
         # the API call itself was not traced (the runtime that cuBLAS links in
         # statically has no symbols): the first traced call made inside it, the
         # driver call that queued the work (cuLaunchKernelEx under cudaLaunchKernelExC)
         c = thread[i]
-        if c.ts_ns + c.duration_ns <= api.end_ns:
+        if c.ts_ns + c.duration_ns <= api.end_ns + slack:
             found = c
     return found

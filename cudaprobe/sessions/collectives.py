@@ -54,7 +54,7 @@ def stats_by_collective(plan: ProbePlan, settings: bpfprog.Settings, command: li
     ended = time.monotonic_ns()
     work = gpu.read() if gpu is not None else []
     if work:
-        join(keep.kept, work)
+        join(keep.kept, work, gpu.reader.cupti_clock)
     per_function.add(keep.kept)
     s = session.summary
     lost = {k: v for k, v in s.lost.items() if k not in NOT_LOST}

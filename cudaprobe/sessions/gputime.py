@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Callable
 
 from cudaprobe.decode.calls import Call
-from cudaprobe.decode.gputime import GpuReader, GpuWork, join
+from cudaprobe.decode.gputime import GpuReader, GpuWork, join, say_shifts
 from cudaprobe.errors import UsageError
 from cudaprobe.output.formats import Reporter
 from cudaprobe.sessions.gputime_attach import GpuTimeAttach, say_outcome
@@ -133,7 +133,9 @@ class GpuTimeRows:
         work = self.gpu.read()
         held, self._held = self._held, None
         if work:
-            unjoined = join(held, work)
+            shifts: dict[int, int | None] = {}
+            unjoined = join(held, work, self.gpu.reader.cupti_clock, shifts)
+            say_shifts(shifts, self.notify)
             kinds = {k: sum(1 for w in work if w.kind == k) for k in ("kernel", "memcpy", "memset")}
             self.notify(
                 f"--gpu-time: {kinds['kernel']} kernels, {kinds['memcpy']} copies, "

@@ -6,6 +6,7 @@ GPU work to the traced calls."""
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import struct
 import subprocess
@@ -367,3 +368,69 @@ def test_names_kept_per_process_are_bounded(tmp_path, monkeypatch):
         + _record(gputime.KERNEL, correlation=1, name_id=1)
         + _record(gputime.KERNEL, correlation=2, name_id=2))
     assert [w.name for w in GpuReader(tmp_path).poll()] == ["abcdefgh", ""]
+
+
+def _loop(skew: int, n: int = 2000, period: int = 5000, jitter: int = 1300, seed: int = 3):
+    """A launch-bound loop: calls every `period` ns (give or take `jitter`), each
+    with its kernel's API record inside it, stamped `skew` ns off the rows' clock."""
+    rng = random.Random(seed)
+    calls, works, t = [], [], 1_000_000_000
+    for i in range(n):
+        t += period + rng.randrange(-jitter, jitter + 1) if jitter else period
+        memcpy = i % 7 == 3
+        c = call("cudaMemcpyAsync" if memcpy else "cudaLaunchKernel", t, 2200)
+        api = gputime.ApiCall(9, t + 500 + skew, t + 1700 + skew,
+                              "cudaMemcpyAsync" if memcpy else "cudaLaunchKernel")
+        works.append(GpuWork(77, "memcpy" if memcpy else "kernel", t + 9000 + skew,
+                             t + 11000 + skew, 0, 1, 7, i, "k", api=api))
+        calls.append(c)
+    return calls, works
+
+
+@pytest.mark.parametrize("skew", [-37_300, 800, 1_450_000])
+def test_cupti_clock_is_aligned_by_the_api_records(skew):
+    """An attached process's CUPTI stamps in its own clock, one offset read at
+    the attach: off by even a microsecond, a launch's API record falls outside
+    its call. Aligned by the records, every kernel goes to its own call, and
+    its GPU times move onto the rows' clock."""
+    calls, works = _loop(skew)
+    assert join(calls, [GpuWork(**{**w.__dict__, "api": None}) for w in works]) == len(works)
+    unaligned, _ = _loop(skew)
+    assert join(unaligned, _loop(skew)[1]) > len(works) // 2  # as before: most unjoined
+    shifts: dict = {}
+    assert join(calls, works, {77}, shifts) == 0
+    assert abs(shifts[77] + skew) <= 200
+    for c, w in zip(calls, works):
+        assert c.gpu == [w]
+        assert abs(w.start_ns - (c.ts_ns + 9000)) <= 200
+
+
+def test_a_loop_as_regular_as_a_clock_is_aligned_to_the_nearest_agreement():
+    """Every period agrees as well as the true offset in a loop with no jitter at
+    all: the offset nearest the one read at the attach is taken, not a period away."""
+    calls, works = _loop(700, jitter=0)
+    shifts: dict = {}
+    assert join(calls, works, {77}, shifts) == 0
+    assert abs(shifts[77] + 700) <= 200
+    assert all(c.gpu == [w] for c, w in zip(calls, works))
+
+
+def test_too_few_records_agreeing_move_nothing_and_say_so():
+    calls, works = _loop(1_000_000, n=10)  # 10 calls: fewer than ALIGN_MIN_VOTES
+    starts = [w.start_ns for w in works]
+    shifts: dict = {}
+    assert join(calls, works, {77}, shifts) == len(works)
+    assert shifts == {77: None} and [w.start_ns for w in works] == starts
+    said: list[str] = []
+    gputime.say_shifts(shifts, said.append)
+    assert said == ["--gpu-time: pid 77's GPU timestamps could not be aligned with its rows "
+                    "(too few of CUPTI's API records met a traced call): its work is joined "
+                    "by the clock offset read at the attach, and may go unjoined"]
+
+
+def test_a_file_in_cuptis_own_clock_is_marked_for_alignment(tmp_path):
+    (tmp_path / "gputime.77.bin").write_bytes(_header(clock=gputime.CLOCK_REALTIME))
+    (tmp_path / "gputime.78.bin").write_bytes(_header(pid=78))
+    reader = GpuReader(tmp_path)
+    reader.poll()
+    assert reader.cupti_clock == {77}

@@ -80,6 +80,12 @@ static uint64_t realtime_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+CUptiResult cuptiGetTimestamp(uint64_t *timestamp)
+{
+    *timestamp = realtime_ns();
+    return CUPTI_SUCCESS;
+}
+
 CUptiResult cuptiActivityFlushAll(uint32_t flag)
 {
     uint8_t *buffer;
