@@ -92,6 +92,7 @@ class GpuTimeAttach:
         self._children: list[threading.Thread] = []
         # (pid, image) tried: injected, or refused for a reason that stays
         self._joined: set[tuple[int, tuple[int, int] | None]] = set()
+        self._began: dict[int, float] = {}  # pid -> when putting the library in began
         self._workers: dict[int, threading.Thread] = {}
         self.libraries: Callable[[], list[OpenedFile]] = list  # the probed CUDA libraries
         self.program: SafePointProgram | None = None
@@ -117,6 +118,7 @@ class GpuTimeAttach:
         if self.reader is None:
             return
         image = _image(pid)
+        self._began[pid] = time.monotonic()
         with self._lock:  # not again at its next open of a CUDA library (held)
             self._joined.add((pid, image))
         try:
@@ -165,6 +167,7 @@ class GpuTimeAttach:
 
     def _child(self, pid: int, release: Callable[[], None]) -> None:
         why = ""
+        self._began[pid] = time.monotonic()
         try:
             process = HeldProcess(pid)
         except ProcessLookupError:
@@ -225,7 +228,9 @@ class GpuTimeAttach:
         if self._beats is None:
             self._beats = threading.Thread(target=self._heartbeat, daemon=True)
             self._beats.start()
-        self.notify(f"--gpu-time: the GPU-time library is recording in pid {pid}")
+        took = time.monotonic() - self._began.get(pid, time.monotonic())
+        self.notify(f"--gpu-time: the GPU-time library is recording in pid {pid} ({took:.2f} s "
+                    "to put in)")
         return ""
 
     def _heartbeat(self) -> None:

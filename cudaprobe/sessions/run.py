@@ -122,6 +122,10 @@ class ProbeRun:
         self.command: LaunchedCommand | None = None
         self.tracer: Tracer
         self.t0_ns = 0
+        # --duration counts from here: t0, or with --gpu-time into running
+        # processes, the instant their GPU time is recorded (the injection can
+        # take seconds, and the window is for both)
+        self._window_ns = 0
         self._stop = StopRequest()
         self._stack = contextlib.ExitStack()
 
@@ -141,7 +145,7 @@ class ProbeRun:
                     self.tracer.py.add_command([self.options.targets.comm])
             if self.command:
                 self.tracer.attacher.add_target(self.command.pid)
-            self.t0_ns = time.monotonic_ns()
+            self.t0_ns = self._window_ns = time.monotonic_ns()
             gpu = self.options.gpu_attach if self.command is None else None
             if gpu is not None:  # before the gate opens: a later process is held for it
                 self._gpu_for_later(gpu)
@@ -155,6 +159,7 @@ class ProbeRun:
             self.tracer.attacher.start()
             if gpu is not None:
                 gpu.attach_all(self.tracer.attacher.target_pids())
+                self._window_ns = time.monotonic_ns()
             if self._on_attached is not None:
                 self._on_attached(self)
         except BaseException:
@@ -188,6 +193,10 @@ class ProbeRun:
     def elapsed_s(self) -> float:
         return (time.monotonic_ns() - self.t0_ns) / 1e9
 
+    def _window_over(self) -> bool:
+        duration = self.options.duration
+        return bool(duration) and (time.monotonic_ns() - self._window_ns) / 1e9 >= duration
+
     @property
     def traced_s(self) -> float:
         """How long the probes were in: until detach (not the drain after it)."""
@@ -202,8 +211,7 @@ class ProbeRun:
             return False
         if self.command is not None and self.command.wait() is not None:
             return self._descendants_run()
-        duration = self.options.duration
-        return not (duration and self.elapsed_s >= duration)
+        return not self._window_over()
 
     def _descendants(self) -> list[int]:
         """The command's descendants still running: the targets the fork hook
@@ -226,8 +234,7 @@ class ProbeRun:
                         f"descendants {'runs' if len(left) == 1 else 'run'} on (pid "
                         f"{_pids(left)}): tracing until the last exits, Ctrl-C to stop")
         self._left = left or self._left
-        duration = self.options.duration
-        return bool(left) and not (duration and self.elapsed_s >= duration)
+        return bool(left) and not self._window_over()
 
     @property
     def drain_cut(self) -> bool:
@@ -290,8 +297,8 @@ class ProbeRun:
         """Say, once, what ended the trace, and decide the exit status."""
         if self._ended is not None:
             return
-        duration, command = self.options.duration, self.command
-        over = bool(duration and self.elapsed_s >= duration) and not self._all_exited
+        command = self.command
+        over = self._window_over() and not self._all_exited
         left = self._descendants() if command is not None and command.released else []
         status, message = end_of_trace(command, self._stop.signal, over, left, bool(self._left))
         if status is None:

@@ -140,7 +140,9 @@ def test_cycles_on_a_c_program(target_exe, fake_cupti):
         cycles = helper(t.pid, 100, None, fake_cupti)
         assert len(cycles) == 100
         for c in cycles:
-            assert c["said"] == [f"--gpu-time: the GPU-time library is recording in pid {t.pid}"]
+            said = f"--gpu-time: the GPU-time library is recording in pid {t.pid} ("
+            assert [line[:len(said)] for line in c["said"]] == [said], c["said"]
+            assert c["said"][0].endswith(" s to put in)"), c["said"]
             # the flush at each stop: the fake's kernel, named in each new memfd
             assert c["kernels"] == ["fake_attached_kernel"]
         t.wait_settled()
