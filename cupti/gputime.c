@@ -70,6 +70,11 @@ static int system_tids;  /* CUPTI gives gettid() in API records (not pthread_sel
 static int api_records = GPUTIME_API_UNKNOWN;  /* which calls CUPTI records (the header says) */
 static int initialized;
 static int recording;  /* attach: between gputime_record_to and gputime_stop_recording */
+/* attach: the switches for single API functions (cuptiActivityEnableRuntimeApi)
+ * give no API record in a process whose CUDA already runs (seen on an H100,
+ * CUDA 13, driver 580): the whole RUNTIME and DRIVER kinds instead, whose
+ * records of functions not kept the library drops (api_kept) */
+static int recording_attached;
 /* per domain (0 driver, 1 runtime) and cbid: 0 not seen, 1 kept (its name written), 2 not kept */
 static unsigned char api_kept[2][MAX_CBID];
 static const char *names[MAX_NAMES];  /* open addressing on CUPTI's name pointers */
@@ -377,7 +382,7 @@ static CUptiResult enable_activity(void)
         CUPTI_ACTIVITY_KIND_MEMSET};
     for (size_t i = 0; res == CUPTI_SUCCESS && i < sizeof kinds / sizeof *kinds; i++)
         res = cupti.enable(kinds[i]);
-    if (res == CUPTI_SUCCESS && enable_kept_apis(1))
+    if (res == CUPTI_SUCCESS && !recording_attached && enable_kept_apis(1))
         api_records = GPUTIME_API_SELECTED;
     else if (res == CUPTI_SUCCESS && (res = cupti.enable(CUPTI_ACTIVITY_KIND_RUNTIME)) ==
              CUPTI_SUCCESS && (res = cupti.enable(CUPTI_ACTIVITY_KIND_DRIVER)) == CUPTI_SUCCESS)
@@ -529,6 +534,7 @@ int gputime_record_to(int fd, const char *cupti_path, char *why, size_t why_size
     next_name_id = 1;
     clock_kind = GPUTIME_CLOCK_REALTIME;
     api_records = GPUTIME_API_UNKNOWN;
+    recording_attached = 1;
     res = enable_activity();
     write_header();
     pthread_mutex_unlock(&lock);

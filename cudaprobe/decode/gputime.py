@@ -155,6 +155,7 @@ class GpuReader:
     foreign_tids: int = 0  # processes whose CUPTI could not give the kernel's thread ids
     cupti_clock: set[int] = field(default_factory=set)  # pids stamped in CUPTI's own clock
     all_api_records: int = 0  # processes whose CUPTI recorded every call (no fine-grained switch)
+    attached_all_api: int = 0  # processes attached to: their CUPTI records every call (by design)
     _files: dict[str, _File] = field(default_factory=dict)
     _apis: dict[tuple[int, int], ApiCall] = field(default_factory=dict)  # (pid, correlation)
 
@@ -236,8 +237,10 @@ class GpuReader:
         f.system_tids = bool(system_tids)
         if not system_tids:
             self.foreign_tids += 1
-        if api_records == API_ALL:
+        if api_records == API_ALL and f.fd is None:
             self.all_api_records += 1
+        elif api_records == API_ALL:
+            self.attached_all_api += 1
         f.clock_offset = offset if clock == CLOCK_REALTIME else 0
         if clock == CLOCK_REALTIME:
             self.cupti_clock.add(f.pid)
@@ -286,13 +289,31 @@ class GpuReader:
         return sum(1 for f in self._files.values() if f.clock_offset is not None)
 
 
-def join(calls: list[Call], work: list[GpuWork], cupti_clock: set[int] | frozenset = frozenset(),
-         shifts: dict[int, int | None] | None = None) -> int:
+@dataclass
+class Joined:
+    """What came of a join: records given to no call, those of an attached
+    process whose call came before or after the trace's window (its CUPTI
+    records from the attach to the stop, the probes a shorter span), and each
+    attached process's clock shift (None: too few records agreed)."""
+    unjoined: int = 0
+    outside: int = 0
+    shifts: dict[int, int | None] = field(default_factory=dict)
+
+
+def join(calls: list[Call], work: list[GpuWork], cupti_clock: set[int] | frozenset = frozenset()
+         ) -> int:
+    """join_work's records given to no call, outside the window or not."""
+    j = join_work(calls, work, cupti_clock)
+    return j.unjoined + j.outside
+
+
+def join_work(calls: list[Call], work: list[GpuWork],
+              cupti_clock: set[int] | frozenset = frozenset()) -> Joined:
     """Gives each call in `calls` that queued GPU work its `gpu` list (GpuWork,
-    in start order); returns how many records found no call (not traced: a
+    in start order); counts the records that found no call (not traced: a
     function outside -e, a thread not followed, or its API record not read).
-    The work of processes in `cupti_clock` is aligned first (`align`); each
-    one's shift, or None where too few records agreed, goes into `shifts`."""
+    The work of processes in `cupti_clock` (attached to) is aligned first
+    (`align`)."""
     threads: dict[tuple[int, int], list[Call]] = {}
     for c in calls:
         if c.duration_ns is not None:
@@ -301,24 +322,34 @@ def join(calls: list[Call], work: list[GpuWork], cupti_clock: set[int] | frozens
     for key, thread in threads.items():
         thread.sort(key=lambda c: c.ts_ns)
         starts[key] = [c.ts_ns for c in thread]
+    out = Joined()
     slack: dict[int, int] = {}
+    windows: dict[int, tuple[int, int]] = {}
     for pid in sorted(cupti_clock):
         mine = [w for w in work if w.pid == pid]
-        shift = align(mine, threads, starts) if mine else None
-        if shifts is not None and mine:
-            shifts[pid] = shift
+        if not mine:
+            continue
+        out.shifts[pid] = shift = align(mine, threads, starts)
         if shift is not None:
             slack[pid] = ALIGN_SLACK_NS
-    unjoined = 0
+        spans = [(t[0].ts_ns, max(c.ts_ns + c.duration_ns for c in t))
+                 for (p, _), t in threads.items() if p == pid]
+        if spans:
+            windows[pid] = (min(a for a, _ in spans), max(b for _, b in spans))
     for w in sorted(work, key=lambda w: w.start_ns):
         call = _caller(w, threads, starts, slack.get(w.pid, 0))
         if call is None:
-            unjoined += 1
+            window = windows.get(w.pid)
+            if window is not None and w.api is not None and (
+                    w.api.end_ns < window[0] or w.api.start_ns > window[1]):
+                out.outside += 1
+            else:
+                out.unjoined += 1
         elif call.gpu is None:
             call.gpu = [w]
         else:
             call.gpu.append(w)
-    return unjoined
+    return out
 
 
 NESTED_SCAN = 8  # calls looked back at for the outermost one containing the API call

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Callable
 
 from cudaprobe.decode.calls import Call
-from cudaprobe.decode.gputime import GpuReader, GpuWork, join, say_shifts
+from cudaprobe.decode.gputime import GpuReader, GpuWork, join_work, say_shifts
 from cudaprobe.errors import UsageError
 from cudaprobe.output.formats import Reporter
 from cudaprobe.sessions.gputime_attach import GpuTimeAttach, say_outcome
@@ -133,14 +133,15 @@ class GpuTimeRows:
         work = self.gpu.read()
         held, self._held = self._held, None
         if work:
-            shifts: dict[int, int | None] = {}
-            unjoined = join(held, work, self.gpu.reader.cupti_clock, shifts)
-            say_shifts(shifts, self.notify)
+            joined = join_work(held, work, self.gpu.reader.cupti_clock)
+            say_shifts(joined.shifts, self.notify)
             kinds = {k: sum(1 for w in work if w.kind == k) for k in ("kernel", "memcpy", "memset")}
             self.notify(
                 f"--gpu-time: {kinds['kernel']} kernels, {kinds['memcpy']} copies, "
                 f"{kinds['memset']} memsets timed on the GPU"
-                + (f"; {unjoined} made by calls not traced" if unjoined else ""))
+                + (f"; {joined.unjoined} made by calls not traced" if joined.unjoined else "")
+                + (f"; {joined.outside} made by calls before or after the traced window (the "
+                   "recording spans the attach and the stop)" if joined.outside else ""))
         if held:
             reporter.calls(held)
 

@@ -57,6 +57,12 @@ def say_outcome(reader: GpuReader, notify: Callable[[str], None], nothing: str
         notify(f"--gpu-time: in {reader.all_api_records} processes CUPTI recorded "
                "every CUDA call, not only launches and copies (its libcupti lacks "
                "cuptiActivityEnableRuntimeApi): it cost the program more")
+    if reader.attached_all_api and reader.seen:
+        n = reader.attached_all_api
+        notify(f"--gpu-time: CUPTI records every CUDA call of the {n} running "
+               f"process{'es' if n > 1 else ''} it was put in (its switches for launches and "
+               "copies alone give no record once CUDA runs): it costs "
+               f"{'them' if n > 1 else 'it'} more while recorded")
     if reader.bad_files:
         notify(f"--gpu-time: {reader.bad_files} GPU-time files were unreadable")
     return reader.work

@@ -13,7 +13,10 @@ $TORCH_PY $W --steps 1000000 > /tmp/j-workload.out 2>&1 &
 P=$!
 python3 -m cudaprobe trace --force -o /tmp/warm.jsonl -- /bin/true > /dev/null 2>&1  # BPF cache
 until grep -q "^step 100 " /tmp/j-workload.out; do sleep 0.5; done
-wall() { local s=$(date +%s.%N); "$@"; local rc=$?; echo "exit $rc, wall $(echo "$(date +%s.%N) - $s" | bc) s"; }
+wall() {  # the command's exit status and wall time (no bc on the GPU machine)
+  local s rc; s=$(date +%s%N); "$@"; rc=$?
+  echo "exit $rc, wall $(( ($(date +%s%N) - s) / 1000000 )) ms"
+}
 echo "== trace --pid P -d 5 --gpu-time -o jsonl" | tee -a "$txt"
 wall timeout -k 10 120 python3 -m cudaprobe trace --pid $P -d 5 --gpu-time \
   -o /tmp/j.jsonl 2> /tmp/j.err >> "$txt"

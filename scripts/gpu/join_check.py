@@ -8,6 +8,7 @@ Prints one summary line per check."""
 
 from __future__ import annotations
 
+import bisect
 import json
 import sys
 from collections import defaultdict
@@ -42,7 +43,6 @@ def jsonl(path: str) -> None:
 def chrome(path: str) -> None:
     events = json.load(open(path))
     events = events["traceEvents"] if isinstance(events, dict) else events
-    calls = {}  # (pid, tid, ts) of a flow's start -> the call's kernel name
     slices = [e for e in events if e.get("ph") == "X"]
     by_thread = defaultdict(list)
     for e in slices:
@@ -50,12 +50,13 @@ def chrome(path: str) -> None:
             by_thread[(e["pid"], e["tid"])].append(e)
     for v in by_thread.values():
         v.sort(key=lambda e: e["ts"])
-    starts = {e["id"]: e for e in events if e.get("ph") == "s" and e.get("cat") == "launch_to_gpu"}
-    ends = {e["id"]: e for e in events if e.get("ph") == "f" and e.get("cat") == "launch_to_gpu"}
-    gpu = {(e["pid"], e["tid"], e["ts"]): e for e in slices if str(e.get("cat", "")).startswith("gpu,kernel")}
+    flows = [e for e in events if e.get("cat") == "launch_to_gpu"]
+    starts = {e["id"]: e for e in flows if e.get("ph") == "s"}
+    ends = {e["id"]: e for e in flows if e.get("ph") == "f"}
+    gpu = {(e["pid"], e["tid"], e["ts"]): e for e in slices
+           if str(e.get("cat", "")).startswith("gpu,kernel")}
     same = differ = unnamed = 0
     examples = []
-    import bisect
     for fid, s in starts.items():
         f = ends.get(fid)
         k = gpu.get((f["pid"], f["tid"], f["ts"])) if f else None

@@ -397,9 +397,9 @@ def test_cupti_clock_is_aligned_by_the_api_records(skew):
     assert join(calls, [GpuWork(**{**w.__dict__, "api": None}) for w in works]) == len(works)
     unaligned, _ = _loop(skew)
     assert join(unaligned, _loop(skew)[1]) > len(works) // 2  # as before: most unjoined
-    shifts: dict = {}
-    assert join(calls, works, {77}, shifts) == 0
-    assert abs(shifts[77] + skew) <= 200
+    joined = gputime.join_work(calls, works, {77})
+    assert (joined.unjoined, joined.outside) == (0, 0)
+    assert abs(joined.shifts[77] + skew) <= 200
     for c, w in zip(calls, works):
         assert c.gpu == [w]
         assert abs(w.start_ns - (c.ts_ns + 9000)) <= 200
@@ -409,20 +409,19 @@ def test_a_loop_as_regular_as_a_clock_is_aligned_to_the_nearest_agreement():
     """Every period agrees as well as the true offset in a loop with no jitter at
     all: the offset nearest the one read at the attach is taken, not a period away."""
     calls, works = _loop(700, jitter=0)
-    shifts: dict = {}
-    assert join(calls, works, {77}, shifts) == 0
-    assert abs(shifts[77] + 700) <= 200
+    joined = gputime.join_work(calls, works, {77})
+    assert joined.unjoined == 0 and abs(joined.shifts[77] + 700) <= 200
     assert all(c.gpu == [w] for c, w in zip(calls, works))
 
 
 def test_too_few_records_agreeing_move_nothing_and_say_so():
     calls, works = _loop(1_000_000, n=10)  # 10 calls: fewer than ALIGN_MIN_VOTES
     starts = [w.start_ns for w in works]
-    shifts: dict = {}
-    assert join(calls, works, {77}, shifts) == len(works)
-    assert shifts == {77: None} and [w.start_ns for w in works] == starts
+    joined = gputime.join_work(calls, works, {77})
+    assert joined.unjoined + joined.outside == len(works)
+    assert joined.shifts == {77: None} and [w.start_ns for w in works] == starts
     said: list[str] = []
-    gputime.say_shifts(shifts, said.append)
+    gputime.say_shifts(joined.shifts, said.append)
     assert said == ["--gpu-time: pid 77's GPU timestamps could not be aligned with its rows "
                     "(too few of CUPTI's API records met a traced call): its work is joined "
                     "by the clock offset read at the attach, and may go unjoined"]
@@ -434,3 +433,17 @@ def test_a_file_in_cuptis_own_clock_is_marked_for_alignment(tmp_path):
     reader = GpuReader(tmp_path)
     reader.poll()
     assert reader.cupti_clock == {77}
+
+
+def test_work_of_calls_outside_the_traced_window_is_counted_apart():
+    """An attached process's CUPTI records from the attach to the stop, longer
+    than the probes' window: the kernels of calls before or after it are said
+    as such, not as made by calls not traced."""
+    calls, works = _loop(0)
+    inside = calls[100:1900]  # the probes saw the middle of the loop only
+    joined = gputime.join_work(inside, works, {77})
+    assert (joined.unjoined, joined.outside) == (0, 200)
+    assert all(c.gpu == [w] for c, w in zip(calls[100:1900], works[100:1900]))
+    other = GpuWork(77, "kernel", 0, 1, 0, 1, 7, 99999, "k",
+                    api=gputime.ApiCall(12, inside[500].ts_ns, inside[500].ts_ns + 10, "x"))
+    assert gputime.join_work(inside, [other], {77}).unjoined == 1  # a thread not traced
