@@ -8,6 +8,7 @@ trace goes on without it. docs/gputime.md says what is done, step by step.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -263,6 +264,19 @@ class GpuTimeAttach:
             done = self.reader.offset(i.records_fd) // 4096 * 4096
             if done:
                 _libc.fallocate(i.records_fd, FALLOC_PUNCH_HOLE, 0, done)
+
+    def ask_stop(self) -> None:
+        """Each process told to stop recording, at once (the window is over),
+        waited for by stop() later: the drain of the rows that follows may take
+        seconds, and CUPTI would record on meanwhile."""
+        if self._stopped or self.reader is None:
+            return
+        L = self.layout
+        with self._lock:
+            injected = list(self._done)
+        for i in injected:
+            with contextlib.suppress(OSError):
+                i.mem.write(i.control + L["C_STOP"], struct.pack("<I", 1))
 
     def stop(self) -> None:
         """Recording stopped in every process, what CUPTI held flushed."""

@@ -272,6 +272,8 @@ class ProbeRun:
         self._end()
         self.tracer.attacher.detach()
         self._traced_s = self.elapsed_s
+        if self.options.gpu_attach is not None:
+            self.options.gpu_attach.ask_stop()  # its GPU work ends with the window too
         if read is not None:
             read(0)
 
