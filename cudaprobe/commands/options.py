@@ -102,7 +102,9 @@ def probe_options(events: str | None) -> Callable[[Callable], Callable]:
         click.option("--api", type=click.Choice(sorted(APIS)), default="all",
                      help="Runtime (libcudart), driver (libcuda), NCCL (libnccl), or all."),
         click.option("-d", "--duration", type=Seconds(),
-                     metavar="SECONDS", help="Stop after this many seconds."),
+                     metavar="SECONDS",
+                     help="Stop after this many seconds (with --gpu-time and --pid or "
+                          "--comm: counted from when their GPU time is recorded)."),
         click.option("--dump-bpf", is_flag=True,
                      help="Print the BPF program and exit (no root needed)."),
         click.option("-p", "--pid", "pids", multiple=True, type=click.IntRange(min=1),
