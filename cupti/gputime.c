@@ -70,11 +70,6 @@ static int system_tids;  /* CUPTI gives gettid() in API records (not pthread_sel
 static int api_records = GPUTIME_API_UNKNOWN;  /* which calls CUPTI records (the header says) */
 static int initialized;
 static int recording;  /* attach: between gputime_record_to and gputime_stop_recording */
-/* attach: the switches for single API functions (cuptiActivityEnableRuntimeApi)
- * give no API record in a process whose CUDA already runs (seen on an H100,
- * CUDA 13, driver 580): the whole RUNTIME and DRIVER kinds instead, whose
- * records of functions not kept the library drops (api_kept) */
-static int recording_attached;
 /* per domain (0 driver, 1 runtime) and cbid: 0 not seen, 1 kept (its name written), 2 not kept */
 static unsigned char api_kept[2][MAX_CBID];
 static const char *names[MAX_NAMES];  /* open addressing on CUPTI's name pointers */
@@ -372,8 +367,12 @@ static int enable_kept_apis(uint8_t on)
 }
 
 /* CUPTI's buffers ours and its records on: kernels, copies, memsets, and the API
- * records of the calls that queued them (api_records says how those were chosen) */
-static CUptiResult enable_activity(void)
+ * records of the calls that queued them (api_records says how those were chosen).
+ * Attached (CUDA already running): the switches for single API functions
+ * (cuptiActivityEnableRuntimeApi) give no API record then (seen on an H100,
+ * CUDA 13, driver 580), so the whole RUNTIME and DRIVER kinds, whose records
+ * of functions not kept the library drops (api_kept). */
+static CUptiResult enable_activity(int attached)
 {
     CUptiResult res = cupti.register_callbacks(buffer_requested, buffer_completed);
     /* CONCURRENT_KERNEL, not KERNEL: KERNEL serialises the program's kernels */
@@ -382,7 +381,7 @@ static CUptiResult enable_activity(void)
         CUPTI_ACTIVITY_KIND_MEMSET};
     for (size_t i = 0; res == CUPTI_SUCCESS && i < sizeof kinds / sizeof *kinds; i++)
         res = cupti.enable(kinds[i]);
-    if (res == CUPTI_SUCCESS && !recording_attached && enable_kept_apis(1))
+    if (res == CUPTI_SUCCESS && !attached && enable_kept_apis(1))
         api_records = GPUTIME_API_SELECTED;
     else if (res == CUPTI_SUCCESS && (res = cupti.enable(CUPTI_ACTIVITY_KIND_RUNTIME)) ==
              CUPTI_SUCCESS && (res = cupti.enable(CUPTI_ACTIVITY_KIND_DRIVER)) == CUPTI_SUCCESS)
@@ -462,7 +461,7 @@ static int start_recording(const char *dir, const char *cupti_path)
     if (cupti.timestamp_callback && cupti.timestamp_callback(monotonic_ns) == CUPTI_SUCCESS)
         clock_kind = GPUTIME_CLOCK_MONOTONIC;
     ask_system_tids();
-    CUptiResult res = enable_activity();
+    CUptiResult res = enable_activity(0);
     if (res != CUPTI_SUCCESS) {
         refused(res, why, sizeof why);
         write_status(why);
@@ -534,8 +533,7 @@ int gputime_record_to(int fd, const char *cupti_path, char *why, size_t why_size
     next_name_id = 1;
     clock_kind = GPUTIME_CLOCK_REALTIME;
     api_records = GPUTIME_API_UNKNOWN;
-    recording_attached = 1;
-    res = enable_activity();
+    res = enable_activity(1);
     write_header();
     pthread_mutex_unlock(&lock);
     if (res != CUPTI_SUCCESS) {

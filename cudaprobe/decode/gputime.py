@@ -312,8 +312,8 @@ def join_work(calls: list[Call], work: list[GpuWork],
     """Gives each call in `calls` that queued GPU work its `gpu` list (GpuWork,
     in start order); counts the records that found no call (not traced: a
     function outside -e, a thread not followed, or its API record not read).
-    The work of processes in `cupti_clock` (attached to) is aligned first
-    (`align`)."""
+    The work of processes in `cupti_clock` (stamped in CUPTI's own clock: attached
+    to, or a CUPTI without the timestamp callback) is aligned first (`align`)."""
     threads: dict[tuple[int, int], list[Call]] = {}
     for c in calls:
         if c.duration_ns is not None:

@@ -269,14 +269,17 @@ class GpuTimeAttach:
         """Each process told to stop recording, at once (the window is over),
         waited for by stop() later: the drain of the rows that follows may take
         seconds, and CUPTI would record on meanwhile."""
-        if self._stopped or self.reader is None:
-            return
-        L = self.layout
+        if not self._stopped and self.reader is not None:
+            self._tell_stop()
+
+    def _tell_stop(self) -> list[Injected]:
+        """The stop word written into each process recording; those processes."""
         with self._lock:
             injected = list(self._done)
         for i in injected:
             with contextlib.suppress(OSError):
-                i.mem.write(i.control + L["C_STOP"], struct.pack("<I", 1))
+                i.mem.write(i.control + self.layout["C_STOP"], struct.pack("<I", 1))
+        return injected
 
     def stop(self) -> None:
         """Recording stopped in every process, what CUPTI held flushed."""
@@ -291,14 +294,8 @@ class GpuTimeAttach:
         deadline = time.monotonic() + CHILD_WAIT_S
         for child in children:  # an injection under way ends (a stub runs at most 30 s)
             child.join(max(0.0, deadline - time.monotonic()))
-        L = self.layout if self.reader is not None else {}
-        with self._lock:
-            injected = list(self._done)
-        for i in injected:
-            try:
-                i.mem.write(i.control + L["C_STOP"], struct.pack("<I", 1))
-            except OSError:
-                continue
+        L = self.layout
+        injected = self._tell_stop()
         deadline = time.monotonic() + STOP_WAIT_S
         for i in injected:
             while time.monotonic() < deadline:

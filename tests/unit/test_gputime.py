@@ -118,6 +118,17 @@ def test_api_records_of_launches_copies_and_memsets_only(writer, tmp_path):
     assert len(reader.work) == 4 and (reader.work[0].pid, 6) not in reader._apis
 
 
+def test_an_attach_asks_for_the_whole_api_kinds(writer, tmp_path):
+    """In a process whose CUDA already runs, CUPTI's fine-grained switches give
+    no API record: an attach asks for the whole RUNTIME and DRIVER kinds even
+    where the switches exist, and keeps only the records of calls that queue work."""
+    reader, printed = _run_writer(writer, tmp_path / "attached", "attached")
+    assert {int(line.split()[1]) for line in printed} == {10, 1, 2, 5, 4}  # + RUNTIME, DRIVER
+    assert not [line for line in printed if not line.startswith("kind ")]
+    assert _header_field(tmp_path / "attached", "api_records") == gputime.API_ALL
+    assert len(reader.work) == 4 and (reader.work[0].pid, 6) not in reader._apis
+
+
 def _header_field(directory: Path, name: str) -> int:
     (path,) = directory.glob("gputime.*.bin")
     data = path.read_bytes()
