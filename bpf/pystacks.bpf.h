@@ -709,10 +709,69 @@ static __always_inline u64 py_lender(struct cp_py_proc *p, struct cp_py_layout *
 	return 0;
 }
 
-/* The calling thread's Python stack, sent as a side record with the entry
- * time it returns (the caller's call record gets the same time); where the
- * thread's state could not be told, a record with no frames that says why. */
-static __always_inline u64 py_capture(u64 pid_tgid)
+/* PyTorch's autograd (probe/autograd.py attaches these to libtorch, per
+ * process). Forward: each node made (at::sequence_number::get_and_increment
+ * returns its number) sends the making thread's stack as a CP_SIDE_NODE
+ * record. Backward: a thread entering Engine::evaluate_function(.., Node *)
+ * notes the node, with its stack pointer there; a call made deeper in the
+ * stack than that is the node's work (the thread's calls carry the node),
+ * and the note goes once the thread is at or above that point again (its
+ * next node, the end of the graph, an exception handled). No return probe:
+ * an exception thrown through a return probe's trampoline finds no unwind
+ * information there, and would end the process. */
+#define CP_AG_DEPTH 4	/* nested backward passes (reentrant checkpoints) followed */
+struct cp_ag_thread {
+	u64 seq[CP_AG_DEPTH];
+	u64 thread[CP_AG_DEPTH];
+	u64 sp[CP_AG_DEPTH];
+	u32 depth;	/* notes held; more than CP_AG_DEPTH: the deepest are not kept */
+	u32 pad;
+};
+BPF_HASH(ag_procs, u32, struct cp_ag_proc, CP_MAX_PY_PROCS);
+BPF_TABLE("lru_hash", u64, struct cp_ag_thread, ag_threads, CP_MAX_PY_THREADS);
+
+/* the notes of nodes whose evaluation is over: those not above `sp` */
+static __always_inline void ag_unwind(struct cp_ag_thread *t, u64 sp)
+{
+#pragma unroll
+	for (int i = 0; i < CP_AG_DEPTH + 1; i++) {
+		u32 d = t->depth;
+		if (d == 0)
+			break;
+		u64 k = d - 1;
+		asm volatile("" : "+r"(k));
+		k &= CP_AG_DEPTH - 1;
+		if (d <= CP_AG_DEPTH && t->sp[k] > sp)
+			break;
+		t->depth = d - 1;
+	}
+}
+
+/* the node the calling thread evaluates at stack pointer `sp`, if any */
+static __always_inline int ag_node_of(u64 pid_tgid, u64 sp, u64 *seq, u64 *thread)
+{
+	struct cp_ag_thread *t = ag_threads.lookup(&pid_tgid);
+	if (!t)
+		return 0;
+	u32 d = t->depth;
+	if (d == 0 || d > CP_AG_DEPTH)
+		return 0;
+	u64 k = d - 1;
+	asm volatile("" : "+r"(k));
+	k &= CP_AG_DEPTH - 1;
+	if (t->sp[k] <= sp)
+		return 0;
+	*seq = t->seq[k];
+	*thread = t->thread[k];
+	return 1;
+}
+
+/* The calling thread's Python stack, sent as a side record (`kind`) with the
+ * entry time it returns (the caller's call record gets the same time); where
+ * the thread's state could not be told, a record with no frames that says
+ * why. `node`: node_seq and node_thread go with it (CP_PY_NODE). */
+static __always_inline u64 py_capture_as(u64 pid_tgid, u32 kind, u16 node, u64 node_seq,
+					 u64 node_thread)
 {
 	struct cp_py_proc *p = py_process(pid_tgid >> 32);
 	if (!p || p->status != CP_PY_FOUND)
@@ -731,7 +790,7 @@ static __always_inline u64 py_capture(u64 pid_tgid)
 	u64 frame = py_top_frame(L, ts ? py_read_u64(ts + L->tstate_frame) : 0);
 	if (!frame && !why)	/* no frame of its own: a waiting thread's, if it lends one */
 		frame = py_lender(p, L, b, pid_tgid, &how, &lender, &waiting);
-	if (!frame && !why && !how)
+	if (!frame && !why && !how && !node)
 		return bpf_ktime_get_ns();
 	struct cp_py_stack *s = events.ringbuf_reserve(sizeof(struct cp_py_stack));
 	if (!s) {
@@ -759,7 +818,9 @@ static __always_inline u64 py_capture(u64 pid_tgid)
 		s->kinds[k] = L->frame_owner >= 0 && owner == 3 ? CP_PY_SHIM : CP_PY_CODE;
 		s->nframes = i + 1;
 	}
-	s->flags = why | how | (frame ? CP_PY_CUT : 0);	/* frames left past the walk's bound */
+	s->flags = why | how | node | (frame ? CP_PY_CUT : 0);	/* CUT: frames past the bound */
+	s->node_seq = node_seq;
+	s->node_thread = node_thread;
 	s->lender = lender;
 	s->lender_count = waiting;
 	volatile u32 *through = &b->frame;	/* as py_hash_copied's chunks */
@@ -773,14 +834,83 @@ static __always_inline u64 py_capture(u64 pid_tgid)
 	}
 	u64 now = bpf_ktime_get_ns();
 	s->zero = 0;
-	s->kind = CP_SIDE_STACK;
+	s->kind = kind;
 	s->tid = (u32)pid_tgid;
 	s->ts_ns = now;
 	s->gen = p->gen;
 	s->pid = pid_tgid >> 32;
-	if (s->nframes || why || how)
+	if (s->nframes || why || how || node)
 		events.ringbuf_submit(s, 0);
 	else
 		events.ringbuf_discard(s, 0);
 	return now;
+}
+
+/* A call's stack (CP_SIDE_STACK), with the autograd node its thread evaluates */
+static __always_inline u64 py_capture(u64 pid_tgid, u64 sp)
+{
+	u64 seq = 0, thread = 0;
+	u16 node = ag_node_of(pid_tgid, sp, &seq, &thread) ? CP_PY_NODE : 0;
+	return py_capture_as(pid_tgid, CP_SIDE_STACK, node, seq, thread);
+}
+
+/* at::sequence_number::get_and_increment() returned: a node was made, its
+ * number in the return register; the stack of the forward op that made it */
+int cp_ag_made(struct pt_regs *ctx)
+{
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	u32 tgid = pid_tgid >> 32;
+	if (!ag_procs.lookup(&tgid))
+		return 0;
+	py_capture_as(pid_tgid, CP_SIDE_NODE, CP_PY_NODE, PT_REGS_RC(ctx), 0);
+	return 0;
+}
+
+/* Engine::evaluate_function(graph_task, Node *func, ...) entered: its node is
+ * the third argument (`this` first) */
+int cp_ag_enter(struct pt_regs *ctx)
+{
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	u32 tgid = pid_tgid >> 32;
+	struct cp_ag_proc *p = ag_procs.lookup(&tgid);
+	if (!p)
+		return 0;
+	u64 node = PT_REGS_PARM3(ctx), seq = 0, thread = 0;
+	if (bpf_probe_read_user(&seq, sizeof(seq), (void *)(node + (p->seq_off & 0xff))) ||
+	    bpf_probe_read_user(&thread, sizeof(thread), (void *)(node + (p->thread_off & 0xff))))
+		return 0;
+	struct cp_ag_thread *t = ag_threads.lookup(&pid_tgid);
+	if (!t) {
+		struct cp_ag_thread fresh = {};
+		ag_threads.update(&pid_tgid, &fresh);
+		t = ag_threads.lookup(&pid_tgid);
+		if (!t)
+			return 0;
+	}
+	u64 sp = PT_REGS_SP(ctx);
+	ag_unwind(t, sp);
+	u32 d = t->depth;
+	if (d < CP_AG_DEPTH) {
+		u64 k = d;
+		asm volatile("" : "+r"(k));	/* masked in the register the store uses */
+		k &= CP_AG_DEPTH - 1;
+		t->seq[k] = seq;
+		t->thread[k] = thread;
+		t->sp[k] = sp;
+	}
+	if (d <= CP_AG_DEPTH)
+		t->depth = d + 1;
+	return 0;
+}
+
+/* The graph's end (GraphTask::mark_as_completed_and_run_post_processing) or an
+ * exception handled (Engine::thread_on_exception), called where
+ * evaluate_function was: the notes not above here are over */
+int cp_ag_leave(struct pt_regs *ctx)
+{
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct cp_ag_thread *t = ag_threads.lookup(&pid_tgid);
+	if (t)
+		ag_unwind(t, PT_REGS_SP(ctx));
+	return 0;
 }

@@ -28,6 +28,7 @@
  * longer than a whole event, so that the reader keeps their bytes. */
 #define CP_SIDE_STACK 1
 #define CP_SIDE_CODE 2
+#define CP_SIDE_NODE 3   /* a struct cp_py_stack: PyTorch made an autograd node (node_seq) */
 
 /* struct cp_py_stack.flags */
 #define CP_PY_CUT 1      /* the stack was deeper than CP_PY_MAX_FRAMES */
@@ -42,6 +43,9 @@
 #define CP_PY_ONLY 16          /* it is the only Python thread waiting in a C call */
 /* ...or, with no frames: several wait, and none woke the caller last */
 #define CP_PY_LENDERS_MANY 32
+/* node_seq and node_thread hold an autograd node (PyTorch): for a call, the one
+ * its thread evaluates in the backward pass; for CP_SIDE_NODE, the node made */
+#define CP_PY_NODE 64
 /* struct cp_py_stack.kinds[] */
 #define CP_PY_CODE 0     /* a code object */
 #define CP_PY_SHIM 1     /* the interpreter's own frame (FRAME_OWNED_BY_CSTACK): not shown */
@@ -142,8 +146,18 @@ struct cp_py_stack {
 	__u32 lender;      /* borrowed: the lender's tid (0: not known, 3.9 and 3.10
 			    * name a thread by pthread_self() alone) */
 	__u32 lender_count; /* Python threads found waiting in a C call */
+	__u64 node_seq;    /* CP_PY_NODE: the autograd node's sequence number */
+	__u64 node_thread; /* ...and its forward thread, as PyTorch numbers threads (a call's) */
 	__u8 kinds[CP_PY_MAX_FRAMES];   /* each frame's: CP_PY_CODE, CP_PY_SHIM, CP_PY_NOT_CODE */
 	struct cp_py_frame frames[CP_PY_MAX_FRAMES];
+};
+
+/* PyTorch's autograd engine in a process (map `ag_procs`, by tgid, filled by
+ * probe/autograd.py): where a Node keeps its sequence number and its forward
+ * thread's id, which differ between libtorch versions. */
+struct cp_ag_proc {
+	__u32 seq_off;
+	__u32 thread_off;
 };
 
 /* A code object's names and line table, sent the first time a process's

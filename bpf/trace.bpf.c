@@ -238,7 +238,7 @@ static __always_inline void begin_call(struct pt_regs *ctx, struct cp_event *e, 
 	/* last: the entry is complete. With the Python stack, sent first, a later
 	 * entry time: the call's from then on */
 #ifdef CP_PYSTACKS
-	e->ts_ns = py_capture(pid_tgid);
+	e->ts_ns = py_capture(pid_tgid, PT_REGS_SP(ctx));
 #else
 	e->ts_ns = bpf_ktime_get_ns();
 #endif

@@ -15,6 +15,15 @@ call then says whose stack it is and why that thread (PyStack.borrowed), and
 where several could lend and none handed the work over, that no stack is
 given (a `missing` reason, as below).
 
+PyTorch's backward pass (docs/pystacks.md, "Backward on its forward line"):
+each autograd node made in the forward pass comes with the stack of the
+thread that made it (a SIDE_NODE record, by the node's sequence number), and
+a call made while a thread evaluates a node says which (NODE). Such a call
+gets the forward op's stack as `forward`: the line whose operation its work
+differentiates, the link torch.profiler makes with the same numbers. Where
+that stack is not known (the node was made before the trace began, it has
+no forward op, several threads numbered nodes alike), it says why instead.
+
 Never garbage: a stack with a frame whose code object failed the probe's
 type check, or whose code record never came (the ring was full), is not
 shown, and its call says why (PyStack.missing), as does one whose thread
@@ -48,6 +57,14 @@ NOT_NAMED = ("a code object's names were not received (the ring buffer was full)
              "held in a form not read")
 LENDERS_MANY = ("no Python frame, and several Python threads were waiting in C calls, none "
                 "of which had woken this thread: whose work it did is not known")
+# forward ops remembered (their nodes), for the backward calls to come: a
+# training step makes thousands; a backward pass follows its forward at once
+NODES_KEPT = 1 << 16
+NO_FORWARD_OP = 2 ** 64 - 1  # a node with no forward op (AccumulateGrad: a leaf's gradient)
+# why a backward call has no forward stack (PyStack.forward_missing)
+LEAF = "its node has no forward op (a leaf's gradient, accumulated)"
+BEFORE = "its node was made before the trace began, or by a thread with no Python stack"
+THREADS = "several threads made autograd nodes with its node's number"
 # why a borrowed stack is that thread's (PyStack.borrowed["because"])
 HANDED = "handed"  # it woke the calling thread last: it handed the work over
 ONLY = "only"  # the only Python thread of the process waiting in a C call
@@ -73,17 +90,31 @@ class PyStack:
     # another thread's stack, lent to a thread with no Python frame:
     # {"tid": the lender's (None where not known), "because": HANDED or ONLY}
     borrowed: dict | None = None
+    # a call of PyTorch's backward pass: the autograd node its thread evaluated,
+    # and the stack of the forward op that made it (None: why in forward_missing)
+    node: int | None = None
+    forward: list[dict] | None = None
+    forward_missing: str | None = None
 
     def fields(self) -> dict[str, Any]:
         """Its keys in a row: py_stack (and py_stack_cut, py_stack_borrowed), or
-        py_stack_missing."""
+        py_stack_missing; for a backward call, py_stack_forward (and its node's
+        number, autograd_node) or py_stack_forward_missing."""
+        d: dict[str, Any] = {}
         if self.missing is not None:
-            return {"py_stack_missing": self.missing}
-        d: dict[str, Any] = {"py_stack": self.frames}
-        if self.cut:
-            d["py_stack_cut"] = True
-        if self.borrowed is not None:
-            d["py_stack_borrowed"] = self.borrowed
+            d["py_stack_missing"] = self.missing
+        elif self.frames or self.node is None:
+            d["py_stack"] = self.frames
+            if self.cut:
+                d["py_stack_cut"] = True
+            if self.borrowed is not None:
+                d["py_stack_borrowed"] = self.borrowed
+        if self.node is not None:
+            d["autograd_node"] = self.node
+            if self.forward is not None:
+                d["py_stack_forward"] = self.forward
+            else:
+                d["py_stack_forward_missing"] = self.forward_missing
         return d
 
     def borrowed_text(self) -> str | None:
@@ -106,6 +137,12 @@ class PyStacks:
         self.stacks = 0
         self.borrowed = 0  # calls that carry another thread's stack
         self.missing: Counter[str] = Counter()  # calls of a Python thread with no stack, by why
+        # forward ops by (gen, node number): {the making thread's tid: its stack's
+        # record, or once decoded its frames (None: none)}
+        self._nodes: OrderedDict[tuple[int, int], dict[int, Any]] = OrderedDict()
+        self._threads: dict[tuple[int, int], int] = {}  # (gen, PyTorch's thread id) -> tid
+        self.forward = 0  # backward calls given their forward op's stack
+        self.no_forward: Counter[str] = Counter()  # backward calls without it, by why
 
     def add(self, records: list[bytes]) -> None:
         for rec in records:
@@ -118,6 +155,20 @@ class PyStacks:
                 waiting[ts] = rec  # unpacked when its call comes
                 if len(waiting) > PENDING_PER_THREAD:
                     waiting.popitem(last=False)
+            elif kind == pr.SIDE_NODE:
+                self._add_node(rec)
+
+    def _add_node(self, rec: bytes) -> None:
+        """A forward op made an autograd node: its stack, kept by the node's number
+        (a node's number comes from its making thread's own count)."""
+        (_, _, tid, _, gen, _, _, _, _, _, seq, _) = pr.STACK_HEAD.unpack_from(rec)
+        key = (gen, seq)
+        made = self._nodes.get(key)
+        if made is None:
+            made = self._nodes[key] = {}
+            if len(self._nodes) > NODES_KEPT:
+                self._nodes.popitem(last=False)
+        made[tid] = rec  # decoded when a backward call asks: its code records come after it
 
     def _add_code(self, rec: bytes) -> None:
         (_, _, _pid, gen, code, firstlineno, table_len, layout, fstate, flen, nlen, nstate,
@@ -146,12 +197,56 @@ class PyStacks:
         rec = waiting.pop(ts_ns, None) if waiting else None
         if rec is None:
             return None
-        (_, _, _, _, gen, _pid, n, flags, lender, _waiting) = pr.STACK_HEAD.unpack_from(rec)
+        stack = self._decode(rec)
+        (_, _, _, _, gen, _, _, flags, _, _, seq, thread) = pr.STACK_HEAD.unpack_from(rec)
+        if not flags & pr.NODE:
+            return stack
+        if stack is None:
+            stack = PyStack([], False)
+        stack.node = seq
+        stack.forward, stack.forward_missing = self._forward(gen, seq, thread)
+        if stack.forward is not None:
+            self.forward += 1
+        else:
+            self.no_forward[stack.forward_missing] += 1
+        return stack
+
+    def _forward(self, gen: int, seq: int, thread: int) -> tuple[list[dict] | None, str | None]:
+        """The stack of the forward op that made node `seq` (whose making thread
+        PyTorch numbers `thread`), or why it is not known."""
+        made = self._nodes.get((gen, seq)) if seq != NO_FORWARD_OP else None
+        tid = None
+        if made is not None and len(made) == 1:
+            tid = next(iter(made))
+            self._threads.setdefault((gen, thread), tid)  # PyTorch's thread id -> its tid
+            if self._threads[(gen, thread)] != tid:
+                tid = None  # another thread's node by that number: not this one
+        elif made:
+            tid = self._threads.get((gen, thread))
+        frames = self._frames_made(made, tid) if made and tid is not None else None
+        if frames is not None:
+            return frames, None
+        return None, LEAF if seq == NO_FORWARD_OP else THREADS if made and tid is None else BEFORE
+
+    def _frames_made(self, made: dict[int, Any], tid: int) -> list[dict] | None:
+        """The frames of the forward op that thread `tid` made a node in (its
+        record decoded once, then kept decoded)."""
+        rec = made.get(tid)
+        if isinstance(rec, bytes):
+            stack = self._decode(rec, count=False)
+            rec = made[tid] = (stack.frames or None) if stack is not None \
+                and stack.missing is None else None
+        return rec
+
+    def _decode(self, rec: bytes, count: bool = True) -> PyStack | None:
+        """A stack record's frames (None: no frame, and nothing to say); `count`:
+        a call's, counted in stacks, borrowed and missing."""
+        (_, _, _, _, gen, _pid, n, flags, lender, _waiting, _, _) = pr.STACK_HEAD.unpack_from(rec)
         n = min(n, pr.MAX_FRAMES)
         if flags & (pr.TOO_MANY | pr.LIST_CHANGED):
-            return self._missing(TOO_MANY if flags & pr.TOO_MANY else LIST_CHANGED)
+            return self._missing(TOO_MANY if flags & pr.TOO_MANY else LIST_CHANGED, count)
         if flags & pr.LENDERS_MANY:
-            return self._missing(LENDERS_MANY)
+            return self._missing(LENDERS_MANY, count)
         kinds = rec[pr.KINDS_AT : pr.KINDS_AT + n]
         out = []
         for i, kind in enumerate(kinds):
@@ -160,20 +255,21 @@ class PyStacks:
             code, instr, ident = pr.FRAME.unpack_from(rec, pr.FRAMES_AT + i * pr.FRAME.size)
             frame = self._frame(gen, code, ident, instr) if kind == pr.CODE else None
             if frame is None:
-                return self._missing(NOT_NAMED if kind == pr.CODE else NOT_CODE)
+                return self._missing(NOT_NAMED if kind == pr.CODE else NOT_CODE, count)
             out.append(frame)
-        self.stacks += 1
         if not out:
             return None
+        self.stacks += count
         borrowed = None
         if flags & (pr.HANDED | pr.ONLY):
-            self.borrowed += 1
+            self.borrowed += count
             borrowed = {"tid": lender or None,
                         "because": HANDED if flags & pr.HANDED else ONLY}
         return PyStack(out, bool(flags & pr.CUT), borrowed=borrowed)
 
-    def _missing(self, why: str) -> PyStack:
-        self.missing[why] += 1
+    def _missing(self, why: str, count: bool = True) -> PyStack:
+        if count:
+            self.missing[why] += 1
         return PyStack([], False, why)
 
     def _frame(self, gen: int, code: int, ident: int, instr: int) -> dict | None:

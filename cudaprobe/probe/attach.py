@@ -89,6 +89,8 @@ class Attacher:
         self._slots: dict[tuple[int, int], int] = {}  # file identity -> `library_ready` slot
         self._phase = 0  # event.ATTACHING: what the `phase` map holds
         self.on_target: Callable[[int], None] | None = None  # told of each target (--py-stacks)
+        # told the targets at each rescan of their maps (--py-stacks: libtorch loaded later)
+        self.on_rescan: Callable[[list[int]], None] | None = None
         # a process held at its open, linked: may take the open over (--gpu-time, opengate.py)
         self.on_held: Callable[[int], Hand | None] | None = None
         # a process of the traced tree held at its exec of a file, given (pid, the file's

@@ -13,17 +13,18 @@ import struct
 MAX_FRAMES = 32  # CP_PY_MAX_FRAMES
 STR_MAX, NAME_MAX, STR_SLACK, TABLE_MAX = 256, 128, 32, 4096
 LAYOUTS = 8  # CP_PY_LAYOUTS
-SIDE_STACK, SIDE_CODE = 1, 2
+SIDE_STACK, SIDE_CODE, SIDE_NODE = 1, 2, 3  # SIDE_NODE: an autograd node made (PyTorch)
 CUT, LIST_CHANGED, TOO_MANY = 1, 2, 4  # struct cp_py_stack.flags
 HANDED, ONLY, LENDERS_MANY = 8, 16, 32  # borrowed stacks: why this lender, or none
+NODE = 64  # node_seq and node_thread hold an autograd node
 CODE, SHIM, NOT_CODE = 0, 1, 2  # struct cp_py_stack.kinds[]
 FOUND, NONE = 1, 2  # struct cp_py_proc.status
 
 # the first two fields of either: zero, kind
 SIDE_HEAD = struct.Struct("<QI")
 # struct cp_py_stack: zero, kind, tid, ts_ns, gen, pid, nframes, flags, lender,
-# lender_count, then each frame's kind (a byte), then the frames
-STACK_HEAD = struct.Struct("<QIIQQIHHII")
+# lender_count, node_seq, node_thread, then each frame's kind (a byte), then the frames
+STACK_HEAD = struct.Struct("<QIIQQIHHIIQQ")
 KINDS_AT = STACK_HEAD.size
 FRAMES_AT = KINDS_AT + MAX_FRAMES
 FRAME = struct.Struct("<QII")  # code, instr, ident
@@ -37,3 +38,4 @@ CODE_SIZE = CODE_HEAD.size + STR_MAX + STR_SLACK + NAME_MAX + STR_SLACK + TABLE_
 PROC = struct.Struct("<QQQII")
 EXE_KEY = struct.Struct("<QQ")
 EXE = struct.Struct("<QQQQQII")
+AG_PROC = struct.Struct("<II")  # struct cp_ag_proc: where a Node keeps seq and thread

@@ -15,6 +15,7 @@ from typing import Any
 
 from cudaprobe.probe import bpfprog, cleanup
 from cudaprobe.probe.attach import Attacher
+from cudaprobe.probe.autograd import AutogradProbe
 from cudaprobe.probe.event import RECORD_STRUCTS
 from cudaprobe.probe.load import load_program
 from cudaprobe.probe.maps import MapReader
@@ -41,6 +42,7 @@ class Tracer:
         self.pairing: PairingEntries
         self.ring: RingBuffer | None = None  # none in stats mode: it aggregates in maps
         self.py: PyStackProbe | None = None  # --py-stacks: where the interpreters are
+        self.autograd: AutogradProbe | None = None  # --py-stacks: PyTorch's backward pass
         self.program_from = ""
 
     def __enter__(self) -> Tracer:
@@ -53,7 +55,9 @@ class Tracer:
         try:
             if self.settings.py_stacks and not self.settings.stats:
                 self.py = PyStackProbe(self._bpf, hashes=self.settings.may_goto)
-                self.attacher.on_target = self.py.add_process
+                self.autograd = AutogradProbe(self._bpf)
+                self.attacher.on_target = self._py_target
+                self.attacher.on_rescan = self.autograd.rescan
             self.attacher.attach_all()
             if not self.settings.stats:
                 self.ring = RingBuffer(self._bpf["events"].map_fd,
@@ -67,10 +71,18 @@ class Tracer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _py_target(self, pid: int) -> None:
+        """--py-stacks: a traced process's interpreter, and its libtorch."""
+        assert self.py is not None and self.autograd is not None
+        self.py.add_process(pid)
+        self.autograd.add_process(pid)
+
     def close(self) -> None:
         """Detach everything and clean up; safe to call twice."""
         if self._bpf is None:
             return
+        if self.autograd is not None:
+            self.autograd.close()
         self.attacher.close()
         if self.ring is not None:
             self.ring.close()

@@ -201,6 +201,8 @@ class Follower:
             self._named.discard(pid)
         for obj in found:
             self._attach(obj)
+        if self.attacher.on_rescan is not None:
+            self.attacher.on_rescan(self.attacher.target_pids())
 
     def _attach(self, obj: CudaObject) -> None:
         try:

@@ -137,6 +137,8 @@ class ProbeRun:
             self.tracer = self._stack.enter_context(Tracer(self.plan, self.settings))
             if self.tracer.py is not None:
                 self.tracer.py.notify = self.notify
+                if self.tracer.autograd is not None:
+                    self.tracer.autograd.notify = self.notify
                 if self.command:
                     self.tracer.py.add_command(self.command.argv)
                 elif self.options.targets is not None and self.options.targets.comm:

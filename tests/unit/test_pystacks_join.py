@@ -21,12 +21,14 @@ def code_record(code: int, name: str, first: int, table: bytes, gen: int = 7, id
 
 
 def stack_record(tid: int, ts: int, frames: list[tuple], flags: int = 0, gen: int = 7,
-                 lender: int = 0, waiting: int = 0) -> bytes:
-    """frames: (code, instr, ident, kind) each"""
+                 lender: int = 0, waiting: int = 0, kind: int = pr.SIDE_STACK,
+                 node: tuple[int, int] | None = None) -> bytes:
+    """frames: (code, instr, ident, kind) each; node: (node_seq, node_thread)"""
     kinds = bytes(f[3] for f in frames).ljust(pr.MAX_FRAMES, b"\0")
     body = b"".join(pr.FRAME.pack(*f[:3]) for f in frames)
-    head = pr.STACK_HEAD.pack(0, pr.SIDE_STACK, tid, ts, gen, 1, len(frames), flags, lender,
-                              waiting)
+    seq, thread = node or (0, 0)
+    head = pr.STACK_HEAD.pack(0, kind, tid, ts, gen, 1, len(frames),
+                              flags | (pr.NODE if node else 0), lender, waiting, seq, thread)
     return head + kinds + body.ljust(pr.MAX_FRAMES * pr.FRAME.size, b"\0")
 
 
@@ -120,3 +122,58 @@ def test_a_borrowed_stack_says_whose_and_why_and_several_lenders_say_none():
     assert none.missing == ps.LENDERS_MANY and not none.frames and none.borrowed is None
     assert s.pop(9, 4).borrowed is None  # its own
     assert (s.borrowed, s.missing) == (2, {ps.LENDERS_MANY: 1})  # said at the end
+
+
+def node_record(tid: int, ts: int, seq: int, frames: list[tuple], gen: int = 7) -> bytes:
+    """a forward op made autograd node `seq` on thread `tid`"""
+    return stack_record(tid, ts, frames, gen=gen, kind=pr.SIDE_NODE, node=(seq, 0))
+
+
+def test_a_backward_call_carries_the_stack_of_the_forward_op_that_made_its_node():
+    s = PyStacks([V312])
+    # the probe reserves a stack's record before it sends the code records in it
+    s.add([node_record(5, 1, 41, [(0x100, AT + 2, 1, pr.CODE), (0x200, AT, 1, pr.CODE)]),
+           code_record(0x100, "forward", 10, TABLE), code_record(0x200, "step", 20, TABLE),
+           node_record(5, 2, 42, [(0x200, AT + 4, 1, pr.CODE)])])
+    # the device thread 9: no frame of its own, borrowing main's backward() line
+    s.add([stack_record(9, 10, [(0x200, AT + 6, 1, pr.CODE)], flags=pr.HANDED, lender=5,
+                        node=(41, 1)),
+           stack_record(9, 11, [], node=(42, 1))])
+    first, second = s.pop(9, 10), s.pop(9, 11)
+    assert first.frames[0]["line"] == 22 and first.borrowed == {"tid": 5, "because": "handed"}
+    assert first.node == 41
+    assert first.forward == [{"file": "f.py", "line": 12, "function": "forward"},
+                             {"file": "f.py", "line": 22, "function": "step"}]
+    assert second.frames == [] and second.forward[0]["line"] == 22
+    assert second.fields() == {"autograd_node": 42, "py_stack_forward": second.forward}
+    assert s.forward == 2 and not s.no_forward
+    assert s.stacks == 1  # the node records are no calls: not counted as stacks
+
+
+def test_a_backward_call_whose_forward_is_not_known_says_why_and_never_guesses():
+    s = PyStacks([V312])
+    s.add([code_record(0x100, "forward", 10, TABLE), code_record(0x200, "other", 30, TABLE)])
+    frames = [(0x100, AT, 1, pr.CODE)]
+    # node 7 made by two threads (each counts its own): told apart by the thread
+    # PyTorch numbers, once another of its nodes showed which tid that is
+    s.add([node_record(5, 1, 6, frames), node_record(5, 2, 7, frames),
+           node_record(6, 3, 7, [(0x200, AT, 1, pr.CODE)])])
+    s.add([stack_record(9, 10, [], node=(7, 1)),      # before thread 1 is known: none
+           stack_record(9, 11, [], node=(6, 1)),      # thread 1 made node 6 alone: it is tid 5
+           stack_record(9, 12, [], node=(7, 1)),      # now node 7 of thread 1: tid 5's
+           stack_record(9, 13, [], node=(3, 1)),      # made before the trace
+           stack_record(9, 14, [], node=(ps.NO_FORWARD_OP, 1))])  # AccumulateGrad
+    calls = [s.pop(9, ts) for ts in range(10, 15)]
+    assert [c.forward is not None for c in calls] == [False, True, True, False, False]
+    assert calls[2].forward[0]["function"] == "forward"  # tid 5's, not tid 6's
+    assert [c.forward_missing for c in calls] == [ps.THREADS, None, None, ps.BEFORE, ps.LEAF]
+    assert s.no_forward == {ps.THREADS: 1, ps.BEFORE: 1, ps.LEAF: 1}
+    assert calls[3].fields() == {"autograd_node": 3, "py_stack_forward_missing": ps.BEFORE}
+
+
+def test_forward_ops_kept_are_bounded():
+    s = PyStacks([V312])
+    s.add([code_record(0x100, "forward", 10, TABLE)])
+    s.add([node_record(5, i, i, [(0x100, AT, 1, pr.CODE)]) for i in range(ps.NODES_KEPT + 10)])
+    s.add([stack_record(9, 1, [], node=(0, 1)), stack_record(9, 2, [], node=(20, 1))])
+    assert s.pop(9, 1).forward is None and s.pop(9, 2).forward is not None

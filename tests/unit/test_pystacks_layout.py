@@ -25,13 +25,14 @@ int main(void) {
     S(cp_py_layout)
     O(cp_py_stack, frames) O(cp_py_stack, nframes) O(cp_py_stack, ts_ns) O(cp_py_stack, kinds)
     O(cp_py_stack, lender) O(cp_py_stack, lender_count) O(cp_py_layout, gil_locked)
+    O(cp_py_stack, node_seq) O(cp_py_stack, node_thread) S(cp_ag_proc)
     O(cp_py_code, filename) O(cp_py_code, name) O(cp_py_code, table) O(cp_py_code, name_state)
     O(cp_py_frame, ident) O(cp_py_code, ident)
     O(cp_py_layout, tstate_interp) O(cp_py_layout, unicode_compact_size)
     C(CP_PY_MAX_FRAMES) C(CP_PY_STR_MAX) C(CP_PY_NAME_MAX) C(CP_PY_STR_SLACK)
     C(CP_PY_TABLE_MAX) C(CP_PY_LAYOUTS) C(CP_SIDE_STACK) C(CP_SIDE_CODE) C(CP_PY_CUT)
     C(CP_PY_LIST_CHANGED) C(CP_PY_TOO_MANY) C(CP_PY_CODE_WINDOW) C(CP_PY_TSTATE_WINDOW)
-    C(CP_PY_HANDED) C(CP_PY_ONLY) C(CP_PY_LENDERS_MANY)
+    C(CP_PY_HANDED) C(CP_PY_ONLY) C(CP_PY_LENDERS_MANY) C(CP_SIDE_NODE) C(CP_PY_NODE)
     C(CP_PY_CODE) C(CP_PY_SHIM) C(CP_PY_NOT_CODE) C(CP_PY_FOUND) C(CP_PY_NONE)
     return 0;
 }
@@ -47,9 +48,12 @@ def test_records_match_header(c_layout):
     assert c_layout["cp_py_stack"] == pr.STACK_SIZE
     assert c_layout["cp_py_stack.kinds"] == pr.KINDS_AT == pr.STACK_HEAD.size
     assert c_layout["cp_py_stack.frames"] == pr.FRAMES_AT
-    assert c_layout["cp_py_stack.nframes"] == pr.STACK_HEAD.size - 12
-    assert c_layout["cp_py_stack.lender"] == pr.STACK_HEAD.size - 8
-    assert c_layout["cp_py_stack.lender_count"] == pr.STACK_HEAD.size - 4
+    assert c_layout["cp_py_stack.nframes"] == pr.STACK_HEAD.size - 28
+    assert c_layout["cp_py_stack.lender"] == pr.STACK_HEAD.size - 24
+    assert c_layout["cp_py_stack.lender_count"] == pr.STACK_HEAD.size - 20
+    assert c_layout["cp_py_stack.node_seq"] == pr.STACK_HEAD.size - 16
+    assert c_layout["cp_py_stack.node_thread"] == pr.STACK_HEAD.size - 8
+    assert c_layout["cp_ag_proc"] == pr.AG_PROC.size
     assert c_layout["cp_py_stack.ts_ns"] == 16
     assert c_layout["cp_py_frame"] == pr.FRAME.size and c_layout["cp_py_frame.ident"] == 12
     assert c_layout["cp_py_code"] == pr.CODE_SIZE
@@ -81,6 +85,7 @@ def test_constants_match_header(c_layout):
     assert all(layout.tstate_fields_fit() for layout in LAYOUTS.values())
     assert (c_layout["CP_PY_HANDED"], c_layout["CP_PY_ONLY"], c_layout["CP_PY_LENDERS_MANY"]) \
         == (pr.HANDED, pr.ONLY, pr.LENDERS_MANY)
+    assert (c_layout["CP_SIDE_NODE"], c_layout["CP_PY_NODE"]) == (pr.SIDE_NODE, pr.NODE)
     assert (c_layout["CP_PY_CODE"], c_layout["CP_PY_SHIM"], c_layout["CP_PY_NOT_CODE"]) \
         == (pr.CODE, pr.SHIM, pr.NOT_CODE)
     assert (c_layout["CP_PY_FOUND"], c_layout["CP_PY_NONE"]) == (pr.FOUND, pr.NONE)
