@@ -25,6 +25,7 @@ class GpuRow:
     name: str
     durations: list[int] = field(default_factory=list)  # ns, sorted once complete
     bytes: int = 0
+    backward_ns: int = 0  # per Python line: of it, PyTorch's backward work of the line's ops
 
     @property
     def calls(self) -> int:
@@ -40,6 +41,8 @@ class GpuRow:
                                "avg_ns": round(sum(d) / len(d)), "min_ns": d[0],
                                "max_ns": d[-1], "p50_ns": _nearest_rank(d, 50),
                                "p99_ns": _nearest_rank(d, 99)}
+        if self.backward_ns:
+            row["backward_ns"] = self.backward_ns
         if not kernel:
             row["bytes"] = self.bytes
             # bytes per ns is GB/s

@@ -24,6 +24,7 @@ from cudaprobe.commands.options import (
     run_probing,
 )
 from cudaprobe.errors import UsageError
+from cudaprobe.output.files import check_output_path
 from cudaprobe.sessions.gputime import check_gpu_time
 from cudaprobe.sessions.probing import ProbeRequest
 from cudaprobe.sessions.stats import StatsRequest, functions_to_count, report_stats
@@ -57,8 +58,13 @@ from cudaprobe.sessions.stats import StatsRequest, functions_to_count, report_st
               help="Also GPU time per kernel name and per copy kind, through CUPTI; with "
                    "--pid/--comm the library is injected into the running process "
                    "(docs/gputime.md).")
+@click.option("--folded", metavar="FILE",
+              help="With --by line --gpu-time: also write the Python stacks weighted by "
+                   "their GPU time (ns) as folded stacks, for speedscope or flamegraph.pl; "
+                   "PyTorch's backward work under its forward op's stack, after "
+                   "[backward] (docs/pystacks.md).")
 def stats_command(probe: ProbeRequest, sort, by, interval, fmt, as_json, output, force,
-                  baseline, threshold, min_calls, gpu_time) -> None:
+                  baseline, threshold, min_calls, gpu_time, folded) -> None:
     """Count CUDA calls in the kernel: per function, calls, total, avg, min, max
     and p50/p95/p99 latency, and failed calls by error name. The table is
     sorted by total time. Percentiles are estimated from log2 latency buckets
@@ -81,6 +87,7 @@ def stats_command(probe: ProbeRequest, sort, by, interval, fmt, as_json, output,
       sudo cudaprobe stats --compare api.json -- python train.py
       sudo cudaprobe stats --by kernel -- python train.py
       sudo cudaprobe stats --by line --gpu-time -- python train.py
+      sudo cudaprobe stats --by line --gpu-time --folded gpu.folded -- python train.py
       sudo cudaprobe stats --gpu-time -- python train.py
       sudo cudaprobe stats --gpu-time --pid 31337 -d 5
       sudo cudaprobe stats --by collective --gpu-time -- torchrun --nproc_per_node 2 train.py
@@ -94,7 +101,9 @@ def stats_command(probe: ProbeRequest, sort, by, interval, fmt, as_json, output,
     --py-stacks`) and counted per Python line: the innermost frame that is
     the program's own (outside site-packages and the standard library), as
     `file:line (function)`; with --gpu-time, the GPU time of what each line
-    queued. Calls from threads with no Python frame are one row.
+    queued, PyTorch's backward kernels on the line of the forward op they
+    differentiate (its BACKWARD column). Calls from threads with no Python
+    frame are one row.
 
     With --by collective, NCCL's calls are traced (the default set of --api nccl,
     or -e): a row per operation (a call, or a group's calls), message size,
@@ -112,6 +121,11 @@ def stats_command(probe: ProbeRequest, sort, by, interval, fmt, as_json, output,
         check_gpu_time(list(probe.command), probe.pids, probe.comm)
     if by != "function" and interval:
         raise UsageError("--interval goes with --by function")
+    if folded is not None:
+        if by != "line" or not gpu_time:
+            raise UsageError("--folded weighs Python stacks by GPU time: it goes with "
+                             "--by line --gpu-time")
+        check_output_path(folded, force)
     if by_collective and NCCL not in apis:
         raise UsageError("--by collective counts NCCL's calls: --api must include nccl")
     if by_collective:
@@ -119,6 +133,6 @@ def stats_command(probe: ProbeRequest, sort, by, interval, fmt, as_json, output,
         probe = dataclasses.replace(probe, apis=frozenset(apis))
     functions = functions_to_count(by, list(probe.events), apis)
     request = StatsRequest(sort, by, interval, fmt, as_json, output, force, baseline, threshold,
-                           min_calls, gpu_time)
+                           min_calls, gpu_time, folded)
     run_probing(probe, functions, functools.partial(report_stats, request=request),
                 stats=by == "function", py_stacks=by == "line")

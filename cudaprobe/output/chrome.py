@@ -134,6 +134,13 @@ class ChromeReporter(Reporter):
                                 for f in c.py_stack.frames]
             if c.py_stack.borrowed is not None:  # another thread's: whose, and why
                 args["py_stack_borrowed"] = c.py_stack.borrowed_text()
+        if c.py_stack is not None and c.py_stack.node is not None:  # PyTorch's backward
+            args["autograd_node"] = c.py_stack.node
+            if c.py_stack.forward is not None:
+                args["py_stack_forward"] = [f"{f['file']}:{f['line']} {f['function']}"
+                                            for f in c.py_stack.forward]
+            else:
+                args["py_stack_forward_missing"] = c.py_stack.forward_missing
         event.update(pid=c.pid, tid=c.tid, args=args)
         return event
 

@@ -65,7 +65,8 @@ class CsvReporter(Reporter):
 
 
 CSV_KEYS = JSONL_KEYS + RANK_KEYS
-PY_KEYS = ("py_stack", "py_stack_borrowed")  # --py-stacks: the last columns
+# --py-stacks: the last columns
+PY_KEYS = ("py_stack", "py_stack_borrowed", "py_stack_forward")
 
 
 def _row(time: float, ts: int, pid: int, tid: int, process: str, event: str, api: str,
@@ -89,11 +90,19 @@ def csv_row(call: Call) -> tuple:
     return row
 
 
-def py_stack_cells(stack: PyStack) -> tuple[str, str]:
-    """The py_stack column: the frames as JSON, or {"missing": why}; and the
+def py_stack_cells(stack: PyStack) -> tuple[str, str, str]:
+    """The py_stack column: the frames as JSON, or {"missing": why}; the
     py_stack_borrowed column: {"tid", "because"} where the stack is another
-    thread's, else empty."""
+    thread's, else empty; the py_stack_forward column, for a call of PyTorch's
+    backward pass: {"node", "stack"} (the forward op's frames) or {"node",
+    "missing": why}, else empty."""
     value = stack.frames if stack.missing is None else {"missing": stack.missing}
     borrowed = "" if stack.borrowed is None else json.dumps(stack.borrowed,
                                                              separators=(",", ":"))
-    return json.dumps(value, separators=(",", ":")), borrowed
+    forward = ""
+    if stack.node is not None:
+        forward = json.dumps({"node": stack.node, "stack": stack.forward}
+                             if stack.forward is not None else
+                             {"node": stack.node, "missing": stack.forward_missing},
+                             separators=(",", ":"))
+    return json.dumps(value, separators=(",", ":")), borrowed, forward

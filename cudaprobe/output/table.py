@@ -113,8 +113,13 @@ GPU_COLUMN = Column("GPU TIME", 9,
 
 def _py_line(c: Call) -> str:
     """--py-stacks: the innermost frame that is the program's own, as file:line;
-    a stack lent by another thread ends with whose (cut_start keeps the end)."""
+    a stack lent by another thread ends with whose (cut_start keeps the end);
+    a call of PyTorch's backward pass, its forward op's line, "(backward)"."""
     stack = c.py_stack
+    if stack is not None and stack.forward:  # PyTorch's backward: its forward op's line
+        f = user_frame(stack.forward)
+        if f is not None:
+            return f"{frame_text(f)} (backward)"
     if stack is not None and stack.missing is not None:
         return "(no lender)" if stack.missing == LENDERS_MANY else "(not read)"
     f = user_frame(stack.frames) if stack is not None else None

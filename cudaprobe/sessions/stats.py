@@ -137,7 +137,8 @@ def functions_to_count(by: str, events: list[str], apis: set[str]) -> list[Funct
 
 def count(probing: Probing, notify: Callable[[str], None], console: Console,
           by: str = "function", interval: float | None = None, sort: str = "total",
-          gpu_time: bool = False) -> tuple[StatsReport, int]:
+          gpu_time: bool = False, folded: str | None = None,
+          force: bool = False) -> tuple[StatsReport, int]:
     """Count as --by says (function, kernel or collective), with --gpu-time's
     GPU work beside; interval tables go to `console`. Returns the final report
     and the exit status for cudaprobe."""
@@ -145,7 +146,7 @@ def count(probing: Probing, notify: Callable[[str], None], console: Console,
     command = list(request.command)
     if by == "line":  # its trace joins the GPU work to the calls itself
         return stats_by_line(plan, settings, command, probing.targets, notify,
-                             request.duration, gpu_time)
+                             request.duration, gpu_time, folded, force)
     gpu = gpu_time_for(notify, command) if gpu_time else None
     command_env = gpu.env if gpu is not None else {}
     # --pid/--comm: the library injected once the probes are in
@@ -185,6 +186,7 @@ class StatsRequest:
     threshold: float = DEFAULT_THRESHOLD
     min_calls: int = DEFAULT_MIN_CALLS
     gpu_time: bool = False
+    folded: str | None = None  # --folded: the stacks weighted by GPU time (--by line)
 
 
 def report_stats(probing: Probing, request: StatsRequest) -> int:
@@ -195,7 +197,8 @@ def report_stats(probing: Probing, request: StatsRequest) -> int:
     stream, json_out, human = report_output(r.output, r.force, r.fmt, r.as_json,
                                             bool(probing.request.command))
     notify = probing.begin("counting")
-    report, status = count(probing, notify, human, r.by, r.interval, r.sort, r.gpu_time)
+    report, status = count(probing, notify, human, r.by, r.interval, r.sort, r.gpu_time,
+                           r.folded, r.force)
     document = report.to_dict(r.sort)
     changes = None
     if before is not None:

@@ -200,6 +200,13 @@ class TraceSession:
                                 f"(py_stack_borrowed)")
         for why, calls in (stacks.missing.items() if stacks is not None else ()):
             self.options.notify(f"--py-stacks: {calls} calls without their Python stack: {why}")
+        if stacks is not None and stacks.forward:
+            self.options.notify(f"--py-stacks: {stacks.forward} calls of PyTorch's backward "
+                                f"pass carry the stack of the forward op they differentiate "
+                                f"(py_stack_forward)")
+        for why, calls in (stacks.no_forward.items() if stacks is not None else ()):
+            self.options.notify(f"--py-stacks: {calls} calls of PyTorch's backward pass without "
+                                f"their forward op's stack: {why}")
 
     def _never_ran(self) -> None:
         """Stopped before -- COMMAND was started: leave an existing -o file as it was."""

@@ -10,7 +10,8 @@ for that file to exist before its first step.
 Prints one JSON line per backward call, from PyTorch itself: {"size": the
 cudaMalloc's size, "node": the node's sequence number (ctx._sequence_nr()),
 "forward": [file, line, function] of the line whose forward op made the node,
-"tid": the thread that ran the backward}. Then {"done": the calls}.
+"tid": the thread that ran the backward}. Then a backward that raises, caught
+here, and {"done": the calls, "caught": its message}.
 """
 
 import ctypes
@@ -35,8 +36,9 @@ def here():
 
 class Double(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, made_at):
+    def forward(ctx, x, made_at, boom=False):
         ctx.made_at = made_at
+        ctx.boom = boom
         return x * 2
 
     @staticmethod
@@ -47,7 +49,9 @@ class Double(torch.autograd.Function):
         print(json.dumps({"size": size, "node": ctx._sequence_nr(), "forward": ctx.made_at,
                           "tid": threading.get_native_id()}), flush=True)
         cudart.cudaMalloc(ctypes.byref(ctypes.c_void_p()), ctypes.c_size_t(size))
-        return grad * 2, None
+        if ctx.boom:
+            raise RuntimeError("a backward that raises")
+        return grad * 2, None, None
 
 
 def layer(x):
@@ -69,7 +73,12 @@ def main():
     x = torch.ones(8, requires_grad=True)
     for _ in range(STEPS):
         step(x)
-    print(json.dumps({"done": calls}), flush=True)
+    caught = None
+    try:  # through the engine's C++ frames to here, as without cudaprobe
+        Double.apply(x, here(), True).sum().backward()
+    except RuntimeError as e:
+        caught = str(e)
+    print(json.dumps({"done": calls, "caught": caught}), flush=True)
 
 
 main()

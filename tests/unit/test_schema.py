@@ -47,5 +47,6 @@ def test_every_format_has_the_schema_keys_in_order():
         assert tuple(rows[1]) == JSONL_KEYS + RANK_KEYS, fmt  # a known rank's row
     assert call.time_ms == 1.5
     optional = [n for key in ROW_SCHEMA if key.option for n in key.names]
-    assert optional == ["rank", "world_size", "py_stack", "gpu"]
+    assert optional == ["rank", "world_size", "py_stack", "py_stack_forward", "autograd_node",
+                        "gpu"]
     assert not set(optional) & set(JSONL_KEYS)
