@@ -8,9 +8,10 @@ steps after --warmup, each ended by the loss's .item()).
 
 With --profile OUT.json, it runs torch.profiler (with_stack) over --steps
 steps instead and writes PyTorch's own link of backward and forward: for each
-line of this file, the GPU time of the kernels of the backward ops whose
-sequence number is that of a forward op made on that line, and of its
-forward ops; the oracle the check compares cudaprobe with.
+function of this file (by its first line: torch.profiler's stacks name
+functions so), the GPU time of the kernels of the backward ops whose sequence
+number is that of a forward op made in it; the oracle the check compares
+cudaprobe with. Each marked forward op is in a function of its own.
 
 Usage: python backward_torch.py [--steps 100] [--warmup 20] [--profile OUT.json]
 """
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import statistics
 import time
 
@@ -28,6 +31,9 @@ from torch.profiler import ProfilerActivity, profile
 
 
 class Block(torch.nn.Module):
+    """Each forward op in a method of its own: torch.profiler's stacks name a
+    function by its first line, so the check compares functions."""
+
     def __init__(self, d: int, heads: int) -> None:
         super().__init__()
         self.heads = heads
@@ -38,15 +44,30 @@ class Block(torch.nn.Module):
         self.fc1 = torch.nn.Linear(d, 4 * d)
         self.fc2 = torch.nn.Linear(4 * d, d)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def norm1(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ln1(x)  # LINE:ln1
+
+    def project(self, h: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        b, t, d = h.shape
+        return self.qkv(h).view(b, t, 3, self.heads, d // self.heads).unbind(2)  # LINE:qkv
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),  # LINE:attn
+                                              v.transpose(1, 2), is_causal=True)
+
+    def output(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
-        h = self.ln1(x)  # LINE:ln1
-        q, k, v = self.qkv(h).view(b, t, 3, self.heads, d // self.heads).unbind(2)  # LINE:qkv
-        a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),  # LINE:attn
-                                           v.transpose(1, 2), is_causal=True)
-        x = x + self.out(a.transpose(1, 2).reshape(b, t, d))  # LINE:out
-        h = F.gelu(self.fc1(self.ln2(x)))  # LINE:fc1
+        return x + self.out(a.transpose(1, 2).reshape(b, t, d))  # LINE:out
+
+    def expand(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(self.fc1(self.ln2(x)))  # LINE:fc1
+
+    def contract(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         return x + self.fc2(h)  # LINE:fc2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.output(x, self.attend(*self.project(self.norm1(x))))
+        return self.contract(x, self.expand(x))
 
 
 class Model(torch.nn.Module):
@@ -56,11 +77,22 @@ class Model(torch.nn.Module):
         self.blocks = torch.nn.ModuleList(Block(d, heads) for _ in range(layers))
         self.head = torch.nn.Linear(d, vocab)
 
+    def embedding(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.embed(tokens)  # LINE:embed
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(x)  # LINE:head
+
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.embed(tokens)  # LINE:embed
+        x = self.embedding(tokens)
         for block in self.blocks:
             x = block(x)
-        return self.head(x)  # LINE:head
+        return self.logits(x)
+
+
+def loss_of(logits: torch.Tensor, tokens: torch.Tensor, vocab: int) -> torch.Tensor:
+    return F.cross_entropy(logits.reshape(-1, vocab).float(),  # LINE:loss
+                           tokens[:, 1:].reshape(-1))
 
 
 def main() -> None:
@@ -77,9 +109,7 @@ def main() -> None:
 
     def step() -> float:
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = model(tokens[:, :-1])
-            loss = F.cross_entropy(logits.reshape(-1, vocab).float(),  # LINE:loss
-                                   tokens[:, 1:].reshape(-1))
+            loss = loss_of(model(tokens[:, :-1]), tokens, vocab)
         opt.zero_grad(set_to_none=True)
         loss.backward()  # LINE:backward
         opt.step()  # LINE:step
@@ -88,8 +118,10 @@ def main() -> None:
     if args.profile:
         for _ in range(args.warmup):
             step()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                     with_stack=True) as prof:
+        # the ops' Python stacks: with_stack, and (PyTorch 2.1+) a verbose config
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True,
+                     experimental_config=torch._C._profiler._ExperimentalConfig(verbose=True)
+                     ) as prof:
             for _ in range(args.steps):
                 step()
         torch.cuda.synchronize()
@@ -110,11 +142,15 @@ def main() -> None:
 BACKWARD = "autograd::engine::evaluate_function: "
 
 
+OWN = re.compile(r"(?:^|/)" + re.escape(os.path.basename(__file__)) + r"\((\d+)\)")
+
+
 def own_line(stack: list[str]) -> int | None:
-    """The innermost frame of this file in a profiler stack ("file(line): fn")."""
+    """The innermost frame of this file in a profiler stack ("path(line): fn",
+    the path cut short by the profiler)."""
     for frame in stack:
-        if frame.startswith(__file__ + "("):
-            return int(frame[len(__file__) + 1:].split(")", 1)[0])
+        if m := OWN.match(frame):
+            return int(m.group(1))
     return None
 
 
