@@ -860,8 +860,8 @@ int cp_ag_made(struct pt_regs *ctx)
 {
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	u32 tgid = pid_tgid >> 32;
-	if (!ag_procs.lookup(&tgid))
-		return 0;
+	if (current_phase() != CP_TRACING || !ag_procs.lookup(&tgid))
+		return 0;	/* before the start or after the end: no record */
 	py_capture_as(pid_tgid, CP_SIDE_NODE, CP_PY_NODE, PT_REGS_RC(ctx), 0);
 	return 0;
 }
