@@ -13,7 +13,7 @@ functions so), the GPU time of the kernels of the backward ops whose sequence
 number is that of a forward op made in it; the oracle the check compares
 cudaprobe with. Each marked forward op is in a function of its own.
 
-Usage: python backward_torch.py [--steps 100] [--warmup 20] [--profile OUT.json]
+Usage: python backward_torch.py [--steps 100] [--warmup 20] [--profile OUT.json] [--compile]
 """
 
 from __future__ import annotations
@@ -100,16 +100,19 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--profile", metavar="OUT.json")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the model: its backward is one compiled node")
     args = ap.parse_args()
     torch.manual_seed(0)
     vocab, d = 8192, 512
     model = Model(vocab, d, 4, 8).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    forward = torch.compile(model) if args.compile else model
     tokens = torch.randint(0, vocab, (16, 256), device="cuda")
 
     def step() -> float:
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = loss_of(model(tokens[:, :-1]), tokens, vocab)
+            loss = loss_of(forward(tokens[:, :-1]), tokens, vocab)  # LINE:model
         opt.zero_grad(set_to_none=True)
         loss.backward()  # LINE:backward
         opt.step()  # LINE:step

@@ -7,10 +7,25 @@
 # gives the share with no Python line; then `stats --by line --gpu-time
 # --folded`. PART=cost instead measures the workload's ms/step untraced, under
 # cudaprobe without and with --py-stacks, and under Nsight Systems without and
-# with --python-backtrace=cuda. Summary: $OUT/backward.txt (or backward-cost.txt).
+# with --python-backtrace=cuda; PART=compile checks the workload torch.compile'd.
+# Summary: $OUT/backward.txt (or backward-cost.txt, backward-compile.txt).
 # Run from the repo root, .gpukit carried:  bash scripts/gpu/check-backward.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 W=benchmarks/backward_torch.py
+if [ "${PART:-check}" = compile ]; then  # torch.compile: the backward is one compiled node
+  txt=$OUT/backward-compile.txt; : > "$txt"
+  { date -u; nvidia-smi -L; } >> "$txt" 2>&1
+  timeout -k 10 300 $TORCH_PY $W --compile --steps 30 --warmup 10 --profile $OUT/oracle-compile.json \
+    > /tmp/bwc-oracle.out 2>&1
+  echo "oracle exit $?" >> "$txt"
+  timeout -k 10 300 python3 -m cudaprobe trace --py-stacks --gpu-time -e kernel \
+    -o /tmp/bwc.jsonl -- $TORCH_PY $W --compile --steps 100 > /tmp/bwc.out 2> /tmp/bwc.err
+  echo "traced exit $?" >> "$txt"
+  grep -v "^step\|Warning\|warn(\|━━\|┃" /tmp/bwc.err | tail -6 >> "$txt"
+  python3 scripts/gpu/backward_check.py /tmp/bwc.jsonl $W $OUT/oracle-compile.json >> "$txt" 2>&1
+  cat "$txt"
+  exit 0
+fi
 if [ "${PART:-check}" = cost ]; then
   txt=$OUT/backward-cost.txt; : > "$txt"
   { date -u; nvidia-smi -L; } >> "$txt" 2>&1

@@ -6,7 +6,8 @@ itself says of each (the node's sequence number from ctx._sequence_nr(),
 and the line its forward op ran on). Every call's row must carry that node
 and that line, launched and attached with --pid; a backward that raises
 goes through the probes to the program's own `except`, and the program
-ends as it would untraced."""
+ends as it would untraced. A library named libtorch that is not PyTorch's is
+said once, and its process's stacks are as before."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import REPO, cudaprobe_cmd
+from ..conftest import REPO, build_workload, cudaprobe_cmd
 from .running import Lines, started
 
 pytestmark = pytest.mark.slow
@@ -125,3 +126,38 @@ def test_untraced_the_workload_prints_the_same(tmp_path, libcudart, torch_env):
 def line_of(text: str) -> int:
     return next(i for i, line in enumerate(WORKLOAD.read_text().splitlines(), 1)
                 if text in line)
+
+
+OTHER = """
+import ctypes, json, os, sys, time
+ctypes.CDLL(sys.argv[1])  # a libtorch_cpu.so that is not PyTorch's
+cudart = ctypes.CDLL(sys.argv[2])
+print(json.dumps({"ready": os.getpid()}), flush=True)
+while not os.path.exists(sys.argv[3]):
+    time.sleep(0.01)
+cudart.cudaMalloc(ctypes.byref(ctypes.c_void_p()), ctypes.c_size_t(4096))
+"""
+
+
+def test_a_libtorch_without_the_autograd_functions_is_said_once_and_stacks_stay(
+        tmp_path, libcudart):
+    fake = build_workload("not_libtorch.c", "not_torch/libtorch_cpu.so",
+                          extra=["-shared", "-fPIC"])
+    script, go, out = tmp_path / "other.py", tmp_path / "go", tmp_path / "calls.jsonl"
+    script.write_text(OTHER)
+    tracer = started(subprocess.Popen(
+        cudaprobe_cmd("trace", "--py-stacks", "-e", "cudaMalloc", "--lib", str(libcudart),
+                      "-o", str(out), "--", sys.executable, str(script), str(fake),
+                      str(libcudart), str(go)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    said, printed = Lines(tracer.stderr), Lines(tracer.stdout)
+    printed.wait_for(lambda line: '"ready"' in line, "the workload")
+    line = said.wait_for(lambda line: "libtorch_cpu.so" in line, "the line about libtorch")
+    assert line.endswith("libtorch_cpu.so: it does not define the autograd functions "
+                         "cudaprobe probes: backward calls are not given their forward line")
+    go.touch()
+    assert tracer.wait(timeout=120) == 0, said.until_end()
+    assert said.until_end().count("not given their forward line") == 1
+    rows = [json.loads(line) for line in out.read_text().splitlines()][:-1]
+    assert [r["event"] for r in rows] == ["cudaMalloc"]
+    assert rows[0]["py_stack"][0]["file"] == str(script) and "autograd_node" not in rows[0]
