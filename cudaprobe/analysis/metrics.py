@@ -170,6 +170,7 @@ class CallMetrics:
         self._memcpy: dict[tuple[str, str], int] = {}
         self._memset: dict[str, int] = {}
         self._lost: dict[str, int] = {}
+        self._polled: float | None = None  # monotonic time of the last set_lost
         self._kernels = LabelBudget(MAX_KERNELS, MAX_KERNEL_NAMES)  # by launches
         self._launches: dict[tuple[str, str], int] = {}
         self._gpu_kernels = LabelBudget(MAX_KERNELS, MAX_KERNEL_NAMES)  # by GPU time
@@ -247,9 +248,17 @@ class CallMetrics:
             del self._memory.processes[pid]
 
     def set_lost(self, counters: dict[str, int]) -> None:
-        """The tracer's counters (cumulative), with decode_errors: the loss causes kept."""
+        """The tracer's counters (cumulative), with decode_errors: the loss causes kept.
+        The trace loop gives them about each second: its heartbeat (polled_s)."""
         with self._lock:
             self._lost = {k: v for k, v in counters.items() if k not in NOT_LOST}
+            self._polled = time.monotonic()
+
+    def polled_s(self) -> float | None:
+        """Seconds since the trace loop last gave its counters (None: never yet)."""
+        with self._lock:
+            polled = self._polled
+        return None if polled is None else time.monotonic() - polled
 
     def snapshot(self, now_ns: int | None = None) -> Snapshot:
         now_ns = time.monotonic_ns() if now_ns is None else now_ns

@@ -159,6 +159,11 @@ class _QuietHandler(WSGIRequestHandler):
         """No line per scrape."""
 
 
+# /healthz answers 503 when the trace loop has not polled for this long (it polls
+# about each second; a drain of a long backlog polls too)
+HUNG_S = 60.0
+
+
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
@@ -182,6 +187,8 @@ class MetricsServer:
         metrics_app = client.make_wsgi_app(registry)
 
         def app(environ: dict, start_response: Callable) -> list[bytes]:
+            if environ.get("PATH_INFO") == "/healthz":
+                return self._health(metrics, start_response)
             if not self.ready.is_set():
                 start_response("503 Service Unavailable",
                                [("Content-Type", "text/plain; charset=utf-8")])
@@ -198,6 +205,17 @@ class MetricsServer:
         self._thread = threading.Thread(target=self.server.serve_forever, name="metrics",
                                         daemon=True)
         self._thread.start()
+
+    def _health(self, metrics: CallMetrics, start_response: Callable) -> list[bytes]:
+        """/healthz, for a liveness probe: 200 while the probes go in and while the
+        trace loop polls; 503 once it has not for HUNG_S (a hung serve: restart it)."""
+        since = metrics.polled_s()
+        if self.ready.is_set() and since is not None and since > HUNG_S:
+            start_response("503 Service Unavailable",
+                           [("Content-Type", "text/plain; charset=utf-8")])
+            return [f"cudaprobe: the trace loop has not polled for {since:.0f} s\n".encode()]
+        start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
+        return [b"ok\n" if self.ready.is_set() else b"starting: the probes go in\n"]
 
     def close(self) -> None:
         self.server.shutdown()

@@ -21,26 +21,28 @@ yaml = pytest.importorskip("yaml")
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
 K8S = REPO / "deploy" / "kubernetes"
+OPERATOR = K8S / "components" / "prometheus-operator"  # its kinds: only with the Operator
 OPERATOR_API = "monitoring.coreos.com/v1"
 # the oldest and the newest Kubernetes whose schemas kubernetes-validate ships
 VERSIONS = ("1.25", "1.37")
 
 
-def objects(name: str | None = None) -> list[dict]:
-    files = [K8S / name] if name else sorted(K8S.glob("*.yaml"))
-    return [doc for f in files if f.name != "kustomization.yaml"
+def objects(where=K8S) -> list[dict]:
+    """The objects of a directory's files (the base's, by default)."""
+    return [doc for f in sorted(where.glob("*.yaml")) if f.name != "kustomization.yaml"
             for doc in yaml.safe_load_all(f.read_text()) if doc]
 
 
 def one(kind: str) -> dict:
-    (found,) = [o for o in objects() if o["kind"] == kind]
+    (found,) = [o for o in objects() + objects(OPERATOR) if o["kind"] == kind]
     return found
 
 
 def test_objects_valid_against_the_kubernetes_schemas():
-    core = [o for o in objects() if o["apiVersion"] != OPERATOR_API]
+    core = objects()
     assert {o["kind"] for o in core} == {"Namespace", "ServiceAccount", "Role", "RoleBinding",
-                                         "DaemonSet", "Service", "NetworkPolicy"}
+                                         "DaemonSet", "Service", "NetworkPolicy",
+                                         "PriorityClass"}
     for version in VERSIONS:
         for o in core:
             kubernetes_validate.validate(o, version, strict=True)
@@ -86,7 +88,8 @@ def validate_operator_object(o: dict) -> None:
 
 
 def test_operator_objects_valid_against_the_crd_models():
-    operator = [o for o in objects() if o["apiVersion"] == OPERATOR_API]
+    operator = objects(OPERATOR)
+    assert all(o["apiVersion"] == OPERATOR_API for o in operator)
     assert sorted(o["kind"] for o in operator) == ["PodMonitor", "PrometheusRule",
                                                    "ServiceMonitor"]
     for o in operator:
@@ -113,9 +116,11 @@ def test_the_pieces_fit():
     assert one("Service")["spec"]["selector"].items() <= labels.items()
     for kind in ("ServiceMonitor", "PodMonitor"):
         assert one(kind)["spec"]["selector"]["matchLabels"].items() <= labels.items()
-    assert {o["metadata"]["namespace"] for o in objects() if o["kind"] != "Namespace"} == {
-        one("Namespace")["metadata"]["name"]}
+    cluster_wide = {"Namespace", "PriorityClass"}
+    assert {o["metadata"]["namespace"] for o in objects() + objects(OPERATOR)
+            if o["kind"] not in cluster_wide} == {one("Namespace")["metadata"]["name"]}
     assert pod["serviceAccountName"] == one("ServiceAccount")["metadata"]["name"]
+    assert pod["priorityClassName"] == one("PriorityClass")["metadata"]["name"]
     assert one("RoleBinding")["roleRef"]["name"] == one("Role")["metadata"]["name"]
     assert pod["hostPID"] is True  # pids of events are the pids in /proc
 
@@ -137,6 +142,9 @@ def test_the_pieces_fit():
     (lib,) = params["libs"]
     assert any(lib.startswith(m["mountPath"] + "/") for m in mounts.values())
     assert mounts["tracefs"]["mountPath"] == "/sys/kernel/tracing"
+    # alive while serve's trace loop polls (/healthz), ready once it counts (/metrics)
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
 
 
 SECCOMP = REPO / "deploy" / "seccomp" / "cudaprobe.json"
@@ -188,37 +196,53 @@ def test_only_prometheus_may_reach_the_pods():
 def test_kustomization_names_every_file_but_the_alternative():
     kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
     files = {f.name for f in K8S.glob("*.yaml")} - {"kustomization.yaml"}
-    assert set(kustomization["resources"]) == files - {"podmonitor.yaml"}
+    assert set(kustomization["resources"]) == files
+    component = yaml.safe_load((OPERATOR / "kustomization.yaml").read_text())
+    assert component["kind"] == "Component"
+    files = {f.name for f in OPERATOR.glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(component["resources"]) == files - {"podmonitor.yaml"}
     (image,) = kustomization["images"]
     (container,) = one("DaemonSet")["spec"]["template"]["spec"]["containers"]
     assert container["image"].split(":")[0] == image["name"]
 
 
-def test_kubectl_kustomize_renders_it():
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("no kubectl")
-    out = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True,
-                         timeout=HANG_S, check=True).stdout
-    rendered = [d for d in yaml.safe_load_all(out) if d]
-    assert sorted(o["kind"] for o in rendered) == sorted(
-        o["kind"] for o in objects() if o["kind"] != "PodMonitor")
-    ds = next(o for o in rendered if o["kind"] == "DaemonSet")
-    image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
-    assert image == "registry.example.com/cudaprobe:0.1.0"
-
-
-def rendered_with_rbac_proxy(tmp_path) -> list[dict]:
+def rendered(tmp_path, *components: str) -> list[dict]:
+    """`kubectl kustomize` of the base, with `components` enabled."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.skip("no kubectl")
     copy = shutil.copytree(K8S, tmp_path / "kubernetes")
     kustomization = yaml.safe_load((copy / "kustomization.yaml").read_text())
-    kustomization["components"] = ["components/kube-rbac-proxy"]
+    if components:
+        kustomization["components"] = list(components)
     (copy / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
     out = subprocess.run([kubectl, "kustomize", str(copy)], capture_output=True, text=True,
                          timeout=HANG_S, check=True).stdout
     return [d for d in yaml.safe_load_all(out) if d]
+
+
+def test_kubectl_kustomize_renders_it(tmp_path):
+    """The base: no kind of the Prometheus Operator's (an apply succeeds on a
+    cluster without its CRDs); with its component, the ServiceMonitor and the
+    rules."""
+    base = rendered(tmp_path / "base")
+    assert sorted(o["kind"] for o in base) == sorted(o["kind"] for o in objects())
+    assert not [o for o in base if o["apiVersion"] == OPERATOR_API]
+    ds = next(o for o in base if o["kind"] == "DaemonSet")
+    image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == "registry.example.com/cudaprobe:0.1.0"
+    with_operator = rendered(tmp_path / "operator", "components/prometheus-operator")
+    assert sorted(o["kind"] for o in with_operator) == sorted(
+        [o["kind"] for o in objects()] + ["ServiceMonitor", "PrometheusRule"])
+
+
+def rendered_with_rbac_proxy(tmp_path) -> list[dict]:
+    return rendered(tmp_path, "components/prometheus-operator", "components/kube-rbac-proxy")
+
+
+def test_the_rbac_proxy_component_without_the_operator_renders(tmp_path):
+    kinds = {o["kind"] for o in rendered(tmp_path, "components/kube-rbac-proxy")}
+    assert "ClusterRole" in kinds and "ServiceMonitor" not in kinds
 
 
 def test_the_rbac_proxy_component_puts_serve_behind_it_on_loopback(tmp_path):
@@ -231,6 +255,7 @@ def test_the_rbac_proxy_component_puts_serve_behind_it_on_loopback(tmp_path):
     ds = next(o for o in rendered if o["kind"] == "DaemonSet")
     serve, proxy = ds["spec"]["template"]["spec"]["containers"]
     assert "ports" not in serve  # nothing of serve's reachable from outside the pod
+    assert "livenessProbe" not in serve and "readinessProbe" not in serve  # the kubelet cannot
     params = serve_command.make_context("serve", serve["args"][1:]).params
     host, port = parse_listen_address(params["prometheus_at"])
     assert host == "127.0.0.1"
@@ -245,5 +270,6 @@ def test_the_rbac_proxy_component_puts_serve_behind_it_on_loopback(tmp_path):
 
 def test_files_are_where_the_docs_say():
     fleet = (REPO / "docs" / "fleet.md").read_text()
-    for f in sorted(K8S.glob("*.yaml")):
+    for f in sorted(K8S.glob("*.yaml")) + sorted(OPERATOR.glob("*.yaml")):
         assert f.name in fleet, f.name
+    assert "components/prometheus-operator" in fleet

@@ -77,7 +77,8 @@ def test_generated_files_are_up_to_date():
 
 
 def test_prometheus_rule_holds_the_alerts_file_groups():
-    rule = yaml.safe_load((REPO / "deploy" / "kubernetes" / "prometheusrule.yaml").read_text())
+    rule = yaml.safe_load((REPO / "deploy" / "kubernetes" / "components" / "prometheus-operator"
+                          / "prometheusrule.yaml").read_text())
     assert rule["spec"]["groups"] == yaml.safe_load(ALERTS.read_text())["groups"]
 
 

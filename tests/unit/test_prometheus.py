@@ -16,6 +16,7 @@ from cudaprobe import __version__
 from cudaprobe.analysis.metrics import LATENCY_BOUNDS_S, MAX_KERNELS, CallMetrics
 from cudaprobe.decode.gputime import GpuWork
 from cudaprobe.errors import CudaprobeError, UsageError
+from cudaprobe.output import prometheus
 from cudaprobe.output.prometheus import (
     CannotListen,
     MetricsServer,
@@ -200,3 +201,23 @@ def test_metrics_answer_503_until_the_probes_are_in():
         server.ready.set()
         with urllib.request.urlopen(server.url, timeout=10) as r:
             assert r.status == 200
+
+
+def test_healthz_says_alive_while_starting_and_polling_and_not_once_the_loop_hangs(
+        monkeypatch):
+    """A liveness probe's answer: 200 while the probes go in (no poll yet) and while
+    the trace loop gives its counters; 503 once it has not for HUNG_S."""
+    metrics = CallMetrics()
+    with MetricsServer(metrics, "127.0.0.1", free_port()) as server:
+        health = server.url.replace("/metrics", "/healthz")
+        with urllib.request.urlopen(health, timeout=10) as r:
+            assert (r.status, r.read()) == (200, b"starting: the probes go in\n")
+        server.ready.set()
+        metrics.set_lost({})
+        with urllib.request.urlopen(health, timeout=10) as r:
+            assert (r.status, r.read()) == (200, b"ok\n")
+        monkeypatch.setattr(prometheus, "HUNG_S", -1.0)  # the last poll is now too old
+        with pytest.raises(urllib.error.HTTPError) as hung:
+            urllib.request.urlopen(health, timeout=10)
+        assert hung.value.code == 503
+        assert b"the trace loop has not polled for" in hung.value.read()
