@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import repeat
-from json.encoder import encode_basestring
+from json.encoder import encode_basestring_ascii as encode_basestring
 from operator import itemgetter
 from typing import Any, Callable, Protocol
 
@@ -122,6 +122,10 @@ class LaunchNames:
             texts = self._texts[name] = (f',"{NAME_KEY}":' + encode_basestring(name),
                                          " " + shorten(name))
         return texts
+
+    def known(self, pid: int, address: int) -> bool:
+        """Whether the name at `address` in `pid` is found for good."""
+        return (pid, address) in self._known
 
     def __call__(self, rec: tuple, address: int) -> str | None:
         pid = rec[R_PID]

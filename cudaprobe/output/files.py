@@ -78,6 +78,7 @@ class OutputStream:
         self.lines_dropped = 0  # lines not written (whole or cut) since the failure
         self._pending: list[bytes] = []
         self._pending_bytes = 0
+        self._pending_lines = 0  # counted once, as written: _send is told
         self._reported = False
         # on a terminal, what a data format writes is shown through this
         # (text.terminal_lines): files and pipes get the exact bytes
@@ -88,13 +89,15 @@ class OutputStream:
 
     def write(self, text: str) -> int:
         data = (text if self.shown is None else self.shown(text)).encode()
+        lines = data.count(b"\n")  # the one count of these bytes' lines
         self.written += len(data)
-        self.lines += data.count(b"\n")
+        self.lines += lines
         if self.failure is not None:
-            self.lines_dropped += data.count(b"\n")
+            self.lines_dropped += lines
         else:
             self._pending.append(data)
             self._pending_bytes += len(data)
+            self._pending_lines += lines
             if self._pending_bytes >= BUFFER:
                 self.flush()
         return len(text)
@@ -102,17 +105,20 @@ class OutputStream:
     def flush(self) -> None:
         if not self._pending:
             return
-        data = b"".join(self._pending)
-        self._pending, self._pending_bytes = [], 0
-        self._send(data)
+        # a batch of rows as big as the buffer goes as it is, not copied again
+        data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+        lines = self._pending_lines
+        self._pending, self._pending_bytes, self._pending_lines = [], 0, 0
+        self._send(data, lines)
 
-    def _send(self, data: bytes) -> None:
-        """A batch of whole lines out; where it fails, its whole lines kept."""
+    def _send(self, data: bytes, lines: int) -> None:
+        """A batch of whole lines (`lines` of them) out; where it fails, its whole
+        lines kept."""
         done, error = self._write_all(data)
         if error is not None:
             self._fail(error, data, done)
         else:
-            self.lines_out += data.count(b"\n")
+            self.lines_out += lines
 
     def _write_all(self, data: bytes) -> tuple[int, OSError | None]:
         """`data` written out: the bytes that went, and the failure that stopped it."""
@@ -158,7 +164,7 @@ class OutputStream:
 
     def discard(self) -> None:
         """Forget what is not written out yet (a trace that never ran)."""
-        self._pending, self._pending_bytes = [], 0
+        self._pending, self._pending_bytes, self._pending_lines = [], 0, 0
 
     @property
     def cause(self) -> str:
@@ -249,8 +255,8 @@ class GzipOutputFile(LazyOutputFile):
         super().__init__(path, force, mode)
         self._zip = zlib.compressobj(6, zlib.DEFLATED, 31)  # 31: the gzip format
 
-    def _send(self, data: bytes) -> None:
-        self._send_packed(self._zip.compress(data), data.count(b"\n"))
+    def _send(self, data: bytes, lines: int) -> None:
+        self._send_packed(self._zip.compress(data), lines)
 
     def _send_packed(self, packed: bytes, lines: int) -> None:
         """Compressed bytes out, standing for `lines`: all of them or none."""

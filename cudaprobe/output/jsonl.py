@@ -5,7 +5,7 @@ With --gpu-time a call that queued GPU work has a `gpu` object last
 from __future__ import annotations
 
 import json
-from json.encoder import encode_basestring
+from json.encoder import encode_basestring_ascii as encode_basestring
 from typing import Callable, TextIO
 
 from cudaprobe.analysis.summary import Summary

@@ -3,7 +3,9 @@ what the JSONL and CSV reporters write per record (decode.records' row makers).
 
 `compile_args_text` generates, once per probe, straight-line code from its
 ArgFields rather than a loop over them: the loop, its lists and joins were
-half the cost of a JSONL line. The text is exactly what json.dumps writes of
+half the cost of a JSONL line. Each text is remembered by the record's words
+it is made of (and the process, for a kernel's name), up to MEMO_MAX: rows
+repeat a few argument tuples. The text is exactly what json.dumps writes of
 the decoded Call (tests/unit/test_decoders.py checks it, byte for byte).
 """
 
@@ -11,15 +13,22 @@ from __future__ import annotations
 
 import functools
 import json
-from json.encoder import encode_basestring
+from json.encoder import encode_basestring_ascii as encode_basestring
 from typing import Any, Callable
 
 from cudaprobe.catalogue.functions import OUT_KINDS, ArgKind
 from cudaprobe.decode.calls import NOT_READ, WORD_DECODERS, _dim3_value
 from cudaprobe.decode.records import ProbeDecoder
-from cudaprobe.probe.event import R_NOUTS
+from cudaprobe.probe.event import R_NOUTS, R_PID, R_TEXT
 
-encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
+# texts remembered per probe, by the words they are made of: a trace repeats a
+# few argument tuples (the same kernels, shapes and streams) in most of its rows
+MEMO_MAX = 1 << 16
+
+# JSON text in ASCII: a non-ASCII character (a short name's "…", a file name's)
+# written as its \u escape. A row of one width throughout joins, encodes and
+# writes several times faster than one with a single wider character in it.
+encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True,
                           check_circular=False).encode
 
 # kinds whose JSON value is a string: pointers and handles in hex, memcpy kind names
@@ -113,6 +122,31 @@ def compile_args_text(probe: ProbeDecoder
         pair = "\n".join([*read, pair_read, pair_unread])
     else:
         tail, pair = returns(args, details, "    ")
-    exec("\n".join(["def json_tail(rec):", *body, tail,  # noqa: S102
-                     "def json_details(rec):", *body, pair]), ns)
+    words = sorted({i for f in probe.fields
+                    for i in ((f.index, f.index + 1) if f.kind is ArgKind.DIM3 else (f.index,))})
+    named = [f.index for f in probe.fields if f.kind is ArgKind.FUNC]
+    # the words' span (a failed call's record ends before its out-parameters: cut short)
+    key = ", ".join([f"rec[{words[0]}:{words[-1] + 1}]" if words else "()",
+                     *([f"rec[{R_NOUTS}]"] if outs else ()),
+                     *([f"rec[{R_PID}]"] if named else ())]) + ","
+    # a text is remembered once every kernel name in it is known for good; a
+    # record carrying a name (its text) goes the whole way, for the handles
+    known = " and ".join(f"known(rec[{R_PID}], rec[{i}])" for i in named) or "True"
+    ns.update(known=probe.names.known if named else None, R_TEXT=R_TEXT, MAX=MEMO_MAX)
+    memo = []
+    for name in ("json_tail", "json_details"):
+        memo += [f"def {name}(rec, texts={{}}):",
+                 f"    key = ({key})",
+                 "    text = texts.get(key)",
+                 *(["    if text is not None and (len(rec) <= R_TEXT or not rec[R_TEXT]):"]
+                   if named else ["    if text is not None:"]),
+                 "        return text",
+                 f"    text = _{name}(rec)",
+                 f"    if {known}:",
+                 "        if len(texts) >= MAX:",
+                 "            texts.clear()",
+                 "        texts[key] = text",
+                 "    return text"]
+    exec("\n".join(["def _json_tail(rec):", *body, tail,  # noqa: S102
+                     "def _json_details(rec):", *body, pair, *memo]), ns)
     return ns["json_tail"], ns["json_details"]

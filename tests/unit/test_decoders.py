@@ -38,7 +38,7 @@ json_line = JsonlReporter(io.StringIO()).json_line
 
 
 def dumps(call: Call) -> str:
-    return json.dumps(call.to_dict(), separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(call.to_dict(), separators=(",", ":"), ensure_ascii=True)
 
 
 def record(func_id: int, words: list[int], ret: int = 35, comm: bytes = b"tr\xc3\xa4in\"x",
