@@ -15,10 +15,11 @@ from cudaprobe.decode.nesting import Mark
 from cudaprobe.decode.pystacks import PyStack
 from cudaprobe.decode.ranks import Ranks
 from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
-from cudaprobe.decode.schema import time_ms
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.recordtext import compile_args_text, encode
 from cudaprobe.probe.event import R_COMM, R_DURATION, R_PID, R_RET, R_TID, R_TS, comm_text
+
+TEXTS_MAX = 1 << 16  # (pid, tid, process) texts a probe's row maker remembers
 
 
 class JsonlReporter(Reporter):
@@ -50,7 +51,6 @@ class JsonlReporter(Reporter):
         ret_json: dict[int, str] = {}  # return code -> its name as JSON text
         comms, rank_json = self._comms, ranks.json
         middle = _middle(probe.event, probe.api, probe.category)  # the same for every call
-        spell, ms = _line, time_ms  # local names: the hot path looks them up per record
 
         def comm_json(raw: bytes) -> str:
             text = comms[raw] = encode_basestring(comm_text(raw))
@@ -60,12 +60,32 @@ class JsonlReporter(Reporter):
             text = ret_json[ret] = encode_basestring(probe.ret_name(ret))
             return text
 
+        # the text from "pid" to "duration_ns": and from "ret" to "args": of a line,
+        # remembered: a trace's rows have a few threads and results
+        whos: dict[tuple, str] = {}
+        results: dict[int, str] = {}
+
+        def who_text(key: tuple) -> str:
+            if len(whos) >= TEXTS_MAX:
+                whos.clear()
+            pid, tid, comm = key
+            text = whos[key] = (f',"pid":{pid},"tid":{tid},"process":'
+                                f'{comms.get(comm) or comm_json(comm)}{middle}')
+            return text
+
+        def result_text(ret: int) -> str:
+            text = results[ret] = (f',"ret":{ret},"ret_name":'
+                                   f'{ret_json.get(ret) or ret_name_json(ret)},"args":')
+            return text
+
         def line(rec: tuple, depth: int = 0, parent: int | None = None) -> str:
-            ts, ret, comm, pid = rec[R_TS], rec[R_RET], rec[R_COMM], rec[R_PID]
-            return spell(ms(ts, t0_ns), ts, pid, rec[R_TID],
-                         comms.get(comm) or comm_json(comm), middle, rec[R_DURATION], ret,
-                         ret_json.get(ret) or ret_name_json(ret), tail(rec), depth,
-                         parent) + (rank_json.get(pid, "") if rank_json else "") + "}\n"
+            ts, ret, pid = rec[R_TS], rec[R_RET], rec[R_PID]
+            key = (pid, rec[R_TID], rec[R_COMM])
+            return (f'{{"time_ms":{round((ts - t0_ns) / 1e6, 3)!r},"ts_ns":{ts}'
+                    f'{whos.get(key) or who_text(key)}{rec[R_DURATION]}'
+                    f'{results.get(ret) or result_text(ret)}{tail(rec)},"depth":{depth},'
+                    f'"parent":{"null" if parent is None else parent}'
+                    f'{rank_json.get(pid, "") if rank_json else ""}}}\n')
         return line
 
     def row_of_call(self, call: Call) -> str:
@@ -120,8 +140,10 @@ def _line(time_ms: float, ts_ns: int, pid: int, tid: int, process_json: str, mid
           duration: object, ret: object, ret_name_json: str, args_details: str, depth: int,
           parent: int | None) -> str:
     """A JSONL line, the schema's keys in order (decode/schema.py), its object left
-    open: the one place the line is spelled. Strings come as JSON text; `args_details`
-    is the args object then `,"details":` and its text."""
+    open. Strings come as JSON text; `args_details` is the args object then
+    `,"details":` and its text. The records' fast path (row_maker) spells the
+    same line in parts it remembers; tests/unit/test_decoders.py checks the two
+    agree, byte for byte."""
     return (f'{{"time_ms":{time_ms!r},"ts_ns":{ts_ns},"pid":{pid},"tid":{tid},'
             f'"process":{process_json}{middle}{duration},"ret":{ret},'
             f'"ret_name":{ret_name_json},"args":{args_details},"depth":{depth},'
