@@ -5,6 +5,7 @@ no known rank of a job (and with --py-stacks `py_stack`)."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 from typing import TextIO
 
@@ -32,11 +33,17 @@ class CsvReporter(Reporter):
         self._writer.writerow((*CSV_KEYS, *PY_KEYS) if self.py_stacks else CSV_KEYS)
 
     def calls(self, calls: list[Call]) -> None:
-        self._writer.writerows([csv_row(c) for c in calls])
+        self._write_rows([csv_row(c) for c in calls])
 
     def records(self, records: list[tuple], decoder: RecordDecoder,
                 nesting: list[Mark] | None = None) -> None:
-        self._writer.writerows(decoder.decode(records, self, nesting))
+        self._write_rows(decoder.decode(records, self, nesting))
+
+    def _write_rows(self, rows: list[tuple]) -> None:
+        """A batch's rows as one write: the csv writer writes a row at a time."""
+        buffer = io.StringIO()
+        csv.writer(buffer).writerows(rows)
+        self.stream.write(buffer.getvalue())
 
     def row_maker(self, probe: ProbeDecoder, t0_ns: int, ranks: Ranks) -> RowMaker:
         """The probe's record -> its row (CSV_KEYS, `args` as JSON text)."""
