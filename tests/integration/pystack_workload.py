@@ -84,8 +84,8 @@ def main():
     (lambda: cuda(lib.cudaDriverGetVersion, ctypes.byref(version)))()
     [cuda(lib.cudaRuntimeGetVersion, ctypes.byref(version)) for _ in range(1)]
     deep(40)  # past the probe's 32 frames: cut
-    for record in out:
-        print(json.dumps(record))
+    for record in out:  # a line a write: two such processes may share one pipe
+        print(json.dumps(record), flush=True)
 
 
 main()
