@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from typing import TextIO
 
 from cudaprobe.decode.calls import Call
@@ -14,7 +15,7 @@ from cudaprobe.decode.nesting import Mark
 from cudaprobe.decode.pystacks import PyStack
 from cudaprobe.decode.ranks import NO_RANK, Ranks
 from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
-from cudaprobe.decode.schema import JSONL_KEYS, RANK_KEYS, time_ms
+from cudaprobe.decode.schema import JSONL_KEYS, RANK_KEYS
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.recordtext import compile_args_text
 from cudaprobe.probe.event import R_COMM, R_DURATION, R_PID, R_RET, R_TID, R_TS, comm_text
@@ -33,42 +34,82 @@ class CsvReporter(Reporter):
         self._writer.writerow((*CSV_KEYS, *PY_KEYS) if self.py_stacks else CSV_KEYS)
 
     def calls(self, calls: list[Call]) -> None:
-        self._write_rows([csv_row(c) for c in calls])
+        self.stream.write("".join(csv_line(csv_row(c)) for c in calls))
 
     def records(self, records: list[tuple], decoder: RecordDecoder,
                 nesting: list[Mark] | None = None) -> None:
-        self._write_rows(decoder.decode(records, self, nesting))
-
-    def _write_rows(self, rows: list[tuple]) -> None:
-        """A batch's rows as one write: the csv writer writes a row at a time."""
-        buffer = io.StringIO()
-        csv.writer(buffer).writerows(rows)
-        self.stream.write(buffer.getvalue())
+        self.stream.write("".join(decoder.decode(records, self, nesting)))
 
     def row_maker(self, probe: ProbeDecoder, t0_ns: int, ranks: Ranks) -> RowMaker:
-        """The probe's record -> its row (CSV_KEYS, `args` as JSON text)."""
+        """The probe's record -> its CSV line (CSV_KEYS, `args` as JSON text), as the
+        csv module writes it (tests/unit/test_decoders.py checks, byte for byte),
+        from parts remembered: a trace's rows repeat a few threads, results and
+        argument texts."""
         _, json_details = compile_args_text(probe)
         comms, known = self._comms, ranks.known
+        middle = "," + ",".join(map(cell, (probe.event, probe.api, probe.category))) + ","
+        whos: dict[tuple, str] = {}  # (pid, tid, comm) -> its cells and the event's
+        results: dict[int, str] = {}  # ret -> its cells
+        arg_cells: dict[tuple, str] = {}  # (args, details) -> their cells
 
-        def comm(raw: bytes) -> str:
-            text = comms[raw] = comm_text(raw)
-            return text
-        event, api, category = probe.event, probe.api, probe.category
-        ret_names, ret_name = probe.ret_names, probe.ret_name
+        def who_text(key: tuple) -> str:
+            if len(whos) >= TEXTS_MAX:
+                whos.clear()
+            pid, tid, raw = key
+            text = comms.get(raw)
+            if text is None:
+                text = comms[raw] = comm_text(raw)
+            whos[key] = cells = f",{pid},{tid},{cell(text)}{middle}"
+            return cells
 
-        def row(rec: tuple, depth: int = 0, parent: int | None = None) -> tuple:
+        def result_text(ret: int) -> str:
+            results[ret] = cells = f",{ret},{cell(probe.ret_name(ret))},"
+            return cells
+
+        def args_text(pair: tuple[str, str]) -> str:
+            if len(arg_cells) >= TEXTS_MAX:
+                arg_cells.clear()
+            arg_cells[pair] = cells = f"{cell(pair[0])},{cell(pair[1])}"
+            return cells
+
+        def rank_text(pid: int) -> str:  # learnt at any time: not remembered
+            return ",".join("" if v is None else str(v) for v in known.get(pid, NO_RANK))
+
+        def row(rec: tuple, depth: int = 0, parent: int | None = None) -> str:
             ts, ret, pid = rec[R_TS], rec[R_RET], rec[R_PID]
-            return _row(time_ms(ts, t0_ns), ts, pid, rec[R_TID],
-                        comms.get(rec[R_COMM]) or comm(rec[R_COMM]), event, api, category,
-                        rec[R_DURATION], ret, ret_names.get(ret) or ret_name(ret),
-                        json_details(rec), depth, parent, known.get(pid, NO_RANK))
+            key = (pid, rec[R_TID], rec[R_COMM])
+            pair = json_details(rec)
+            duration = rec[R_DURATION]
+            return (f"{round((ts - t0_ns) / 1e6, 3)!r},{ts}{whos.get(key) or who_text(key)}"
+                    f"{'' if duration is None else duration}"
+                    f"{results.get(ret) or result_text(ret)}"
+                    f"{arg_cells.get(pair) or args_text(pair)},{depth},"
+                    f"{'' if parent is None else parent},"
+                    f"{rank_text(pid) if known else ','}\r\n")
         return row
 
-    def row_of_call(self, call: Call) -> tuple:
-        return csv_row(call)
+    def row_of_call(self, call: Call) -> str:
+        return csv_line(csv_row(call))
 
-    def with_py_stack(self, row: tuple, stack: PyStack) -> tuple:
-        return (*row, *py_stack_cells(stack))
+    def with_py_stack(self, row: str, stack: PyStack) -> str:
+        return row[:-2] + "," + ",".join(map(cell, py_stack_cells(stack))) + "\r\n"
+
+
+TEXTS_MAX = 1 << 16  # texts a probe's row maker remembers, of each kind
+SPECIAL = re.compile(r'[",\r\n]')  # what the csv module quotes a cell for (QUOTE_MINIMAL)
+
+
+def cell(text: str) -> str:
+    """A string cell as the csv module writes it: quoted, its quotes doubled,
+    where it holds a comma, a quote or a line break."""
+    return '"' + text.replace('"', '""') + '"' if SPECIAL.search(text) else text
+
+
+def csv_line(row: tuple) -> str:
+    """A row as the csv module writes it (the slow path, for Calls)."""
+    buffer = io.StringIO()
+    csv.writer(buffer).writerow(row)
+    return buffer.getvalue()
 
 
 CSV_KEYS = JSONL_KEYS + RANK_KEYS

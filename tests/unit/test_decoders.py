@@ -4,6 +4,7 @@ the reporters write of the calls, byte for byte."""
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 
@@ -15,7 +16,7 @@ from cudaprobe.catalogue.functions import ArgKind
 from cudaprobe.decode.calls import Call, decode_event
 from cudaprobe.decode.handles import KernelHandles
 from cudaprobe.decode.records import NAMED_KINDS, LaunchNames, ProbeDecoder, RecordDecoder
-from cudaprobe.output.csv import CsvReporter
+from cudaprobe.output.csv import CsvReporter, csv_row
 from cudaprobe.output.jsonl import JsonlReporter
 from cudaprobe.output.recordtext import compile_args_text
 from cudaprobe.probe.event import (
@@ -214,6 +215,33 @@ def test_csv_from_records_is_what_the_reporter_writes_of_calls():
         reporter.records(batch, decoder)
     assert fast.getvalue() == slow.getvalue()
     assert by_records.to_dict() == by_calls.to_dict()
+    # what Python's csv module makes of the same rows (the fast path spells them itself)
+    assert [tuple(map(str, r)) for r in csv.reader(io.StringIO(fast.getvalue()))][1:] == \
+        [tuple("" if v is None else str(v) for v in csv_row(c)) for c in calls]
+
+
+def test_csv_rows_of_a_ranked_process_from_records_are_what_the_csv_module_writes():
+    """A rank learnt midway: the rows before it have empty cells, those after it
+    the rank, in both paths."""
+    recs = [record(p.func_id, [1, 2, 3], ret=0) for p in EVERY_PROBE[:12]]
+    outs = []
+    for path in ("calls", "records"):
+        handles = KernelHandles()
+        decoder = RecordDecoder(EVERY_PROBE, T0, handles=handles)
+        out = io.StringIO()
+        reporter = CsvReporter(out)
+        reporter.start()
+        for i, batch in enumerate((recs[:6], recs[6:])):
+            if i:
+                decoder.ranks.communicator(7, 1, 2)
+            if path == "calls":
+                reporter.calls(decoder.calls(batch))
+            else:
+                reporter.records(batch, decoder)
+        outs.append(out.getvalue())
+    assert outs[0] == outs[1]
+    rows = list(csv.reader(io.StringIO(outs[1])))[1:]
+    assert [r[-2:] for r in rows] == [["", ""]] * 6 + [["1", "2"]] * 6
 
 
 KERNEL = ("void at::native::(anonymous namespace)::vectorized_elementwise_kernel<4, float, "
