@@ -34,11 +34,12 @@ import json
 from typing import Any
 
 from cudaprobe.analysis.summary import Summary
-from cudaprobe.catalogue.functions import DRIVER, RUNTIME
+from cudaprobe.catalogue.functions import DRIVER, RUNTIME, ArgKind
 from cudaprobe.decode.calls import Call
 from cudaprobe.decode.demangle import demangle, shorten
 from cudaprobe.decode.handles import NAME_KEY
 from cudaprobe.output.base import Reporter
+from cudaprobe.output.recordtext import compile_args_text
 
 # the devices' "processes" of --gpu-time: past any pid, pid_max being at most 2^22
 GPU_PID_BASE = 1 << 30
@@ -73,6 +74,9 @@ class ChromeReporter(Reporter):
         self._tops: dict[int, tuple[int, str, str]] = {}
         self._next_flow = 1
         self._last_ns = 0
+        # a probe -> (its argument text from a record, its launch's FUNC word, its
+        # category and its name as JSON): the slices of calls not decoded yet
+        self._probe_parts: dict[Any, tuple] = {}
         self.stream.write("[\n")
 
     def _emit(self, out: list[str], event: dict[str, Any]) -> None:
@@ -86,7 +90,12 @@ class ChromeReporter(Reporter):
                 # time_ms is ms since attach to the µs: the origin to within 0.5 µs
                 self._origin = c.ts_ns - round(c.time_ms * 1e6)
             self._name_track(out, c)
-            self._emit(out, self._slice(c))
+            text = self._record_slice(c)
+            if text is None:
+                self._emit(out, self._slice(c))
+            else:
+                out.append(self._sep + text)
+                self._sep = ",\n"
             if c.gpu is not None:
                 self._gpu_slices(out, c)
             if c.depth == 0:
@@ -109,6 +118,37 @@ class ChromeReporter(Reporter):
             self._threads.add((c.pid, c.tid))
             self._emit(out, {"name": "thread_name", "ph": "M", "pid": c.pid, "tid": c.tid,
                              "args": {"name": c.process}})
+
+    def _record_slice(self, c: Call) -> str | None:
+        """The slice of a call not decoded yet, straight from its record: the text
+        _encode(self._slice(c)) would be (tests/unit/test_decoders.py checks, byte
+        for byte), from the probe's argument text remembered by its words; None
+        for a call that goes the long way."""
+        lazy = c.lazy
+        if (lazy is None or c._args is not None or c._details is not None
+                or c.duration_ns is None or c.py_stack is not None or c.event is not lazy[0].event):
+            return None
+        d, rec = lazy
+        parts = self._probe_parts.get(d)
+        if parts is None:
+            func = next((f.index for f in d.fields if f.kind is ArgKind.FUNC), None)
+            parts = self._probe_parts[d] = (compile_args_text(d)[1], func,
+                                            _encode(f"{c.api},{c.category}"), _encode(c.event))
+        json_details, func, cat, event = parts
+        args_text, details = json_details(rec)
+        name, args = event, [args_text[1:-1]] if len(args_text) > 2 else []
+        if func is not None and c.category == "kernel":
+            texts = d.names.texts(rec, rec[func])
+            if texts:  # its kernel's short name, the call's under "call"
+                name = _encode(texts[1][1:])
+                args.append('"call":' + event)
+        ts = c.ts_ns - self._origin
+        self._last_ns = max(self._last_ns, ts + c.duration_ns)
+        args.append(f'"ret":{c.ret},"ret_name":{_encode(c.ret_name)},'
+                    f'"details":{_encode(details)}')
+        return (f'{{"name":{name},"cat":{cat},"ph":"X","ts":{_us(ts)!r},'
+                f'"dur":{_us(c.duration_ns)!r},"pid":{c.pid},"tid":{c.tid},'
+                f'"args":{{{",".join(args)}}}}}')
 
     def _slice(self, c: Call) -> dict[str, Any]:
         ts = c.ts_ns - self._origin

@@ -16,6 +16,7 @@ from cudaprobe.catalogue.functions import ArgKind
 from cudaprobe.decode.calls import Call, decode_event
 from cudaprobe.decode.handles import KernelHandles
 from cudaprobe.decode.records import NAMED_KINDS, LaunchNames, ProbeDecoder, RecordDecoder
+from cudaprobe.output.chrome import ChromeReporter
 from cudaprobe.output.csv import CsvReporter, csv_row
 from cudaprobe.output.jsonl import JsonlReporter
 from cudaprobe.output.recordtext import compile_args_text
@@ -301,6 +302,19 @@ def test_a_launch_named_by_its_stub_decodes_as_decode_event_does_in_every_format
     reporter.records(recs, RecordDecoder(EVERY_PROBE, T0, NamingSymbolizer(),
                                          handles=KernelHandles()))
     assert by_records.getvalue() == by_calls.getvalue()
+    # Chrome: slices of calls not decoded yet (straight from their records) as those
+    # of the same calls decoded first
+    by_calls, by_records = io.StringIO(), io.StringIO()
+    for out, decode_first in ((by_calls, True), (by_records, False)):
+        calls = RecordDecoder(EVERY_PROBE, T0, NamingSymbolizer(), handles=KernelHandles()
+                              ).calls(recs)
+        if decode_first:
+            assert all(c.args is not None for c in calls)
+        reporter = ChromeReporter(out)
+        reporter.start()
+        reporter.calls(calls)
+    assert by_records.getvalue() == by_calls.getvalue()
+    assert '"call":"cudaLaunchKernel"' in by_records.getvalue()  # named launches among them
 
 
 def test_a_kernel_name_found_is_remembered_and_a_name_not_found_is_asked_again():
