@@ -23,6 +23,7 @@ import contextlib
 import errno
 import os
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -88,6 +89,9 @@ class AutogradProbe:
         self._pages: dict[int, int] = {}  # pid -> its size when its maps were read
         self._said: set[str] = set()
         self._fds: dict[bytes, int] = {}
+        # add_process comes from the open gate's thread too (a child linked at its
+        # open), rescan from the trace loop: a process is probed once
+        self._lock = threading.Lock()
 
     def add_process(self, pid: int) -> None:
         """A traced process: probed now if it maps libtorch, else looked at again
@@ -98,6 +102,10 @@ class AutogradProbe:
         """The traced processes now: those not probed yet are looked at where
         their size changed (a statm read; maps only then); with `forget`, the
         links of those gone are closed."""
+        with self._lock:
+            self._rescan(pids, forget)
+
+    def _rescan(self, pids: list[int], forget: bool) -> None:
         for pid in pids:
             if pid in self._links:
                 continue
@@ -184,6 +192,7 @@ class AutogradProbe:
         return len(self._links)
 
     def close(self) -> None:
-        for pid in list(self._links):
-            self._forget(pid)
+        with self._lock:
+            for pid in list(self._links):
+                self._forget(pid)
 
