@@ -28,17 +28,19 @@ from typing import Any, Callable, Protocol
 
 from cudaprobe.catalogue.enums import error_name
 from cudaprobe.catalogue.functions import NCCL, OUT_KINDS, ArgKind
+from cudaprobe.catalogue.model import NOT_CAPTURED_SLOT
 from cudaprobe.decode.calls import (
     NOT_READ,
     WORD_DECODERS,
     Call,
     Symbolizer,
+    _dim3_text,
     _dim3_value,
     decode_event,
     launch_name,
 )
-from cudaprobe.decode.demangle import shorten
-from cudaprobe.decode.handles import NAME_KEY, KernelHandles
+from cudaprobe.decode.demangle import demangle, shorten
+from cudaprobe.decode.handles import NAME_KEY, UNKNOWN_WHY, KernelHandles
 from cudaprobe.decode.ranks import NO_RANK, Ranks
 from cudaprobe.decode.schema import time_ms
 from cudaprobe.probe.event import (
@@ -95,9 +97,11 @@ _FUNC_RET, _FUNC, _DURATION = (itemgetter(R_FUNC_ID, R_RET), itemgetter(R_FUNC_I
 # kinds a ProbeDecoder decodes from the record's words alone; the others take
 # decode_event's path (see the module docstring)
 SIMPLE_KINDS = set(WORD_DECODERS) - {ArgKind.FUNC, ArgKind.CU_FUNCTION, ArgKind.OUT_FUNCTION}
-SIMPLE_KINDS.add(ArgKind.DIM3)
-# ... and those whose kernel name (FUNC: a launch's host stub) LaunchNames gives
-NAMED_KINDS = SIMPLE_KINDS | {ArgKind.FUNC}
+SIMPLE_KINDS |= {ArgKind.DIM3, ArgKind.DIM}  # DIM: a driver launch's gridDimX, Y and Z
+# ... and those whose kernel name LaunchNames gives (FUNC: a launch's host stub;
+# CU_FUNCTION: a driver launch's handle, by the handles the trace learnt)
+NAMED_KINDS = SIMPLE_KINDS | {ArgKind.FUNC, ArgKind.CU_FUNCTION}
+DIM_MASK = 0xFFFFFFFF  # a DIM word is an unsigned int
 
 
 class LaunchNames:
@@ -110,6 +114,7 @@ class LaunchNames:
         self.symbolize, self.handles = symbolize, handles
         self._known: dict[tuple[int, int], str] = {}
         self._texts: dict[str, tuple[str, str]] = {}
+        self._handle_texts: dict[str, tuple[str, str]] = {}
 
     def texts(self, rec: tuple, address: int) -> tuple[str, str] | None:
         """The name as a JSONL line adds it after the address (`,"func_name":"..."`)
@@ -122,6 +127,30 @@ class LaunchNames:
             texts = self._texts[name] = (f',"{NAME_KEY}":' + encode_basestring(name),
                                          " " + shorten(name))
         return texts
+
+    def handle_texts(self, rec: tuple, handle: int) -> tuple[str, str] | None:
+        """A driver launch's kernel, by its CU_FUNCTION handle, as decode_args
+        names it: (the JSONL text after the handle, DETAILS' text after it);
+        None where the handle is NULL. A record holding a name tells the handles."""
+        handles = self.handles
+        if handles is None:
+            return None
+        pid = rec[R_PID]
+        if len(rec) > R_TEXT and rec[R_TEXT]:
+            handles.seen_in_record(pid, handle, rec[R_TEXT])
+        name = handles.name(pid, handle)
+        if not name:
+            return ("", f" ({UNKNOWN_WHY})") if handle else None
+        texts = self._handle_texts.get(name)
+        if texts is None:
+            whole = demangle(name)
+            texts = self._handle_texts[name] = (f',"{NAME_KEY}":' + encode_basestring(whole),
+                                                " " + shorten(whole))
+        return texts
+
+    def handle_name(self, pid: int, handle: int) -> str | None:
+        """The handle's name now (what a text made from it depends on)."""
+        return self.handles.name(pid, handle) if self.handles is not None else None
 
     def known(self, pid: int, address: int) -> bool:
         """Whether the name at `address` in `pid` is found for good."""
@@ -140,6 +169,14 @@ class LaunchNames:
         return name
 
 
+def _dims_whole(fn: Any) -> bool:
+    """A function's DIM arguments come as whole X, Y, Z runs (gridDimX, gridDimY,
+    gridDimZ), as decode_args groups them."""
+    names = [a.name for a in fn.args if a.kind is ArgKind.DIM]
+    return all(names[i:i + 3] == [names[i][:-1] + axis for axis in "XYZ"]
+               for i in range(0, len(names), 3)) and len(names) % 3 == 0
+
+
 class ArgField:
     """One argument of a probe: where its word is in the record, how it decodes."""
 
@@ -151,6 +188,8 @@ class ArgField:
         self.index = index
         if kind is ArgKind.DIM3:
             self.decode = lambda rec: _dim3_value(rec[index], rec[index + 1])
+        elif kind is ArgKind.DIM:  # grouped by its probe (ProbeDecoder.args_details)
+            self.decode = lambda rec: (rec[index] & DIM_MASK, str(rec[index] & DIM_MASK))
         elif kind in OUT_KINDS:
             word = WORD_DECODERS[kind]
             # nouts 0: not read (and not in a short record at all)
@@ -171,9 +210,11 @@ class ProbeDecoder:
         # NCCL calls learn and name communicators (decode/nccl.py): decoded whole;
         # a launch by host stub too, where no LaunchNames names its kernel
         kinds = NAMED_KINDS if names is not None else SIMPLE_KINDS
-        self.simple = fn.api != NCCL and all(arg.kind in kinds for arg in fn.args)
-        # the kernel name of a FUNC argument, where the probe has one
-        self.names = names if any(a.kind is ArgKind.FUNC for a in fn.args) else None
+        self.simple = (fn.api != NCCL and all(arg.kind in kinds for arg in fn.args)
+                       and NOT_CAPTURED_SLOT not in fn.slots and _dims_whole(fn))
+        # the kernel name of a FUNC or CU_FUNCTION argument, where the probe has one
+        self.names = names if any(a.kind in (ArgKind.FUNC, ArgKind.CU_FUNCTION)
+                                  for a in fn.args) else None
         self.fields: list[ArgField] = []
         if self.simple:
             for arg, slot in zip(fn.args, fn.slots):
@@ -193,14 +234,29 @@ class ProbeDecoder:
         return name
 
     def args_details(self, rec: tuple) -> tuple[dict[str, Any], str]:
-        args = {}
+        args: dict[str, Any] = {}
         parts = []
         for f in self.fields:
+            if f.kind is ArgKind.DIM:  # gridDimX, Y, Z -> gridDim: [x, y, z]
+                stem, axis = f.name[:-1], "XYZ".index(f.name[-1])
+                dims = args.setdefault(stem, [0, 0, 0])
+                dims[axis] = rec[f.index] & DIM_MASK
+                if axis == 2:
+                    parts.append(f"{stem}={_dim3_text(dims)}")
+                continue
             value, text = f.decode(rec)
             args[f.name] = value
             if f.kind is ArgKind.FUNC and (name := self.names(rec, rec[f.index])):
                 args[NAME_KEY] = name  # whole in JSONL; shortened in DETAILS
                 text = f"{text} {shorten(name)}"
+            elif f.kind is ArgKind.CU_FUNCTION and self.names is not None:
+                handle = rec[f.index]
+                texts = self.names.handle_texts(rec, handle)
+                name = self.names.handle_name(rec[R_PID], handle)
+                if name:
+                    args[NAME_KEY] = demangle(name)
+                if texts:
+                    text += texts[1]
             parts.append(f.text_key + text)
         return args, " ".join(parts)
 

@@ -17,8 +17,8 @@ from json.encoder import encode_basestring_ascii as encode_basestring
 from typing import Any, Callable
 
 from cudaprobe.catalogue.functions import OUT_KINDS, ArgKind
-from cudaprobe.decode.calls import NOT_READ, WORD_DECODERS, _dim3_value
-from cudaprobe.decode.records import ProbeDecoder
+from cudaprobe.decode.calls import NOT_READ, WORD_DECODERS, _dim3_text, _dim3_value
+from cudaprobe.decode.records import DIM_MASK, ProbeDecoder
 from cudaprobe.probe.event import R_NOUTS, R_PID, R_TEXT
 
 # texts remembered per probe, by the words they are made of: a trace repeats a
@@ -32,7 +32,8 @@ encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True,
                           check_circular=False).encode
 
 # kinds whose JSON value is a string: pointers and handles in hex, memcpy kind names
-STRING_KINDS = {ArgKind.PTR, ArgKind.FUNC, ArgKind.STREAM, ArgKind.EVENT, ArgKind.HANDLE,
+STRING_KINDS = {ArgKind.PTR, ArgKind.FUNC, ArgKind.CU_FUNCTION, ArgKind.STREAM, ArgKind.EVENT,
+                ArgKind.HANDLE,
                 ArgKind.OUT_PTR, ArgKind.OUT_HANDLE, ArgKind.MEMCPY_KIND}
 
 
@@ -63,6 +64,15 @@ def _dim3_texts(lo: int, hi: int) -> tuple[list[int], str, str]:
     return value, text, _json_list(value)
 
 
+def _json_key(name: str, args: list[str]) -> str:
+    """`"name":` as an args object spells it after the texts `args` has."""
+    return (',' if args else '') + encode_basestring(name) + ':'
+
+
+def _text_key(name: str, details: list[str]) -> str:
+    return (' ' if details else '') + name + '='
+
+
 def compile_args_text(probe: ProbeDecoder
                       ) -> tuple[Callable[[tuple], str], Callable[[tuple], tuple[str, str]]]:
     """(json_tail, json_details) of a probe whose arguments decode from its
@@ -76,10 +86,21 @@ def compile_args_text(probe: ProbeDecoder
     body, outs = [], []  # lines decoding the arguments, the out-parameters
     args, details = [], []  # each argument's text: out-parameters read
     args_unread, details_unread = [], []  # ... out-parameters not read
+    dims = {f.name: f.index for f in probe.fields if f.kind is ArgKind.DIM}
     for k, f in enumerate(probe.fields):
         name, kind, index = f.name, f.kind, f.index
-        json_key = (',' if k else '') + encode_basestring(name) + ':'
-        text_key = (' ' if k else '') + name + '='
+        if kind is ArgKind.DIM:  # gridDimX, Y, Z: one [x, y, z] at X, its text at Z
+            stem = name[:-1]
+            if name.endswith("X"):
+                body.append(f"    d{stem} = [" + ", ".join(
+                    f"rec[{dims[stem + axis]}] & {DIM_MASK}" for axis in "XYZ") + "]")
+                args.append(f"{_json_key(stem, args)!r} + _json_list(d{stem})")
+                args_unread.append(args[-1])
+            elif name.endswith("Z"):
+                details.append(f"{_text_key(stem, details)!r} + _dim3_text(d{stem})")
+                details_unread.append(details[-1])
+            continue
+        json_key, text_key = _json_key(name, args), _text_key(name, details)
         if kind is ArgKind.DIM3:  # (a few shapes, again and again: remembered)
             ns[f"w{k}"] = _dim3_texts
             body.append(f"    v{k}, t{k}, x{k} = w{k}(rec[{index}], rec[{index + 1}])")
@@ -89,11 +110,17 @@ def compile_args_text(probe: ProbeDecoder
             body.append(f"    n{k} = names(rec, rec[{index}])")
             body.append(f"    if n{k}:")
             body.append(f"        t{k} += n{k}[1]")
+        elif kind is ArgKind.CU_FUNCTION:  # a driver launch's handle, and its kernel's name
+            ns[f"w{k}"], ns["handle_texts"] = WORD_DECODERS[kind], probe.names.handle_texts
+            body.append(f"    v{k}, t{k} = w{k}(rec[{index}])")
+            body.append(f"    n{k} = handle_texts(rec, rec[{index}])")
+            body.append(f"    if n{k}:")
+            body.append(f"        t{k} += n{k}[1]")
         else:
             ns[f"w{k}"] = WORD_DECODERS[kind]
             (outs if kind in OUT_KINDS else body).append(f"    v{k}, t{k} = w{k}(rec[{index}])")
         ns[f"j{k}"] = _json_of(kind)
-        if kind is ArgKind.FUNC:  # `,"func_name":"..."` after it, where named
+        if kind in (ArgKind.FUNC, ArgKind.CU_FUNCTION):  # `,"func_name":"..."` where named
             args.append(f"{json_key!r} + j{k}(v{k}) + (n{k}[0] if n{k} else '')")
         elif kind is ArgKind.DIM3:
             args.append(f"{json_key!r} + x{k}")
@@ -106,6 +133,7 @@ def compile_args_text(probe: ProbeDecoder
         else:
             args_unread.append(args[-1])
             details_unread.append(details[-1])
+    ns.update(_json_list=_json_list, _dim3_text=_dim3_text)
     details_key = repr(',"details":')
 
     def returns(arg_texts: list[str], detail_texts: list[str], indent: str) -> tuple[str, str]:
@@ -125,14 +153,19 @@ def compile_args_text(probe: ProbeDecoder
     words = sorted({i for f in probe.fields
                     for i in ((f.index, f.index + 1) if f.kind is ArgKind.DIM3 else (f.index,))})
     named = [f.index for f in probe.fields if f.kind is ArgKind.FUNC]
-    # the words' span (a failed call's record ends before its out-parameters: cut short)
+    handles = [f.index for f in probe.fields if f.kind is ArgKind.CU_FUNCTION]
+    # the words' span (a failed call's record ends before its out-parameters: cut
+    # short); a handle's name as the handles have it now (they learn, and forget)
     key = ", ".join([f"rec[{words[0]}:{words[-1] + 1}]" if words else "()",
                      *([f"rec[{R_NOUTS}]"] if outs else ()),
-                     *([f"rec[{R_PID}]"] if named else ())]) + ","
+                     *([f"rec[{R_PID}]"] if named or handles else ()),
+                     *(f"handle_name(rec[{R_PID}], rec[{i}])" for i in handles)]) + ","
     # a text is remembered once every kernel name in it is known for good; a
     # record carrying a name (its text) goes the whole way, for the handles
     known = " and ".join(f"known(rec[{R_PID}], rec[{i}])" for i in named) or "True"
-    ns.update(known=probe.names.known if named else None, R_TEXT=R_TEXT, MAX=MEMO_MAX)
+    named += handles
+    ns.update(known=probe.names.known if named else None, R_TEXT=R_TEXT, MAX=MEMO_MAX,
+              handle_name=probe.names.handle_name if handles else None)
     memo = []
     for name in ("json_tail", "json_details"):
         memo += [f"def {name}(rec, texts={{}}):",

@@ -324,3 +324,31 @@ def test_a_kernel_name_found_is_remembered_and_a_name_not_found_is_asked_again()
     assert [names(rec, 0x1000) for _ in range(3)] == [KERNEL] * 3
     assert [names(rec, 0x2000) for _ in range(2)] == [None] * 2
     assert symbolize.asked == [(7, 0x1000), (7, 0x2000), (7, 0x2000)]
+
+
+def test_driver_launches_from_records_are_named_by_the_handles_as_they_are_now():
+    """cuLaunchKernel rows straight from their records: a handle a traced
+    cuModuleGetFunction named, one never named, NULL; then the first handle
+    named again (its module reloaded): each row as decode_event writes it at
+    that point, byte for byte, and the new name from then on."""
+    get = next(p for p in EVERY_PROBE if p.symbol == "cuModuleGetFunction").function
+    launch = next(p for p in EVERY_PROBE if p.symbol == "cuLaunchKernel")
+    words = [[h, 4, 1, 1, 256, 1, 1, 0, 0, 0, 0] for h in (0xF001, 0xF002, 0)]
+    recs = [record(launch.func_id, w) for w in words]
+    fast_handles, slow_handles = KernelHandles(), KernelHandles()
+    decoder = RecordDecoder(EVERY_PROBE, T0, handles=fast_handles)
+    lines, expected = [], []
+    for name in ("_Z6vecAddPKfS0_Pfi", "_Z6vecSubPKfS0_Pfi"):
+        for handles in (fast_handles, slow_handles):
+            handles.learn(get, 7, {"hfunc": "0xf001", "name": name})
+        for _ in range(2):  # the second time from what the row maker remembers
+            lines += decoder.decode(recs, JsonlReporter(io.StringIO()))
+            expected += [dumps(decode_event(from_record(r), EVERY_PROBE, T0,
+                                            handles=slow_handles)) + "\n" for r in recs]
+    assert lines == expected
+    rows = [json.loads(line) for line in lines]
+    assert [r["args"].get("func_name") for r in rows[:3]] == [
+        "vecAdd(float const*, float const*, float*, int)", None, None]
+    assert "(name unknown" in rows[1]["details"] and "(name unknown" not in rows[2]["details"]
+    assert rows[-3]["args"]["func_name"] == "vecSub(float const*, float const*, float*, int)"
+    assert rows[0]["args"]["gridDim"] == [4, 1, 1] and rows[0]["args"]["blockDim"] == [256, 1, 1]
