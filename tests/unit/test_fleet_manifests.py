@@ -273,3 +273,18 @@ def test_files_are_where_the_docs_say():
     for f in sorted(K8S.glob("*.yaml")) + sorted(OPERATOR.glob("*.yaml")):
         assert f.name in fleet, f.name
     assert "components/prometheus-operator" in fleet
+
+
+@pytest.mark.parametrize("component, path", [
+    ("components/gpu-operator", "/run/nvidia/driver/usr/lib/x86_64-linux-gnu"),
+    ("components/cos", "/home/kubernetes/bin/nvidia/lib64")])
+def test_the_driver_components_point_the_driver_volume_where_those_nodes_keep_it(
+        tmp_path, component, path):
+    ds = next(o for o in rendered(tmp_path, component) if o["kind"] == "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["driver"]["hostPath"] == {"path": path, "type": "Directory"}
+    base = {v["name"]: v for v in one("DaemonSet")["spec"]["template"]["spec"]["volumes"]}
+    assert {k: v for k, v in volumes.items() if k != "driver"} == {
+        k: v for k, v in base.items() if k != "driver"}  # nothing else moved
+    kubernetes_validate.validate(ds, VERSIONS[-1], strict=True)
