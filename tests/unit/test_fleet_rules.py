@@ -51,7 +51,7 @@ def test_each_rule_fires_in_a_case_and_is_quiet_in_another():
             (fired if check["exp_alerts"] else quiet).add(check["alertname"])
     assert fired == quiet == set(alert_names())
     assert {"CudaErrorsRising", "CudaOutOfMemory", "CudaprobeLosesEvents",
-            "CudaMemoryOnlyGrows"} <= fired
+            "CudaMemoryOnlyGrows", "CudaGpuTimeCollapsed"} <= fired
 
 
 def test_promtool_test_fails_on_a_wrong_expectation(tmp_path):
