@@ -41,7 +41,8 @@ class GpuRow:
                                "avg_ns": round(sum(d) / len(d)), "min_ns": d[0],
                                "max_ns": d[-1], "p50_ns": _nearest_rank(d, 50),
                                "p99_ns": _nearest_rank(d, 99)}
-        if self.backward_ns:
+        if self.backward_ns:  # per line: the total split into forward and backward work
+            row["forward_ns"] = row["total_ns"] - self.backward_ns
             row["backward_ns"] = self.backward_ns
         if not kernel:
             row["bytes"] = self.bytes

@@ -102,7 +102,7 @@ def stats_command(probe: ProbeRequest, sort, by, interval, fmt, as_json, output,
     the program's own (outside site-packages and the standard library), as
     `file:line (function)`; with --gpu-time, the GPU time of what each line
     queued, PyTorch's backward kernels on the line of the forward op they
-    differentiate (its BACKWARD column). Calls from threads with no Python
+    differentiate (its FORWARD and BACKWARD columns). Calls from threads with no Python
     frame are one row.
 
     With --by collective, NCCL's calls are traced (the default set of --api nccl,

@@ -120,15 +120,16 @@ def render_gpu_stats(gpu: GpuStats, console: Console) -> None:
             title = "GPU time of the kernels" if kernel else "GPU time of the copies and memsets"
             title, columns = title + " each Python line queued", ("LINE", *columns[1:])
         backward = any(r.backward_ns for r in rows)  # --by line: PyTorch's backward on its line
-        if backward:
-            columns = (*columns[:3], "BACKWARD", *columns[3:])
+        if backward:  # a line's GPU TOTAL split: its ops' forward work, and their backward
+            columns = (*columns[:3], "FORWARD", "BACKWARD", *columns[3:])
         texts = []
         for r in rows:
             d = r.to_dict(kernel)
             name = escape(r.name) if gpu.per == "line" else shorten(escape(r.name))
             row = [name, str(r.calls), humanize_ns(d["total_ns"]), humanize_ns(d["avg_ns"])]
             if backward:
-                row.insert(3, humanize_ns(r.backward_ns) if r.backward_ns else "-")
+                row[3:3] = [humanize_ns(d["total_ns"] - r.backward_ns),
+                            humanize_ns(r.backward_ns) if r.backward_ns else "-"]
             if kernel:
                 row += [humanize_ns(d[k]) for k in ("min_ns", "max_ns", "p50_ns", "p99_ns")]
             else:
@@ -139,8 +140,9 @@ def render_gpu_stats(gpu: GpuStats, console: Console) -> None:
         table = fitted_table(title, columns, texts, console.width, ("KERNEL", "COPY", "LINE"))
         console.print(table)
         if backward:
-            console.print(Text("BACKWARD: of a line's GPU time, that of PyTorch's backward pass "
-                               "of the line's forward ops (docs/pystacks.md)", style="dim"))
+            console.print(Text("FORWARD and BACKWARD: a line's GPU time split into that of what "
+                               "it queued and that of PyTorch's backward pass of its ops "
+                               "(docs/pystacks.md)", style="dim"))
     if gpu.dropped:
         console.print(Text(f"CUPTI dropped {gpu.dropped} GPU activity records: "
                            "the GPU numbers miss them", style="bold red"))

@@ -9,6 +9,8 @@ import csv
 import io
 import json
 
+from rich.console import Console
+
 from cudaprobe.analysis.by_line import NO_LENDER, FoldedStacks, GpuByLine, line_of, user_frame
 from cudaprobe.analysis.stats import KernelTally
 from cudaprobe.decode.calls import Call
@@ -17,6 +19,7 @@ from cudaprobe.decode.pystacks import BEFORE, HANDED, LENDERS_MANY, ONLY, PyStac
 from cudaprobe.output.chrome import ChromeReporter
 from cudaprobe.output.csv import CsvReporter
 from cudaprobe.output.jsonl import JsonlReporter
+from cudaprobe.output.stats_view import render_gpu_stats
 from cudaprobe.output.table import TableReporter
 
 FRAMES = [
@@ -246,6 +249,14 @@ def test_stats_by_line_puts_backward_gpu_time_on_the_forward_line_and_folds_it()
     assert rows["/home/me/train.py:54 (main)"].total_ns == 400  # its own, and the unknown one
     assert rows["/home/me/train.py:54 (main)"].backward_ns == 0
     assert rows["/home/me/model.py:31 (Block.forward)"].to_dict(True)["backward_ns"] == 700
+    assert rows["/home/me/model.py:31 (Block.forward)"].to_dict(True)["forward_ns"] == 0
+    assert "forward_ns" not in rows["/home/me/train.py:54 (main)"].to_dict(True)
+    out = io.StringIO()
+    render_gpu_stats(gpu.stats(), Console(file=out, width=200))
+    header = next(line for line in out.getvalue().splitlines() if "LINE" in line)
+    assert header.index("GPU TOTAL") < header.index("FORWARD") < header.index("BACKWARD")
+    model = next(line for line in out.getvalue().splitlines() if "model.py:31" in line)
+    assert [c.strip() for c in model.split("│")[2:5]] == ["700ns", "0ns", "700ns"], model
 
     folded = FoldedStacks()
     folded.add(calls)
