@@ -49,9 +49,9 @@ FLOW_CATEGORY = "runtime_to_driver"
 LAUNCH_FLOW_CATEGORY = "launch_to_gpu"
 # keys the reporter adds next to the decoded arguments (tests check no argument has one)
 RESULT_KEYS = ("ret", "ret_name", "details", "in_flight", "call")
+
 # ASCII: a name's "…" (and any other non-ASCII character) escaped; text of one
 # width throughout is several times faster to join and write
-
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True,
                            check_circular=False).encode
 
@@ -74,8 +74,9 @@ class ChromeReporter(Reporter):
         self._tops: dict[int, tuple[int, str, str]] = {}
         self._next_flow = 1
         self._last_ns = 0
-        # a probe -> (its argument text from a record, its launch's FUNC word, its
-        # category and its name as JSON): the slices of calls not decoded yet
+        # a probe -> (its argument text from a record, its launch's kernel word and
+        # how it is named, its category and its name as JSON): the slices of calls
+        # not decoded yet
         self._probe_parts: dict[Any, tuple] = {}
         self.stream.write("[\n")
 
@@ -131,15 +132,19 @@ class ChromeReporter(Reporter):
         d, rec = lazy
         parts = self._probe_parts.get(d)
         if parts is None:
-            func = next((f.index for f in d.fields if f.kind is ArgKind.FUNC), None)
-            parts = self._probe_parts[d] = (compile_args_text(d)[1], func,
+            # the launch's kernel: by a host stub (FUNC) or a driver handle (CU_FUNCTION)
+            kernel = next(((f.index, d.names.texts if f.kind is ArgKind.FUNC
+                            else d.names.handle_texts) for f in d.fields
+                           if f.kind in (ArgKind.FUNC, ArgKind.CU_FUNCTION)), None)
+            parts = self._probe_parts[d] = (compile_args_text(d)[1], kernel,
                                             _encode(f"{c.api},{c.category}"), _encode(c.event))
-        json_details, func, cat, event = parts
+        json_details, kernel, cat, event = parts
         args_text, details = json_details(rec)
         name, args = event, [args_text[1:-1]] if len(args_text) > 2 else []
-        if func is not None and c.category == "kernel":
-            texts = d.names.texts(rec, rec[func])
-            if texts:  # its kernel's short name, the call's under "call"
+        if kernel is not None and c.category == "kernel":
+            index, texts_of = kernel
+            texts = texts_of(rec, rec[index])
+            if texts and texts[0]:  # named: its short name, the call's under "call"
                 name = _encode(texts[1][1:])
                 args.append('"call":' + event)
         ts = c.ts_ns - self._origin

@@ -346,6 +346,22 @@ def test_driver_launches_from_records_are_named_by_the_handles_as_they_are_now()
             expected += [dumps(decode_event(from_record(r), EVERY_PROBE, T0,
                                             handles=slow_handles)) + "\n" for r in recs]
     assert lines == expected
+    # Chrome: the slices straight from the records as those of the decoded calls,
+    # a named handle's slice under its kernel's short name
+    outs = []
+    for decode_first in (True, False):
+        handles = KernelHandles()
+        handles.learn(get, 7, {"hfunc": "0xf001", "name": "_Z6vecAddPKfS0_Pfi"})
+        calls = RecordDecoder(EVERY_PROBE, T0, handles=handles).calls(recs)
+        if decode_first:
+            assert all(c.args is not None for c in calls)
+        out = io.StringIO()
+        reporter = ChromeReporter(out)
+        reporter.start()
+        reporter.calls(calls)
+        outs.append(out.getvalue())
+    assert outs[1] == outs[0]
+    assert '"name":"vecAdd(float const*, float const*, float*, int)"' in outs[1]
     rows = [json.loads(line) for line in lines]
     assert [r["args"].get("func_name") for r in rows[:3]] == [
         "vecAdd(float const*, float const*, float*, int)", None, None]
