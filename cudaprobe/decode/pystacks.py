@@ -197,8 +197,9 @@ class PyStacks:
         rec = waiting.pop(ts_ns, None) if waiting else None
         if rec is None:
             return None
-        stack = self._decode(rec)
-        (_, _, _, _, gen, _, _, flags, _, _, seq, thread) = pr.STACK_HEAD.unpack_from(rec)
+        head = pr.STACK_HEAD.unpack_from(rec)
+        stack = self._decode(rec, head)
+        (_, _, _, _, gen, _, _, flags, _, _, seq, thread) = head
         if not flags & pr.NODE:
             return stack
         if stack is None:
@@ -233,15 +234,16 @@ class PyStacks:
         record decoded once, then kept decoded)."""
         rec = made.get(tid)
         if isinstance(rec, bytes):
-            stack = self._decode(rec, count=False)
+            stack = self._decode(rec, pr.STACK_HEAD.unpack_from(rec), count=False)
             rec = made[tid] = (stack.frames or None) if stack is not None \
                 and stack.missing is None else None
         return rec
 
-    def _decode(self, rec: bytes, count: bool = True) -> PyStack | None:
-        """A stack record's frames (None: no frame, and nothing to say); `count`:
-        a call's, counted in stacks, borrowed and missing."""
-        (_, _, _, _, gen, _pid, n, flags, lender, _waiting, _, _) = pr.STACK_HEAD.unpack_from(rec)
+    def _decode(self, rec: bytes, head: tuple, count: bool = True) -> PyStack | None:
+        """A stack record's frames (None: no frame, and nothing to say), `head` its
+        unpacked STACK_HEAD; `count`: a call's, counted in stacks, borrowed and
+        missing."""
+        (_, _, _, _, gen, _pid, n, flags, lender, _waiting, _, _) = head
         n = min(n, pr.MAX_FRAMES)
         if flags & (pr.TOO_MANY | pr.LIST_CHANGED):
             return self._missing(TOO_MANY if flags & pr.TOO_MANY else LIST_CHANGED, count)

@@ -188,8 +188,8 @@ class ArgField:
         self.index = index
         if kind is ArgKind.DIM3:
             self.decode = lambda rec: _dim3_value(rec[index], rec[index + 1])
-        elif kind is ArgKind.DIM:  # grouped by its probe (ProbeDecoder.args_details)
-            self.decode = lambda rec: (rec[index] & DIM_MASK, str(rec[index] & DIM_MASK))
+        elif kind is ArgKind.DIM:  # none alone: grouped by its probe (args_details)
+            self.decode = None
         elif kind in OUT_KINDS:
             word = WORD_DECODERS[kind]
             # nouts 0: not read (and not in a short record at all)

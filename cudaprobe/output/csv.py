@@ -17,7 +17,7 @@ from cudaprobe.decode.ranks import NO_RANK, Ranks
 from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
 from cudaprobe.decode.schema import JSONL_KEYS, RANK_KEYS
 from cudaprobe.output.base import Reporter
-from cudaprobe.output.recordtext import compile_args_text
+from cudaprobe.output.recordtext import MEMO_MAX, compile_args_text
 from cudaprobe.probe.event import R_COMM, R_DURATION, R_PID, R_RET, R_TID, R_TS, comm_text
 
 
@@ -53,7 +53,7 @@ class CsvReporter(Reporter):
         arg_cells: dict[tuple, str] = {}  # (args, details) -> their cells
 
         def who_text(key: tuple) -> str:
-            if len(whos) >= TEXTS_MAX:
+            if len(whos) >= MEMO_MAX:
                 whos.clear()
             pid, tid, raw = key
             text = comms.get(raw)
@@ -67,7 +67,7 @@ class CsvReporter(Reporter):
             return cells
 
         def args_text(pair: tuple[str, str]) -> str:
-            if len(arg_cells) >= TEXTS_MAX:
+            if len(arg_cells) >= MEMO_MAX:
                 arg_cells.clear()
             arg_cells[pair] = cells = f"{cell(pair[0])},{cell(pair[1])}"
             return cells
@@ -95,7 +95,6 @@ class CsvReporter(Reporter):
         return row[:-2] + "," + ",".join(map(cell, py_stack_cells(stack))) + "\r\n"
 
 
-TEXTS_MAX = 1 << 16  # texts a probe's row maker remembers, of each kind
 SPECIAL = re.compile(r'[",\r\n]')  # what the csv module quotes a cell for (QUOTE_MINIMAL)
 
 

@@ -16,10 +16,8 @@ from cudaprobe.decode.pystacks import PyStack
 from cudaprobe.decode.ranks import Ranks
 from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
 from cudaprobe.output.base import Reporter
-from cudaprobe.output.recordtext import compile_args_text, encode
+from cudaprobe.output.recordtext import MEMO_MAX, compile_args_text, encode
 from cudaprobe.probe.event import R_COMM, R_DURATION, R_PID, R_RET, R_TID, R_TS, comm_text
-
-TEXTS_MAX = 1 << 16  # (pid, tid, process) texts a probe's row maker remembers
 
 
 class JsonlReporter(Reporter):
@@ -66,7 +64,7 @@ class JsonlReporter(Reporter):
         results: dict[int, str] = {}
 
         def who_text(key: tuple) -> str:
-            if len(whos) >= TEXTS_MAX:
+            if len(whos) >= MEMO_MAX:
                 whos.clear()
             pid, tid, comm = key
             text = whos[key] = (f',"pid":{pid},"tid":{tid},"process":'

@@ -104,16 +104,13 @@ def compile_args_text(probe: ProbeDecoder
         if kind is ArgKind.DIM3:  # (a few shapes, again and again: remembered)
             ns[f"w{k}"] = _dim3_texts
             body.append(f"    v{k}, t{k}, x{k} = w{k}(rec[{index}], rec[{index + 1}])")
-        elif kind is ArgKind.FUNC:  # a launch's host stub, and its kernel's name where known
-            ns[f"w{k}"], ns["names"] = WORD_DECODERS[kind], probe.names.texts
+        elif kind in (ArgKind.FUNC, ArgKind.CU_FUNCTION):
+            # a launch's host stub or a driver launch's handle, and its kernel's name
+            ns[f"w{k}"] = WORD_DECODERS[kind]
+            ns[f"n{k}_of"] = (probe.names.texts if kind is ArgKind.FUNC
+                              else probe.names.handle_texts)
             body.append(f"    v{k}, t{k} = w{k}(rec[{index}])")
-            body.append(f"    n{k} = names(rec, rec[{index}])")
-            body.append(f"    if n{k}:")
-            body.append(f"        t{k} += n{k}[1]")
-        elif kind is ArgKind.CU_FUNCTION:  # a driver launch's handle, and its kernel's name
-            ns[f"w{k}"], ns["handle_texts"] = WORD_DECODERS[kind], probe.names.handle_texts
-            body.append(f"    v{k}, t{k} = w{k}(rec[{index}])")
-            body.append(f"    n{k} = handle_texts(rec, rec[{index}])")
+            body.append(f"    n{k} = n{k}_of(rec, rec[{index}])")
             body.append(f"    if n{k}:")
             body.append(f"        t{k} += n{k}[1]")
         else:
