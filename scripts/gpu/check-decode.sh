@@ -8,7 +8,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 txt=$OUT/decode.txt; : > "$txt"
 { date -u; nvidia-smi -L; git log --oneline -1 2>/dev/null; } >> "$txt" 2>&1
-SPY=.gpukit/bin/py-spy
+SPY=/tmp/py-spy; [ -x $SPY ] || gunzip -c .gpukit/bin/py-spy.gz > $SPY; chmod +x $SPY
 W=benchmarks/pystacks_torch.py
 $TORCH_PY $W --steps 1000000 > /tmp/dd-workload.out 2>&1 &
 P=$!
