@@ -307,6 +307,13 @@ def _cu_launch_config(cfg: tuple[int, ...]) -> dict[str, Any]:
             "hStream": _hex(cfg[4])}
 
 
+def config_text(cfg: dict[str, Any]) -> str:
+    """A launch config's DETAILS text, from its CONFIG_DECODERS fields."""
+    grid, block, smem, stream = cfg.values()
+    return (f"grid={_dim3_text(grid)} block={_dim3_text(block)} smem={humanize_bytes(smem)} "
+            f"stream={stream}")
+
+
 def _cstring(raw: RawEvent) -> str:
     """A string argument: read whole at exit (raw.text), or, for a call still
     running, its first bytes copied at entry into the event's cfg words. Either
@@ -320,7 +327,7 @@ def _cstring(raw: RawEvent) -> str:
 
 # config kind -> decoder of the CFG_WORDS words read at entry; each returns
 # gridDim, blockDim, shared memory bytes and stream, in that order
-_CONFIG_DECODERS = {
+CONFIG_DECODERS = {
     ArgKind.LAUNCH_CONFIG: _launch_config,
     ArgKind.CU_LAUNCH_CONFIG: _cu_launch_config,
 }
@@ -366,13 +373,11 @@ def decode_args(
             args[arg.name], text = _TYPED_DECODERS[arg.kind](arg, raw, slot)
             parts.append(f"{arg.name}={text}")
             continue
-        if arg.kind in _CONFIG_DECODERS:
+        if arg.kind in CONFIG_DECODERS:
             args[arg.name] = _hex(raw.args[slot])
-            cfg = _CONFIG_DECODERS[arg.kind](raw.cfg)
+            cfg = CONFIG_DECODERS[arg.kind](raw.cfg)
             args.update(cfg)
-            grid, block, smem, stream = cfg.values()
-            parts.append(f"grid={_dim3_text(grid)} block={_dim3_text(block)} "
-                         f"smem={humanize_bytes(smem)} stream={stream}")
+            parts.append(config_text(cfg))
             continue
         if arg.kind is ArgKind.DIM:
             # gridDimX, gridDimY, gridDimZ -> gridDim: [x, y, z], as the runtime's dim3

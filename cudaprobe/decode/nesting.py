@@ -137,7 +137,7 @@ class CallOrder:
                 i -= 1
             children = held[i:]
             del held[i:]
-            held.append([rec, children, 1 + sum(c[2] for c in children)])
+            held.append([rec, children, 1 + sum(c[2] for c in children) if children else 1])
             self._count += 1
             if runtime:
                 del held_by_tid[tid]
@@ -184,21 +184,41 @@ class CallOrder:
         return out, marks
 
     def _expire(self, deadline: int, out: list[tuple], marks: list[Mark]) -> None:
+        """Out: each thread's calls held that ended before `deadline`, then the
+        oldest, whatever their thread, while more than max_held are held. A
+        thread's run of them is cut from its list at once: a driver-only
+        program (no runtime call ever adopts its calls) holds thousands."""
         for tid in list(self._held):
             held = self._held[tid]
-            while held and held[0][0][R_TS] + held[0][0][R_DURATION] < deadline:
-                node = held.pop(0)
+            n = 0
+            for node in held:
+                rec = node[0]
+                if rec[R_TS] + rec[R_DURATION] >= deadline:
+                    break
                 self._count -= node[2]
                 _flatten(node, 0, None, out, marks)
-            if not held:
+                n += 1
+            if n == len(held):
                 del self._held[tid]
+            elif n:
+                del held[:n]
         while self._count > self.max_held:  # the oldest first, whatever their thread
             tid = min(self._held, key=lambda t: self._held[t][0][0][R_TS])
-            node = self._held[tid].pop(0)
-            self._count -= node[2]
-            _flatten(node, 0, None, out, marks)
-            if not self._held[tid]:
+            held = self._held[tid]
+            # ... taken from this thread while older than every other's first
+            others = min((h[0][0][R_TS] for t, h in self._held.items() if t != tid),
+                         default=None)
+            n = 0
+            while (n < len(held) and self._count > self.max_held
+                   and (others is None or held[n][0][R_TS] < others or n == 0)):
+                node = held[n]
+                self._count -= node[2]
+                _flatten(node, 0, None, out, marks)
+                n += 1
+            if n == len(held):
                 del self._held[tid]
+            else:
+                del held[:n]
 
 
 def _flatten(node: list, depth: int, parent: int | None, out: list[tuple],

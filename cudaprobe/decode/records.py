@@ -30,12 +30,15 @@ from cudaprobe.catalogue.enums import error_name
 from cudaprobe.catalogue.functions import NCCL, OUT_KINDS, ArgKind
 from cudaprobe.catalogue.model import NOT_CAPTURED_SLOT
 from cudaprobe.decode.calls import (
+    CONFIG_DECODERS,
     NOT_READ,
     WORD_DECODERS,
     Call,
     Symbolizer,
     _dim3_text,
     _dim3_value,
+    _hex,
+    config_text,
     decode_event,
     launch_name,
 )
@@ -98,6 +101,9 @@ _FUNC_RET, _FUNC, _DURATION = (itemgetter(R_FUNC_ID, R_RET), itemgetter(R_FUNC_I
 # decode_event's path (see the module docstring)
 SIMPLE_KINDS = set(WORD_DECODERS) - {ArgKind.FUNC, ArgKind.CU_FUNCTION, ArgKind.OUT_FUNCTION}
 SIMPLE_KINDS |= {ArgKind.DIM3, ArgKind.DIM}  # DIM: a driver launch's gridDimX, Y and Z
+# a launch config struct (cudaLaunchKernelExC, cuLaunchKernelEx), copied at entry
+# into the record's cfg words
+SIMPLE_KINDS |= set(CONFIG_DECODERS)
 # ... and those whose kernel name LaunchNames gives (FUNC: a launch's host stub;
 # CU_FUNCTION: a driver launch's handle, by the handles the trace learnt)
 NAMED_KINDS = SIMPLE_KINDS | {ArgKind.FUNC, ArgKind.CU_FUNCTION}
@@ -162,11 +168,15 @@ class LaunchNames:
             self.handles.seen_in_record(pid, address, rec[R_TEXT])
         name = self._known.get((pid, address))
         if name is None:
-            cfg = rec[R_CFG:R_CFG + CFG_WORDS] if len(rec) > R_CFG else NO_CFG
-            name = launch_name(pid, address, cfg, self.symbolize, self.handles)
+            name = launch_name(pid, address, record_cfg(rec), self.symbolize, self.handles)
             if name:
                 self._known[(pid, address)] = name
         return name
+
+
+def record_cfg(rec: tuple) -> tuple[int, ...]:
+    """The record's cfg words, as from_record reads them (none in a short record)."""
+    return rec[R_CFG:R_CFG + CFG_WORDS] if len(rec) > R_CFG else NO_CFG
 
 
 def _dims_whole(fn: Any) -> bool:
@@ -188,7 +198,7 @@ class ArgField:
         self.index = index
         if kind is ArgKind.DIM3:
             self.decode = lambda rec: _dim3_value(rec[index], rec[index + 1])
-        elif kind is ArgKind.DIM:  # none alone: grouped by its probe (args_details)
+        elif kind is ArgKind.DIM or kind in CONFIG_DECODERS:  # decoded by args_details
             self.decode = None
         elif kind in OUT_KINDS:
             word = WORD_DECODERS[kind]
@@ -243,6 +253,12 @@ class ProbeDecoder:
                 dims[axis] = rec[f.index] & DIM_MASK
                 if axis == 2:
                     parts.append(f"{stem}={_dim3_text(dims)}")
+                continue
+            if f.kind in CONFIG_DECODERS:  # its address, then the struct's fields
+                args[f.name] = _hex(rec[f.index])
+                cfg = CONFIG_DECODERS[f.kind](record_cfg(rec))
+                args.update(cfg)
+                parts.append(config_text(cfg))
                 continue
             value, text = f.decode(rec)
             args[f.name] = value

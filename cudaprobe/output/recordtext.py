@@ -17,9 +17,17 @@ from json.encoder import encode_basestring_ascii as encode_basestring
 from typing import Any, Callable
 
 from cudaprobe.catalogue.functions import OUT_KINDS, ArgKind
-from cudaprobe.decode.calls import NOT_READ, WORD_DECODERS, _dim3_text, _dim3_value
-from cudaprobe.decode.records import DIM_MASK, ProbeDecoder
-from cudaprobe.probe.event import R_NOUTS, R_PID, R_TEXT
+from cudaprobe.decode.calls import (
+    CONFIG_DECODERS,
+    NOT_READ,
+    WORD_DECODERS,
+    _dim3_text,
+    _dim3_value,
+    _hex,
+    config_text,
+)
+from cudaprobe.decode.records import DIM_MASK, ProbeDecoder, record_cfg
+from cudaprobe.probe.event import CFG_WORDS, R_CFG, R_NOUTS, R_PID, R_TEXT
 
 # texts remembered per probe, by the words they are made of: a trace repeats a
 # few argument tuples (the same kernels, shapes and streams) in most of its rows
@@ -64,6 +72,15 @@ def _dim3_texts(lo: int, hi: int) -> tuple[list[int], str, str]:
     return value, text, _json_list(value)
 
 
+@functools.lru_cache(maxsize=4096)
+def _config_texts(kind: ArgKind, cfg: tuple[int, ...]) -> tuple[str, str]:
+    """A launch config's fields as JSON text (each `,"key":value`, after the
+    struct's address) and its DETAILS text."""
+    fields = CONFIG_DECODERS[kind](cfg)
+    return "".join(f",{encode_basestring(k)}:{encode(v)}" for k, v in fields.items()), \
+        config_text(fields)
+
+
 def _json_key(name: str, args: list[str]) -> str:
     """`"name":` as an args object spells it after the texts `args` has."""
     return (',' if args else '') + encode_basestring(name) + ':'
@@ -101,6 +118,14 @@ def compile_args_text(probe: ProbeDecoder
                 details_unread.append(details[-1])
             continue
         json_key, text_key = _json_key(name, args), _text_key(name, details)
+        if kind in CONFIG_DECODERS:  # its address, then the struct's fields (no `name=`)
+            ns[f"c{k}"], ns["record_cfg"], ns["_hex"] = kind, record_cfg, _hex
+            body.append(f"    cj{k}, ct{k} = _config_texts(c{k}, record_cfg(rec))")
+            args.append(f"{json_key!r} + enc(_hex(rec[{index}])) + cj{k}")
+            details.append(f"{(' ' if details else '')!r} + ct{k}")
+            args_unread.append(args[-1])
+            details_unread.append(details[-1])
+            continue
         if kind is ArgKind.DIM3:  # (a few shapes, again and again: remembered)
             ns[f"w{k}"] = _dim3_texts
             body.append(f"    v{k}, t{k}, x{k} = w{k}(rec[{index}], rec[{index + 1}])")
@@ -130,7 +155,7 @@ def compile_args_text(probe: ProbeDecoder
         else:
             args_unread.append(args[-1])
             details_unread.append(details[-1])
-    ns.update(_json_list=_json_list, _dim3_text=_dim3_text)
+    ns.update(_json_list=_json_list, _dim3_text=_dim3_text, _config_texts=_config_texts)
     details_key = repr(',"details":')
 
     def returns(arg_texts: list[str], detail_texts: list[str], indent: str) -> tuple[str, str]:
@@ -153,7 +178,9 @@ def compile_args_text(probe: ProbeDecoder
     handles = [f.index for f in probe.fields if f.kind is ArgKind.CU_FUNCTION]
     # the words' span (a failed call's record ends before its out-parameters: cut
     # short); a handle's name as the handles have it now (they learn, and forget)
+    configs = any(f.kind in CONFIG_DECODERS for f in probe.fields)
     key = ", ".join([f"rec[{words[0]}:{words[-1] + 1}]" if words else "()",
+                     *([f"rec[{R_CFG}:{R_CFG + CFG_WORDS}]"] if configs else ()),
                      *([f"rec[{R_NOUTS}]"] if outs else ()),
                      *([f"rec[{R_PID}]"] if named or handles else ()),
                      *(f"handle_name(rec[{R_PID}], rec[{i}])" for i in handles)]) + ","

@@ -110,6 +110,22 @@ def test_what_is_held_is_bounded_in_number():
     assert [r[3] for r in out] == [3, 4, 5] and o._count == 0 and o.flush() == ([], [])
 
 
+def test_what_is_held_beyond_the_bound_goes_oldest_first_across_threads():
+    """A driver-only program (no runtime call adopts its calls): each thread's
+    calls held beyond the bound go in time order across threads, a tie to the
+    thread held first."""
+    o = order(max_held=2)
+    recs = [rec("cuInit", t, t + 0.1, tid=tid) for tid, t in
+            ((1, 1), (2, 2), (1, 3), (2, 4), (1, 5), (2, 6), (1, 7), (2, 8))]
+    out, _ = o.add(recs)
+    assert [(r[3], r[0] // MS) for r in out] == [(1, 1), (2, 2), (1, 3), (2, 4), (1, 5), (2, 6)]
+    o = order(max_held=1)
+    out, _ = o.add([rec("cuInit", 1, 1.1, tid=1), rec("cuInit", 2, 2.1, tid=2),
+                    rec("cuInit", 2, 2.2, tid=1), rec("cuInit", 3, 3.1, tid=2)])
+    assert [(r[3], r[0] // MS) for r in out] == [(1, 1), (1, 2), (2, 2)]
+    assert [(r[3], r[0] // MS) for r in o.flush()[0]] == [(2, 3)]
+
+
 def batch() -> tuple[list[tuple], list]:
     o = order()
     return o.add([rec("cuDriverGetVersion", 35.752, 35.760),
