@@ -26,6 +26,8 @@ starts again at 0, which Prometheus reads as a counter reset.
 
 from __future__ import annotations
 
+from typing import Any
+
 OTHER = "other"
 HALF_LIFE_S = 60.0
 
@@ -33,9 +35,12 @@ HALF_LIFE_S = 60.0
 class LabelBudget:
     """`label(name, weight)` on every count, `rank(now_ns)` at every snapshot."""
 
-    def __init__(self, limit: int, tracked: int, half_life_s: float = HALF_LIFE_S) -> None:
+    def __init__(self, limit: int, tracked: int, half_life_s: float = HALF_LIFE_S,
+                 other: Any = OTHER) -> None:
+        """`other`: the label of the rest (a tuple where the names are tuples)."""
         if tracked < 2 * limit:
             raise ValueError("tracked must leave room for twice the labelled names")
+        self.other = other
         self.limit = limit
         self.tracked = tracked
         self.half_life_ns = half_life_s * 1e9
@@ -44,10 +49,10 @@ class LabelBudget:
         self._labelled: set[str] = set()
         self._ranked_ns: int | None = None
 
-    def label(self, name: str | None, weight: float = 1) -> str:
+    def label(self, name: Any, weight: float = 1) -> Any:
         """The label `name` holds now (None: a name not known), its weight counted."""
-        if name is None or name == OTHER:
-            return OTHER
+        if name is None or name == self.other:
+            return self.other
         if name not in self._rate:
             if len(self._rate) >= self.tracked:
                 self._drop_lower_half()
@@ -55,19 +60,19 @@ class LabelBudget:
             if len(self._labelled) < self.limit:
                 self._labelled.add(name)  # labels left over: one at once
         self._fresh[name] = self._fresh.get(name, 0) + weight
-        return name if name in self._labelled else OTHER
+        return name if name in self._labelled else self.other
 
-    def holds(self, name: str) -> str:
+    def holds(self, name: Any) -> Any:
         """The label `name` holds now, nothing counted (a gauge's label)."""
-        return name if name in self._labelled else OTHER
+        return name if name in self._labelled else self.other
 
-    def exported(self, label: str) -> bool:
+    def exported(self, label: Any) -> bool:
         """Whether the series of `label` are exported now."""
-        return label == OTHER or label in self._labelled
+        return label == self.other or label in self._labelled
 
-    def known(self, label: str) -> bool:
+    def known(self, label: Any) -> bool:
         """Whether the series of `label` are worth keeping (its name is tracked)."""
-        return label == OTHER or label in self._rate
+        return label == self.other or label in self._rate
 
     def rank(self, now_ns: int) -> None:
         """Decay the rates to `now_ns` and label the `limit` names of highest rate;

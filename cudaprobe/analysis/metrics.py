@@ -6,9 +6,11 @@ TraceSession drives) and the tracer's loss counters; exporters read
 (a Prometheus scrape, an OpenTelemetry periodic reader). It knows nothing of
 any exporter's types; an exporter only names and labels what it holds:
 
-- `calls[(function, api, process)]`: completed calls (in-flight ones at the
-  end are not counted: they have no result).
-- `errors[(function, error, process)]`: calls that returned non-zero, by
+- `calls[(function, api, process, *job)]`: completed calls (in-flight ones at
+  the end are not counted: they have no result). `job`: the process's
+  targets.jobs.JOB_LABELS values (its pod, container, Slurm job, rank; ""
+  each where it has none, and all of them without a `jobs` given).
+- `errors[(function, error, process, *job)]`: calls that returned non-zero, by
   result name (`cudaErrorMemoryAllocation`, `CUDA_ERROR_OUT_OF_MEMORY`).
 - `latency[(function, api)]`: a `Histogram` of call durations: `counts[i]`
   calls with duration <= `LATENCY_BOUNDS_S[i]` and above the bound before it,
@@ -20,7 +22,7 @@ any exporter's types; an exporter only names and labels what it holds:
   A runtime copy is carried out by driver copies: with both APIs probed, sum
   one api, not both.
 - `memset_bytes[api]`: bytes set by successful memsets.
-- `live_bytes[(process, kind)]`: memory allocated and not yet freed, by
+- `live_bytes[(process, *job, kind)]`: memory allocated and not yet freed, by
   process and memtrack kind (device, host-pinned, managed, async-pool, vmm,
   host-registered: memstate.KINDS),
   counted once across the two APIs as `cudaprobe memory` counts it
@@ -36,10 +38,11 @@ any exporter's types; an exporter only names and labels what it holds:
 Every counter is cumulative since the start. Labels are bounded: `function`
 is the symbol as called (catalogue data, as trace's EVENT column), `error` a
 result name, `kind` a fixed set, and `process` the calling thread's comm, for
-the `MAX_PROCESSES` names making the most calls lately, the rest counted as
-`other`. Names a process chose are ranked by what they do, again at each
-snapshot, never first come (labels.py says how, and how every series still
-only grows). No pointers, pids or tids.
+the `MAX_PROCESSES` names (with their job labels) making the most calls
+lately, the rest counted as `other` (with no job labels). Names a process
+chose are ranked by what they do, again at each snapshot, never first come
+(labels.py says how, and how every series still only grows). No pointers,
+pids or tids.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 from cudaprobe.analysis.labels import LabelBudget
 from cudaprobe.analysis.memstate import KINDS
@@ -60,6 +63,7 @@ from cudaprobe.decode.calls import Call
 from cudaprobe.decode.demangle import demangle
 from cudaprobe.decode.gputime import GpuWork
 from cudaprobe.decode.handles import NAME_KEY
+from cudaprobe.targets.jobs import NO_JOB
 from cudaprobe.targets.procmaps import process_alive
 
 # 1 µs (cudaGetDevice) to 10 s (a synchronize waiting on a long kernel)
@@ -71,6 +75,18 @@ MAX_PROCESS_NAMES = 4096  # names whose rates are kept for the ranking
 MAX_KERNELS = 50  # kernel label values besides `other`
 MAX_KERNEL_NAMES = 10_000  # names whose rates are kept for the ranking
 EXIT_CHECK_NS = 1_000_000_000  # how often, at most, fed calls look for exited processes
+OTHER_PROCESS = ("other", *NO_JOB)  # the process labels of the rest
+# a process's job labels are kept this long after it is seen gone: its last calls
+# may be decoded after its exit
+JOB_GRACE_NS = 10_000_000_000
+
+
+class JobSource(Protocol):
+    """targets.jobs.Jobs: a process's job labels, read once; forgotten at its exit."""
+
+    def of(self, pid: int) -> tuple[str, ...]: ...
+
+    def forget(self, pid: int) -> None: ...
 
 # catalogue name -> (arguments whose product is the byte count, the direction: a
 # memcpy kind name, or the argument holding it)
@@ -142,12 +158,12 @@ class Histogram:
 
 @dataclass
 class Snapshot:
-    calls: dict[tuple[str, str, str], int]
-    errors: dict[tuple[str, str, str], int]
+    calls: dict[tuple[str, ...], int]
+    errors: dict[tuple[str, ...], int]
     latency: dict[tuple[str, str], Histogram]
     memcpy_bytes: dict[tuple[str, str], int]
     memset_bytes: dict[str, int]
-    live_bytes: dict[tuple[str, str], int]
+    live_bytes: dict[tuple[str, ...], int]
     lost: dict[str, int]
     kernel_launches: dict[tuple[str, str], int] = field(default_factory=dict)
     gpu_time: dict[str, Histogram] = field(default_factory=dict)
@@ -156,16 +172,22 @@ class Snapshot:
 class CallMetrics:
     """Feed with `add(calls)` and `set_lost(counters)`; read with `snapshot()`.
 
-    `alive(pid)` says whether a process still runs (its live bytes go when not)."""
+    `alive(pid)` says whether a process still runs (its live bytes go when not);
+    `jobs`, where given, labels each process with its job (serve)."""
 
     def __init__(self, max_processes: int = MAX_PROCESSES,
-                 alive: Callable[[int], bool] = process_alive) -> None:
+                 alive: Callable[[int], bool] = process_alive,
+                 jobs: JobSource | None = None) -> None:
         self.max_processes = max_processes
         self.alive = alive
+        self.jobs = jobs
+        # processes whose job labels `jobs` keeps -> when seen gone (None: running)
+        self._job_pids: dict[int, int | None] = {}
         self._lock = threading.Lock()
-        self._processes = LabelBudget(max_processes, max(MAX_PROCESS_NAMES, 2 * max_processes))
-        self._calls: dict[tuple[str, str, str], int] = {}
-        self._errors: dict[tuple[str, str, str], int] = {}
+        self._processes = LabelBudget(max_processes, max(MAX_PROCESS_NAMES, 2 * max_processes),
+                                      other=OTHER_PROCESS)
+        self._calls: dict[tuple[str, ...], int] = {}
+        self._errors: dict[tuple[str, ...], int] = {}
         self._latency: dict[tuple[str, str], Histogram] = {}
         self._memcpy: dict[tuple[str, str], int] = {}
         self._memset: dict[str, int] = {}
@@ -184,11 +206,11 @@ class CallMetrics:
             for c in calls:
                 if c.duration_ns is None:
                     continue
-                process = self._processes.label(c.process)
-                key = (c.event, c.api, process)
+                process = self._processes.label(self._process_key(c.pid, c.process))
+                key = (c.event, c.api, *process)
                 self._calls[key] = self._calls.get(key, 0) + 1
                 if c.ret:
-                    err = (c.event, c.ret_name or str(c.ret), process)
+                    err = (c.event, c.ret_name or str(c.ret), *process)
                     self._errors[err] = self._errors.get(err, 0) + 1
                 hist = self._latency.get(key[:2])
                 if hist is None:
@@ -213,6 +235,13 @@ class CallMetrics:
                 if last_ns >= self._next_exit_check:
                     self._next_exit_check = last_ns + EXIT_CHECK_NS
                     self._forget_exited(last_ns)
+
+    def _process_key(self, pid: int, name: str) -> tuple[str, ...]:
+        """The process's labels: its name, then its job's."""
+        if self.jobs is None:
+            return (name, *NO_JOB)
+        self._job_pids.setdefault(pid, None)
+        return (name, *self.jobs.of(pid))
 
     def add_gpu(self, work: Iterable[GpuWork]) -> None:
         """Kernels as they ran on the GPU (copies and memsets are not counted here)."""
@@ -246,6 +275,13 @@ class CallMetrics:
                 self._memory.process_exited(pid, now_ns)
         for pid in [p for p, m in self._memory.processes.items() if m.exited]:
             del self._memory.processes[pid]
+        if self.jobs is not None:  # a pid may come back as another's, in another job
+            for pid, gone in list(self._job_pids.items()):
+                if gone is not None and now_ns - gone >= JOB_GRACE_NS:
+                    del self._job_pids[pid]
+                    self.jobs.forget(pid)
+                elif gone is None and not self.alive(pid):
+                    self._job_pids[pid] = now_ns
 
     def set_lost(self, counters: dict[str, int]) -> None:
         """The tracer's counters (cumulative), with decode_errors: the loss causes kept.
@@ -267,14 +303,15 @@ class CallMetrics:
             self._forget_exited(now_ns)
             self._rank(now_ns)
             processes, kernels, gpu = self._processes, self._kernels, self._gpu_kernels
-            live: dict[tuple[str, str], int] = {}
-            for proc in self._memory.processes.values():
-                process = processes.holds(proc.process)
+            live: dict[tuple[str, ...], int] = {}
+            for pid, proc in self._memory.processes.items():
+                process = processes.holds(self._process_key(pid, proc.process))
                 for kind in KINDS:
-                    live[(process, kind)] = live.get((process, kind), 0) + proc.live_bytes[kind]
+                    key = (*process, kind)
+                    live[key] = live.get(key, 0) + proc.live_bytes[kind]
             return Snapshot(
-                calls={k: n for k, n in self._calls.items() if processes.exported(k[2])},
-                errors={k: n for k, n in self._errors.items() if processes.exported(k[2])},
+                calls={k: n for k, n in self._calls.items() if processes.exported(k[2:])},
+                errors={k: n for k, n in self._errors.items() if processes.exported(k[2:])},
                 latency={k: h.copy() for k, h in self._latency.items()},
                 memcpy_bytes=dict(self._memcpy), memset_bytes=dict(self._memset),
                 live_bytes=live, lost=dict(self._lost),
@@ -285,10 +322,10 @@ class CallMetrics:
         """Labels to the busiest names now; the series of names no longer tracked go."""
         for budget in (self._processes, self._kernels, self._gpu_kernels):
             budget.rank(now_ns)
-        for series, at, budget in ((self._calls, 2, self._processes),
-                                   (self._errors, 2, self._processes),
-                                   (self._launches, 0, self._kernels)):
-            for key in [k for k in series if not budget.known(k[at])]:
+        for series, budget in ((self._calls, self._processes), (self._errors, self._processes)):
+            for key in [k for k in series if not budget.known(k[2:])]:
                 del series[key]
+        for key in [k for k in self._launches if not self._kernels.known(k[0])]:
+            del self._launches[key]
         for name in [k for k in self._gpu_time if not self._gpu_kernels.known(k)]:
             del self._gpu_time[name]

@@ -21,6 +21,7 @@ from cudaprobe.probe.plan import select_functions
 from cudaprobe.sessions.gputime import check_gpu_time
 from cudaprobe.sessions.probing import ProbeRequest, Probing
 from cudaprobe.sessions.trace import SessionOptions, TraceSession
+from cudaprobe.targets.jobs import KUBELET_LOGS, Jobs
 
 
 @click.command("serve", cls=StartsCommand, context_settings={"show_default": True})
@@ -32,11 +33,16 @@ from cudaprobe.sessions.trace import SessionOptions, TraceSession
               help="Also a histogram of each kernel's GPU time, through CUPTI; with "
                    "--pid/--comm the library is injected into the running process "
                    "(docs/gputime.md).")
+@click.option("--kubelet-logs", metavar="DIR", default=KUBELET_LOGS,
+              help="Where the kubelet keeps its pods/ and containers/ log directories: "
+                   "they name each process's pod, namespace and container for the job "
+                   "labels (docs/prometheus.md).")
 @otlp_options
-def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, **otlp) -> None:
+def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, kubelet_logs, **otlp) -> None:
     """Count CUDA API calls and serve them as metrics: calls, errors and
     latency per function, bytes copied, live allocated bytes, lost events
-    (docs/prometheus.md).
+    (docs/prometheus.md), each process's labelled with its job: Kubernetes
+    namespace, pod and container, container id, Slurm job, launcher's rank.
 
     Targets as for trace. With none, every process using the CUDA libraries
     found in the usual places (what `trace` probes by default): the node
@@ -63,7 +69,8 @@ def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, **otlp) -> None:
     command = list(probe.command)
 
     def session(probing: Probing) -> int:
-        metrics = CallMetrics()
+        jobs = Jobs(kubelet_logs)
+        metrics = CallMetrics(jobs=jobs)
         with MetricsServer(metrics, *address) if address else contextlib.nullcontext() as server:
             notify = probing.begin("counting")
             def serving() -> None:
@@ -83,6 +90,7 @@ def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, **otlp) -> None:
                                                targets=probing.targets, notify=notify,
                                                on_counters=metrics.set_lost,
                                                gpu_time=gpu_time,
-                                               on_gpu_work=metrics.add_gpu)).run()
+                                               on_gpu_work=metrics.add_gpu,
+                                               on_process=jobs.refresh)).run()
 
     run_probing(probe, select_functions(list(probe.events), set(probe.apis)), session)

@@ -35,15 +35,16 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from cudaprobe import __version__
 from cudaprobe.analysis.metrics import LATENCY_BOUNDS_S, CallMetrics, Snapshot
 from cudaprobe.output.otlp_model import OtlpConfig
+from cudaprobe.targets.jobs import JOB_ATTRIBUTES
 
 CUMULATIVE = AggregationTemporality.CUMULATIVE
 
 # metric name, unit, description, the Snapshot field, its key's attribute names
 COUNTERS = (
     ("cuda.api.calls", "{call}", "Completed CUDA API calls", "calls",
-     ("cuda.function", "cuda.api", "process.executable.name")),
+     ("cuda.function", "cuda.api", "process.executable.name", *JOB_ATTRIBUTES)),
     ("cuda.api.errors", "{call}", "CUDA API calls that returned an error", "errors",
-     ("cuda.function", "cuda.result.name", "process.executable.name")),
+     ("cuda.function", "cuda.result.name", "process.executable.name", *JOB_ATTRIBUTES)),
     ("cuda.memcpy.bytes", "By", "Bytes copied by successful copies, by direction",
      "memcpy_bytes", ("cuda.memcpy.kind", "cuda.api")),
     ("cuda.memset.bytes", "By", "Bytes set by successful memsets", "memset_bytes",
@@ -62,7 +63,8 @@ def metrics_data(snapshot: Snapshot, resource: Resource, start_ns: int,
                   for key, value in getattr(snapshot, attr).items()]
         if points:
             metrics.append(Metric(name, description, unit, Sum(points, CUMULATIVE, True)))
-    live = [NumberDataPoint(_attributes(("process.executable.name", "cuda.memory.kind"), key),
+    live = [NumberDataPoint(_attributes(("process.executable.name", *JOB_ATTRIBUTES,
+                                         "cuda.memory.kind"), key),
                             start_ns, now_ns, value)
             for key, value in snapshot.live_bytes.items()]
     if live:
@@ -80,8 +82,9 @@ def metrics_data(snapshot: Snapshot, resource: Resource, start_ns: int,
 
 
 def _attributes(names: tuple[str, ...], key: object) -> dict[str, object]:
+    """The key's values by name; a job attribute the process has none of ("") left out."""
     values = key if isinstance(key, tuple) else (key,)
-    return dict(zip(names, values))
+    return {n: v for n, v in zip(names, values) if v != "" or n not in JOB_ATTRIBUTES}
 
 
 class MetricsPusher:

@@ -12,6 +12,7 @@ from cudaprobe.output.base import Reporter
 from cudaprobe.output.fanout import Fanout
 from cudaprobe.output.metrics_sink import MetricsSink
 from cudaprobe.output.otlp_model import OtlpConfig
+from cudaprobe.targets.jobs import Jobs
 
 INSTALL = "pip install 'cudaprobe[otlp]'"
 
@@ -31,7 +32,7 @@ def with_otlp(reporter: Reporter, config: OtlpConfig | None, notify: Callable[[s
         return reporter, None
     if not config.metrics:
         return Fanout(reporter, [otlp_sink(config, notify, None)]), None
-    metrics = CallMetrics()
+    metrics = CallMetrics(jobs=Jobs())
     return Fanout(reporter, [MetricsSink(metrics), otlp_sink(config, notify, metrics)]), \
         metrics.set_lost
 

@@ -26,6 +26,7 @@ from cudaprobe.analysis.metrics import (
     Histogram,
 )
 from cudaprobe.errors import CudaprobeError, UsageError
+from cudaprobe.targets.jobs import JOB_LABELS
 
 DEFAULT_HOST = "127.0.0.1"
 _ADDRESS = re.compile(r"(?:(?P<host>\[[^\]]*\]|[^:\[\]]*):)?(?P<port>[^:]*)")
@@ -89,13 +90,13 @@ class CallCollector:
         calls = CounterMetricFamily(
             "cudaprobe_calls", f"CUDA API calls completed, by process name: the "
             f"{MAX_PROCESSES} making the most calls lately, the rest as `other`.",
-            labels=["function", "api", "process"])
+            labels=["function", "api", "process", *JOB_LABELS])
         for labels, n in sorted(snap.calls.items()):
             calls.add_metric(labels, n)
         yield calls
         errors = CounterMetricFamily("cudaprobe_call_errors",
                                      "CUDA API calls that returned an error, by result name.",
-                                     labels=["function", "error", "process"])
+                                     labels=["function", "error", "process", *JOB_LABELS])
         for labels, n in sorted(snap.errors.items()):
             errors.add_metric(labels, n)
         yield errors
@@ -135,7 +136,7 @@ class CallCollector:
         yield memset
         live = GaugeMetricFamily("cudaprobe_memory_live_bytes",
                                  "CUDA memory allocated and not freed, by running process.",
-                                 labels=["process", "kind"])
+                                 labels=["process", *JOB_LABELS, "kind"])
         for labels, n in sorted(snap.live_bytes.items()):
             live.add_metric(labels, n)
         yield live

@@ -72,6 +72,10 @@ class RunOptions:
     # the line saying how the trace ended waits for say_end() (the table's rows
     # on the same terminal come first), not said when the trace ends
     hold_end: bool = False
+    # told of each process as it is given probes of its own (held at its open,
+    # linked at a look, a --pid or the command at the start), from the gate's
+    # thread too: while it surely runs (serve: its job labels, targets.jobs)
+    on_process: Callable[[int], None] | None = None
 
 
 def say_if_no_cuda(options: RunOptions, calls: int) -> None:
@@ -135,6 +139,8 @@ class ProbeRun:
                             if self.options.command else None)
             self._stack.enter_context(self._stop)
             self.tracer = self._stack.enter_context(Tracer(self.plan, self.settings))
+            if self.options.on_process is not None:
+                self._tell_processes(self.options.on_process)
             if self.tracer.py is not None:
                 self.tracer.py.notify = self.notify
                 if self.tracer.autograd is not None:
@@ -177,6 +183,17 @@ class ProbeRun:
 
     def __exit__(self, *exc: object) -> None:
         self._close()
+
+    def _tell_processes(self, told: Callable[[int], None]) -> None:
+        """`told` hears of each process given probes, after whoever hears already."""
+        attacher = self.tracer.attacher
+        before = attacher.on_target
+
+        def both(pid: int) -> None:
+            if before is not None:
+                before(pid)
+            told(pid)
+        attacher.on_target = both
 
     def _gpu_for_later(self, gpu: GpuTimeAttach) -> None:
         """--gpu-time into running processes: a process that joins the trace

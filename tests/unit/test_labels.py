@@ -7,6 +7,7 @@ from __future__ import annotations
 from cudaprobe.analysis.labels import OTHER, LabelBudget
 from cudaprobe.analysis.metrics import MAX_KERNELS, MAX_PROCESS_NAMES, MAX_PROCESSES, CallMetrics
 from cudaprobe.decode.gputime import GpuWork
+from cudaprobe.targets.jobs import NO_JOB as J
 
 from .test_metrics import call
 
@@ -20,11 +21,11 @@ def test_a_flood_of_junk_names_before_a_busy_job_leaves_the_job_its_label():
     m.snapshot(now_ns=S)
     m.add([call("cudaMalloc", process="trainer", pid=7)] * 50)  # the real job: in `other` so far
     first = m.snapshot(now_ns=2 * S)  # ranked again: the job is the busiest
-    assert ("cudaMalloc", "runtime", "trainer") not in first.calls
+    assert ("cudaMalloc", "runtime", "trainer", *J) not in first.calls
     m.add([call("cudaMalloc", process="trainer", pid=7)] * 30)
     snap = m.snapshot(now_ns=3 * S)
-    assert snap.calls[("cudaMalloc", "runtime", "trainer")] == 30
-    assert snap.calls[("cudaMalloc", "runtime", OTHER)] == 50  # counted where it was
+    assert snap.calls[("cudaMalloc", "runtime", "trainer", *J)] == 30
+    assert snap.calls[("cudaMalloc", "runtime", OTHER, *J)] == 50  # counted where it was
     assert sum(k[2] != OTHER for k in snap.calls) == MAX_PROCESSES
 
 
@@ -70,9 +71,9 @@ def test_a_flood_of_names_is_bounded_and_the_busy_name_stays_tracked():
         m.add([call("cudaFree", process=f"j{chunk}-{i}") for i in range(5000)])
     budget = m._processes
     assert len(budget._rate) <= MAX_PROCESS_NAMES
-    assert budget.known("trainer")
+    assert budget.known(("trainer", *J))
     snap = m.snapshot(now_ns=2 * S)
-    assert snap.calls[("cudaFree", "runtime", "trainer")] == 100
+    assert snap.calls[("cudaFree", "runtime", "trainer", *J)] == 100
     assert len(m._calls) <= MAX_PROCESSES + 1 + MAX_PROCESS_NAMES  # series of names gone went
 
 

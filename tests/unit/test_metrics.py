@@ -10,6 +10,7 @@ from cudaprobe.analysis.summary import Summary
 from cudaprobe.catalogue.functions import FUNCTIONS
 from cudaprobe.decode.calls import Call
 from cudaprobe.output.metrics_sink import MetricsSink
+from cudaprobe.targets.jobs import NO_JOB as J
 
 MiB = 1 << 20
 S = 1_000_000_000
@@ -34,13 +35,13 @@ def test_calls_counted_per_function_api_and_process():
            call("cudaLaunchKernel", ret=35), call("cuMemAlloc_v2", api="driver", ret=100)])
     m.add([call("cudaMalloc", ret=35, size=MiB)])
     snap = m.snapshot(now_ns=10 * S)
-    assert snap.calls == {("cudaMalloc", "runtime", "app"): 2,
-                          ("cudaMalloc", "runtime", "other_app"): 1,
-                          ("cudaLaunchKernel", "runtime", "app"): 1,
-                          ("cuMemAlloc_v2", "driver", "app"): 1}
-    assert snap.errors == {("cudaMalloc", "cudaErrorInsufficientDriver", "app"): 2,
-                           ("cudaLaunchKernel", "cudaErrorInsufficientDriver", "app"): 1,
-                           ("cuMemAlloc_v2", "CUDA_ERROR_NO_DEVICE", "app"): 1}
+    assert snap.calls == {("cudaMalloc", "runtime", "app", *J): 2,
+                          ("cudaMalloc", "runtime", "other_app", *J): 1,
+                          ("cudaLaunchKernel", "runtime", "app", *J): 1,
+                          ("cuMemAlloc_v2", "driver", "app", *J): 1}
+    assert snap.errors == {("cudaMalloc", "cudaErrorInsufficientDriver", "app", *J): 2,
+                           ("cudaLaunchKernel", "cudaErrorInsufficientDriver", "app", *J): 1,
+                           ("cuMemAlloc_v2", "CUDA_ERROR_NO_DEVICE", "app", *J): 1}
 
 
 def test_calls_still_in_flight_at_the_end_are_not_counted():
@@ -120,11 +121,11 @@ def test_live_bytes_follow_allocations_frees_and_process_exit():
            call("cudaFree", t=40, devPtr="0x1000"),
            call("cudaMalloc", t=50, pid=200, process="other_app", devPtr="0x1000", size=5)])
     live = m.snapshot(now_ns=S).live_bytes
-    assert live[("app", "device")] == 2 * MiB and live[("app", "host-pinned")] == MiB
-    assert live[("other_app", "device")] == 5 and live[("app", "managed")] == 0
+    assert live[("app", *J, "device")] == 2 * MiB and live[("app", *J, "host-pinned")] == MiB
+    assert live[("other_app", *J, "device")] == 5 and live[("app", *J, "managed")] == 0
     gone.add(200)
     live = m.snapshot(now_ns=2 * S).live_bytes
-    assert ("other_app", "device") not in live and live[("app", "device")] == 2 * MiB
+    assert ("other_app", *J, "device") not in live and live[("app", *J, "device")] == 2 * MiB
 
 
 def test_live_bytes_count_an_allocation_once_with_both_apis_probed():
@@ -132,7 +133,7 @@ def test_live_bytes_count_an_allocation_once_with_both_apis_probed():
     # the runtime's cudaMalloc serves itself with cuMemAlloc_v2 on the same thread
     m.add([call("cuMemAlloc_v2", t=10, dur=50, api="driver", dptr="0x1000", bytesize=MiB)])
     m.add([call("cudaMalloc", t=0, dur=100, devPtr="0x1000", size=MiB)])
-    assert m.snapshot(now_ns=S).live_bytes[("app", "device")] == MiB
+    assert m.snapshot(now_ns=S).live_bytes[("app", *J, "device")] == MiB
 
 
 def test_live_bytes_by_kind_vmm_pool_and_registered():
@@ -146,8 +147,9 @@ def test_live_bytes_by_kind_vmm_pool_and_registered():
                 memPool="0x9", stream="0x0"),
            call("cudaHostRegister", t=40, ptr="0x560000", size=MiB, flags=0)])
     live = m.snapshot(now_ns=S).live_bytes
-    assert (live[("app", "vmm")], live[("app", "async-pool")],
-            live[("app", "host-registered")], live[("app", "device")]) == (20 * MiB, 4096, MiB, 0)
+    assert (live[("app", *J, "vmm")], live[("app", *J, "async-pool")],
+            live[("app", *J, "host-registered")],
+            live[("app", *J, "device")]) == (20 * MiB, 4096, MiB, 0)
 
 
 def test_live_bytes_wait_for_the_hold_then_apply_without_a_scrape():
@@ -164,8 +166,8 @@ def test_process_labels_are_capped_and_the_rest_is_other():
     m = metrics(max_processes=2)
     m.add([call("cudaFree", process=name) for name in ("a", "b", "c", "d", "a")])
     calls = m.snapshot(now_ns=S).calls
-    assert calls == {("cudaFree", "runtime", "a"): 2, ("cudaFree", "runtime", "b"): 1,
-                     ("cudaFree", "runtime", OTHER): 2}
+    assert calls == {("cudaFree", "runtime", "a", *J): 2, ("cudaFree", "runtime", "b", *J): 1,
+                     ("cudaFree", "runtime", OTHER, *J): 2}
 
 
 def test_lost_counters_keep_the_causes_not_the_wakeups():
@@ -187,7 +189,7 @@ def test_snapshot_is_a_copy():
     m.add([call("cudaFree")])
     snap = m.snapshot(now_ns=S)
     m.add([call("cudaFree")])
-    assert snap.calls[("cudaFree", "runtime", "app")] == 1
+    assert snap.calls[("cudaFree", "runtime", "app", *J)] == 1
     assert snap.latency[("cudaFree", "runtime")].count == 1
 
 

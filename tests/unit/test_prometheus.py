@@ -73,7 +73,9 @@ def scrape(url: str) -> dict[str, object]:
 
 
 def samples(family, name: str) -> dict[tuple, float]:
-    return {tuple(sorted(s.labels.items())): s.value for s in family.samples if s.name == name}
+    """Each sample's labels (an empty one is no label, as Prometheus reads it) and value."""
+    return {tuple(sorted((k, v) for k, v in s.labels.items() if v)): s.value
+            for s in family.samples if s.name == name}
 
 
 def test_a_scrape_gets_every_metric_with_its_labels_and_values():

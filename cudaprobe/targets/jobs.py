@@ -1,0 +1,229 @@
+"""Which job a process is part of, for serve's metric labels: its Kubernetes
+pod and container, its container's id (Docker, Podman, containerd, CRI-O),
+its Slurm job, and the rank its launcher gave it.
+
+Where each comes from, and why it can be believed:
+- **The cgroup** (`/proc/PID/cgroup`, written by the kernel): the pod's uid
+  (`kubepods-burstable-pod<uid>.slice`, `pod<uid>`), the container's id
+  (`cri-containerd-<id>.scope`, `crio-<id>.scope`, `docker-<id>.scope`,
+  `libpod-<id>.scope`, or a bare 64-hex level), the Slurm job
+  (`job_<id>`). A process may create cgroups below its own where they were
+  delegated to it, never above: a pod counts only under the kubelet's top
+  level, a job only under slurm's, and nothing below a container's level or
+  a job's (parse_cgroup), so a level a process made up names no one else's
+  pod or job. (One made under a user's own delegated slice can give that
+  user's own process a container id, nothing more.)
+- **The kubelet's log directories** (`/var/log/pods/<namespace>_<pod>_<uid>`
+  and `/var/log/containers/<pod>_<namespace>_<container>-<id>.log`, made by
+  the kubelet, root's): the pod's namespace and name by its uid, the
+  container's name by its id. Names that are not what Kubernetes allows
+  (lower-case letters, digits, `-`, `.`) are not used.
+- **The environment** the process was started with (`/proc/PID/environ`),
+  which the process chose: only the rank is read from it (`RANK`, as torchrun
+  sets it, else `SLURM_PROCID`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK`,
+  `PMIX_RANK`), the first 256 KiB, and kept only if it is a number of at most
+  7 digits.
+
+Each process's files are opened once, by a descriptor of its /proc
+directory (a pid reused meanwhile is a new process: its reads fail), each
+read bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+
+JOB_LABELS = ("k8s_namespace", "k8s_pod", "k8s_container", "container_id", "slurm_job", "rank")
+NO_JOB = ("",) * len(JOB_LABELS)
+# OpenTelemetry's names for the same (semantic conventions where they have one)
+JOB_ATTRIBUTES = ("k8s.namespace.name", "k8s.pod.name", "k8s.container.name", "container.id",
+                  "slurm.job.id", "rank")
+KUBELET_LOGS = "/var/log"  # its pods/ and containers/ directories
+CGROUP_MAX = 16 << 10
+ENVIRON_MAX = 256 << 10
+RANK_VARIABLES = (b"RANK", b"SLURM_PROCID", b"OMPI_COMM_WORLD_RANK", b"PMI_RANK", b"PMIX_RANK")
+RESCAN_S = 10.0  # the kubelet's directories listed again, at most this often, on a miss
+MAX_KEPT = 65_536  # processes whose labels are kept; past it, the table starts again
+
+_POD = re.compile(r"(?:kubepods.*-pod|^pod)([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_]"
+                  r"[0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?$")
+_CONTAINER = re.compile(r"^(?:(?:cri-containerd|crio|docker|libpod)-)?([0-9a-f]{64})(?:\.scope)?$")
+_SLURM = re.compile(r"^job_([0-9]{1,12})$")
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_RANK = re.compile(rb"^[0-9]{1,7}$")
+_POD_DIR = re.compile(r"^([^_]+)_([^_]+)_([0-9a-f-]{36})$")
+_CONTAINER_LOG = re.compile(r"^([^_]+)_([^_]+)_(.+)-([0-9a-f]{64})\.log$")
+
+
+def parse_cgroup(text: str) -> tuple[str, str, str]:
+    """(pod uid, container id, Slurm job id) from /proc/PID/cgroup's text, each
+    "" where there is none: the unified hierarchy's path ("0::"), else each v1
+    hierarchy's in turn, read from the root down.
+
+    What a process could have made below its own cgroup counts for nothing:
+    a pod only under a top level of the kubelet's (`kubepods...`,
+    `kubelet...`), a Slurm job only under slurm's own level (`slurm`,
+    `slurmstepd.scope`), each the first such level, and nothing below a
+    container's level or a job's."""
+    paths = []
+    for line in text.splitlines():
+        _, _, rest = line.partition(":")
+        controllers, sep, path = rest.partition(":")
+        if sep:
+            if controllers == "":
+                paths.insert(0, path)
+            else:
+                paths.append(path)
+    for path in paths:
+        levels = [level for level in path.split("/") if level]
+        pod = container = job = ""
+        kubelet = bool(levels) and levels[0].startswith(("kubepods", "kubelet"))
+        slurm = False
+        for level in levels:
+            if kubelet and not pod and (m := _POD.search(level)):
+                pod = m.group(1).replace("_", "-")
+            elif m := _CONTAINER.match(level):
+                container = m.group(1)
+                break
+            elif slurm and (m := _SLURM.match(level)):
+                job = m.group(1)
+                break
+            elif level in ("slurm", "slurmstepd.scope"):
+                slurm = True
+        if pod or container or job:
+            return pod, container, job
+    return "", "", ""
+
+
+def rank_of(environ: bytes) -> str:
+    """The launcher's rank from an environment block (NUL-separated), or ""."""
+    found: dict[bytes, bytes] = {}
+    for entry in environ.split(b"\0"):
+        name, sep, value = entry.partition(b"=")
+        if sep and name in RANK_VARIABLES and name not in found:
+            found[name] = value
+    for name in RANK_VARIABLES:
+        value = found.get(name)
+        if value is not None and _RANK.match(value):
+            return value.decode()
+    return ""
+
+
+class KubeletNames:
+    """Pods' namespaces and names by uid, containers' names by id, from the
+    kubelet's log directories under `root`; listed again on a miss, at most
+    each RESCAN_S."""
+
+    def __init__(self, root: str = KUBELET_LOGS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.root = root
+        self.clock = clock
+        self._pods: dict[str, tuple[str, str]] = {}
+        self._containers: dict[str, str] = {}
+        self._listed: float | None = None
+
+    def pod(self, uid: str) -> tuple[str, str]:
+        if uid not in self._pods:
+            self._list()
+        return self._pods.get(uid, ("", ""))
+
+    def container(self, cid: str) -> str:
+        if cid not in self._containers:
+            self._list()
+        return self._containers.get(cid, "")
+
+    def _list(self) -> None:
+        now = self.clock()
+        if self._listed is not None and now - self._listed < RESCAN_S:
+            return
+        self._listed = now
+        pods, containers = {}, {}
+        for name in _listing(os.path.join(self.root, "pods")):
+            m = _POD_DIR.match(name)
+            if m and _NAME.match(m.group(1)) and _NAME.match(m.group(2)):
+                pods[m.group(3)] = (m.group(1), m.group(2))
+        for name in _listing(os.path.join(self.root, "containers")):
+            m = _CONTAINER_LOG.match(name)
+            if m and _NAME.match(m.group(3)):
+                containers[m.group(4)] = m.group(3)
+        self._pods, self._containers = pods, containers
+
+
+def _read_at(dir_fd: int, name: str, limit: int) -> bytes:
+    """At most `limit` bytes of `name` in the directory `dir_fd`; b"" where it
+    cannot be read."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError:
+        return b""
+    chunks, left = [], limit
+    try:
+        while left > 0:
+            chunk = os.read(fd, min(left, 65536))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def _listing(path: str) -> list[str]:
+    try:
+        with os.scandir(path) as entries:
+            return [e.name for e in entries]
+    except OSError:
+        return []
+
+
+class Jobs:
+    """`of(pid)`: the process's JOB_LABELS values, read once per process.
+
+    A process's calls are decoded after it made them, and a short one may have
+    exited by then, its /proc files gone: `refresh(pid)` reads them earlier,
+    as the process is given its probes (held at its open, or at a look), and
+    is called from the gate's thread too."""
+
+    def __init__(self, kubelet_logs: str = KUBELET_LOGS) -> None:
+        self.names = KubeletNames(kubelet_logs)
+        self._kept: dict[int, tuple[str, ...]] = {}
+        self._lock = threading.Lock()
+
+    def of(self, pid: int) -> tuple[str, ...]:
+        labels = self._kept.get(pid)
+        return self.refresh(pid) if labels is None else labels
+
+    def refresh(self, pid: int) -> tuple[str, ...]:
+        """The process's labels read now: a new process, maybe under a pid used before."""
+        with self._lock:
+            if len(self._kept) >= MAX_KEPT:
+                self._kept.clear()
+            labels = self._kept[pid] = self._read(pid)
+        return labels
+
+    def forget(self, pid: int) -> None:
+        """The process has exited: its pid may come back as another's."""
+        with self._lock:
+            self._kept.pop(pid, None)
+
+    def _read(self, pid: int) -> tuple[str, ...]:
+        try:
+            fd = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return NO_JOB
+        try:
+            cgroup = _read_at(fd, "cgroup", CGROUP_MAX)
+            environ = _read_at(fd, "environ", ENVIRON_MAX)
+        finally:
+            os.close(fd)
+        pod, container, job = parse_cgroup(cgroup.decode("utf-8", "replace"))
+        namespace, pod_name = self.names.pod(pod) if pod else ("", "")
+        container_name = self.names.container(container) if pod and container else ""
+        return (namespace, pod_name, container_name, container[:12], job, rank_of(environ))
