@@ -9,7 +9,8 @@ NCCL ones. Two sources, in this order:
    process's first row (the environment it was started with): torchrun's
    `RANK` and `WORLD_SIZE` (also set by accelerate and DeepSpeed's launcher),
    Open MPI's `OMPI_COMM_WORLD_RANK`/`_SIZE`, MPICH's and Slurm's `PMI_RANK`/
-   `PMI_SIZE`. Known from the first row on.
+   `PMI_SIZE`, srun's `SLURM_PROCID`/`SLURM_NTASKS`. Known from the first
+   row on.
 2. Else the first communicator the process makes (a traced ncclCommInitRank*
    that succeeded) or uses whose rank and number of ranks are known (read
    from its memory): its rank is the process's, from then on. A job's first
@@ -28,6 +29,7 @@ LAUNCHER_VARIABLES = (
     (b"RANK", b"WORLD_SIZE"),
     (b"OMPI_COMM_WORLD_RANK", b"OMPI_COMM_WORLD_SIZE"),
     (b"PMI_RANK", b"PMI_SIZE"),
+    (b"SLURM_PROCID", b"SLURM_NTASKS"),
 )
 MAX_ENVIRON = 1 << 20  # bytes of /proc/PID/environ read at most
 
@@ -39,7 +41,11 @@ def _number(value: bytes | None) -> int | None:
 def launcher_rank(environ: bytes) -> tuple[int, int | None] | None:
     """(rank, world size or None) from a process's environment block
     (NUL-separated NAME=value), or None where no launcher set a rank."""
-    env = dict(item.partition(b"=")[::2] for item in environ.split(b"\0") if b"=" in item)
+    env: dict[bytes, bytes] = {}
+    for item in environ.split(b"\0"):  # a name given twice: its first value, as getenv's
+        name, sep, value = item.partition(b"=")
+        if sep:
+            env.setdefault(name, value)
     for rank_name, size_name in LAUNCHER_VARIABLES:
         rank, size = _number(env.get(rank_name)), _number(env.get(size_name))
         if rank is not None and (size is None or rank < size):

@@ -19,10 +19,10 @@ Where each comes from, and why it can be believed:
   container's name by its id. Names that are not what Kubernetes allows
   (lower-case letters, digits, `-`, `.`) are not used.
 - **The environment** the process was started with (`/proc/PID/environ`),
-  which the process chose: only the rank is read from it (`RANK`, as torchrun
-  sets it, else `SLURM_PROCID`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK`,
-  `PMIX_RANK`), the first 256 KiB, and kept only if it is a number of at most
-  7 digits.
+  which the process chose: only the rank is read from it, as trace's rows
+  have it (decode.ranks.launcher_rank: `RANK`, as torchrun sets it, else
+  `OMPI_COMM_WORLD_RANK`, `PMI_RANK`, `SLURM_PROCID`; a number, below the
+  world size where one is set), from the first 256 KiB.
 
 Each process's files are opened once, by a descriptor of its /proc
 directory (a pid reused meanwhile is a new process: its reads fail), each
@@ -37,6 +37,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from cudaprobe.decode.ranks import launcher_rank
+
 JOB_LABELS = ("k8s_namespace", "k8s_pod", "k8s_container", "container_id", "slurm_job", "rank")
 NO_JOB = ("",) * len(JOB_LABELS)
 # OpenTelemetry's names for the same (semantic conventions where they have one)
@@ -45,7 +47,6 @@ JOB_ATTRIBUTES = ("k8s.namespace.name", "k8s.pod.name", "k8s.container.name", "c
 KUBELET_LOGS = "/var/log"  # its pods/ and containers/ directories
 CGROUP_MAX = 16 << 10
 ENVIRON_MAX = 256 << 10
-RANK_VARIABLES = (b"RANK", b"SLURM_PROCID", b"OMPI_COMM_WORLD_RANK", b"PMI_RANK", b"PMIX_RANK")
 RESCAN_S = 10.0  # the kubelet's directories listed again, at most this often, on a miss
 MAX_KEPT = 65_536  # processes whose labels are kept; past it, the table starts again
 
@@ -54,7 +55,6 @@ _POD = re.compile(r"(?:kubepods.*-pod|^pod)([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-
 _CONTAINER = re.compile(r"^(?:(?:cri-containerd|crio|docker|libpod)-)?([0-9a-f]{64})(?:\.scope)?$")
 _SLURM = re.compile(r"^job_([0-9]{1,12})$")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_RANK = re.compile(rb"^[0-9]{1,7}$")
 _POD_DIR = re.compile(r"^([^_]+)_([^_]+)_([0-9a-f-]{36})$")
 _CONTAINER_LOG = re.compile(r"^([^_]+)_([^_]+)_(.+)-([0-9a-f]{64})\.log$")
 
@@ -101,16 +101,8 @@ def parse_cgroup(text: str) -> tuple[str, str, str]:
 
 def rank_of(environ: bytes) -> str:
     """The launcher's rank from an environment block (NUL-separated), or ""."""
-    found: dict[bytes, bytes] = {}
-    for entry in environ.split(b"\0"):
-        name, sep, value = entry.partition(b"=")
-        if sep and name in RANK_VARIABLES and name not in found:
-            found[name] = value
-    for name in RANK_VARIABLES:
-        value = found.get(name)
-        if value is not None and _RANK.match(value):
-            return value.decode()
-    return ""
+    found = launcher_rank(environ)
+    return "" if found is None else str(found[0])
 
 
 class KubeletNames:

@@ -62,12 +62,13 @@ def test_levels_a_process_could_have_made_name_no_one_elses_job(text, expected):
 
 
 @pytest.mark.parametrize("environ, rank", [
-    (b"HOME=/root\0RANK=3\0LOCAL_RANK=1\0", "3"),
+    (b"HOME=/root\0RANK=3\0LOCAL_RANK=1\0WORLD_SIZE=4\0", "3"),
     (b"SLURM_PROCID=12\0RANK=7\0", "7"),  # RANK (torchrun's) first
     (b"SLURM_PROCID=12\0", "12"),
     (b"RANK=x1\0SLURM_PROCID=4\0", "4"),  # not a number: the next variable's
-    (b"RANK=12345678\0", ""),  # 8 digits: not a rank
-    (b"RANK=1\0RANK=2\0", "1"),  # the first
+    (b"RANK=1234567890\0", ""),  # 10 digits: not a rank
+    (b"RANK=5\0WORLD_SIZE=4\0", ""),  # past the world's size
+    (b"RANK=1\0RANK=2\0", "1"),  # the first, as getenv gives it
     (b"RANK\0OMPI_COMM_WORLD_RANK=0", "0"),
     (b"RANK=\x1b[31m1\0", ""),
     (b"\xff\xfe=1\0", ""),
