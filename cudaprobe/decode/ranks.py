@@ -24,33 +24,7 @@ from __future__ import annotations
 
 import json
 
-# (rank variable, size variable), the first present wins
-LAUNCHER_VARIABLES = (
-    (b"RANK", b"WORLD_SIZE"),
-    (b"OMPI_COMM_WORLD_RANK", b"OMPI_COMM_WORLD_SIZE"),
-    (b"PMI_RANK", b"PMI_SIZE"),
-    (b"SLURM_PROCID", b"SLURM_NTASKS"),
-)
-MAX_ENVIRON = 1 << 20  # bytes of /proc/PID/environ read at most
-
-
-def _number(value: bytes | None) -> int | None:
-    return int(value) if value is not None and value.isdigit() and len(value) < 10 else None
-
-
-def launcher_rank(environ: bytes) -> tuple[int, int | None] | None:
-    """(rank, world size or None) from a process's environment block
-    (NUL-separated NAME=value), or None where no launcher set a rank."""
-    env: dict[bytes, bytes] = {}
-    for item in environ.split(b"\0"):  # a name given twice: its first value, as getenv's
-        name, sep, value = item.partition(b"=")
-        if sep:
-            env.setdefault(name, value)
-    for rank_name, size_name in LAUNCHER_VARIABLES:
-        rank, size = _number(env.get(rank_name)), _number(env.get(size_name))
-        if rank is not None and (size is None or rank < size):
-            return rank, size
-    return None
+from cudaprobe.targets.jobs import MAX_ENVIRON, launcher_rank
 
 
 def read_launcher_rank(pid: int) -> tuple[int, int | None] | None:

@@ -22,7 +22,7 @@ Where each comes from, and why it can be believed:
   which the process chose: only the rank is read from it, as trace's rows
   have it (decode.ranks.launcher_rank: `RANK`, as torchrun sets it, else
   `OMPI_COMM_WORLD_RANK`, `PMI_RANK`, `SLURM_PROCID`; a number, below the
-  world size where one is set), from the first 256 KiB.
+  world size where one is set), from the first MiB.
 
 Each process's files are opened once, by a descriptor of its /proc
 directory (a pid reused meanwhile is a new process: its reads fail), each
@@ -37,8 +37,6 @@ import threading
 import time
 from collections.abc import Callable
 
-from cudaprobe.decode.ranks import launcher_rank
-
 JOB_LABELS = ("k8s_namespace", "k8s_pod", "k8s_container", "container_id", "slurm_job", "rank")
 NO_JOB = ("",) * len(JOB_LABELS)
 # OpenTelemetry's names for the same (semantic conventions where they have one)
@@ -46,7 +44,6 @@ JOB_ATTRIBUTES = ("k8s.namespace.name", "k8s.pod.name", "k8s.container.name", "c
                   "slurm.job.id", "rank")
 KUBELET_LOGS = "/var/log"  # its pods/ and containers/ directories
 CGROUP_MAX = 16 << 10
-ENVIRON_MAX = 256 << 10
 RESCAN_S = 10.0  # the kubelet's directories listed again, at most this often, on a miss
 MAX_KEPT = 65_536  # processes whose labels are kept; past it, the table starts again
 
@@ -97,6 +94,35 @@ def parse_cgroup(text: str) -> tuple[str, str, str]:
         if pod or container or job:
             return pod, container, job
     return "", "", ""
+
+
+# (rank variable, size variable), the first present wins
+LAUNCHER_VARIABLES = (
+    (b"RANK", b"WORLD_SIZE"),
+    (b"OMPI_COMM_WORLD_RANK", b"OMPI_COMM_WORLD_SIZE"),
+    (b"PMI_RANK", b"PMI_SIZE"),
+    (b"SLURM_PROCID", b"SLURM_NTASKS"),
+)
+MAX_ENVIRON = 1 << 20  # bytes of /proc/PID/environ read at most
+
+
+def _number(value: bytes | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() and len(value) < 10 else None
+
+
+def launcher_rank(environ: bytes) -> tuple[int, int | None] | None:
+    """(rank, world size or None) from a process's environment block
+    (NUL-separated NAME=value), or None where no launcher set a rank."""
+    env: dict[bytes, bytes] = {}
+    for item in environ.split(b"\0"):  # a name given twice: its first value, as getenv's
+        name, sep, value = item.partition(b"=")
+        if sep:
+            env.setdefault(name, value)
+    for rank_name, size_name in LAUNCHER_VARIABLES:
+        rank, size = _number(env.get(rank_name)), _number(env.get(size_name))
+        if rank is not None and (size is None or rank < size):
+            return rank, size
+    return None
 
 
 def rank_of(environ: bytes) -> str:
@@ -212,7 +238,7 @@ class Jobs:
             return NO_JOB
         try:
             cgroup = _read_at(fd, "cgroup", CGROUP_MAX)
-            environ = _read_at(fd, "environ", ENVIRON_MAX)
+            environ = _read_at(fd, "environ", MAX_ENVIRON)
         finally:
             os.close(fd)
         pod, container, job = parse_cgroup(cgroup.decode("utf-8", "replace"))
