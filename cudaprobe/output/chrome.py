@@ -38,8 +38,13 @@ from cudaprobe.catalogue.functions import DRIVER, RUNTIME, ArgKind
 from cudaprobe.decode.calls import Call
 from cudaprobe.decode.demangle import demangle, shorten
 from cudaprobe.decode.handles import NAME_KEY
+from cudaprobe.decode.nesting import Mark
+from cudaprobe.decode.ranks import NO_RANK, Ranks
+from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
+from cudaprobe.decode.schema import time_ms
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.recordtext import compile_args_text
+from cudaprobe.probe.event import R_COMM, R_DURATION, R_PID, R_RET, R_TID, R_TS, comm_text
 
 # the devices' "processes" of --gpu-time: past any pid, pid_max being at most 2^22
 GPU_PID_BASE = 1 << 30
@@ -49,6 +54,7 @@ FLOW_CATEGORY = "runtime_to_driver"
 LAUNCH_FLOW_CATEGORY = "launch_to_gpu"
 # keys the reporter adds next to the decoded arguments (tests check no argument has one)
 RESULT_KEYS = ("ret", "ret_name", "details", "in_flight", "call")
+MISSING = object()  # a process not named yet (its rank may be None)
 
 # ASCII: a name's "…" (and any other non-ASCII character) escaped; text of one
 # width throughout is several times faster to join and write
@@ -78,6 +84,7 @@ class ChromeReporter(Reporter):
         # how it is named, its category and its name as JSON): the slices of calls
         # not decoded yet
         self._probe_parts: dict[Any, tuple] = {}
+        self._comms: dict[bytes, str] = {}  # the kernel's comm -> its text
         self.stream.write("[\n")
 
     def _emit(self, out: list[str], event: dict[str, Any]) -> None:
@@ -87,38 +94,117 @@ class ChromeReporter(Reporter):
     def calls(self, calls: list[Call]) -> None:
         out: list[str] = []
         for c in calls:
-            if self._origin is None:
-                # time_ms is ms since attach to the µs: the origin to within 0.5 µs
-                self._origin = c.ts_ns - round(c.time_ms * 1e6)
-            self._name_track(out, c)
-            text = self._record_slice(c)
-            if text is None:
-                self._emit(out, self._slice(c))
-            else:
-                out.append(self._sep + text)
-                self._sep = ",\n"
-            if c.gpu is not None:
-                self._gpu_slices(out, c)
-            if c.depth == 0:
-                if len(self._tops) >= MAX_THREADS and c.tid not in self._tops:
-                    del self._tops[next(iter(self._tops))]
-                self._tops[c.tid] = (c.ts_ns, c.event, c.api)
-            elif c.depth == 1 and c.api == DRIVER:
-                self._flow(out, c)
+            self._call(out, c)
         if out:
             self.stream.write("".join(out))
 
-    def _name_track(self, out: list[str], c: Call) -> None:
-        if c.pid not in self._processes or self._processes[c.pid] != c.rank:
+    def records(self, records: list[tuple], decoder: RecordDecoder,
+                nesting: list[Mark] | None = None) -> None:
+        """Straight from the records, no Call made (row_maker), but where each
+        call's Python stack goes into its slice (--py-stacks): as Calls."""
+        if decoder.py_stacks is not None:
+            super().records(records, decoder, nesting)
+            return
+        text = "".join(decoder.decode(records, self, nesting))
+        if text:
+            self.stream.write(text)
+
+    def row_maker(self, probe: ProbeDecoder, t0_ns: int, ranks: Ranks) -> RowMaker:
+        """The probe's record -> the text calls() writes of its Call (its track's
+        names where new, the slice, a runtime -> driver flow), byte for byte
+        (tests/unit/test_decoders.py checks)."""
+        json_details = compile_args_text(probe)[1]
+        kernel = next(((f.index, probe.names.texts if f.kind is ArgKind.FUNC
+                        else probe.names.handle_texts) for f in probe.fields
+                       if f.kind in (ArgKind.FUNC, ArgKind.CU_FUNCTION)), None)
+        if probe.category != "kernel":
+            kernel = None
+        cat, event = _encode(f"{probe.api},{probe.category}"), _encode(probe.event)
+        name_of, api, symbol = probe.event, probe.api, probe.event
+        ret_names, ret_name = probe.ret_names, probe.ret_name
+        known, comms = ranks.known, self._comms
+        processes, threads = self._processes, self._threads
+
+        def make(rec: tuple, depth: int = 0, parent: int | None = None) -> str:
+            ts, pid, tid, ret, duration = (rec[R_TS], rec[R_PID], rec[R_TID], rec[R_RET],
+                                           rec[R_DURATION])
+            out: list[str] = []
+            if self._origin is None:
+                self._origin = ts - round(time_ms(ts, t0_ns) * 1e6)
+            rank = known.get(pid, NO_RANK)[0] if known else None
+            if processes.get(pid, MISSING) != rank or (pid, tid) not in threads:
+                process = comms.get(rec[R_COMM])
+                if process is None:
+                    process = comms[rec[R_COMM]] = comm_text(rec[R_COMM])
+                self._name_track(out, pid, tid, process, rank)
+            args_text, details = json_details(rec)
+            name, args = event, [args_text[1:-1]] if len(args_text) > 2 else []
+            if kernel is not None:
+                texts = kernel[1](rec, rec[kernel[0]])
+                if texts and texts[0]:  # named: its short name, the call's under "call"
+                    name = _encode(texts[1][1:])
+                    args.append('"call":' + event)
+            at = ts - self._origin
+            self._last_ns = max(self._last_ns, at + duration)
+            args.append(f'"ret":{ret},"ret_name":'
+                        f'{_encode(ret_names.get(ret) or ret_name(ret))},'
+                        f'"details":{_encode(details)}')
+            out.append(f'{self._sep}{{"name":{name},"cat":{cat},"ph":"X","ts":{_us(at)!r},'
+                       f'"dur":{_us(duration)!r},"pid":{pid},"tid":{tid},'
+                       f'"args":{{{",".join(args)}}}}}')
+            self._sep = ",\n"
+            if depth == 0:
+                self._top(tid, ts, symbol, api)
+            elif depth == 1 and api == DRIVER:
+                self._flow(out, pid, tid, ts, name_of, parent)
+            return "".join(out)
+        return make
+
+    def row_of_call(self, call: Call) -> str:
+        out: list[str] = []
+        self._call(out, call)
+        return "".join(out)
+
+    def _call(self, out: list[str], c: Call) -> None:
+        """A call's events: its track's names where new, its slice, its GPU work,
+        the runtime -> driver flow into it."""
+        if self._origin is None:
+            # time_ms is ms since attach to the µs: the origin to within 0.5 µs
+            self._origin = c.ts_ns - round(c.time_ms * 1e6)
+        if self._processes.get(c.pid, MISSING) != c.rank or (c.pid, c.tid) not in self._threads:
+            self._name_track(out, c.pid, c.tid, c.process, c.rank)
+        text = self._record_slice(c)
+        if text is None:
+            self._emit(out, self._slice(c))
+        else:
+            out.append(self._sep + text)
+            self._sep = ",\n"
+        if c.gpu is not None:
+            self._gpu_slices(out, c)
+        if c.depth == 0:
+            self._top(c.tid, c.ts_ns, c.event, c.api)
+        elif c.depth == 1 and c.api == DRIVER:
+            self._flow(out, c.pid, c.tid, c.ts_ns, c.event, c.parent)
+
+    def _top(self, tid: int, ts_ns: int, event: str, api: str) -> None:
+        """The thread's latest call at depth 0 (the flows' start)."""
+        tops = self._tops
+        if len(tops) >= MAX_THREADS and tid not in tops:
+            del tops[next(iter(tops))]
+        tops[tid] = (ts_ns, event, api)
+
+    def _name_track(self, out: list[str], pid: int, tid: int, process: str,
+                    rank: int | None) -> None:
+        if pid not in self._processes or self._processes[pid] != rank:
             # named again once its rank is known (from its first communicator)
-            self._processes[c.pid] = c.rank
-            name = c.process if c.rank is None else f"{c.process} (rank {c.rank})"
-            self._emit(out, {"name": "process_name", "ph": "M", "pid": c.pid, "tid": c.tid,
+            self._processes[pid] = rank
+            name = process if rank is None else f"{process} (rank {rank})"
+            self._emit(out, {"name": "process_name", "ph": "M", "pid": pid, "tid": tid,
                              "args": {"name": name}})
-        if (c.pid, c.tid) not in self._threads:
-            self._threads.add((c.pid, c.tid))
-            self._emit(out, {"name": "thread_name", "ph": "M", "pid": c.pid, "tid": c.tid,
-                             "args": {"name": c.process}})
+        if (pid, tid) not in self._threads:
+            self._threads.add((pid, tid))
+            self._emit(out, {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+                             "args": {"name": process}})
 
     def _record_slice(self, c: Call) -> str | None:
         """The slice of a call not decoded yet, straight from its record: the text
@@ -225,19 +311,22 @@ class ChromeReporter(Reporter):
                              "ph": "f", "bp": "e", "id": flow_id, "ts": _us(ts), "pid": pid,
                              "tid": w.stream})
 
-    def _flow(self, out: list[str], c: Call) -> None:
+    def _flow(self, out: list[str], pid: int, tid: int, ts_ns: int, event: str,
+              parent: int | None) -> None:
         """A flow from the runtime call this driver call was made in."""
-        top = self._tops.get(c.tid)
-        if top is None or top[0] != c.parent or top[2] != RUNTIME:
+        top = self._tops.get(tid)
+        if top is None or top[0] != parent or top[2] != RUNTIME:
             return
-        start, parent = top[0], top[1]
-        name, flow_id = f"{parent} -> {c.event}", self._next_flow
+        start, caller = top[0], top[1]
+        name, flow_id = _encode(f"{caller} -> {event}"), self._next_flow
         self._next_flow += 1
         # the start, 1 ns into the runtime call (before any child), binds to it; the
         # end, 1 ns before the driver call, binds to the next slice: the driver call
-        for ph, ns in (("s", start + 1), ("f", c.ts_ns - 1)):
-            self._emit(out, {"name": name, "cat": FLOW_CATEGORY, "ph": ph, "id": flow_id,
-                             "ts": _us(ns - self._origin), "pid": c.pid, "tid": c.tid})
+        for ph, ns in (("s", start + 1), ("f", ts_ns - 1)):
+            out.append(f'{self._sep}{{"name":{name},"cat":"{FLOW_CATEGORY}","ph":"{ph}",'
+                       f'"id":{flow_id},"ts":{_us(ns - self._origin)!r},"pid":{pid},'
+                       f'"tid":{tid}}}')
+            self._sep = ",\n"
 
     def finish(self, summary: Summary) -> None:
         event = {"name": SUMMARY_EVENT, "ph": "i", "s": "g", "ts": _us(self._last_ns),

@@ -368,3 +368,61 @@ def test_driver_launches_from_records_are_named_by_the_handles_as_they_are_now()
     assert "(name unknown" in rows[1]["details"] and "(name unknown" not in rows[2]["details"]
     assert rows[-3]["args"]["func_name"] == "vecSub(float const*, float const*, float*, int)"
     assert rows[0]["args"]["gridDim"] == [4, 1, 1] and rows[0]["args"]["blockDim"] == [256, 1, 1]
+
+
+def timed(func_id: int, words: list[int], start_ns: int, dur_ns: int, tid: int, pid: int = 7,
+          ret: int = 0) -> tuple:
+    """record(), at a time and on a thread of its own."""
+    r = list(record(func_id, words, ret=ret, short=False))
+    r[0], r[1], r[2], r[3] = start_ns, dur_ns, pid, tid
+    return tuple(r)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["cudaLaunchKernel", "cudaMalloc", "cuLaunchKernel",
+                                           "cuLaunchKernelEx", "cuModuleGetFunction",
+                                           "cuMemAlloc_v2", "cudaGetDeviceCount"]),
+                          st.integers(1, 3), st.booleans(), st.integers(0, 1)),
+                min_size=1, max_size=30),
+       st.booleans())
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+def test_chrome_from_records_is_what_it_writes_of_the_calls(steps, ranked):
+    """Chrome straight from the records (no Call made) writes what it writes of
+    the decoded calls, byte for byte: track names (a rank learnt later names
+    the process again), slices, kernels named by their handles, the
+    runtime -> driver flows of calls made inside others, results."""
+    from cudaprobe.decode.nesting import CallOrder
+    by_symbol = {p.symbol: p for p in EVERY_PROBE}
+    get = by_symbol["cuModuleGetFunction"].function
+    recs, t = [], 1_000_000
+    for symbol, tid, nested, pid_step in steps:
+        probe = by_symbol[symbol]
+        words = [0xF001, 4, 1, 1, 256, 1, 1, 0, 0, 0, 0] if "Launch" in symbol else [0x1000, 64]
+        pid = 7 + pid_step
+        if nested and probe.function.api == "runtime":  # a driver call made inside it
+            inner = by_symbol["cuLaunchKernel"]
+            recs.append(timed(inner.func_id, words, t + 100, 200, tid, pid))
+        recs.append(timed(probe.func_id, words, t, 1_000, tid, pid, ret=0 if tid < 3 else 35))
+        t += 5_000
+    order = CallOrder([p.function.api == "runtime" for p in EVERY_PROBE], hold_ns=0)
+    ordered, marks = order.add(recs)
+    more, more_marks = order.flush()
+    ordered, marks = ordered + more, marks + more_marks
+    outs = []
+    for from_records in (True, False):
+        handles = KernelHandles()
+        handles.learn(get, 7, {"hfunc": "0xf001", "name": "_Z6vecAddPKfS0_Pfi"})
+        if ranked:
+            handles.ranks.communicator(8, 1, 2)
+        decoder = RecordDecoder(EVERY_PROBE, T0, handles=handles)
+        out = io.StringIO()
+        reporter = ChromeReporter(out)
+        reporter.start()
+        half = len(ordered) // 2  # two batches: what the reporter keeps between them
+        for a, b in ((0, half), (half, len(ordered))):
+            if from_records:
+                reporter.records(ordered[a:b], decoder, marks[a:b])
+            else:
+                reporter.calls(decoder.calls(ordered[a:b], marks[a:b]))
+        outs.append(out.getvalue())
+    assert outs[0] == outs[1]
+    assert json.loads(outs[0] + "\n]")
