@@ -30,7 +30,13 @@ any exporter's types; an exporter only names and labels what it holds:
 - `kernel_launches[(kernel, api)]`: completed launches by kernel name (whole,
   demangled), for the `MAX_KERNELS` kernels launched most lately, and `other`
   for the rest and for launches of unknown name.
-- `lost[cause]`: events lost, as the summary counts them.
+- `lost[cause]`: events lost, as the summary counts them (never scaled).
+- With serve --duty, the probes are on for a slice of each period: every
+  count above (calls, errors, latency buckets and sum, launches, bytes) is
+  what was seen times `weight` (the period over the slice: an estimate),
+  `sampling_ratio` says the fraction, `sampled_windows` the slices so far;
+  live memory is not kept (a free seen without its allocation, or the
+  reverse, says nothing), nor GPU time scaled (CUPTI's is whole).
 - `gpu_time[kernel]` (serve --gpu-time): a `Histogram` of kernels' GPU
   durations (CUPTI, decode.gputime), by demangled name: the `MAX_KERNELS`
   kernels with the most GPU time lately, and `other` for the rest.
@@ -150,10 +156,10 @@ class Histogram:
     def copy(self) -> Histogram:
         return Histogram(list(self.counts), self.sum_ns, self.count)
 
-    def add(self, ns: int) -> None:
-        self.counts[bisect.bisect_left(_BOUNDS_NS, ns)] += 1
-        self.sum_ns += ns
-        self.count += 1
+    def add(self, ns: int, weight: float = 1) -> None:
+        self.counts[bisect.bisect_left(_BOUNDS_NS, ns)] += weight
+        self.sum_ns += ns * weight
+        self.count += weight
 
 
 @dataclass
@@ -167,6 +173,10 @@ class Snapshot:
     lost: dict[str, int]
     kernel_launches: dict[tuple[str, str], int] = field(default_factory=dict)
     gpu_time: dict[str, Histogram] = field(default_factory=dict)
+    # serve --duty: the fraction of the time traced (1: exact counting), and the
+    # slices traced so far
+    sampling_ratio: float = 1.0
+    sampled_windows: int = 0
 
 
 class CallMetrics:
@@ -199,31 +209,36 @@ class CallMetrics:
         self._gpu_time: dict[str, Histogram] = {}
         self._memory = MemoryAccounting()
         self._next_exit_check = 0
+        # serve --duty: each call counted observed is this many (the period over
+        # the slice traced), and the slices traced so far; 1 and 0: exact counting
+        self.weight: float = 1
+        self.windows = 0
 
     def add(self, calls: Iterable[Call]) -> None:
         memory, last_ns = [], 0
         with self._lock:
+            w = self.weight
             for c in calls:
                 if c.duration_ns is None:
                     continue
-                process = self._processes.label(self._process_key(c.pid, c.process))
+                process = self._processes.label(self._process_key(c.pid, c.process), w)
                 key = (c.event, c.api, *process)
-                self._calls[key] = self._calls.get(key, 0) + 1
+                self._calls[key] = self._calls.get(key, 0) + w
                 if c.ret:
                     err = (c.event, c.ret_name or str(c.ret), *process)
-                    self._errors[err] = self._errors.get(err, 0) + 1
+                    self._errors[err] = self._errors.get(err, 0) + w
                 hist = self._latency.get(key[:2])
                 if hist is None:
                     hist = self._latency[key[:2]] = Histogram()
-                hist.add(c.duration_ns)
+                hist.add(c.duration_ns, w)
                 if c.category == "kernel":
-                    launch = (self._kernels.label(c.args.get(NAME_KEY)), c.api)
-                    self._launches[launch] = self._launches.get(launch, 0) + 1
+                    launch = (self._kernels.label(c.args.get(NAME_KEY), w), c.api)
+                    self._launches[launch] = self._launches.get(launch, 0) + w
                 last_ns = max(last_ns, c.ts_ns + c.duration_ns)
                 function = BY_EXPORTED.get(c.event)
                 if function is None:
                     continue
-                if function.name in ROLES:
+                if function.name in ROLES and w == 1:  # (sampled: frees are missed)
                     memory.append(MemCall(c.ts_ns, c.duration_ns, c.pid, c.tid, c.process,
                                           c.event, c.ret or 0, c.args))
                 elif c.ret == 0:
@@ -261,12 +276,13 @@ class CallMetrics:
         if copy is not None:
             kind, n = copy
             key = (kind, c.api)
-            self._memcpy[key] = self._memcpy.get(key, 0) + n
+            self._memcpy[key] = self._memcpy.get(key, 0) + n * self.weight
             return
         memset = MEMSETS.get(name)
         if memset is not None:
             arg, width = memset
-            self._memset[c.api] = self._memset.get(c.api, 0) + int(c.args.get(arg) or 0) * width
+            self._memset[c.api] = (self._memset.get(c.api, 0)
+                                   + int(c.args.get(arg) or 0) * width * self.weight)
 
     def _forget_exited(self, now_ns: int) -> None:
         """Processes gone: what they held is no longer live, and they are no longer kept."""
@@ -282,6 +298,11 @@ class CallMetrics:
                     self.jobs.forget(pid)
                 elif gone is None and not self.alive(pid):
                     self._job_pids[pid] = now_ns
+
+    def window_traced(self) -> None:
+        """serve --duty: one more slice traced."""
+        with self._lock:
+            self.windows += 1
 
     def set_lost(self, counters: dict[str, int]) -> None:
         """The tracer's counters (cumulative), with decode_errors: the loss causes kept.
@@ -316,7 +337,8 @@ class CallMetrics:
                 memcpy_bytes=dict(self._memcpy), memset_bytes=dict(self._memset),
                 live_bytes=live, lost=dict(self._lost),
                 kernel_launches={k: n for k, n in self._launches.items() if kernels.exported(k[0])},
-                gpu_time={k: h.copy() for k, h in self._gpu_time.items() if gpu.exported(k)})
+                gpu_time={k: h.copy() for k, h in self._gpu_time.items() if gpu.exported(k)},
+                sampling_ratio=1 / self.weight, sampled_windows=self.windows)
 
     def _rank(self, now_ns: int) -> None:
         """Labels to the busiest names now; the series of names no longer tracked go."""

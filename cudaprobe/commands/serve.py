@@ -18,6 +18,7 @@ from cudaprobe.output.otlp_sinks import otlp_sink
 from cudaprobe.output.prometheus import MetricsServer, parse_listen_address
 from cudaprobe.output.table import make_console
 from cudaprobe.probe.plan import select_functions
+from cudaprobe.sessions.duty import DutyCycle, parse_duty
 from cudaprobe.sessions.gputime import check_gpu_time
 from cudaprobe.sessions.probing import ProbeRequest, Probing
 from cudaprobe.sessions.trace import SessionOptions, TraceSession
@@ -37,8 +38,16 @@ from cudaprobe.targets.jobs import KUBELET_LOGS, Jobs
               help="Where the kubelet keeps its pods/ and containers/ log directories: "
                    "they name each process's pod, namespace and container for the job "
                    "labels (docs/prometheus.md).")
+@click.option("--duty", metavar="FRACTION", default="100%",
+              help="Probes on for this fraction of each --duty-period (2% or 0.02), off the "
+                   "rest, the counts scaled by its inverse: an estimate, for a node daemon's "
+                   "cost (docs/fleet.md). Default: every call counted. Only with no --pid, "
+                   "--comm or command.")
+@click.option("--duty-period", metavar="SECONDS", type=click.FloatRange(min=1), default=30.0,
+              help="With --duty: the period, one slice traced in each at a random point.")
 @otlp_options
-def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, kubelet_logs, **otlp) -> None:
+def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, kubelet_logs, duty, duty_period,
+                  **otlp) -> None:
     """Count CUDA API calls and serve them as metrics: calls, errors and
     latency per function, bytes copied, live allocated bytes, lost events
     (docs/prometheus.md), each process's labelled with its job: Kubernetes
@@ -55,6 +64,7 @@ def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, kubelet_logs, **
     Examples:
       sudo cudaprobe serve --prometheus :9464
       sudo cudaprobe serve --prometheus 0.0.0.0:9464 --api driver
+      sudo cudaprobe serve --prometheus 0.0.0.0:9464 --api driver --duty 2%
       sudo cudaprobe serve --prometheus :9464 --comm python3 -e memory,transfer,kernel
       sudo cudaprobe serve --prometheus :9464 --gpu-time -- python train.py
       sudo cudaprobe serve --otlp http://collector:4318 --otlp-slow 1ms
@@ -67,10 +77,18 @@ def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, kubelet_logs, **
     if gpu_time:
         check_gpu_time(list(probe.command), probe.pids, probe.comm)
     command = list(probe.command)
+    fraction = parse_duty(duty)
+    if fraction < 1 and (command or probe.pids or probe.comm):
+        raise UsageError("--duty is for the node daemon's serve, which probes the libraries "
+                         "for every process: not with --pid, --comm or a command (their "
+                         "processes are linked one by one)")
+    if fraction < 1:
+        DutyCycle.check(fraction, duty_period)
 
     def session(probing: Probing) -> int:
         jobs = Jobs(kubelet_logs)
         metrics = CallMetrics(jobs=jobs)
+        cycle = DutyCycle(fraction, duty_period, metrics) if fraction < 1 else None
         with MetricsServer(metrics, *address) if address else contextlib.nullcontext() as server:
             notify = probing.begin("counting")
             def serving() -> None:
@@ -84,13 +102,17 @@ def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, kubelet_logs, **
             # launches named, for the kernel label
             kernels = KernelSymbolizer.for_session(command,
                                                    [a.path for a in probing.plan.attachments])
-            return TraceSession(probing.plan, probing.settings, sink, make_console(sys.stderr),
-                                SessionOptions(duration=probe.duration, command=command,
-                                               symbolize=kernels, see_process=kernels.see,
-                                               targets=probing.targets, notify=notify,
-                                               on_counters=metrics.set_lost,
-                                               gpu_time=gpu_time,
-                                               on_gpu_work=metrics.add_gpu,
-                                               on_process=jobs.refresh)).run()
+            options = SessionOptions(duration=probe.duration, command=command,
+                                     symbolize=kernels, see_process=kernels.see,
+                                     targets=probing.targets, notify=notify,
+                                     on_counters=metrics.set_lost, gpu_time=gpu_time,
+                                     on_gpu_work=metrics.add_gpu, on_process=jobs.refresh,
+                                     on_started=cycle.start if cycle is not None else None)
+            try:
+                return TraceSession(probing.plan, probing.settings, sink,
+                                    make_console(sys.stderr), options).run()
+            finally:
+                if cycle is not None:
+                    cycle.stop()
 
     run_probing(probe, select_functions(list(probe.events), set(probe.apis)), session)

@@ -93,13 +93,13 @@ class CallCollector:
             labels=["function", "api", "process", *JOB_LABELS])
         for labels, n in sorted(snap.calls.items()):
             calls.add_metric(labels, n)
-        yield calls
+        yield _without_empty_jobs(calls)
         errors = CounterMetricFamily("cudaprobe_call_errors",
                                      "CUDA API calls that returned an error, by result name.",
                                      labels=["function", "error", "process", *JOB_LABELS])
         for labels, n in sorted(snap.errors.items()):
             errors.add_metric(labels, n)
-        yield errors
+        yield _without_empty_jobs(errors)
         latency = HistogramMetricFamily("cudaprobe_call_duration_seconds",
                                         "CUDA API call latency, entry to return.",
                                         labels=["function", "api"])
@@ -139,7 +139,7 @@ class CallCollector:
                                  labels=["process", *JOB_LABELS, "kind"])
         for labels, n in sorted(snap.live_bytes.items()):
             live.add_metric(labels, n)
-        yield live
+        yield _without_empty_jobs(live)
         launches = CounterMetricFamily(
             "cudaprobe_kernel_launches",
             f"Kernel launches completed, by kernel name: the {MAX_KERNELS} launched most "
@@ -147,12 +147,31 @@ class CallCollector:
         for labels, n in sorted(snap.kernel_launches.items()):
             launches.add_metric(labels, n)
         yield launches
+        sampling = GaugeMetricFamily(
+            "cudaprobe_sampling_ratio", "The fraction of the time the probes are on (serve "
+            "--duty; 1: every call counted): the counts are what was seen over it.")
+        sampling.add_metric([], snap.sampling_ratio)
+        yield sampling
+        if snap.sampling_ratio < 1:
+            windows = CounterMetricFamily("cudaprobe_sampled_windows",
+                                          "Slices of time traced so far (serve --duty).")
+            windows.add_metric([], snap.sampled_windows)
+            yield windows
         lost = CounterMetricFamily("cudaprobe_lost_events",
                                    "Traced calls lost before they were counted, by cause.",
                                    labels=["cause"])
         for cause, n in sorted(snap.lost.items()):
             lost.add_metric([cause], n)
         yield lost
+
+
+def _without_empty_jobs(family: Any) -> Any:
+    """A process's job labels it has none of left out of its samples (Prometheus
+    reads an empty label as none: the text is shorter, the series the same)."""
+    family.samples = [s._replace(labels={k: v for k, v in s.labels.items()
+                                         if v or k not in JOB_LABELS})
+                      for s in family.samples]
+    return family
 
 
 class _QuietHandler(WSGIRequestHandler):

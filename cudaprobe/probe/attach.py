@@ -82,6 +82,10 @@ class Attacher:
         self.attached: list[str] = []  # library paths probed, as users are shown them
         self.attach_seconds = 0.0
         self._links: list[int] = []  # uprobe_multi link fds
+        # library-wide links (no links per process): each library's attachments,
+        # for resume(); and whether they are off (pause(): serve --duty)
+        self._wide: dict[tuple[int, int], list[Attachment]] = {}
+        self._paused = False
         # per-process links (Settings.links_per_process): the libraries probed,
         # and each target process's links on them
         self._libraries: dict[tuple[int, int], list[Attachment]] = {}  # by file identity
@@ -158,7 +162,10 @@ class Attacher:
                 with contextlib.suppress(GateUnavailable):  # its children: linked at a poll
                     self.gate.watch(file.fd, file.identity)
         else:
-            self._links += self._attach_multi(attachments)
+            with self._lock:
+                self._wide[file.identity] = attachments
+                if not self._paused:
+                    self._links += self._attach_multi(attachments)
         ready = self._bpf["library_ready"]
         ready[ready.Key(slot)] = ready.Leaf(1)
 
@@ -389,8 +396,7 @@ class Attacher:
 
     def _set_phase(self, phase: int) -> None:
         if self._bpf is not None and phase > self._phase:
-            table = self._bpf["phase"]
-            table[table.Key(0)] = table.Leaf(phase)
+            self._write_phase(phase)
             self._phase = phase
 
     def start(self) -> None:
@@ -436,6 +442,42 @@ class Attacher:
             self._open_gate()
             if self.gate is not None:
                 self.notify("continued: children are held at their open of a CUDA library again")
+
+    def pause(self) -> bool:
+        """Duty cycling (serve --duty): the library-wide links come off. No call
+        begins from now on (the `phase` map's STOPPING, as detach() does); the
+        entry links go, the calls under way get STOP_GRACE_S to return whole,
+        then the return links go, closed on the closer threads (a grace period
+        each). False where there is nothing to pause: links per process, a
+        perf-event attach, or tracing over."""
+        with self._lock:
+            if (self._phase != TRACING or self._paused or self.settings.links_per_process
+                    or self.settings.attach != "multi"):
+                return False
+            self._paused = True
+            self._write_phase(STOPPING)
+            links, self._links = self._links, []
+        self._closer.close(links[1::2])  # each library's pair: (return, entry)
+        time.sleep(STOP_GRACE_S)
+        self._closer.close(links[0::2])
+        return True
+
+    def resume(self) -> bool:
+        """The library-wide links go on again, each library's return link
+        first; calls begin once all are in (TRACING), every function at once.
+        False where tracing is over (detach() came meanwhile)."""
+        with self._lock:
+            if self._phase != TRACING or not self._paused:
+                return False
+            for atts in self._wide.values():
+                self._links += self._attach_multi(atts)
+            self._paused = False
+            self._write_phase(TRACING)
+            return True
+
+    def _write_phase(self, phase: int) -> None:
+        table = self._bpf["phase"]
+        table[table.Key(0)] = table.Leaf(phase)
 
     def detach(self) -> None:
         """Stop the probes, all at once; the maps and ring buffer stay readable

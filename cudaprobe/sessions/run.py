@@ -76,6 +76,9 @@ class RunOptions:
     # linked at a look, a --pid or the command at the start), from the gate's
     # thread too: while it surely runs (serve: its job labels, targets.jobs)
     on_process: Callable[[int], None] | None = None
+    # told the tracer once every probe of the start is in, before the command
+    # runs (serve --duty: cycles its links)
+    on_started: Callable[[Tracer], None] | None = None
 
 
 def say_if_no_cuda(options: RunOptions, calls: int) -> None:
@@ -170,6 +173,8 @@ class ProbeRun:
                 self._window_ns = time.monotonic_ns()
             if self._on_attached is not None:
                 self._on_attached(self)
+            if self.options.on_started is not None:
+                self.options.on_started(self.tracer)
         except BaseException:
             self._close()
             raise

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 from .conftest import expected_calls
 from .running import Lines, Loop, build_loop, started
+from .test_per_process import private_copy
 from .test_serve_prometheus import free_port, renamed, stop
 
 pytestmark = pytest.mark.slow
@@ -161,9 +162,10 @@ def test_the_node_daemon_labels_a_process_it_finds_by_its_calls(tmp_path, cgroup
     logs = kubelet_logs(tmp_path)
     name = f"nod{secrets.token_hex(5)}"
     exe = renamed(build_loop("shared"), tmp_path, name)
+    library, env = private_copy(tmp_path, libcudart)  # no other test's process takes a trap
     target = f"127.0.0.1:{free_port()}"
     serve = subprocess.Popen(
-        cudaprobe_cmd("serve", "--prometheus", target, "--lib", str(libcudart),
+        cudaprobe_cmd("serve", "--prometheus", target, "--lib", library,
                       "--kubelet-logs", str(logs), "-d", "120"),
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     err = Lines(serve.stderr)
@@ -181,7 +183,7 @@ def test_the_node_daemon_labels_a_process_it_finds_by_its_calls(tmp_path, cgroup
     try:
         err.wait_for(lambda s: "serving Prometheus metrics" in s, "serving", timeout=HANG_S)
         loop = Loop(["sh", "-c", 'echo $$ > "$1/cgroup.procs" && exec "$2" 5', "sh",
-                     str(pod), str(exe)], env={**os.environ, "RANK": "3"})
+                     str(pod), str(exe)], env={**env, "RANK": "3"})
         deadline = time.monotonic() + HANG_S
         while counted()[0] == 0:  # its first calls counted, its labels read
             assert time.monotonic() < deadline, err.text()

@@ -164,3 +164,24 @@ def test_the_rest_has_no_job_labels():
     assert set(m.snapshot(now_ns=1).calls) == {("cudaFree", "runtime", "app", "ns", "p", "c",
                                                 "", "", ""),
                                                ("cudaFree", "runtime", *OTHER_PROCESS)}
+
+
+def test_the_exposition_has_a_processs_job_labels_and_no_empty_ones():
+    import urllib.request
+
+    from cudaprobe.output.prometheus import MetricsServer
+
+    from .test_prometheus import free_port
+    m = CallMetrics(alive=lambda pid: True,
+                    jobs=FakeJobs({7: ("team-a", "trainer-0", "main", CID[:12], "", "3")}))
+    m.add([call("cudaMalloc", pid=7, devPtr="0x1000", size=4096), call("cudaMalloc", pid=8)])
+    with MetricsServer(m, "127.0.0.1", free_port()) as server:
+        server.ready.set()
+        with urllib.request.urlopen(server.url, timeout=30) as r:
+            text = r.read().decode()
+    assert ('cudaprobe_calls_total{api="runtime",container_id="abababababab",'
+            'function="cudaMalloc",k8s_container="main",k8s_namespace="team-a",'
+            'k8s_pod="trainer-0",process="app",rank="3"} 1.0') in text
+    assert 'cudaprobe_calls_total{api="runtime",function="cudaMalloc",process="app"} 1.0' in text
+    assert '=""' not in text
+    assert 'cudaprobe_memory_live_bytes{container_id="abababababab",k8s_container="main"' in text

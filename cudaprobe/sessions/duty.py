@@ -1,0 +1,94 @@
+"""serve --duty: the probes on for a slice of each period and off for the
+rest, so that an always-on node daemon costs the jobs about that fraction of
+what exact counting costs (docs/fleet.md, BENCHMARKS.md).
+
+Each period of `period_s` has one slice of `fraction * period_s` seconds
+traced, starting at a random point of the period (uniform, drawn afresh
+each period): a job whose steps repeat at some period of their own is not
+seen always at the same point of its step, so the estimate has no bias from
+where the slice falls. Between slices the library-wide links are off
+(Attacher.pause: no breakpoint is left in any process); a slice begins once
+every link is in again and ends as calls stop beginning, each function at
+once (the `phase` map), so a slice holds whole calls only. Every call
+counted in a slice stands for 1/fraction calls (CallMetrics.weight).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+from cudaprobe.analysis.metrics import CallMetrics
+from cudaprobe.errors import UsageError
+from cudaprobe.probe.tracer import Tracer
+
+MIN_SLICE_S = 0.05  # a shorter slice is mostly the links going on and off
+SLACK_S = 0.5  # of each period, left after its slice for the links to go on and off
+
+
+def parse_duty(text: str) -> float:
+    """`2%` or `0.02` -> 0.02; one clear error otherwise."""
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1:
+        raise UsageError(f"--duty {text!r}: a fraction of the time, above 0 and at most 1 "
+                         "(0.02) or a percentage (2%)")
+    return value
+
+
+class DutyCycle:
+    """Cycles a Tracer's links once started (RunOptions.on_started), feeding
+    `metrics` its weight and its slices."""
+
+    def __init__(self, fraction: float, period_s: float, metrics: CallMetrics,
+                 rng: random.Random | None = None) -> None:
+        self.check(fraction, period_s)
+        self.fraction, self.period_s = fraction, period_s
+        self.slice_s = fraction * period_s
+        self.metrics = metrics
+        self.rng = rng or random.Random()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        metrics.weight = 1 / fraction
+
+    @staticmethod
+    def check(fraction: float, period_s: float) -> None:
+        """One clear error where the slice is too short, or leaves no time between."""
+        slice_s = fraction * period_s
+        if slice_s < MIN_SLICE_S or slice_s > period_s - SLACK_S:
+            raise UsageError(f"--duty {fraction:g} of --duty-period {period_s:g}s is a slice "
+                             f"of {slice_s:.3g}s: it must be at least {MIN_SLICE_S}s and leave "
+                             f"{SLACK_S}s of each period (make the period longer)")
+
+    def start(self, tracer: Tracer) -> None:
+        """The probes of the start are in: off until the first slice."""
+        attacher = tracer.attacher
+        if not attacher.pause():
+            return
+        self._thread = threading.Thread(target=self._run, args=(attacher,),
+                                        name="cudaprobe-duty", daemon=True)
+        self._thread.start()
+
+    def _run(self, attacher) -> None:
+        begins = time.monotonic()
+        while True:
+            offset = self.rng.uniform(0, self.period_s - self.slice_s - SLACK_S)
+            if self._stop.wait(max(0.0, begins + offset - time.monotonic())):
+                return
+            if not attacher.resume():  # tracing over
+                return
+            self.metrics.window_traced()
+            stopped = self._stop.wait(self.slice_s)
+            if not attacher.pause() or stopped:
+                return
+            begins += self.period_s
+            if begins < time.monotonic():  # the links took longer than the slack: a
+                begins = time.monotonic()   # period starts now (none is left unsampled)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()

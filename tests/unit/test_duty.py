@@ -1,0 +1,80 @@
+"""serve --duty: the fraction read, the slice checked, and the cycle: off at
+the start, then one slice a period (resume, pause), each slice counted, the
+calls seen weighed by the period over the slice."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from cudaprobe.analysis.metrics import CallMetrics
+from cudaprobe.errors import UsageError
+from cudaprobe.sessions.duty import DutyCycle, parse_duty
+
+from .test_metrics import call
+
+
+@pytest.mark.parametrize("text, value", [("2%", 0.02), ("0.5", 0.5), ("100%", 1.0), ("1", 1.0)])
+def test_a_fraction_or_a_percentage(text, value):
+    assert parse_duty(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["0", "0%", "-1%", "150%", "1.5", "abc", "", "%", "nan"])
+def test_anything_else_is_one_clear_error(text):
+    with pytest.raises(UsageError, match="a fraction of the time"):
+        parse_duty(text)
+
+
+@pytest.mark.parametrize("fraction, period", [(0.01, 2.0), (0.9, 2.0), (0.02, 1.0)])
+def test_a_slice_too_short_or_leaving_no_time_between_is_refused(fraction, period):
+    with pytest.raises(UsageError, match="make the period longer"):
+        DutyCycle.check(fraction, period)
+
+
+class Attacher:
+    """Records the cycle; says tracing is over after `slices` slices."""
+
+    def __init__(self, slices: int) -> None:
+        self.steps: list[str] = []
+        self.slices = slices
+
+    def pause(self) -> bool:
+        self.steps.append("pause")
+        return self.steps.count("resume") < self.slices
+
+    def resume(self) -> bool:
+        self.steps.append("resume")
+        return True
+
+
+class Tracer:
+    def __init__(self, attacher: Attacher) -> None:
+        self.attacher = attacher
+
+
+def test_off_at_the_start_then_a_slice_a_period_each_counted_and_weighed():
+    metrics = CallMetrics(alive=lambda pid: True)
+    cycle = DutyCycle(0.05, 1.0, metrics, rng=random.Random(1))
+    assert metrics.weight == pytest.approx(20)
+    attacher = Attacher(slices=3)
+    cycle.start(Tracer(attacher))
+    cycle._thread.join(timeout=30)
+    assert attacher.steps == ["pause"] + ["resume", "pause"] * 3
+    metrics.add([call("cudaMalloc", size=4096, devPtr="0x1000"), call("cudaFree", ret=35)])
+    snap = metrics.snapshot(now_ns=1)
+    assert snap.sampled_windows == 3 and snap.sampling_ratio == pytest.approx(0.05)
+    assert sum(snap.calls.values()) == pytest.approx(40)
+    assert sum(snap.errors.values()) == pytest.approx(20)
+    assert snap.live_bytes == {}  # a free seen without its allocation says nothing
+    hist = snap.latency[("cudaMalloc", "runtime")]
+    assert hist.count == pytest.approx(20) and sum(hist.counts) == pytest.approx(20)
+
+
+def test_stop_ends_the_cycle_between_slices():
+    cycle = DutyCycle(0.05, 1000.0, CallMetrics(alive=lambda pid: True),
+                      rng=random.Random(2))
+    attacher = Attacher(slices=10)
+    cycle.start(Tracer(attacher))
+    cycle.stop()
+    assert attacher.steps[0] == "pause" and not cycle._thread.is_alive()
