@@ -13,6 +13,7 @@ import subprocess
 import pytest
 
 from cudaprobe.commands.serve import serve_command
+from cudaprobe.sessions.duty import DutyCycle, parse_duty
 from cudaprobe.output.prometheus import parse_listen_address
 
 from ..conftest import HANG_S, REPO
@@ -273,6 +274,17 @@ def test_files_are_where_the_docs_say():
     for f in sorted(K8S.glob("*.yaml")) + sorted(OPERATOR.glob("*.yaml")):
         assert f.name in fleet, f.name
     assert "components/prometheus-operator" in fleet
+
+
+def test_the_duty_cycled_component_adds_duty_to_serve_and_nothing_else(tmp_path):
+    ds = next(o for o in rendered(tmp_path, "components/duty-cycled") if o["kind"] == "DaemonSet")
+    base = one("DaemonSet")
+    args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args == base["spec"]["template"]["spec"]["containers"][0]["args"] + ["--duty=2%"]
+    kubernetes_validate.validate(ds, VERSIONS[-1], strict=True)
+    params = serve_command.make_context("serve", args[1:]).params  # options serve knows
+    assert params["duty"] == "2%" and params["duty_period"] == 30.0
+    DutyCycle.check(parse_duty(params["duty"]), params["duty_period"])  # a slice it takes
 
 
 @pytest.mark.parametrize("component, path", [
