@@ -67,16 +67,22 @@ def stubs(tmp_path_factory) -> dict[str, Path]:
     """Copies of the stand-in libraries of this module's own: serve probes them
     in every process, and tests beside this one run the shared ones."""
     where = tmp_path_factory.mktemp("stubs")
-    return {name: Path(shutil.copytree(built, where / name))
+    made = {name: Path(shutil.copytree(built, where / name))
             for name, built in (("fleetstub", build_fleet_stub()), ("memstub", build_memstub()))}
+    # the kubelet's log directories, where this machine is no Kubernetes node
+    made["kubelet"] = where / "kubelet"
+    for sub in ("pods", "containers"):
+        (made["kubelet"] / sub).mkdir(parents=True)
+    return made
 
 
 DAEMONSET = REPO / "deploy" / "kubernetes" / "daemonset.yaml"
 SECCOMP_DIR = REPO / "deploy" / "seccomp"
 
 
-def as_the_daemonset_runs_it() -> list[str]:
-    """podman's options for what daemonset.yaml gives its container."""
+def as_the_daemonset_runs_it(kubelet: Path) -> list[str]:
+    """podman's options for what daemonset.yaml gives its container; the
+    kubelet's directories from `kubelet` where the host has none."""
     pod = yaml.safe_load(DAEMONSET.read_text())["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     context = container["securityContext"]
@@ -97,7 +103,10 @@ def as_the_daemonset_runs_it() -> list[str]:
             options += ["--tmpfs", mount["mountPath"]]
         elif mount["name"] != "driver":  # the host's driver: the stand-ins below instead
             assert mount["readOnly"] is True, mount
-            options += ["-v", f"{volume['hostPath']['path']}:{mount['mountPath']}:ro"]
+            host = Path(volume["hostPath"]["path"])
+            if mount["name"].startswith("kubelet-") and not host.is_dir():
+                host = kubelet / host.name
+            options += ["-v", f"{host}:{mount['mountPath']}:ro"]
     return options
 
 
@@ -105,7 +114,7 @@ def podman_run(stubs: dict[str, Path], *args: str, name: str | None = None) -> l
     """`podman run` as the DaemonSet runs the pod, the host's libraries (here
     the stand-ins) under /host, read-only; the host's network, for the test to
     scrape (the pod has its own)."""
-    return [*PODMAN, "--rm", *as_the_daemonset_runs_it(), "--network=host",
+    return [*PODMAN, "--rm", *as_the_daemonset_runs_it(stubs["kubelet"]), "--network=host",
             *(["--name", name] if name else []),
             "-v", f"{stubs['fleetstub']}:/host/fleetstub:ro",
             "-v", f"{stubs['memstub']}:/host/memstub:ro", *args]
