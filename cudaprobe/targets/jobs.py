@@ -65,7 +65,9 @@ def parse_cgroup(text: str) -> tuple[str, str, str]:
     a pod only under a top level of the kubelet's (`kubepods...`,
     `kubelet...`), a Slurm job only under slurm's own level (`slurm`,
     `slurmstepd.scope`), each the first such level, and nothing below a
-    container's level or a job's."""
+    container's level or a job's. Read from inside a cgroup namespace (serve
+    in a pod of its own), a path outside it starts with `..` levels up to
+    the common ancestor: the rules apply from there."""
     paths = []
     for line in text.splitlines():
         _, _, rest = line.partition(":")
@@ -77,6 +79,8 @@ def parse_cgroup(text: str) -> tuple[str, str, str]:
                 paths.append(path)
     for path in paths:
         levels = [level for level in path.split("/") if level]
+        while levels and levels[0] == "..":  # read from a cgroup namespace of our own (a
+            levels.pop(0)                    # pod's): the path from our common ancestor
         pod = container = job = ""
         kubelet = bool(levels) and levels[0].startswith(("kubepods", "kubelet"))
         slurm = False

@@ -15,6 +15,7 @@ from cudaprobe.analysis.summary import Summary
 from cudaprobe.catalogue.functions import ArgKind
 from cudaprobe.decode.calls import Call, decode_event
 from cudaprobe.decode.handles import KernelHandles
+from cudaprobe.decode.nesting import CallOrder
 from cudaprobe.decode.records import NAMED_KINDS, LaunchNames, ProbeDecoder, RecordDecoder
 from cudaprobe.output.chrome import ChromeReporter
 from cudaprobe.output.csv import CsvReporter, csv_row
@@ -390,7 +391,6 @@ def test_chrome_from_records_is_what_it_writes_of_the_calls(steps, ranked):
     the decoded calls, byte for byte: track names (a rank learnt later names
     the process again), slices, kernels named by their handles, the
     runtime -> driver flows of calls made inside others, results."""
-    from cudaprobe.decode.nesting import CallOrder
     by_symbol = {p.symbol: p for p in EVERY_PROBE}
     get = by_symbol["cuModuleGetFunction"].function
     recs, t = [], 1_000_000

@@ -13,8 +13,8 @@ import subprocess
 import pytest
 
 from cudaprobe.commands.serve import serve_command
-from cudaprobe.sessions.duty import DutyCycle, parse_duty
 from cudaprobe.output.prometheus import parse_listen_address
+from cudaprobe.sessions.duty import DutyCycle, parse_duty
 
 from ..conftest import HANG_S, REPO
 

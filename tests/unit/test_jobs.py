@@ -7,14 +7,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import urllib.request
 
 import pytest
 
 from cudaprobe.analysis.metrics import JOB_GRACE_NS, OTHER_PROCESS, CallMetrics
+from cudaprobe.output.prometheus import MetricsServer
 from cudaprobe.targets import jobs
 from cudaprobe.targets.jobs import NO_JOB, Jobs, KubeletNames, parse_cgroup, rank_of
 
 from .test_metrics import call
+from .test_prometheus import free_port
 
 S = 1_000_000_000
 UID = "1234abcd-1234-5678-9abc-def012345678"
@@ -36,6 +39,9 @@ SYSTEMD_POD = f"kubepods-burstable-pod{UID.replace('-', '_')}.slice"
     ("0::/user.slice/user-1000.slice/session-3.scope\n", ("", "", "")),
     ("", ("", "", "")),
     ("garbage\n:::\n0::\n", ("", "", "")),
+    # as serve sees it from a pod's cgroup namespace: from the common ancestor up
+    (f"0::/../../{SYSTEMD_POD}/cri-containerd-{CID}.scope\n", (UID, CID, "")),
+    ("0::/../../../../user.slice/user-1000.slice/session-3.scope\n", ("", "", "")),
 ])
 def test_the_cgroup_names_a_pod_a_container_and_a_slurm_job(text, expected):
     assert parse_cgroup(text) == expected
@@ -167,11 +173,6 @@ def test_the_rest_has_no_job_labels():
 
 
 def test_the_exposition_has_a_processs_job_labels_and_no_empty_ones():
-    import urllib.request
-
-    from cudaprobe.output.prometheus import MetricsServer
-
-    from .test_prometheus import free_port
     m = CallMetrics(alive=lambda pid: True,
                     jobs=FakeJobs({7: ("team-a", "trainer-0", "main", CID[:12], "", "3")}))
     m.add([call("cudaMalloc", pid=7, devPtr="0x1000", size=4096), call("cudaMalloc", pid=8)])
