@@ -43,7 +43,7 @@ from cudaprobe.decode.ranks import NO_RANK, Ranks
 from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
 from cudaprobe.decode.schema import time_ms
 from cudaprobe.output.base import Reporter
-from cudaprobe.output.recordtext import compile_args_text
+from cudaprobe.output.recordtext import MEMO_MAX, compile_args_text
 from cudaprobe.probe.event import R_COMM, R_DURATION, R_PID, R_RET, R_TID, R_TS, comm_text
 
 # the devices' "processes" of --gpu-time: past any pid, pid_max being at most 2^22
@@ -124,40 +124,58 @@ class ChromeReporter(Reporter):
         ret_names, ret_name = probe.ret_names, probe.ret_name
         known, comms = ranks.known, self._comms
         processes, threads = self._processes, self._threads
+        # (args text, details, result, kernel texts) -> (the slice's name, its args
+        # object) as JSON: a trace repeats a few, and each part is remembered already
+        slices: dict[tuple, tuple[str, str]] = {}
+
+        def slice_parts(key: tuple) -> tuple[str, str]:
+            args_text, details, ret, texts = key
+            name, args = event, [args_text[1:-1]] if len(args_text) > 2 else []
+            if texts and texts[0]:  # named: its short name, the call's under "call"
+                name = _encode(texts[1][1:])
+                args.append('"call":' + event)
+            args.append(f'"ret":{ret},"ret_name":'
+                        f'{_encode(ret_names.get(ret) or ret_name(ret))},'
+                        f'"details":{_encode(details)}')
+            if len(slices) >= MEMO_MAX:
+                slices.clear()
+            parts = slices[key] = (name, "{" + ",".join(args) + "}")
+            return parts
 
         def make(rec: tuple, depth: int = 0, parent: int | None = None) -> str:
             ts, pid, tid, ret, duration = (rec[R_TS], rec[R_PID], rec[R_TID], rec[R_RET],
                                            rec[R_DURATION])
-            out: list[str] = []
             if self._origin is None:
                 self._origin = ts - round(time_ms(ts, t0_ns) * 1e6)
             rank = known.get(pid, NO_RANK)[0] if known else None
+            head = ""
             if processes.get(pid, MISSING) != rank or (pid, tid) not in threads:
                 process = comms.get(rec[R_COMM])
                 if process is None:
                     process = comms[rec[R_COMM]] = comm_text(rec[R_COMM])
-                self._name_track(out, pid, tid, process, rank)
+                names: list[str] = []
+                self._name_track(names, pid, tid, process, rank)
+                head = "".join(names)
             args_text, details = json_details(rec)
-            name, args = event, [args_text[1:-1]] if len(args_text) > 2 else []
-            if kernel is not None:
-                texts = kernel[1](rec, rec[kernel[0]])
-                if texts and texts[0]:  # named: its short name, the call's under "call"
-                    name = _encode(texts[1][1:])
-                    args.append('"call":' + event)
+            texts = kernel[1](rec, rec[kernel[0]]) if kernel is not None else None
+            key = (args_text, details, ret, texts)
+            parts = slices.get(key)
+            if parts is None:
+                parts = slice_parts(key)
             at = ts - self._origin
-            self._last_ns = max(self._last_ns, at + duration)
-            args.append(f'"ret":{ret},"ret_name":'
-                        f'{_encode(ret_names.get(ret) or ret_name(ret))},'
-                        f'"details":{_encode(details)}')
-            out.append(f'{self._sep}{{"name":{name},"cat":{cat},"ph":"X","ts":{_us(at)!r},'
-                       f'"dur":{_us(duration)!r},"pid":{pid},"tid":{tid},'
-                       f'"args":{{{",".join(args)}}}}}')
+            if at + duration > self._last_ns:
+                self._last_ns = at + duration
+            text = (f'{head}{self._sep}{{"name":{parts[0]},"cat":{cat},"ph":"X",'
+                    f'"ts":{_us(at)!r},"dur":{_us(duration)!r},"pid":{pid},"tid":{tid},'
+                    f'"args":{parts[1]}}}')
             self._sep = ",\n"
             if depth == 0:
                 self._top(tid, ts, symbol, api)
             elif depth == 1 and api == DRIVER:
+                out = [text]
                 self._flow(out, pid, tid, ts, name_of, parent)
-            return "".join(out)
+                return "".join(out)
+            return text
         return make
 
     def row_of_call(self, call: Call) -> str:
