@@ -34,8 +34,8 @@ DASHBOARD = REPO / "deploy" / "grafana" / "cudaprobe-dashboard.json"
 NODE = "gpu-node-7"
 # what Grafana puts for the variables: this node, every process and function, and
 # for the intervals a window longer than the test
-CHOSEN = {"$node": NODE, "$process": ".*", "$function": ".*", "$__rate_interval": "1h",
-          "$__range": "1h"}
+CHOSEN = {"$node": NODE, "$namespace": ".*", "$process": ".*", "$function": ".*",
+          "$__rate_interval": "1h", "$__range": "1h"}
 FAKE_LAUNCHES = 20
 CALLS_PER_ROUND = 34  # fleet_node's runtime calls in one round
 
@@ -69,8 +69,8 @@ def node(tmp_path):
         cudaprobe_cmd("serve", "--prometheus", target, "--gpu-time", *fleet_libs(), "--",
                       "sh", "-c", script, str(fake_gpu()[0]), str(fleet_node()),
                       str(FAKE_LAUNCHES)),
-        env=fleet_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+        env={**fleet_env(), "RANK": "2"}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
     out, err = Lines(serve.stdout), Lines(serve.stderr)
     prometheus = None
     try:
@@ -116,6 +116,8 @@ def test_every_panel_and_variable_returns_data(node):
 
     assert by("Calls by function and process", "process", "function")[
         ("fleet_node", "cudaMemcpy")] > 0
+    # the job labels: fleet_node's rank (RANK=2), no pod or Slurm job here
+    assert by("Calls by job", "rank")[("2",)] > 0
     errors = by("Errors by function and process", "process", "function", "error")
     # the 2 TiB cudaMalloc, refused at both layers
     assert set(errors) == {("fleet_node", "cudaMalloc", "cudaErrorMemoryAllocation"),

@@ -85,9 +85,9 @@ def test_prometheus_rule_holds_the_alerts_file_groups():
 def test_dashboard_panels_query_with_the_variables():
     board = json.loads((REPO / "deploy" / "grafana" / "cudaprobe-dashboard.json").read_text())
     names = [v["name"] for v in board["templating"]["list"]]
-    assert names == ["datasource", "node", "process", "function"]
+    assert names == ["datasource", "node", "namespace", "process", "function"]
     panels = [p for p in board["panels"] if p["type"] != "row"]
-    assert len(panels) == 10
+    assert len(panels) == 11
     for p in panels:
         (target,) = p["targets"]
         assert p["datasource"] == target["datasource"] == {"type": "prometheus",
