@@ -9,10 +9,7 @@
 # carried:  bash scripts/gpu/check-duty.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 build_oracle || exit 1
-python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install -q --no-index \
-  --no-deps --target /tmp/site .whl/prometheus_client-*.whl
-LIBCUDA=${LIBCUDA:-/usr/local/nvidia/lib64/libcuda.so.1}
-[ -e "$LIBCUDA" ] || LIBCUDA=$(ldconfig -p | awk '/libcuda\.so\.1 /{print $NF; exit}')
+serve_kit
 SECONDS_RUN=${SECONDS_RUN:-20}
 txt=$OUT/duty.txt; : > "$txt"
 { date -u; nvidia-smi -L; echo "libcuda $LIBCUDA"; } >> "$txt" 2>&1

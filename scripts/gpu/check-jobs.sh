@@ -10,10 +10,7 @@
 #   bash scripts/gpu/check-jobs.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 build_oracle || exit 1
-python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install -q --no-index \
-  --no-deps --target /tmp/site .whl/prometheus_client-*.whl
-LIBCUDA=${LIBCUDA:-/usr/local/nvidia/lib64/libcuda.so.1}
-[ -e "$LIBCUDA" ] || LIBCUDA=$(ldconfig -p | awk '/libcuda\.so\.1 /{print $NF; exit}')
+serve_kit
 TORCH_CUDART=$(ls /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu*/lib/libcudart.so.* | head -1)
 txt=$OUT/jobs.txt; : > "$txt"
 { date -u; nvidia-smi -L; echo "libcuda $LIBCUDA"; echo "libcudart $TORCH_CUDART"; } >> "$txt" 2>&1

@@ -6,10 +6,7 @@
 # /proc. Summary: $OUT/serve-cost.txt. Run from the repo root, .gpukit and
 # .whl carried:  bash scripts/gpu/check-serve-cost.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-LIBCUDA=${LIBCUDA:-/usr/local/nvidia/lib64/libcuda.so.1}
-[ -e "$LIBCUDA" ] || LIBCUDA=$(ldconfig -p | awk '/libcuda\.so\.1 /{print $NF; exit}')
-python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install -q --no-index \
-  --no-deps --target /tmp/site .whl/prometheus_client-*.whl
+serve_kit
 txt=$OUT/serve-cost.txt; : > "$txt"
 { date -u; nvidia-smi -L; nproc; } >> "$txt" 2>&1
 python3 -m cudaprobe trace --force -o /tmp/warm.jsonl -- /bin/true > /dev/null 2>&1  # BPF cache

@@ -53,3 +53,12 @@ build_oracle() {
   gcc -O2 -shared -fPIC -o $ORACLE benchmarks/oracle/cupti_counter.c -I/usr/local/cuda/include \
     -I/usr/local/cuda/extras/CUPTI/include -L"$lib" -lcupti -Wl,-rpath,"$lib"
 }
+
+# serve_kit: what the serve checks want: prometheus_client (from the carried
+# .whl where the kit's Python has none) and $LIBCUDA, the host's driver
+serve_kit() {
+  python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install -q --no-index \
+    --no-deps --target /tmp/site .whl/prometheus_client-*.whl
+  LIBCUDA=${LIBCUDA:-/usr/local/nvidia/lib64/libcuda.so.1}
+  [ -e "$LIBCUDA" ] || LIBCUDA=$(ldconfig -p | awk '/libcuda\.so\.1 /{print $NF; exit}')
+}
