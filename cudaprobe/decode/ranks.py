@@ -24,17 +24,14 @@ from __future__ import annotations
 
 import json
 
-from cudaprobe.targets.jobs import MAX_ENVIRON, launcher_rank
+from cudaprobe.targets.jobs import MAX_ENVIRON, launcher_rank, read_proc
 
 
 def read_launcher_rank(pid: int) -> tuple[int, int | None] | None:
     """launcher_rank of the process's environment (None where it cannot be read:
     gone, or a kernel thread)."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return launcher_rank(f.read(MAX_ENVIRON))
-    except OSError:
-        return None
+    (environ,) = read_proc(pid, ("environ", MAX_ENVIRON))
+    return launcher_rank(environ)
 
 
 class Ranks:

@@ -175,6 +175,21 @@ class KubeletNames:
         self._pods, self._containers = pods, containers
 
 
+def read_proc(pid: int, *files: tuple[str, int]) -> list[bytes]:
+    """Each (name, limit) of `files`: at most `limit` bytes of /proc/PID/name,
+    every one through one descriptor of /proc/PID (a pid reused meanwhile is
+    another process, whose files its descriptor does not reach); b"" for one
+    that cannot be read."""
+    try:
+        fd = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return [b""] * len(files)
+    try:
+        return [_read_at(fd, name, limit) for name, limit in files]
+    finally:
+        os.close(fd)
+
+
 def _read_at(dir_fd: int, name: str, limit: int) -> bytes:
     """At most `limit` bytes of `name` in the directory `dir_fd`; b"" where it
     cannot be read."""
@@ -236,15 +251,7 @@ class Jobs:
             self._kept.pop(pid, None)
 
     def _read(self, pid: int) -> tuple[str, ...]:
-        try:
-            fd = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            return NO_JOB
-        try:
-            cgroup = _read_at(fd, "cgroup", CGROUP_MAX)
-            environ = _read_at(fd, "environ", MAX_ENVIRON)
-        finally:
-            os.close(fd)
+        cgroup, environ = read_proc(pid, ("cgroup", CGROUP_MAX), ("environ", MAX_ENVIRON))
         pod, container, job = parse_cgroup(cgroup.decode("utf-8", "replace"))
         namespace, pod_name = self.names.pod(pod) if pod else ("", "")
         container_name = self.names.container(container) if pod and container else ""
