@@ -91,6 +91,8 @@ def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, kubelet_logs, du
         cycle = DutyCycle(fraction, duty_period, metrics) if fraction < 1 else None
         with MetricsServer(metrics, *address) if address else contextlib.nullcontext() as server:
             notify = probing.begin("counting")
+            if cycle is not None:
+                cycle.notify = notify
             def serving() -> None:
                 """The probes are in: from now on, what is scraped is being counted."""
                 server.ready.set()

@@ -18,9 +18,10 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 
 from cudaprobe.analysis.metrics import CallMetrics
-from cudaprobe.errors import UsageError
+from cudaprobe.errors import CudaprobeError, UsageError
 from cudaprobe.probe.tracer import Tracer
 
 MIN_SLICE_S = 0.05  # a shorter slice is mostly the links going on and off
@@ -50,6 +51,7 @@ class DutyCycle:
         self.slice_s = fraction * period_s
         self.metrics = metrics
         self.rng = rng or random.Random()
+        self.notify: Callable[[str], None] = lambda _line: None  # said to the user
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         metrics.weight = 1 / fraction
@@ -73,6 +75,13 @@ class DutyCycle:
         self._thread.start()
 
     def _run(self, attacher) -> None:
+        try:
+            self._cycle(attacher)
+        except (CudaprobeError, OSError) as e:  # links refused: say so, once, and stop
+            self.notify(f"--duty: the probes could not be put back on ({e}); from now on "
+                        "nothing is counted")
+
+    def _cycle(self, attacher) -> None:
         begins = time.monotonic()
         while True:
             offset = self.rng.uniform(0, self.period_s - self.slice_s - SLACK_S)

@@ -78,3 +78,18 @@ def test_stop_ends_the_cycle_between_slices():
     cycle.start(Tracer(attacher))
     cycle.stop()
     assert attacher.steps[0] == "pause" and not cycle._thread.is_alive()
+
+
+class Refusing(Attacher):
+    def resume(self) -> bool:
+        raise OSError(9, "Bad file descriptor")
+
+
+def test_links_refused_are_said_in_one_line_not_a_traceback():
+    said: list[str] = []
+    cycle = DutyCycle(0.05, 1.0, CallMetrics(alive=lambda pid: True), rng=random.Random(3))
+    cycle.notify = said.append
+    attacher = Refusing(slices=1)
+    cycle.start(Tracer(attacher))
+    cycle._thread.join(timeout=30)
+    assert len(said) == 1 and "could not be put back on" in said[0], said
