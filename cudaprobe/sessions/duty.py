@@ -68,7 +68,10 @@ class DutyCycle:
     def start(self, tracer: Tracer) -> None:
         """The probes of the start are in: off until the first slice."""
         attacher = tracer.attacher
-        if not attacher.pause():
+        if not attacher.pause():  # perf-event probes (CUDAPROBE_ATTACH=perf): always on
+            self.metrics.weight = 1
+            self.notify("--duty: the probes cannot be taken off and put back with this "
+                        "kernel's perf-event uprobes: every call is counted, unscaled")
             return
         self._thread = threading.Thread(target=self._run, args=(attacher,),
                                         name="cudaprobe-duty", daemon=True)

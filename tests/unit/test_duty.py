@@ -93,3 +93,21 @@ def test_links_refused_are_said_in_one_line_not_a_traceback():
     cycle.start(Tracer(attacher))
     cycle._thread.join(timeout=30)
     assert len(said) == 1 and "could not be put back on" in said[0], said
+
+
+class Unpausable(Attacher):
+    def pause(self) -> bool:
+        self.steps.append("pause")
+        return False
+
+
+def test_probes_that_cannot_come_off_count_every_call_unscaled_and_say_so():
+    said: list[str] = []
+    metrics = CallMetrics(alive=lambda pid: True)
+    cycle = DutyCycle(0.05, 1.0, metrics)
+    cycle.notify = said.append
+    cycle.start(Tracer(Unpausable(slices=1)))
+    assert cycle._thread is None and metrics.weight == 1
+    metrics.add([call("cudaFree")])
+    assert sum(metrics.snapshot(now_ns=1).calls.values()) == 1
+    assert len(said) == 1 and "unscaled" in said[0]
