@@ -19,6 +19,7 @@ from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
+    Gauge,
     Histogram,
     HistogramDataPoint,
     Metric,
@@ -77,6 +78,11 @@ def metrics_data(snapshot: Snapshot, resource: Resource, start_ns: int,
     if latency:
         metrics.append(Metric("cuda.api.duration", "Duration of CUDA API calls", "s",
                               Histogram(latency, CUMULATIVE)))
+    if snapshot.sampling_ratio < 1:  # serve --duty: the counts above are estimates
+        ratio = NumberDataPoint({}, start_ns, now_ns, snapshot.sampling_ratio)
+        metrics.append(Metric("cudaprobe.sampling.ratio", "The fraction of the time the probes "
+                              "are on (serve --duty): the counts are what was seen over it",
+                              "1", Gauge([ratio])))
     scope = InstrumentationScope("cudaprobe", __version__)
     return MetricsData([ResourceMetrics(resource, [ScopeMetrics(scope, metrics, "")], "")])
 

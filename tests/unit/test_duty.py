@@ -7,9 +7,11 @@ from __future__ import annotations
 import random
 
 import pytest
+from opentelemetry.sdk.resources import Resource
 
 from cudaprobe.analysis.metrics import CallMetrics
 from cudaprobe.errors import UsageError
+from cudaprobe.output.otlp_metrics import metrics_data
 from cudaprobe.sessions.duty import DutyCycle, parse_duty
 
 from .test_metrics import call
@@ -111,3 +113,14 @@ def test_probes_that_cannot_come_off_count_every_call_unscaled_and_say_so():
     metrics.add([call("cudaFree")])
     assert sum(metrics.snapshot(now_ns=1).calls.values()) == 1
     assert len(said) == 1 and "unscaled" in said[0]
+
+
+def test_otlp_says_the_counts_are_estimates():
+    metrics = CallMetrics(alive=lambda pid: True)
+    DutyCycle(0.05, 1.0, metrics)  # its weight: 20
+    metrics.add([call("cudaFree")])
+    data = metrics_data(metrics.snapshot(now_ns=1), Resource({}), 1, 2)
+    (scope,) = data.resource_metrics[0].scope_metrics
+    by_name = {m.name: m for m in scope.metrics}
+    assert by_name["cudaprobe.sampling.ratio"].data.data_points[0].value == pytest.approx(0.05)
+    assert by_name["cuda.api.calls"].data.data_points[0].value == pytest.approx(20)
