@@ -101,22 +101,45 @@ static __always_inline void slot_claimed(struct cp_owner *owner);
 /* ---- which processes count ---- */
 
 #ifdef CP_FILTER_PID
-/* follow children of traced processes (threads share the tgid already). With
- * links per process (CP_PER_PROCESS) a child's links are attached by the
- * loader one function after another: it is traced from the moment they are
- * all in (the loader sets CP_TARGET_TRACED), not function by function. */
-TRACEPOINT_PROBE(sched, sched_process_fork)
+/* follow the child processes of traced processes (threads share the tgid
+ * already). With links per process (CP_PER_PROCESS) a child's links are
+ * attached by the loader one function after another: it is traced from the
+ * moment they are all in (the loader sets CP_TARGET_TRACED), not function by
+ * function. */
+#ifdef CP_PER_PROCESS
+/* each child process of a traced process, as it is made: its pid and its
+ * parent's. The loader links at once one that maps a probed library (a
+ * fork without exec shares its parent's mappings), and says so of one gone
+ * before its links were in (cudaprobe/probe/forkwatch.py) */
+struct cp_fork {
+	u32 child;
+	u32 parent;
+};
+BPF_RINGBUF_OUTPUT(forks, 1);
+#endif
+
+#define CP_CLONE_THREAD 0x00010000
+/* A new task of a traced process, before it first runs: a child process is a
+ * target too (a new thread shares its process's state, by its tgid) */
+TRACEPOINT_PROBE(task, task_newtask)
 {
+	if (args->clone_flags & CP_CLONE_THREAD)
+		return 0;
 	u32 parent = bpf_get_current_pid_tgid() >> 32;
 	if (!targets.lookup(&parent))
 		return 0;
-	u32 child = args->child_pid;
+	u32 child = args->pid;
 #ifdef CP_PER_PROCESS
-	u8 state = CP_TARGET_LINKING;
+	u8 linking = CP_TARGET_LINKING;
+	targets.update(&child, &linking);
+	/* (a parent still linking too: its own record comes first. The ring full:
+	 * the next look finds the child, if it still runs) */
+	struct cp_fork fork = {.child = child, .parent = parent};
+	forks.ringbuf_output(&fork, sizeof(fork), 0);
 #else
-	u8 state = CP_TARGET_TRACED;
+	u8 traced = CP_TARGET_TRACED;
+	targets.update(&child, &traced);
 #endif
-	targets.update(&child, &state);
 	return 0;
 }
 

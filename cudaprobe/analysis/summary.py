@@ -30,19 +30,28 @@ def count_lost(lost: dict[str, int]) -> int:
 @dataclass(frozen=True)
 class Untraced:
     """A span in which a traced process's calls could not be seen: before
-    cudaprobe attached to it (--pid), or before a CUDA library it mapped was
-    found and probed (the maps rescan). `seconds` is at most that long."""
+    cudaprobe attached to it (--pid), before a CUDA library it mapped was
+    found and probed (the maps rescan), or a child's whole life (GONE_UNPROBED,
+    with its `parent`). `seconds` is at most that long (0: not known)."""
     pid: int
     process: str
     seconds: float
-    before: str  # "the attach", or the library's path
+    before: str  # "the attach", the library's path, or GONE_UNPROBED
+    parent: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pid": self.pid, "process": self.process, "up_to_s": round(self.seconds, 3),
-                "before": self.before}
+        out = {"pid": self.pid, "process": self.process, "up_to_s": round(self.seconds, 3),
+               "before": self.before}
+        if self.parent is not None:
+            out["parent"] = self.parent
+        return out
 
 
 ATTACH = "the attach"  # Untraced.before of a process's calls before cudaprobe attached
+# Untraced.before of a child process that shared its parent's CUDA mappings (a
+# fork without exec) and was gone before its own probes could be put in: its
+# whole life (`seconds` 0: not known)
+GONE_UNPROBED = "its probes"
 
 
 @dataclass

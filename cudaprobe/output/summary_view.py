@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cudaprobe.analysis.summary import ATTACH, NOT_LOST, Summary, Untraced
+from cudaprobe.analysis.summary import ATTACH, GONE_UNPROBED, NOT_LOST, Summary, Untraced
 from cudaprobe.output.text import cells, cut_middle, escape, humanize_ns
 
 SHOWN_UNTRACED = 5  # said one by one; more are counted
@@ -34,6 +34,10 @@ def describe_span(u: Untraced) -> str:
     if u.before == ATTACH:
         return (f"pid {u.pid} ({u.process}) ran {u.seconds:.2f}s before the "
                 "attach: its calls until then, and those under way then, are not included")
+    if u.before == GONE_UNPROBED:
+        return (f"pid {u.pid} ({u.process}), a child of pid {u.parent} sharing its CUDA "
+                "libraries (a fork without exec), was gone before its probes could be put in: "
+                "any CUDA call it made is not included")
     return (f"pid {u.pid} ({u.process}) mapped {u.before} up to "
             f"{u.seconds:.2f}s before it was probed: its calls there until then are "
             "not included")

@@ -25,11 +25,18 @@ from typing import Any, Callable
 from cudaprobe.errors import BpfError, CudaprobeError, ProcessGone
 from cudaprobe.probe import bpfprog, cleanup, perf_uprobe, uprobe_multi
 from cudaprobe.probe.event import STOPPED, STOPPING, TARGET_TRACED, TRACING
+from cudaprobe.probe.forkwatch import ForkWatch
 from cudaprobe.probe.load import retry_interrupted
 from cudaprobe.probe.opengate import GateUnavailable, Hand, OpenGate
 from cudaprobe.probe.plan import Attachment, ProbePlan
 from cudaprobe.targets.openfile import OpenedFile, proc_base
-from cudaprobe.targets.procmaps import map_lines, process_name, thread_group, threads_gone
+from cudaprobe.targets.procmaps import (
+    map_lines,
+    process_age_s,
+    process_name,
+    thread_group,
+    threads_gone,
+)
 
 # EINVAL at attach: almost always another tracer's uprobe at the same address
 # with a different reference-counter offset (see perf_uprobe.py)
@@ -115,6 +122,16 @@ class Attacher:
         self.processes: set[int] = set()  # every process given links, for the summary
         self._said_leaderless: set[int] = set()
         self._closer = LinkCloser()
+        # child processes told at their making (forkwatch.py): the watch; processes
+        # known to map a probed library (their children share their mappings); the
+        # children linked at their fork, to be told by follow_children(); and those
+        # of a process mapping one gone before their links were in: (pid, parent)
+        self._forks: ForkWatch | None = None
+        self._mapping: set[int] = set()
+        self._forked: list[int] = []
+        self.unprobed: list[tuple[int, int]] = []
+        self.fork_parent: dict[int, int] = {}  # a child linked at its making -> its parent
+        self.link_age: dict[int, float] = {}  # a process linked -> its age then (seconds)
 
     def attach_all(self) -> None:
         """The plan's probes: their settings into the `probes` map, then attached."""
@@ -249,6 +266,8 @@ class Attacher:
         is in, all functions at once (the fork tracepoint adds it as
         TARGET_LINKING; so does the exec tracepoint for --comm)."""
         self._attach_process(pid, self._libraries)
+        with contextlib.suppress(CudaprobeError):  # how long it ran unlinked, at most
+            self.link_age[pid] = process_age_s(pid)
         if self.on_target is not None:  # (--py-stacks: its interpreter, from its maps)
             with contextlib.suppress(CudaprobeError, OSError):
                 self.on_target(pid)
@@ -272,6 +291,7 @@ class Attacher:
         with self._lock:
             if self._bpf is None or self._phase != TRACING:
                 return None
+            self._mapping.add(pid)  # it maps the library once its open goes on
             if pid in self._pid_links:  # linked: its new image, after an exec, may want it
                 return self.on_held(pid) if self.on_held is not None else None
             try:
@@ -353,8 +373,8 @@ class Attacher:
         linked (docs/attach.md)."""
         if not self.settings.links_per_process:
             return []
-        linked = []
         with self._lock:
+            linked, self._forked = self._forked, []  # linked at their making (link_forked)
             targets = self._bpf["targets"]
             for pid in self.target_pids():
                 if pid in self._pid_links:
@@ -368,9 +388,48 @@ class Attacher:
                         continue  # linked as it opens one, if it ever does
                 except CudaprobeError:
                     continue  # gone: the next rescan takes it out
+                if self.gate is not None:  # it maps one (and so will its children)
+                    self._mapping.add(pid)
                 self._link(pid)
                 linked.append(pid)
         return linked
+
+    def link_forked(self, child: int, parent: int) -> None:
+        """A child process of a linked process, just made (forkwatch.py, on its
+        thread). One whose parent maps a probed library shares its mappings (a
+        fork without exec): linked at once (said as linked late, with its span
+        since its start, by follow_children's caller), or, gone before (or the
+        trace over), kept in `unprobed` to be said. Where there is no gate,
+        every child is linked here, as follow_children() would at its next
+        look. Any other is left to the gate, which holds it at its open of a
+        probed library."""
+        with self._lock:
+            mapping = parent in self._mapping
+            if mapping:  # it shares them (and so will its own children)
+                self._mapping.add(child)
+            if self._bpf is None or child in self._pid_links:
+                return
+            if not mapping and self.gate is not None:
+                return
+            if self._phase == TRACING:
+                targets = self._bpf["targets"]
+                try:
+                    targets[targets.Key(child)]
+                    if thread_group(child) == child:
+                        self._link(child)
+                        self._forked.append(child)
+                        self.fork_parent[child] = parent
+                        return
+                except (KeyError, CudaprobeError):
+                    pass  # gone already
+            if mapping:
+                self.unprobed.append((child, parent))
+
+    def take_forked(self) -> list[int]:
+        """The children linked at their making not told yet (the trace's end)."""
+        with self._lock:
+            forked, self._forked = self._forked, []
+        return forked
 
     def remove_target(self, pid: int) -> None:
         """A process gone: out of `targets`, and its links closed on the closer
@@ -409,6 +468,9 @@ class Attacher:
         self._set_phase(TRACING)
         if self.settings.links_per_process and self.gate is None and not self.gate_unavailable:
             self._open_gate()
+        if self.settings.links_per_process and self._forks is None and self._bpf is not None:
+            with contextlib.suppress(KeyError, OSError):  # (none: found at the next look)
+                self._forks = ForkWatch(self._bpf["forks"].map_fd, self.link_forked)
 
     def _open_gate(self) -> None:
         gate = OpenGate(self._link_at_open, self._exec_at_gate)
@@ -496,6 +558,10 @@ class Attacher:
             stopping = self._phase == TRACING
             self._set_phase(STOPPING)
             links, self._links = self._links, []
+        forks, self._forks = self._forks, None
+        if forks is not None:  # the children made until now: linked no more, gone ones said
+            forks.close()
+        with self._lock:
             # the links of processes whose every thread has exited: none of their
             # calls can return now, so none is waited for (a -- COMMAND that exited)
             gone: list[int] = []

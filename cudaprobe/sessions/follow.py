@@ -15,13 +15,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from cudaprobe.analysis.summary import ATTACH, Summary, Untraced
+from cudaprobe.analysis.summary import ATTACH, GONE_UNPROBED, Summary, Untraced
 from cudaprobe.errors import CudaprobeError, ProcessGone
 from cudaprobe.probe.attach import Attacher
 from cudaprobe.probe.plan import Attachment, ProbePlan, attachments_in, missing_symbols
 from cudaprobe.targets.procmaps import process_age_s, process_name
 from cudaprobe.targets.selection import CudaObject, Targets
 
+SAID_UNPROBED = 10  # children gone unprobed said as they come; the rest in the summary
 MAPS_RESCAN_S = 0.25  # a statm read per target; maps only when the size changed
 COMM_RESCAN_S = 2.0  # a read of every /proc/PID/comm
 
@@ -46,6 +47,8 @@ class Follower:
         self.waiting_for_pids = bool(targets.requested)
         self._next_maps_scan = self._next_comm_scan = 0.0
         self._named: set[int] = set()
+        self._unprobed = 0  # children gone before their probes were in, said so far
+        self._names_seen: dict[int, str] = {}  # pid -> its name, for its children gone
         self._defined = {a.probe.symbol for a in plan.attachments}
         self._functions = list(dict.fromkeys(p.function for p in plan.probes))
         self._libraries = sorted({a.path for a in plan.attachments})
@@ -81,11 +84,14 @@ class Follower:
 
     def _ran_before_attach(self, pid: int, name: str) -> None:
         """A target running at the start (--pid, --comm) ran untraced until now:
-        the summary says for how long."""
+        the summary says for how long (a process gone since: as long as it had
+        run when it was linked)."""
         try:
             seconds = process_age_s(pid)
         except ProcessGone:
-            return
+            seconds = self.attacher.link_age.get(pid)
+            if seconds is None:
+                return
         self.summary.untraced.append(Untraced(pid, name, seconds, ATTACH))
 
     def step(self) -> bool:
@@ -94,12 +100,13 @@ class Follower:
             self.notify(f"pid {pid} ({self.targets.names.get(pid, '?')}) exited")
         # every poll: the window of a new child is short
         for pid in self.attacher.follow_children():
-            name = _name(pid)
+            name = self._names_seen[pid] = self._child_name(pid)
             if not self._exec_named(pid, name):
                 self._linked_late(pid, name)
             if self.on_later is not None:
                 self.on_later(pid)
         for pid, name, late in self.attacher.take_linked_at_open():
+            self._names_seen[pid] = name
             if not self._exec_named(pid, name, at_open=not late) and late:
                 self._linked_late(pid, name)
         with self._at_exec_lock:
@@ -113,8 +120,42 @@ class Follower:
         if now >= self._next_maps_scan:
             self._next_maps_scan = now + MAPS_RESCAN_S
             self._rescan_maps()
+        self.tell_unprobed()
         self.count_processes()
         return self.waiting_for_pids and not self.targets.requested
+
+    def _child_name(self, pid: int) -> str:
+        """Its name, or, gone, its parent's (a fork's name is its parent's)."""
+        name = _name(pid)
+        parent = self.attacher.fork_parent.get(pid)
+        if name == "exited" and parent is not None:
+            name = self._names_seen.get(parent, name)
+        return name
+
+    def tell_forked(self) -> None:
+        """At the end: the children linked at their making since the last step,
+        said as a step would (their time before their links)."""
+        for pid in self.attacher.take_forked():
+            self._linked_late(pid, self._child_name(pid))
+        self.tell_unprobed()
+        self.count_processes()
+
+    def tell_unprobed(self) -> None:
+        """Children that shared a parent's CUDA libraries (a fork without exec)
+        and were gone before their probes could be put in: each in the summary,
+        the first SAID_UNPROBED said as they come (Attacher.link_forked)."""
+        with self.attacher._lock:
+            gone, self.attacher.unprobed = self.attacher.unprobed, []
+        for pid, parent in gone:
+            name = self._names_seen.get(parent) or _name(parent)
+            self.summary.untraced.append(Untraced(pid, name, 0.0, GONE_UNPROBED, parent))
+            self._unprobed += 1
+            if self._unprobed <= SAID_UNPROBED:
+                self.notify(f"pid {pid} ({name}), a child of pid {parent} sharing its CUDA "
+                            "libraries (a fork without exec), was gone before its probes could "
+                            "be put in: any CUDA call it made is not included"
+                            + (" (any more: in the summary)"
+                               if self._unprobed == SAID_UNPROBED else ""))
 
     def count_processes(self) -> None:
         """The summary's count of processes given probes of their own."""

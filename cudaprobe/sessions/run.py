@@ -295,6 +295,8 @@ class ProbeRun:
                     read(GRACE_POLL_MS)
         self._end()
         self.tracer.attacher.detach()
+        if self._follower is not None:  # children linked at their making, or gone unprobed
+            self._follower.tell_forked()
         self._traced_s = self.elapsed_s
         if self.options.gpu_attach is not None:
             self.options.gpu_attach.ask_stop()  # its GPU work ends with the window too

@@ -133,7 +133,7 @@ def test_the_kept_program_is_loaded_without_compiling(cache, program_text, monke
     second = load_once(program_text)
     assert second[0] == "cached" and len(count) == 1  # bcc compiled nothing
     assert second[1] == first[1]
-    assert second[1]["tracepoints"] == [b"sched:sched_process_fork", b"task:task_rename"]
+    assert second[1]["tracepoints"] == [b"task:task_newtask", b"task:task_rename"]
     key = bpfcache.cache_key(*program_text, bpfcache.bcc_identity(load.import_bcc()))
     assert entries(cache) == [cache / bpfcache.SUBDIR / bpfcache.entry_name(key)]
 

@@ -57,6 +57,31 @@ def test_children_that_outlive_the_command_and_grandchildren_are_traced(tmp_path
     assert re.search(r"family exited \(status 5\)", proc.stderr)
 
 
+def test_every_fork_without_exec_is_traced_or_said(tmp_path, libcudart):
+    """The default links per process do not follow a fork: a child that shares
+    its parent's libcudart (family.c: the parent calls, forks, exits at once;
+    each child calls at once then) is linked at its making, its calls after
+    that traced; those before, or a child gone before its links were in, are
+    said, each by its pid. Whichever comes first, no child is left unsaid."""
+    exe = build_workload("family.c")
+    out = tmp_path / "calls.jsonl"
+    proc = run_cudaprobe("trace", "--lib", str(libcudart), "-e", "cudaMalloc", "-o", str(out),
+                         "--", str(exe), "4", "1", "3", "0")
+    assert proc.returncode == 0, proc.stderr
+    said = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
+    assert len(said) == 1 + 4 + 4  # the command, 4 children, a grandchild each
+    rows, summary = _rows(out)
+    by_pid = Counter(r["pid"] for r in rows)
+    untraced = {u["pid"]: u for u in summary["untraced"]}
+    for p in said[1:]:
+        assert by_pid[p["pid"]] == p["calls"] or p["pid"] in untraced, (p, proc.stderr)
+    for u in untraced.values():
+        assert u["before"] in ("the attach", "its probes"), u
+        if u["before"] == "its probes":  # gone before its links: whose child it was
+            assert u["parent"] in {p["pid"] for p in said}, u
+    assert summary["lost_total"] == 0 and by_pid[said[0]["pid"]] == 1
+
+
 def _wait_for(path: Path, pattern: str, proc: subprocess.Popen | None,
               timeout: float = HANG_S) -> re.Match:
     """Until `pattern` is in the file cudaprobe writes its stderr to (failing if it
@@ -195,10 +220,16 @@ def test_duration_over_while_the_command_runs_exits_124_whenever_it_exits(tmp_pa
         _kill_workloads(mark, workload)
 
 
+# steady_calls' iterations (3 calls each): more than the decoder, one Python
+# thread, writes while the program runs, however fast it has become (40,000
+# were written whole, now and then, once rows were decoded at 200,000 a second)
+ITERATIONS = 200_000
+
+
 def test_ctrl_c_during_the_drain_cuts_it_short_and_counts_the_rest(tmp_path, libcudart):
     """The rows go to a pipe that the test reads only while cudaprobe has not
     said that the command exited: decoding then stops a batch or two into the
-    120,000 records spooled, the drain begins, and a SIGINT stops it. The
+    records spooled, the drain begins, and a SIGINT stops it. The
     summary counts what was left as lost (`undecoded`), every call is in the
     rows or in that count, and the status is 128+2. (A stop signal ends the
     trace: then it takes a second one to cut the drain; the unit tests of
@@ -208,7 +239,8 @@ def test_ctrl_c_during_the_drain_cuts_it_short_and_counts_the_rest(tmp_path, lib
     with open(err, "w") as f:
         proc = subprocess.Popen(
             cudaprobe_cmd("trace", "--lib", str(libcudart), "-e", STEADY_EVENTS, "-f", "jsonl",
-                          "-o", "-", "--", "sh", "-c", f"exec '{steady}' 40000 0 0 >/dev/null"),
+                          "-o", "-", "--", "sh", "-c",
+                          f"exec '{steady}' {ITERATIONS} 0 0 >/dev/null"),
             stdout=subprocess.PIPE, stderr=f)
     chunks = []
     try:
@@ -226,7 +258,7 @@ def test_ctrl_c_during_the_drain_cuts_it_short_and_counts_the_rest(tmp_path, lib
     lines = [json.loads(line) for line in (b"".join(chunks) + out).splitlines()]
     summary = lines[-1]["summary"]
     undecoded = summary["lost"]["undecoded"]
-    assert undecoded > 0 and summary["calls"] == 120000
+    assert undecoded > 0 and summary["calls"] == 3 * ITERATIONS
     assert len(lines) - 1 + undecoded == summary["calls"] == summary["rows"] + undecoded
     assert re.search(rf"SIGINT during the drain: stopped it, {undecoded} records left "
                      r"undecoded \(counted as lost: undecoded\)", err.read_text())
