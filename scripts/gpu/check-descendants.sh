@@ -7,6 +7,8 @@
 #   loader    cudaprobe trace -- python dataloader_cuda.py: a DataLoader whose two
 #             spawned workers use CUDA
 #   torchrun  cudaprobe trace -- torchrun --nproc_per_node 2 (NCCL; on 2 GPUs only)
+#   forked    cudaprobe trace -- python fork_cuda.py: two children forked without exec
+#             use CUDA at once, then two that wait 0.5 s first (not in the default PARTS)
 #   pid       a bash loop of three pythons started alone; cudaprobe trace --pid
 #             --wait attached while the first runs: the two started after it, whole
 #   compile   cudaprobe trace -- bash -c 'python torch.compile model': each process counted,
@@ -76,6 +78,10 @@ fi
 if [[ $PARTS == *" loader "* ]]; then
   echo "step loader" >&2
   run_tree loader "$TORCH_PY" scripts/gpu/dataloader_cuda.py --items 256 --workers 2
+fi
+if [[ $PARTS == *" forked "* ]]; then  # forks without exec using CUDA: at once, and 0.5 s later
+  run_tree forked "$TORCH_PY" scripts/gpu/fork_cuda.py --children 2 --steps 200
+  run_tree forked-wait "$TORCH_PY" scripts/gpu/fork_cuda.py --children 2 --steps 200 --wait 0.5
 fi
 if [[ $PARTS == *" compile "* ]]; then
   echo "step compile" >&2
