@@ -439,6 +439,12 @@ class Attacher:
             with contextlib.suppress(KeyError):
                 del targets[targets.Key(pid)]
             links = self._pid_links.pop(pid, [])
+            # what is kept of it: a gone process makes no more children (its age
+            # when linked stays until a child linked at its making is told)
+            self._mapping.discard(pid)
+            self.fork_parent.pop(pid, None)
+            if pid not in self._forked:
+                self.link_age.pop(pid, None)
         if links:
             self._closer.close(links)
 

@@ -89,7 +89,7 @@ class Follower:
         try:
             seconds = process_age_s(pid)
         except ProcessGone:
-            seconds = self.attacher.link_age.get(pid)
+            seconds = self.attacher.link_age.pop(pid, None)
             if seconds is None:
                 return
         self.summary.untraced.append(Untraced(pid, name, seconds, ATTACH))
