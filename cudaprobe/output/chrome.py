@@ -31,7 +31,7 @@ flow (category LAUNCH_FLOW_CATEGORY) from the call that queued it.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 from cudaprobe.analysis.summary import Summary
 from cudaprobe.catalogue.functions import DRIVER, RUNTIME, ArgKind
@@ -80,9 +80,7 @@ class ChromeReporter(Reporter):
         self._tops: dict[int, tuple[int, str, str]] = {}
         self._next_flow = 1
         self._last_ns = 0
-        # a probe -> (its argument text from a record, its launch's kernel word and
-        # how it is named, its category and its name as JSON): the slices of calls
-        # not decoded yet
+        # a probe -> what makes its slices from its records (_probe_slices)
         self._probe_parts: dict[Any, tuple] = {}
         self._comms: dict[bytes, str] = {}  # the kernel's comm -> its text
         self.stream.write("[\n")
@@ -113,22 +111,57 @@ class ChromeReporter(Reporter):
         """The probe's record -> the text calls() writes of its Call (its track's
         names where new, the slice, a runtime -> driver flow), byte for byte
         (tests/unit/test_decoders.py checks)."""
+        parts_of, cat = self._probe_slices(probe)
+        name_of, api = probe.event, probe.api
+        known, comms = ranks.known, self._comms
+        processes, threads = self._processes, self._threads
+
+        def make(rec: tuple, depth: int = 0, parent: int | None = None) -> str:
+            ts, pid, tid, duration = rec[R_TS], rec[R_PID], rec[R_TID], rec[R_DURATION]
+            if self._origin is None:
+                self._origin = ts - round(time_ms(ts, t0_ns) * 1e6)
+            rank = known.get(pid, NO_RANK)[0] if known else None
+            head = ""
+            if processes.get(pid, MISSING) != rank or (pid, tid) not in threads:
+                process = comms.get(rec[R_COMM])
+                if process is None:
+                    process = comms[rec[R_COMM]] = comm_text(rec[R_COMM])
+                names: list[str] = []
+                self._name_track(names, pid, tid, process, rank)
+                head = "".join(names)
+            text = head + self._sep + self._slice_text(parts_of(rec), cat, ts, duration, pid,
+                                                       tid)
+            self._sep = ",\n"
+            if depth == 0:
+                self._top(tid, ts, name_of, api)
+            elif depth == 1 and api == DRIVER:
+                out = [text]
+                self._flow(out, pid, tid, ts, name_of, parent)
+                return "".join(out)
+            return text
+        return make
+
+    def _probe_slices(self, probe: ProbeDecoder) -> tuple[Callable[[tuple], tuple[str, str]],
+                                                          str]:
+        """(the probe's record -> its slice's name and args object as JSON, its
+        category as JSON), made once a probe. The parts are remembered by what
+        they are made of (the argument text, DETAILS, the result, the kernel's
+        name: each remembered already), a trace repeating a few."""
+        found = self._probe_parts.get(probe)
+        if found is not None:
+            return found
         json_details = compile_args_text(probe)[1]
+        # the launch's kernel: by a host stub (FUNC) or a driver handle (CU_FUNCTION)
         kernel = next(((f.index, probe.names.texts if f.kind is ArgKind.FUNC
                         else probe.names.handle_texts) for f in probe.fields
                        if f.kind in (ArgKind.FUNC, ArgKind.CU_FUNCTION)), None)
         if probe.category != "kernel":
             kernel = None
-        cat, event = _encode(f"{probe.api},{probe.category}"), _encode(probe.event)
-        name_of, api, symbol = probe.event, probe.api, probe.event
+        event = _encode(probe.event)
         ret_names, ret_name = probe.ret_names, probe.ret_name
-        known, comms = ranks.known, self._comms
-        processes, threads = self._processes, self._threads
-        # (args text, details, result, kernel texts) -> (the slice's name, its args
-        # object) as JSON: a trace repeats a few, and each part is remembered already
         slices: dict[tuple, tuple[str, str]] = {}
 
-        def slice_parts(key: tuple) -> tuple[str, str]:
+        def made(key: tuple) -> tuple[str, str]:
             args_text, details, ret, texts = key
             name, args = event, [args_text[1:-1]] if len(args_text) > 2 else []
             if texts and texts[0]:  # named: its short name, the call's under "call"
@@ -142,41 +175,24 @@ class ChromeReporter(Reporter):
             parts = slices[key] = (name, "{" + ",".join(args) + "}")
             return parts
 
-        def make(rec: tuple, depth: int = 0, parent: int | None = None) -> str:
-            ts, pid, tid, ret, duration = (rec[R_TS], rec[R_PID], rec[R_TID], rec[R_RET],
-                                           rec[R_DURATION])
-            if self._origin is None:
-                self._origin = ts - round(time_ms(ts, t0_ns) * 1e6)
-            rank = known.get(pid, NO_RANK)[0] if known else None
-            head = ""
-            if processes.get(pid, MISSING) != rank or (pid, tid) not in threads:
-                process = comms.get(rec[R_COMM])
-                if process is None:
-                    process = comms[rec[R_COMM]] = comm_text(rec[R_COMM])
-                names: list[str] = []
-                self._name_track(names, pid, tid, process, rank)
-                head = "".join(names)
+        def parts_of(rec: tuple) -> tuple[str, str]:
             args_text, details = json_details(rec)
             texts = kernel[1](rec, rec[kernel[0]]) if kernel is not None else None
-            key = (args_text, details, ret, texts)
-            parts = slices.get(key)
-            if parts is None:
-                parts = slice_parts(key)
-            at = ts - self._origin
-            if at + duration > self._last_ns:
-                self._last_ns = at + duration
-            text = (f'{head}{self._sep}{{"name":{parts[0]},"cat":{cat},"ph":"X",'
-                    f'"ts":{_us(at)!r},"dur":{_us(duration)!r},"pid":{pid},"tid":{tid},'
-                    f'"args":{parts[1]}}}')
-            self._sep = ",\n"
-            if depth == 0:
-                self._top(tid, ts, symbol, api)
-            elif depth == 1 and api == DRIVER:
-                out = [text]
-                self._flow(out, pid, tid, ts, name_of, parent)
-                return "".join(out)
-            return text
-        return make
+            key = (args_text, details, rec[R_RET], texts)
+            return slices.get(key) or made(key)
+
+        found = self._probe_parts[probe] = (parts_of,
+                                            _encode(f"{probe.api},{probe.category}"))
+        return found
+
+    def _slice_text(self, parts: tuple[str, str], cat: str, ts_ns: int, duration: int,
+                    pid: int, tid: int) -> str:
+        """A call's complete event ("X"), its name and args object given."""
+        at = ts_ns - self._origin
+        if at + duration > self._last_ns:
+            self._last_ns = at + duration
+        return (f'{{"name":{parts[0]},"cat":{cat},"ph":"X","ts":{_us(at)!r},'
+                f'"dur":{_us(duration)!r},"pid":{pid},"tid":{tid},"args":{parts[1]}}}')
 
     def row_of_call(self, call: Call) -> str:
         out: list[str] = []
@@ -227,37 +243,14 @@ class ChromeReporter(Reporter):
     def _record_slice(self, c: Call) -> str | None:
         """The slice of a call not decoded yet, straight from its record: the text
         _encode(self._slice(c)) would be (tests/unit/test_decoders.py checks, byte
-        for byte), from the probe's argument text remembered by its words; None
-        for a call that goes the long way."""
+        for byte), as row_maker writes it; None for a call that goes the long way."""
         lazy = c.lazy
         if (lazy is None or c._args is not None or c._details is not None
                 or c.duration_ns is None or c.py_stack is not None or c.event is not lazy[0].event):
             return None
         d, rec = lazy
-        parts = self._probe_parts.get(d)
-        if parts is None:
-            # the launch's kernel: by a host stub (FUNC) or a driver handle (CU_FUNCTION)
-            kernel = next(((f.index, d.names.texts if f.kind is ArgKind.FUNC
-                            else d.names.handle_texts) for f in d.fields
-                           if f.kind in (ArgKind.FUNC, ArgKind.CU_FUNCTION)), None)
-            parts = self._probe_parts[d] = (compile_args_text(d)[1], kernel,
-                                            _encode(f"{c.api},{c.category}"), _encode(c.event))
-        json_details, kernel, cat, event = parts
-        args_text, details = json_details(rec)
-        name, args = event, [args_text[1:-1]] if len(args_text) > 2 else []
-        if kernel is not None and c.category == "kernel":
-            index, texts_of = kernel
-            texts = texts_of(rec, rec[index])
-            if texts and texts[0]:  # named: its short name, the call's under "call"
-                name = _encode(texts[1][1:])
-                args.append('"call":' + event)
-        ts = c.ts_ns - self._origin
-        self._last_ns = max(self._last_ns, ts + c.duration_ns)
-        args.append(f'"ret":{c.ret},"ret_name":{_encode(c.ret_name)},'
-                    f'"details":{_encode(details)}')
-        return (f'{{"name":{name},"cat":{cat},"ph":"X","ts":{_us(ts)!r},'
-                f'"dur":{_us(c.duration_ns)!r},"pid":{c.pid},"tid":{c.tid},'
-                f'"args":{{{",".join(args)}}}}}')
+        parts_of, cat = self._probe_slices(d)
+        return self._slice_text(parts_of(rec), cat, c.ts_ns, c.duration_ns, c.pid, c.tid)
 
     def _slice(self, c: Call) -> dict[str, Any]:
         ts = c.ts_ns - self._origin
