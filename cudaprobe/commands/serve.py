@@ -78,11 +78,11 @@ def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, kubelet_logs, du
         check_gpu_time(list(probe.command), probe.pids, probe.comm)
     command = list(probe.command)
     fraction = parse_duty(duty)
-    if fraction < 1 and (command or probe.pids or probe.comm):
-        raise UsageError("--duty is for the node daemon's serve, which probes the libraries "
-                         "for every process: not with --pid, --comm or a command (their "
-                         "processes are linked one by one)")
     if fraction < 1:
+        if command or probe.pids or probe.comm:
+            raise UsageError("--duty is for the node daemon's serve, which probes the "
+                             "libraries for every process: not with --pid, --comm or a "
+                             "command (their processes are linked one by one)")
         DutyCycle.check(fraction, duty_period)
 
     def session(probing: Probing) -> int:

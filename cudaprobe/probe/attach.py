@@ -431,6 +431,12 @@ class Attacher:
             forked, self._forked = self._forked, []
         return forked
 
+    def take_unprobed(self) -> list[tuple[int, int]]:
+        """The children gone before their links were in, not told yet: (pid, parent)."""
+        with self._lock:
+            gone, self.unprobed = self.unprobed, []
+        return gone
+
     def remove_target(self, pid: int) -> None:
         """A process gone: out of `targets`, and its links closed on the closer
         threads (LinkCloser)."""

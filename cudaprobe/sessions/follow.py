@@ -100,9 +100,7 @@ class Follower:
             self.notify(f"pid {pid} ({self.targets.names.get(pid, '?')}) exited")
         # every poll: the window of a new child is short
         for pid in self.attacher.follow_children():
-            name = self._names_seen[pid] = self._child_name(pid)
-            if not self._exec_named(pid, name):
-                self._linked_late(pid, name)
+            self._tell_linked(pid)
             if self.on_later is not None:
                 self.on_later(pid)
         for pid, name, late in self.attacher.take_linked_at_open():
@@ -132,11 +130,18 @@ class Follower:
             name = self._names_seen.get(parent, name)
         return name
 
+    def _tell_linked(self, pid: int) -> None:
+        """A child linked at a look or at its making, not held at its open: said,
+        with its time before its links."""
+        name = self._names_seen[pid] = self._child_name(pid)
+        if not self._exec_named(pid, name):
+            self._linked_late(pid, name)
+
     def tell_forked(self) -> None:
         """At the end: the children linked at their making since the last step,
-        said as a step would (their time before their links)."""
+        said as a step would."""
         for pid in self.attacher.take_forked():
-            self._linked_late(pid, self._child_name(pid))
+            self._tell_linked(pid)
         self.tell_unprobed()
         self.count_processes()
 
@@ -144,9 +149,7 @@ class Follower:
         """Children that shared a parent's CUDA libraries (a fork without exec)
         and were gone before their probes could be put in: each in the summary,
         the first SAID_UNPROBED said as they come (Attacher.link_forked)."""
-        with self.attacher._lock:
-            gone, self.attacher.unprobed = self.attacher.unprobed, []
-        for pid, parent in gone:
+        for pid, parent in self.attacher.take_unprobed():
             name = self._names_seen.get(parent) or _name(parent)
             self.summary.untraced.append(Untraced(pid, name, 0.0, GONE_UNPROBED, parent))
             self._unprobed += 1
