@@ -220,20 +220,20 @@ def test_duration_over_while_the_command_runs_exits_124_whenever_it_exits(tmp_pa
         _kill_workloads(mark, workload)
 
 
-# steady_calls' iterations (3 calls each): more than the decoder, one Python
-# thread, writes while the program runs, however fast it has become (40,000
-# were written whole, now and then, once rows were decoded at 200,000 a second)
-ITERATIONS = 200_000
+# steady_calls' iterations (3 calls each): many decode batches (ringbuf.BATCH_BYTES)
+ITERATIONS = 40_000
 
 
 def test_ctrl_c_during_the_drain_cuts_it_short_and_counts_the_rest(tmp_path, libcudart):
-    """The rows go to a pipe that the test reads only while cudaprobe has not
-    said that the command exited: decoding then stops a batch or two into the
-    records spooled, the drain begins, and a SIGINT stops it. The
-    summary counts what was left as lost (`undecoded`), every call is in the
-    rows or in that count, and the status is 128+2. (A stop signal ends the
-    trace: then it takes a second one to cut the drain; the unit tests of
-    StopRequest check that count.)"""
+    """The rows go to a pipe that the test does not read until the workload
+    has said it finished: cudaprobe's decoder waits on the full pipe a few
+    rows in, while its reader spools every record. The test then reads only
+    while cudaprobe has not said that the command exited, which it says a
+    decode batch later, far from the end, whatever the machine's speed: the
+    drain begins, and a SIGINT stops it. The summary counts what was left as
+    lost (`undecoded`), every call is in the rows or in that count, and the
+    status is 128+2. (A stop signal ends the trace: then it takes a second one
+    to cut the drain; the unit tests of StopRequest check that count.)"""
     steady = build_workload("steady_calls.c")
     err = tmp_path / "stderr.txt"
     with open(err, "w") as f:
@@ -243,6 +243,7 @@ def test_ctrl_c_during_the_drain_cuts_it_short_and_counts_the_rest(tmp_path, lib
                           f"exec '{steady}' {ITERATIONS} 0 0 >/dev/null"),
             stdout=subprocess.PIPE, stderr=f)
     chunks = []
+    _wait_for(err, "steady_calls: finished", proc)
     try:
         while "sh exited (status 0)" not in err.read_text():
             assert proc.poll() is None, err.read_text()
