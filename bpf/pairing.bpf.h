@@ -114,6 +114,7 @@ static __always_inline void slot_claimed(struct cp_owner *owner);
 struct cp_fork {
 	u32 child;
 	u32 parent;
+	u64 ns;  /* when it was made (bpf_ktime_get_ns: CLOCK_MONOTONIC) */
 };
 BPF_RINGBUF_OUTPUT(forks, 1);
 #endif
@@ -134,7 +135,7 @@ TRACEPOINT_PROBE(task, task_newtask)
 	targets.update(&child, &linking);
 	/* (a parent still linking too: its own record comes first. The ring full:
 	 * the next look finds the child, if it still runs) */
-	struct cp_fork fork = {.child = child, .parent = parent};
+	struct cp_fork fork = {.child = child, .parent = parent, .ns = bpf_ktime_get_ns()};
 	forks.ringbuf_output(&fork, sizeof(fork), 0);
 #else
 	u8 traced = CP_TARGET_TRACED;

@@ -394,9 +394,9 @@ class Attacher:
                 linked.append(pid)
         return linked
 
-    def link_forked(self, child: int, parent: int) -> None:
+    def link_forked(self, child: int, parent: int, made: int = 0) -> None:
         """A child process of a linked process, just made (forkwatch.py, on its
-        thread). One whose parent maps a probed library shares its mappings (a
+        thread; `made`: when, in CLOCK_MONOTONIC nanoseconds). One whose parent maps a probed library shares its mappings (a
         fork without exec): linked at once (said as linked late, with its span
         since its start, by follow_children's caller), or, gone before (or the
         trace over), kept in `unprobed` to be said. Where there is no gate,
@@ -415,11 +415,12 @@ class Attacher:
                 targets = self._bpf["targets"]
                 try:
                     targets[targets.Key(child)]
-                    if thread_group(child) == child:
-                        self._link(child)
-                        self._forked.append(child)
-                        self.fork_parent[child] = parent
-                        return
+                    self._link(child)  # (a process: the tracepoint leaves threads out)
+                    if made:  # the span it ran unlinked, to the nanosecond
+                        self.link_age[child] = max(0, time.monotonic_ns() - made) / 1e9
+                    self._forked.append(child)
+                    self.fork_parent[child] = parent
+                    return
                 except (KeyError, CudaprobeError):
                     pass  # gone already
             if mapping:

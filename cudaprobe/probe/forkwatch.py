@@ -20,9 +20,14 @@ from typing import Any, Callable
 POLL_MS = 100  # how often the thread looks whether it is to stop
 
 
+class _Fork(ctypes.Structure):  # struct cp_fork
+    _fields_ = [("child", ctypes.c_uint32), ("parent", ctypes.c_uint32), ("ns", ctypes.c_uint64)]
+
+
 class ForkWatch:
-    def __init__(self, map_fd: int, on_fork: Callable[[int, int], None]) -> None:
-        """`on_fork(child, parent)`, on this thread, for each record."""
+    def __init__(self, map_fd: int, on_fork: Callable[[int, int, int], None]) -> None:
+        """`on_fork(child, parent, made)`, on this thread, for each record: `made`,
+        when the child was made, in CLOCK_MONOTONIC nanoseconds."""
         from bcc.libbcc import _RINGBUF_CB_TYPE, lib  # noqa: PLC0415 - bcc's, loaded by now
 
         self._lib = lib
@@ -37,10 +42,10 @@ class ForkWatch:
         self._thread.start()
 
     def _record(self, _ctx: Any, data: Any, size: int) -> int:
-        if size >= 8:
-            child, parent = ctypes.cast(data, ctypes.POINTER(ctypes.c_uint32 * 2))[0]
+        if size >= 16:
+            rec = ctypes.cast(data, ctypes.POINTER(_Fork))[0]
             try:
-                self.on_fork(child, parent)
+                self.on_fork(rec.child, rec.parent, rec.ns)
             except Exception:  # noqa: BLE001 - one child's failure stops no other's
                 pass
         return 0

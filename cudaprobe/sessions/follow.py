@@ -83,14 +83,14 @@ class Follower:
                    "calls made before the attach, or under way at it, are not included")
 
     def _ran_before_attach(self, pid: int, name: str) -> None:
-        """A target running at the start (--pid, --comm) ran untraced until now:
-        the summary says for how long (a process gone since: as long as it had
-        run when it was linked)."""
-        try:
-            seconds = process_age_s(pid)
-        except ProcessGone:
-            seconds = self.attacher.link_age.pop(pid, None)
-            if seconds is None:
+        """A target running at the start (--pid, --comm), or a child linked late,
+        ran untraced until its links went in: the summary says for how long (its
+        age then, where it was linked later than the start)."""
+        seconds = self.attacher.link_age.pop(pid, None)  # its age as its links went in
+        if seconds is None:
+            try:
+                seconds = process_age_s(pid)
+            except ProcessGone:
                 return
         self.summary.untraced.append(Untraced(pid, name, seconds, ATTACH))
 

@@ -3,7 +3,9 @@
 The parent imports torch (its libcudart mapped, CUDA not initialised: a fork
 after that cannot use CUDA), then forks N children (multiprocessing's
 "fork"); each makes a tensor on the GPU, multiplies it STEPS times, syncs and
-exits. Prints one JSON line: the children's pids and exit codes.
+exits through the C library's exit(), so that the CUPTI counter run in it
+(an atexit handler) writes its counts: multiprocessing ends a child with
+_exit(). Prints one JSON line: the children's pids and exit codes.
 
     python fork_cuda.py [--children 2] [--steps 200] [--wait 0]
 
@@ -13,8 +15,10 @@ exits. Prints one JSON line: the children's pids and exit codes.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import multiprocessing
+import sys
 import time
 
 import torch
@@ -26,6 +30,8 @@ def child(steps: int, wait: float) -> None:
     for _ in range(steps):
         x = (x @ x) / 256
     torch.cuda.synchronize()
+    sys.stdout.flush()
+    ctypes.CDLL(None).exit(0)
 
 
 def main() -> None:
