@@ -23,7 +23,7 @@ import time
 from typing import Any, Callable
 
 from cudaprobe.errors import BpfError, CudaprobeError, ProcessGone
-from cudaprobe.probe import bpfprog, cleanup, perf_uprobe, uprobe_multi
+from cudaprobe.probe import bpfprog, bpfsys, cleanup, perf_uprobe, uprobe_multi
 from cudaprobe.probe.event import STOPPED, STOPPING, TARGET_TRACED, TRACING
 from cudaprobe.probe.forkwatch import ForkWatch
 from cudaprobe.probe.load import retry_interrupted
@@ -186,8 +186,8 @@ class Attacher:
         ready = self._bpf["library_ready"]
         ready[ready.Key(slot)] = ready.Leaf(1)
 
-    def _attach_process(self, pid: int,
-                        libraries: dict[tuple[int, int], list[Attachment]]) -> None:
+    def _attach_process(self, pid: int, libraries: dict[tuple[int, int], list[Attachment]],
+                        newborn: bool = False) -> None:
         """Links for one target process on `libraries`; a process gone meanwhile
         (ESRCH) gets none, quietly: its exit is reported by whoever follows it."""
         links = self._pid_links.setdefault(pid, [])
@@ -195,8 +195,8 @@ class Attacher:
         # a process whose main thread has exited (pthread_exit): the kernel finds its
         # memory through that thread, and a link given its pid puts no breakpoint in
         # it; links on the whole library instead (the `targets` map keeps the
-        # calls to its own), said once
-        whole = proc_base(pid) != f"/proc/{pid}"
+        # calls to its own), said once. A child just made (`newborn`) has its own.
+        whole = not newborn and proc_base(pid) != f"/proc/{pid}"
         if whole and pid not in self._said_leaderless:
             self._said_leaderless.add(pid)
             self.notify(f"pid {pid}: its main thread has exited (pthread_exit), and the kernel "
@@ -261,20 +261,26 @@ class Attacher:
             if self.settings.links_per_process and pid not in self._pid_links:
                 self._attach_process(pid, self._libraries)
 
-    def _link(self, pid: int) -> None:
+    def _link(self, pid: int, made: int = 0) -> None:
         """A child's own links, then its calls count: from the moment every link
         is in, all functions at once (the fork tracepoint adds it as
-        TARGET_LINKING; so does the exec tracepoint for --comm)."""
-        self._attach_process(pid, self._libraries)
-        with contextlib.suppress(CudaprobeError):  # how long it ran unlinked, at most
-            self.link_age[pid] = process_age_s(pid)
+        TARGET_LINKING; so does the exec tracepoint for --comm). `made`: when
+        a child linked at its making was forked (CLOCK_MONOTONIC ns). Its
+        bpf() calls hold the GIL (bpfsys, uprobe_multi), and nothing before
+        its calls count reads a file: the decoding thread, busy, would hold
+        the GIL up to a switch interval each time it was let go."""
+        self._attach_process(pid, self._libraries, newborn=made > 0)
+        # its calls count from here, before anything else is read of it (a key gone
+        # meanwhile is not added back)
+        bpfsys.u32_key_replace(self._bpf["targets"].map_fd, pid, bytes([TARGET_TRACED]))
+        if made:  # just forked: the span it ran unlinked, to the nanosecond
+            self.link_age[pid] = max(0, time.monotonic_ns() - made) / 1e9
+        else:
+            with contextlib.suppress(CudaprobeError):  # how long it ran unlinked, at most
+                self.link_age[pid] = process_age_s(pid)
         if self.on_target is not None:  # (--py-stacks: its interpreter, from its maps)
             with contextlib.suppress(CudaprobeError, OSError):
                 self.on_target(pid)
-        targets = self._bpf["targets"]
-        with contextlib.suppress(KeyError):  # gone meanwhile: not added back
-            targets[targets.Key(pid)]
-            targets[targets.Key(pid)] = targets.Leaf(TARGET_TRACED)
 
     def _link_at_open(self, pid: int) -> Hand | None:
         """The gate holds `pid` at its open of a probed library: a process of the
@@ -396,9 +402,10 @@ class Attacher:
 
     def link_forked(self, child: int, parent: int, made: int = 0) -> None:
         """A child process of a linked process, just made (forkwatch.py, on its
-        thread; `made`: when, in CLOCK_MONOTONIC nanoseconds). One whose parent maps a probed library shares its mappings (a
-        fork without exec): linked at once (said as linked late, with its span
-        since its start, by follow_children's caller), or, gone before (or the
+        thread; `made`: when, in CLOCK_MONOTONIC nanoseconds). One whose parent
+        maps a probed library shares its mappings (a fork without exec): linked
+        at once (said as linked late, with its span since its fork, by
+        follow_children's caller), or, gone before (or the
         trace over), kept in `unprobed` to be said. Where there is no gate,
         every child is linked here, as follow_children() would at its next
         look. Any other is left to the gate, which holds it at its open of a
@@ -411,17 +418,14 @@ class Attacher:
                 return
             if not mapping and self.gate is not None:
                 return
-            if self._phase == TRACING:
-                targets = self._bpf["targets"]
+            if self._phase == TRACING and bpfsys.u32_key_lookup(
+                    self._bpf["targets"].map_fd, child, 1) is not None:
                 try:
-                    targets[targets.Key(child)]
-                    self._link(child)  # (a process: the tracepoint leaves threads out)
-                    if made:  # the span it ran unlinked, to the nanosecond
-                        self.link_age[child] = max(0, time.monotonic_ns() - made) / 1e9
+                    self._link(child, made)  # (a process: the tracepoint leaves threads out)
                     self._forked.append(child)
                     self.fork_parent[child] = parent
                     return
-                except (KeyError, CudaprobeError):
+                except CudaprobeError:
                     pass  # gone already
             if mapping:
                 self.unprobed.append((child, parent))

@@ -33,6 +33,40 @@ def _bpf(cmd: int, attr: ctypes.Array) -> int:
     return ret
 
 
+_held = ctypes.PyDLL(None, use_errno=True)  # the same, the GIL held through the call
+_held.syscall.restype = ctypes.c_long
+BPF_MAP_LOOKUP_ELEM = 1
+BPF_MAP_UPDATE_ELEM = 2
+BPF_EXIST = 2
+
+
+def _elem(cmd: int, fd: int, key: int, value: ctypes.Array, flags: int = 0) -> bool:
+    """One element of a map with u32 keys, the GIL held: False where the key is
+    not there (ENOENT)."""
+    k = ctypes.c_uint32(key)
+    attr = ctypes.create_string_buffer(_ATTR_SIZE)
+    struct.pack_into("<IIQQQ", attr, 0, fd, 0, ctypes.addressof(k),
+                     ctypes.addressof(value), flags)
+    if _held.syscall(SYS_BPF, cmd, attr, _ATTR_SIZE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err == errno.ENOENT:
+        return False
+    raise OSError(err, os.strerror(err))
+
+
+def u32_key_lookup(fd: int, key: int, value_size: int) -> bytes | None:
+    """The value at `key` in the map `fd` (u32 keys), or None."""
+    value = ctypes.create_string_buffer(value_size)
+    return value.raw if _elem(BPF_MAP_LOOKUP_ELEM, fd, key, value) else None
+
+
+def u32_key_replace(fd: int, key: int, value: bytes) -> bool:
+    """Set `key`'s value where the key is there (BPF_EXIST); False where not."""
+    return _elem(BPF_MAP_UPDATE_ELEM, fd, key, ctypes.create_string_buffer(value, len(value)),
+                 BPF_EXIST)
+
+
 def _name(name: bytes) -> bytes:
     """As the kernel keeps an object's name: at most 15 bytes, of [A-Za-z0-9_.]."""
     return bytes(c for c in name if chr(c).isalnum() or c in b"_.")[:OBJ_NAME_LEN - 1]
