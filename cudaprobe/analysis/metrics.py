@@ -69,6 +69,7 @@ from cudaprobe.decode.calls import Call
 from cudaprobe.decode.demangle import demangle
 from cudaprobe.decode.gputime import GpuWork
 from cudaprobe.decode.handles import NAME_KEY
+from cudaprobe.targets.injectable import refusal_reason
 from cudaprobe.targets.jobs import NO_JOB
 from cudaprobe.targets.procmaps import process_alive
 
@@ -177,6 +178,10 @@ class Snapshot:
     # slices traced so far
     sampling_ratio: float = 1.0
     sampled_windows: int = 0
+    # --gpu-time into running processes (serve): processes the library went into,
+    # and those it could not, by reason; None: not asked for
+    gpu_time_processes: int | None = None
+    gpu_time_refusals: dict[str, int] = field(default_factory=dict)
 
 
 class CallMetrics:
@@ -213,6 +218,24 @@ class CallMetrics:
         # the slice traced), and the slices traced so far; 1 and 0: exact counting
         self.weight: float = 1
         self.windows = 0
+        # --gpu-time into running processes (gpu_injection()): the processes recording,
+        # and the refusals by reason (gputime_attach.REFUSAL_REASONS)
+        self._gpu_processes: int | None = None
+        self._gpu_refusals: dict[str, int] = {}
+
+    def gpu_injection(self) -> None:
+        """The GPU-time library is to go into processes: its outcomes are exported."""
+        with self._lock:
+            self._gpu_processes = self._gpu_processes or 0
+
+    def gpu_recording(self, _pid: int) -> None:
+        with self._lock:
+            self._gpu_processes = (self._gpu_processes or 0) + 1
+
+    def gpu_refused(self, _pid: int, why: str) -> None:
+        reason = refusal_reason(why)
+        with self._lock:
+            self._gpu_refusals[reason] = self._gpu_refusals.get(reason, 0) + 1
 
     def add(self, calls: Iterable[Call]) -> None:
         memory, last_ns = [], 0
@@ -338,7 +361,9 @@ class CallMetrics:
                 live_bytes=live, lost=dict(self._lost),
                 kernel_launches={k: n for k, n in self._launches.items() if kernels.exported(k[0])},
                 gpu_time={k: h.copy() for k, h in self._gpu_time.items() if gpu.exported(k)},
-                sampling_ratio=1 / self.weight, sampled_windows=self.windows)
+                sampling_ratio=1 / self.weight, sampled_windows=self.windows,
+                gpu_time_processes=self._gpu_processes,
+                gpu_time_refusals=dict(self._gpu_refusals))
 
     def _rank(self, now_ns: int) -> None:
         """Labels to the busiest names now; the series of names no longer tracked go."""

@@ -19,7 +19,6 @@ from cudaprobe.output.prometheus import MetricsServer, parse_listen_address
 from cudaprobe.output.table import make_console
 from cudaprobe.probe.plan import select_functions
 from cudaprobe.sessions.duty import DutyCycle, parse_duty
-from cudaprobe.sessions.gputime import check_gpu_time
 from cudaprobe.sessions.probing import ProbeRequest, Probing
 from cudaprobe.sessions.trace import SessionOptions, TraceSession
 from cudaprobe.targets.jobs import KUBELET_LOGS, Jobs
@@ -32,7 +31,8 @@ from cudaprobe.targets.jobs import KUBELET_LOGS, Jobs
                    "unless given (0.0.0.0 for every IPv4 address, [::] for every address).")
 @click.option("--gpu-time", is_flag=True,
               help="Also a histogram of each kernel's GPU time, through CUPTI; with "
-                   "--pid/--comm the library is injected into the running process "
+                   "--pid/--comm, and on a node (no target), the library is put into each "
+                   "running process, and those it cannot go into are counted by reason "
                    "(docs/gputime.md).")
 @click.option("--kubelet-logs", metavar="DIR", default=KUBELET_LOGS,
               help="Where the kubelet keeps its pods/ and containers/ log directories: "
@@ -67,6 +67,7 @@ def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, kubelet_logs, du
       sudo cudaprobe serve --prometheus 0.0.0.0:9464 --api driver --duty 2%
       sudo cudaprobe serve --prometheus :9464 --comm python3 -e memory,transfer,kernel
       sudo cudaprobe serve --prometheus :9464 --gpu-time -- python train.py
+      sudo cudaprobe serve --prometheus 0.0.0.0:9464 --gpu-time
       sudo cudaprobe serve --otlp http://collector:4318 --otlp-slow 1ms
     """
     address = parse_listen_address(prometheus_at) if prometheus_at else None
@@ -74,8 +75,6 @@ def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, kubelet_logs, du
     if address is None and otlp is None and not probe.dump_bpf:
         raise UsageError("serve needs somewhere to serve: --prometheus [ADDR:]PORT "
                          "or --otlp ENDPOINT")
-    if gpu_time:
-        check_gpu_time(list(probe.command), probe.pids, probe.comm)
     command = list(probe.command)
     fraction = parse_duty(duty)
     if fraction < 1:
@@ -88,6 +87,8 @@ def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, kubelet_logs, du
     def session(probing: Probing) -> int:
         jobs = Jobs(kubelet_logs)
         metrics = CallMetrics(jobs=jobs)
+        if gpu_time and not command:  # into running processes (a node's too): outcomes counted
+            metrics.gpu_injection()
         cycle = DutyCycle(fraction, duty_period, metrics) if fraction < 1 else None
         with MetricsServer(metrics, *address) if address else contextlib.nullcontext() as server:
             notify = probing.begin("counting")
@@ -109,6 +110,8 @@ def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, kubelet_logs, du
                                      targets=probing.targets, notify=notify,
                                      on_counters=metrics.set_lost, gpu_time=gpu_time,
                                      on_gpu_work=metrics.add_gpu, on_process=jobs.refresh,
+                                     on_gpu_recording=metrics.gpu_recording,
+                                     on_gpu_refused=metrics.gpu_refused,
                                      on_started=cycle.start if cycle is not None else None)
             try:
                 return TraceSession(probing.plan, probing.settings, sink,

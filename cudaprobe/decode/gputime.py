@@ -186,6 +186,13 @@ class GpuReader:
         """The records of process `pid` in our descriptor `fd` (kept open by the caller)."""
         self._files.setdefault(f"fd:{fd}", _File(pid, fd=fd))
 
+    def remove_file(self, fd: int) -> None:
+        """The file of add_file(fd) read no more (its process gone, its records read)."""
+        f = self._files.pop(f"fd:{fd}", None)
+        if f is not None:
+            self.statuses.pop(f.pid, None)
+            self.cupti_clock.discard(f.pid)
+
     def offset(self, fd: int) -> int:
         """How far the file of add_file(fd) has been read (its records before are done with)."""
         f = self._files.get(f"fd:{fd}")

@@ -52,6 +52,8 @@ COUNTERS = (
      ("cuda.api",)),
     ("cudaprobe.events.lost", "{event}", "Events lost, by cause, as the summary counts them",
      "lost", ("cudaprobe.loss.cause",)),
+    ("cudaprobe.gpu_time.refusals", "{process}", "Processes the GPU-time library could not "
+     "go into, by reason", "gpu_time_refusals", ("cudaprobe.gpu_time.reason",)),
 )
 
 
@@ -78,6 +80,10 @@ def metrics_data(snapshot: Snapshot, resource: Resource, start_ns: int,
     if latency:
         metrics.append(Metric("cuda.api.duration", "Duration of CUDA API calls", "s",
                               Histogram(latency, CUMULATIVE)))
+    if snapshot.gpu_time_processes is not None:  # serve --gpu-time into running processes
+        n = NumberDataPoint({}, start_ns, now_ns, snapshot.gpu_time_processes)
+        metrics.append(Metric("cudaprobe.gpu_time.processes", "Processes the GPU-time library "
+                              "was put in", "{process}", Sum([n], CUMULATIVE, True)))
     if snapshot.sampling_ratio < 1:  # serve --duty: the counts above are estimates
         ratio = NumberDataPoint({}, start_ns, now_ns, snapshot.sampling_ratio)
         metrics.append(Metric("cudaprobe.sampling.ratio", "The fraction of the time the probes "

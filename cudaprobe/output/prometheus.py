@@ -147,6 +147,20 @@ class CallCollector:
         for labels, n in sorted(snap.kernel_launches.items()):
             launches.add_metric(labels, n)
         yield launches
+        if snap.gpu_time_processes is not None:  # serve --gpu-time into running processes
+            recording = CounterMetricFamily(
+                "cudaprobe_gpu_time_processes", "Processes the GPU-time library was put in "
+                "(serve --gpu-time with --pid, --comm or on a node).")
+            recording.add_metric([], snap.gpu_time_processes)
+            yield recording
+            refusals = CounterMetricFamily(
+                "cudaprobe_gpu_time_refusals", "Processes the GPU-time library could not go "
+                "into, by reason (docs/gputime.md): exited, ptrace_denied, traced, stopped, "
+                "seccomp, no_cuda, other_cudaprobe, cupti, no_cuda_call, c_library, other.",
+                labels=["reason"])
+            for reason, n in sorted(snap.gpu_time_refusals.items()):
+                refusals.add_metric([reason], n)
+            yield refusals
         sampling = GaugeMetricFamily(
             "cudaprobe_sampling_ratio", "The fraction of the time the probes are on (serve "
             "--duty; 1: every call counted): the counts are what was seen over it.")

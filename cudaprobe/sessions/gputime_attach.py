@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import errno
 import os
+import queue
 import struct
 import threading
 import time
@@ -25,10 +26,13 @@ from cudaprobe.sessions.gputime_control import quoted, read_control
 from cudaprobe.sessions.gputime_inject import Injector
 from cudaprobe.targets.cupti import build_library, cupti_source_dir
 from cudaprobe.targets.inject import ProcessMemory, mappings, read_layout, stub_code
+from cudaprobe.targets.injectable import OPTED_OUT, opted_out, refusal_reason
+from cudaprobe.targets.jobs import MAX_ENVIRON, read_proc
 from cudaprobe.targets.openfile import OpenedFile
 from cudaprobe.targets.pidfd import HeldProcess, take_memfd
 
 HEARTBEAT_S = 0.5
+SWEEP_S = 60.0
 STOP_WAIT_S = 10.0  # for the library to flush and stop
 CHILD_WAIT_S = 35.0  # for an injection into a later process under way at the end
 RECORDS_NAME = "/memfd:cudaprobe-gpu-records (deleted)"
@@ -69,6 +73,10 @@ def say_outcome(reader: GpuReader, notify: Callable[[str], None], nothing: str
     return reader.work
 
 
+MAX_SAID = 5  # serve on a node: the lines said of each reason, the rest only counted
+NODE_WORKERS = 4  # serve on a node: processes given the library at once
+
+
 @dataclass
 class Injected:
     pid: int
@@ -102,6 +110,15 @@ class GpuTimeAttach:
         self._began: dict[int, float] = {}  # pid -> when putting the library in began
         self._workers: dict[int, threading.Thread] = {}
         self.libraries: Callable[[], list[OpenedFile]] = list  # the probed CUDA libraries
+        # told of each process that got no GPU time, with why (serve: counted by reason);
+        # and of each the library records in
+        self.on_refused: Callable[[int, str], None] | None = None
+        self.on_recording: Callable[[int], None] | None = None
+        self._next_sweep = 0.0  # serve: when what is kept of processes gone is next pruned
+        self._said: dict[str, int] = {}  # reason -> lines said (found(): at most MAX_SAID)
+        # serve on a node (found()): processes waiting for the library, and its workers
+        self._found: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._node_workers: list[threading.Thread] = []
         self.program: SafePointProgram | None = None
         if self.library is None:
             notify(f"no GPU time: {why}")
@@ -128,18 +145,68 @@ class GpuTimeAttach:
         self._began[pid] = time.monotonic()
         with self._lock:  # not again at its next open of a CUDA library (held)
             self._joined.add((pid, image))
-        try:
-            why = self._attach(pid)
-        except ProcessLookupError:
-            why = "it has exited"
-        except OSError as e:  # ESRCH from ptrace or /proc: it was killed meanwhile
-            why = "it has exited" if e.errno == errno.ESRCH else str(e)
-        except CudaprobeError as e:
-            why = str(e)
-        except Exception as e:  # noqa: BLE001 - bcc raises bare Exception: one line, trace on
-            why = f"the safe-point probes failed: {str(e).splitlines()[0]}"
+        why = self._attach_quietly(pid)
         if why:
-            self.notify(f"no GPU time for pid {pid}: {why}")
+            self._refused(pid, why)
+
+    def _refused(self, pid: int, why: str, quiet: bool = False) -> None:
+        """No GPU time for `pid`: said (`quiet`: past MAX_SAID lines of its reason,
+        only counted) and told."""
+        if self.on_refused is not None:
+            self.on_refused(pid, why)
+        if quiet:
+            reason = refusal_reason(why)
+            said = self._said[reason] = self._said.get(reason, 0) + 1
+            if said > MAX_SAID:
+                return
+            if said == MAX_SAID:
+                why += (" (more such processes are counted in "
+                        "cudaprobe_gpu_time_refusals_total, not said)")
+        self.notify(f"no GPU time for pid {pid}: {why}")
+
+    def found(self, pid: int) -> None:
+        """serve on a node: a process seen making CUDA calls, running on already.
+        The library goes in as with --pid, on one of NODE_WORKERS threads, once
+        for each program image; a process it cannot go into is counted by its
+        reason, and said for the first MAX_SAID of each."""
+        if self.reader is None or self._stopping.is_set() or pid == os.getpid():
+            return
+        image = _image(pid)
+        with self._lock:
+            if image is None or (pid, image) in self._joined:
+                return
+            self._joined.add((pid, image))
+            if len(self._node_workers) < NODE_WORKERS:
+                worker = threading.Thread(target=self._node_worker, daemon=True,
+                                          name="cudaprobe-gputime-node")
+                self._node_workers.append(worker)
+                worker.start()
+        self._found.put(pid)
+
+    def _node_worker(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                pid = self._found.get(timeout=HEARTBEAT_S)
+            except queue.Empty:
+                continue
+            self._began[pid] = time.monotonic()
+            environ, = read_proc(pid, ("environ", MAX_ENVIRON))
+            why = OPTED_OUT if opted_out(environ) else self._attach_quietly(pid)
+            if why:
+                self._refused(pid, why, quiet=True)
+
+    def _attach_quietly(self, pid: int) -> str:
+        """The library into a running process: why not, or ""."""
+        try:
+            return self._attach(pid)
+        except ProcessLookupError:
+            return "it has exited"
+        except OSError as e:  # ESRCH from ptrace or /proc: it was killed meanwhile
+            return "it has exited" if e.errno == errno.ESRCH else str(e)
+        except CudaprobeError as e:
+            return str(e)
+        except Exception as e:  # noqa: BLE001 - bcc raises bare Exception: one line, trace on
+            return f"the safe-point probes failed: {str(e).splitlines()[0]}"
 
     def held(self, pid: int) -> Callable[[Callable[[], None]], None] | None:
         """For the open gate (probe/opengate.py), a process of the traced tree
@@ -198,7 +265,7 @@ class GpuTimeAttach:
             if not any(i.process is process for i in self._done):
                 process.close()
         if why and why != "it has exited":
-            self.notify(f"no GPU time for pid {pid}: {why}")
+            self._refused(pid, why)
 
     def _attach(self, pid: int) -> str:
         try:
@@ -235,9 +302,11 @@ class GpuTimeAttach:
         if self._beats is None:
             self._beats = threading.Thread(target=self._heartbeat, daemon=True)
             self._beats.start()
-        took = time.monotonic() - self._began.get(pid, time.monotonic())
+        took = time.monotonic() - self._began.pop(pid, time.monotonic())
         self.notify(f"--gpu-time: the GPU-time library is recording in pid {pid} ({took:.2f} s "
                     "to put in)")
+        if self.on_recording is not None:
+            self.on_recording(pid)
         return ""
 
     def _heartbeat(self) -> None:
@@ -290,7 +359,7 @@ class GpuTimeAttach:
         if self._beats is not None:
             self._beats.join()
         with self._lock:
-            children = list(self._children)
+            children = self._children + self._node_workers
         deadline = time.monotonic() + CHILD_WAIT_S
         for child in children:  # an injection under way ends (a stub runs at most 30 s)
             child.join(max(0.0, deadline - time.monotonic()))
@@ -319,7 +388,27 @@ class GpuTimeAttach:
         with self._lock:
             new = self.reader.poll()
             self._free_read()
+            if not self.keep:
+                self._retire()
         return new
+
+    def _retire(self) -> None:
+        """serve, which keeps nothing: the processes that have exited since, their
+        records all read now, let go of (descriptors closed, nothing kept), and,
+        each SWEEP_S, what was kept of processes tried and gone. Under the lock."""
+        for i in [i for i in self._done if not i.process.alive()]:
+            self._done.remove(i)
+            self.reader.remove_file(i.records_fd)
+            os.close(i.records_fd)
+            i.mem.close()
+            i.process.close()
+            self._joined = {j for j in self._joined if j[0] != i.pid}
+        now = time.monotonic()
+        if now >= self._next_sweep:
+            self._next_sweep = now + SWEEP_S
+            self._joined = {j for j in self._joined if os.path.exists(f"/proc/{j[0]}")}
+            self._began = {p: t for p, t in self._began.items() if os.path.exists(f"/proc/{p}")}
+            self._workers = {p: t for p, t in self._workers.items() if t.is_alive()}
 
     def read(self) -> list[GpuWork]:
         """Recording stopped; every record read; what came of it said."""

@@ -168,7 +168,7 @@ class ProbeRun:
             # every probe in: each function traced from this instant (the Follower
             # starts it already, before it says it is attached)
             self.tracer.attacher.start()
-            if gpu is not None:
+            if gpu is not None and self.options.targets is not None:  # (a node's: as found)
                 gpu.attach_all(self.tracer.attacher.target_pids())
                 self._window_ns = time.monotonic_ns()
             if self._on_attached is not None:

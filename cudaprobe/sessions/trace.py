@@ -66,6 +66,10 @@ class SessionOptions(RunOptions):
     # unless on_gpu_work takes the GPU work as it comes (serve), rows going out as usual
     gpu_time: bool = False
     on_gpu_work: Callable[[list[GpuWork]], None] | None = None
+    # --gpu-time into running processes: told of each the library records in, and
+    # of each it could not go into, with why (serve: counted)
+    on_gpu_recording: Callable[[int], None] | None = None
+    on_gpu_refused: Callable[[int, str], None] | None = None
     # the live line on the terminal while rows go to a file or pipe
     status: StatusLine | None = None
 
@@ -137,7 +141,10 @@ class TraceSession:
             self._gpu = GpuTimeRows(self.options.notify, self.options.on_gpu_work,
                                     self.options.command)
             self.options.command_env = {**self.options.command_env, **self._gpu.env}
-            self.options.gpu_attach = self._gpu.attach
+            self.options.gpu_attach = attach = self._gpu.attach
+            if attach is not None:
+                attach.on_recording = self.options.on_gpu_recording
+                attach.on_refused = self.options.on_gpu_refused
         try:
             return self._run()
         finally:
@@ -213,12 +220,27 @@ class TraceSession:
         if self.options.output is not None:
             self.options.output.discard()
 
+    def _seeing(self) -> Callable[[int], None] | None:
+        """What hears of each process at its first event: see_process, and, for
+        --gpu-time on a node (no --pid, --comm or command: serve), the GPU-time
+        library, which goes into each process found (GpuTimeAttach.found)."""
+        see = self.options.see_process
+        gpu = self._gpu.attach if self._gpu is not None else None
+        if gpu is None or self.options.targets is not None or self.options.command:
+            return see
+
+        def both(pid: int) -> None:
+            if see is not None:
+                see(pid)
+            gpu.found(pid)
+        return both
+
     def _attached(self, run: ProbeRun) -> None:
         """The probes are in and the command not yet run: ready decoder and reporter."""
         self._t0 = run.t0_ns
         self._lifecycle = run
         self._records = RecordDecoder(self.plan.probes, self._t0, self.options.symbolize,
-                                      self.kernel_handles, self.options.see_process)
+                                      self.kernel_handles, self._seeing())
         if run.tracer.py is not None:  # --py-stacks: each call's stack joined as it is decoded
             self._records.py_stacks = PyStacks(run.tracer.py.layouts)
             run.tracer.ring.on_side = self._records.py_stacks.add

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from cudaprobe.errors import LibraryNotFound, ProcessGone
 from cudaprobe.targets.environment import status_field
 from cudaprobe.targets.inject import Mapping
+from cudaprobe.targets.jobs import environment
 from cudaprobe.targets.openfile import OpenedFile
 from cudaprobe.targets.procmaps import read_maps
 
@@ -120,3 +121,41 @@ def cuda_view(pid: int, maps: list[Mapping]) -> CudaView:
         if CUPTI.search(path) and not cupti:
             cupti = path
     return CudaView(list(libraries.values()), inside, cupti)
+
+
+# in a process's environment, not empty or 0: serve on a node puts no GPU-time
+# library into it (it will run torch.profiler, Nsight or another CUPTI client,
+# which find CUPTI taken once the library holds it)
+OPT_OUT = "CUDAPROBE_NO_GPU_TIME"
+OPTED_OUT = (f"its environment has {OPT_OUT} (a program that runs torch.profiler or another "
+             "CUPTI client, which would find CUPTI taken): it runs on untouched")
+
+
+def opted_out(environ: bytes) -> bool:
+    """Whether a process's environment block asks for no GPU-time library."""
+    return environment(environ).get(OPT_OUT.encode(), b"0") not in (b"", b"0")
+
+
+# why a process got no GPU time, as a bounded metric label (serve): the first
+# rule with a phrase in the line said
+REFUSAL_REASONS = (
+    ("opted_out", (OPT_OUT,)),
+    ("exited", ("it has exited", "it is a zombie")),
+    ("ptrace_denied", ("ptrace is disabled", "ptrace is not allowed")),
+    ("traced", ("already traced",)),
+    ("stopped", ("it is stopped",)),
+    ("seccomp", ("seccomp",)),
+    ("no_cuda", ("maps no CUDA library",)),
+    ("other_cudaprobe", ("another cudaprobe", "recording for cudaprobe")),
+    ("cupti", ("CUPTI", "libcupti")),
+    ("no_cuda_call", ("entered a CUDA call within", "define none of the calls")),
+    ("c_library", ("C library", "dlopen", "dlerror", "loader")),
+)
+
+
+def refusal_reason(why: str) -> str:
+    """The reason's label: one of REFUSAL_REASONS, or `other`."""
+    for reason, phrases in REFUSAL_REASONS:
+        if any(p in why for p in phrases):
+            return reason
+    return "other"

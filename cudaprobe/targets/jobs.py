@@ -114,14 +114,21 @@ def _number(value: bytes | None) -> int | None:
     return int(value) if value is not None and value.isdigit() and len(value) < 10 else None
 
 
-def launcher_rank(environ: bytes) -> tuple[int, int | None] | None:
-    """(rank, world size or None) from a process's environment block
-    (NUL-separated NAME=value), or None where no launcher set a rank."""
+def environment(environ: bytes) -> dict[bytes, bytes]:
+    """A process's environment block (NUL-separated NAME=value) as a dict: a
+    name given twice has its first value, as getenv() gives."""
     env: dict[bytes, bytes] = {}
-    for item in environ.split(b"\0"):  # a name given twice: its first value, as getenv's
+    for item in environ.split(b"\0"):
         name, sep, value = item.partition(b"=")
         if sep:
             env.setdefault(name, value)
+    return env
+
+
+def launcher_rank(environ: bytes) -> tuple[int, int | None] | None:
+    """(rank, world size or None) from a process's environment block
+    (NUL-separated NAME=value), or None where no launcher set a rank."""
+    env = environment(environ)
     for rank_name, size_name in LAUNCHER_VARIABLES:
         rank, size = _number(env.get(rank_name)), _number(env.get(size_name))
         if rank is not None and (size is None or rank < size):

@@ -18,9 +18,11 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from cudaprobe.sessions.gputime_attach import GpuTimeAttach
 from cudaprobe.targets import injectable
@@ -28,7 +30,8 @@ from cudaprobe.targets import injectable
 from ..conftest import HANG_S, REPO, build_workload
 from .conftest import build_cuda_workload, trace_jsonl
 from .running import Lines
-from .test_serve_prometheus import free_port
+from .test_per_process import private_copy
+from .test_serve_prometheus import free_port, stop
 
 pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
 
@@ -403,3 +406,75 @@ def test_a_target_that_execs_a_cuda_program_gets_the_library_in_its_new_image(
     assert "--gpu-time: 1 kernels, 0 copies, 0 memsets timed on the GPU" in said, said
     calls = [json.loads(x) for x in out.read_text().splitlines()][:-1]
     assert [(c["pid"], c["event"]) for c in calls] == [(shell.pid, "cudaGetDeviceCount")]
+
+
+def _serve_samples(url: str) -> dict[str, list]:
+    with urllib.request.urlopen(url, timeout=HANG_S) as r:
+        text = r.read().decode()
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+def _records_memfds(pid: int) -> int:
+    links = (readlink_if_there(fd) for fd in Path(f"/proc/{pid}/fd").iterdir())
+    return sum(1 for link in links if link and "cudaprobe-gpu-records" in link)
+
+
+def test_serve_on_a_node_puts_the_library_into_each_process_found_and_counts_refusals(
+        tmp_path, target_exe, fake_cupti, libcudart):
+    """serve --gpu-time with no target (a node's): each process found making
+    CUDA calls through the probed library gets the library, one running at
+    the start and one started later alike; one under a seccomp filter, and one
+    whose environment opts out, are refused, counted by their reasons; the
+    GPU time each wrote reaches the metrics, the last records of one that
+    exits too, and what was held for it is let go. Each program's output
+    and exit status are an untraced run's."""
+    library, env = private_copy(tmp_path, libcudart)
+    before = Target([str(target_exe), "1", "0"], env=env)
+    address = f"127.0.0.1:{free_port()}"
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "cudaprobe", "serve", "--prometheus", address, "--lib", library,
+         "-e", "cudaGetDeviceCount", "--gpu-time"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "CUDAPROBE_CUPTI": str(fake_cupti)})
+    err = Lines(serve.stderr)
+    url = f"http://{address}/metrics"
+    later = filtered = out = None
+    try:
+        err.wait_for(lambda s: "serving Prometheus metrics" in s, "serving", timeout=HANG_S)
+        later = Target([str(target_exe), "1", "0"], env=env)
+        filtered = Target([str(target_exe), "1", "0", "seccomp"], env=env)
+        out = Target([str(target_exe), "1", "0"], env={**env, "CUDAPROBE_NO_GPU_TIME": "1"})
+        for t in (before, later):
+            err.wait_for(lambda s, pid=t.pid: f"the GPU-time library is recording in pid {pid} "
+                         in s, f"recording in {t.pid}", timeout=HANG_S)
+        err.wait_for(lambda s: f"no GPU time for pid {filtered.pid}: " in s and "seccomp" in s,
+                     "the seccomp refusal", timeout=HANG_S)
+        err.wait_for(lambda s: f"no GPU time for pid {out.pid}: its environment has "
+                     "CUDAPROBE_NO_GPU_TIME" in s, "the opt-out", timeout=HANG_S)
+        samples = _serve_samples(url)
+        assert samples["cudaprobe_gpu_time_processes"][0].value == 2
+        refusals = {s.labels["reason"]: s.value for s in samples["cudaprobe_gpu_time_refusals"]
+                    if s.name.endswith("_total")}
+        assert refusals == {"seccomp": 1, "opted_out": 1}
+        assert filtered.loaded() == 0 and out.loaded() == 0
+        assert _records_memfds(serve.pid) == 2
+        assert before.finish() == (UNTRACED, 0)  # its library flushes as it exits
+        deadline = time.monotonic() + HANG_S
+        while True:  # read, then let go of
+            samples = _serve_samples(url)
+            kernels = [s for s in samples.get("cudaprobe_gpu_kernel_duration_seconds", [])
+                       if s.name.endswith("_count") and s.labels["kernel"] ==
+                       "fake_attached_kernel"]
+            if kernels and _records_memfds(serve.pid) == 1:
+                break
+            assert time.monotonic() < deadline, (kernels, err.text())
+            time.sleep(0.05)
+        assert kernels[0].value >= 1
+    finally:
+        for t in (later, filtered, out):
+            if t is not None:
+                assert t.finish() == (UNTRACED, 0)
+        if before.proc.poll() is None:
+            before.finish()
+        assert stop(serve) == 0, err.text()
+    assert "Traceback" not in err.text()

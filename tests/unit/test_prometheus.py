@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from opentelemetry.sdk.resources import Resource
 from prometheus_client.parser import text_string_to_metric_families
 
 from cudaprobe import __version__
@@ -17,12 +18,14 @@ from cudaprobe.analysis.metrics import LATENCY_BOUNDS_S, MAX_KERNELS, CallMetric
 from cudaprobe.decode.gputime import GpuWork
 from cudaprobe.errors import CudaprobeError, UsageError
 from cudaprobe.output import prometheus
+from cudaprobe.output.otlp_metrics import metrics_data
 from cudaprobe.output.prometheus import (
     CannotListen,
     MetricsServer,
     _prometheus_client,
     parse_listen_address,
 )
+from cudaprobe.targets.injectable import OPTED_OUT, opted_out, refusal_reason
 
 from ..conftest import HANG_S, cudaprobe_cmd
 from .test_metrics import call
@@ -223,3 +226,67 @@ def test_healthz_says_alive_while_starting_and_polling_and_not_once_the_loop_han
             urllib.request.urlopen(health, timeout=10)
         assert hung.value.code == 503
         assert b"the trace loop has not polled for" in hung.value.read()
+
+
+@pytest.mark.parametrize("why, reason", [
+    (OPTED_OUT, "opted_out"),
+    ("it has exited", "exited"),
+    ("it is a zombie", "exited"),
+    ("ptrace is disabled on this machine (Yama ptrace_scope is 3)", "ptrace_denied"),
+    ("ptrace is not allowed on it (Operation not permitted)", "ptrace_denied"),
+    ("it is already traced by pid 7 (a debugger, or another cudaprobe)", "traced"),
+    ("it is stopped (SIGSTOP, job control or a debugger): no thread of it can reach a "
+     "safe point", "stopped"),
+    ("its threads that make CUDA calls run under a seccomp filter, which ...", "seccomp"),
+    ("it maps no CUDA library (libcuda, libcudart)", "no_cuda"),
+    ("it holds the GPU-time library of another cudaprobe version: restart it", "other_cudaprobe"),
+    ("its GPU-time library is recording for cudaprobe pid 9 (or one killed less than 5 s ago)",
+     "other_cudaprobe"),
+    ('the GPU-time library in it said: "CUPTI refused activity recording (CUptiResult 39)"',
+     "cupti"),
+    ("no thread of it entered a CUDA call within 5 s (the safe point ...): it runs on untouched",
+     "no_cuda_call"),
+    ("its C library (/lib/libc.so.6) has no dlopen", "c_library"),
+    ('its loader refused the library: dlerror() said "x"', "c_library"),
+    ("the injection did not finish", "other"),
+])
+def test_each_refusal_of_the_gpu_time_library_has_a_reason_label(why, reason):
+    assert refusal_reason(why) == reason
+
+
+def test_gpu_time_outcomes_are_exported_only_where_the_library_goes_into_processes():
+    m = CallMetrics(alive=lambda pid: True)
+    got = scrape_once(m)
+    assert "cudaprobe_gpu_time_processes" not in got and "cudaprobe_gpu_time_refusals" not in got
+    m.gpu_injection()
+    assert samples(scrape_once(m)["cudaprobe_gpu_time_processes"],
+                   "cudaprobe_gpu_time_processes_total") == {(): 0}
+    m.gpu_recording(10)
+    m.gpu_recording(11)
+    m.gpu_refused(12, "it is already traced by pid 7 (a debugger, or another cudaprobe)")
+    m.gpu_refused(13, "it has exited")
+    m.gpu_refused(14, "it has exited")
+    got = scrape_once(m)
+    assert samples(got["cudaprobe_gpu_time_processes"],
+                   "cudaprobe_gpu_time_processes_total") == {(): 2}
+    assert samples(got["cudaprobe_gpu_time_refusals"], "cudaprobe_gpu_time_refusals_total") == {
+        (("reason", "exited"),): 2, (("reason", "traced"),): 1}
+    data = metrics_data(m.snapshot(now_ns=1), Resource({}), 1, 2)
+    by_name = {x.name: x for x in data.resource_metrics[0].scope_metrics[0].metrics}
+    assert by_name["cudaprobe.gpu_time.processes"].data.data_points[0].value == 2
+    assert {p.attributes["cudaprobe.gpu_time.reason"]: p.value
+            for p in by_name["cudaprobe.gpu_time.refusals"].data.data_points} == {
+        "exited": 2, "traced": 1}
+
+
+@pytest.mark.parametrize("environ, out", [
+    (b"HOME=/root\0CUDAPROBE_NO_GPU_TIME=1\0", True),
+    (b"CUDAPROBE_NO_GPU_TIME=yes", True),
+    (b"CUDAPROBE_NO_GPU_TIME=0\0", False),
+    (b"CUDAPROBE_NO_GPU_TIME=\0", False),
+    (b"CUDAPROBE_NO_GPU_TIME=0\0CUDAPROBE_NO_GPU_TIME=1\0", False),  # getenv's: the first
+    (b"XCUDAPROBE_NO_GPU_TIME=1\0CUDAPROBE_NO_GPU_TIME", False),
+    (b"", False),
+])
+def test_a_process_opts_out_of_the_gpu_time_library_by_its_environment(environ, out):
+    assert opted_out(environ) is out
