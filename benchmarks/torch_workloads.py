@@ -14,6 +14,12 @@ one process, one after the other, each with its line (--iters N: the count of
 the first; --iters-next M: of the others), so that a cost measurement pays
 Python's, CUDA's and the tracer's start-up once for all of them.
 
+With --stop FILE, the measured part ends at the first step's end after FILE
+exists (else after --seconds). With --log FILE, each measured step's end
+(time.monotonic()) and its seconds go to FILE, a line each, when the run
+ends: what a check that turns a tracer on and off beside one long run lines
+up with its windows (scripts/gpu/duty_cost.py).
+
 For `--pid` checks: with --ready FILE --go FILE --done FILE --quit FILE, it
 writes READY after the warm-up and waits for GO before the measured part,
 writes DONE after it and waits for QUIT before exiting, making no CUDA call
@@ -110,7 +116,7 @@ def main() -> None:
                    help="iterations of the second and later workloads (default: --iters)")
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--warmup", type=int, default=20)
-    for name in ("ready", "go", "done", "quit"):
+    for name in ("ready", "go", "done", "quit", "log", "stop"):
         p.add_argument(f"--{name}")
     a = p.parse_args()
     steps = [WORKLOADS[w]() for w in a.workload]
@@ -124,14 +130,19 @@ def main() -> None:
     snapshot("before")
     for i, (name, step) in enumerate(zip(a.workload, steps)):
         iters = a.iters_next if i and a.iters_next else a.iters
-        times = []
+        times, ends = [], []
         start = time.monotonic()
-        while (len(times) < iters) if iters else (time.monotonic() - start < a.seconds):
+        while ((len(times) < iters) if iters else (time.monotonic() - start < a.seconds)) \
+                and not (a.stop and os.path.exists(a.stop)):
             t = time.perf_counter()
             step()
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t)
+            ends.append(time.monotonic())
         seconds = time.monotonic() - start
+        if a.log:
+            with open(a.log, "a") as log:
+                log.writelines(f"{e:.6f} {t:.9f}\n" for e, t in zip(ends, times))
         print(json.dumps({"workload": name, "iterations": len(times),
                           "seconds": round(seconds, 3),
                           "ms_per_iter": round(statistics.median(times) * 1e3, 4),
