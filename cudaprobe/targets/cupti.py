@@ -109,12 +109,35 @@ def library_path() -> tuple[Path | None, str]:
     untrusted = unsafe_path(include) if os.geteuid() == 0 else ""
     if untrusted:  # its headers would be compiled into what root injects
         return None, f"the CUDA headers are not root's alone ({untrusted}): not built"
+    return cache_dir() / library_name(src), ""
+
+
+def library_name(src: Path) -> str:
+    """The library's file name: a digest of the sources it is built from."""
     digest = hashlib.sha256(b"".join((src / name).read_bytes() for name in SOURCES + HEADERS))
-    return cache_dir() / f"gputime-{digest.hexdigest()[:16]}.so", ""
+    return f"gputime-{digest.hexdigest()[:16]}.so"
+
+
+# beside the sources, where an image ships the library built with them
+# (scripts/build-image: the image has no CUDA headers and a read-only root)
+PREBUILT = "prebuilt"
+
+
+def shipped_library() -> Path | None:
+    """The library built with these sources when they were installed, intact
+    (as the cache's is checked), or None."""
+    src = cupti_source_dir()
+    if src is None:
+        return None
+    path = src / PREBUILT / library_name(src)
+    return path if cached_library_intact(path) else None
 
 
 def build_library() -> tuple[Path | None, str]:
-    """(the library, "") built or found in the cache, or (None, why not)."""
+    """(the library, "") shipped, or built or found in the cache, or (None, why not)."""
+    shipped = shipped_library()
+    if shipped is not None:
+        return shipped, ""
     out, why = library_path()
     if out is None:
         return None, why
@@ -124,6 +147,25 @@ def build_library() -> tuple[Path | None, str]:
     out = directory / out.name
     if cached_library_intact(out):
         return out, ""
+    return _build_in(directory, out)
+
+
+def build_shipped(package: Path) -> tuple[Path | None, str]:
+    """For an image (scripts/build-image): the library built with this
+    checkout's toolkit headers into `package`'s cupti/prebuilt/ (an installed
+    cudaprobe package, its sources the same as ours), where
+    shipped_library() finds it."""
+    out, why = library_path()
+    if out is None:
+        return None, why
+    directory = package / "cupti" / PREBUILT
+    directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+    return _build_in(directory, directory / out.name)
+
+
+def _build_in(directory: Path, out: Path) -> tuple[Path | None, str]:
+    """The library compiled into `out`, in the trusted `directory`, its digest
+    beside it; or (None, why not)."""
     try:
         # a new name made with O_EXCL, renamed into place when built: a second
         # cudaprobe building at once finds one or the other, never half of one.

@@ -4,7 +4,8 @@ seccomp profile (deploy/seccomp), a read-only root with its emptyDirs as
 tmpfs, no privilege escalation, the host's pid namespace, tracefs read-only
 and the host's library directories (here the stand-ins) read-only, against
 fleet_node running on the host (not in a container): doctor passes, `trace
---pid` records the host process's calls, serve's metrics are scraped.
+--pid` records the host process's calls, serve's metrics are scraped, and
+serve --gpu-time puts the image's GPU-time library into a host process.
 
 The image is built once for the module (the root file system is cached in
 /var/cache/cudaprobe/image: a machine's first build installs Debian's
@@ -30,7 +31,8 @@ import yaml
 
 from cudaprobe import __version__
 
-from ..conftest import REPO
+from ..conftest import REPO, build_workload
+from .conftest import build_cuda_workload
 from .fleet import build_fleet_stub, fleet_node
 from .memstub import build_memstub
 from .running import Lines
@@ -245,6 +247,63 @@ def test_serve_is_scraped(image, stubs):
         subprocess.run(["podman", "rm", "-f", name], capture_output=True, timeout=60)
         if serve.poll() is None:
             serve.kill()
+
+
+def test_serve_gpu_time_puts_the_image_s_library_into_a_host_process(
+        image, stubs, tmp_path, libcudart, libcuda):
+    """serve --gpu-time as the gpu-time component runs it: the GPU-time library
+    the image was built with (it has no CUDA headers to build one) goes into
+    a process on the host, which records through its own libcupti (here the
+    stand-in, preloaded: the host's path is not the container's); its
+    records are read across the namespaces, the kernel in the metrics once
+    it exits; its output and exit status are an untraced run's."""
+    exe = build_cuda_workload("inject_target.c", libcuda)
+    lib = tmp_path / "cudart"
+    lib.mkdir()
+    shutil.copy(libcudart, lib / "libcudart.so.13")  # the test's own: no other test's traps
+    cupti = tmp_path / "cupti" / "libcupti.so.13"
+    cupti.parent.mkdir()
+    shutil.copy(build_workload("fake_libcupti.c", "libcupti-fake.so",
+                               extra=["-shared", "-fPIC"]), cupti)
+    target = subprocess.Popen([str(exe), "1", "0"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "LD_LIBRARY_PATH": str(lib),
+                                   "LD_PRELOAD": str(cupti)})
+    assert target.stdout.readline().startswith("ready")
+    port = free_port()
+    name = f"cudaprobe-test-{secrets.token_hex(4)}"
+    serve = subprocess.Popen(
+        podman_run(stubs, "-v", f"{lib}:/host/cudart:ro", image, "serve", "--prometheus",
+                   f"127.0.0.1:{port}", "--lib", "/host/cudart/libcudart.so.13", "-e",
+                   "cudaGetDeviceCount", "--gpu-time", name=name),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    err = Lines(serve.stderr)
+    try:
+        err.wait_for(lambda s: f"the GPU-time library is recording in pid {target.pid} " in s,
+                     "recording", timeout=SLOW_S)
+        target.stdin.close()
+        assert target.stdout.read() == "malloc ok\ndlopen ok\ncuda ok\n"
+        assert target.wait(timeout=SLOW_S) == 0
+        kernel = ("cudaprobe_gpu_kernel_duration_seconds_count",
+                  (("kernel", "fake_attached_kernel"),))
+        deadline = time.monotonic() + SLOW_S
+        while True:  # its last records, flushed as it exits, read
+            samples = scrape(f"http://127.0.0.1:{port}/metrics")
+            if samples.get(kernel):
+                break
+            assert time.monotonic() < deadline, (samples, err.text())
+            time.sleep(0.25)
+        assert samples[("cudaprobe_gpu_time_processes_total", ())] == 1
+        assert subprocess.run(["podman", "stop", "-t", "60", name], capture_output=True,
+                              timeout=SLOW_S).returncode == 0
+        assert serve.wait(timeout=SLOW_S) == 0, err.text()
+    finally:
+        if target.poll() is None:
+            target.kill()
+        subprocess.run(["podman", "rm", "-f", name], capture_output=True, timeout=60)
+        if serve.poll() is None:
+            serve.kill()
+    assert "Traceback" not in err.text() and "no GPU time" not in err.text()
 
 
 REFUSALS = """

@@ -287,6 +287,21 @@ def test_the_duty_cycled_component_adds_duty_to_serve_and_nothing_else(tmp_path)
     DutyCycle.check(parse_duty(params["duty"]), params["duty_period"])  # a slice it takes
 
 
+def test_the_gpu_time_component_adds_gpu_time_to_serve_and_nothing_else(tmp_path):
+    ds = next(o for o in rendered(tmp_path, "components/gpu-time") if o["kind"] == "DaemonSet")
+    base = one("DaemonSet")
+    args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args == base["spec"]["template"]["spec"]["containers"][0]["args"] + ["--gpu-time"]
+    assert {k: v for k, v in ds.items() if k != "spec"} == {
+        k: v for k, v in base.items() if k != "spec"}
+    kubernetes_validate.validate(ds, VERSIONS[-1], strict=True)
+    params = serve_command.make_context("serve", args[1:]).params  # options serve knows
+    assert params["gpu_time"] is True
+    # ptrace, which putting the library in takes, is among the capabilities already
+    context = ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    assert "SYS_PTRACE" in context["capabilities"]["add"]
+
+
 @pytest.mark.parametrize("component, path", [
     ("components/gpu-operator", "/run/nvidia/driver/usr/lib/x86_64-linux-gnu"),
     ("components/cos", "/home/kubernetes/bin/nvidia/lib64")])

@@ -458,3 +458,23 @@ def test_work_of_calls_outside_the_traced_window_is_counted_apart():
     other = GpuWork(77, "kernel", 0, 1, 0, 1, 7, 99999, "k",
                     api=gputime.ApiCall(12, inside[500].ts_ns, inside[500].ts_ns + 10, "x"))
     assert gputime.join_work(inside, [other], {77}).unjoined == 1  # a thread not traced
+
+
+def test_a_library_shipped_with_the_sources_is_used_without_headers(monkeypatch, tmp_path):
+    """What scripts/build-image does (build_shipped into the installed
+    package), and what the image, which has no CUDA headers, then finds: the
+    library beside its sources, used only while its bytes are as built."""
+    if not (cuda_home() / "include" / "cupti.h").is_file():
+        pytest.skip("no CUPTI headers")
+    package = tmp_path / "cudaprobe"
+    shutil.copytree(cupti.cupti_source_dir(), package / "cupti")
+    built, why = cupti.build_shipped(package)
+    assert built is not None and built.parent == package / "cupti" / cupti.PREBUILT, why
+    monkeypatch.setattr(cupti, "cupti_source_dir", lambda: package / "cupti")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-toolkit"))  # as in the image
+    monkeypatch.setenv("CUDAPROBE_CACHE", str(tmp_path / "cache"))
+    assert cupti.build_library() == (built, "")
+    built.write_bytes(built.read_bytes()[:1000])  # not as built: not used, and none to build
+    assert cupti.shipped_library() is None
+    found, why = cupti.build_library()
+    assert found is None and "no CUPTI headers" in why
