@@ -155,8 +155,9 @@ class CallCollector:
             yield recording
             refusals = CounterMetricFamily(
                 "cudaprobe_gpu_time_refusals", "Processes the GPU-time library could not go "
-                "into, by reason (docs/gputime.md): exited, ptrace_denied, traced, stopped, "
-                "seccomp, no_cuda, other_cudaprobe, cupti, no_cuda_call, c_library, other.",
+                "into, by reason (docs/gputime.md): opted_out, exited, ptrace_denied, traced, "
+                "stopped, seccomp, no_cuda, other_cudaprobe, cupti, no_cuda_call, c_library, "
+                "busy, other.",
                 labels=["reason"])
             for reason, n in sorted(snap.gpu_time_refusals.items()):
                 refusals.add_metric([reason], n)

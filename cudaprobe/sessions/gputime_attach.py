@@ -75,6 +75,7 @@ def say_outcome(reader: GpuReader, notify: Callable[[str], None], nothing: str
 
 MAX_SAID = 5  # serve on a node: the lines said of each reason, the rest only counted
 NODE_WORKERS = 4  # serve on a node: processes given the library at once
+NODE_WAITING = 256  # serve on a node: processes waiting for it at most (the rest refused)
 
 
 @dataclass
@@ -117,7 +118,7 @@ class GpuTimeAttach:
         self._next_sweep = 0.0  # serve: when what is kept of processes gone is next pruned
         self._said: dict[str, int] = {}  # reason -> lines said (found(): at most MAX_SAID)
         # serve on a node (found()): processes waiting for the library, and its workers
-        self._found: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._found: queue.Queue[int] = queue.Queue(NODE_WAITING)
         self._node_workers: list[threading.Thread] = []
         self.program: SafePointProgram | None = None
         if self.library is None:
@@ -181,7 +182,11 @@ class GpuTimeAttach:
                                           name="cudaprobe-gputime-node")
                 self._node_workers.append(worker)
                 worker.start()
-        self._found.put(pid)
+        try:
+            self._found.put_nowait(pid)
+        except queue.Full:  # (a storm of CUDA processes: memory stays bounded)
+            self._refused(pid, f"{NODE_WAITING} processes are waiting for the GPU-time library "
+                          "already: it runs on untouched", quiet=True)
 
     def _node_worker(self) -> None:
         while not self._stopping.is_set():

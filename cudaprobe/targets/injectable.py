@@ -150,6 +150,7 @@ REFUSAL_REASONS = (
     ("cupti", ("CUPTI", "libcupti")),
     ("no_cuda_call", ("entered a CUDA call within", "define none of the calls")),
     ("c_library", ("C library", "dlopen", "dlerror", "loader")),
+    ("busy", ("processes are waiting for the GPU-time library",)),
 )
 
 

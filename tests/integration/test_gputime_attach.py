@@ -17,6 +17,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -478,3 +479,40 @@ def test_serve_on_a_node_puts_the_library_into_each_process_found_and_counts_ref
             before.finish()
         assert stop(serve) == 0, err.text()
     assert "Traceback" not in err.text()
+
+
+def test_on_a_node_the_processes_waiting_for_the_library_are_bounded(monkeypatch):
+    """A storm of CUDA processes cannot grow what serve keeps: past
+    NODE_WAITING waiting, a process is refused (busy), counted and said."""
+    from cudaprobe.sessions import gputime_attach  # noqa: PLC0415
+    monkeypatch.setattr(gputime_attach, "NODE_WORKERS", 1)
+    monkeypatch.setattr(gputime_attach, "NODE_WAITING", 1)
+    said, refused = [], []
+    attach = GpuTimeAttach(said.append, keep=False)
+    if attach.reader is None:
+        pytest.skip(said[0])
+    taken, go = threading.Event(), threading.Event()
+
+    def hold(pid: int) -> str:
+        taken.set()
+        go.wait(HANG_S)
+        return "it has exited"
+    monkeypatch.setattr(attach, "_attach_quietly", hold)
+    attach.on_refused = lambda pid, why: refused.append((pid, why))
+    procs = [subprocess.Popen(["sleep", "600"]) for _ in range(3)]
+    try:
+        attach.found(procs[0].pid)
+        assert taken.wait(HANG_S)  # the one worker holds it
+        attach.found(procs[1].pid)  # waits
+        attach.found(procs[2].pid)  # one too many
+        assert refused == [(procs[2].pid, "1 processes are waiting for the GPU-time library "
+                            "already: it runs on untouched")]
+        attach.found(procs[2].pid)  # tried once an image, refused or not
+        assert len(refused) == 1
+    finally:
+        go.set()
+        for p in procs:
+            p.kill()
+            p.wait()
+        attach.close()
+    assert any(f"no GPU time for pid {procs[2].pid}" in s for s in said)

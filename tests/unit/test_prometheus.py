@@ -248,6 +248,7 @@ def test_healthz_says_alive_while_starting_and_polling_and_not_once_the_loop_han
      "no_cuda_call"),
     ("its C library (/lib/libc.so.6) has no dlopen", "c_library"),
     ('its loader refused the library: dlerror() said "x"', "c_library"),
+    ("256 processes are waiting for the GPU-time library already: it runs on untouched", "busy"),
     ("the injection did not finish", "other"),
 ])
 def test_each_refusal_of_the_gpu_time_library_has_a_reason_label(why, reason):
