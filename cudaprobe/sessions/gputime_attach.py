@@ -26,7 +26,7 @@ from cudaprobe.sessions.gputime_control import quoted, read_control
 from cudaprobe.sessions.gputime_inject import Injector
 from cudaprobe.targets.cupti import build_library, cupti_source_dir
 from cudaprobe.targets.inject import ProcessMemory, mappings, read_layout, stub_code
-from cudaprobe.targets.injectable import OPTED_OUT, opted_out, refusal_reason
+from cudaprobe.targets.injectable import opted_out, refusal_reason
 from cudaprobe.targets.jobs import MAX_ENVIRON, read_proc
 from cudaprobe.targets.openfile import OpenedFile
 from cudaprobe.targets.pidfd import HeldProcess, take_memfd
@@ -195,8 +195,8 @@ class GpuTimeAttach:
             except queue.Empty:
                 continue
             self._began[pid] = time.monotonic()
-            environ, = read_proc(pid, ("environ", MAX_ENVIRON))
-            why = OPTED_OUT if opted_out(environ) else self._attach_quietly(pid)
+            environ, comm = read_proc(pid, ("environ", MAX_ENVIRON), ("comm", 64))
+            why = opted_out(environ, comm) or self._attach_quietly(pid)
             if why:
                 self._refused(pid, why, quiet=True)
 

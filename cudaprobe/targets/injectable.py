@@ -131,15 +131,28 @@ OPTED_OUT = (f"its environment has {OPT_OUT} (a program that runs torch.profiler
              "CUPTI client, which would find CUPTI taken): it runs on untouched")
 
 
-def opted_out(environ: bytes) -> bool:
-    """Whether a process's environment block asks for no GPU-time library."""
-    return environment(environ).get(OPT_OUT.encode(), b"0") not in (b"", b"0")
+# GPU tools that use CUPTI or the profiling counters themselves: serve on a
+# node puts no GPU-time library into them (DCGM's host engine and exporter,
+# Nsight Systems and Compute, nvidia-smi)
+GPU_TOOLS = frozenset((b"nv-hostengine", b"dcgm-exporter", b"dcgmi", b"nsys", b"ncu",
+                       b"nvidia-smi", b"nsys-launcher"))
+
+
+def opted_out(environ: bytes, comm: bytes = b"") -> str:
+    """Why a process is left without the GPU-time library on a node, from its
+    environment block and its name (/proc/PID/comm); "" if it is not."""
+    if comm.strip() in GPU_TOOLS:
+        return (f"it is {comm.strip().decode()}, a GPU tool that uses CUPTI or the GPU's "
+                "counters itself: it runs on untouched")
+    if environment(environ).get(OPT_OUT.encode(), b"0") not in (b"", b"0"):
+        return OPTED_OUT
+    return ""
 
 
 # why a process got no GPU time, as a bounded metric label (serve): the first
 # rule with a phrase in the line said
 REFUSAL_REASONS = (
-    ("opted_out", (OPT_OUT,)),
+    ("opted_out", (OPT_OUT, "a GPU tool that uses CUPTI")),
     ("exited", ("it has exited", "it is a zombie")),
     ("ptrace_denied", ("ptrace is disabled", "ptrace is not allowed")),
     ("traced", ("already traced",)),

@@ -290,4 +290,10 @@ def test_gpu_time_outcomes_are_exported_only_where_the_library_goes_into_process
     (b"", False),
 ])
 def test_a_process_opts_out_of_the_gpu_time_library_by_its_environment(environ, out):
-    assert opted_out(environ) is out
+    assert (opted_out(environ) == OPTED_OUT) is out and (opted_out(environ) == "") is not out
+
+
+def test_gpu_tools_are_left_without_the_gpu_time_library():
+    why = opted_out(b"", b"nv-hostengine\n")
+    assert why.startswith("it is nv-hostengine, a GPU tool") and refusal_reason(why) == "opted_out"
+    assert opted_out(b"", b"python3\n") == ""
