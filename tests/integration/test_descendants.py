@@ -48,7 +48,7 @@ def test_children_that_outlive_the_command_and_grandchildren_are_traced(tmp_path
     assert len(said) == 1 + 2 + 4  # the command, 2 children, 2 grandchildren each
     rows, summary = _rows(out)
     by_pid = Counter(r["pid"] for r in rows)
-    assert by_pid == {p["pid"]: p["calls"] for p in said}
+    assert by_pid == {p["pid"]: p["calls"] for p in said}, (summary, proc.stderr)
     first = {r["pid"]: r["args"]["size"] for r in reversed(rows)}
     assert first == {p["pid"]: p["size"] for p in said}
     assert summary["calls"] == len(rows) == 1 + 6 * 10 and summary["lost_total"] == 0
