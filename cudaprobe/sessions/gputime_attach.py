@@ -269,7 +269,10 @@ class GpuTimeAttach:
                 self._joined.add((pid, _image(pid)))
             if not any(i.process is process for i in self._done):
                 process.close()
-        if why and why != "it has exited":
+        if why == "it has exited":  # (counted, not said: a child's exit is said already)
+            if self.on_refused is not None:
+                self.on_refused(pid, why)
+        elif why:
             self._refused(pid, why)
 
     def _attach(self, pid: int) -> str:
