@@ -88,7 +88,18 @@ class OutputStream:
         raise NotImplementedError
 
     def write(self, text: str) -> int:
-        data = (text if self.shown is None else self.shown(text)).encode()
+        self._add((text if self.shown is None else self.shown(text)).encode())
+        return len(text)
+
+    def write_packed(self, packed: str) -> int:
+        """`packed`: UTF-8 bytes held as a str, a character each (pack()): the
+        bytes as they are, or on a terminal the text they spell, shown."""
+        if self.shown is not None:
+            return self.write(packed.encode("latin-1").decode())
+        self._add(packed.encode("latin-1"))
+        return len(packed)
+
+    def _add(self, data: bytes) -> None:
         lines = data.count(b"\n")  # the one count of these bytes' lines
         self.written += len(data)
         self.lines += lines
@@ -100,7 +111,6 @@ class OutputStream:
             self._pending_lines += lines
             if self._pending_bytes >= BUFFER:
                 self.flush()
-        return len(text)
 
     def flush(self) -> None:
         if not self._pending:

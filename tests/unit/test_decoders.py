@@ -19,6 +19,7 @@ from cudaprobe.decode.nesting import CallOrder
 from cudaprobe.decode.records import NAMED_KINDS, LaunchNames, ProbeDecoder, RecordDecoder
 from cudaprobe.output.chrome import ChromeReporter
 from cudaprobe.output.csv import CsvReporter, csv_row
+from cudaprobe.output.files import LazyOutputFile
 from cudaprobe.output.jsonl import JsonlReporter
 from cudaprobe.output.recordtext import compile_args_text
 from cudaprobe.probe.event import (
@@ -220,6 +221,29 @@ def test_csv_from_records_is_what_the_reporter_writes_of_calls():
     # what Python's csv module makes of the same rows (the fast path spells them itself)
     assert [tuple(map(str, r)) for r in csv.reader(io.StringIO(fast.getvalue()))][1:] == \
         [tuple("" if v is None else str(v) for v in csv_row(c)) for c in calls]
+
+
+def test_csv_rows_written_packed_to_a_file_are_the_utf8_of_the_rows(tmp_path):
+    """Rows go to a file as the UTF-8 bytes of what the reporter writes of the
+    calls (made packed, a byte a character: the comm here is not ASCII, and a
+    newline in a process's name stays in its quoted cell)."""
+    recs = [record(p.func_id, words, ret=ret, comm=comm) for p in EVERY_PROBE[:40]
+            for words, ret in (([1, 2, 3], 0), (SPECIAL, 35))
+            for comm in (b"tr\xc3\xa4in\"x", b"a\nb\xe2\x80\xa6")]
+    calls = RecordDecoder(EVERY_PROBE, T0, handles=KernelHandles()).calls(recs)
+    slow = io.StringIO()
+    reporter = CsvReporter(slow)
+    reporter.start()
+    reporter.calls(calls)
+    out = LazyOutputFile(str(tmp_path / "calls.csv"), force=True)
+    reporter = CsvReporter(out)
+    reporter.start()
+    decoder = RecordDecoder(EVERY_PROBE, T0, handles=KernelHandles())
+    for batch in (recs[:50], recs[50:]):
+        reporter.records(batch, decoder)
+    out.flush()
+    assert (tmp_path / "calls.csv").read_bytes() == slow.getvalue().encode()
+    assert out.lines == slow.getvalue().count("\n")
 
 
 def test_csv_rows_of_a_ranked_process_from_records_are_what_the_csv_module_writes():
