@@ -28,6 +28,9 @@ class CsvReporter(Reporter):
     def __init__(self, stream: TextIO, gpu_time: bool = False, py_stacks: bool = False) -> None:
         super().__init__(stream, gpu_time, py_stacks)
         self._comms: dict[bytes, str] = {}  # the kernel's comm -> its text
+        # a cell made so far holds a line break (a process's name, a string it gave):
+        # its rows' lines are then counted, not taken to be one a row
+        self._multiline = False
 
     def start(self) -> None:
         self._writer = csv.writer(self.stream)
@@ -41,10 +44,11 @@ class CsvReporter(Reporter):
         """Rows made packed (pack(): a row with a character past ASCII, `…` in
         DETAILS, is then one byte a character, not two: made, joined and written
         out at about twice the speed), written as their UTF-8 bytes."""
-        packed = "".join(decoder.decode(records, self, nesting))
+        rows = decoder.decode(records, self, nesting)
+        packed = "".join(rows)
         write = getattr(self.stream, "write_packed", None)
-        if write is not None:
-            write(packed)
+        if write is not None:  # a line a row, unless a cell made so far holds a line break
+            write(packed, None if self._multiline else len(rows))
         else:  # a text stream of another kind
             self.stream.write(packed.encode("latin-1").decode())
 
@@ -67,7 +71,7 @@ class CsvReporter(Reporter):
             text = comms.get(raw)
             if text is None:
                 text = comms[raw] = comm_text(raw)
-            whos[key] = cells = pack(f",{pid},{tid},{cell(text)}{middle}")
+            whos[key] = cells = self._cells(f",{pid},{tid},{cell(text)}{middle}")
             return cells
 
         def result_text(ret: int) -> str:
@@ -77,7 +81,7 @@ class CsvReporter(Reporter):
         def args_text(pair: tuple[str, str]) -> str:
             if len(arg_cells) >= MEMO_MAX:
                 arg_cells.clear()
-            arg_cells[pair] = cells = pack(f"{cell(pair[0])},{cell(pair[1])}")
+            arg_cells[pair] = cells = self._cells(f"{cell(pair[0])},{cell(pair[1])}")
             return cells
 
         def rank_text(pid: int) -> str:  # learnt at any time: not remembered
@@ -97,10 +101,16 @@ class CsvReporter(Reporter):
         return row
 
     def row_of_call(self, call: Call) -> str:
-        return pack(csv_line(csv_row(call)))
+        return self._cells(csv_line(csv_row(call))[:-2]) + "\r\n"
 
     def with_py_stack(self, row: str, stack: PyStack) -> str:
-        return row[:-2] + pack("," + ",".join(map(cell, py_stack_cells(stack)))) + "\r\n"
+        return row[:-2] + self._cells("," + ",".join(map(cell, py_stack_cells(stack)))) + "\r\n"
+
+    def _cells(self, text: str) -> str:
+        """Cells of a row, packed; a line break in them remembered (_multiline)."""
+        if "\n" in text:
+            self._multiline = True
+        return pack(text)
 
 
 def pack(text: str) -> str:

@@ -91,16 +91,18 @@ class OutputStream:
         self._add((text if self.shown is None else self.shown(text)).encode())
         return len(text)
 
-    def write_packed(self, packed: str) -> int:
+    def write_packed(self, packed: str, lines: int | None = None) -> int:
         """`packed`: UTF-8 bytes held as a str, a character each (pack()): the
-        bytes as they are, or on a terminal the text they spell, shown."""
+        bytes as they are, or on a terminal the text they spell, shown.
+        `lines`: how many line breaks it holds, where the caller knows."""
         if self.shown is not None:
             return self.write(packed.encode("latin-1").decode())
-        self._add(packed.encode("latin-1"))
+        self._add(packed.encode("latin-1"), lines)
         return len(packed)
 
-    def _add(self, data: bytes) -> None:
-        lines = data.count(b"\n")  # the one count of these bytes' lines
+    def _add(self, data: bytes, lines: int | None = None) -> None:
+        if lines is None:
+            lines = data.count(b"\n")  # the one count of these bytes' lines
         self.written += len(data)
         self.lines += lines
         if self.failure is not None:

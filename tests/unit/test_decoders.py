@@ -27,6 +27,7 @@ from cudaprobe.probe.event import (
     MAX_OUTS,
     MAX_SLOTS,
     MAX_WORDS,
+    R_COMM,
     R_WORDS,
     RECORD_STRUCTS,
     from_record,
@@ -243,7 +244,15 @@ def test_csv_rows_written_packed_to_a_file_are_the_utf8_of_the_rows(tmp_path):
         reporter.records(batch, decoder)
     out.flush()
     assert (tmp_path / "calls.csv").read_bytes() == slow.getvalue().encode()
-    assert out.lines == slow.getvalue().count("\n")
+    assert out.lines == slow.getvalue().count("\n")  # counted: a name holds a line break
+    plain = [r for r in recs if r[R_COMM].startswith(b"tr")]  # a line a row, taken as such
+    out = LazyOutputFile(str(tmp_path / "plain.csv"), force=True)
+    reporter = CsvReporter(out)
+    reporter.start()
+    reporter.records(plain, RecordDecoder(EVERY_PROBE, T0, handles=KernelHandles()))
+    out.flush()
+    text = (tmp_path / "plain.csv").read_bytes()
+    assert out.lines == text.count(b"\n") == 1 + len(plain)
 
 
 def test_csv_rows_of_a_ranked_process_from_records_are_what_the_csv_module_writes():
