@@ -91,6 +91,13 @@ class OutputStream:
         self._add((text if self.shown is None else self.shown(text)).encode())
         return len(text)
 
+    def write_lines(self, text: str, lines: int) -> int:
+        """`text` of `lines` lines exactly (rows a line each): not counted again."""
+        if self.shown is not None:
+            return self.write(text)
+        self._add(text.encode(), lines)
+        return len(text)
+
     def write_packed(self, packed: str, lines: int | None = None) -> int:
         """`packed`: UTF-8 bytes held as a str, a character each (pack()): the
         bytes as they are, or on a terminal the text they spell, shown.

@@ -224,6 +224,20 @@ def test_csv_from_records_is_what_the_reporter_writes_of_calls():
         [tuple("" if v is None else str(v) for v in csv_row(c)) for c in calls]
 
 
+def test_jsonl_rows_to_a_file_are_a_line_each_whatever_a_name_holds(tmp_path):
+    """Rows go to a file taken to be a line each, not counted: JSON escapes a
+    line break a process's name holds, so the count given is the file's."""
+    recs = [record(p.func_id, [1, 2, 3], ret=0, comm=comm) for p in EVERY_PROBE[:40]
+            for comm in (b"tr\xc3\xa4in\"x", b"a\nb\xe2\x80\xa6")]
+    calls = RecordDecoder(EVERY_PROBE, T0, handles=KernelHandles()).calls(recs)
+    out = LazyOutputFile(str(tmp_path / "calls.jsonl"), force=True)
+    JsonlReporter(out).records(recs, RecordDecoder(EVERY_PROBE, T0, handles=KernelHandles()))
+    out.flush()
+    text = (tmp_path / "calls.jsonl").read_bytes()
+    assert text == "".join(dumps(c) + "\n" for c in calls).encode()
+    assert out.lines == text.count(b"\n") == len(recs)
+
+
 def test_csv_rows_written_packed_to_a_file_are_the_utf8_of_the_rows(tmp_path):
     """Rows go to a file as the UTF-8 bytes of what the reporter writes of the
     calls (made packed, a byte a character: the comm here is not ASCII, and a
