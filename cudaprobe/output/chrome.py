@@ -73,6 +73,9 @@ class ChromeReporter(Reporter):
 
     def start(self) -> None:
         self._sep = ""
+        # events written after the first: each after a line break (",\n"), the only
+        # ones its JSON holds (records() gives the count with its rows)
+        self._breaks = 0
         self._origin: int | None = None  # CLOCK_MONOTONIC ns at attach, from the first call
         self._processes: dict[int, int | None] = {}  # pid -> the rank its name says
         self._threads: set[tuple[int, int]] = set()
@@ -87,6 +90,7 @@ class ChromeReporter(Reporter):
 
     def _emit(self, out: list[str], event: dict[str, Any]) -> None:
         out.append(self._sep + _encode(event))
+        self._breaks += self._sep != ""
         self._sep = ",\n"
 
     def calls(self, calls: list[Call]) -> None:
@@ -103,9 +107,14 @@ class ChromeReporter(Reporter):
         if decoder.py_stacks is not None:
             super().records(records, decoder, nesting)
             return
+        breaks = self._breaks
         text = "".join(decoder.decode(records, self, nesting))
         if text:
-            self.stream.write(text)
+            write = getattr(self.stream, "write_lines", None)
+            if write is not None:  # its line breaks, counted as its events were made
+                write(text, self._breaks - breaks)
+            else:
+                self.stream.write(text)
 
     def row_maker(self, probe: ProbeDecoder, t0_ns: int, ranks: Ranks) -> RowMaker:
         """The probe's record -> the text calls() writes of its Call (its track's
@@ -131,6 +140,7 @@ class ChromeReporter(Reporter):
                 head = "".join(names)
             text = head + self._sep + self._slice_text(parts_of(rec), cat, ts, duration, pid,
                                                        tid)
+            self._breaks += self._sep != ""
             self._sep = ",\n"
             if depth == 0:
                 self._top(tid, ts, name_of, api)
@@ -212,6 +222,7 @@ class ChromeReporter(Reporter):
             self._emit(out, self._slice(c))
         else:
             out.append(self._sep + text)
+            self._breaks += self._sep != ""
             self._sep = ",\n"
         if c.gpu is not None:
             self._gpu_slices(out, c)
@@ -337,6 +348,7 @@ class ChromeReporter(Reporter):
             out.append(f'{self._sep}{{"name":{name},"cat":"{FLOW_CATEGORY}","ph":"{ph}",'
                        f'"id":{flow_id},"ts":{_us(ns - self._origin)!r},"pid":{pid},'
                        f'"tid":{tid}}}')
+            self._breaks += self._sep != ""
             self._sep = ",\n"
 
     def finish(self, summary: Summary) -> None:

@@ -19,7 +19,7 @@ from cudaprobe.decode.nesting import CallOrder
 from cudaprobe.decode.records import NAMED_KINDS, LaunchNames, ProbeDecoder, RecordDecoder
 from cudaprobe.output.chrome import ChromeReporter
 from cudaprobe.output.csv import CsvReporter, csv_row
-from cudaprobe.output.files import LazyOutputFile
+from cudaprobe.output.files import LazyOutputFile, OutputStream
 from cudaprobe.output.jsonl import JsonlReporter
 from cudaprobe.output.recordtext import compile_args_text
 from cudaprobe.probe.event import (
@@ -418,6 +418,19 @@ def test_driver_launches_from_records_are_named_by_the_handles_as_they_are_now()
     assert rows[0]["args"]["gridDim"] == [4, 1, 1] and rows[0]["args"]["blockDim"] == [256, 1, 1]
 
 
+class Collected(OutputStream):
+    """An output stream that keeps what it sends, and the lines it was told of."""
+
+    def __init__(self) -> None:
+        super().__init__("memory")
+        self.data = bytearray()
+        self.counted = 0
+
+    def _send(self, data: bytes, lines: int) -> None:
+        self.data += data
+        self.counted += lines
+
+
 def timed(func_id: int, words: list[int], start_ns: int, dur_ns: int, tid: int, pid: int = 7,
           ret: int = 0) -> tuple:
     """record(), at a time and on a thread of its own."""
@@ -461,7 +474,7 @@ def test_chrome_from_records_is_what_it_writes_of_the_calls(steps, ranked):
         if ranked:
             handles.ranks.communicator(8, 1, 2)
         decoder = RecordDecoder(EVERY_PROBE, T0, handles=handles)
-        out = io.StringIO()
+        out = Collected() if from_records else io.StringIO()
         reporter = ChromeReporter(out)
         reporter.start()
         half = len(ordered) // 2  # two batches: what the reporter keeps between them
@@ -470,6 +483,9 @@ def test_chrome_from_records_is_what_it_writes_of_the_calls(steps, ranked):
                 reporter.records(ordered[a:b], decoder, marks[a:b])
             else:
                 reporter.calls(decoder.calls(ordered[a:b], marks[a:b]))
-        outs.append(out.getvalue())
+        if from_records:  # its line breaks given as its events were made, not counted
+            out.flush()
+            assert out.counted == out.data.count(b"\n")
+        outs.append(out.data.decode() if from_records else out.getvalue())
     assert outs[0] == outs[1]
     assert json.loads(outs[0] + "\n]")
