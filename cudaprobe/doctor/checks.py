@@ -20,7 +20,7 @@ from cudaprobe.catalogue.count import count_text
 from cudaprobe.catalogue.functions import APIS, FUNCTIONS
 from cudaprobe.errors import CudaprobeError
 from cudaprobe.probe import bpfprog, sweep, uprobe_multi
-from cudaprobe.targets import environment
+from cudaprobe.targets import cupti, environment, injectable
 from cudaprobe.targets.elfsyms import read_symbols
 from cudaprobe.targets.libs import api_of, discover_libraries, resolve_lib_arg
 
@@ -171,6 +171,51 @@ def check_bpftrace() -> Check:
     return Check("bpftrace", OK, f"{out or 'unknown version'} ({path})")
 
 
+def check_gpu_time() -> Check:
+    """--gpu-time: its library (shipped with cudaprobe, cached, or to be built
+    from the CUDA headers), a libcupti to record through, and ptrace for the
+    processes it is put into while they run. Never a failure: tracing works
+    without GPU time."""
+    library, why = gpu_time_library()
+    libcupti = cupti.cupti_library()
+    details = {"library": library or "", "why_not": why, "libcupti": libcupti}
+    scope = _yama_scope()
+    said = [library or f"no library: {why}",
+            f"libcupti {libcupti}" if libcupti else "no libcupti of the toolkit (a process's own "
+            "is used where it maps one: PyTorch does)"]
+    if scope == "3":
+        said.append("ptrace disabled (Yama ptrace_scope 3): not into running processes")
+        return Check("GPU time", WARN, "; ".join(said), "set kernel.yama.ptrace_scope below 3 "
+                     "(--pid, --comm and serve on a node put the library in with ptrace)",
+                     details)
+    if library is None:
+        return Check("GPU time", WARN, "; ".join(said), "install the CUDA toolkit's headers "
+                     "(CUDA_HOME/include/cupti.h), or use an image built with them", details)
+    return Check("GPU time", OK, "; ".join(said), details=details)
+
+
+def gpu_time_library() -> tuple[str | None, str]:
+    """Where --gpu-time's library is, or will be built at its first use; or
+    (None, why not). Nothing is built here."""
+    shipped = cupti.shipped_library()
+    if shipped is not None:
+        return f"shipped with cudaprobe ({shipped})", ""
+    path, why = cupti.library_path()
+    if path is None:
+        return None, why
+    if cupti.cached_library_intact(path):
+        return f"built ({path})", ""
+    return f"to be built at its first use, into {path.parent}", ""
+
+
+def _yama_scope() -> str:
+    try:
+        with open(injectable.YAMA) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def check_attach_mode() -> Check:
     mode = bpfprog.default_attach()
     forced = os.environ.get("CUDAPROBE_ATTACH") in bpfprog.ATTACH_MODES
@@ -278,7 +323,7 @@ def run_checks(libs: list[str] | None = None) -> list[Check]:
     return [check_privileges(), check_kernel(), check_kernel_config(), check_btf(),
             check_tracefs(), check_headers(), check_bcc(), check_bpftrace(),
             check_attach_mode(), check_pid_namespace(), check_uretprobe_seccomp(),
-            *check_cuda(libs)]
+            check_gpu_time(), *check_cuda(libs)]
 
 
 def tracing_works(checks: list[Check]) -> bool:

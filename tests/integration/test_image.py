@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from cudaprobe import __version__
+from cudaprobe.targets.cupti import cuda_home
 
 from ..conftest import REPO, build_workload
 from .conftest import build_cuda_workload
@@ -165,6 +166,8 @@ def test_doctor_passes(image, stubs):
     # Debian's headers in the image, whatever the host's kernel
     assert "/usr/src/linux-headers-" in checks["kernel headers"]["found"]
     assert checks["CUDA library"]["status"] == "ok", checks["CUDA library"]
+    if (cuda_home() / "include" / "cupti.h").is_file():  # built into the image, here
+        assert checks["GPU time"]["found"].startswith("shipped with cudaprobe ("), checks
 
 
 def test_trace_pid_of_a_host_process(image, stubs, tmp_path):

@@ -201,3 +201,27 @@ def test_a_library_named_by_lib_that_defines_no_function_fails():
     assert [c.status for c in named] == [FAIL] and "0 functions" in named[0].found
     assert not doctor.tracing_works(named)
     assert doctor._check_library(libc).status == WARN
+
+
+def test_gpu_time_says_where_its_library_is_and_warns_without_one(monkeypatch, tmp_path):
+    from cudaprobe.targets import cupti, injectable  # noqa: PLC0415
+    scope = tmp_path / "ptrace_scope"
+    scope.write_text("1\n")
+    monkeypatch.setattr(injectable, "YAMA", str(scope))
+    monkeypatch.setattr(cupti, "cupti_library", lambda: "/opt/cuda/lib64/libcupti.so.13")
+    monkeypatch.setattr(cupti, "shipped_library", lambda: tmp_path / "gputime-1.so")
+    c = doctor.check_gpu_time()
+    assert c.status == OK and c.found.startswith(f"shipped with cudaprobe ({tmp_path}")
+    assert "libcupti /opt/cuda/lib64/libcupti.so.13" in c.found
+    monkeypatch.setattr(cupti, "shipped_library", lambda: None)
+    monkeypatch.setattr(cupti, "library_path", lambda: (None, "no CUPTI headers (x)"))
+    monkeypatch.setattr(cupti, "cupti_library", lambda: "")
+    c = doctor.check_gpu_time()
+    assert c.status == WARN and "no library: no CUPTI headers" in c.found
+    assert "a process's own is used" in c.found and "headers" in c.fix
+    monkeypatch.setattr(cupti, "library_path", lambda: (tmp_path / "cache" / "gputime-2.so", ""))
+    c = doctor.check_gpu_time()
+    assert c.status == OK and f"to be built at its first use, into {tmp_path}/cache" in c.found
+    scope.write_text("3\n")
+    c = doctor.check_gpu_time()
+    assert c.status == WARN and "Yama ptrace_scope 3" in c.found and "ptrace_scope" in c.fix
