@@ -40,7 +40,7 @@ class Untraced:
     parent: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"pid": self.pid, "process": self.process, "up_to_s": round(self.seconds, 3),
+        out = {"pid": self.pid, "process": self.process, "up_to_s": round(self.seconds, 6),
                "before": self.before}
         if self.parent is not None:
             out["parent"] = self.parent

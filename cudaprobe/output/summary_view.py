@@ -29,17 +29,22 @@ def describe_lost(lost: dict[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in lost.items() if v and k not in NOT_LOST)
 
 
+def span_text(seconds: float) -> str:
+    """`3.50s`; under 10 ms, `0.42ms` (a child linked at its making)."""
+    return f"{seconds:.2f}s" if seconds >= 0.01 else f"{seconds * 1000:.2f}ms"
+
+
 def describe_span(u: Untraced) -> str:
     """What one span not traced left out, in a sentence."""
     if u.before == ATTACH:
-        return (f"pid {u.pid} ({u.process}) ran {u.seconds:.2f}s before the "
+        return (f"pid {u.pid} ({u.process}) ran {span_text(u.seconds)} before the "
                 "attach: its calls until then, and those under way then, are not included")
     if u.before == GONE_UNPROBED:
         return (f"pid {u.pid} ({u.process}), a child of pid {u.parent} sharing its CUDA "
                 "libraries (a fork without exec), was gone before its probes could be put in: "
                 "any CUDA call it made is not included")
     return (f"pid {u.pid} ({u.process}) mapped {u.before} up to "
-            f"{u.seconds:.2f}s before it was probed: its calls there until then are "
+            f"{span_text(u.seconds)} before it was probed: its calls there until then are "
             "not included")
 
 

@@ -82,6 +82,13 @@ def test_spans_not_traced_are_said_one_by_one_then_counted():
     assert "not traced: 2 more such spans" in text
 
 
+def test_a_span_of_a_child_linked_at_its_making_is_said_to_the_microsecond():
+    s = rows_seen()
+    s.untraced = [Untraced(43, "python", 0.000421, ATTACH)]
+    assert s.to_dict()["untraced"][0]["up_to_s"] == 0.000421
+    assert "pid 43 (python) ran 0.42ms before the attach" in rendered(s)
+
+
 def test_nothing_missed_says_nothing():
     s = rows_seen()
     assert s.to_dict()["untraced"] == []
