@@ -115,9 +115,13 @@ def test_the_kubelets_directories_name_pods_and_containers(tmp_path):
 
 def test_a_running_process_has_its_rank_read_once_and_forgotten_at_its_exit():
     env = {**os.environ, "RANK": "5"}
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
-                             stdin=subprocess.PIPE, env=env)
+    child = subprocess.Popen([sys.executable, "-c", "print('up', flush=True); "
+                              "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     try:
+        # running: Popen returns once exec has closed the child's descriptors, a moment
+        # before the kernel has set where its new environment lies (read empty till then)
+        assert child.stdout.readline() == b"up\n"
         source = Jobs("/nonexistent")
         labels = source.of(child.pid)
         assert labels[jobs.JOB_LABELS.index("rank")] == "5"
