@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -197,6 +198,68 @@ def read_proc(pid: int, *files: tuple[str, int]) -> list[bytes]:
         os.close(fd)
 
 
+# /proc/PID/syscall of a process inside execve(2) or execveat(2): the call's
+# number, then its arguments; the field its `envp` is (x86-64: execve(path,
+# argv, envp), execveat(fd, path, argv, envp, flags))
+EXEC_ENVP = {b"59": 3, b"322": 4}
+MAX_ENV_VARS = 4096  # pointers of an exec's envp read at most
+
+
+def exec_environment(pid: int) -> bytes | None:
+    """The environment a process inside execve is giving its new program, as an
+    environment block (NUL-separated), read from the call's `envp` in its
+    memory, bounded; None where it is not in an exec. A process the gate holds
+    at its exec shows its old image in /proc/PID/environ until the exec is
+    done: a launcher's environment, not the RANK it set for the program. The
+    memory is the process's to change: what is read is only labels, checked
+    as any environment is."""
+    try:
+        dir_fd = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fields = _read_at(dir_fd, "syscall", 256).split()
+        where = EXEC_ENVP.get(fields[0]) if fields else None
+        if where is None or len(fields) <= where:
+            return None
+        try:
+            envp = int(fields[where], 16)
+            mem = os.open("mem", os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=dir_fd)
+        except (ValueError, OSError):
+            return None
+        try:
+            return _strings_at(mem, envp)
+        finally:
+            os.close(mem)
+    finally:
+        os.close(dir_fd)
+
+
+def _strings_at(mem: int, array: int) -> bytes | None:
+    """The NUL-terminated strings a NULL-ended array of pointers at `array`
+    points to, joined as an environment block; at most MAX_ENV_VARS of them
+    and MAX_ENVIRON bytes in all, each whole; None where the memory cannot
+    be read."""
+    try:
+        pointers = os.pread(mem, 8 * MAX_ENV_VARS, array)
+    except OSError:
+        return None
+    out, left = [], MAX_ENVIRON
+    for (p,) in struct.iter_unpack("<Q", pointers[:len(pointers) // 8 * 8]):
+        if p == 0 or left <= 0:
+            break
+        try:
+            text = os.pread(mem, min(left, 1 << 17), p)  # MAX_ARG_STRLEN at most
+        except OSError:
+            break
+        end = text.find(b"\0")
+        if end < 0:  # longer than what is left to read: none of it (never a value cut)
+            break
+        out.append(text[:end])
+        left -= end + 1
+    return b"\0".join(out) + b"\0" if out else b""
+
+
 def _read_at(dir_fd: int, name: str, limit: int) -> bytes:
     """At most `limit` bytes of `name` in the directory `dir_fd`; b"" where it
     cannot be read."""
@@ -259,6 +322,9 @@ class Jobs:
 
     def _read(self, pid: int) -> tuple[str, ...]:
         cgroup, environ = read_proc(pid, ("cgroup", CGROUP_MAX), ("environ", MAX_ENVIRON))
+        execing = exec_environment(pid)  # held at its exec: the environment it is given
+        if execing is not None:
+            environ = execing
         pod, container, job = parse_cgroup(cgroup.decode("utf-8", "replace"))
         namespace, pod_name = self.names.pod(pod) if pod else ("", "")
         container_name = self.names.container(container) if pod and container else ""

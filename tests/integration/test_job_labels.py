@@ -21,6 +21,7 @@ from .conftest import expected_calls
 from .running import Lines, Loop, build_loop, started
 from .test_per_process import private_copy
 from .test_serve_prometheus import free_port, renamed, stop
+from .test_whole_tree import static_runtime_calls
 
 pytestmark = pytest.mark.slow
 
@@ -192,5 +193,41 @@ def test_the_node_daemon_labels_a_process_it_finds_by_its_calls(tmp_path, cgroup
         while counted()[0] < calls and time.monotonic() < deadline:
             time.sleep(0.1)
         assert counted() == (calls, 0), err.text()
+    finally:
+        stop(serve)
+
+
+def test_a_program_held_at_its_exec_is_labelled_with_the_rank_set_for_it(tmp_path):
+    """A program with the CUDA runtime linked in is held at its exec, when /proc
+    still shows its old image: the shell's environment, not the RANK the shell
+    set for the program alone. Its labels are read from the environment its
+    exec is giving it (the call's arguments, in its memory)."""
+    name = f"stx{secrets.token_hex(5)}"
+    exe = renamed(Path(static_runtime_calls()), tmp_path, name)
+    target = f"127.0.0.1:{free_port()}"
+    serve = subprocess.Popen(
+        cudaprobe_cmd("serve", "--prometheus", target, "--comm", name, "-d", "120"),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    err = Lines(serve.stderr)
+    try:
+        err.wait_for(lambda s: "serving Prometheus metrics" in s, "serving", timeout=HANG_S)
+        env = {k: v for k, v in os.environ.items() if k not in ("RANK", "SLURM_PROCID")}
+        run = started(subprocess.Popen(["sh", "-c", 'RANK=7 exec "$1" 2 1', "sh", str(exe)],
+                                       stdout=subprocess.PIPE, text=True, env=env))
+        stdout, _ = run.communicate(timeout=HANG_S)
+        assert run.returncode == 0
+        calls = len(expected_calls(stdout))
+        err.wait_for(lambda s: "has CUDA linked in" in s and f"pid {run.pid} " in s,
+                     "held at its exec")
+        url = f"http://{target}/metrics"
+        deadline = time.monotonic() + HANG_S
+        while True:
+            mine = {k: n for k, n in metric_series(url, "cudaprobe_calls").items()
+                    if dict(k).get("process") == name}
+            if sum(mine.values()) >= calls:
+                break
+            assert time.monotonic() < deadline, err.text()
+            time.sleep(0.25)
+        assert {dict(k).get("rank") for k in mine} == {"7"}, (mine, err.text())
     finally:
         stop(serve)

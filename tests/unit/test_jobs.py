@@ -190,3 +190,30 @@ def test_the_exposition_has_a_processs_job_labels_and_no_empty_ones():
     assert 'cudaprobe_calls_total{api="runtime",function="cudaMalloc",process="app"} 1.0' in text
     assert '=""' not in text
     assert 'cudaprobe_memory_live_bytes{container_id="abababababab",k8s_container="main"' in text
+
+
+def test_an_exec_s_environment_is_read_from_its_pointers_bounded(tmp_path, monkeypatch):
+    """_strings_at on a file standing for memory (offsets for addresses): the
+    strings up to the NULL pointer, a string cut at its NUL, at most
+    MAX_ENV_VARS of them; a process not inside an exec has none."""
+    import struct  # noqa: PLC0415
+    strings = [b"RANK=7", b"HOME=/root", b"X=" + b"y" * 100]
+    blob, offsets, at = b"", [], 4096
+    for s in strings:
+        offsets.append(at + len(blob))
+        blob += s + b"\0"
+    mem = tmp_path / "mem"
+    mem.write_bytes(struct.pack(f"<{len(offsets) + 2}Q", *offsets, 0, 99).ljust(4096, b"\0")
+                    + blob)
+    fd = os.open(mem, os.O_RDONLY)
+    try:
+        env = jobs._strings_at(fd, 0)
+        assert env == b"\0".join(strings) + b"\0"
+        assert jobs.launcher_rank(env) == (7, None)
+        monkeypatch.setattr(jobs, "MAX_ENV_VARS", 2)
+        assert jobs._strings_at(fd, 0) == b"RANK=7\0HOME=/root\0"
+        monkeypatch.setattr(jobs, "MAX_ENVIRON", 10)  # bytes in all: the first string only
+        assert jobs._strings_at(fd, 0) == b"RANK=7\0"
+    finally:
+        os.close(fd)
+    assert jobs.exec_environment(os.getpid()) is None  # running, not in an exec
