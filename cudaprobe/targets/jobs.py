@@ -31,12 +31,13 @@ read bounded.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 JOB_LABELS = ("k8s_namespace", "k8s_pod", "k8s_container", "container_id", "slurm_job", "rank")
 NO_JOB = ("",) * len(JOB_LABELS)
@@ -183,19 +184,29 @@ class KubeletNames:
         self._pods, self._containers = pods, containers
 
 
-def read_proc(pid: int, *files: tuple[str, int]) -> list[bytes]:
-    """Each (name, limit) of `files`: at most `limit` bytes of /proc/PID/name,
-    every one through one descriptor of /proc/PID (a pid reused meanwhile is
-    another process, whose files its descriptor does not reach); b"" for one
-    that cannot be read."""
+@contextlib.contextmanager
+def proc_dir(pid: int) -> Iterator[int | None]:
+    """A descriptor of /proc/PID, or None where it cannot be opened: what is
+    read through it is that process's (a pid reused meanwhile is another
+    process, whose files the descriptor does not reach)."""
     try:
         fd = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
-        return [b""] * len(files)
+        yield None
+        return
     try:
-        return [_read_at(fd, name, limit) for name, limit in files]
+        yield fd
     finally:
         os.close(fd)
+
+
+def read_proc(pid: int, *files: tuple[str, int]) -> list[bytes]:
+    """Each (name, limit) of `files`: at most `limit` bytes of /proc/PID/name,
+    every one through one descriptor of /proc/PID (proc_dir); b"" for one
+    that cannot be read."""
+    with proc_dir(pid) as fd:
+        return [b""] * len(files) if fd is None else [_read_at(fd, name, limit)
+                                                      for name, limit in files]
 
 
 # /proc/PID/syscall of a process inside execve(2) or execveat(2): the call's
@@ -205,34 +216,28 @@ EXEC_ENVP = {b"59": 3, b"322": 4}
 MAX_ENV_VARS = 4096  # pointers of an exec's envp read at most
 
 
-def exec_environment(pid: int) -> bytes | None:
-    """The environment a process inside execve is giving its new program, as an
-    environment block (NUL-separated), read from the call's `envp` in its
-    memory, bounded; None where it is not in an exec. A process the gate holds
-    at its exec shows its old image in /proc/PID/environ until the exec is
-    done: a launcher's environment, not the RANK it set for the program. The
-    memory is the process's to change: what is read is only labels, checked
-    as any environment is."""
-    try:
-        dir_fd = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
+def exec_environment(dir_fd: int) -> bytes | None:
+    """The environment the process of `dir_fd` (its /proc/PID: proc_dir) is
+    giving its new program, if it is inside execve, as an environment block
+    (NUL-separated), read from the call's `envp` in its memory, bounded; None
+    where it is not in an exec. A process the gate holds at its exec shows
+    its old image in /proc/PID/environ until the exec is done: a launcher's
+    environment, not the RANK it set for the program. The memory is the
+    process's to change: what is read is only labels, checked as any
+    environment is."""
+    fields = _read_at(dir_fd, "syscall", 256).split()
+    where = EXEC_ENVP.get(fields[0]) if fields else None
+    if where is None or len(fields) <= where:
         return None
     try:
-        fields = _read_at(dir_fd, "syscall", 256).split()
-        where = EXEC_ENVP.get(fields[0]) if fields else None
-        if where is None or len(fields) <= where:
-            return None
-        try:
-            envp = int(fields[where], 16)
-            mem = os.open("mem", os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=dir_fd)
-        except (ValueError, OSError):
-            return None
-        try:
-            return _strings_at(mem, envp)
-        finally:
-            os.close(mem)
+        envp = int(fields[where], 16)
+        mem = os.open("mem", os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except (ValueError, OSError):
+        return None
+    try:
+        return _strings_at(mem, envp)
     finally:
-        os.close(dir_fd)
+        os.close(mem)
 
 
 def _strings_at(mem: int, array: int) -> bytes | None:
@@ -321,10 +326,14 @@ class Jobs:
             self._kept.pop(pid, None)
 
     def _read(self, pid: int) -> tuple[str, ...]:
-        cgroup, environ = read_proc(pid, ("cgroup", CGROUP_MAX), ("environ", MAX_ENVIRON))
-        execing = exec_environment(pid)  # held at its exec: the environment it is given
-        if execing is not None:
-            environ = execing
+        with proc_dir(pid) as fd:
+            if fd is None:
+                return NO_JOB
+            cgroup = _read_at(fd, "cgroup", CGROUP_MAX)
+            # held at its exec, it shows its old image: the environment it is given
+            environ = exec_environment(fd)
+            if environ is None:
+                environ = _read_at(fd, "environ", MAX_ENVIRON)
         pod, container, job = parse_cgroup(cgroup.decode("utf-8", "replace"))
         namespace, pod_name = self.names.pod(pod) if pod else ("", "")
         container_name = self.names.container(container) if pod and container else ""

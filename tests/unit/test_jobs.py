@@ -216,4 +216,5 @@ def test_an_exec_s_environment_is_read_from_its_pointers_bounded(tmp_path, monke
         assert jobs._strings_at(fd, 0) == b"RANK=7\0"
     finally:
         os.close(fd)
-    assert jobs.exec_environment(os.getpid()) is None  # running, not in an exec
+    with jobs.proc_dir(os.getpid()) as us:
+        assert jobs.exec_environment(us) is None  # running, not in an exec
