@@ -179,7 +179,7 @@ def check_gpu_time() -> Check:
     library, why = gpu_time_library()
     libcupti = cupti.cupti_library()
     details = {"library": library or "", "why_not": why, "libcupti": libcupti}
-    scope = _yama_scope()
+    scope = injectable.yama_scope()
     said = [library or f"no library: {why}",
             f"libcupti {libcupti}" if libcupti else "no libcupti of the toolkit (a process's own "
             "is used where it maps one: PyTorch does)"]
@@ -206,14 +206,6 @@ def gpu_time_library() -> tuple[str | None, str]:
     if cupti.cached_library_intact(path):
         return f"built ({path})", ""
     return f"to be built at its first use, into {path.parent}", ""
-
-
-def _yama_scope() -> str:
-    try:
-        with open(injectable.YAMA) as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 def check_attach_mode() -> Check:

@@ -35,6 +35,15 @@ YAMA = "/proc/sys/kernel/yama/ptrace_scope"
 SECCOMP_WHY = "which the injected code's system calls (memfd_create, tgkill, mmap) could trip"
 
 
+def yama_scope() -> str:
+    """Yama's ptrace_scope ("3": no ptrace at all), or "" where there is no Yama."""
+    try:
+        with open(YAMA) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def refusal(pid: int, ours: bool = False) -> str:
     """Why the process may not be injected into ("" if it may). `ours`: a
     tracer that is cudaprobe itself (a child it seized at its open) is no
@@ -47,12 +56,8 @@ def refusal(pid: int, ours: bool = False) -> str:
     if state.startswith(("T", "t")) and not ours:  # (ours: stopped by us, at the safe point)
         return ("it is stopped (SIGSTOP, job control or a debugger): no thread of it can reach "
                 "a CUDA call, where the library is loaded; it runs on untouched")
-    try:
-        with open(YAMA) as f:
-            if f.read().strip() == "3":
-                return "ptrace is disabled on this machine (Yama ptrace_scope is 3)"
-    except OSError:
-        pass
+    if yama_scope() == "3":
+        return "ptrace is disabled on this machine (Yama ptrace_scope is 3)"
     tids = threads(pid)
     mine = {str(tid) for tid in threads(os.getpid())} if ours else set()  # a tracer is a thread
     if tids and all(under_seccomp(pid, tid) for tid in tids):
