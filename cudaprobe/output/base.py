@@ -36,6 +36,15 @@ class Reporter:
     def calls(self, calls: list[Call]) -> None:
         raise NotImplementedError
 
+    def write_lines(self, text: str, lines: int) -> None:
+        """`text`, known to hold `lines` line breaks: given with it to an output
+        file (files.OutputStream.write_lines: not counted again), or written."""
+        write = getattr(self.stream, "write_lines", None)
+        if write is not None:
+            write(text, lines)
+        else:  # a text stream of another kind
+            self.stream.write(text)
+
     def with_py_stack(self, row: object, stack: object) -> object:
         """A row of row_maker's with its call's Python stack (RowFormat)."""
         raise NotImplementedError

@@ -109,12 +109,8 @@ class ChromeReporter(Reporter):
             return
         breaks = self._breaks
         text = "".join(decoder.decode(records, self, nesting))
-        if text:
-            write = getattr(self.stream, "write_lines", None)
-            if write is not None:  # its line breaks, counted as its events were made
-                write(text, self._breaks - breaks)
-            else:
-                self.stream.write(text)
+        if text:  # its line breaks, counted as its events were made
+            self.write_lines(text, self._breaks - breaks)
 
     def row_maker(self, probe: ProbeDecoder, t0_ns: int, ranks: Ranks) -> RowMaker:
         """The probe's record -> the text calls() writes of its Call (its track's

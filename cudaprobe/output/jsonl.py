@@ -42,11 +42,7 @@ class JsonlReporter(Reporter):
     def records(self, records: list[tuple], decoder: RecordDecoder,
                 nesting: list[Mark] | None = None) -> None:
         rows = decoder.decode(records, self, nesting)  # a line each: JSON escapes the rest
-        write = getattr(self.stream, "write_lines", None)
-        if write is not None:
-            write("".join(rows), len(rows))
-        else:  # a text stream of another kind
-            self.stream.write("".join(rows))
+        self.write_lines("".join(rows), len(rows))
 
     def row_maker(self, probe: ProbeDecoder, t0_ns: int, ranks: Ranks) -> RowMaker:
         """The probe's record -> its JSONL line, with its newline."""
