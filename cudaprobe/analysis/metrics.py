@@ -219,7 +219,7 @@ class CallMetrics:
         self.weight: float = 1
         self.windows = 0
         # --gpu-time into running processes (gpu_injection()): the processes recording,
-        # and the refusals by reason (gputime_attach.REFUSAL_REASONS)
+        # and the refusals by reason (targets.injectable.REFUSAL_REASONS)
         self._gpu_processes: int | None = None
         self._gpu_refusals: dict[str, int] = {}
 

@@ -266,9 +266,9 @@ class Attacher:
         is in, all functions at once (the fork tracepoint adds it as
         TARGET_LINKING; so does the exec tracepoint for --comm). `made`: when
         a child linked at its making was forked (CLOCK_MONOTONIC ns). Its
-        bpf() calls hold the GIL (bpfsys, uprobe_multi), and nothing before
-        its calls count reads a file: the decoding thread, busy, would hold
-        the GIL up to a switch interval each time it was let go."""
+        bpf() calls hold the GIL (bpfsys, uprobe_multi), and for such a child
+        nothing before its calls count reads a file: the decoding thread, busy,
+        would hold the GIL up to a switch interval each time it was let go."""
         self._attach_process(pid, self._libraries, newborn=made > 0)
         # its calls count from here, before anything else is read of it (a key gone
         # meanwhile is not added back)
