@@ -5,6 +5,8 @@ attached tracer can be lined up with.
   mlp      launch-bound training step: 6 linear+GELU layers of 256, batch 64, Adam
   gemm     cuBLAS GEMMs of several shapes and dtypes (cuLaunchKernelEx)
   compile  a torch.compile'd MLP step (Triton kernels through cuLaunchKernel)
+  transformer  a training step of 2 transformer encoder layers (width 256, 4
+           heads, 64 tokens, batch 32, Adam): attention, layer norms, GEMMs
 
 Each runs WARMUP iterations first (kernels loaded, handles made: what a tracer
 attached later has not seen), then the measured iterations (--iters N or
@@ -94,7 +96,27 @@ def compile_step():
     return step
 
 
-WORKLOADS = {"loop": loop_step, "mlp": mlp_step, "gemm": gemm_step, "compile": compile_step}
+def transformer_step():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(256, 4, dim_feedforward=1024, dropout=0.0,
+                                             batch_first=True)
+    model = torch.nn.Sequential(torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False),
+                                torch.nn.Linear(256, 10)).cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    x = torch.randn(32, 64, 256, device="cuda")
+    y = torch.randint(0, 10, (32 * 64,), device="cuda")
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, 10), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+WORKLOADS = {"loop": loop_step, "mlp": mlp_step, "gemm": gemm_step, "compile": compile_step,
+             "transformer": transformer_step}
 
 
 def wait_for(path: str) -> None:
