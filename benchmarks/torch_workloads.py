@@ -11,7 +11,8 @@ attached tracer can be lined up with.
 Each runs WARMUP iterations first (kernels loaded, handles made: what a tracer
 attached later has not seen), then the measured iterations (--iters N or
 --seconds S), each synchronized, and prints one JSON line: workload,
-iterations, seconds, ms per iteration (median). Several workloads named run in
+iterations, seconds, ms per iteration (median), and the bytes PyTorch's
+caching allocator holds from CUDA (torch.cuda.memory_reserved()). Several workloads named run in
 one process, one after the other, each with its line (--iters N: the count of
 the first; --iters-next M: of the others), so that a cost measurement pays
 Python's, CUDA's and the tracer's start-up once for all of them.
@@ -168,7 +169,8 @@ def main() -> None:
         print(json.dumps({"workload": name, "iterations": len(times),
                           "seconds": round(seconds, 3),
                           "ms_per_iter": round(statistics.median(times) * 1e3, 4),
-                          "ms_min": round(min(times) * 1e3, 4)}), flush=True)
+                          "ms_min": round(min(times) * 1e3, 4),
+                          "reserved_bytes": torch.cuda.memory_reserved()}), flush=True)
     snapshot("after")
     if a.done:
         open(a.done, "w").close()
