@@ -110,7 +110,8 @@ class Prometheus:
             except OSError:
                 pass
             if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise SystemExit(f"prometheus did not start: {(work / 'prometheus.log').read_text()}")
+                log = (work / "prometheus.log").read_text()
+                raise SystemExit(f"prometheus did not start: {log}")
             time.sleep(0.3)
 
     def get(self, path: str, **params: str) -> object:
