@@ -121,25 +121,47 @@ class ChromeReporter(Reporter):
         known, comms = ranks.known, self._comms
         processes, threads = self._processes, self._threads
 
+        tops = self._tops
+        # (slice parts, pid, tid) -> the slice's text before its "ts" and after its
+        # "dur": what a row's slice has besides its two times, made once a thread
+        ends: dict[tuple, tuple[str, str]] = {}
+
         def make(rec: tuple, depth: int = 0, parent: int | None = None) -> str:
             ts, pid, tid, duration = rec[R_TS], rec[R_PID], rec[R_TID], rec[R_DURATION]
-            if self._origin is None:
-                self._origin = ts - round(time_ms(ts, t0_ns) * 1e6)
+            origin = self._origin
+            if origin is None:
+                origin = self._origin = ts - round(time_ms(ts, t0_ns) * 1e6)
             rank = known.get(pid, NO_RANK)[0] if known else None
+            parts = parts_of(rec)
+            key = (parts, pid, tid)
+            end = ends.get(key)
             head = ""
-            if processes.get(pid, MISSING) != rank or (pid, tid) not in threads:
-                process = comms.get(rec[R_COMM])
-                if process is None:
-                    process = comms[rec[R_COMM]] = comm_text(rec[R_COMM])
-                names: list[str] = []
-                self._name_track(names, pid, tid, process, rank)
-                head = "".join(names)
-            text = head + self._sep + self._slice_text(parts_of(rec), cat, ts, duration, pid,
-                                                       tid)
-            self._breaks += self._sep != ""
-            self._sep = ",\n"
-            if depth == 0:
-                self._top(tid, ts, name_of, api)
+            if end is None or processes.get(pid, MISSING) != rank:
+                if processes.get(pid, MISSING) != rank or (pid, tid) not in threads:
+                    process = comms.get(rec[R_COMM])
+                    if process is None:
+                        process = comms[rec[R_COMM]] = comm_text(rec[R_COMM])
+                    names: list[str] = []
+                    self._name_track(names, pid, tid, process, rank)
+                    head = "".join(names)
+                if end is None:
+                    if len(ends) >= MEMO_MAX:
+                        ends.clear()
+                    end = ends[key] = (f'{{"name":{parts[0]},"cat":{cat},"ph":"X","ts":',
+                                       f',"pid":{pid},"tid":{tid},"args":{parts[1]}}}')
+            at = ts - origin
+            if at + duration > self._last_ns:
+                self._last_ns = at + duration
+            sep = self._sep  # (as _slice_text writes the slice)
+            text = f'{head}{sep}{end[0]}{at / 1000!r},"dur":{duration / 1000!r}{end[1]}'
+            if sep:
+                self._breaks += 1
+            else:
+                self._sep = ",\n"
+            if depth == 0:  # (as _top keeps it)
+                if tid not in tops and len(tops) >= MAX_THREADS:
+                    del tops[next(iter(tops))]
+                tops[tid] = (ts, name_of, api)
             elif depth == 1 and api == DRIVER:
                 out = [text]
                 self._flow(out, pid, tid, ts, name_of, parent)

@@ -15,7 +15,7 @@ from cudaprobe.decode.nesting import Mark
 from cudaprobe.decode.pystacks import PyStack
 from cudaprobe.decode.ranks import NO_RANK, Ranks
 from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
-from cudaprobe.decode.schema import JSONL_KEYS, RANK_KEYS
+from cudaprobe.decode.schema import JSONL_KEYS, RANK_KEYS, time_ms_text
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.recordtext import MEMO_MAX, compile_args_text
 from cudaprobe.probe.event import R_COMM, R_DURATION, R_PID, R_RET, R_TID, R_TS, comm_text
@@ -92,7 +92,7 @@ class CsvReporter(Reporter):
             key = (pid, rec[R_TID], rec[R_COMM])
             pair = json_details(rec)
             duration = rec[R_DURATION]
-            return (f"{round((ts - t0_ns) / 1e6, 3)!r},{ts}{whos.get(key) or who_text(key)}"
+            return (f"{time_ms_text(ts - t0_ns)},{ts}{whos.get(key) or who_text(key)}"
                     f"{'' if duration is None else duration}"
                     f"{results.get(ret) or result_text(ret)}"
                     f"{arg_cells.get(pair) or args_text(pair)},{depth},"

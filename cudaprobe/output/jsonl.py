@@ -15,6 +15,7 @@ from cudaprobe.decode.nesting import Mark
 from cudaprobe.decode.pystacks import PyStack
 from cudaprobe.decode.ranks import Ranks
 from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
+from cudaprobe.decode.schema import time_ms_text
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.recordtext import MEMO_MAX, compile_args_text, encode
 from cudaprobe.probe.event import R_COMM, R_DURATION, R_PID, R_RET, R_TID, R_TS, comm_text
@@ -80,7 +81,7 @@ class JsonlReporter(Reporter):
         def line(rec: tuple, depth: int = 0, parent: int | None = None) -> str:
             ts, ret, pid = rec[R_TS], rec[R_RET], rec[R_PID]
             key = (pid, rec[R_TID], rec[R_COMM])
-            return (f'{{"time_ms":{round((ts - t0_ns) / 1e6, 3)!r},"ts_ns":{ts}'
+            return (f'{{"time_ms":{time_ms_text(ts - t0_ns)},"ts_ns":{ts}'
                     f'{whos.get(key) or who_text(key)}{rec[R_DURATION]}'
                     f'{results.get(ret) or result_text(ret)}{tail(rec)},"depth":{depth},'
                     f'"parent":{"null" if parent is None else parent}'
