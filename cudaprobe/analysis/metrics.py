@@ -83,9 +83,15 @@ MAX_KERNELS = 50  # kernel label values besides `other`
 MAX_KERNEL_NAMES = 10_000  # names whose rates are kept for the ranking
 EXIT_CHECK_NS = 1_000_000_000  # how often, at most, fed calls look for exited processes
 OTHER_PROCESS = ("other", *NO_JOB)  # the process labels of the rest
-# a process's job labels are kept this long after it is seen gone: its last calls
-# may be decoded after its exit
+# a process's job labels are kept this long after it is taken as exited (below)
 JOB_GRACE_NS = 10_000_000_000
+# A process seen gone is taken as exited (what it held let go, its job labels then
+# kept JOB_GRACE_NS) only once every call it made has been fed: once the calls fed
+# have come EXIT_SLACK_NS past the moment it was seen gone (its calls all ended
+# before its exit; on a busy node the decoder runs seconds behind them), or once
+# nothing has been fed for IDLE_NS (nothing waits to be decoded)
+EXIT_SLACK_NS = 100_000_000
+IDLE_NS = 1_000_000_000
 
 
 class JobSource(Protocol):
@@ -192,9 +198,15 @@ class CallMetrics:
 
     def __init__(self, max_processes: int = MAX_PROCESSES,
                  alive: Callable[[int], bool] = process_alive,
-                 jobs: JobSource | None = None) -> None:
+                 jobs: JobSource | None = None,
+                 clock: Callable[[], int] = time.monotonic_ns) -> None:
+        """`clock`: CLOCK_MONOTONIC ns, the calls' clock (a test's own)."""
         self.max_processes = max_processes
         self.alive = alive
+        self.clock = clock
+        self._decoded_ns = 0  # the latest end of a call fed
+        self._fed_at: int | None = None  # clock() when calls were last fed
+        self._seen_gone: dict[int, int] = {}  # pid -> clock() when first seen gone
         self.jobs = jobs
         # processes whose job labels `jobs` keeps -> when seen gone (None: running)
         self._job_pids: dict[int, int | None] = {}
@@ -269,10 +281,12 @@ class CallMetrics:
             if memory:
                 self._memory.feed(memory)
             if last_ns:  # without scrapes too, what is held is applied and exits are seen
+                self._decoded_ns = max(self._decoded_ns, last_ns)
+                self._fed_at = self.clock()
                 self._memory.settle(last_ns)
                 if last_ns >= self._next_exit_check:
                     self._next_exit_check = last_ns + EXIT_CHECK_NS
-                    self._forget_exited(last_ns)
+                    self._forget_exited(self._fed_at)
 
     def _process_key(self, pid: int, name: str) -> tuple[str, ...]:
         """The process's labels: its name, then its job's."""
@@ -308,19 +322,31 @@ class CallMetrics:
                                    + int(c.args.get(arg) or 0) * width * self.weight)
 
     def _forget_exited(self, now_ns: int) -> None:
-        """Processes gone: what they held is no longer live, and they are no longer kept."""
-        for pid in self._memory.running():
-            if not self.alive(pid):
-                self._memory.process_exited(pid, now_ns)
+        """Processes gone, once all their calls are in (EXIT_SLACK_NS): what they held
+        is no longer live, and, JOB_GRACE_NS later, they are no longer kept.
+        `now_ns`: clock() now."""
+        idle = self._fed_at is None or now_ns - self._fed_at >= IDLE_NS
+        fed = now_ns if idle else self._decoded_ns  # every call made before this is in
+        watched = self._memory.running()
+        if self.jobs is not None:
+            watched.update(pid for pid, gone in self._job_pids.items() if gone is None)
+        for pid in watched:
+            if pid not in self._seen_gone and not self.alive(pid):
+                self._seen_gone[pid] = now_ns
+        for pid, seen in list(self._seen_gone.items()):
+            if fed < seen + EXIT_SLACK_NS and not idle:
+                continue  # its last calls may still be on their way
+            del self._seen_gone[pid]
+            self._memory.process_exited(pid, seen)
+            if pid in self._job_pids:
+                self._job_pids[pid] = seen
         for pid in [p for p, m in self._memory.processes.items() if m.exited]:
             del self._memory.processes[pid]
         if self.jobs is not None:  # a pid may come back as another's, in another job
             for pid, gone in list(self._job_pids.items()):
-                if gone is not None and now_ns - gone >= JOB_GRACE_NS:
+                if gone is not None and fed - gone >= JOB_GRACE_NS:
                     del self._job_pids[pid]
                     self.jobs.forget(pid)
-                elif gone is None and not self.alive(pid):
-                    self._job_pids[pid] = now_ns
 
     def window_traced(self) -> None:
         """serve --duty: one more slice traced."""
@@ -341,7 +367,7 @@ class CallMetrics:
         return None if polled is None else time.monotonic() - polled
 
     def snapshot(self, now_ns: int | None = None) -> Snapshot:
-        now_ns = time.monotonic_ns() if now_ns is None else now_ns
+        now_ns = self.clock() if now_ns is None else now_ns
         with self._lock:
             self._memory.settle(now_ns)
             self._forget_exited(now_ns)

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from cudaprobe.analysis.metrics import JOB_GRACE_NS, OTHER_PROCESS, CallMetrics
+from cudaprobe.analysis.metrics import EXIT_SLACK_NS, JOB_GRACE_NS, OTHER_PROCESS, CallMetrics
 from cudaprobe.output.prometheus import MetricsServer
 from cudaprobe.targets import jobs
 from cudaprobe.targets.jobs import NO_JOB, Jobs, KubeletNames, parse_cgroup, rank_of
@@ -149,7 +149,8 @@ def test_calls_errors_and_live_bytes_carry_the_job_labels():
     b = ("", "", "", "", "77", "1")
     source = FakeJobs({7: a, 8: b})
     alive = {7, 8, 9}
-    m = CallMetrics(alive=lambda pid: pid in alive, jobs=source)
+    now = [0]
+    m = CallMetrics(alive=lambda pid: pid in alive, jobs=source, clock=lambda: now[0])
     m.add([call("cudaMalloc", pid=7, devPtr="0x1000", size=4096),
            call("cudaMalloc", pid=8, ret=2),
            call("cudaMalloc", pid=9)])
@@ -159,11 +160,37 @@ def test_calls_errors_and_live_bytes_carry_the_job_labels():
                           ("cudaMalloc", "runtime", "app", *NO_JOB): 1}
     assert snap.errors == {("cudaMalloc", "cudaErrorInsufficientDriver", "app", *b): 1}
     assert snap.live_bytes[("app", *a, "device")] == 4096
-    # gone: its labels kept JOB_GRACE_NS (its last calls may be decoded later), then forgotten
+    # gone: its labels kept JOB_GRACE_NS, then forgotten
     alive.discard(7)
+    now[0] = 2 * S
     m.add([call("cudaFree", pid=8, t=2 * S)])
     assert source.forgotten == []
+    now[0] = 3 * S + JOB_GRACE_NS
     m.add([call("cudaFree", pid=8, t=3 * S + JOB_GRACE_NS)])
+    assert source.forgotten == [7]
+
+
+def test_a_process_seen_gone_keeps_its_job_labels_for_its_calls_fed_late():
+    """The decoder behind: a process seen gone at 30 s has calls made at 5-25 s
+    still to be fed. They carry its job labels (they were lost to an unlabelled
+    series: a spike of calls of no job in a dashboard's rate); its labels are
+    forgotten only JOB_GRACE_NS after the calls fed pass the moment it was seen gone."""
+    a = ("team-a", "trainer-0", "main", CID[:12], "", "0")
+    source = FakeJobs({7: a, 8: NO_JOB})
+    alive = {7, 8}
+    now = [S]
+    m = CallMetrics(alive=lambda pid: pid in alive, jobs=source, clock=lambda: now[0])
+    m.add([call("cudaFree", pid=7, t=S)])
+    alive.discard(7)
+    now[0] = 30 * S
+    for t in range(5, 30, 5):
+        m.add([call("cudaFree", pid=7, t=t * S), call("cudaFree", pid=8, t=t * S)])
+    assert source.forgotten == []
+    assert m.snapshot(now_ns=30 * S).calls[("cudaFree", "runtime", "app", *a)] == 6
+    now[0] = 30 * S + JOB_GRACE_NS
+    m.add([call("cudaFree", pid=8, t=30 * S + EXIT_SLACK_NS)])
+    assert source.forgotten == []  # taken as exited now: its labels kept JOB_GRACE_NS
+    m.add([call("cudaFree", pid=8, t=31 * S + JOB_GRACE_NS)])
     assert source.forgotten == [7]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cudaprobe.analysis.labels import OTHER
 from cudaprobe.analysis.memtrack import ROLES
-from cudaprobe.analysis.metrics import COPIES, LATENCY_BOUNDS_S, MEMSETS, CallMetrics
+from cudaprobe.analysis.metrics import COPIES, EXIT_SLACK_NS, LATENCY_BOUNDS_S, MEMSETS, CallMetrics
 from cudaprobe.analysis.summary import Summary
 from cudaprobe.catalogue.functions import FUNCTIONS
 from cudaprobe.decode.calls import Call
@@ -113,7 +113,7 @@ def test_copy_and_memset_tables_name_catalogue_functions_and_their_arguments():
 
 def test_live_bytes_follow_allocations_frees_and_process_exit():
     gone: set[int] = set()
-    m = metrics(alive=lambda pid: pid not in gone)
+    m = metrics(alive=lambda pid: pid not in gone, clock=lambda: 0)  # fed at 0, then idle
     m.add([call("cudaMalloc", t=0, devPtr="0x1000", size=MiB),
            call("cudaMalloc", t=10, devPtr="0x2000", size=2 * MiB),
            call("cudaMallocHost", t=20, ptr="0x3000", size=MiB),
@@ -195,3 +195,29 @@ def test_snapshot_is_a_copy():
 
 def test_memory_roles_are_not_counted_as_bytes_copied():
     assert not set(ROLES) & (set(COPIES) | set(MEMSETS))
+
+
+def test_a_process_seen_gone_keeps_what_it_held_until_its_last_calls_are_fed():
+    """On a busy node the decoder runs behind the calls: a process is seen gone
+    (at 20 s) while calls it made before its exit are still to be fed (5-15 s).
+    Those count as its own (its frees applied, nothing taken as leaked) until the
+    calls fed have passed the moment it was seen gone; then what it held goes."""
+    now = [0]
+    gone: set[int] = set()
+    m = metrics(alive=lambda pid: pid not in gone, clock=lambda: now[0])
+    m.add([call("cudaMalloc", t=1 * S, devPtr="0x1000", size=MiB),
+           call("cudaMalloc", t=2 * S, devPtr="0x2000", size=MiB),
+           call("cudaMalloc", t=3 * S, pid=200, process="busy", devPtr="0x9000", size=1)])
+    gone.add(100)
+    for t in (5, 10, 15):  # fed behind: the clock is at 20 s
+        now[0] = 20 * S
+        m.add([call("cudaMalloc", t=t * S, pid=200, process="busy", devPtr=hex(t), size=1)])
+    now[0] = 20 * S
+    m.add([call("cudaFree", t=16 * S, devPtr="0x1000")])  # made before the exit
+    live = m.snapshot(now_ns=20 * S).live_bytes
+    assert live[("app", *J, "device")] == MiB  # its free applied; the rest still held
+    now[0] = 21 * S
+    m.add([call("cudaMalloc", t=20 * S + EXIT_SLACK_NS, pid=200, process="busy", devPtr="0x10",
+                size=1)])
+    live = m.snapshot(now_ns=21 * S).live_bytes
+    assert ("app", *J, "device") not in live and live[("busy", *J, "device")] == 5
