@@ -230,10 +230,18 @@ class CallMetrics:
         # the slice traced), and the slices traced so far; 1 and 0: exact counting
         self.weight: float = 1
         self.windows = 0
+        # ... but the calls of these exported functions, traced all the time (exact())
+        self._exact: frozenset[str] = frozenset()
         # --gpu-time into running processes (gpu_injection()): the processes recording,
         # and the refusals by reason (targets.injectable.REFUSAL_REASONS)
         self._gpu_processes: int | None = None
         self._gpu_refusals: dict[str, int] = {}
+
+    def exact(self, names: frozenset[str]) -> None:
+        """serve --duty: the functions (catalogue names) traced all the time,
+        each call counted once (weight 1) and their live memory kept."""
+        with self._lock:
+            self._exact = frozenset(sym for sym, f in BY_EXPORTED.items() if f.name in names)
 
     def gpu_injection(self) -> None:
         """The GPU-time library is to go into processes: its outcomes are exported."""
@@ -252,10 +260,11 @@ class CallMetrics:
     def add(self, calls: Iterable[Call]) -> None:
         memory, last_ns = [], 0
         with self._lock:
-            w = self.weight
+            weight, exact = self.weight, self._exact
             for c in calls:
                 if c.duration_ns is None:
                     continue
+                w = 1 if weight == 1 or c.event in exact else weight
                 process = self._processes.label(self._process_key(c.pid, c.process), w)
                 key = (c.event, c.api, *process)
                 self._calls[key] = self._calls.get(key, 0) + w

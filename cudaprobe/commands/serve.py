@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 
 import click
@@ -18,7 +19,7 @@ from cudaprobe.output.otlp_sinks import otlp_sink
 from cudaprobe.output.prometheus import MetricsServer, parse_listen_address
 from cudaprobe.output.table import make_console
 from cudaprobe.probe.plan import select_functions
-from cudaprobe.sessions.duty import DutyCycle, parse_duty
+from cudaprobe.sessions.duty import EXACT, DutyCycle, parse_duty
 from cudaprobe.sessions.probing import ProbeRequest, Probing
 from cudaprobe.sessions.trace import SessionOptions, TraceSession
 from cudaprobe.targets.jobs import KUBELET_LOGS, Jobs
@@ -114,7 +115,9 @@ def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, kubelet_logs, du
                                      on_gpu_refused=metrics.gpu_refused,
                                      on_started=cycle.start if cycle is not None else None)
             try:
-                return TraceSession(probing.plan, probing.settings, sink,
+                settings = probing.settings if cycle is None else dataclasses.replace(
+                    probing.settings, duty_exact=EXACT)  # their links stay on
+                return TraceSession(probing.plan, settings, sink,
                                     make_console(sys.stderr), options).run()
             finally:
                 if cycle is not None:

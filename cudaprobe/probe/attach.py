@@ -89,6 +89,8 @@ class Attacher:
         self.attached: list[str] = []  # library paths probed, as users are shown them
         self.attach_seconds = 0.0
         self._links: list[int] = []  # uprobe_multi link fds
+        # serve --duty: the links of Settings.duty_exact's functions, never paused
+        self._kept_links: list[int] = []
         # library-wide links (no links per process): each library's attachments,
         # for resume(); and whether they are off (pause(): serve --duty)
         self._wide: dict[tuple[int, int], list[Attachment]] = {}
@@ -179,12 +181,22 @@ class Attacher:
                 with contextlib.suppress(GateUnavailable):  # its children: linked at a poll
                     self.gate.watch(file.fd, file.identity)
         else:
+            kept, cycled = self._split_kept(attachments)
             with self._lock:
-                self._wide[file.identity] = attachments
-                if not self._paused:
-                    self._links += self._attach_multi(attachments)
+                self._wide[file.identity] = cycled
+                if kept:
+                    self._kept_links += self._attach_multi(kept)
+                if cycled and not self._paused:
+                    self._links += self._attach_multi(cycled)
         ready = self._bpf["library_ready"]
         ready[ready.Key(slot)] = ready.Leaf(1)
+
+    def _split_kept(self, attachments: list[Attachment]
+                    ) -> tuple[list[Attachment], list[Attachment]]:
+        """(those of Settings.duty_exact's functions, the rest): the first on always."""
+        exact = self.settings.duty_exact
+        kept = [a for a in attachments if a.probe.function.name in exact]
+        return kept, [a for a in attachments if a.probe.function.name not in exact]
 
     def _attach_process(self, pid: int, libraries: dict[tuple[int, int], list[Attachment]],
                         newborn: bool = False) -> None:
@@ -523,18 +535,21 @@ class Attacher:
                 self.notify("continued: children are held at their open of a CUDA library again")
 
     def pause(self) -> bool:
-        """Duty cycling (serve --duty): the library-wide links come off. No call
-        begins from now on (the `phase` map's STOPPING, as detach() does); the
-        entry links go, the calls under way get STOP_GRACE_S to return whole,
-        then the return links go, closed on the closer threads (a grace period
-        each). False where there is nothing to pause: links per process, a
-        perf-event attach, or tracing over."""
+        """Duty cycling (serve --duty): the library-wide links come off, but those
+        of Settings.duty_exact's functions. No call begins from now on (the
+        `phase` map's STOPPING, as detach() does; where some functions stay on,
+        their entry links going first does it); the entry links go, the calls
+        under way get STOP_GRACE_S to return whole, then the return links go,
+        closed on the closer threads (a grace period each). False where there
+        is nothing to pause: links per process, a perf-event attach, or tracing
+        over."""
         with self._lock:
             if (self._phase != TRACING or self._paused or self.settings.links_per_process
                     or self.settings.attach != "multi"):
                 return False
             self._paused = True
-            self._write_phase(STOPPING)
+            if not self._kept_links:  # (the kept functions' calls go on beginning)
+                self._write_phase(STOPPING)
             links, self._links = self._links, []
         self._closer.close(links[1::2])  # each library's pair: (return, entry)
         time.sleep(STOP_GRACE_S)
@@ -543,13 +558,15 @@ class Attacher:
 
     def resume(self) -> bool:
         """The library-wide links go on again, each library's return link
-        first; calls begin once all are in (TRACING), every function at once.
+        first; calls begin once all are in (TRACING), every function at once
+        (where some stayed on, each as its link goes in: within milliseconds).
         False where tracing is over (detach() came meanwhile)."""
         with self._lock:
             if self._phase != TRACING or not self._paused:
                 return False
             for atts in self._wide.values():
-                self._links += self._attach_multi(atts)
+                if atts:
+                    self._links += self._attach_multi(atts)
             self._paused = False
             self._write_phase(TRACING)
             return True
@@ -574,7 +591,8 @@ class Attacher:
         with self._lock:
             stopping = self._phase == TRACING
             self._set_phase(STOPPING)
-            links, self._links = self._links, []
+            links, self._links = self._links + self._kept_links, []
+            self._kept_links = []
         forks, self._forks = self._forks, None
         if forks is not None:  # the children made until now: linked no more, gone ones said
             forks.close()

@@ -95,6 +95,9 @@ class Settings:
     stacks: bool = False  # record user stacks (cudaprobe memory --stacks)
     callers: bool = False  # record each call's return address (cudaprobe memory)
     py_stacks: bool = False  # send each call's Python stack (--py-stacks; trace records only)
+    # serve --duty: functions (catalogue names) whose links stay on between slices,
+    # counted exactly: the allocations and frees (live memory, out-of-memory errors)
+    duty_exact: frozenset = frozenset()
     # "multi": uprobe_multi links (Linux >= 6.6); "perf": one perf event per probe
     attach: str = field(default_factory=lambda: default_attach())
     # may_goto (Linux >= 6.9): --py-stacks walks a thread list of any length;

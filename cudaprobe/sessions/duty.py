@@ -11,6 +11,11 @@ where the slice falls. Between slices the library-wide links are off
 every link is in again and ends as calls stop beginning, each function at
 once (the `phase` map), so a slice holds whole calls only. Every call
 counted in a slice stands for 1/fraction calls (CallMetrics.weight).
+
+The allocations and frees (EXACT) stay traced between slices, each call
+counted once: live memory and the out-of-memory errors are exact. They are
+rare calls (a caching allocator makes a few), so they cost nothing to speak
+of; serve puts them in Settings.duty_exact, whose links pause() leaves on.
 """
 
 from __future__ import annotations
@@ -20,10 +25,14 @@ import threading
 import time
 from collections.abc import Callable
 
+from cudaprobe.analysis.memtrack import ROLES
 from cudaprobe.analysis.metrics import CallMetrics
 from cudaprobe.errors import CudaprobeError, UsageError
 from cudaprobe.probe.tracer import Tracer
 
+# traced all the time, counted exactly: the allocations and frees (rare calls,
+# whose every one live memory and an out-of-memory alert need)
+EXACT = frozenset(ROLES)
 MIN_SLICE_S = 0.05  # a shorter slice is mostly the links going on and off
 SLACK_S = 0.5  # of each period, left after its slice for the links to go on and off
 
@@ -55,6 +64,7 @@ class DutyCycle:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         metrics.weight = 1 / fraction
+        metrics.exact(EXACT)
 
     @staticmethod
     def check(fraction: float, period_s: float) -> None:

@@ -2,8 +2,9 @@
 loop of calls through a libcudart of the test's own runs across several
 slices; each call seen counts for the period over the slice, so every count
 is a multiple of that weight and no more than the weight times the calls
-made; breakpoints are in the loop's library only during a slice; live memory
-is not exported; nothing is lost."""
+made; breakpoints are in the loop's library only during a slice, but for the
+allocations and frees, traced all the time and counted exactly (each
+cudaMalloc and cudaFree the loop made, and their errors); nothing is lost."""
 
 from __future__ import annotations
 
@@ -50,22 +51,36 @@ def test_a_slice_a_period_its_calls_weighed_and_no_breakpoint_between(tmp_path, 
         while True:  # until slices have come and gone while it runs, and one counted it
             samples = scrape(url)
             windows = samples.get("cudaprobe_sampled_windows", [])
-            seen.add(first_byte(loop.pid, library, "cudaMalloc") == INT3)
+            seen.add(first_byte(loop.pid, library, "cudaLaunchKernel") == INT3)
+            assert first_byte(loop.pid, library, "cudaMalloc") == INT3  # on all the time
             mine = [s for s in samples["cudaprobe_calls"]
                     if s.name == "cudaprobe_calls_total" and s.labels["process"] == name]
             if windows and windows[0].value >= 3 and mine and seen == {True, False}:
                 break
             assert time.monotonic() < deadline, (seen, windows, err.text())
             time.sleep(0.05)
-        calls = CALLS_PER_ITERATION * (loop.stop() + 1)
-        samples = scrape(url)
-        mine = [s.value for s in samples["cudaprobe_calls"]
-                if s.name == "cudaprobe_calls_total" and s.labels["process"] == name]
+        iterations = loop.stop() + 1
+        calls = CALLS_PER_ITERATION * iterations
+
+        def mine(family: str, sample: str) -> dict[str, float]:
+            return {s.labels["function"]: s.value for s in samples[family]
+                    if s.name == sample and s.labels["process"] == name}
+        deadline = time.monotonic() + HANG_S
+        while True:  # until the loop's last calls are counted
+            samples = scrape(url)
+            counts = mine("cudaprobe_calls", "cudaprobe_calls_total")
+            if counts.get("cudaFree") == iterations:
+                break
+            assert time.monotonic() < deadline, (counts, iterations, err.text())
+            time.sleep(0.05)
         assert samples["cudaprobe_sampling_ratio"][0].value == 0.25
-        assert all(v % 4 == 0 for v in mine), mine  # each call seen stands for 4
-        assert 0 < sum(mine) <= 4 * calls
-        assert not [s for s in samples.get("cudaprobe_memory_live_bytes", [])
-                    if s.labels.get("process") == name]
+        exact = {f: counts.pop(f) for f in ("cudaMalloc", "cudaFree")}
+        assert exact == {"cudaMalloc": iterations, "cudaFree": iterations}
+        # no driver here: every allocation failed, each error counted once too
+        errors = mine("cudaprobe_call_errors", "cudaprobe_call_errors_total")
+        assert errors["cudaMalloc"] == iterations
+        assert counts and all(v % 4 == 0 for v in counts.values()), counts  # each seen: 4
+        assert 0 < sum(counts.values()) <= 4 * (calls - 2 * iterations)
         assert sum(s.value for s in samples["cudaprobe_lost_events"]) == 0
     finally:
         assert stop(serve) == 0, err.text()

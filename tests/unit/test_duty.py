@@ -63,14 +63,32 @@ def test_off_at_the_start_then_a_slice_a_period_each_counted_and_weighed():
     cycle.start(Tracer(attacher))
     cycle._thread.join(timeout=30)
     assert attacher.steps == ["pause"] + ["resume", "pause"] * 3
-    metrics.add([call("cudaMalloc", size=4096, devPtr="0x1000"), call("cudaFree", ret=35)])
+    metrics.add([call("cudaLaunchKernel"), call("cudaMemset", ret=35)])
     snap = metrics.snapshot(now_ns=1)
     assert snap.sampled_windows == 3 and snap.sampling_ratio == pytest.approx(0.05)
     assert sum(snap.calls.values()) == pytest.approx(40)
     assert sum(snap.errors.values()) == pytest.approx(20)
-    assert snap.live_bytes == {}  # a free seen without its allocation says nothing
-    hist = snap.latency[("cudaMalloc", "runtime")]
+    hist = snap.latency[("cudaLaunchKernel", "runtime")]
     assert hist.count == pytest.approx(20) and sum(hist.counts) == pytest.approx(20)
+
+
+def test_allocations_and_frees_are_counted_exactly_and_their_memory_kept():
+    """Their links stay on between slices (EXACT): each call counts once, and
+    live memory follows them, where a sampled free would be missed."""
+    metrics = CallMetrics(alive=lambda pid: True, clock=lambda: 0)
+    DutyCycle(0.05, 1.0, metrics)
+    metrics.add([call("cudaMalloc", t=0, size=4096, devPtr="0x1000"),
+                 call("cudaMalloc", t=10, size=8192, devPtr="0x2000"),
+                 call("cudaFree", t=20, devPtr="0x1000"),
+                 call("cudaMalloc", t=30, ret=2, size=1 << 40, devPtr="0x0"),
+                 call("cudaLaunchKernel", t=40)])
+    snap = metrics.snapshot(now_ns=10**10)
+    calls = {k[0]: v for k, v in snap.calls.items()}
+    assert calls == {"cudaMalloc": 3, "cudaFree": 1, "cudaLaunchKernel": pytest.approx(20)}
+    assert {k[:2]: v for k, v in snap.errors.items()} == {
+        ("cudaMalloc", "cudaErrorInsufficientDriver"): 1}
+    assert snap.latency[("cudaMalloc", "runtime")].count == 3
+    assert {k[-1]: v for k, v in snap.live_bytes.items() if v} == {"device": 8192}
 
 
 def test_stop_ends_the_cycle_between_slices():
@@ -118,7 +136,7 @@ def test_probes_that_cannot_come_off_count_every_call_unscaled_and_say_so():
 def test_otlp_says_the_counts_are_estimates():
     metrics = CallMetrics(alive=lambda pid: True)
     DutyCycle(0.05, 1.0, metrics)  # its weight: 20
-    metrics.add([call("cudaFree")])
+    metrics.add([call("cudaLaunchKernel")])
     data = metrics_data(metrics.snapshot(now_ns=1), Resource({}), 1, 2)
     (scope,) = data.resource_metrics[0].scope_metrics
     by_name = {m.name: m for m in scope.metrics}
