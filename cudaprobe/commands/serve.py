@@ -42,8 +42,9 @@ from cudaprobe.targets.jobs import KUBELET_LOGS, Jobs
 @click.option("--duty", metavar="FRACTION", default="100%",
               help="Probes on for this fraction of each --duty-period (2% or 0.02), off the "
                    "rest, the counts scaled by its inverse: an estimate, for a node daemon's "
-                   "cost (docs/fleet.md). Default: every call counted. Only with no --pid, "
-                   "--comm or command.")
+                   "cost (docs/fleet.md); the allocations and frees stay on, counted "
+                   "exactly. Default: every call counted. Only with no --pid, --comm or "
+                   "command.")
 @click.option("--duty-period", metavar="SECONDS", type=click.FloatRange(min=1), default=30.0,
               help="With --duty: the period, one slice traced in each at a random point.")
 @otlp_options

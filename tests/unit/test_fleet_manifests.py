@@ -276,15 +276,18 @@ def test_files_are_where_the_docs_say():
     assert "components/prometheus-operator" in fleet
 
 
-def test_the_duty_cycled_component_adds_duty_to_serve_and_nothing_else(tmp_path):
-    ds = next(o for o in rendered(tmp_path, "components/duty-cycled") if o["kind"] == "DaemonSet")
+def test_the_daemonset_samples_2_percent_and_the_exact_component_counts_every_call(tmp_path):
     base = one("DaemonSet")
-    args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args == base["spec"]["template"]["spec"]["containers"][0]["args"] + ["--duty=2%"]
-    kubernetes_validate.validate(ds, VERSIONS[-1], strict=True)
-    params = serve_command.make_context("serve", args[1:]).params  # options serve knows
+    base_args = base["spec"]["template"]["spec"]["containers"][0]["args"]
+    params = serve_command.make_context("serve", base_args[1:]).params  # options serve knows
     assert params["duty"] == "2%" and params["duty_period"] == 30.0
     DutyCycle.check(parse_duty(params["duty"]), params["duty_period"])  # a slice it takes
+    ds = next(o for o in rendered(tmp_path, "components/exact") if o["kind"] == "DaemonSet")
+    args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args == base_args + ["--duty=100%"]
+    kubernetes_validate.validate(ds, VERSIONS[-1], strict=True)
+    params = serve_command.make_context("serve", args[1:]).params
+    assert parse_duty(params["duty"]) == 1  # the last --duty: every call counted
 
 
 def test_the_gpu_time_component_adds_gpu_time_to_serve_and_nothing_else(tmp_path):
