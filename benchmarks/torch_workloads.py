@@ -23,6 +23,9 @@ exists (else after --seconds). With --log FILE, each measured step's end
 ends: what a check that turns a tracer on and off beside one long run lines
 up with its windows (scripts/gpu/duty_cost.py).
 
+With --oom, one allocation of 1 TiB is asked for after the warm-up and
+refused (an out-of-memory error for the fleet checks' error panel and alert).
+
 For `--pid` checks: with --ready FILE --go FILE --done FILE --quit FILE, it
 writes READY after the warm-up and waits for GO before the measured part,
 writes DONE after it and waits for QUIT before exiting, making no CUDA call
@@ -141,12 +144,19 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=20)
     for name in ("ready", "go", "done", "quit", "log", "stop"):
         p.add_argument(f"--{name}")
+    p.add_argument("--oom", action="store_true",
+                   help="after the warm-up, ask once for 1 TiB of device memory (refused)")
     a = p.parse_args()
     steps = [WORKLOADS[w]() for w in a.workload]
     for step in steps:
         for _ in range(a.warmup):
             step()
     torch.cuda.synchronize()
+    if a.oom:
+        try:
+            torch.empty(1 << 40, dtype=torch.uint8, device="cuda")
+        except torch.OutOfMemoryError:
+            print(json.dumps({"oom": "refused"}), flush=True)
     if a.ready:
         open(a.ready, "w").close()
         wait_for(a.go)
