@@ -11,15 +11,21 @@ serve_kit
 txt=$OUT/live-memory.txt; : > "$txt"
 { date -u; nvidia-smi -L; echo "libcuda $LIBCUDA"; } >> "$txt" 2>&1
 python3 -m cudaprobe trace --force -o /tmp/warm.jsonl -- /bin/true > /dev/null 2>&1  # BPF cache
-live() { python3 - "$1" <<'PY'
-import sys, urllib.request
+live() { python3 - 2>&1 <<'PY'
+import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 text = urllib.request.urlopen("http://127.0.0.1:9471/metrics", timeout=10).read().decode()
+out = []
 for f in text_string_to_metric_families(text):
     if f.name == "cudaprobe_memory_live_bytes":
-        for s in f.samples:
-            if s.labels.get("kind") == "device" and s.value:
-                print(f"{s.labels.get('process')} {int(s.value)}")
+        out += [f"live {s.labels.get('process')} {s.labels.get('kind')} {int(s.value)}"
+                for s in f.samples if s.value]
+    if f.name == "cudaprobe_calls":
+        out += [f"{s.labels['function']} {s.labels.get('process')} {int(s.value)}"
+                for s in f.samples if s.name == "cudaprobe_calls_total"
+                and s.labels["function"] in ("cuMemAlloc_v2", "cuMemFree_v2", "cuMemCreate",
+                                             "cuMemAllocAsync", "cuMemAllocManaged")]
+print("; ".join(out) or "nothing")
 PY
 }
 for mode in plain gputime; do
