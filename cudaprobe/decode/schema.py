@@ -52,6 +52,7 @@ def time_ms(ts_ns: int, t0_ns: int) -> float:
     return round((ts_ns - t0_ns) / 1e6, 3)
 
 
+FAST_NS = 1 << 50  # time_ms_text's integers: below this, the float's error is under 0.2 ns
 # each µs of a ms as repr() ends a float of 3 decimals: ".5" for 500, ".0" for 0
 _FRACTIONS = tuple(f".{f:03d}".rstrip("0") if f else ".0" for f in range(1000))
 
@@ -59,12 +60,12 @@ _FRACTIONS = tuple(f".{f:03d}".rstrip("0") if f else ".0" for f in range(1000))
 def time_ms_text(since_ns: int) -> str:
     """repr(time_ms(t0_ns + since_ns, t0_ns)), the text JSONL and CSV write, in
     integers (round() with digits goes through a decimal string: twice as slow).
-    It is the same: `since_ns / 1e6` is off the exact quotient by under 0.2 ns
-    for any time a row can have (below 2**60 ns), and round() rounds the float's
-    exact value, so only a quotient that ends in exactly 500 ns (a tie) may go
-    either way: those, and times before t0, take round(). The double nearest a
+    It is the same: below 2**50 ns (13 days) `since_ns / 1e6` is off the exact
+    quotient by under 0.2 ns, and round() rounds the float's exact value, so
+    only a quotient that ends in exactly 500 ns (a tie) may go either way:
+    those, times before t0 and later times take round(). The double nearest a
     number of ms with 3 decimals has that number as its shortest repr."""
-    if since_ns >= 0 and since_ns % 1000 != 500:
+    if 0 <= since_ns < FAST_NS and since_ns % 1000 != 500:
         us = (since_ns + 499) // 1000
         return f"{us // 1000}{_FRACTIONS[us % 1000]}"
     return repr(round(since_ns / 1e6, 3))
