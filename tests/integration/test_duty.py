@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..conftest import HANG_S, cudaprobe_cmd
+from .fleet import fleet_env, fleet_libs, fleet_node
 from .running import Lines, Loop, build_loop
 from .test_per_process import INT3, first_byte, private_copy
 from .test_serve_prometheus import free_port, renamed, stop
@@ -83,4 +84,54 @@ def test_a_slice_a_period_its_calls_weighed_and_no_breakpoint_between(tmp_path, 
         assert 0 < sum(counts.values()) <= 4 * (calls - 2 * iterations)
         assert sum(s.value for s in samples["cudaprobe_lost_events"]) == 0
     finally:
+        assert stop(serve) == 0, err.text()
+
+
+def test_with_both_apis_live_memory_and_out_of_memory_errors_stay_exact(tmp_path):
+    """Sampled 5% of the time, fleet_node's rounds through the stand-in runtime
+    and driver (each cudaMalloc serves itself with cuMemAlloc_v2): every
+    allocation, free and refused allocation at both APIs counted once, and
+    live memory what the rounds hold, allocated at the runtime and counted once."""
+    target = f"127.0.0.1:{free_port()}"
+    serve = subprocess.Popen(
+        cudaprobe_cmd("serve", "--prometheus", target, *fleet_libs(), "--duty", "5%",
+                      "--duty-period", "2", "-d", "120"),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    err = Lines(serve.stderr)
+    url = f"http://{target}/metrics"
+    node = None
+    try:
+        err.wait_for(lambda s: "serving Prometheus metrics" in s, "serving", timeout=HANG_S)
+        node = subprocess.Popen([str(fleet_node())], env=fleet_env(), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out = Lines(node.stdout)
+        for n in (1, 2, 3):
+            node.stdin.write("round\n")
+            node.stdin.flush()
+            out.wait_for(lambda s, n=n: s == f"round {n}", f"round {n}", timeout=HANG_S)
+        deadline = time.monotonic() + HANG_S
+        while True:  # until the third round's frees are counted, and its memory applied
+            samples = scrape(url)
+            calls = {s.labels["function"]: s.value for s in samples["cudaprobe_calls"]
+                     if s.name == "cudaprobe_calls_total"}
+            live = {s.labels["kind"]: s.value
+                    for s in samples.get("cudaprobe_memory_live_bytes", [])
+                    if s.labels.get("process") == "fleet_node"}
+            if (calls.get("cudaFree") == 3 and calls.get("cuMemFree_v2") == 3
+                    and live.get("device") == 3 * (2 << 20)):
+                break
+            assert time.monotonic() < deadline, (calls, live, err.text())
+            time.sleep(0.05)
+        errors = {(s.labels["function"], s.labels["error"]): s.value
+                  for s in samples["cudaprobe_call_errors"]
+                  if s.name == "cudaprobe_call_errors_total"}
+        assert errors[("cudaMalloc", "cudaErrorMemoryAllocation")] == 3
+        assert errors[("cuMemAlloc_v2", "CUDA_ERROR_OUT_OF_MEMORY")] == 3
+        assert calls["cudaMalloc"] == calls["cuMemAlloc_v2"] == 3 * 4
+        assert calls["cudaMallocHost"] == 3
+        assert live["host-pinned"] == 3 * (64 << 10)
+    finally:
+        if node is not None:
+            node.stdin.close()
+            assert node.wait(timeout=HANG_S) == 0
         assert stop(serve) == 0, err.text()
