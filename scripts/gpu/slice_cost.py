@@ -217,13 +217,13 @@ def main() -> None:
                  f"{a.seconds:g} s beside the job; probes in {len(slices)} times (read in the "
                  f"job at {a.function}), {width * 1e3:.1f} ms each on average")
     span = ended - began
-    measured = [x for x in (excess(steps, b, e, slices) for b, e in slices) if x is not None]
+    of_slice = [excess(steps, b, e, slices) for b, e in slices]  # None: baseline too short
+    measured = [x for x in of_slice if x is not None]
     text, _hi = summary("cost", [x[0] for x in measured], span, len(slices))
     lines.append(text)
     # the steps wholly inside the slices, against the same baselines: exact counting's cost
     inside = []
-    for b, e in slices:
-        x = excess(steps, b, e, slices)
+    for (b, e), x in zip(slices, of_slice):
         ins = [dt for end, dt in steps if b <= end - dt and end <= e]
         if x is not None and ins:
             inside.append(statistics.fmean(ins) / x[1] - 1)
