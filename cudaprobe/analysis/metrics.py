@@ -40,6 +40,13 @@ any exporter's types; an exporter only names and labels what it holds:
 - `gpu_time[kernel]` (serve --gpu-time): a `Histogram` of kernels' GPU
   durations (CUPTI, decode.gputime), by demangled name: the `MAX_KERNELS`
   kernels with the most GPU time lately, and `other` for the rest.
+- `gpu_lines[(line, process, *job)]` (serve --gpu-time --py-stacks,
+  `python_lines()`): seconds of kernels' GPU time by the Python line of the
+  launch that queued them (analysis.by_line.gpu_line_of: backward work on
+  its forward op's line), joined as they come (analysis.gpulines): for each
+  process label the `MAX_LINES` lines with the most GPU time lately, the
+  rest as `other`. Only launches traced are joined: with --duty, each
+  kernel stands for `weight` (an estimate, like the counts).
 
 Every counter is cumulative since the start. Labels are bounded: `function`
 is the symbol as called (catalogue data, as trace's EVENT column), `error` a
@@ -60,6 +67,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
+from cudaprobe.analysis.by_line import gpu_line_of
+from cudaprobe.analysis.gpulines import Launch, LineJoin
 from cudaprobe.analysis.labels import LabelBudget
 from cudaprobe.analysis.memstate import KINDS
 from cudaprobe.analysis.memtrack import ROLES, MemCall, MemoryAccounting
@@ -81,6 +90,8 @@ MAX_PROCESSES = 64  # process label values besides `other`
 MAX_PROCESS_NAMES = 4096  # names whose rates are kept for the ranking
 MAX_KERNELS = 50  # kernel label values besides `other`
 MAX_KERNEL_NAMES = 10_000  # names whose rates are kept for the ranking
+MAX_LINES = 10  # Python line label values of each process label, besides `other`
+MAX_LINE_NAMES = 1000  # lines of each process label whose rates are kept for the ranking
 EXIT_CHECK_NS = 1_000_000_000  # how often, at most, fed calls look for exited processes
 OTHER_PROCESS = ("other", *NO_JOB)  # the process labels of the rest
 # a process's job labels are kept this long after it is taken as exited (below)
@@ -188,6 +199,11 @@ class Snapshot:
     # and those it could not, by reason; None: not asked for
     gpu_time_processes: int | None = None
     gpu_time_refusals: dict[str, int] = field(default_factory=dict)
+    # serve --gpu-time --py-stacks: GPU seconds by line; CUPTI's API records of
+    # launches in a traced span that found no traced launch, and records or
+    # launches let go at a bound (None: not asked for)
+    gpu_lines: dict[tuple[str, ...], float] = field(default_factory=dict)
+    gpu_lines_unjoined: dict[str, int] | None = None
 
 
 class CallMetrics:
@@ -236,6 +252,18 @@ class CallMetrics:
         # and the refusals by reason (targets.injectable.REFUSAL_REASONS)
         self._gpu_processes: int | None = None
         self._gpu_refusals: dict[str, int] = {}
+        # --py-stacks (python_lines()): the join of GPU work to launches, and each
+        # process label's lines (a LabelBudget each) and GPU ns by line
+        self._lines: LineJoin | None = None
+        self._line_budgets: dict[tuple[str, ...], LabelBudget] = {}
+        self._gpu_lines: dict[tuple[str, ...], float] = {}
+
+    def python_lines(self) -> LineJoin:
+        """serve --gpu-time --py-stacks: kernels' GPU time counted by Python line;
+        the join, to be given each API record as read (GpuTimeRows)."""
+        with self._lock:
+            self._lines = self._lines or LineJoin()
+            return self._lines
 
     def exact(self, names: frozenset[str]) -> None:
         """serve --duty: the functions (catalogue names) traced all the time,
@@ -260,12 +288,13 @@ class CallMetrics:
     def add(self, calls: Iterable[Call]) -> None:
         memory, last_ns = [], 0
         with self._lock:
-            weight, exact = self.weight, self._exact
+            weight, exact, lines = self.weight, self._exact, self._lines
             for c in calls:
                 if c.duration_ns is None:
                     continue
                 w = 1 if weight == 1 or c.event in exact else weight
-                process = self._processes.label(self._process_key(c.pid, c.process), w)
+                who = self._process_key(c.pid, c.process)
+                process = self._processes.label(who, w)
                 key = (c.event, c.api, *process)
                 self._calls[key] = self._calls.get(key, 0) + w
                 if c.ret:
@@ -278,6 +307,8 @@ class CallMetrics:
                 if c.category == "kernel":
                     launch = (self._kernels.label(c.args.get(NAME_KEY), w), c.api)
                     self._launches[launch] = self._launches.get(launch, 0) + w
+                    if lines is not None:
+                        lines.launch(c, w, who)
                 last_ns = max(last_ns, c.ts_ns + c.duration_ns)
                 function = BY_EXPORTED.get(c.event)
                 if function is None:
@@ -305,8 +336,10 @@ class CallMetrics:
         return (name, *self.jobs.of(pid))
 
     def add_gpu(self, work: Iterable[GpuWork]) -> None:
-        """Kernels as they ran on the GPU (copies and memsets are not counted here)."""
+        """Kernels as they ran on the GPU (copies and memsets are not counted here);
+        with python_lines(), by the line of their launch too."""
         with self._lock:
+            lines = self._lines
             for w in work:
                 if w.kind != "kernel":
                     continue
@@ -316,6 +349,23 @@ class CallMetrics:
                 if hist is None:
                     hist = self._gpu_time[name] = Histogram()
                 hist.add(w.duration_ns)
+                if lines is not None:
+                    launch = lines.launch_of(w)
+                    if launch is not None:
+                        self._count_line(w, launch)
+            if lines is not None:
+                for w, launch in lines.settle(self.clock()):
+                    self._count_line(w, launch)
+
+    def _count_line(self, work: GpuWork, launch: Launch) -> None:
+        """A kernel's GPU time under its launch's line, in its process's label."""
+        process = self._processes.holds(launch.process)
+        budget = self._line_budgets.get(process)
+        if budget is None:
+            budget = self._line_budgets[process] = LabelBudget(MAX_LINES, MAX_LINE_NAMES)
+        ns = work.duration_ns * launch.weight
+        key = (budget.label(gpu_line_of(launch.call)[0], ns), *process)
+        self._gpu_lines[key] = self._gpu_lines.get(key, 0) + ns
 
     def _count_bytes(self, name: str, c: Call) -> None:
         copy = _copy(name, c.args)
@@ -358,9 +408,17 @@ class CallMetrics:
                     self.jobs.forget(pid)
 
     def window_traced(self) -> None:
-        """serve --duty: one more slice traced."""
+        """serve --duty: one more slice traced, from now on."""
         with self._lock:
             self.windows += 1
+            if self._lines is not None:
+                self._lines.span_begins(self.clock())
+
+    def window_ended(self) -> None:
+        """serve --duty: the slice is over (the probes are off)."""
+        with self._lock:
+            if self._lines is not None:
+                self._lines.span_ends(self.clock())
 
     def set_lost(self, counters: dict[str, int]) -> None:
         """The tracer's counters (cumulative), with decode_errors: the loss causes kept.
@@ -398,7 +456,12 @@ class CallMetrics:
                 gpu_time={k: h.copy() for k, h in self._gpu_time.items() if gpu.exported(k)},
                 sampling_ratio=1 / self.weight, sampled_windows=self.windows,
                 gpu_time_processes=self._gpu_processes,
-                gpu_time_refusals=dict(self._gpu_refusals))
+                gpu_time_refusals=dict(self._gpu_refusals),
+                gpu_lines={k: ns / 1e9 for k, ns in self._gpu_lines.items()
+                           if processes.exported(k[1:])
+                           and self._line_budgets[k[1:]].exported(k[0])},
+                gpu_lines_unjoined=None if self._lines is None else {
+                    "no_traced_launch": self._lines.unjoined, "bound": self._lines.dropped})
 
     def _rank(self, now_ns: int) -> None:
         """Labels to the busiest names now; the series of names no longer tracked go."""
@@ -411,3 +474,10 @@ class CallMetrics:
             del self._launches[key]
         for name in [k for k in self._gpu_time if not self._gpu_kernels.known(k)]:
             del self._gpu_time[name]
+        for process in [p for p in self._line_budgets if not self._processes.known(p)]:
+            del self._line_budgets[process]
+        for budget in self._line_budgets.values():
+            budget.rank(now_ns)
+        for key in [k for k in self._gpu_lines if k[1:] not in self._line_budgets
+                    or not self._line_budgets[k[1:]].known(k[0])]:
+            del self._gpu_lines[key]

@@ -35,6 +35,13 @@ from cudaprobe.targets.jobs import KUBELET_LOGS, Jobs
                    "--pid/--comm, and on a node (no target), the library is put into each "
                    "running process, and those it cannot go into are counted by reason "
                    "(docs/gputime.md).")
+@click.option("--py-stacks", is_flag=True,
+              help="With --gpu-time: each process's kernels' GPU time by the Python line "
+                   "that launched them, backward work on its forward op's line (the "
+                   "busiest 10 lines of each process, the rest as `other`): "
+                   "cudaprobe_gpu_line_seconds_total (docs/prometheus.md). Each call's "
+                   "Python stack is read by the probe (CPython 3.9-3.13; "
+                   "docs/pystacks.md): with --duty, only in the slices.")
 @click.option("--kubelet-logs", metavar="DIR", default=KUBELET_LOGS,
               help="Where the kubelet keeps its pods/ and containers/ log directories: "
                    "they name each process's pod, namespace and container for the job "
@@ -48,8 +55,8 @@ from cudaprobe.targets.jobs import KUBELET_LOGS, Jobs
 @click.option("--duty-period", metavar="SECONDS", type=click.FloatRange(min=1), default=30.0,
               help="With --duty: the period, one slice traced in each at a random point.")
 @otlp_options
-def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, kubelet_logs, duty, duty_period,
-                  **otlp) -> None:
+def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, py_stacks, kubelet_logs, duty,
+                  duty_period, **otlp) -> None:
     """Count CUDA API calls and serve them as metrics: calls, errors and
     latency per function, bytes copied, live allocated bytes, lost events
     (docs/prometheus.md), each process's labelled with its job: Kubernetes
@@ -70,6 +77,7 @@ def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, kubelet_logs, du
       sudo cudaprobe serve --prometheus :9464 --comm python3 -e memory,transfer,kernel
       sudo cudaprobe serve --prometheus :9464 --gpu-time -- python train.py
       sudo cudaprobe serve --prometheus 0.0.0.0:9464 --gpu-time
+      sudo cudaprobe serve --prometheus 0.0.0.0:9464 --api driver --duty 2% --gpu-time --py-stacks
       sudo cudaprobe serve --otlp http://collector:4318 --otlp-slow 1ms
     """
     address = parse_listen_address(prometheus_at) if prometheus_at else None
@@ -77,6 +85,9 @@ def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, kubelet_logs, du
     if address is None and otlp is None and not probe.dump_bpf:
         raise UsageError("serve needs somewhere to serve: --prometheus [ADDR:]PORT "
                          "or --otlp ENDPOINT")
+    if py_stacks and not gpu_time:
+        raise UsageError("serve --py-stacks counts GPU time by Python line: it goes with "
+                         "--gpu-time")
     command = list(probe.command)
     fraction = parse_duty(duty)
     if fraction < 1:
@@ -91,6 +102,7 @@ def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, kubelet_logs, du
         metrics = CallMetrics(jobs=jobs)
         if gpu_time and not command:  # into running processes (a node's too): outcomes counted
             metrics.gpu_injection()
+        lines = metrics.python_lines() if py_stacks else None
         cycle = DutyCycle(fraction, duty_period, metrics) if fraction < 1 else None
         with MetricsServer(metrics, *address) if address else contextlib.nullcontext() as server:
             notify = probing.begin("counting")
@@ -113,7 +125,7 @@ def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, kubelet_logs, du
                                      on_counters=metrics.set_lost, gpu_time=gpu_time,
                                      on_gpu_work=metrics.add_gpu, on_process=jobs.refresh,
                                      on_gpu_recording=metrics.gpu_recording,
-                                     on_gpu_refused=metrics.gpu_refused,
+                                     on_gpu_refused=metrics.gpu_refused, gpu_lines=lines,
                                      on_started=cycle.start if cycle is not None else None)
             try:
                 settings = probing.settings if cycle is None else dataclasses.replace(
@@ -124,4 +136,5 @@ def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, kubelet_logs, du
                 if cycle is not None:
                     cycle.stop()
 
-    run_probing(probe, select_functions(list(probe.events), set(probe.apis)), session)
+    run_probing(probe, select_functions(list(probe.events), set(probe.apis)), session,
+                py_stacks=py_stacks)

@@ -147,6 +147,9 @@ class GpuReader:
     records are kept, so that a long run holds nothing, and none is joined."""
     directory: Path | None
     keep: bool = True
+    # told of each API record as it is read (pid, correlation id, the call) where
+    # nothing is kept (serve --py-stacks: analysis.gpulines joins them as they come)
+    on_api: Callable[[int, int, ApiCall], None] | None = None
     work: list[GpuWork] = field(default_factory=list)  # in the order read (keep)
     seen: int = 0  # GPU records read
     statuses: dict[int, str] = field(default_factory=dict)  # pid -> why no GPU time
@@ -274,9 +277,14 @@ class GpuReader:
                     COPY_KINDS.get(copy_kind, "unknown") if kind == MEMCPY else ""
                 new.append(GpuWork(f.pid, KIND_NAMES[kind], start + shift, end + shift, device,
                                    context, stream, corr, name, nbytes))
-            elif kind == API and self.keep and f.system_tids:  # else no row has its tid
-                function = f.functions.get((domain, cbid), "")
-                self._apis[(f.pid, corr)] = ApiCall(tid, start + shift, end + shift, function)
+            elif kind == API and f.system_tids:  # else no row has its tid
+                if self.keep:
+                    function = f.functions.get((domain, cbid), "")
+                    self._apis[(f.pid, corr)] = ApiCall(tid, start + shift, end + shift,
+                                                        function)
+                elif self.on_api is not None:
+                    self.on_api(f.pid, corr, ApiCall(tid, start + shift, end + shift,
+                                                     f.functions.get((domain, cbid), "")))
             elif kind == NAME:
                 grown = f.name_bytes + len(text) - len(f.names.get(name_id, ""))
                 if grown <= MAX_NAME_BYTES:  # else unnamed: the kernel's row is kept
@@ -344,7 +352,7 @@ def join_work(calls: list[Call], work: list[GpuWork],
         if spans:
             windows[pid] = (min(a for a, _ in spans), max(b for _, b in spans))
     for w in sorted(work, key=lambda w: w.start_ns):
-        call = _caller(w, threads, starts, slack.get(w.pid, 0))
+        call = caller_of(w, threads, starts, slack.get(w.pid, 0))
         if call is None:
             window = windows.get(w.pid)
             if window is not None and w.api is not None and (
@@ -434,7 +442,7 @@ def say_shifts(shifts: dict[int, int | None], notify: Callable[[str], None]) -> 
                    "onto the rows' clock (CUPTI's own clock, aligned by its API records)")
 
 
-def _caller(w: GpuWork, threads: dict[tuple[int, int], list[Call]],
+def caller_of(w: GpuWork, threads: dict[tuple[int, int], list[Call]],
             starts: dict[tuple[int, int], list[int]], slack: int = 0) -> Call | None:
     api = w.api
     if api is None:

@@ -54,6 +54,9 @@ COUNTERS = (
      "lost", ("cudaprobe.loss.cause",)),
     ("cudaprobe.gpu_time.refusals", "{process}", "Processes the GPU-time library could not "
      "go into, by reason", "gpu_time_refusals", ("cudaprobe.gpu_time.reason",)),
+    ("cudaprobe.gpu.line.time", "s", "Kernels' GPU time by the Python line that launched them "
+     "(serve --gpu-time --py-stacks)", "gpu_lines",
+     ("cudaprobe.python.line", "process.executable.name", *JOB_ATTRIBUTES)),
 )
 
 
@@ -80,6 +83,12 @@ def metrics_data(snapshot: Snapshot, resource: Resource, start_ns: int,
     if latency:
         metrics.append(Metric("cuda.api.duration", "Duration of CUDA API calls", "s",
                               Histogram(latency, CUMULATIVE)))
+    if snapshot.gpu_lines_unjoined is not None:  # serve --gpu-time --py-stacks
+        points = [NumberDataPoint({"cudaprobe.gpu.line.reason": reason}, start_ns, now_ns, n)
+                  for reason, n in sorted(snapshot.gpu_lines_unjoined.items())]
+        metrics.append(Metric("cudaprobe.gpu.line.unjoined", "CUPTI's records of launches "
+                              "made while the probes were on, not given a line", "{record}",
+                              Sum(points, CUMULATIVE, True)))
     if snapshot.gpu_time_processes is not None:  # serve --gpu-time into running processes
         n = NumberDataPoint({}, start_ns, now_ns, snapshot.gpu_time_processes)
         metrics.append(Metric("cudaprobe.gpu_time.processes", "Processes the GPU-time library "

@@ -21,6 +21,7 @@ from cudaprobe import __version__
 from cudaprobe.analysis.metrics import (
     LATENCY_BOUNDS_S,
     MAX_KERNELS,
+    MAX_LINES,
     MAX_PROCESSES,
     CallMetrics,
     Histogram,
@@ -123,6 +124,26 @@ class CallCollector:
             for name, h in sorted(snap.gpu_time.items()):
                 gpu.add_metric([name], buckets(h), h.sum_s)
             yield gpu
+        if snap.gpu_lines_unjoined is not None:  # serve --gpu-time --py-stacks
+            by_line = CounterMetricFamily(
+                "cudaprobe_gpu_line_seconds",
+                f"Kernels' time on the GPU by the Python line that launched them, backward "
+                f"work on its forward op's line (serve --gpu-time --py-stacks): for each "
+                f"process the {MAX_LINES} lines with the most lately, the rest as `other`; "
+                f"with --duty, the kernels of the launches traced, each as many as the "
+                f"sampling ratio's inverse (an estimate).",
+                labels=["line", "process", *JOB_LABELS])
+            for labels, seconds in sorted(snap.gpu_lines.items()):
+                by_line.add_metric(labels, seconds)
+            yield _without_empty_jobs(by_line)
+            unjoined = CounterMetricFamily(
+                "cudaprobe_gpu_line_unjoined",
+                "CUPTI's records of launches made while the probes were on, not given a line: "
+                "no_traced_launch (its launch not traced: a thread or function not probed), "
+                "bound (let go at a memory bound of the join).", labels=["reason"])
+            for reason, n in sorted(snap.gpu_lines_unjoined.items()):
+                unjoined.add_metric([reason], n)
+            yield unjoined
         copied = CounterMetricFamily("cudaprobe_memcpy_bytes",
                                      "Bytes copied by successful memcpy calls, by direction.",
                                      labels=["kind", "api"])

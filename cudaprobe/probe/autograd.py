@@ -86,6 +86,8 @@ class AutogradProbe:
         self.notify = notify
         self._plans: dict[tuple[int, int], AutogradPlan | str] = {}  # by file identity
         self._links: dict[int, list[int]] = {}  # pid -> its link fds
+        self._planned: dict[int, AutogradPlan] = {}  # pid -> where its probes go
+        self._paused = False  # serve --duty: between two slices, no link in
         self._pages: dict[int, int] = {}  # pid -> its size when its maps were read
         self._said: set[str] = set()
         self._fds: dict[bytes, int] = {}
@@ -107,7 +109,7 @@ class AutogradProbe:
 
     def _rescan(self, pids: list[int], forget: bool) -> None:
         for pid in pids:
-            if pid in self._links:
+            if pid in self._planned or pid in self._links:
                 continue
             with contextlib.suppress(CudaprobeError, OSError):
                 pages = procmaps.vm_pages(pid)
@@ -152,13 +154,17 @@ class AutogradProbe:
             self._fds[name] = fn.fd
         return self._fds[name]
 
-    def _attach(self, pid: int, plan: AutogradPlan) -> None:
-        """Its node's fields into `ag_procs`, then the links, the pid given."""
+    def _attach(self, pid: int, plan: AutogradPlan, again: bool = False) -> None:
+        """Its node's fields into `ag_procs`, then the links, the pid given
+        (`again`: put back after a pause, nothing said)."""
         if not uprobe_multi.supported():
             self._say(plan.file.name, "the probes need Linux 6.6 or later (uprobe_multi)")
             return
+        self._planned[pid] = plan
         procs = self._bpf["ag_procs"]
         procs[procs.Key(pid)] = procs.Leaf(plan.seq_off, plan.thread_off)
+        if self._paused:
+            return  # its links go in at the next resume()
         links: list[int] = []
         self._links[pid] = links
         path = plan.file.proc_path
@@ -168,8 +174,9 @@ class AutogradProbe:
                                        (b"cp_ag_made", (plan.made,), True)):
                 links.append(uprobe_multi.create_link(self._fd(name), path, list(offsets),
                                                       [0] * len(offsets), ret, pid))
-            self.notify(f"--py-stacks: pid {pid}: PyTorch's autograd probed: its backward "
-                        f"calls are given the line of their forward op from now on")
+            if not again:
+                self.notify(f"--py-stacks: pid {pid}: PyTorch's autograd probed: its "
+                            f"backward calls are given the line of their forward op from now on")
         except OSError as e:
             self._forget(pid)
             if e.errno != errno.ESRCH:  # gone meanwhile: nothing to say
@@ -178,13 +185,41 @@ class AutogradProbe:
             self._forget(pid)
             self._say(plan.file.name, f"the probes could not be loaded ({e})")
 
-    def _forget(self, pid: int) -> None:
+    def _close_links(self, pid: int) -> None:
         for fd in self._links.pop(pid, []):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+    def _forget(self, pid: int) -> None:
+        self._close_links(pid)
+        self._planned.pop(pid, None)
         procs = self._bpf["ag_procs"]
         with contextlib.suppress(KeyError):
             del procs[procs.Key(pid)]
+
+    def pause(self) -> None:
+        """serve --duty, between slices: every link off (each process's place kept)."""
+        with self._lock:
+            self._paused = True
+            for pid in list(self._links):
+                self._close_links(pid)
+
+    def resume(self) -> None:
+        """A slice begins: the links of the processes still running back in."""
+        with self._lock:
+            self._paused = False
+            for pid, plan in list(self._planned.items()):
+                if not procmaps.process_alive(pid):
+                    self._forget(pid)
+                elif pid not in self._links:
+                    self._attach(pid, plan, again=True)
+
+    def forget_exited(self) -> None:
+        """On a node, where no rescan comes (the processes are found by their
+        calls): the links of processes gone closed."""
+        with self._lock:
+            for pid in [p for p in self._planned if not procmaps.process_alive(p)]:
+                self._forget(pid)
 
     @property
     def processes(self) -> int:

@@ -56,7 +56,7 @@ class Tracer:
             if self.settings.py_stacks and not self.settings.stats:
                 self.py = PyStackProbe(self._bpf, hashes=self.settings.may_goto)
                 self.autograd = AutogradProbe(self._bpf)
-                self.attacher.on_target = self._py_target
+                self.attacher.on_target = self.see_python
                 self.attacher.on_rescan = self.autograd.rescan
             self.attacher.attach_all()
             if not self.settings.stats:
@@ -71,11 +71,19 @@ class Tracer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _py_target(self, pid: int) -> None:
-        """--py-stacks: a traced process's interpreter, and its libtorch."""
+    def see_python(self, pid: int) -> None:
+        """--py-stacks: a traced process's interpreter, and its libtorch (a target
+        as it is added)."""
         assert self.py is not None and self.autograd is not None
         self.py.add_process(pid)
         self.autograd.add_process(pid)
+
+    def see_python_on_node(self, pid: int) -> None:
+        """see_python for a process found by its first call, on a node, where no
+        rescan of targets forgets the processes gone: that is done here."""
+        assert self.autograd is not None
+        self.autograd.forget_exited()
+        self.see_python(pid)
 
     def close(self) -> None:
         """Detach everything and clean up; safe to call twice."""

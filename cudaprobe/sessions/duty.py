@@ -16,6 +16,9 @@ The allocations and frees (EXACT) stay traced between slices, each call
 counted once: live memory and the out-of-memory errors are exact. They are
 rare calls (a caching allocator makes a few), so they cost nothing to speak
 of; serve puts them in Settings.duty_exact, whose links pause() leaves on.
+With --py-stacks, PyTorch's autograd probes cycle with the rest, and the
+slices are told to the metrics (`window_traced`, `window_ended`), whose join
+of GPU work to Python lines looks only at work launched inside one.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from collections.abc import Callable
 from cudaprobe.analysis.memtrack import ROLES
 from cudaprobe.analysis.metrics import CallMetrics
 from cudaprobe.errors import CudaprobeError, UsageError
+from cudaprobe.probe.autograd import AutogradProbe
 from cudaprobe.probe.tracer import Tracer
 
 # traced all the time, counted exactly: the allocations and frees (rare calls,
@@ -63,6 +67,7 @@ class DutyCycle:
         self.notify: Callable[[str], None] = lambda _line: None  # said to the user
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._autograd: AutogradProbe | None = None
         metrics.weight = 1 / fraction
         metrics.exact(EXACT)
 
@@ -78,11 +83,14 @@ class DutyCycle:
     def start(self, tracer: Tracer) -> None:
         """The probes of the start are in: off until the first slice."""
         attacher = tracer.attacher
+        self._autograd = tracer.autograd  # --py-stacks: PyTorch's autograd probes cycle too
         if not attacher.pause():  # perf-event probes (CUDAPROBE_ATTACH=perf): always on
             self.metrics.weight = 1
             self.notify("--duty: the probes cannot be taken off and put back with this "
                         "kernel's perf-event uprobes: every call is counted, unscaled")
             return
+        if self._autograd is not None:
+            self._autograd.pause()
         self._thread = threading.Thread(target=self._run, args=(attacher,),
                                         name="cudaprobe-duty", daemon=True)
         self._thread.start()
@@ -100,11 +108,17 @@ class DutyCycle:
             offset = self.rng.uniform(0, self.period_s - self.slice_s - SLACK_S)
             if self._stop.wait(max(0.0, begins + offset - time.monotonic())):
                 return
+            self.metrics.window_traced()
+            if self._autograd is not None:
+                self._autograd.resume()
             if not attacher.resume():  # tracing over
                 return
-            self.metrics.window_traced()
             stopped = self._stop.wait(self.slice_s)
-            if not attacher.pause() or stopped:
+            paused = attacher.pause()
+            if self._autograd is not None:
+                self._autograd.pause()
+            self.metrics.window_ended()
+            if not paused or stopped:
                 return
             begins += self.period_s
             if begins < time.monotonic():  # the links took longer than the slack: a

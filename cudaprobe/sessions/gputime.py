@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from cudaprobe.analysis.gpulines import LineJoin
 from cudaprobe.decode.calls import Call
 from cudaprobe.decode.gputime import GpuReader, GpuWork, join_work, say_shifts
 from cudaprobe.errors import UsageError
@@ -86,11 +87,15 @@ class GpuTimeRows:
 
     def __init__(self, notify: Callable[[str], None],
                  on_gpu_work: Callable[[list[GpuWork]], None] | None,
-                 command: list[str]) -> None:
+                 command: list[str], lines: LineJoin | None = None) -> None:
         self.notify = notify
         self.on_gpu_work = on_gpu_work
-        # serve only counts the GPU work: nothing kept, nothing joined
+        # serve only counts the GPU work: nothing kept, nothing joined but, with
+        # `lines` (--py-stacks), each API record as it is read
         self.gpu = gpu_time_for(notify, command, keep=on_gpu_work is None)
+        if lines is not None and self.gpu.reader is not None:
+            self.gpu.reader.on_api = lines.api
+            lines.cupti_clock = self.gpu.reader.cupti_clock
         self._held: list[Call] | None = None
         if self.gpu.reader is not None and on_gpu_work is None:
             self._held = []

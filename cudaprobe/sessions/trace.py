@@ -18,6 +18,7 @@ from typing import Callable
 from rich.console import Console
 
 from cudaprobe import STARTED
+from cudaprobe.analysis.gpulines import LineJoin
 from cudaprobe.analysis.summary import Summary, count_lost
 from cudaprobe.catalogue.functions import NCCL, RUNTIME
 from cudaprobe.decode.calls import Call, Symbolizer, decode_event
@@ -66,6 +67,8 @@ class SessionOptions(RunOptions):
     # unless on_gpu_work takes the GPU work as it comes (serve), rows going out as usual
     gpu_time: bool = False
     on_gpu_work: Callable[[list[GpuWork]], None] | None = None
+    # serve --py-stacks: joins each API record, as read, to the launch that made it
+    gpu_lines: LineJoin | None = None
     # --gpu-time into running processes: told of each the library records in, and
     # of each it could not go into, with why (serve: counted)
     on_gpu_recording: Callable[[int], None] | None = None
@@ -139,7 +142,7 @@ class TraceSession:
         """Trace until stopped; returns the exit status for cudaprobe."""
         if self.options.gpu_time:
             self._gpu = GpuTimeRows(self.options.notify, self.options.on_gpu_work,
-                                    self.options.command)
+                                    self.options.command, self.options.gpu_lines)
             self.options.command_env = {**self.options.command_env, **self._gpu.env}
             self.options.gpu_attach = attach = self._gpu.attach
             if attach is not None:
@@ -220,27 +223,32 @@ class TraceSession:
         if self.options.output is not None:
             self.options.output.discard()
 
-    def _seeing(self) -> Callable[[int], None] | None:
-        """What hears of each process at its first event: see_process, and, for
-        --gpu-time on a node (no --pid, --comm or command: serve), the GPU-time
-        library, which goes into each process found (GpuTimeAttach.found)."""
+    def _seeing(self, tracer: Tracer) -> Callable[[int], None] | None:
+        """What hears of each process at its first event: see_process, and, on a
+        node (no --pid, --comm or command: each process is found by its calls),
+        --py-stacks' interpreter finder (Tracer.see_python_on_node: its calls
+        from then on carry their stacks) and --gpu-time's library, which goes into each
+        process found (GpuTimeAttach.found)."""
         see = self.options.see_process
-        gpu = self._gpu.attach if self._gpu is not None else None
-        if gpu is None or self.options.targets is not None or self.options.command:
+        if self.options.targets is not None or self.options.command:
             return see
+        hears = [f for f in (see, tracer.see_python_on_node if tracer.py is not None else None,
+                             self._gpu.attach.found if self._gpu is not None
+                             and self._gpu.attach is not None else None) if f is not None]
+        if len(hears) < 2:
+            return see if not hears else hears[0]
 
-        def both(pid: int) -> None:
-            if see is not None:
-                see(pid)
-            gpu.found(pid)
-        return both
+        def each(pid: int) -> None:
+            for hear in hears:
+                hear(pid)
+        return each
 
     def _attached(self, run: ProbeRun) -> None:
         """The probes are in and the command not yet run: ready decoder and reporter."""
         self._t0 = run.t0_ns
         self._lifecycle = run
         self._records = RecordDecoder(self.plan.probes, self._t0, self.options.symbolize,
-                                      self.kernel_handles, self._seeing())
+                                      self.kernel_handles, self._seeing(run.tracer))
         if run.tracer.py is not None:  # --py-stacks: each call's stack joined as it is decoded
             self._records.py_stacks = PyStacks(run.tracer.py.layouts)
             run.tracer.ring.on_side = self._records.py_stacks.add

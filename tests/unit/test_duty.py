@@ -51,8 +51,22 @@ class Attacher:
 
 
 class Tracer:
-    def __init__(self, attacher: Attacher) -> None:
+    def __init__(self, attacher: Attacher, autograd: Autograd | None = None) -> None:
         self.attacher = attacher
+        self.autograd = autograd
+
+
+class Autograd:
+    """--py-stacks' autograd probes: their steps go in the attacher's list."""
+
+    def __init__(self, steps: list[str]) -> None:
+        self.steps = steps
+
+    def pause(self) -> None:
+        self.steps.append("autograd off")
+
+    def resume(self) -> None:
+        self.steps.append("autograd on")
 
 
 def test_off_at_the_start_then_a_slice_a_period_each_counted_and_weighed():
@@ -70,6 +84,19 @@ def test_off_at_the_start_then_a_slice_a_period_each_counted_and_weighed():
     assert sum(snap.errors.values()) == pytest.approx(20)
     hist = snap.latency[("cudaLaunchKernel", "runtime")]
     assert hist.count == pytest.approx(20) and sum(hist.counts) == pytest.approx(20)
+
+
+def test_with_py_stacks_the_autograd_probes_and_the_line_join_follow_the_slices():
+    clock = iter(range(1, 100))
+    metrics = CallMetrics(alive=lambda pid: True, clock=lambda: next(clock))
+    join = metrics.python_lines()
+    cycle = DutyCycle(0.05, 1.0, metrics, rng=random.Random(1))
+    attacher = Attacher(slices=2)
+    cycle.start(Tracer(attacher, Autograd(attacher.steps)))
+    cycle._thread.join(timeout=30)
+    assert attacher.steps == ["pause", "autograd off"] + [
+        "autograd on", "resume", "pause", "autograd off"] * 2
+    assert join._spans == [[1, 2], [3, 4]]  # the slices, each from before its links went in
 
 
 def test_allocations_and_frees_are_counted_exactly_and_their_memory_kept():

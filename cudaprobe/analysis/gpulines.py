@@ -1,0 +1,249 @@
+"""serve --gpu-time --py-stacks: each kernel's GPU time under the Python line
+of the launch that queued it, joined while serve runs.
+
+`stats --by line` holds every call until the command has exited, then joins
+the GPU records to them (decode.gputime.join_work). serve runs for weeks and
+holds nothing, so `LineJoin` keeps only what a join needs, and only briefly:
+
+- the traced launches (calls of the `kernel` category) of each thread, for
+  KEEP_NS after they end: CUPTI hands its records over at least every half
+  second, and the decoder may run behind on a busy node;
+- each of CUPTI's API records of a launch, joined as it is read (`api`) to
+  the outermost kept launch of its thread whose interval holds it, as
+  join_work does (decode.gputime.caller_of); its correlation id then names that
+  launch for the kernels it queued (`launch_of`), until KEEP_NS later.
+
+An API record newer than every call decoded so far waits (PENDING_NS at
+most) for the decoder; one of a process stamped in CUPTI's own clock (a
+process the library went into after its CUPTI started) waits until enough
+of them agree on the offset to the probes' clock (decode.gputime.align).
+With --duty, the probes are on in slices (`span_begins`, `span_ends`) and
+only the API records inside one are looked at: the rest could not find a
+traced launch. Every bound is a count: a flood of records costs memory up to
+the MAX_* below, never more, and what was let go is counted (`dropped`).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import OrderedDict
+from collections.abc import Collection
+
+from cudaprobe.decode.calls import Call
+from cudaprobe.decode.gputime import (
+    ALIGN_MIN_VOTES,
+    ALIGN_SAMPLE,
+    ALIGN_SLACK_NS,
+    ApiCall,
+    GpuWork,
+    align,
+    caller_of,
+)
+
+KEEP_NS = 10_000_000_000  # a launch (and its correlation) kept this long after its end
+PENDING_NS = 2_000_000_000  # an API record waits this long for the decoder to reach it
+SPAN_SLACK_NS = 50_000_000  # --duty: records this near a slice are looked at (clock error)
+MAX_KEPT = 500_000  # launches kept, every thread together
+MAX_PENDING = 100_000  # API records waiting for the decoder
+MAX_UNALIGNED = 4 * ALIGN_SAMPLE  # API records of one process waiting for its clock offset
+MAX_CORRELATIONS = 500_000  # correlation ids joined to a launch, waiting for their kernels
+MAX_WAITING = 200_000  # kernels read before their API record: looked for at two settles
+
+
+class Launch:
+    """A traced launch, as a join needs it (decode.gputime.caller_of and align
+    read ts_ns, duration_ns and event), and what its kernels count under."""
+
+    __slots__ = ("ts_ns", "duration_ns", "event", "call", "weight", "process")
+
+    def __init__(self, call: Call, weight: float, process: tuple[str, ...]) -> None:
+        self.ts_ns = call.ts_ns
+        self.duration_ns = call.duration_ns or 0
+        self.event = call.event
+        self.call = call  # its Python stack, read when one of its kernels is counted
+        self.weight = weight  # what one traced launch stands for (serve --duty)
+        self.process = process  # the process's labels when it was traced
+
+    @property
+    def end_ns(self) -> int:
+        return self.ts_ns + self.duration_ns
+
+
+class LineJoin:
+    """`launch()` each traced launch, `api()` each API record as read,
+    `launch_of(work)` for each kernel, `settle(now_ns)` after each read."""
+
+    def __init__(self, cupti_clock: Collection[int] = frozenset()) -> None:
+        # pids whose records are stamped in CUPTI's own clock (GpuReader.cupti_clock,
+        # filled as their headers are read)
+        self.cupti_clock = cupti_clock
+        self._threads: dict[tuple[int, int], list[Launch]] = {}
+        self._starts: dict[tuple[int, int], list[int]] = {}
+        self._kept = 0
+        self._newest = 0  # the latest end of a launch given
+        self._shift: dict[int, int] = {}  # pid -> ns added to its CUPTI timestamps
+        self._slack: dict[int, int] = {}  # pid -> slack of its join (aligned: ALIGN_SLACK_NS)
+        self._unaligned: dict[int, list[tuple[int, ApiCall]]] = {}
+        self._pending: list[tuple[int, int, ApiCall]] = []
+        self._joined: OrderedDict[tuple[int, int], Launch] = OrderedDict()
+        self._waiting: list[tuple[GpuWork, int]] = []  # (kernel, settles it has seen)
+        self._spans: list[list[int]] | None = None  # --duty: [start, end] (end 0: on now)
+        self.dropped = 0  # records or launches let go at a bound
+        self.unjoined = 0  # API records of a traced span that found no launch
+
+    # --- what the probes traced ------------------------------------------------
+    def launch(self, call: Call, weight: float, process: tuple[str, ...]) -> None:
+        key = (call.pid, call.tid)
+        launch = Launch(call, weight, process)
+        thread = self._threads.get(key)
+        if thread is None:
+            thread = self._threads[key] = []
+            self._starts[key] = []
+        starts = self._starts[key]
+        if starts and launch.ts_ns < starts[-1]:  # (rows come in call order: rarely)
+            i = bisect.bisect_right(starts, launch.ts_ns)
+            starts.insert(i, launch.ts_ns)
+            thread.insert(i, launch)
+        else:
+            starts.append(launch.ts_ns)
+            thread.append(launch)
+        self._kept += 1
+        self._newest = max(self._newest, launch.end_ns)
+
+    def span_begins(self, now_ns: int) -> None:
+        """--duty: the probes are on from `now_ns` (CLOCK_MONOTONIC)."""
+        if self._spans is None:
+            self._spans = []
+        self._spans.append([now_ns, 0])
+
+    def span_ends(self, now_ns: int) -> None:
+        if self._spans and not self._spans[-1][1]:
+            self._spans[-1][1] = now_ns
+
+    # --- CUPTI's records ---------------------------------------------------------
+    def api(self, pid: int, correlation: int, api: ApiCall) -> None:
+        """One API record, as read (GpuReader.on_api): joined now, or kept to be."""
+        if api.function and "Launch" not in api.function:
+            return  # queues no kernel (copies and memsets are not counted by line)
+        if self._spans is not None and not self._in_span(api):
+            return
+        if pid in self.cupti_clock and pid not in self._shift:
+            waiting = self._unaligned.setdefault(pid, [])
+            if len(waiting) >= MAX_UNALIGNED:
+                del waiting[: MAX_UNALIGNED // 2]  # the oldest: a later run of records votes
+                self.dropped += MAX_UNALIGNED // 2
+            waiting.append((correlation, api))
+            return
+        shift = self._shift.get(pid, 0)
+        if shift:
+            api.start_ns += shift
+            api.end_ns += shift
+        self._join(pid, correlation, api)
+
+    def _in_span(self, api: ApiCall) -> bool:
+        for start, end in reversed(self._spans or ()):
+            after_end = end and api.start_ns > end + SPAN_SLACK_NS
+            if api.end_ns >= start - SPAN_SLACK_NS and not after_end:
+                return True
+            if after_end:
+                return False  # the spans before ended earlier still
+        return False
+
+    def _join(self, pid: int, correlation: int, api: ApiCall) -> None:
+        work = GpuWork(pid, "kernel", 0, 0, 0, 0, 0, correlation, api=api)
+        found = caller_of(work, self._threads, self._starts, self._slack.get(pid, 0))
+        if found is not None:
+            self._joined[(pid, correlation)] = found
+            if len(self._joined) > MAX_CORRELATIONS:
+                self._joined.popitem(last=False)
+                self.dropped += 1
+        elif api.end_ns > self._newest:  # its launch may not be decoded yet
+            if len(self._pending) >= MAX_PENDING:
+                self.dropped += 1
+                return
+            self._pending.append((pid, correlation, api))
+        else:
+            self.unjoined += 1
+
+    def launch_of(self, work: GpuWork) -> Launch | None:
+        """The traced launch that queued this kernel (None: not traced, or its API
+        record not read or joined yet: then looked for again at the next two
+        settle(), the record read at most one read later, or, waiting for the
+        decoder, joined at the next)."""
+        found = self._joined.get((work.pid, work.correlation))
+        if found is None and len(self._waiting) < MAX_WAITING:
+            self._waiting.append((work, 0))
+        return found
+
+    def settle(self, now_ns: int) -> list[tuple[GpuWork, Launch]]:
+        """After each read: the processes whose clock offset can now be told; the
+        API records the decoder has reached since; the kernels of the last read
+        whose launch is now known (returned: to be counted); what is too old to
+        join anything forgotten."""
+        for pid in list(self._unaligned):
+            self._align(pid)
+        pending, self._pending = self._pending, []
+        for pid, correlation, api in pending:
+            if api.end_ns <= self._newest:
+                self._join(pid, correlation, api)
+            elif now_ns - api.end_ns < PENDING_NS:
+                self._pending.append((pid, correlation, api))
+            else:
+                self.unjoined += 1
+        waiting, self._waiting, late = self._waiting, [], []
+        for w, looks in waiting:  # a kernel read this time, or the time before
+            found = self._joined.get((w.pid, w.correlation))
+            if found is not None:
+                late.append((w, found))
+            elif not looks:
+                self._waiting.append((w, 1))
+        self._forget(now_ns - KEEP_NS)
+        return late
+
+    def _align(self, pid: int) -> None:
+        waiting = self._unaligned[pid]
+        if len(waiting) < ALIGN_MIN_VOTES:
+            return
+        work = [GpuWork(pid, "kernel", 0, 0, 0, 0, 0, c, api=a) for c, a in waiting]
+        threads = {k: t for k, t in self._threads.items() if k[0] == pid}
+        shift = align(work, threads, {k: self._starts[k] for k in threads})
+        if shift is None:
+            return  # too few agree yet: more records, or more launches, may
+        self._shift[pid], self._slack[pid] = shift, ALIGN_SLACK_NS
+        del self._unaligned[pid]
+        for correlation, api in waiting:  # (moved by align already)
+            self._join(pid, correlation, api)
+
+    def _forget(self, before_ns: int) -> None:
+        """Launches ended before `before_ns`, and the correlations joined to them."""
+        flood = self._kept > MAX_KEPT
+        if flood:  # the window shrinks to what fits: the launches let go are counted
+            ends = sorted(launch.end_ns for t in self._threads.values() for launch in t)
+            before_ns = max(before_ns, ends[self._kept - MAX_KEPT // 2])
+            kept = self._kept
+        for key in list(self._threads):
+            thread, starts = self._threads[key], self._starts[key]
+            i = 0
+            while i < len(thread) and thread[i].end_ns < before_ns:
+                i += 1
+            if i:
+                del thread[:i], starts[:i]
+                self._kept -= i
+            if not thread:
+                del self._threads[key], self._starts[key]
+        if flood:
+            self.dropped += kept - self._kept
+        joined = self._joined
+        while joined:
+            key, launch = next(iter(joined.items()))
+            if launch.end_ns >= before_ns:
+                break
+            joined.popitem(last=False)
+        if self._spans:
+            self._spans = [s for s in self._spans if not s[1] or s[1] >= before_ns]
+        for pid in [p for p in self._unaligned if p not in self.cupti_clock]:
+            del self._unaligned[pid]  # its file read no more (its process gone)
+        gone = [p for p in self._shift if p not in self.cupti_clock]
+        for pid in gone:
+            del self._shift[pid]
+            self._slack.pop(pid, None)

@@ -1,0 +1,207 @@
+"""serve --gpu-time --py-stacks: CUPTI's records joined, as they come, to the
+launches traced, and kernels' GPU time counted by Python line: the join's
+rules (outermost launch, pending records, clock alignment, --duty spans),
+its bounds, and the metric's labels. No root, no GPU: the records are made
+here as the reader would hand them over."""
+
+from __future__ import annotations
+
+from cudaprobe.analysis import gpulines
+from cudaprobe.analysis.gpulines import LineJoin
+from cudaprobe.analysis.metrics import MAX_LINES, CallMetrics
+from cudaprobe.decode.calls import Call
+from cudaprobe.decode.gputime import ALIGN_MIN_VOTES, ApiCall, GpuWork
+from cudaprobe.decode.pystacks import PyStack
+from cudaprobe.targets.jobs import NO_JOB as J
+
+S = 1_000_000_000
+FILE = "/home/u/train.py"
+
+
+def stack(line: int, function: str = "step", forward: int | None = None) -> PyStack:
+    frames = [{"file": "/usr/lib/python3/dist-packages/torch/nn/modules/linear.py",
+               "line": 125, "function": "forward"},
+              {"file": FILE, "line": line, "function": function}]
+    fwd = [{"file": FILE, "line": forward, "function": "model"}] if forward else None
+    return PyStack(frames, cut=False, forward=fwd)
+
+
+def launch(t: int, line: int | None, pid: int = 100, tid: int = 101, dur: int = 4_000,
+           event: str = "cuLaunchKernel", process: str = "python3", forward: int | None = None
+           ) -> Call:
+    c = Call(time_ms=t / 1e6, ts_ns=t, pid=pid, tid=tid, process=process, event=event,
+             api="driver", category="kernel", duration_ns=dur, ret=0, ret_name="CUDA_SUCCESS",
+             args={}, details="")
+    c.py_stack = stack(line, forward=forward) if line is not None else None
+    return c
+
+
+def api_of(c: Call, shift: int = 0) -> ApiCall:
+    """CUPTI's record of the call: inside it, as the library reads it."""
+    return ApiCall(c.tid, c.ts_ns + 1_000 + shift, c.ts_ns + c.duration_ns - 1_000 + shift,
+                   c.event)
+
+
+def kernel(c: Call, correlation: int, ns: int, pid: int | None = None) -> GpuWork:
+    end = c.ts_ns + c.duration_ns
+    return GpuWork(pid or c.pid, "kernel", end + 5_000, end + 5_000 + ns, 0, 1, 7, correlation,
+                   "k")
+
+
+def line(n: int, function: str = "step") -> str:
+    return f"{FILE}:{n} ({function})"
+
+
+def served(**kw) -> tuple[CallMetrics, LineJoin]:
+    m = CallMetrics(alive=lambda pid: True, clock=lambda: 100 * S, **kw)
+    return m, m.python_lines()
+
+
+def test_kernels_counted_by_the_line_of_their_launch_and_backward_on_its_forward_line():
+    m, join = served()
+    calls = [launch(S + i * 10_000, 40 if i % 3 else 41) for i in range(30)]
+    calls.append(launch(S + 400_000, 60, forward=41))  # a backward launch: its forward's line
+    m.add(calls)
+    for n, c in enumerate(calls):
+        join.api(c.pid, n, api_of(c))
+    m.add_gpu([kernel(c, n, 1_000 + n) for n, c in enumerate(calls)])
+    snap = m.snapshot(now_ns=100 * S)
+    want40 = sum(1_000 + n for n in range(30) if n % 3)
+    want41 = sum(1_000 + n for n in range(30) if not n % 3)
+    assert snap.gpu_lines == {(line(40), "python3", *J): want40 / 1e9,
+                              (line(41), "python3", *J): want41 / 1e9,
+                              (line(41, "model"), "python3", *J): 1_030 / 1e9}
+    assert snap.gpu_lines_unjoined == {"no_traced_launch": 0, "bound": 0}
+
+
+def test_a_runtime_launch_holds_its_driver_launch_and_the_kernel_is_counted_once():
+    m, join = served()
+    outer = launch(S, 10, event="cudaLaunchKernel", dur=10_000)
+    inner = launch(S + 2_000, 10, event="cuLaunchKernel", dur=5_000)
+    m.add([outer, inner])
+    join.api(100, 1, ApiCall(101, S + 1_000, S + 9_000, "cudaLaunchKernel"))
+    m.add_gpu([kernel(outer, 1, 2_500)])
+    assert m.snapshot(now_ns=100 * S).gpu_lines == {(line(10), "python3", *J): 2.5e-6}
+
+
+def test_a_launch_with_no_python_frame_and_untraced_records():
+    m, join = served()
+    c = launch(S, None)
+    m.add([c])
+    join.api(100, 1, api_of(c))
+    join.api(100, 2, ApiCall(101, S // 2, S // 2 + 100, "cuLaunchKernel"))  # not traced
+    join.api(100, 3, ApiCall(101, S // 2, S // 2 + 100, "cuMemcpyHtoD"))  # no kernel: skipped
+    m.add_gpu([kernel(c, 1, 700), kernel(c, 2, 900)])
+    snap = m.snapshot(now_ns=100 * S)
+    assert snap.gpu_lines == {("(no Python frame)", "python3", *J): 7e-7}
+    assert snap.gpu_lines_unjoined == {"no_traced_launch": 1, "bound": 0}
+
+
+def test_a_record_read_before_its_launch_is_decoded_waits_for_it():
+    m, join = served()
+    early = launch(99 * S, 5)  # (the clock reads 100 s)
+    m.add([early])
+    late = launch(99 * S + S // 2, 6)  # made: its record read before the decoder reached it
+    join.api(100, 2, api_of(late))
+    m.add_gpu([kernel(late, 2, 300)])
+    assert m.snapshot(now_ns=100 * S).gpu_lines == {}
+    m.add([late])
+    m.add_gpu([])  # the next read: the record joined, the kernel read before counted
+    assert m.snapshot(now_ns=100 * S).gpu_lines == {(line(6), "python3", *J): 3e-7}
+
+
+def test_a_record_whose_launch_never_comes_is_let_go_after_a_while():
+    join = LineJoin()
+    c = launch(S, 5)
+    join.launch(c, 1, ("python3", *J))
+    join.api(100, 9, ApiCall(101, 3 * S, 3 * S + 10, "cuLaunchKernel"))
+    assert join.settle(3 * S + gpulines.PENDING_NS - 1) == [] and join.unjoined == 0
+    join.settle(3 * S + gpulines.PENDING_NS + 11)
+    assert join.unjoined == 1 and not join._pending
+
+
+def test_a_process_in_cupti_s_clock_is_joined_once_its_records_agree_on_the_offset():
+    pid, shift = 300, 123_456  # its records are late by this much on the probes' clock
+    join = LineJoin(cupti_clock={pid})
+    gaps = [20_000 + (i * 7919) % 60_000 for i in range(ALIGN_MIN_VOTES * 3)]  # irregular
+    calls = [launch(S + sum(gaps[:i]), 7 + i % 2, pid=pid) for i in range(len(gaps))]
+    for c in calls:
+        join.launch(c, 1, ("python3", *J))
+    for n, c in enumerate(calls):
+        join.api(pid, n, api_of(c, shift=-shift))
+    assert all(join.launch_of(kernel(c, n, 10)) is None for n, c in enumerate(calls))
+    late = join.settle(50 * S)  # aligned: each record on its own launch
+    assert join._shift == {pid: shift}
+    assert [(w.correlation, launch.call) for w, launch in late] == list(enumerate(calls))
+
+
+def test_with_duty_only_the_records_inside_a_slice_are_looked_at():
+    m, join = served()
+    m.window_traced()  # clock(): 100 s
+    t = 100 * S + 1_000_000
+    inside = launch(t, 3)
+    m.add([inside])
+    m.window_ended()
+    join.api(100, 1, api_of(inside))
+    for n in range(2, 1000):  # records between slices: no launch can be found for them
+        join.api(100, n, ApiCall(101, 200 * S + n, 200 * S + n + 10, "cuLaunchKernel"))
+    assert not join._pending and join.unjoined == 0
+    m.add_gpu([kernel(inside, 1, 800)])
+    assert m.snapshot(now_ns=100 * S).gpu_lines == {(line(3), "python3", *J): 8e-7 * 1}
+
+
+def test_with_duty_each_kernel_stands_for_the_weight_of_its_launch():
+    m, join = served()
+    m.weight = 50  # --duty 2%
+    c = launch(S, 12)
+    m.add([c])
+    join.api(100, 1, api_of(c))
+    m.add_gpu([kernel(c, 1, 1_000)])
+    assert m.snapshot(now_ns=100 * S).gpu_lines == {(line(12), "python3", *J): 50e-6}
+
+
+def test_each_process_keeps_its_busiest_lines_and_the_rest_is_other():
+    m, join = served()
+    n = 0
+    for pid, name in ((100, "python3"), (200, "trainer")):
+        calls = [launch(S + i * 10_000, 100 + i, pid=pid, tid=pid + 1, process=name)
+                 for i in range(MAX_LINES + 5)]
+        m.add(calls)
+        for i, c in enumerate(calls):
+            join.api(pid, n + i, api_of(c))
+        m.add_gpu([kernel(c, n + i, 1_000 * (i + 1)) for i, c in enumerate(calls)])
+        n += len(calls)
+    m.snapshot(now_ns=100 * S)  # ranked
+    calls = [launch(2 * S + i * 10_000, 100 + i, pid=200, tid=201, process="trainer")
+             for i in range(MAX_LINES + 5)]
+    m.add(calls)
+    for i, c in enumerate(calls):
+        join.api(200, n + i, api_of(c))
+    m.add_gpu([kernel(c, n + i, 1_000 * (i + 1)) for i, c in enumerate(calls)])
+    snap = m.snapshot(now_ns=100 * S)
+    trainer = {k[0]: v for k, v in snap.gpu_lines.items() if k[1] == "trainer"}
+    assert len(trainer) == MAX_LINES + 1
+    top = [line(100 + i) for i in range(5, MAX_LINES + 5)]  # the most GPU time
+    assert sorted(k for k in trainer if k != "other") == sorted(top)
+    # the first read labelled the first lines seen, the rest in `other`; the ranking then
+    # gave the labels to the busiest, the others counting in `other` since
+    assert trainer["other"] == sum(1_000 * (i + 1) for i in [*range(10, 15), *range(5)]) / 1e9
+    assert {k[1] for k in snap.gpu_lines} == {"python3", "trainer"}
+
+
+def test_the_join_holds_what_is_needed_only_and_bounds_a_flood(monkeypatch):
+    join = LineJoin()
+    for i in range(100):
+        join.launch(launch(S + i, 1), 1, ("python3", *J))
+        join.api(100, i, api_of(launch(S + i, 1)))
+    join.settle(S + gpulines.KEEP_NS + 10 * S)
+    assert join._kept == 0 and not join._threads and not join._joined
+    monkeypatch.setattr(gpulines, "MAX_KEPT", 1000)
+    for i in range(3000):
+        join.launch(launch(200 * S + i * 10_000, 1), 1, ("python3", *J))
+    join.settle(200 * S)
+    assert join._kept <= 1000 and join.dropped >= 2000
+    monkeypatch.setattr(gpulines, "MAX_PENDING", 10)
+    for i in range(50):  # records far beyond every launch decoded: wait, up to the bound
+        join.api(100, 10_000 + i, ApiCall(101, 900 * S + i, 900 * S + i + 5, "cuLaunchKernel"))
+    assert len(join._pending) == 10
