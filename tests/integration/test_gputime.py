@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -219,3 +221,70 @@ def test_gpu_tracks_in_chrome_and_stats(tmp_path):
         "fake_vecadd()", 50, 1000, 1049)
     (copy,) = gpu_stats["copies"]
     assert (copy["name"], copy["calls"], copy["bytes"]) == ("memcpy HtoD", 5, 4096 * 15)
+
+
+GPULINES = Path(__file__).parent / "gpulines_workload.py"
+PYTHON = Path("/usr/bin/python3.11")  # Debian's: --py-stacks reads it (pythons.py)
+
+
+def launch_line(function: str) -> str:
+    """`file:line (function)` of the launch in gpulines_workload.py's `function`."""
+    lines = GPULINES.read_text().splitlines()
+    start = lines.index(next(t for t in lines if t.startswith(f"def {function}(")))
+    n = next(i for i in range(start, len(lines)) if "cudaLaunchKernel(" in lines[i]) + 1
+    return f"{GPULINES}:{n} ({function})"
+
+
+def scrape(address: str) -> dict[str, dict[tuple, float]]:
+    """/metrics as {family: {labels: value}} (prometheus_client's own parser)."""
+    from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=HANG_S) as r:
+        text = r.read().decode()
+    return {f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples
+                     if s.name.endswith("_total")}
+            for f in text_string_to_metric_families(text)}
+
+
+@pytest.mark.skipif(not PYTHON.exists(), reason="no /usr/bin/python3.11")
+def test_serve_counts_gpu_time_by_the_python_line_that_launched_it():
+    """serve --gpu-time --py-stacks: each kernel's GPU time (the program's own
+    records, with the CPU interval each real, traced call read inside itself)
+    under the line of the program that launched it, to the nanosecond."""
+    _, lib = fake_gpu()
+    address = f"127.0.0.1:{free_port()}"
+    heavy, light = 300, 200
+    serve = subprocess.Popen(
+        cudaprobe_cmd("serve", "--prometheus", address, "--gpu-time", "--py-stacks",
+                      "--lib", str(lib), "-e", "cudaLaunchKernel", "--",
+                      str(PYTHON), str(GPULINES), str(lib), str(heavy), str(light)),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        said = serve.stdout.readline().split()  # the program's own totals, once it has launched
+        assert said[::2] == ["heavy", "light"], serve.stderr.read() if serve.poll() else said
+        truth = {launch_line("heavy"): int(said[1]), launch_line("light"): int(said[3])}
+        assert truth[launch_line("heavy")] == sum(10_000 + i for i in range(heavy))
+        deadline = time.monotonic() + HANG_S
+        while True:  # CUPTI's records are read each second: until all are counted
+            metrics = scrape(address)
+            by_line = {dict(k)["line"]: v for k, v in
+                       metrics.get("cudaprobe_gpu_line_seconds", {}).items()}
+            if sum(by_line.values()) >= sum(truth.values()) / 1e9 - 1e-12 \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert by_line == pytest.approx({k: ns / 1e9 for k, ns in truth.items()}, rel=1e-9)
+        labels = {dict(k)["process"] for k in metrics["cudaprobe_gpu_line_seconds"]}
+        assert labels == {"python3.11"}
+        assert metrics["cudaprobe_gpu_line_unjoined"] == {
+            (("reason", "bound"),): 0, (("reason", "no_traced_launch"),): 0}
+    finally:
+        serve.stdin.close()
+    assert serve.wait(timeout=HANG_S) == 0, serve.stderr.read()
+
+
+def test_serve_py_stacks_without_gpu_time_is_one_clear_error():
+    proc = run_cudaprobe("serve", "--prometheus", f"127.0.0.1:{free_port()}", "--py-stacks",
+                         "--", "true")
+    assert proc.returncode == 2
+    assert proc.stderr == ("cudaprobe: serve --py-stacks counts GPU time by Python line: it "
+                           "goes with --gpu-time\n")

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -227,3 +228,36 @@ def test_comm_execs_with_their_stacks(tmp_path, libcudart, monkeypatch):
     assert summary["lost_total"] == 0
     assert {row["pid"] for row in rows} == {workload.pid}
     check_stacks(rows, expected_calls(printed))
+
+
+def test_on_a_node_each_process_has_its_stacks_from_its_first_call_decoded(tmp_path):
+    """No --pid, --comm or command (a node's trace, as serve runs): a Python
+    process is found by its first call, its interpreter read from its maps
+    then. Every call it makes once such a row is out has its stack. A private
+    copy of the stand-in runtime keeps other tests' processes out."""
+    python = Path("/usr/bin/python3.11")
+    if not python.exists():
+        pytest.skip("no /usr/bin/python3.11")
+    from .test_gputime import GPULINES, fake_gpu, launch_line  # noqa: PLC0415
+    lib = tmp_path / "libcudart.so.13"
+    lib.write_bytes(fake_gpu()[1].read_bytes())
+    tracing = Tracing(tmp_path, "--py-stacks", "--lib", str(lib), "-e", "cudaLaunchKernel")
+    # heavy() until told: its probes go in at some point, then the decoder finds it
+    workload = started(subprocess.Popen(
+        [str(python), str(GPULINES), str(lib), "50", "20", "wait"], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "CUDAPROBE_GPUTIME_DIR": str(tmp_path)}))
+    deadline = time.monotonic() + HANG_S
+    while not (tracing.output.exists()
+               and f'"pid":{workload.pid},' in tracing.output.read_text()):
+        assert time.monotonic() < deadline and workload.poll() is None, "no row of it came"
+        time.sleep(0.05)
+    workload.communicate("go\n", timeout=HANG_S)  # the 50 heavy() and 20 light() after it
+    assert workload.returncode == 0
+    rows, summary, _err = tracing.interrupt()
+    assert summary["lost_total"] == 0
+    mine = [r for r in rows if r["pid"] == workload.pid]
+    lines = [f"{r['py_stack'][0]['file']}:{r['py_stack'][0]['line']} "
+             f"({r['py_stack'][0]['function']})" if "py_stack" in r else None
+             for r in mine[-70:]]
+    assert lines == [launch_line("heavy")] * 50 + [launch_line("light")] * 20
