@@ -169,6 +169,8 @@ def main() -> None:
     ap.add_argument("--duty", default="2%")
     ap.add_argument("--duty-period", default="5")
     ap.add_argument("--api", default="driver")
+    ap.add_argument("--serve-arg", action="append", default=[],
+                    help="one more argument of serve's (--serve-arg=--gpu-time)")
     a = ap.parse_args()
     tag = f"/tmp/slice-cost-{os.getpid()}"
     log, ready, go, stop = (f"{tag}.steps", f"{tag}.ready", f"{tag}.go", f"{tag}.stop")
@@ -187,7 +189,7 @@ def main() -> None:
     err = open(f"{tag}.serve.err", "w")
     serve = subprocess.Popen([sys.executable, "-m", "cudaprobe", "serve", "--prometheus",
                               "127.0.0.1:9468", "--api", a.api, "--lib", a.lib, "--duty", a.duty,
-                              "--duty-period", a.duty_period],
+                              "--duty-period", a.duty_period, *a.serve_arg],
                              stdout=subprocess.DEVNULL, stderr=err)
     while "serving Prometheus" not in open(f"{tag}.serve.err").read():
         if serve.poll() is not None:
@@ -213,7 +215,8 @@ def main() -> None:
         open(a.out, "a").write("\n".join(lines) + "\n")
         raise SystemExit("\n".join(lines))
     width = statistics.fmean([e - b for b, e in slices])
-    lines.append(f"serve --api {a.api} --duty {a.duty} --duty-period {a.duty_period}, "
+    lines.append(f"serve --api {a.api} --duty {a.duty} --duty-period {a.duty_period}"
+                 f"{''.join(' ' + x for x in a.serve_arg)}, "
                  f"{a.seconds:g} s beside the job; probes in {len(slices)} times (read in the "
                  f"job at {a.function}), {width * 1e3:.1f} ms each on average")
     span = ended - began

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# serve --gpu-time --py-stacks on a PyTorch training step, each line's GPU
+# seconds against the workload's own CUDA events (scripts/gpu/lines_check.py):
+# launched under serve with every call traced, then on the node beside the
+# running job with --duty (DUTY, 2%; PERIOD, 5 s); then what the slices cost
+# the MLP and transformer jobs with --gpu-time --py-stacks on
+# (scripts/gpu/slice_cost.py; PARTS="launched node cost" picks).
+# Summary: $OUT/lines.txt. Run from the repo root, .gpukit and .whl carried.
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+serve_kit
+txt=$OUT/lines.txt; : > "$txt"
+{ date -u; nvidia-smi -L; echo "libcuda $LIBCUDA"; git log --oneline -1; nproc; } >> "$txt" 2>&1
+python3 -m cudaprobe trace --force -o /tmp/warm.jsonl -- /bin/true > /dev/null 2>&1  # BPF cache
+for part in ${PARTS:-launched node cost}; do
+  echo "== $part $(date -u +%T)" | tee -a "$txt"
+  case $part in
+    launched) timeout 200 python3 scripts/gpu/lines_check.py launched --out "$txt" \
+                --seconds "${SECONDS_RUN:-30}" ;;
+    node) timeout 250 python3 scripts/gpu/lines_check.py node --out "$txt" --lib "$LIBCUDA" \
+            --seconds "${SECONDS_RUN:-30}" --duty "${DUTY:-2%}" --duty-period "${PERIOD:-5}" ;;
+    cost) for w in ${WORKLOADS:-mlp transformer}; do
+            echo "-- $w, serve --gpu-time --py-stacks" | tee -a "$txt"
+            timeout 300 python3 scripts/gpu/slice_cost.py --lib "$LIBCUDA" --out "$txt" \
+              --workload "$w" --seconds "${COST_SECONDS:-60}" --duty "${DUTY:-2%}" \
+              --duty-period "${PERIOD:-5}" --serve-arg=--gpu-time --serve-arg=--py-stacks
+          done ;;
+  esac
+done

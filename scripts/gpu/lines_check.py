@@ -1,0 +1,160 @@
+"""`serve --gpu-time --py-stacks` against the workload's own CUDA events
+(scripts/gpu/lines_workload.py): each line's GPU seconds as scraped, beside
+what the events between its lines measured.
+
+  launched: serve -- python lines_workload.py, every call traced; the
+            metric is read once the workload has finished (it waits).
+  node:     the workload runs first; serve starts on the node (no target:
+            the GPU-time library put into it mid-run) with --duty; read
+            after --seconds, against the events over serve's window.
+
+Backward work counts under its forward op's line: `layer` and `loss` hold
+the backward pass's kernels, which the events measure on the `backward`
+line; the three are compared as one group too. Appends to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+PORT = 9470
+
+
+def scrape() -> dict[str, float]:
+    """cudaprobe_gpu_line_seconds_total by line, and the unjoined counts."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{PORT}/metrics", timeout=30).read().decode()
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == "cudaprobe_gpu_line_seconds_total":
+                out[s.labels["line"]] = out.get(s.labels["line"], 0) + s.value
+            elif s.name == "cudaprobe_gpu_line_unjoined_total":
+                out[f"[unjoined {s.labels['reason']}]"] = s.value
+            elif s.name == "cudaprobe_gpu_kernel_duration_seconds_sum":
+                out["[all kernels]"] = out.get("[all kernels]", 0) + s.value
+    return out
+
+
+def wait_serving(err_path: str, serve: subprocess.Popen) -> None:
+    while "serving Prometheus" not in open(err_path).read():
+        if serve.poll() is not None:
+            raise SystemExit(f"serve did not start: {open(err_path).read()}")
+        time.sleep(0.1)
+
+
+def compare(lines: dict[str, str], events_ms: dict[str, float], got: dict[str, float],
+            scale: str) -> list[str]:
+    out = [f"{'line':<10} {'cudaprobe s':>12} {'events s':>10} {'ratio':>7} {'share':>7} "
+           f"{'events share':>12}   ({scale})"]
+    total_got = sum(v for k, v in got.items() if not k.startswith("["))
+    total_ev = sum(events_ms.values()) / 1e3
+    for name, label in lines.items():
+        g, e = got.get(label, 0.0), events_ms[name] / 1e3
+        out.append(f"{name:<10} {g:>12.4f} {e:>10.4f} {g / e if e else 0:>7.3f} "
+                   f"{g / total_got if total_got else 0:>7.1%} {e / total_ev:>12.1%}")
+    group = [lines[n] for n in ("layer", "loss", "backward")]
+    g = sum(got.get(k, 0.0) for k in group)
+    e = sum(events_ms[n] for n in ("layer", "loss", "backward")) / 1e3
+    out.append(f"{'layer+loss+backward':<19} {g:>12.4f} {e:>10.4f} {g / e if e else 0:>7.3f}")
+    others = {k: v for k, v in got.items() if k not in lines.values() and not k.startswith("[")}
+    for k, v in sorted(others.items(), key=lambda kv: -kv[1]):
+        out.append(f"  other line: {k}: {v:.4f} s")
+    for k, v in sorted(got.items()):
+        if k.startswith("["):
+            out.append(f"  {k}: {v:g}")
+    out.append(f"all lines {total_got:.4f} s, all events {total_ev:.4f} s")
+    return out
+
+
+def launched(a: argparse.Namespace) -> list[str]:
+    tag = f"/tmp/lines-{os.getpid()}"
+    hold, log, err_path = f"{tag}.hold", f"{tag}.log", f"{tag}.err"
+    err = open(err_path, "w")
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "cudaprobe", "serve", "--prometheus", f"127.0.0.1:{PORT}",
+         "--api", "driver", "--gpu-time", "--py-stacks", "--", a.python,
+         "scripts/gpu/lines_workload.py", "--seconds", str(a.seconds), "--log", log,
+         "--hold", hold], stdout=subprocess.PIPE, stderr=err, text=True)
+    wait_serving(err_path, serve)
+    result = json.loads(serve.stdout.readline())
+    last, same = None, 0
+    while same < 3:  # the last records read: the sums stay put for three reads
+        time.sleep(1)
+        got = scrape()
+        same = same + 1 if got == last else 0
+        last = got
+    open(hold, "w").close()
+    serve.wait(timeout=120)
+    said = open(err_path).read()
+    return [f"launched: serve --api driver --gpu-time --py-stacks -- python "
+            f"lines_workload.py ({result['steps']} steps, {a.seconds:g} s); serve exit "
+            f"{serve.returncode}",
+            *compare(result["lines"], result["ms"], last, "every call traced"),
+            *[f"  serve: {t}" for t in said.splitlines() if "py-stacks" in t or "gpu-time" in t]]
+
+
+def node(a: argparse.Namespace) -> list[str]:
+    tag = f"/tmp/lines-{os.getpid()}"
+    ready, log, err_path = f"{tag}.ready", f"{tag}.log", f"{tag}.err"
+    work = subprocess.Popen([a.python, "scripts/gpu/lines_workload.py", "--seconds",
+                             str(a.seconds + 40), "--log", log, "--ready", ready],
+                            stdout=subprocess.PIPE, text=True)
+    while not os.path.exists(ready):
+        if work.poll() is not None:
+            raise SystemExit("the workload ended before it was ready")
+        time.sleep(0.1)
+    time.sleep(3)
+    err = open(err_path, "w")
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "cudaprobe", "serve", "--prometheus", f"127.0.0.1:{PORT}",
+         "--api", "driver", "--lib", a.lib, "--duty", a.duty, "--duty-period", a.duty_period,
+         "--gpu-time", "--py-stacks"], stdout=subprocess.DEVNULL, stderr=err)
+    wait_serving(err_path, serve)
+    began = time.monotonic()
+    time.sleep(a.seconds)
+    ended = time.monotonic()
+    time.sleep(3)  # the last slice's records (CUPTI hands them over each half second)
+    got = scrape()
+    serve.send_signal(signal.SIGINT)
+    serve.wait(timeout=120)
+    result = json.loads(work.communicate(timeout=120)[0])
+    entries = [json.loads(t) for t in open(log)]
+    first = min((e for e in entries if e["t"] >= began), key=lambda e: e["t"])
+    last = max((e for e in entries if e["t"] <= ended), key=lambda e: e["t"])
+    window = {n: last["ms"][n] - first["ms"][n] for n in result["ms"]}
+    said = open(err_path).read()
+    return [f"node: serve --api driver --duty {a.duty} --duty-period {a.duty_period} "
+            f"--gpu-time --py-stacks beside the running workload, {a.seconds:g} s; events over "
+            f"{last['t'] - first['t']:.1f} s of serve's window; workload exit {work.returncode}",
+            *compare(result["lines"], window, got, "sampled: each kernel x 1/duty"),
+            *[f"  serve: {t}" for t in said.splitlines()
+              if "py-stacks" in t or "gpu-time" in t or "GPU" in t][:12]]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("mode", choices=["launched", "node"])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--lib", default="")
+    ap.add_argument("--python", default="/opt/torch/.venv/bin/python")
+    ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--duty", default="2%")
+    ap.add_argument("--duty-period", default="5")
+    a = ap.parse_args()
+    lines = launched(a) if a.mode == "launched" else node(a)
+    with open(a.out, "a") as f:
+        f.write("\n".join(lines) + "\n\n")
+    print("\n".join(lines), flush=True)
+
+
+if __name__ == "__main__":
+    main()
