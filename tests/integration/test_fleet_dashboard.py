@@ -27,7 +27,7 @@ from cudaprobe.analysis.metrics import LATENCY_BOUNDS_S
 from ..conftest import HANG_S, REPO, cudaprobe_cmd
 from .fleet import fleet_env, fleet_libs, fleet_node
 from .running import Lines
-from .test_gputime import fake_gpu
+from .test_gputime import GPULINES, PYTHON, fake_gpu, launch_line
 from .test_serve_prometheus import PROMETHEUS, WAIT_S, Prometheus, free_port, stop
 
 DASHBOARD = REPO / "deploy" / "grafana" / "cudaprobe-dashboard.json"
@@ -63,12 +63,20 @@ def node(tmp_path):
     """serve --gpu-time on sh (fake GPU, then fleet_node), Prometheus scraping it."""
     if not PROMETHEUS.exists():
         pytest.skip("no /usr/bin/prometheus: run scripts/setup")
+    if not PYTHON.exists():
+        pytest.skip(f"no {PYTHON}")
     target = f"127.0.0.1:{free_port()}"
-    script = ('"$0" $2 1 >/dev/null && read go && "$0" $2 1 >/dev/null && exec "$1"')
+    exe, lib = fake_gpu()
+    # a Python program's launches from two lines (the Python lines panel) and the fake GPU,
+    # twice, then fleet_node
+    script = ('"$3" "$4" "$5" 20 10 </dev/null >/dev/null && "$0" $2 1 >/dev/null && read go'
+              ' && "$3" "$4" "$5" 20 10 </dev/null >/dev/null && "$0" $2 1 >/dev/null'
+              ' && exec "$1"')
     serve = subprocess.Popen(
-        cudaprobe_cmd("serve", "--prometheus", target, "--gpu-time", *fleet_libs(), "--",
-                      "sh", "-c", script, str(fake_gpu()[0]), str(fleet_node()),
-                      str(FAKE_LAUNCHES)),
+        cudaprobe_cmd("serve", "--prometheus", target, "--gpu-time", "--py-stacks",
+                      *fleet_libs(), "--lib", str(lib), "--", "sh", "-c", script, str(exe),
+                      str(fleet_node()), str(FAKE_LAUNCHES), str(PYTHON), str(GPULINES),
+                      str(lib)),
         env={**fleet_env(), "RANK": "2"}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     out, err = Lines(serve.stdout), Lines(serve.stderr)
@@ -85,11 +93,14 @@ def node(tmp_path):
 
 def test_every_panel_and_variable_returns_data(node):
     prometheus, serve, out, err = node
+    prometheus.wait_for('count(cudaprobe_gpu_line_seconds_total{process="python3.11"})', 2)
     gpu = 'sum(cudaprobe_gpu_kernel_duration_seconds_count{kernel="fake_vecadd()"})'
     prometheus.wait_for(gpu, FAKE_LAUNCHES)  # the first fake GPU run, scraped
     serve.stdin.write("go\n")  # the second; then fleet_node
     serve.stdin.flush()
     prometheus.wait_for(gpu, 2 * FAKE_LAUNCHES)
+    prometheus.wait_for('sum(cudaprobe_gpu_kernel_duration_seconds_count{kernel="line_kernel()"})',
+                        60)  # the Python program's second run, scraped
     calls = 'sum(cudaprobe_calls_total{process="fleet_node", api="runtime"})'
     for n in (1, 2):
         serve.stdin.write("round\n")
@@ -118,7 +129,8 @@ def test_every_panel_and_variable_returns_data(node):
         ("fleet_node", "cudaMemcpy")] > 0
     # the job labels: fleet_node's rank (RANK=2), no pod or Slurm job here
     assert by("Calls by job", "rank")[("2",)] > 0
-    errors = by("Errors by function and process", "process", "function", "error")
+    errors = {k: v for k, v in by("Errors by function and process", "process", "function",
+                                    "error").items() if k[0] == "fleet_node"}
     # the 2 TiB cudaMalloc, refused at both layers
     assert set(errors) == {("fleet_node", "cudaMalloc", "cudaErrorMemoryAllocation"),
                            ("fleet_node", "cuMemAlloc_v2", "CUDA_ERROR_OUT_OF_MEMORY")}
@@ -130,6 +142,13 @@ def test_every_panel_and_variable_returns_data(node):
     launches = by("Top kernels by launches", "kernel")
     assert launches[("fleet_gemm",)] > launches[("fleet_reduce",)] > 0  # 5 and 3 a round
     assert by("Top kernels by GPU time", "kernel")[("fake_vecadd()",)] > 0
+    lines = by("Top Python lines by GPU time", "process", "line")
+    # the C program's launches (the fake GPU's): in a process that runs no Python
+    assert set(lines) == {("python3.11", launch_line("heavy")),
+                          ("python3.11", launch_line("light")),
+                          ("gputime_fake_gp", "(no Python frame)")}
+    assert lines[("python3.11", launch_line("heavy"))] > lines[
+        ("python3.11", launch_line("light"))] > 0
     copied = by("Bytes copied by direction", "kind")
     assert copied[("HostToDevice",)] > copied[("DeviceToHost",)] > 0
     live = by("Live memory by process", "node", "process", "kind")

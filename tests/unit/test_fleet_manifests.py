@@ -305,6 +305,18 @@ def test_the_gpu_time_component_adds_gpu_time_to_serve_and_nothing_else(tmp_path
     assert "SYS_PTRACE" in context["capabilities"]["add"]
 
 
+def test_the_python_lines_component_adds_py_stacks_after_gpu_time(tmp_path):
+    ds = next(o for o in rendered(tmp_path, "components/gpu-time", "components/python-lines")
+              if o["kind"] == "DaemonSet")
+    base = one("DaemonSet")
+    args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args == base["spec"]["template"]["spec"]["containers"][0]["args"] + [
+        "--gpu-time", "--py-stacks"]
+    kubernetes_validate.validate(ds, VERSIONS[-1], strict=True)
+    params = serve_command.make_context("serve", args[1:]).params  # options serve knows
+    assert params["gpu_time"] is True and params["py_stacks"] is True
+
+
 @pytest.mark.parametrize("component, path", [
     ("components/gpu-operator", "/run/nvidia/driver/usr/lib/x86_64-linux-gnu"),
     ("components/cos", "/home/kubernetes/bin/nvidia/lib64")])
