@@ -29,6 +29,7 @@ import bisect
 from collections import OrderedDict
 from collections.abc import Collection
 
+from cudaprobe.analysis.by_line import gpu_line_of
 from cudaprobe.decode.calls import Call
 from cudaprobe.decode.gputime import (
     ALIGN_MIN_VOTES,
@@ -52,15 +53,16 @@ MAX_WAITING = 200_000  # kernels read before their API record: looked for at two
 
 class Launch:
     """A traced launch, as a join needs it (decode.gputime.caller_of and align
-    read ts_ns, duration_ns and event), and what its kernels count under."""
+    read ts_ns, duration_ns and event), and what its kernels count under: no
+    more (a busy thread's launches of 10 s are many)."""
 
-    __slots__ = ("ts_ns", "duration_ns", "event", "call", "weight", "process")
+    __slots__ = ("ts_ns", "duration_ns", "event", "line", "weight", "process")
 
     def __init__(self, call: Call, weight: float, process: tuple[str, ...]) -> None:
         self.ts_ns = call.ts_ns
         self.duration_ns = call.duration_ns or 0
         self.event = call.event
-        self.call = call  # its Python stack, read when one of its kernels is counted
+        self.line = gpu_line_of(call)[0]  # its kernels' line: the forward op's, backward
         self.weight = weight  # what one traced launch stands for (serve --duty)
         self.process = process  # the process's labels when it was traced
 

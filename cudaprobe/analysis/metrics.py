@@ -67,7 +67,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from cudaprobe.analysis.by_line import gpu_line_of
 from cudaprobe.analysis.gpulines import Launch, LineJoin
 from cudaprobe.analysis.labels import LabelBudget
 from cudaprobe.analysis.memstate import KINDS
@@ -364,7 +363,7 @@ class CallMetrics:
         if budget is None:
             budget = self._line_budgets[process] = LabelBudget(MAX_LINES, MAX_LINE_NAMES)
         ns = work.duration_ns * launch.weight
-        key = (budget.label(gpu_line_of(launch.call)[0], ns), *process)
+        key = (budget.label(launch.line, ns), *process)
         self._gpu_lines[key] = self._gpu_lines.get(key, 0) + ns
 
     def _count_bytes(self, name: str, c: Call) -> None:

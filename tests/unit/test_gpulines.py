@@ -132,7 +132,8 @@ def test_a_process_in_cupti_s_clock_is_joined_once_its_records_agree_on_the_offs
     assert all(join.launch_of(kernel(c, n, 10)) is None for n, c in enumerate(calls))
     late = join.settle(50 * S)  # aligned: each record on its own launch
     assert join._shift == {pid: shift}
-    assert [(w.correlation, launch.call) for w, launch in late] == list(enumerate(calls))
+    assert [w.correlation for w, _ in late] == list(range(len(calls)))
+    assert [launch.ts_ns for _, launch in late] == [c.ts_ns for c in calls]
 
 
 def test_with_duty_only_the_records_inside_a_slice_are_looked_at():
