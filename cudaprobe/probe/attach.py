@@ -328,7 +328,8 @@ class Attacher:
         """The gate holds `pid` at its exec of a file: for a process of the traced
         tree, on_exec probes the file if it is a program with CUDA linked in (and
         not probed yet) and links the process, before it runs; then on_held, as
-        at an open (its new image may want the GPU-time library)."""
+        at an open (its new image may want the GPU-time library), once the exec
+        is let go."""
         bpf = self._bpf
         if bpf is None or self._phase != TRACING or self.on_exec is None:
             return None
@@ -344,7 +345,15 @@ class Attacher:
         self.on_exec(pid, fd)
         with self._lock:
             linked = pid in self._pid_links
-        return self.on_held(pid) if linked and self.on_held is not None else None
+        hand = self.on_held(pid) if linked and self.on_held is not None else None
+        if hand is None:
+            return None
+        # the exec goes on first: the gate also holds the exec's open of its ELF
+        # interpreter, which comes with the exec's credentials lock held, and a
+        # ptrace attach waits on that lock (the open would wait on the attach). The
+        # library goes in once the new image runs, at its first CUDA call (its safe
+        # point), as into a fork.
+        return lambda release: (release(), hand(lambda: None))
 
     def _execs_under_comm(self, fd: int) -> bool:
         """The file being exec'd gives the process the --comm name (its name is

@@ -242,7 +242,9 @@ class GpuTimeAttach:
                 return
             self._workers[pid] = thread
             self._children = [t for t in self._children if t.is_alive()] + [thread]
-        thread.start()
+            # started under the lock: a thread not started yet is not alive, and a second
+            # caller would start another on the same process
+            thread.start()
 
     def _child(self, pid: int, release: Callable[[], None]) -> None:
         why = ""

@@ -87,7 +87,7 @@ def test_dashboard_panels_query_with_the_variables():
     names = [v["name"] for v in board["templating"]["list"]]
     assert names == ["datasource", "node", "namespace", "process", "function"]
     panels = [p for p in board["panels"] if p["type"] != "row"]
-    assert len(panels) == 11
+    assert len(panels) == 12
     for p in panels:
         (target,) = p["targets"]
         assert p["datasource"] == target["datasource"] == {"type": "prometheus",
