@@ -5,22 +5,23 @@ of the launch that queued it, joined while serve runs.
 the GPU records to them (decode.gputime.join_work). serve runs for weeks and
 holds nothing, so `LineJoin` keeps only what a join needs, and only briefly:
 
-- the traced launches (calls of the `kernel` category) of each thread, for
-  KEEP_NS after they end: CUPTI hands its records over at least every half
-  second, and the decoder may run behind on a busy node;
-- each of CUPTI's API records of a launch, joined as it is read (`api`) to
+- the traced launches (calls of the `kernel` category) of each thread, until
+  the decoder is KEEP_NS past them: CUPTI hands its records over at least
+  every half second, and the decoder may run behind on a busy node;
+- what each of CUPTI's API records of a launch came to, as it is read (`api`):
   the outermost kept launch of its thread whose interval holds it, as
-  join_work does (decode.gputime.caller_of); its correlation id then names that
-  launch for the kernels it queued (`launch_of`), until KEEP_NS later.
+  join_work does (decode.gputime.caller_of), or none; its correlation id then
+  names that launch for the kernels it queued (`launch_of`). A kernel read
+  before its API record waits for it.
 
-An API record newer than every call decoded so far waits (PENDING_NS at
-most) for the decoder; one of a process stamped in CUPTI's own clock (a
-process the library went into after its CUPTI started) waits until enough
-of them agree on the offset to the probes' clock (decode.gputime.align).
-With --duty, the probes are on in slices (`span_begins`, `span_ends`) and
-only the API records inside one are looked at: the rest could not find a
-traced launch. Every bound is a count: a flood of records costs memory up to
-the MAX_* below, never more, and what was let go is counted (`dropped`).
+An API record newer than every launch decoded so far waits for the decoder
+(or, the decoder idle for PENDING_NS, is taken as having none); one of a
+process stamped in CUPTI's own clock (a process the library went into after
+its CUPTI started) waits until enough of them agree on the offset to the
+probes' clock (decode.gputime.align). With --duty, the probes are on in
+slices (`span_begins`, `span_ends`) and an API record outside them has no
+traced launch. Every bound is a count: a flood costs memory up to the MAX_*
+below, never more, and what was let go is counted (`dropped`).
 """
 
 from __future__ import annotations
@@ -41,14 +42,18 @@ from cudaprobe.decode.gputime import (
     caller_of,
 )
 
-KEEP_NS = 10_000_000_000  # a launch (and its correlation) kept this long after its end
-PENDING_NS = 2_000_000_000  # an API record waits this long for the decoder to reach it
+KEEP_NS = 10_000_000_000  # a launch kept until the decoder is this far past its end
+PENDING_NS = 2_000_000_000  # the decoder idle this long: a record newer finds no launch
 SPAN_SLACK_NS = 50_000_000  # --duty: records this near a slice are looked at (clock error)
 MAX_KEPT = 500_000  # launches kept, every thread together
-MAX_PENDING = 100_000  # API records waiting for the decoder
+MAX_PENDING = 300_000  # API records waiting for the decoder
 MAX_UNALIGNED = 4 * ALIGN_SAMPLE  # API records of one process waiting for its clock offset
-MAX_CORRELATIONS = 500_000  # correlation ids joined to a launch, waiting for their kernels
-MAX_WAITING = 200_000  # kernels read before their API record: looked for at two settles
+MAX_CORRELATIONS = 500_000  # API records' outcomes kept for their kernels (the oldest go)
+MAX_WAITING = 200_000  # kernels read before their API record, waiting for it
+WAIT_SETTLES = 10  # reads (about a second each) a kernel waits for its API record
+
+
+_UNKNOWN = object()  # launch_of: no outcome yet
 
 
 class Launch:
@@ -87,11 +92,19 @@ class LineJoin:
         self._slack: dict[int, int] = {}  # pid -> slack of its join (aligned: ALIGN_SLACK_NS)
         self._unaligned: dict[int, list[tuple[int, ApiCall]]] = {}
         self._pending: list[tuple[int, int, ApiCall]] = []
-        self._joined: OrderedDict[tuple[int, int], Launch] = OrderedDict()
-        self._waiting: list[tuple[GpuWork, int]] = []  # (kernel, settles it has seen)
+        # (pid, correlation) -> what its API record came to: the launch, or None
+        self._outcomes: OrderedDict[tuple[int, int], Launch | None] = OrderedDict()
+        # kernels read before their API record was: (the settle they came at, them)
+        self._waiting: dict[tuple[int, int], tuple[int, list[GpuWork]]] = {}
+        self._waiting_kernels = 0
+        self._ready: list[tuple[GpuWork, Launch]] = []  # joined since the last settle
+        self._settles = 0
+        self._seen_newest = 0
+        self._moved_ns: int | None = None  # when the decoder last moved on
         self._spans: list[list[int]] | None = None  # --duty: [start, end] (end 0: on now)
-        self.dropped = 0  # records or launches let go at a bound
+        self.dropped = 0  # records, kernels or launches let go at a bound
         self.unjoined = 0  # API records of a traced span that found no launch
+        self.no_record = 0  # kernels whose API record never came
 
     # --- what the probes traced ------------------------------------------------
     def launch(self, call: Call, weight: float, process: tuple[str, ...]) -> None:
@@ -127,13 +140,18 @@ class LineJoin:
         """One API record, as read (GpuReader.on_api): joined now, or kept to be."""
         if api.function and "Launch" not in api.function:
             return  # queues no kernel (copies and memsets are not counted by line)
+        key = (pid, correlation)
         if self._spans is not None and not self._in_span(api):
+            self._resolve(key, None)  # made between slices: no launch of it was traced
             return
         if pid in self.cupti_clock and pid not in self._shift:
             waiting = self._unaligned.setdefault(pid, [])
-            if len(waiting) >= MAX_UNALIGNED:
-                del waiting[: MAX_UNALIGNED // 2]  # the oldest: a later run of records votes
+            if len(waiting) >= MAX_UNALIGNED:  # the oldest go: a later run of records votes
+                for old in waiting[: MAX_UNALIGNED // 2]:
+                    self._resolve((pid, old[0]), None)
+                del waiting[: MAX_UNALIGNED // 2]
                 self.dropped += MAX_UNALIGNED // 2
+            api.function = ""  # a runtime record votes for the driver launch inside it too
             waiting.append((correlation, api))
             return
         shift = self._shift.get(pid, 0)
@@ -155,52 +173,77 @@ class LineJoin:
         work = GpuWork(pid, "kernel", 0, 0, 0, 0, 0, correlation, api=api)
         found = caller_of(work, self._threads, self._starts, self._slack.get(pid, 0))
         if found is not None:
-            self._joined[(pid, correlation)] = found
-            if len(self._joined) > MAX_CORRELATIONS:
-                self._joined.popitem(last=False)
-                self.dropped += 1
+            self._resolve((pid, correlation), found)
         elif api.end_ns > self._newest:  # its launch may not be decoded yet
             if len(self._pending) >= MAX_PENDING:
                 self.dropped += 1
+                self._resolve((pid, correlation), None)
                 return
             self._pending.append((pid, correlation, api))
         else:
             self.unjoined += 1
+            self._resolve((pid, correlation), None)
+
+    def _resolve(self, key: tuple[int, int], launch: Launch | None) -> None:
+        """What an API record came to: its launch, or none; the kernels that
+        waited for it are ready to count."""
+        outcomes = self._outcomes
+        outcomes[key] = launch
+        if len(outcomes) > MAX_CORRELATIONS:
+            outcomes.popitem(last=False)  # the oldest: their kernels came long ago
+        works = self._waiting.pop(key, None)
+        if works is not None:
+            self._waiting_kernels -= len(works[1])
+            if launch is not None:
+                self._ready.extend((w, launch) for w in works[1])
 
     def launch_of(self, work: GpuWork) -> Launch | None:
-        """The traced launch that queued this kernel (None: not traced, or its API
-        record not read or joined yet: then looked for again at the next two
-        settle(), the record read at most one read later, or, waiting for the
-        decoder, joined at the next)."""
-        found = self._joined.get((work.pid, work.correlation))
-        if found is None and len(self._waiting) < MAX_WAITING:
-            self._waiting.append((work, 0))
-        return found
+        """The traced launch that queued this kernel; None: none was traced, or
+        its API record is not read or joined yet: then it waits for it (counted
+        at a later settle()), WAIT_SETTLES at most."""
+        key = (work.pid, work.correlation)
+        found = self._outcomes.get(key, _UNKNOWN)
+        if found is not _UNKNOWN:
+            return found
+        if self._waiting_kernels >= MAX_WAITING:
+            self.dropped += 1
+            return None
+        entry = self._waiting.get(key)
+        if entry is None:
+            entry = self._waiting[key] = (self._settles, [])
+        entry[1].append(work)
+        self._waiting_kernels += 1
+        return None
 
     def settle(self, now_ns: int) -> list[tuple[GpuWork, Launch]]:
         """After each read: the processes whose clock offset can now be told; the
-        API records the decoder has reached since; the kernels of the last read
-        whose launch is now known (returned: to be counted); what is too old to
-        join anything forgotten."""
+        API records the decoder has reached since (or, the decoder idle for
+        PENDING_NS, that no launch will come for); the kernels whose launch is
+        now known (returned: to be counted); what is too old to join anything
+        forgotten."""
+        self._settles += 1
+        if self._newest != self._seen_newest or self._moved_ns is None:
+            self._seen_newest, self._moved_ns = self._newest, now_ns
+        idle = now_ns - self._moved_ns >= PENDING_NS
         for pid in list(self._unaligned):
             self._align(pid)
         pending, self._pending = self._pending, []
         for pid, correlation, api in pending:
             if api.end_ns <= self._newest:
                 self._join(pid, correlation, api)
-            elif now_ns - api.end_ns < PENDING_NS:
+            elif not idle:
                 self._pending.append((pid, correlation, api))
             else:
                 self.unjoined += 1
-        waiting, self._waiting, late = self._waiting, [], []
-        for w, looks in waiting:  # a kernel read this time, or the time before
-            found = self._joined.get((w.pid, w.correlation))
-            if found is not None:
-                late.append((w, found))
-            elif not looks:
-                self._waiting.append((w, 1))
-        self._forget(now_ns - KEEP_NS)
-        return late
+                self._resolve((pid, correlation), None)
+        for key in [k for k, (since, _) in self._waiting.items()
+                    if self._settles - since > WAIT_SETTLES]:
+            works = self._waiting.pop(key)[1]  # no API record came for them
+            self._waiting_kernels -= len(works)
+            self.no_record += len(works)
+        ready, self._ready = self._ready, []
+        self._forget(self._newest - KEEP_NS, now_ns - KEEP_NS)
+        return ready
 
     def _align(self, pid: int) -> None:
         waiting = self._unaligned[pid]
@@ -216,8 +259,10 @@ class LineJoin:
         for correlation, api in waiting:  # (moved by align already)
             self._join(pid, correlation, api)
 
-    def _forget(self, before_ns: int) -> None:
-        """Launches ended before `before_ns`, and the correlations joined to them."""
+    def _forget(self, before_ns: int, spans_before_ns: int) -> None:
+        """Launches ended before `before_ns` (KEEP_NS behind the decoder: a decoder
+        running behind keeps what its records will want), and slices ended
+        before `spans_before_ns`."""
         flood = self._kept > MAX_KEPT
         if flood:  # the window shrinks to what fits: the launches let go are counted
             ends = sorted(launch.end_ns for t in self._threads.values() for launch in t)
@@ -235,14 +280,8 @@ class LineJoin:
                 del self._threads[key], self._starts[key]
         if flood:
             self.dropped += kept - self._kept
-        joined = self._joined
-        while joined:
-            key, launch = next(iter(joined.items()))
-            if launch.end_ns >= before_ns:
-                break
-            joined.popitem(last=False)
         if self._spans:
-            self._spans = [s for s in self._spans if not s[1] or s[1] >= before_ns]
+            self._spans = [s for s in self._spans if not s[1] or s[1] >= spans_before_ns]
         for pid in [p for p in self._unaligned if p not in self.cupti_clock]:
             del self._unaligned[pid]  # its file read no more (its process gone)
         gone = [p for p in self._shift if p not in self.cupti_clock]

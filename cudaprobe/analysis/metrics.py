@@ -460,7 +460,8 @@ class CallMetrics:
                            if processes.exported(k[1:])
                            and self._line_budgets[k[1:]].exported(k[0])},
                 gpu_lines_unjoined=None if self._lines is None else {
-                    "no_traced_launch": self._lines.unjoined, "bound": self._lines.dropped})
+                    "no_traced_launch": self._lines.unjoined, "bound": self._lines.dropped,
+                    "no_api_record": self._lines.no_record})
 
     def _rank(self, now_ns: int) -> None:
         """Labels to the busiest names now; the series of names no longer tracked go."""

@@ -140,7 +140,8 @@ class CallCollector:
                 "cudaprobe_gpu_line_unjoined",
                 "CUPTI's records of launches made while the probes were on, not given a line: "
                 "no_traced_launch (its launch not traced: a thread or function not probed), "
-                "bound (let go at a memory bound of the join).", labels=["reason"])
+                "bound (let go at a memory bound of the join), no_api_record (kernels whose "
+                "API record never came).", labels=["reason"])
             for reason, n in sorted(snap.gpu_lines_unjoined.items()):
                 unjoined.add_metric([reason], n)
             yield unjoined

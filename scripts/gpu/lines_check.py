@@ -51,8 +51,16 @@ def wait_serving(err_path: str, serve: subprocess.Popen) -> None:
         time.sleep(0.1)
 
 
+def by_place(lines: dict[str, str], got: dict[str, float]) -> dict[str, str]:
+    """Each workload line's label as scraped: matched by `file:line`, the function's
+    name being the interpreter's (a qualified name from 3.11 on)."""
+    places = {label.split(" (")[0]: label for label in got}
+    return {name: places.get(text.split(" (")[0], text) for name, text in lines.items()}
+
+
 def compare(lines: dict[str, str], events_ms: dict[str, float], got: dict[str, float],
             scale: str) -> list[str]:
+    lines = by_place(lines, got)
     out = [f"{'line':<10} {'cudaprobe s':>12} {'events s':>10} {'ratio':>7} {'share':>7} "
            f"{'events share':>12}   ({scale})"]
     total_got = sum(v for k, v in got.items() if not k.startswith("["))

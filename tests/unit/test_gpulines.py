@@ -71,7 +71,7 @@ def test_kernels_counted_by_the_line_of_their_launch_and_backward_on_its_forward
     assert snap.gpu_lines == {(line(40), "python3", *J): want40 / 1e9,
                               (line(41), "python3", *J): want41 / 1e9,
                               (line(41, "model"), "python3", *J): 1_030 / 1e9}
-    assert snap.gpu_lines_unjoined == {"no_traced_launch": 0, "bound": 0}
+    assert snap.gpu_lines_unjoined == {"no_traced_launch": 0, "bound": 0, "no_api_record": 0}
 
 
 def test_a_runtime_launch_holds_its_driver_launch_and_the_kernel_is_counted_once():
@@ -94,7 +94,7 @@ def test_a_launch_with_no_python_frame_and_untraced_records():
     m.add_gpu([kernel(c, 1, 700), kernel(c, 2, 900)])
     snap = m.snapshot(now_ns=100 * S)
     assert snap.gpu_lines == {("(no Python frame)", "python3", *J): 7e-7}
-    assert snap.gpu_lines_unjoined == {"no_traced_launch": 1, "bound": 0}
+    assert snap.gpu_lines_unjoined == {"no_traced_launch": 1, "bound": 0, "no_api_record": 0}
 
 
 def test_a_record_read_before_its_launch_is_decoded_waits_for_it():
@@ -110,14 +110,45 @@ def test_a_record_read_before_its_launch_is_decoded_waits_for_it():
     assert m.snapshot(now_ns=100 * S).gpu_lines == {(line(6), "python3", *J): 3e-7}
 
 
-def test_a_record_whose_launch_never_comes_is_let_go_after_a_while():
+def test_a_record_whose_launch_never_comes_is_let_go_once_the_decoder_is_idle():
     join = LineJoin()
     c = launch(S, 5)
     join.launch(c, 1, ("python3", *J))
     join.api(100, 9, ApiCall(101, 3 * S, 3 * S + 10, "cuLaunchKernel"))
+    join.settle(3 * S)  # the decoder last moved now
     assert join.settle(3 * S + gpulines.PENDING_NS - 1) == [] and join.unjoined == 0
-    join.settle(3 * S + gpulines.PENDING_NS + 11)
+    join.settle(3 * S + gpulines.PENDING_NS)
     assert join.unjoined == 1 and not join._pending
+
+
+def test_kernels_wait_for_a_decoder_running_seconds_behind_and_count_once_joined():
+    """CUPTI's records read long before their launches are decoded (a busy
+    node): the records wait while the decoder moves on, the kernels wait for
+    their records; each counts once, when its launch is decoded."""
+    m, join = served()
+    calls = [launch(50 * S + i * 10_000_000, 30 + i % 2) for i in range(300)]  # 3 s of them
+    for n, c in enumerate(calls):
+        join.api(100, n, api_of(c))
+    m.add_gpu([kernel(c, n, 100) for n, c in enumerate(calls)])
+    for i in range(0, 300, 50):  # the decoder catches up, a read at a time
+        m.add(calls[i:i + 50])
+        m.add_gpu([])
+    snap = m.snapshot(now_ns=100 * S)
+    assert snap.gpu_lines == {(line(30), "python3", *J): 150 * 100 / 1e9,
+                              (line(31), "python3", *J): 150 * 100 / 1e9}
+    assert snap.gpu_lines_unjoined == {"no_traced_launch": 0, "bound": 0, "no_api_record": 0}
+    assert not join._waiting and not join._pending
+
+
+def test_a_kernel_whose_api_record_never_comes_is_counted_as_such():
+    m, join = served()
+    c = launch(S, 5)
+    m.add([c])
+    m.add_gpu([kernel(c, 77, 100)])
+    for _ in range(gpulines.WAIT_SETTLES + 1):
+        m.add_gpu([])
+    assert m.snapshot(now_ns=100 * S).gpu_lines_unjoined["no_api_record"] == 1
+    assert not join._waiting
 
 
 def test_a_process_in_cupti_s_clock_is_joined_once_its_records_agree_on_the_offset():
@@ -147,8 +178,9 @@ def test_with_duty_only_the_records_inside_a_slice_are_looked_at():
     for n in range(2, 1000):  # records between slices: no launch can be found for them
         join.api(100, n, ApiCall(101, 200 * S + n, 200 * S + n + 10, "cuLaunchKernel"))
     assert not join._pending and join.unjoined == 0
-    m.add_gpu([kernel(inside, 1, 800)])
+    m.add_gpu([kernel(inside, 1, 800)] + [kernel(inside, n, 5) for n in range(2, 1000)])
     assert m.snapshot(now_ns=100 * S).gpu_lines == {(line(3), "python3", *J): 8e-7 * 1}
+    assert not join._waiting  # the kernels of launches made between slices wait for nothing
 
 
 def test_with_duty_each_kernel_stands_for_the_weight_of_its_launch():
@@ -195,8 +227,11 @@ def test_the_join_holds_what_is_needed_only_and_bounds_a_flood(monkeypatch):
     for i in range(100):
         join.launch(launch(S + i, 1), 1, ("python3", *J))
         join.api(100, i, api_of(launch(S + i, 1)))
-    join.settle(S + gpulines.KEEP_NS + 10 * S)
-    assert join._kept == 0 and not join._threads and not join._joined
+    later = launch(S + gpulines.KEEP_NS + 10 * S, 1)  # the decoder is far past them now
+    join.launch(later, 1, ("python3", *J))
+    join.settle(later.ts_ns)
+    assert join._kept == 1 and list(join._threads[(100, 101)]) == [
+        t for t in join._threads[(100, 101)] if t.ts_ns == later.ts_ns]
     monkeypatch.setattr(gpulines, "MAX_KEPT", 1000)
     for i in range(3000):
         join.launch(launch(200 * S + i * 10_000, 1), 1, ("python3", *J))
