@@ -151,7 +151,6 @@ class LineJoin:
                     self._resolve((pid, old[0]), None)
                 del waiting[: MAX_UNALIGNED // 2]
                 self.dropped += MAX_UNALIGNED // 2
-            api.function = ""  # a runtime record votes for the driver launch inside it too
             waiting.append((correlation, api))
             return
         shift = self._shift.get(pid, 0)
@@ -188,6 +187,8 @@ class LineJoin:
         """What an API record came to: its launch, or none; the kernels that
         waited for it are ready to count."""
         outcomes = self._outcomes
+        if launch is None and outcomes.get(key) is not None:
+            return  # a runtime record and the driver record inside it share the id
         outcomes[key] = launch
         if len(outcomes) > MAX_CORRELATIONS:
             outcomes.popitem(last=False)  # the oldest: their kernels came long ago
@@ -251,7 +252,15 @@ class LineJoin:
             return
         work = [GpuWork(pid, "kernel", 0, 0, 0, 0, 0, c, api=a) for c, a in waiting]
         threads = {k: t for k, t in self._threads.items() if k[0] == pid}
-        shift = align(work, threads, {k: self._starts[k] for k in threads})
+        starts = {k: self._starts[k] for k in threads}
+        shift = align(work, threads, starts)
+        if shift is None and not any(a.function == t.event for _, a in waiting
+                                     for t in threads.get((pid, a.tid), ())[:1]):
+            # no record of a function traced (runtime records, driver probes): each
+            # votes for the launches near it whatever their function
+            for _, a in waiting:
+                a.function = ""
+            shift = align(work, threads, starts)
         if shift is None:
             return  # too few agree yet: more records, or more launches, may
         self._shift[pid], self._slack[pid] = shift, ALIGN_SLACK_NS

@@ -41,6 +41,7 @@ def scrape() -> dict[str, float]:
                 out[f"[unjoined {s.labels['reason']}]"] = s.value
             elif s.name == "cudaprobe_gpu_kernel_duration_seconds_sum":
                 out["[all kernels]"] = out.get("[all kernels]", 0) + s.value
+                out[f"[kernel] {s.labels['kernel'][:90]}"] = s.value
     return out
 
 
@@ -73,12 +74,15 @@ def compare(lines: dict[str, str], events_ms: dict[str, float], got: dict[str, f
     g = sum(got.get(k, 0.0) for k in group)
     e = sum(events_ms[n] for n in ("layer", "loss", "backward")) / 1e3
     out.append(f"{'layer+loss+backward':<19} {g:>12.4f} {e:>10.4f} {g / e if e else 0:>7.3f}")
-    others = {k: v for k, v in got.items() if k not in lines.values() and not k.startswith("[")}
+    others = {k: v for k, v in got.items()
+              if k not in lines.values() and not k.startswith("[") and v > 0}
     for k, v in sorted(others.items(), key=lambda kv: -kv[1]):
         out.append(f"  other line: {k}: {v:.4f} s")
     for k, v in sorted(got.items()):
-        if k.startswith("["):
+        if k.startswith("[") and not k.startswith("[kernel]"):
             out.append(f"  {k}: {v:g}")
+    kernels = sorted(((v, k) for k, v in got.items() if k.startswith("[kernel]")), reverse=True)
+    out += [f"  {k}: {v:.4f} s" for v, k in kernels[:12]]
     out.append(f"all lines {total_got:.4f} s, all events {total_ev:.4f} s")
     return out
 

@@ -241,3 +241,16 @@ def test_the_join_holds_what_is_needed_only_and_bounds_a_flood(monkeypatch):
     for i in range(50):  # records far beyond every launch decoded: wait, up to the bound
         join.api(100, 10_000 + i, ApiCall(101, 900 * S + i, 900 * S + i + 5, "cuLaunchKernel"))
     assert len(join._pending) == 10
+
+
+def test_a_runtime_record_sharing_the_driver_record_s_id_does_not_undo_its_join():
+    """Only the driver's launches traced (serve --api driver): CUPTI's driver
+    record joins; the runtime record of the same id, whose call was not
+    traced and which holds no whole launch, does not take the join back."""
+    m, join = served()
+    c = launch(S, 21, event="cuLaunchKernel", dur=3_000)
+    m.add([c])
+    join.api(100, 5, ApiCall(101, S + 500, S + 2_500, "cuLaunchKernel"))
+    join.api(100, 5, ApiCall(101, S + 1_000, S + 2_000, "cudaLaunchKernel"))
+    m.add_gpu([kernel(c, 5, 400)])
+    assert m.snapshot(now_ns=100 * S).gpu_lines == {(line(21), "python3", *J): 4e-7}
