@@ -247,6 +247,15 @@ def main() -> None:
             placebos.append(x[0])
     if len(placebos) > 1:
         lines.append(summary("placebo (no probes there)", placebos, span, len(slices))[0])
+    # what the job paid all along, not around the slices: with --gpu-time, CUPTI in it
+    # from the library's injection on (the slices' method reads none of that)
+    before = [dt for end, dt in steps if began - 2.0 <= end < began]
+    beside = [dt for end, dt in steps if began + 5.0 <= end <= ended]
+    if before and beside:
+        lines.append(f"steps: {1e3 * statistics.median(before):.3f} ms (median) in the 2 s "
+                     f"before serve, {1e3 * statistics.median(beside):.3f} ms beside it from "
+                     f"5 s on ({statistics.median(beside) / statistics.median(before) - 1:+.1%}"
+                     "): a cost all along, such as --gpu-time's CUPTI")
     lines.append(f"serve's own CPU: {cpu1 - cpu0:.2f} s over {span:.0f} s "
                  f"({100 * (cpu1 - cpu0) / span:.2f}% of one core of {os.cpu_count()})")
     with open(a.out, "a") as f:
