@@ -276,7 +276,8 @@ def test_serve_counts_gpu_time_by_the_python_line_that_launched_it():
         labels = {dict(k)["process"] for k in metrics["cudaprobe_gpu_line_seconds"]}
         assert labels == {"python3.11"}
         assert metrics["cudaprobe_gpu_line_unjoined"] == {
-            (("reason", "bound"),): 0, (("reason", "no_traced_launch"),): 0}
+            (("reason", "bound"),): 0, (("reason", "no_api_record"),): 0,
+            (("reason", "no_traced_launch"),): 0}
     finally:
         serve.stdin.close()
     assert serve.wait(timeout=HANG_S) == 0, serve.stderr.read()
