@@ -50,7 +50,7 @@ MAX_PENDING = 300_000  # API records waiting for the decoder
 MAX_UNALIGNED = 4 * ALIGN_SAMPLE  # API records of one process waiting for its clock offset
 MAX_CORRELATIONS = 500_000  # API records' outcomes kept for their kernels (the oldest go)
 MAX_WAITING = 200_000  # kernels read before their API record, waiting for it
-WAIT_SETTLES = 10  # reads (about a second each) a kernel waits for its API record
+WAIT_NS = 5_000_000_000  # the decoder this far past a kernel's start: its record will not come
 
 
 _UNKNOWN = object()  # launch_of: no outcome yet
@@ -94,11 +94,12 @@ class LineJoin:
         self._pending: list[tuple[int, int, ApiCall]] = []
         # (pid, correlation) -> what its API record came to: the launch, or None
         self._outcomes: OrderedDict[tuple[int, int], Launch | None] = OrderedDict()
-        # kernels read before their API record was: (the settle they came at, them)
+        # kernels read before their API record was: (the clock at the settle before, them)
         self._waiting: dict[tuple[int, int], tuple[int, list[GpuWork]]] = {}
         self._waiting_kernels = 0
         self._ready: list[tuple[GpuWork, Launch]] = []  # joined since the last settle
         self._settles = 0
+        self._now_ns = 0  # the clock at the last settle
         self._seen_newest = 0
         self._moved_ns: int | None = None  # when the decoder last moved on
         self._spans: list[list[int]] | None = None  # --duty: [start, end] (end 0: on now)
@@ -201,7 +202,7 @@ class LineJoin:
     def launch_of(self, work: GpuWork) -> Launch | None:
         """The traced launch that queued this kernel; None: none was traced, or
         its API record is not read or joined yet: then it waits for it (counted
-        at a later settle()), WAIT_SETTLES at most."""
+        at a later settle()), until the decoder is WAIT_NS past it."""
         key = (work.pid, work.correlation)
         found = self._outcomes.get(key, _UNKNOWN)
         if found is not _UNKNOWN:
@@ -211,7 +212,7 @@ class LineJoin:
             return None
         entry = self._waiting.get(key)
         if entry is None:
-            entry = self._waiting[key] = (self._settles, [])
+            entry = self._waiting[key] = (self._now_ns, [])
         entry[1].append(work)
         self._waiting_kernels += 1
         return None
@@ -223,6 +224,7 @@ class LineJoin:
         now known (returned: to be counted); what is too old to join anything
         forgotten."""
         self._settles += 1
+        self._now_ns = now_ns
         if self._newest != self._seen_newest or self._moved_ns is None:
             self._seen_newest, self._moved_ns = self._newest, now_ns
         idle = now_ns - self._moved_ns >= PENDING_NS
@@ -237,9 +239,12 @@ class LineJoin:
             else:
                 self.unjoined += 1
                 self._resolve((pid, correlation), None)
-        for key in [k for k, (since, _) in self._waiting.items()
-                    if self._settles - since > WAIT_SETTLES]:
-            works = self._waiting.pop(key)[1]  # no API record came for them
+        # kernels whose launch the decoder is WAIT_NS past (or, idle, that came
+        # PENDING_NS ago) with no API record read for them: none will come
+        passed = self._newest - WAIT_NS
+        for key in [k for k, (since, works) in self._waiting.items()
+                    if works[0].start_ns < passed or (idle and now_ns - since >= PENDING_NS)]:
+            works = self._waiting.pop(key)[1]
             self._waiting_kernels -= len(works)
             self.no_record += len(works)
         ready, self._ready = self._ready, []

@@ -145,8 +145,10 @@ def test_a_kernel_whose_api_record_never_comes_is_counted_as_such():
     c = launch(S, 5)
     m.add([c])
     m.add_gpu([kernel(c, 77, 100)])
-    for _ in range(gpulines.WAIT_SETTLES + 1):
-        m.add_gpu([])
+    m.add_gpu([])
+    assert m.snapshot(now_ns=100 * S).gpu_lines_unjoined["no_api_record"] == 0  # may come
+    m.add([launch(S + gpulines.WAIT_NS + S, 5)])  # the decoder far past it: none will
+    m.add_gpu([])
     assert m.snapshot(now_ns=100 * S).gpu_lines_unjoined["no_api_record"] == 1
     assert not join._waiting
 
