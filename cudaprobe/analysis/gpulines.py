@@ -14,8 +14,9 @@ holds nothing, so `LineJoin` keeps only what a join needs, and only briefly:
   names that launch for the kernels it queued (`launch_of`). A kernel read
   before its API record waits for it.
 
-An API record newer than every launch decoded so far waits for the decoder
-(or, the decoder idle for PENDING_NS, is taken as having none); one of a
+An API record newer than its thread's launches decoded so far waits for the
+decoder (until it is ORDER_NS past the record in every thread, or idle for
+PENDING_NS); one of a
 process stamped in CUPTI's own clock (a process the library went into after
 its CUPTI started) waits until enough of them agree on the offset to the
 probes' clock (decode.gputime.align). With --duty, the probes are on in
@@ -50,6 +51,7 @@ MAX_PENDING = 300_000  # API records waiting for the decoder
 MAX_UNALIGNED = 4 * ALIGN_SAMPLE  # API records of one process waiting for its clock offset
 MAX_CORRELATIONS = 500_000  # API records' outcomes kept for their kernels (the oldest go)
 MAX_WAITING = 200_000  # kernels read before their API record, waiting for it
+ORDER_NS = 1_000_000_000  # how far one thread's calls may come behind another's, decoded
 WAIT_NS = 5_000_000_000  # the decoder this far past a kernel's start: its record will not come
 
 
@@ -174,7 +176,7 @@ class LineJoin:
         found = caller_of(work, self._threads, self._starts, self._slack.get(pid, 0))
         if found is not None:
             self._resolve((pid, correlation), found)
-        elif api.end_ns > self._newest:  # its launch may not be decoded yet
+        elif not self._decoded(pid, api):  # its launch may not be decoded yet
             if len(self._pending) >= MAX_PENDING:
                 self.dropped += 1
                 self._resolve((pid, correlation), None)
@@ -183,6 +185,14 @@ class LineJoin:
         else:
             self.unjoined += 1
             self._resolve((pid, correlation), None)
+
+    def _decoded(self, pid: int, api: ApiCall) -> bool:
+        """Whether every launch of the record's thread up to its end is decoded: its
+        thread's launches are past it, or every thread's are ORDER_NS past it (the
+        decoder gives each thread's calls in order, not the threads' in time order)."""
+        thread = self._threads.get((pid, api.tid))
+        return (thread is not None and thread[-1].end_ns >= api.end_ns) \
+            or api.end_ns <= self._newest - ORDER_NS
 
     def _resolve(self, key: tuple[int, int], launch: Launch | None) -> None:
         """What an API record came to: its launch, or none; the kernels that
@@ -232,7 +242,7 @@ class LineJoin:
             self._align(pid)
         pending, self._pending = self._pending, []
         for pid, correlation, api in pending:
-            if api.end_ns <= self._newest:
+            if self._decoded(pid, api):
                 self._join(pid, correlation, api)
             elif not idle:
                 self._pending.append((pid, correlation, api))

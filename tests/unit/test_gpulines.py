@@ -256,3 +256,21 @@ def test_a_runtime_record_sharing_the_driver_record_s_id_does_not_undo_its_join(
     join.api(100, 5, ApiCall(101, S + 1_000, S + 2_000, "cudaLaunchKernel"))
     m.add_gpu([kernel(c, 5, 400)])
     assert m.snapshot(now_ns=100 * S).gpu_lines == {(line(21), "python3", *J): 4e-7}
+
+
+def test_a_thread_decoded_behind_another_still_has_its_launches_joined():
+    """The decoder gives each thread's calls in order, not the threads' in time
+    order: a record of the main thread waits for the main thread's launches,
+    though another thread's later ones are decoded already."""
+    m, join = served()
+    main = [launch(50 * S + i * 1_000_000, 40) for i in range(10)]
+    other = launch(50 * S + 20_000_000, 41, tid=202)  # the autograd thread, 10 ms later
+    m.add([other])
+    for n, c in enumerate(main):
+        join.api(100, n, api_of(c))
+    m.add_gpu([kernel(c, n, 100) for n, c in enumerate(main)])
+    assert join.unjoined == 0 and len(join._pending) == 10
+    m.add(main)
+    m.add_gpu([])
+    assert m.snapshot(now_ns=100 * S).gpu_lines == {(line(40), "python3", *J): 10 * 100 / 1e9}
+    assert join.unjoined == 0
