@@ -10,8 +10,9 @@ The kernels of `heavy()` run 10,000 + i ns, those of `light()` 3,000 ns.
 It prints each line's total GPU ns (its own figures, for the test to hold
 the metric to), then waits for its standard input to close.
 
-Usage: gpulines_workload.py LIBCUDART HEAVY LIGHT [wait]
+Usage: gpulines_workload.py LIBCUDART HEAVY LIGHT [wait|threads]
   wait: first heavy() again and again until a line comes on standard input
+  threads: heavy() and light() at once, each on a thread of its own
 """
 
 import ctypes
@@ -40,6 +41,7 @@ out = os.open(os.path.join(os.environ["CUDAPROBE_GPUTIME_DIR"], f"gputime.fake-{
               os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
 totals = {"heavy": 0, "light": 0}
 correlation = 0
+lock = threading.Lock()  # one record at a time into the file, one correlation id each
 
 
 def record(kind, text=b"", **fields):
@@ -58,13 +60,14 @@ def launched(who, ns):
     """After a launch: its API record, and its kernel's, `ns` long."""
     global correlation
     start, end = ctypes.c_uint64(), ctypes.c_uint64()
-    interval(ctypes.byref(start), ctypes.byref(end))
-    correlation += 1
-    record(API, correlation=correlation, start=start.value, end=end.value,
-           tid=threading.get_native_id(), cbid=LAUNCH_CBID, domain=RUNTIME_DOMAIN)
-    record(KERNEL, correlation=correlation, start=end.value + 2000, end=end.value + 2000 + ns,
-           context=1, stream=7, name_id=1)
-    totals[who] += ns
+    interval(ctypes.byref(start), ctypes.byref(end))  # this thread's last call's
+    with lock:
+        correlation += 1
+        record(API, correlation=correlation, start=start.value, end=end.value,
+               tid=threading.get_native_id(), cbid=LAUNCH_CBID, domain=RUNTIME_DOMAIN)
+        record(KERNEL, correlation=correlation, start=end.value + 2000,
+               end=end.value + 2000 + ns, context=1, stream=7, name_id=1)
+        totals[who] += ns
 
 
 def heavy(i):
@@ -86,10 +89,18 @@ if sys.argv[4:] == ["wait"]:  # heavy() until a line comes on stdin
         heavy(i)
         i += 1
     sys.stdin.readline()
-for i in range(int(sys.argv[2])):
-    heavy(i)
-for _ in range(int(sys.argv[3])):
-    light()
+if sys.argv[4:] == ["threads"]:  # heavy() and light() at once, each on a thread of its own
+    threads = [threading.Thread(target=lambda: [heavy(i) for i in range(int(sys.argv[2]))]),
+               threading.Thread(target=lambda: [light() for _ in range(int(sys.argv[3]))])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+else:
+    for i in range(int(sys.argv[2])):
+        heavy(i)
+    for _ in range(int(sys.argv[3])):
+        light()
 os.close(out)
 print(f"heavy {totals['heavy']} light {totals['light']}", flush=True)
 sys.stdin.read()

@@ -246,17 +246,19 @@ def scrape(address: str) -> dict[str, dict[tuple, float]]:
 
 
 @pytest.mark.skipif(not PYTHON.exists(), reason="no /usr/bin/python3.11")
-def test_serve_counts_gpu_time_by_the_python_line_that_launched_it():
+@pytest.mark.parametrize("mode", [[], ["threads"]])
+def test_serve_counts_gpu_time_by_the_python_line_that_launched_it(mode):
     """serve --gpu-time --py-stacks: each kernel's GPU time (the program's own
     records, with the CPU interval each real, traced call read inside itself)
-    under the line of the program that launched it, to the nanosecond."""
+    under the line of the program that launched it, to the nanosecond; the
+    two lines one after the other, and at once on two threads."""
     _, lib = fake_gpu()
     address = f"127.0.0.1:{free_port()}"
     heavy, light = 300, 200
     serve = subprocess.Popen(
         cudaprobe_cmd("serve", "--prometheus", address, "--gpu-time", "--py-stacks",
                       "--lib", str(lib), "-e", "cudaLaunchKernel", "--",
-                      str(PYTHON), str(GPULINES), str(lib), str(heavy), str(light)),
+                      str(PYTHON), str(GPULINES), str(lib), str(heavy), str(light), *mode),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         said = serve.stdout.readline().split()  # the program's own totals, once it has launched

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <time.h>
 
-static uint64_t api_start, api_end;
+static __thread uint64_t api_start, api_end;  /* each thread its own last call */
 
 static uint64_t monotonic_ns(void)
 {
