@@ -84,12 +84,16 @@ def test_every_fork_without_exec_is_traced_or_said(tmp_path, libcudart):
 
 def _wait_for(path: Path, pattern: str, proc: subprocess.Popen | None,
               timeout: float = HANG_S) -> re.Match:
-    """Until `pattern` is in the file cudaprobe writes its stderr to (failing if it
-    exits first, unless `proc` is None)."""
+    """Until `pattern` is in the file (cudaprobe's stderr, or the output of a
+    workload the shell started in the background, which may not be made yet),
+    failing if `proc` exits first."""
+    def text() -> str:  # a file a shell's redirection makes may not be made yet
+        return path.read_text() if path.exists() else ""
+
     deadline = time.monotonic() + timeout
-    while not (found := re.search(pattern, path.read_text())):
-        assert proc is None or proc.poll() is None, path.read_text()
-        assert time.monotonic() < deadline, path.read_text()
+    while not (found := re.search(pattern, text())):
+        assert proc is None or proc.poll() is None, text()
+        assert time.monotonic() < deadline, text()
         time.sleep(0.02)
     return found
 
