@@ -16,10 +16,9 @@ holds nothing, so `LineJoin` keeps only what a join needs, and only briefly:
 
 An API record newer than its thread's launches decoded so far waits for the
 decoder (until it is ORDER_NS past the record in every thread, or idle for
-PENDING_NS); one of a
-process stamped in CUPTI's own clock (a process the library went into after
-its CUPTI started) waits until enough of them agree on the offset to the
-probes' clock (decode.gputime.align). With --duty, the probes are on in
+PENDING_NS); one of a process stamped in CUPTI's own clock (a process the
+library went into after its CUPTI started) waits until enough of them agree
+on the offset to the probes' clock (decode.gputime.align). With --duty, the probes are on in
 slices (`span_begins`, `span_ends`) and an API record outside them has no
 traced launch. Every bound is a count: a flood costs memory up to the MAX_*
 below, never more, and what was let go is counted (`dropped`).
@@ -90,8 +89,9 @@ class LineJoin:
         self._starts: dict[tuple[int, int], list[int]] = {}
         self._kept = 0
         self._newest = 0  # the latest end of a launch given
-        self._shift: dict[int, int] = {}  # pid -> ns added to its CUPTI timestamps
-        self._slack: dict[int, int] = {}  # pid -> slack of its join (aligned: ALIGN_SLACK_NS)
+        # pid -> ns added to its CUPTI timestamps (aligned: its join's slack is
+        # ALIGN_SLACK_NS, as join_work gives it)
+        self._shift: dict[int, int] = {}
         self._unaligned: dict[int, list[tuple[int, ApiCall]]] = {}
         self._pending: list[tuple[int, int, ApiCall]] = []
         # (pid, correlation) -> what its API record came to: the launch, or None
@@ -100,7 +100,6 @@ class LineJoin:
         self._waiting: dict[tuple[int, int], tuple[int, list[GpuWork]]] = {}
         self._waiting_kernels = 0
         self._ready: list[tuple[GpuWork, Launch]] = []  # joined since the last settle
-        self._settles = 0
         self._now_ns = 0  # the clock at the last settle
         self._seen_newest = 0
         self._moved_ns: int | None = None  # when the decoder last moved on
@@ -173,7 +172,8 @@ class LineJoin:
 
     def _join(self, pid: int, correlation: int, api: ApiCall) -> None:
         work = GpuWork(pid, "kernel", 0, 0, 0, 0, 0, correlation, api=api)
-        found = caller_of(work, self._threads, self._starts, self._slack.get(pid, 0))
+        slack = ALIGN_SLACK_NS if pid in self._shift else 0
+        found = caller_of(work, self._threads, self._starts, slack)
         if found is not None:
             self._resolve((pid, correlation), found)
         elif not self._decoded(pid, api):  # its launch may not be decoded yet
@@ -233,7 +233,6 @@ class LineJoin:
         PENDING_NS, that no launch will come for); the kernels whose launch is
         now known (returned: to be counted); what is too old to join anything
         forgotten."""
-        self._settles += 1
         self._now_ns = now_ns
         if self._newest != self._seen_newest or self._moved_ns is None:
             self._seen_newest, self._moved_ns = self._newest, now_ns
@@ -278,7 +277,7 @@ class LineJoin:
             shift = align(work, threads, starts)
         if shift is None:
             return  # too few agree yet: more records, or more launches, may
-        self._shift[pid], self._slack[pid] = shift, ALIGN_SLACK_NS
+        self._shift[pid] = shift
         del self._unaligned[pid]
         for correlation, api in waiting:  # (moved by align already)
             self._join(pid, correlation, api)
@@ -308,7 +307,5 @@ class LineJoin:
             self._spans = [s for s in self._spans if not s[1] or s[1] >= spans_before_ns]
         for pid in [p for p in self._unaligned if p not in self.cupti_clock]:
             del self._unaligned[pid]  # its file read no more (its process gone)
-        gone = [p for p in self._shift if p not in self.cupti_clock]
-        for pid in gone:
+        for pid in [p for p in self._shift if p not in self.cupti_clock]:
             del self._shift[pid]
-            self._slack.pop(pid, None)

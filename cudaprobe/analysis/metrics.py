@@ -198,9 +198,10 @@ class Snapshot:
     # and those it could not, by reason; None: not asked for
     gpu_time_processes: int | None = None
     gpu_time_refusals: dict[str, int] = field(default_factory=dict)
-    # serve --gpu-time --py-stacks: GPU seconds by line; CUPTI's API records of
-    # launches in a traced span that found no traced launch, and records or
-    # launches let go at a bound (None: not asked for)
+    # serve --gpu-time --py-stacks: GPU seconds by line; what got no line, by
+    # reason: API records of launches in a traced span that found no traced launch,
+    # what was let go at a bound, kernels whose API record never came (None: not
+    # asked for)
     gpu_lines: dict[tuple[str, ...], float] = field(default_factory=dict)
     gpu_lines_unjoined: dict[str, int] | None = None
 

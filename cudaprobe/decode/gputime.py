@@ -277,14 +277,13 @@ class GpuReader:
                     COPY_KINDS.get(copy_kind, "unknown") if kind == MEMCPY else ""
                 new.append(GpuWork(f.pid, KIND_NAMES[kind], start + shift, end + shift, device,
                                    context, stream, corr, name, nbytes))
-            elif kind == API and f.system_tids:  # else no row has its tid
+            elif kind == API and f.system_tids and (self.keep or self.on_api is not None):
+                # (no system tid: no row has its tid)
+                api = ApiCall(tid, start + shift, end + shift, f.functions.get((domain, cbid), ""))
                 if self.keep:
-                    function = f.functions.get((domain, cbid), "")
-                    self._apis[(f.pid, corr)] = ApiCall(tid, start + shift, end + shift,
-                                                        function)
-                elif self.on_api is not None:
-                    self.on_api(f.pid, corr, ApiCall(tid, start + shift, end + shift,
-                                                     f.functions.get((domain, cbid), "")))
+                    self._apis[(f.pid, corr)] = api
+                else:
+                    self.on_api(f.pid, corr, api)
             elif kind == NAME:
                 grown = f.name_bytes + len(text) - len(f.names.get(name_id, ""))
                 if grown <= MAX_NAME_BYTES:  # else unnamed: the kernel's row is kept

@@ -109,7 +109,7 @@ class AutogradProbe:
 
     def _rescan(self, pids: list[int], forget: bool) -> None:
         for pid in pids:
-            if pid in self._planned or pid in self._links:
+            if pid in self._planned:  # (its links, if any, are of that plan)
                 continue
             with contextlib.suppress(CudaprobeError, OSError):
                 pages = procmaps.vm_pages(pid)

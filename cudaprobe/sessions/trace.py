@@ -227,16 +227,16 @@ class TraceSession:
         """What hears of each process at its first event: see_process, and, on a
         node (no --pid, --comm or command: each process is found by its calls),
         --py-stacks' interpreter finder (Tracer.see_python_on_node: its calls
-        from then on carry their stacks) and --gpu-time's library, which goes into each
-        process found (GpuTimeAttach.found)."""
+        from then on carry their stacks) and --gpu-time's library, which goes
+        into each process found (GpuTimeAttach.found)."""
         see = self.options.see_process
         if self.options.targets is not None or self.options.command:
             return see
         hears = [f for f in (see, tracer.see_python_on_node if tracer.py is not None else None,
                              self._gpu.attach.found if self._gpu is not None
                              and self._gpu.attach is not None else None) if f is not None]
-        if len(hears) < 2:
-            return see if not hears else hears[0]
+        if len(hears) <= 1:
+            return hears[0] if hears else None
 
         def each(pid: int) -> None:
             for hear in hears:
