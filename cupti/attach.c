@@ -9,13 +9,14 @@
  * least each second, and `stop`. The watcher thread, started at the attach,
  * looks at them every WATCH_PERIOD_MS; when `stop` is set or the heartbeat
  * has not moved for HEARTBEAT_TIMEOUT_MS (cudaprobe killed), it turns CUPTI's
- * recording off, flushes it into the memfd, closes the memfd and exits.
+ * recording off, flushes it into the memfd, closes the memfd and exits. Until
+ * then it has CUPTI hand back its buffers each half second (gputime_flush), so
+ * that cudaprobe reads the records as they come.
  * The library stays loaded: a second attach calls gputime_inject_attach
  * again (cudaprobe finds it in /proc/PID/maps), never loading it twice. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,6 +30,10 @@
 
 int gputime_record_to(int fd, const char *cupti_path, char *why, size_t why_size);
 void gputime_stop_recording(void);
+void gputime_flush(void);
+int gputime_start_thread(void *(*run)(void *));
+
+#define FLUSH_TICKS (500 / WATCH_PERIOD_MS)  /* gputime.c's FLUSH_PERIOD_MS, in watch periods */
 
 struct gputime_control {
     char magic[8];
@@ -73,7 +78,7 @@ static void *watch(void *arg)
     struct timespec period = {0, WATCH_PERIOD_MS * 1000000L};
     (void)arg;
     prctl(PR_SET_NAME, "cudaprobe-gpu");
-    for (;;) {
+    for (unsigned tick = 1;; tick++) {
         nanosleep(&period, NULL);
         uint64_t now = __atomic_load_n(&control.heartbeat, __ATOMIC_ACQUIRE);
         if (__atomic_load_n(&control.stop, __ATOMIC_ACQUIRE)) {
@@ -88,6 +93,8 @@ static void *watch(void *arg)
                      "cudaprobe's heartbeat stopped for %d ms", HEARTBEAT_TIMEOUT_MS);
             break;
         }
+        if (tick % FLUSH_TICKS == 0)
+            gputime_flush();
     }
     set_state(ATTACH_STOPPING);
     gputime_stop_recording();
@@ -125,17 +132,7 @@ struct gputime_control *gputime_inject_attach(const char *cupti_path, uint64_t o
     }
     control.fd = fd;
     set_state(ATTACH_RECORDING);  /* before the watcher, which may set STOPPING */
-    /* the watcher takes no signal: the program's go to its own threads */
-    sigset_t all, old;
-    pthread_attr_t attr;
-    pthread_t thread;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    int err = pthread_create(&thread, &attr, watch, NULL);
-    pthread_attr_destroy(&attr);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int err = gputime_start_thread(watch);
     if (err) {
         gputime_stop_recording();
         close(fd);

@@ -8,8 +8,8 @@
  * the API record of the same correlation id (docs/gputime.md says why a file).
  *
  * Cost on the program's threads: CUPTI's own record keeping; this library
- * runs only when CUPTI hands back a full buffer (on CUPTI's thread, or at
- * exit), never per call. Timestamps: ours (CLOCK_MONOTONIC, the clock of
+ * runs only when CUPTI hands back a buffer (on CUPTI's thread or ours, each
+ * FLUSH_PERIOD_MS, or at exit), never per call. Timestamps: ours (CLOCK_MONOTONIC, the clock of
  * bpf_ktime_get_ns) through cuptiActivityRegisterTimestampCallback; CUPTI
  * maps GPU timestamps onto it. Thread ids: the kernel's (gettid), through
  * cuptiSetThreadIdType, as the uprobe rows have them.
@@ -27,15 +27,17 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "gputime.h"
 
-#define BUFFER_BYTES (8u << 20)   /* one CUPTI activity buffer */
+#define BUFFER_BYTES (2u << 20)   /* one CUPTI activity buffer (a thread's records) */
 #define OUT_RECORDS 4096          /* records converted before one write() */
 #define MAX_CBID 4096
 #define MAX_NAMES 65536           /* kernel names kept for interning */
@@ -70,6 +72,10 @@ static int system_tids;  /* CUPTI gives gettid() in API records (not pthread_sel
 static int api_records = GPUTIME_API_UNKNOWN;  /* which calls CUPTI records (the header says) */
 static int initialized;
 static int recording;  /* attach: between gputime_record_to and gputime_stop_recording */
+/* gputime_flush against the exit: once at_exit has run, CUPTI is called no more
+ * from our threads (libcupti's own destructors may run next) */
+static pthread_mutex_t flush_lock = PTHREAD_MUTEX_INITIALIZER;
+static int exiting;
 /* per domain (0 driver, 1 runtime) and cbid: 0 not seen, 1 kept (its name written), 2 not kept */
 static unsigned char api_kept[2][MAX_CBID];
 static const char *names[MAX_NAMES];  /* open addressing on CUPTI's name pointers */
@@ -322,8 +328,57 @@ done:
 
 static void at_exit(void)
 {
+    pthread_mutex_lock(&flush_lock);
+    exiting = 1;
     if (initialized || recording)
         cupti.flush_all(1);  /* CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: incomplete records too */
+    pthread_mutex_unlock(&flush_lock);
+}
+
+/* Every buffer whose records are all complete handed back now, full or not (flag
+ * 0). CUPTI's own periodic flush (cuptiActivityFlushPeriod) hands back only full
+ * buffers, and it keeps one per thread: a thread launching a few kernels a second
+ * would have its records come minutes late, or at its exit only, where `serve`
+ * counts them as they come. Called each FLUSH_PERIOD_MS from our thread (the
+ * flusher at cuInit, attach.c's watcher), as PyTorch's own CUPTI monitor does. */
+__attribute__((visibility("hidden")))
+void gputime_flush(void)
+{
+    pthread_mutex_lock(&flush_lock);
+    if (!exiting && (initialized || recording) && cupti.flush_all)
+        cupti.flush_all(0);
+    pthread_mutex_unlock(&flush_lock);
+}
+
+/* a thread of ours, taking no signal (the program's go to its own threads) */
+__attribute__((visibility("hidden")))
+int gputime_start_thread(void *(*run)(void *))
+{
+    sigset_t all, old;
+    pthread_attr_t attr;
+    pthread_t thread;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int err = pthread_create(&thread, &attr, run, NULL);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return err;
+}
+
+/* launched (InitializeInjection): CUPTI's buffers handed back each FLUSH_PERIOD_MS
+ * until the exit; the process's records are read as they come (`serve`) */
+static void *flusher(void *arg)
+{
+    struct timespec period = {FLUSH_PERIOD_MS / 1000, (FLUSH_PERIOD_MS % 1000) * 1000000L};
+    (void)arg;
+    prctl(PR_SET_NAME, "cudaprobe-gpu");
+    for (;;) {
+        nanosleep(&period, NULL);
+        gputime_flush();
+    }
+    return NULL;
 }
 
 static void *symbol(void *lib, const char *name, int *missing)
@@ -470,6 +525,7 @@ static int start_recording(const char *dir, const char *cupti_path)
     if (cupti.flush_period)
         cupti.flush_period(FLUSH_PERIOD_MS);
     atexit(at_exit);
+    gputime_start_thread(flusher);  /* none: full buffers still come, and all at exit */
     return 0;
 }
 

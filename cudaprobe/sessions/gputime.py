@@ -5,9 +5,9 @@ not joined to a traced call). For --pid and --comm, the library injected
 into the running processes instead (sessions/gputime_attach.py): the same
 records, read the same way.
 
-CUPTI hands the records over in batches (each FLUSH_PERIOD_MS of
-cupti/gputime.c, and all at exit), so the GPU side of a call is known only
-half a second or more after its row: `trace` and `stats` read them when the
+CUPTI hands the records over in batches (the library asks for them each
+FLUSH_PERIOD_MS of cupti/gputime.c, and all at exit), so the GPU side of a
+call is known only half a second or more after its row: `trace` and `stats` read them when the
 command has exited (docs/gputime.md says why the rows of `trace --gpu-time`
 wait for the end), `serve` polls them as they come. In a trace session
 (GpuTimeRows) the rows are held until then, each launch, copy and memset

@@ -116,6 +116,45 @@ def test_serve_gpu_time_without_gpu(libcuda):
     assert line.startswith("cudaprobe: --gpu-time: no GPU activity was recorded: "), line
 
 
+def kernel_counts(address: str) -> dict[str, float]:
+    """cudaprobe_gpu_kernel_duration_seconds_count by kernel, as scraped."""
+    from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=HANG_S) as r:
+        text = r.read().decode()
+    return {s.labels["kernel"]: s.value for f in text_string_to_metric_families(text)
+            for s in f.samples if s.name == "cudaprobe_gpu_kernel_duration_seconds_count"}
+
+
+def test_serve_counts_a_running_programs_gpu_time_before_it_exits(tmp_path, libcuda, fake_cupti):
+    """CUPTI's own periodic flush hands back full buffers only, one per thread: a
+    program that ran a few kernels and then went on without the GPU would have
+    them counted at its exit. The library (loaded by the real libcuda at cuInit,
+    with CUPTI faked: its records come at a flush only) has CUPTI hand back every
+    buffer of complete records each half second: serve counts the kernel while
+    the program still runs."""
+    exe = program(libcuda)
+    hold = tmp_path / "hold"
+    address = f"127.0.0.1:{free_port()}"
+    serve = subprocess.Popen(
+        cudaprobe_cmd("serve", "--prometheus", address, "--gpu-time", "--lib", str(libcuda),
+                      "-e", "cuInit", "--", str(exe), str(hold)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "CUDAPROBE_CUPTI": str(fake_cupti)})
+    try:
+        assert serve.stdout.readline() == "cuInit 100 cuDeviceGet 3\n"  # the library is in
+        deadline = time.monotonic() + HANG_S
+        counts: dict[str, float] = {}
+        while not counts and time.monotonic() < deadline and serve.poll() is None:
+            counts = kernel_counts(address)
+            time.sleep(0.1)
+        assert counts == {"fake_attached_kernel": 1}
+        assert serve.poll() is None  # the program holds: no exit flushed it
+    finally:
+        hold.touch()
+    assert serve.wait(timeout=HANG_S) == 7, serve.stderr.read()
+    assert serve.stdout.read() == "injection -\n"
+
+
 FAKE_DIR = WORKLOAD_BIN / "gputimestub"
 
 
