@@ -41,7 +41,13 @@ def scrape() -> dict[str, float]:
                 out[f"[unjoined {s.labels['reason']}]"] = s.value
             elif s.name == "cudaprobe_gpu_kernel_duration_seconds_sum":
                 out["[all kernels]"] = out.get("[all kernels]", 0) + s.value
-                out[f"[kernel] {s.labels['kernel'][:90]}"] = s.value
+                key = f"[kernel] {s.labels['kernel'][:90]}"
+                out[key] = out.get(key, 0) + s.value
+            elif s.name == "cudaprobe_gpu_kernel_duration_seconds_count":
+                key = f"[count] {s.labels['kernel'][:90]}"
+                out[key] = out.get(key, 0) + s.value
+            elif s.name == "cudaprobe_lost_events_total" and s.value:
+                out[f"[lost {s.labels.get('reason', '')}]"] = s.value
     return out
 
 
@@ -79,10 +85,10 @@ def compare(lines: dict[str, str], events_ms: dict[str, float], got: dict[str, f
     for k, v in sorted(others.items(), key=lambda kv: -kv[1]):
         out.append(f"  other line: {k}: {v:.4f} s")
     for k, v in sorted(got.items()):
-        if k.startswith("[") and not k.startswith("[kernel]"):
+        if k.startswith("[") and not k.startswith(("[kernel]", "[count]")):
             out.append(f"  {k}: {v:g}")
     kernels = sorted(((v, k) for k, v in got.items() if k.startswith("[kernel]")), reverse=True)
-    out += [f"  {k}: {v:.4f} s" for v, k in kernels[:12]]
+    out += [f"  {k}: {v:.4f} s in {got.get('[count]' + k[8:], 0):.0f}" for v, k in kernels[:12]]
     out.append(f"all lines {total_got:.4f} s, all events {total_ev:.4f} s")
     return out
 

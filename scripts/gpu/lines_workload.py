@@ -3,10 +3,13 @@ with CUDA events between its lines: the oracle for `serve --gpu-time
 --py-stacks` (scripts/gpu/check-lines.sh).
 
 Each step: a bf16 GEMM and a ReLU under no_grad, then a Linear layer's
-forward, its loss, the backward pass and an Adam step. An event is recorded
-on the stream before each of those lines and after the last, so the time
-between two events is the GPU time of the line between them (the GPU kept
-busy: the host runs ahead of it, synchronising once every BATCH steps).
+forward, its loss, the backward pass and an Adam step. Events are recorded
+on the stream just before and just after each of those lines, so the time
+between the two is the GPU time of the line's kernels. Before each line's
+first event the GPU is given a spin of SPIN_MS (torch.cuda._sleep, from a
+line of its own): the host, however slowly a tracer makes it run, has queued
+the whole line by the time the GPU reaches it, so the events never hold the
+GPU waiting for a launch. The host synchronises once every BATCH steps.
 Every second it appends to --log one JSON line: the time (CLOCK_MONOTONIC,
 the probes' clock) and each line's GPU ms so far. At the end it prints the
 lines' `file:line (function)` (as cudaprobe names them) and totals as JSON,
@@ -23,6 +26,7 @@ import time
 import torch
 
 BATCH = 200  # steps between two synchronisations
+SPIN_MS = 2.0  # the GPU's spin before each line: longer than the host takes to queue it
 
 
 def marks() -> dict[str, int]:
@@ -33,6 +37,20 @@ def marks() -> dict[str, int]:
             if "# line:" in text and "found" not in text:
                 found[text.split("# line:")[1].strip()] = n
     return found
+
+
+EVENTS = 12  # before and after each of the six lines
+
+
+def calibrate() -> int:
+    """torch.cuda._sleep's cycles for SPIN_MS on this GPU."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    cycles = 1_000_000
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return int(cycles * SPIN_MS / start.elapsed_time(end))
 
 
 def main() -> None:
@@ -54,26 +72,42 @@ def main() -> None:
     names = ["matmul", "relu", "layer", "loss", "backward", "adam"]
     totals = dict.fromkeys(names, 0.0)
 
+    spin_cycles = calibrate()
+
+    def spin() -> None:
+        torch.cuda._sleep(spin_cycles)  # line:spin
+
     def step(ev: list[torch.cuda.Event]) -> None:
+        spin()
         ev[0].record()
         with torch.no_grad():
             y = a_mat @ b_mat  # line:matmul
             ev[1].record()
+            spin()
+            ev[2].record()
             torch.relu(y)  # line:relu
-        ev[2].record()
-        h = layer(x)  # line:layer
         ev[3].record()
-        loss = h.square().mean()  # line:loss
+        spin()
         ev[4].record()
-        loss.backward()  # line:backward
+        h = layer(x)  # line:layer
         ev[5].record()
+        spin()
+        ev[6].record()
+        loss = h.square().mean()  # line:loss
+        ev[7].record()
+        spin()
+        ev[8].record()
+        loss.backward()  # line:backward
+        ev[9].record()
+        spin()
+        ev[10].record()
         opt.step()  # line:adam
         opt.zero_grad(set_to_none=True)
-        ev[6].record()
+        ev[11].record()
 
     pending: list[list[torch.cuda.Event]] = []
     for _ in range(20):  # warm-up: cuBLAS's handles, Adam's state
-        step([torch.cuda.Event(enable_timing=True) for _ in range(7)])
+        step([torch.cuda.Event(enable_timing=True) for _ in range(EVENTS)])
     torch.cuda.synchronize()
     if a.ready:
         open(a.ready, "w").close()
@@ -82,7 +116,7 @@ def main() -> None:
     next_log = start
     steps = 0
     while time.monotonic() - start < a.seconds:
-        ev = [torch.cuda.Event(enable_timing=True) for _ in range(7)]
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(EVENTS)]
         step(ev)
         pending.append(ev)
         steps += 1
@@ -90,7 +124,7 @@ def main() -> None:
             pending[-1][-1].synchronize()
             for e in pending:
                 for i, name in enumerate(names):
-                    totals[name] += e[i].elapsed_time(e[i + 1])
+                    totals[name] += e[2 * i].elapsed_time(e[2 * i + 1])
             pending.clear()
             now = time.monotonic()
             if now >= next_log:
@@ -100,7 +134,7 @@ def main() -> None:
     torch.cuda.synchronize()
     for e in pending:
         for i, name in enumerate(names):
-            totals[name] += e[i].elapsed_time(e[i + 1])
+            totals[name] += e[2 * i].elapsed_time(e[2 * i + 1])
     log.write(json.dumps({"t": time.monotonic(), "steps": steps, "ms": totals}) + "\n")
     log.close()
     where = os.path.abspath(__file__)
