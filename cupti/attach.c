@@ -28,7 +28,7 @@
 
 #include "inject.h"
 
-int gputime_record_to(int fd, const char *cupti_path, char *why, size_t why_size);
+int gputime_record_to(int fd, const char *cupti_path, int work_only, char *why, size_t why_size);
 void gputime_stop_recording(void);
 void gputime_flush(void);
 int gputime_start_thread(void *(*run)(void *));
@@ -125,7 +125,8 @@ struct gputime_control *gputime_inject_attach(const char *cupti_path, uint64_t o
         set_state(ATTACH_REFUSED);
         return &control;
     }
-    if (gputime_record_to(fd, cupti_path, control.why, sizeof control.why) < 0) {
+    if (gputime_record_to(fd, cupti_path, (owner & ATTACH_WORK_ONLY) != 0, control.why,
+                          sizeof control.why) < 0) {
         close(fd);
         set_state(ATTACH_REFUSED);
         return &control;

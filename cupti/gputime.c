@@ -426,8 +426,10 @@ static int enable_kept_apis(uint8_t on)
  * Attached (CUDA already running): the switches for single API functions
  * (cuptiActivityEnableRuntimeApi) give no API record then (seen on an H100,
  * CUDA 13, driver 580), so the whole RUNTIME and DRIVER kinds, whose records
- * of functions not kept the library drops (api_kept). */
-static CUptiResult enable_activity(int attached)
+ * of functions not kept the library drops (api_kept); or, `work_only` (an
+ * attach whose records are joined to no call: serve, which counts kernels),
+ * no API record at all, CUPTI's dearest part on a launch-bound program. */
+static CUptiResult enable_activity(int attached, int work_only)
 {
     CUptiResult res = cupti.register_callbacks(buffer_requested, buffer_completed);
     /* CONCURRENT_KERNEL, not KERNEL: KERNEL serialises the program's kernels */
@@ -436,7 +438,9 @@ static CUptiResult enable_activity(int attached)
         CUPTI_ACTIVITY_KIND_MEMSET};
     for (size_t i = 0; res == CUPTI_SUCCESS && i < sizeof kinds / sizeof *kinds; i++)
         res = cupti.enable(kinds[i]);
-    if (res == CUPTI_SUCCESS && !attached && enable_kept_apis(1))
+    if (res == CUPTI_SUCCESS && work_only)
+        api_records = GPUTIME_API_NONE;
+    else if (res == CUPTI_SUCCESS && !attached && enable_kept_apis(1))
         api_records = GPUTIME_API_SELECTED;
     else if (res == CUPTI_SUCCESS && (res = cupti.enable(CUPTI_ACTIVITY_KIND_RUNTIME)) ==
              CUPTI_SUCCESS && (res = cupti.enable(CUPTI_ACTIVITY_KIND_DRIVER)) == CUPTI_SUCCESS)
@@ -516,7 +520,7 @@ static int start_recording(const char *dir, const char *cupti_path)
     if (cupti.timestamp_callback && cupti.timestamp_callback(monotonic_ns) == CUPTI_SUCCESS)
         clock_kind = GPUTIME_CLOCK_MONOTONIC;
     ask_system_tids();
-    CUptiResult res = enable_activity(0);
+    CUptiResult res = enable_activity(0, 0);
     if (res != CUPTI_SUCCESS) {
         refused(res, why, sizeof why);
         write_status(why);
@@ -561,7 +565,7 @@ static void disable_activity(void)
  * profiler already in the program (Kineto, Nsight Systems) is found: refused.
  * 0, or -1 with why. */
 __attribute__((visibility("hidden")))
-int gputime_record_to(int fd, const char *cupti_path, char *why, size_t why_size)
+int gputime_record_to(int fd, const char *cupti_path, int work_only, char *why, size_t why_size)
 {
     if (recording) {
         snprintf(why, why_size, "already recording");
@@ -589,7 +593,7 @@ int gputime_record_to(int fd, const char *cupti_path, char *why, size_t why_size
     next_name_id = 1;
     clock_kind = GPUTIME_CLOCK_REALTIME;
     api_records = GPUTIME_API_UNKNOWN;
-    res = enable_activity(1);
+    res = enable_activity(1, work_only);
     write_header();
     pthread_mutex_unlock(&lock);
     if (res != CUPTI_SUCCESS) {

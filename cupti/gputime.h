@@ -24,6 +24,7 @@ enum gputime_api_records {  /* which calls CUPTI builds API records for */
     GPUTIME_API_SELECTED = 1,  /* launches, copies and memsets only (cuptiActivityEnable*Api) */
     GPUTIME_API_ALL = 2,       /* every call (the whole RUNTIME and DRIVER kinds: that libcupti
                                   lacks the fine-grained switches); the library keeps the same */
+    GPUTIME_API_NONE = 3,      /* none: the GPU work only (an attach that joins nothing) */
 };
 
 enum gputime_type {

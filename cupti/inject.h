@@ -73,6 +73,9 @@
 #define ATTACH_REFUSED 2
 #define ATTACH_STOPPING 3
 #define ATTACH_STOPPED 4
+/* gputime_inject_attach's `owner`: the attaching cudaprobe's pid, and above bit
+ * 32 what it wants recorded */
+#define ATTACH_WORK_ONLY 0x100000000  /* the GPU work only: no API record of any call */
 #define HEARTBEAT_TIMEOUT_MS 5000  /* no heartbeat this long: cudaprobe is gone, stop */
 #define WATCH_PERIOD_MS 50
 

@@ -59,6 +59,9 @@ class Injector:
         self.stub = stub
         self.memfd_name = memfd_name
         self.program = program  # the safe point's BPF, compiled once (None: each its own)
+        # the GPU work alone recorded, no API record (nothing is to be joined to calls:
+        # serve without --py-stacks); CUPTI's API records are its dearest part
+        self.work_only = False
 
     def inject(self, process: HeldProcess, started: Started, point: SafePoint | None = None,
                caught: tuple[TracedThread, int] | None = None) -> str:
@@ -112,7 +115,8 @@ class Injector:
         if same_mount_namespace(pid):
             cupti = cupti_library()
         text = mapped_cupti or cupti  # the program's own libcupti first: one CUPTI a process
-        args = (0, os.getpid(), 1)
+        owner = os.getpid() | (self.layout["ATTACH_WORK_ONLY"] if self.work_only else 0)
+        args = (0, owner, 1)
         if loaded:
             fn = loaded[0].start + read_symbols(str(self.library)).vaddrs["gputime_inject_attach"]
             return StubCall(fn=fn, args=args, text=text, text_arg=0)

@@ -4,7 +4,8 @@
 # launched under serve with every call traced, then on the node beside the
 # running job with --duty (DUTY, 2%; PERIOD, 5 s); then what the slices cost
 # the MLP and transformer jobs with --gpu-time --py-stacks on
-# (scripts/gpu/slice_cost.py; PARTS="launched node cost" picks).
+# (scripts/gpu/slice_cost.py; PARTS="launched node cost" picks; SECONDS_RUN,
+# NODE_SECONDS: how long; COST_ARGS: serve's options in the cost part).
 # Summary: $OUT/lines.txt. Run from the repo root, .gpukit and .whl carried.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 serve_kit
@@ -17,12 +18,14 @@ for part in ${PARTS:-launched node cost}; do
     launched) timeout 200 python3 scripts/gpu/lines_check.py launched --out "$txt" \
                 --seconds "${SECONDS_RUN:-30}" ;;
     node) timeout 250 python3 scripts/gpu/lines_check.py node --out "$txt" --lib "$LIBCUDA" \
-            --seconds "${SECONDS_RUN:-30}" --duty "${DUTY:-2%}" --duty-period "${PERIOD:-5}" ;;
-    cost) for w in ${WORKLOADS:-mlp transformer}; do
-            echo "-- $w, serve --gpu-time --py-stacks" | tee -a "$txt"
+            --seconds "${NODE_SECONDS:-${SECONDS_RUN:-30}}" --duty "${DUTY:-2%}" --duty-period "${PERIOD:-5}" ;;
+    cost) serve_args=(); for arg in ${COST_ARGS:---gpu-time --py-stacks}; do
+            serve_args+=("--serve-arg=$arg"); done
+          for w in ${WORKLOADS:-mlp transformer}; do
+            echo "-- $w, serve ${COST_ARGS:---gpu-time --py-stacks}" | tee -a "$txt"
             timeout 300 python3 scripts/gpu/slice_cost.py --lib "$LIBCUDA" --out "$txt" \
               --workload "$w" --seconds "${COST_SECONDS:-60}" --duty "${DUTY:-2%}" \
-              --duty-period "${PERIOD:-5}" --serve-arg=--gpu-time --serve-arg=--py-stacks
+              --duty-period "${PERIOD:-5}" "${serve_args[@]}"
           done ;;
   esac
 done

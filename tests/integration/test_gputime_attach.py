@@ -337,6 +337,9 @@ def test_serve_with_pid(target_exe, fake_cupti):
         assert f"--gpu-time: the GPU-time library is recording in pid {t.pid}" in p.stderr
         # the stop's flush reached the metrics: no "no GPU activity" line
         assert "no GPU activity" not in p.stderr and "Traceback" not in p.stderr
+        # serve joins no GPU record to a call: CUPTI records the GPU work only, none
+        # of the calls (trace --pid records them all: test_cycles_on_a_c_program)
+        assert "records every CUDA call" not in p.stderr, p.stderr
         t.wait_settled()
     finally:
         assert t.finish() == (UNTRACED, 0)

@@ -129,6 +129,15 @@ def test_an_attach_asks_for_the_whole_api_kinds(writer, tmp_path):
     assert len(reader.work) == 4 and (reader.work[0].pid, 6) not in reader._apis
 
 
+def test_an_attach_for_serve_asks_for_the_gpu_work_only(writer, tmp_path):
+    """serve joins no GPU record to a call (without --py-stacks): its attach asks
+    CUPTI for kernels, copies and memsets only, no API record of any call."""
+    _, printed = _run_writer(writer, tmp_path / "work", "work-only")
+    assert {int(line.split()[1]) for line in printed} == {10, 1, 2}  # CONCURRENT_KERNEL...
+    assert not [line for line in printed if not line.startswith("kind ")]
+    assert _header_field(tmp_path / "work", "api_records") == gputime.API_NONE
+
+
 def _header_field(directory: Path, name: str) -> int:
     (path,) = directory.glob("gputime.*.bin")
     data = path.read_bytes()

@@ -6,8 +6,8 @@
  * that, enable_activity() with CUPTI's switches faked: it prints the kinds and
  * the cbids it switched on ("kind 10", "runtime 211", "driver 307"), with
  * `all` as if libcupti lacked the fine-grained switches, with `attached` as an
- * attach into a running process asks.
- * Usage: gputime_writer DIR [all|attached]   (writes DIR/gputime.<pid>.bin) */
+ * attach into a running process asks, with `work-only` as serve's attach asks.
+ * Usage: gputime_writer DIR [all|attached|work-only]   (writes DIR/gputime.<pid>.bin) */
 #include "gputime.c"
 #include "gputime_fake_cupti.h"
 
@@ -73,7 +73,9 @@ int main(int argc, char **argv)
         cupti.enable_runtime_api = fake_enable_runtime;
         cupti.enable_driver_api = fake_enable_driver;
     }
-    if (enable_activity(argc > 2 && !strcmp(argv[2], "attached")) != CUPTI_SUCCESS)
+    int work_only = argc > 2 && !strcmp(argv[2], "work-only");
+    if (enable_activity(work_only || (argc > 2 && !strcmp(argv[2], "attached")), work_only) !=
+        CUPTI_SUCCESS)
         return 1;
 
     launch = (CUpti_ActivityAPI){.kind = CUPTI_ACTIVITY_KIND_RUNTIME, .cbid = 211, .start = 1000,
