@@ -1,0 +1,118 @@
+"""What CUPTI's recording costs a running PyTorch job, by what it records:
+nothing, the GPU work only (serve's attach without --py-stacks), or the GPU
+work and an API record of every call (an attach that joins records to calls:
+--pid --gpu-time, serve --py-stacks).
+
+One process: the job's steps run in windows of WINDOW_S, in rounds of the
+three modes in turn, the recording switched on and off between windows by
+the GPU-time library itself (cupti/gputime.c through attach.c's
+gputime_inject_attach, called here on the job's own thread between steps,
+and its control block's `stop`). Each mode's figure is the median step of
+its windows (the first STEADY_S of each left out), beside the windows of no
+recording of the same rounds: the host and the GPU the same, seconds apart.
+
+    /opt/torch/.venv/bin/python benchmarks/cupti_cost.py LIBRARY [--workload mlp]
+        [--rounds 6] [--cupti PATH]
+LIBRARY: the built GPU-time library (cudaprobe.targets.cupti.build_library()).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_workloads  # noqa: E402
+
+WINDOW_S = 2.0
+STEADY_S = 0.3  # each window's first steps left out: CUPTI's switch settling
+WORK_ONLY = 1 << 32  # inject.h's ATTACH_WORK_ONLY
+HEARTBEAT, STOP, STATE = 8, 16, 20  # inject.h's C_HEARTBEAT, C_STOP, C_STATE
+RECORDING, STOPPED = 1, 4
+
+
+class Recording:
+    """The library's recording in this process, on and off."""
+
+    def __init__(self, library: str, cupti: str) -> None:
+        self.lib = ctypes.CDLL(library)
+        self.lib.gputime_inject_attach.restype = ctypes.c_void_p
+        self.lib.gputime_inject_attach.argtypes = [ctypes.c_char_p, ctypes.c_uint64,
+                                                   ctypes.c_uint64]
+        self.cupti = cupti.encode()
+        self.block = 0
+        self.beat = 1
+
+    def _u32(self, offset: int) -> ctypes.c_uint32:
+        return ctypes.c_uint32.from_address(self.block + offset)
+
+    def start(self, flags: int) -> None:
+        self.block = self.lib.gputime_inject_attach(self.cupti, os.getpid() | flags, self.beat)
+        if self._u32(STATE).value != RECORDING:
+            why = ctypes.string_at(self.block + 40).decode(errors="replace")
+            raise SystemExit(f"the library did not record: {why}")
+
+    def alive(self) -> None:
+        """The heartbeat (the watcher stops the recording without it)."""
+        if self.block:
+            self.beat += 1
+            ctypes.c_uint64.from_address(self.block + HEARTBEAT).value = self.beat
+
+    def stop(self) -> None:
+        self._u32(STOP).value = 1
+        while self._u32(STATE).value != STOPPED:
+            time.sleep(0.01)
+            self.alive()
+
+
+def window(step, record: Recording) -> list[float]:
+    """Steps of one window: their times, less the first STEADY_S."""
+    times = []
+    start = time.perf_counter()
+    last = start
+    while last - start < WINDOW_S:
+        step()
+        torch_workloads.torch.cuda.synchronize()
+        now = time.perf_counter()
+        if now - start >= STEADY_S:
+            times.append(now - last)
+        last = now
+        record.alive()
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("library")
+    ap.add_argument("--workload", default="mlp")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--cupti", default="")
+    a = ap.parse_args()
+    step = torch_workloads.WORKLOADS[a.workload]()
+    for _ in range(50):
+        step()
+    torch_workloads.torch.cuda.synchronize()
+    record = Recording(a.library, a.cupti)
+    modes = {"none": None, "work only": WORK_ONLY, "every call": 0}
+    steps: dict[str, list[float]] = {m: [] for m in modes}
+    for r in range(a.rounds):
+        for mode, flags in modes.items():
+            if flags is not None:
+                record.start(flags)
+            steps[mode] += window(step, record)
+            if flags is not None:
+                record.stop()
+        print(f"round {r + 1}: " + ", ".join(
+            f"{m} {1e3 * statistics.median(t):.3f} ms" for m, t in steps.items()), flush=True)
+    base = statistics.median(steps["none"])
+    print(f"{a.workload}: median step " + ", ".join(
+        f"{m} {1e3 * statistics.median(t):.3f} ms ({statistics.median(t) / base - 1:+.1%}, "
+        f"{len(t)} steps)" for m, t in steps.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
