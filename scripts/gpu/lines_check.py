@@ -123,8 +123,11 @@ def launched(a: argparse.Namespace) -> list[str]:
 def node(a: argparse.Namespace) -> list[str]:
     tag = f"/tmp/lines-{os.getpid()}"
     ready, log, err_path = f"{tag}.ready", f"{tag}.log", f"{tag}.err"
+    # synchronised each step: its launches spread evenly in time, not in bursts of
+    # 200 steps that a slice catches whole or not at all
     work = subprocess.Popen([a.python, "scripts/gpu/lines_workload.py", "--seconds",
-                             str(a.seconds + 40), "--log", log, "--ready", ready],
+                             str(a.seconds + 40), "--log", log, "--ready", ready,
+                             "--batch", "1"],
                             stdout=subprocess.PIPE, text=True)
     while not os.path.exists(ready):
         if work.poll() is not None:

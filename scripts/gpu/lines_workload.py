@@ -9,7 +9,8 @@ between the two is the GPU time of the line's kernels. Before each line's
 first event the GPU is given a spin of SPIN_MS (torch.cuda._sleep, from a
 line of its own): the host, however slowly a tracer makes it run, has queued
 the whole line by the time the GPU reaches it, so the events never hold the
-GPU waiting for a launch. The host synchronises once every BATCH steps.
+GPU waiting for a launch. The host synchronises once every BATCH steps
+(--batch).
 Every second it appends to --log one JSON line: the time (CLOCK_MONOTONIC,
 the probes' clock) and each line's GPU ms so far. At the end it prints the
 lines' `file:line (function)` (as cudaprobe names them) and totals as JSON,
@@ -25,7 +26,7 @@ import time
 
 import torch
 
-BATCH = 200  # steps between two synchronisations
+BATCH = 200  # steps between two synchronisations (--batch)
 SPIN_MS = 2.0  # the GPU's spin before each line: longer than the host takes to queue it
 
 
@@ -59,6 +60,9 @@ def main() -> None:
     ap.add_argument("--log", required=True)
     ap.add_argument("--hold")
     ap.add_argument("--ready")
+    ap.add_argument("--batch", type=int, default=BATCH,
+                    help="steps between two synchronisations: 1, the host launches each step "
+                         "as the GPU starts it (evenly in time, as sampled slices want)")
     a = ap.parse_args()
     dev = torch.device("cuda")
     torch.manual_seed(0)
@@ -120,7 +124,7 @@ def main() -> None:
         step(ev)
         pending.append(ev)
         steps += 1
-        if len(pending) >= BATCH:
+        if len(pending) >= a.batch:
             pending[-1][-1].synchronize()
             for e in pending:
                 for i, name in enumerate(names):
