@@ -18,7 +18,7 @@ for part in ${PARTS:-launched node cost}; do
     launched) timeout 200 python3 scripts/gpu/lines_check.py launched --out "$txt" \
                 --seconds "${SECONDS_RUN:-30}" ;;
     node) timeout 250 python3 scripts/gpu/lines_check.py node --out "$txt" --lib "$LIBCUDA" \
-            --seconds "${NODE_SECONDS:-${SECONDS_RUN:-30}}" --duty "${DUTY:-2%}" --duty-period "${PERIOD:-5}" ;;
+            --seconds "${NODE_SECONDS:-${SECONDS_RUN:-30}}" --duty "${DUTY:-2%}" --duty-period "${PERIOD:-5}" ${DEBUG:+--debug} ;;
     cost) serve_args=(); for arg in ${COST_ARGS:---gpu-time --py-stacks}; do
             serve_args+=("--serve-arg=$arg"); done
           for w in ${WORKLOADS:-mlp transformer}; do

@@ -135,8 +135,9 @@ def node(a: argparse.Namespace) -> list[str]:
         time.sleep(0.1)
     time.sleep(3)
     err = open(err_path, "w")
+    run = ["scripts/gpu/lines_align_debug.py"] if a.debug else ["-m", "cudaprobe"]
     serve = subprocess.Popen(
-        [sys.executable, "-m", "cudaprobe", "serve", "--prometheus", f"127.0.0.1:{PORT}",
+        [sys.executable, *run, "serve", "--prometheus", f"127.0.0.1:{PORT}",
          "--api", "driver", "--lib", a.lib, "--duty", a.duty, "--duty-period", a.duty_period,
          "--gpu-time", "--py-stacks"], stdout=subprocess.DEVNULL, stderr=err)
     wait_serving(err_path, serve)
@@ -170,6 +171,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--duty", default="2%")
     ap.add_argument("--duty-period", default="5")
+    ap.add_argument("--debug", action="store_true",
+                    help="node: serve's clock alignment printed (lines_align_debug.py)")
     a = ap.parse_args()
     lines = launched(a) if a.mode == "launched" else node(a)
     with open(a.out, "a") as f:
