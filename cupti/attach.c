@@ -11,7 +11,8 @@
  * has not moved for HEARTBEAT_TIMEOUT_MS (cudaprobe killed), it turns CUPTI's
  * recording off, flushes it into the memfd, closes the memfd and exits. Until
  * then it has CUPTI hand back its buffers each half second (gputime_flush), so
- * that cudaprobe reads the records as they come.
+ * that cudaprobe reads the records as they come, and turns CUPTI's recording
+ * off and on as cudaprobe writes `paused` (serve --duty: on in the slices only).
  * The library stays loaded: a second attach calls gputime_inject_attach
  * again (cudaprobe finds it in /proc/PID/maps), never loading it twice. */
 #define _GNU_SOURCE
@@ -31,6 +32,7 @@
 int gputime_record_to(int fd, const char *cupti_path, int work_only, char *why, size_t why_size);
 void gputime_stop_recording(void);
 void gputime_flush(void);
+void gputime_pause(int paused);
 int gputime_start_thread(void *(*run)(void *));
 
 #define FLUSH_TICKS (500 / WATCH_PERIOD_MS)  /* gputime.c's FLUSH_PERIOD_MS, in watch periods */
@@ -43,7 +45,7 @@ struct gputime_control {
     int32_t fd;
     uint32_t owner;
     uint32_t generation;
-    uint32_t pad;
+    uint32_t paused;
     char why[256];
 };
 
@@ -53,6 +55,7 @@ _Static_assert(offsetof(struct gputime_control, state) == C_STATE, "inject.h");
 _Static_assert(offsetof(struct gputime_control, fd) == C_FD, "inject.h");
 _Static_assert(offsetof(struct gputime_control, owner) == C_OWNER, "inject.h");
 _Static_assert(offsetof(struct gputime_control, generation) == C_GENERATION, "inject.h");
+_Static_assert(offsetof(struct gputime_control, paused) == C_PAUSED, "inject.h");
 _Static_assert(offsetof(struct gputime_control, why) == C_WHY, "inject.h");
 _Static_assert(sizeof(struct gputime_control) == CONTROL_SIZE, "inject.h");
 
@@ -75,6 +78,7 @@ static void *watch(void *arg)
 {
     uint64_t beat = __atomic_load_n(&control.heartbeat, __ATOMIC_ACQUIRE);
     uint64_t beat_ms = monotonic_ms();
+    uint32_t paused = 0;
     struct timespec period = {0, WATCH_PERIOD_MS * 1000000L};
     (void)arg;
     prctl(PR_SET_NAME, "cudaprobe-gpu");
@@ -92,6 +96,11 @@ static void *watch(void *arg)
             snprintf(control.why, sizeof control.why,
                      "cudaprobe's heartbeat stopped for %d ms", HEARTBEAT_TIMEOUT_MS);
             break;
+        }
+        uint32_t now_paused = __atomic_load_n(&control.paused, __ATOMIC_ACQUIRE) != 0;
+        if (now_paused != paused) {
+            paused = now_paused;
+            gputime_pause((int)paused);
         }
         if (tick % FLUSH_TICKS == 0)
             gputime_flush();
@@ -116,6 +125,7 @@ struct gputime_control *gputime_inject_attach(const char *cupti_path, uint64_t o
         return &control;  /* another cudaprobe's, or a killed one's not yet timed out */
     control.owner = (uint32_t)owner;
     control.stop = 0;
+    control.paused = 0;  /* recording from the start: cudaprobe pauses it if it is between slices */
     control.generation++;
     control.why[0] = 0;
     __atomic_store_n(&control.heartbeat, heartbeat, __ATOMIC_RELEASE);

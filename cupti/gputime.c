@@ -544,6 +544,20 @@ static void CUPTIAPI no_callback(void *data, CUpti_CallbackDomain d, CUpti_Callb
 static CUpti_SubscriberHandle subscriber;
 static CUpti_ActivityThreadIdType previous_tid_type;
 
+/* what enable_activity() turned on, on again after disable_activity() (the same
+ * choice of API records) */
+static void enable_again(void)
+{
+    static const CUpti_ActivityKind kinds[] = {
+        CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+        CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER};
+    if (api_records == GPUTIME_API_SELECTED)
+        enable_kept_apis(1);
+    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
+        if (i < 3 || api_records == GPUTIME_API_ALL)
+            cupti.enable(kinds[i]);
+}
+
 /* whatever enable_activity() turned on, off again */
 static void disable_activity(void)
 {
@@ -609,6 +623,22 @@ int gputime_record_to(int fd, const char *cupti_path, int work_only, char *why, 
     initialized = 1;
     recording = 1;
     return 0;
+}
+
+/* Attach, serve --duty: CUPTI's recording off between the slices (its cost on
+ * every launch gone with it) and on again in them; the records made so far
+ * come at the next flush. The watcher's thread only (attach.c). */
+__attribute__((visibility("hidden")))
+void gputime_pause(int paused)
+{
+    pthread_mutex_lock(&flush_lock);
+    if (recording && !exiting) {
+        if (paused)
+            disable_activity();
+        else
+            enable_again();
+    }
+    pthread_mutex_unlock(&flush_lock);
 }
 
 /* Attach: recording off, what CUPTI holds flushed into the memfd, which is then

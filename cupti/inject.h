@@ -65,6 +65,8 @@
 #define C_FD 24             /* i32: the records' memfd in the process, while recording */
 #define C_OWNER 28          /* u32: the pid of the cudaprobe that attached */
 #define C_GENERATION 32     /* u32: attaches so far */
+#define C_PAUSED 36         /* u32: cudaprobe writes 1 between serve --duty's slices, 0 in them:
+                               CUPTI's recording off, then on again (the watcher follows it) */
 #define C_WHY 40            /* 256 bytes: why refused, or why it stopped */
 #define CONTROL_SIZE 296
 #define CONTROL_MAGIC "CPATTC1"

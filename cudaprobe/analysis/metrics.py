@@ -246,6 +246,9 @@ class CallMetrics:
         # the slice traced), and the slices traced so far; 1 and 0: exact counting
         self.weight: float = 1
         self.windows = 0
+        # ... and each kernel's GPU time, where CUPTI records in the slices only (serve
+        # --duty --gpu-time on a node: DutyCycle sets it)
+        self.gpu_weight: float = 1
         # ... but the calls of these exported functions, traced all the time (exact())
         self._exact: frozenset[str] = frozenset()
         # --gpu-time into running processes (gpu_injection()): the processes recording,
@@ -348,7 +351,7 @@ class CallMetrics:
                 hist = self._gpu_time.get(name)
                 if hist is None:
                     hist = self._gpu_time[name] = Histogram()
-                hist.add(w.duration_ns)
+                hist.add(w.duration_ns, self.gpu_weight)
                 if lines is not None:
                     launch = lines.launch_of(w)
                     if launch is not None:

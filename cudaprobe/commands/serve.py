@@ -127,6 +127,8 @@ def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, py_stacks, kubel
                                      on_gpu_recording=metrics.gpu_recording,
                                      on_gpu_refused=metrics.gpu_refused, gpu_lines=lines,
                                      on_started=cycle.start if cycle is not None else None)
+            if cycle is not None:  # CUPTI's recording cycles with the probes
+                cycle.gpu_of = lambda: options.gpu_attach
             try:
                 settings = probing.settings if cycle is None else dataclasses.replace(
                     probing.settings, duty_exact=EXACT)  # their links stay on

@@ -18,7 +18,10 @@ rare calls (a caching allocator makes a few), so they cost nothing to speak
 of; serve puts them in Settings.duty_exact, whose links pause() leaves on.
 With --py-stacks, PyTorch's autograd probes cycle with the rest, and the
 slices are told to the metrics (`window_traced`, `window_ended`), whose join
-of GPU work to Python lines looks only at work launched inside one.
+of GPU work to Python lines looks only at work launched inside one. With
+--gpu-time, the GPU-time library's CUPTI recording in each process (whose
+kernel records cost every launch 4-10% while on) cycles too: the GPU time is
+what the slices launched, times 1/fraction (CallMetrics.gpu_weight).
 """
 
 from __future__ import annotations
@@ -27,12 +30,16 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from cudaprobe.analysis.memtrack import ROLES
 from cudaprobe.analysis.metrics import CallMetrics
 from cudaprobe.errors import CudaprobeError, UsageError
 from cudaprobe.probe.autograd import AutogradProbe
 from cudaprobe.probe.tracer import Tracer
+
+if TYPE_CHECKING:  # (it imports bcc's users: only its type here)
+    from cudaprobe.sessions.gputime_attach import GpuTimeAttach
 
 # traced all the time, counted exactly: the allocations and frees (rare calls,
 # whose every one live memory and an out-of-memory alert need)
@@ -68,6 +75,10 @@ class DutyCycle:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._autograd: AutogradProbe | None = None
+        # serve --gpu-time: the GPU-time library in the node's processes (its CUPTI
+        # recording cycles with the slices too); asked for once the probes are in
+        self.gpu_of: Callable[[], GpuTimeAttach | None] = lambda: None
+        self._gpu: GpuTimeAttach | None = None
         metrics.weight = 1 / fraction
         metrics.exact(EXACT)
 
@@ -91,6 +102,10 @@ class DutyCycle:
             return
         if self._autograd is not None:
             self._autograd.pause()
+        self._gpu = self.gpu_of()
+        if self._gpu is not None:  # GPU time too is what the slices saw, times 1/fraction
+            self.metrics.gpu_weight = self.metrics.weight
+            self._gpu.pause()
         self._thread = threading.Thread(target=self._run, args=(attacher,),
                                         name="cudaprobe-duty", daemon=True)
         self._thread.start()
@@ -111,12 +126,16 @@ class DutyCycle:
             self.metrics.window_traced()
             if self._autograd is not None:
                 self._autograd.resume()
+            if self._gpu is not None:
+                self._gpu.resume()
             if not attacher.resume():  # tracing over
                 return
             stopped = self._stop.wait(self.slice_s)
             paused = attacher.pause()
             if self._autograd is not None:
                 self._autograd.pause()
+            if self._gpu is not None:
+                self._gpu.pause()
             self.metrics.window_ended()
             if not paused or stopped:
                 return

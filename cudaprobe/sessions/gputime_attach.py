@@ -98,6 +98,7 @@ class GpuTimeAttach:
         self.notify = notify
         self.keep = keep
         self._stopped = False
+        self._paused = False  # serve --duty: between slices, CUPTI's recording off
         self.env: dict[str, str] = {}
         self.library, why = build_library()
         self.reader: GpuReader | None = None
@@ -308,6 +309,8 @@ class GpuTimeAttach:
             return f"the descriptor its GPU-time library gave for its records is refused: {why}"
         with self._lock:
             self._done.append(Injected(pid, process, mem, control, ours))
+            if self._paused:  # put in during a slice that has ended since
+                self._write_paused(self._done[-1], True)
         self.reader.add_file(ours, pid)
         if self._beats is None:
             self._beats = threading.Thread(target=self._heartbeat, daemon=True)
@@ -336,6 +339,27 @@ class GpuTimeAttach:
                 if self.keep:
                     self.reader.poll()
                 self._free_read()
+
+    def pause(self) -> None:
+        """serve --duty, between slices: CUPTI's recording off in every process
+        (its cost on each launch with it; the watcher follows within 50 ms)."""
+        self._set_paused(True)
+
+    def resume(self) -> None:
+        """A slice: CUPTI's recording on again."""
+        self._set_paused(False)
+
+    def _set_paused(self, paused: bool) -> None:
+        if self.reader is None:
+            return
+        with self._lock:
+            self._paused = paused
+            for i in self._done:
+                self._write_paused(i, paused)
+
+    def _write_paused(self, i: Injected, paused: bool) -> None:
+        with contextlib.suppress(OSError):  # exited: nothing to pause
+            i.mem.write(i.control + self.layout["C_PAUSED"], struct.pack("<I", int(paused)))
 
     def _free_read(self) -> None:
         """Pages already read given back (under the lock)."""

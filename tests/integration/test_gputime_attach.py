@@ -38,6 +38,7 @@ pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftes
 
 HELPER = Path(__file__).with_name("attach_helper.py")
 UNTRACED = "malloc ok\ndlopen ok\ncuda ok\n"
+CONCURRENT_KERNEL = 10  # CUpti_ActivityKind
 GONE_S = HANG_S  # for the kernel or the library to let go: an event waited for, never a pass
 
 
@@ -485,6 +486,42 @@ def test_serve_on_a_node_puts_the_library_into_each_process_found_and_counts_ref
         if before.proc.poll() is None:
             before.finish()
         assert stop(serve) == 0, err.text()
+    assert "Traceback" not in err.text()
+
+
+def test_serve_duty_turns_cupti_recording_off_between_slices(tmp_path, target_exe, fake_cupti,
+                                                            libcudart):
+    """serve --duty --gpu-time on a node: CUPTI's kernel records cost every launch
+    while on, so the library's recording follows the slices, as the probes do:
+    on when the library goes in (in a slice), off after it, on in the next, off
+    again (the fake CUPTI logs each switch of the kernel kind). The program's
+    output and exit status are an untraced run's."""
+    library, env = private_copy(tmp_path, libcudart)
+    log = tmp_path / "switches.log"
+    t = Target([str(target_exe), "1", "0"], env={**env, "FAKE_CUPTI_LOG": str(log)})
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "cudaprobe", "serve", "--prometheus", f"127.0.0.1:{free_port()}",
+         "--lib", library, "-e", "cudaGetDeviceCount", "--gpu-time", "--duty", "20%",
+         "--duty-period", "1"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "CUDAPROBE_CUPTI": str(fake_cupti)})
+    err = Lines(serve.stderr)
+    kernel = str(CONCURRENT_KERNEL)
+    try:
+        err.wait_for(lambda s: f"the GPU-time library is recording in pid {t.pid} " in s,
+                     "recording", timeout=HANG_S)
+        deadline = time.monotonic() + HANG_S
+        while True:
+            switches = [w for w, kind in (line.split() for line in
+                                          (log.read_text() if log.exists() else "").splitlines())
+                        if kind == kernel]
+            if switches[:4] == ["enable", "disable", "enable", "disable"]:
+                break
+            assert time.monotonic() < deadline, (switches, err.text())
+            time.sleep(0.05)
+    finally:
+        assert stop(serve) == 0, err.text()
+        assert t.finish() == (UNTRACED, 0)
     assert "Traceback" not in err.text()
 
 

@@ -5,11 +5,15 @@
  * (named fake_attached_kernel, on the calling thread's clock) and the API
  * record of the runtime call that launched it, on the flushing thread.
  * With FAKE_CUPTI_SUBSCRIBED=1 in the program's environment, cuptiSubscribe
- * says another subscriber holds CUPTI (as when a profiler runs).
+ * says another subscriber holds CUPTI (as when a profiler runs). With
+ * FAKE_CUPTI_LOG=FILE, each activity kind switched on or off is appended to
+ * FILE ("enable 10", "disable 10"): what a test of the recording's switches reads.
  *
  *   cc -shared -fPIC -o libcupti-fake.so fake_libcupti.c -I/usr/local/cuda/include */
 #define _GNU_SOURCE
 #include <cupti.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -20,8 +24,22 @@ static CUpti_BuffersCallbackRequestFunc requested;
 static CUpti_BuffersCallbackCompleteFunc completed;
 static int enabled;  /* kinds switched on since the last flush: a record to hand over */
 
-CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) { (void)kind; enabled++; return CUPTI_SUCCESS; }
-CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) { (void)kind; return CUPTI_SUCCESS; }
+static void log_switch(const char *what, CUpti_ActivityKind kind)
+{
+    const char *path = getenv("FAKE_CUPTI_LOG");
+    char line[32];
+    if (!path)
+        return;
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600), n;
+    n = snprintf(line, sizeof line, "%s %d\n", what, (int)kind);
+    if (fd >= 0 && write(fd, line, (size_t)n) != n)
+        n = 0;
+    if (fd >= 0)
+        close(fd);
+}
+
+CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) { log_switch("enable", kind); enabled++; return CUPTI_SUCCESS; }
+CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) { log_switch("disable", kind); return CUPTI_SUCCESS; }
 CUptiResult cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_t on) { (void)cbid, (void)on; return CUPTI_SUCCESS; }
 CUptiResult cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t on) { (void)cbid, (void)on; return CUPTI_SUCCESS; }
 CUptiResult cuptiSetThreadIdType(CUpti_ActivityThreadIdType t) { (void)t; return CUPTI_SUCCESS; }
