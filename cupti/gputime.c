@@ -544,31 +544,19 @@ static void CUPTIAPI no_callback(void *data, CUpti_CallbackDomain d, CUpti_Callb
 static CUpti_SubscriberHandle subscriber;
 static CUpti_ActivityThreadIdType previous_tid_type;
 
-/* what enable_activity() turned on, on again after disable_activity() (the same
- * choice of API records) */
-static void enable_again(void)
+/* whatever enable_activity() turned on, off (`on` 0: the stop, or between serve
+ * --duty's slices) or on again (`on` 1: the same choice of API records) */
+static void switch_activity(uint8_t on)
 {
     static const CUpti_ActivityKind kinds[] = {
         CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
         CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER};
+    CUptiResult (*flip)(CUpti_ActivityKind) = on ? cupti.enable : cupti.disable;
     if (api_records == GPUTIME_API_SELECTED)
-        enable_kept_apis(1);
-    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
+        enable_kept_apis(on);
+    for (size_t i = 0; flip && i < sizeof kinds / sizeof *kinds; i++)
         if (i < 3 || api_records == GPUTIME_API_ALL)
-            cupti.enable(kinds[i]);
-}
-
-/* whatever enable_activity() turned on, off again */
-static void disable_activity(void)
-{
-    static const CUpti_ActivityKind kinds[] = {
-        CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-        CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER};
-    if (api_records == GPUTIME_API_SELECTED)
-        enable_kept_apis(0);
-    for (size_t i = 0; cupti.disable && i < sizeof kinds / sizeof *kinds; i++)
-        if (i < 3 || api_records == GPUTIME_API_ALL)
-            cupti.disable(kinds[i]);
+            flip(kinds[i]);
 }
 
 /* Attach (attach.c): the same records as at cuInit, into `fd` (a memfd), from a
@@ -633,10 +621,7 @@ void gputime_pause(int paused)
 {
     pthread_mutex_lock(&flush_lock);
     if (recording && !exiting) {
-        if (paused)
-            disable_activity();
-        else
-            enable_again();
+        switch_activity(!paused);
     }
     pthread_mutex_unlock(&flush_lock);
 }
@@ -648,7 +633,7 @@ void gputime_stop_recording(void)
 {
     if (!recording)
         return;
-    disable_activity();
+    switch_activity(0);
     cupti.flush_all(1);
     pthread_mutex_lock(&lock);
     out_fd = -1;
