@@ -489,13 +489,15 @@ def test_serve_on_a_node_puts_the_library_into_each_process_found_and_counts_ref
     assert "Traceback" not in err.text()
 
 
+@pytest.mark.parametrize("end", ["stopped", "killed"])
 def test_serve_duty_turns_cupti_recording_off_between_slices(tmp_path, target_exe, fake_cupti,
-                                                            libcudart):
+                                                            libcudart, end):
     """serve --duty --gpu-time on a node: CUPTI's kernel records cost every launch
     while on, so the library's recording follows the slices, as the probes do:
     on when the library goes in (in a slice), off after it, on in the next, off
-    again (the fake CUPTI logs each switch of the kernel kind). The program's
-    output and exit status are an untraced run's."""
+    again (the fake CUPTI logs each switch of the kernel kind). serve stopped, or
+    killed (kill -9) wherever the cycle is: the program's output and exit
+    status are an untraced run's."""
     library, env = private_copy(tmp_path, libcudart)
     log = tmp_path / "switches.log"
     t = Target([str(target_exe), "1", "0"], env={**env, "FAKE_CUPTI_LOG": str(log)})
@@ -519,8 +521,15 @@ def test_serve_duty_turns_cupti_recording_off_between_slices(tmp_path, target_ex
                 break
             assert time.monotonic() < deadline, (switches, err.text())
             time.sleep(0.05)
+        if end == "killed":  # the watcher, its heartbeat gone, stops the recording itself
+            serve.kill()
+            serve.wait(timeout=HANG_S)
+            while "unsubscribe 0\n" not in log.read_text():
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
     finally:
-        assert stop(serve) == 0, err.text()
+        if end == "stopped":
+            assert stop(serve) == 0, err.text()
         assert t.finish() == (UNTRACED, 0)
     assert "Traceback" not in err.text()
 

@@ -7,7 +7,8 @@
  * With FAKE_CUPTI_SUBSCRIBED=1 in the program's environment, cuptiSubscribe
  * says another subscriber holds CUPTI (as when a profiler runs). With
  * FAKE_CUPTI_LOG=FILE, each activity kind switched on or off is appended to
- * FILE ("enable 10", "disable 10"): what a test of the recording's switches reads.
+ * FILE ("enable 10", "disable 10"), and the stop's unsubscribe ("unsubscribe 0"):
+ * what a test of the recording's switches reads.
  *
  *   cc -shared -fPIC -o libcupti-fake.so fake_libcupti.c -I/usr/local/cuda/include */
 #define _GNU_SOURCE
@@ -39,6 +40,7 @@ static void log_switch(const char *what, CUpti_ActivityKind kind)
 }
 
 CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) { log_switch("enable", kind); enabled++; return CUPTI_SUCCESS; }
+CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle h) { (void)h; log_switch("unsubscribe", 0); return CUPTI_SUCCESS; }
 CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) { log_switch("disable", kind); return CUPTI_SUCCESS; }
 CUptiResult cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_t on) { (void)cbid, (void)on; return CUPTI_SUCCESS; }
 CUptiResult cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t on) { (void)cbid, (void)on; return CUPTI_SUCCESS; }
@@ -46,7 +48,7 @@ CUptiResult cuptiSetThreadIdType(CUpti_ActivityThreadIdType t) { (void)t; return
 CUptiResult cuptiGetThreadIdType(CUpti_ActivityThreadIdType *t) { *t = CUPTI_ACTIVITY_THREAD_ID_TYPE_DEFAULT; return CUPTI_SUCCESS; }
 CUptiResult cuptiActivityFlushPeriod(uint32_t ms) { (void)ms; return CUPTI_SUCCESS; }
 CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext c, uint32_t s, size_t *n) { (void)c, (void)s; *n = 0; return CUPTI_SUCCESS; }
-CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle h) { (void)h; return CUPTI_SUCCESS; }
+CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle h);
 
 CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *h, CUpti_CallbackFunc f, void *d)
 {
