@@ -33,7 +33,8 @@ from cudaprobe.targets.jobs import KUBELET_LOGS, Jobs
 @click.option("--gpu-time", is_flag=True,
               help="Also a histogram of each kernel's GPU time, through CUPTI; with "
                    "--pid/--comm, and on a node (no target), the library is put into each "
-                   "running process, and those it cannot go into are counted by reason "
+                   "running process, and those it cannot go into are counted by reason; "
+                   "with --duty, CUPTI records in the slices only, the GPU time scaled "
                    "(docs/gputime.md).")
 @click.option("--py-stacks", is_flag=True,
               help="With --gpu-time: each process's kernels' GPU time by the Python line "
