@@ -18,9 +18,12 @@ An API record newer than its thread's launches decoded so far waits for the
 decoder (until it is ORDER_NS past the record in every thread, or idle for
 PENDING_NS); one of a process stamped in CUPTI's own clock (a process the
 library went into after its CUPTI started) waits until enough of them agree
-on the offset to the probes' clock (decode.gputime.align). With --duty, the probes are on in
-slices (`span_begins`, `span_ends`) and an API record outside them has no
-traced launch. Every bound is a count: a flood costs memory up to the MAX_*
+on the offset to the probes' clock (decode.gputime.align): only records whose
+thread's launches are decoded vote (the decoder runs behind on a busy node,
+and a record with nothing to vote for would decide nothing). With --duty, the
+probes are on in slices (`span_begins`, `span_ends`) and an API record outside
+them has no traced launch (nor is one counted unjoined for lying in a
+slice's clock slack). Every bound is a count: a flood costs memory up to the MAX_*
 below, never more, and what was let go is counted (`dropped`).
 """
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 import bisect
 from collections import OrderedDict
 from collections.abc import Collection
+from copy import copy
 
 from cudaprobe.analysis.by_line import gpu_line_of
 from cudaprobe.decode.calls import Call
@@ -36,6 +40,7 @@ from cudaprobe.decode.gputime import (
     ALIGN_MIN_VOTES,
     ALIGN_SAMPLE,
     ALIGN_SLACK_NS,
+    ALIGN_WINDOW_NS,
     ApiCall,
     GpuWork,
     align,
@@ -161,10 +166,10 @@ class LineJoin:
             api.end_ns += shift
         self._join(pid, correlation, api)
 
-    def _in_span(self, api: ApiCall) -> bool:
+    def _in_span(self, api: ApiCall, slack_ns: int = SPAN_SLACK_NS) -> bool:
         for start, end in reversed(self._spans or ()):
-            after_end = end and api.start_ns > end + SPAN_SLACK_NS
-            if api.end_ns >= start - SPAN_SLACK_NS and not after_end:
+            after_end = end and api.start_ns > end + slack_ns
+            if api.end_ns >= start - slack_ns and not after_end:
                 return True
             if after_end:
                 return False  # the spans before ended earlier still
@@ -183,16 +188,19 @@ class LineJoin:
                 return
             self._pending.append((pid, correlation, api))
         else:
-            self.unjoined += 1
+            # (a record in a slice's clock slack, outside it: no launch of it was traced)
+            if self._spans is None or self._in_span(api, ALIGN_SLACK_NS):
+                self.unjoined += 1
             self._resolve((pid, correlation), None)
 
-    def _decoded(self, pid: int, api: ApiCall) -> bool:
-        """Whether every launch of the record's thread up to its end is decoded: its
-        thread's launches are past it, or every thread's are ORDER_NS past it (the
-        decoder gives each thread's calls in order, not the threads' in time order)."""
+    def _decoded(self, pid: int, api: ApiCall, margin_ns: int = 0) -> bool:
+        """Whether every launch of the record's thread up to its end (and `margin_ns`
+        past it) is decoded: its thread's launches are past it, or every thread's
+        are ORDER_NS past it (the decoder gives each thread's calls in order, not
+        the threads' in time order)."""
+        end = api.end_ns + margin_ns
         thread = self._threads.get((pid, api.tid))
-        return (thread is not None and thread[-1].end_ns >= api.end_ns) \
-            or api.end_ns <= self._newest - ORDER_NS
+        return (thread is not None and thread[-1].end_ns >= end) or end <= self._newest - ORDER_NS
 
     def _resolve(self, key: tuple[int, int], launch: Launch | None) -> None:
         """What an API record came to: its launch, or none; the kernels that
@@ -246,7 +254,8 @@ class LineJoin:
             elif not idle:
                 self._pending.append((pid, correlation, api))
             else:
-                self.unjoined += 1
+                if self._spans is None or self._in_span(api, ALIGN_SLACK_NS):
+                    self.unjoined += 1
                 self._resolve((pid, correlation), None)
         # kernels whose launch the decoder is WAIT_NS past (or, idle, that came
         # PENDING_NS ago) with no API record read for them: none will come
@@ -261,25 +270,32 @@ class LineJoin:
         return ready
 
     def _align(self, pid: int) -> None:
+        """The process's clock offset, once enough of its records whose launches
+        are decoded agree on it (decode.gputime.align); then every record of it
+        joined. Records newer than their thread's launches decoded (the decoder
+        runs behind on a busy node) neither vote nor decide how to: they wait."""
         waiting = self._unaligned[pid]
-        if len(waiting) < ALIGN_MIN_VOTES:
+        decoded = [(c, a) for c, a in waiting if self._decoded(pid, a, ALIGN_WINDOW_NS)]
+        if len(decoded) < ALIGN_MIN_VOTES:
             return
-        work = [GpuWork(pid, "kernel", 0, 0, 0, 0, 0, c, api=a) for c, a in waiting]
         threads = {k: t for k, t in self._threads.items() if k[0] == pid}
         starts = {k: self._starts[k] for k in threads}
-        shift = align(work, threads, starts)
-        if shift is None and not any(a.function == t.event for _, a in waiting
-                                     for t in threads.get((pid, a.tid), ())[:1]):
+        voters = [GpuWork(pid, "kernel", 0, 0, 0, 0, 0, c, api=copy(a)) for c, a in decoded]
+        shift = align(voters, threads, starts)
+        traced = {t.event for thread in threads.values() for t in thread}
+        if shift is None and not any(a.function in traced for _, a in decoded):
             # no record of a function traced (runtime records, driver probes): each
             # votes for the launches near it whatever their function
-            for _, a in waiting:
-                a.function = ""
-            shift = align(work, threads, starts)
+            for w in voters:
+                w.api.function = ""
+            shift = align(voters, threads, starts)
         if shift is None:
             return  # too few agree yet: more records, or more launches, may
         self._shift[pid] = shift
         del self._unaligned[pid]
-        for correlation, api in waiting:  # (moved by align already)
+        for correlation, api in waiting:
+            api.start_ns += shift
+            api.end_ns += shift
             self._join(pid, correlation, api)
 
     def _forget(self, before_ns: int, spans_before_ns: int) -> None:

@@ -169,6 +169,37 @@ def test_a_process_in_cupti_s_clock_is_joined_once_its_records_agree_on_the_offs
     assert [launch.ts_ns for _, launch in late] == [c.ts_ns for c in calls]
 
 
+def test_a_process_in_cupti_s_clock_aligns_on_its_own_launches_with_the_decoder_behind():
+    """On a busy node the decoder runs behind CUPTI: a process's records come
+    before its launches are decoded. Those records neither vote nor decide how:
+    once the launches are in, the offset is the true one, not that to a
+    neighbouring launch of a step whose launches are evenly spaced."""
+    pid, shift = 300, 300_000
+    join = LineJoin(cupti_clock={pid})
+    calls, records = [], []
+    for step in range(6):
+        for k in range(13):  # a step: 13 launches 40 us apart, every 4th a cuBLAS one
+            t = S + step * 19_000_000 + k * 40_000
+            event = "cuLaunchKernelEx" if k % 4 == 0 else "cuLaunchKernel"
+            c = launch(t, 7 + k, pid=pid, dur=8_000, event=event)
+            calls.append(c)
+            if event == "cuLaunchKernelEx":  # the driver's own record, inside the call
+                records.append(ApiCall(c.tid, t + 1_000 - shift, t + 7_000 - shift, event))
+            else:  # the runtime's record, holding the driver call traced
+                records.append(ApiCall(c.tid, t - 1_500 - shift, t + 9_500 - shift,
+                                       "cudaLaunchKernel"))
+    for n, r in enumerate(records):
+        join.api(pid, n, r)
+    assert join.settle(2 * S) == [] and join._shift == {}  # nothing decoded: it waits
+    for c in calls:
+        join.launch(c, 1, ("python3", *J))
+    join.settle(2 * S)
+    assert join._shift == {pid: shift}
+    assert [join.launch_of(kernel(c, n, 10)).ts_ns for n, c in enumerate(calls)] == \
+        [c.ts_ns for c in calls]
+    assert join.unjoined == 0
+
+
 def test_with_duty_only_the_records_inside_a_slice_are_looked_at():
     m, join = served()
     m.window_traced()  # clock(): 100 s
