@@ -282,13 +282,14 @@ class LineJoin:
         starts = {k: self._starts[k] for k in threads}
         voters = [GpuWork(pid, "kernel", 0, 0, 0, 0, 0, c, api=copy(a)) for c, a in decoded]
         shift = align(voters, threads, starts)
-        traced = {t.event for thread in threads.values() for t in thread}
-        if shift is None and not any(a.function in traced for _, a in decoded):
-            # no record of a function traced (runtime records, driver probes): each
-            # votes for the launches near it whatever their function
-            for w in voters:
-                w.api.function = ""
-            shift = align(voters, threads, starts)
+        if shift is None:
+            events = {launch.event for thread in threads.values() for launch in thread}
+            if not any(a.function in events for _, a in decoded):
+                # no record of a function traced (runtime records, driver probes): each
+                # votes for the launches near it whatever their function
+                for w in voters:
+                    w.api.function = ""
+                shift = align(voters, threads, starts)
         if shift is None:
             return  # too few agree yet: more records, or more launches, may
         self._shift[pid] = shift
