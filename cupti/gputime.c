@@ -350,6 +350,32 @@ void gputime_flush(void)
     pthread_mutex_unlock(&flush_lock);
 }
 
+/* A fork while our threads hold a lock (the flusher in flush_all, CUPTI's
+ * thread in buffer_completed) would leave it held for ever in the child, whose
+ * exit (at_exit) would then wait on it: the fork waits for them instead. */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&flush_lock);
+    pthread_mutex_lock(&lock);
+}
+
+static void fork_done(void)
+{
+    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&flush_lock);
+}
+
+static void register_fork_handlers(void)
+{
+    pthread_atfork(fork_prepare, fork_done, fork_done);
+}
+
+static void hold_locks_over_fork(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_fork_handlers);
+}
+
 /* a thread of ours, taking no signal (the program's go to its own threads) */
 __attribute__((visibility("hidden")))
 int gputime_start_thread(void *(*run)(void *))
@@ -529,6 +555,7 @@ static int start_recording(const char *dir, const char *cupti_path)
     if (cupti.flush_period)
         cupti.flush_period(FLUSH_PERIOD_MS);
     atexit(at_exit);
+    hold_locks_over_fork();
     gputime_start_thread(flusher);  /* none: full buffers still come, and all at exit */
     return 0;
 }
@@ -608,6 +635,7 @@ int gputime_record_to(int fd, const char *cupti_path, int work_only, char *why, 
         cupti.flush_period(FLUSH_PERIOD_MS);
     if (!initialized)
         atexit(at_exit);
+    hold_locks_over_fork();
     initialized = 1;
     recording = 1;
     return 0;

@@ -155,6 +155,21 @@ def test_serve_counts_a_running_programs_gpu_time_before_it_exits(tmp_path, libc
     assert serve.stdout.read() == "injection -\n"
 
 
+def test_a_child_forked_while_the_library_flushes_exits(tmp_path, libcuda, fake_cupti):
+    """The library's thread flushes CUPTI each half second under a lock; a fork
+    while it held it would leave the lock held for ever in the child, whose
+    exit (the library's atexit flush) would then hang. With each flush made to
+    take 200 ms, 20 forks 50 ms apart fall in one: every child exits, and the
+    program's output and status are its own."""
+    exe = program(libcuda)
+    proc = run_cudaprobe("trace", "--gpu-time", "-o", str(tmp_path / "calls.jsonl"), "--lib",
+                         str(libcuda), "-e", "cuInit", "--", str(exe), "fork", "20",
+                         env={**os.environ, "CUDAPROBE_CUPTI": str(fake_cupti),
+                              "FAKE_CUPTI_FLUSH_MS": "200"})
+    assert proc.returncode == 7, proc.stderr
+    assert proc.stdout == "cuInit 100 cuDeviceGet 3\ninjection -\nforks 20 ok\n"
+
+
 FAKE_DIR = WORKLOAD_BIN / "gputimestub"
 
 

@@ -8,7 +8,8 @@
  * says another subscriber holds CUPTI (as when a profiler runs). With
  * FAKE_CUPTI_LOG=FILE, each activity kind switched on or off is appended to
  * FILE ("enable 10", "disable 10"), and the stop's unsubscribe ("unsubscribe 0"):
- * what a test of the recording's switches reads.
+ * what a test of the recording's switches reads. With FAKE_CUPTI_FLUSH_MS=N,
+ * each flush takes N ms (a flush under way when the program forks).
  *
  *   cc -shared -fPIC -o libcupti-fake.so fake_libcupti.c -I/usr/local/cuda/include */
 #define _GNU_SOURCE
@@ -110,7 +111,10 @@ CUptiResult cuptiActivityFlushAll(uint32_t flag)
 {
     uint8_t *buffer;
     size_t size, max;
+    const char *slow = getenv("FAKE_CUPTI_FLUSH_MS");
     (void)flag;
+    if (slow)
+        usleep((useconds_t)atoi(slow) * 1000);
     if (!requested || !completed || !enabled)
         return CUPTI_SUCCESS;
     enabled = 0;
