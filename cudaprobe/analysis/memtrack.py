@@ -158,9 +158,23 @@ class MemoryAccounting:
         # held driver calls per (pid, tid): what the thread's next runtime call may contain
         self._driver: dict[tuple[int, int], list[MemCall]] = {}
         self._nested: set[int] = set()  # id() of held driver calls found nested: dropped
+        self._fed_ns = 0  # the latest end of a call fed: how far the decoder has come
+        self._fed_at: int | None = None  # the clock when a call was last fed
 
-    def feed(self, calls: list[MemCall]) -> None:
+    def settle_live(self, now_ns: int) -> None:
+        """settle() while calls still come: by how far the decoder has come, not by
+        the clock (a decoder running behind, under load, reads a runtime call's
+        return later than the driver call inside it); by the clock once nothing
+        has come for hold_ns (all returned has been read)."""
+        idle = self._fed_at is None or now_ns - self._fed_at >= self.hold_ns
+        self.settle(now_ns if idle else self._fed_ns)
+
+    def feed(self, calls: list[MemCall], now_ns: int | None = None) -> None:
+        """`now_ns`: the clock as they are fed (settle_live)."""
+        if calls and now_ns is not None:
+            self._fed_at = now_ns
         for call in calls:
+            self._fed_ns = max(self._fed_ns, call.end_ns)
             found = _BY_SYMBOL.get(call.event)
             if found is None:
                 continue

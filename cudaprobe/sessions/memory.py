@@ -94,13 +94,13 @@ class MemorySession:
             records = []
             while batch := tracer.ring.drain():
                 records += batch
-        self._feed(tracer, [from_record(r) for r in records])
         now = time.monotonic_ns()
+        self._feed(tracer, [from_record(r) for r in records], now)
         self._exits(gone, now)
-        self.accounting.settle(now)
+        self.accounting.settle_live(now)
 
-    def _feed(self, tracer: Tracer, raws: list[RawEvent]) -> None:
-        self.accounting.feed([c for c in (self._call(tracer, raw) for raw in raws) if c])
+    def _feed(self, tracer: Tracer, raws: list[RawEvent], now_ns: int) -> None:
+        self.accounting.feed([c for c in (self._call(tracer, raw) for raw in raws) if c], now_ns)
 
     def _call(self, tracer: Tracer, raw: RawEvent) -> MemCall | None:
         self.sites.see(raw.pid)  # the maps, while the process runs

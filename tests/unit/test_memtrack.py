@@ -118,6 +118,22 @@ def test_driver_call_inside_runtime_call_counts_once():
     assert p.peak_total == MiB and not p.ended
 
 
+def test_a_decoder_behind_the_clock_still_finds_the_runtime_call_around_a_driver_call():
+    """Under load the decoder reads a runtime call's return a poll after the driver
+    call inside it, the clock already far past both: the driver call waits for
+    the decoder to come hold_ns past it, not the clock (one allocation, not two)."""
+    acct = MemoryAccounting(hold_ns=1000)
+    wall = 1_000_000  # the clock: 1 ms after both calls returned
+    acct.feed([call("cuMemAlloc_v2", 150, 20, dptr=hex(0xD000), bytesize=MiB)], wall)
+    acct.settle_live(wall)
+    acct.feed([malloc(100, 0xD000, MiB, dur=100)], wall + 500)  # the next poll
+    acct.settle_live(wall + 500)
+    acct.settle_live(wall + 500 + 1000)  # nothing more came for hold_ns: all applied
+    p = acct.processes[PID]
+    assert p.counts["nested_driver_calls"] == 1 and p.counts["allocations"] == 1
+    assert p.live_total == MiB
+
+
 def test_driver_calls_outside_runtime_calls_count():
     acct = run([
         call("cuMemAlloc_v2", 50, 20, dptr=hex(0xD000), bytesize=MiB),  # before the cudaMalloc
