@@ -352,22 +352,19 @@ void gputime_flush(void)
 
 /* A fork while our threads hold a lock (the flusher in flush_all, CUPTI's
  * thread in buffer_completed) would leave it held for ever in the child, whose
- * exit (at_exit) would then wait on it: the fork waits for them instead. */
-static void fork_prepare(void)
+ * exit (at_exit) would then wait on it. The child, where those threads do not
+ * exist, makes both afresh. (Waiting for them in the parent instead could
+ * deadlock the fork: CUPTI's thread may hold CUDA's locks in buffer_completed,
+ * which CUDA's own fork handlers take after ours.) */
+static void fork_child(void)
 {
-    pthread_mutex_lock(&flush_lock);
-    pthread_mutex_lock(&lock);
-}
-
-static void fork_done(void)
-{
-    pthread_mutex_unlock(&lock);
-    pthread_mutex_unlock(&flush_lock);
+    pthread_mutex_init(&lock, NULL);
+    pthread_mutex_init(&flush_lock, NULL);
 }
 
 static void register_fork_handlers(void)
 {
-    pthread_atfork(fork_prepare, fork_done, fork_done);
+    pthread_atfork(NULL, NULL, fork_child);
 }
 
 static void hold_locks_over_fork(void)
