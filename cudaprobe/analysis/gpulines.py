@@ -188,10 +188,14 @@ class LineJoin:
                 return
             self._pending.append((pid, correlation, api))
         else:
-            # (a record in a slice's clock slack, outside it: no launch of it was traced)
-            if self._spans is None or self._in_span(api, ALIGN_SLACK_NS):
-                self.unjoined += 1
-            self._resolve((pid, correlation), None)
+            self._no_launch(pid, correlation, api)
+
+    def _no_launch(self, pid: int, correlation: int, api: ApiCall) -> None:
+        """The record found no traced launch, its thread's decoded past it: unjoined,
+        unless it lay in a slice's clock slack, outside the slice (none was traced)."""
+        if self._spans is None or self._in_span(api, ALIGN_SLACK_NS):
+            self.unjoined += 1
+        self._resolve((pid, correlation), None)
 
     def _decoded(self, pid: int, api: ApiCall, margin_ns: int = 0) -> bool:
         """Whether every launch of the record's thread up to its end (and `margin_ns`
@@ -254,9 +258,7 @@ class LineJoin:
             elif not idle:
                 self._pending.append((pid, correlation, api))
             else:
-                if self._spans is None or self._in_span(api, ALIGN_SLACK_NS):
-                    self.unjoined += 1
-                self._resolve((pid, correlation), None)
+                self._no_launch(pid, correlation, api)
         # kernels whose launch the decoder is WAIT_NS past (or, idle, that came
         # PENDING_NS ago) with no API record read for them: none will come
         passed = self._newest - WAIT_NS

@@ -310,7 +310,7 @@ class GpuTimeAttach:
         with self._lock:
             self._done.append(Injected(pid, process, mem, control, ours))
             if self._paused:  # put in during a slice that has ended since
-                self._write_paused(self._done[-1], True)
+                self._write(self._done[-1], "C_PAUSED", struct.pack("<I", 1))
         self.reader.add_file(ours, pid)
         if self._beats is None:
             self._beats = threading.Thread(target=self._heartbeat, daemon=True)
@@ -331,11 +331,7 @@ class GpuTimeAttach:
             beat += 1
             with self._lock:
                 for i in self._done:
-                    try:
-                        i.mem.write(i.control + self.layout["C_HEARTBEAT"],
-                                    struct.pack("<Q", beat))
-                    except OSError:
-                        pass  # it exited: its records are in our memfd
+                    self._write(i, "C_HEARTBEAT", struct.pack("<Q", beat))
                 if self.keep:
                     self.reader.poll()
                 self._free_read()
@@ -355,11 +351,12 @@ class GpuTimeAttach:
         with self._lock:
             self._paused = paused
             for i in self._done:
-                self._write_paused(i, paused)
+                self._write(i, "C_PAUSED", struct.pack("<I", int(paused)))
 
-    def _write_paused(self, i: Injected, paused: bool) -> None:
-        with contextlib.suppress(OSError):  # exited: nothing to pause
-            i.mem.write(i.control + self.layout["C_PAUSED"], struct.pack("<I", int(paused)))
+    def _write(self, i: Injected, field: str, value: bytes) -> None:
+        """A word of the process's control block (inject.h's offset `field`)."""
+        with contextlib.suppress(OSError):  # it exited: its records are in our memfd
+            i.mem.write(i.control + self.layout[field], value)
 
     def _free_read(self) -> None:
         """Pages already read given back (under the lock)."""
@@ -380,8 +377,7 @@ class GpuTimeAttach:
         with self._lock:
             injected = list(self._done)
         for i in injected:
-            with contextlib.suppress(OSError):
-                i.mem.write(i.control + self.layout["C_STOP"], struct.pack("<I", 1))
+            self._write(i, "C_STOP", struct.pack("<I", 1))
         return injected
 
     def stop(self) -> None:
