@@ -28,11 +28,12 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_workloads  # noqa: E402
 
+from cudaprobe.targets.cupti import cupti_source_dir  # noqa: E402
+from cudaprobe.targets.inject import read_layout  # noqa: E402
+
 WINDOW_S = 2.0
 STEADY_S = 0.3  # each window's first steps left out: CUPTI's switch settling
-WORK_ONLY = 1 << 32  # inject.h's ATTACH_WORK_ONLY
-HEARTBEAT, STOP, STATE = 8, 16, 20  # inject.h's C_HEARTBEAT, C_STOP, C_STATE
-RECORDING, STOPPED = 1, 4
+L = read_layout(cupti_source_dir() / "inject.h")  # the control block's offsets and states
 
 
 class Recording:
@@ -47,24 +48,24 @@ class Recording:
         self.block = 0
         self.beat = 1
 
-    def _u32(self, offset: int) -> ctypes.c_uint32:
-        return ctypes.c_uint32.from_address(self.block + offset)
+    def _u32(self, field: str) -> ctypes.c_uint32:
+        return ctypes.c_uint32.from_address(self.block + L[field])
 
     def start(self, flags: int) -> None:
         self.block = self.lib.gputime_inject_attach(self.cupti, os.getpid() | flags, self.beat)
-        if self._u32(STATE).value != RECORDING:
-            why = ctypes.string_at(self.block + 40).decode(errors="replace")
+        if self._u32("C_STATE").value != L["ATTACH_RECORDING"]:
+            why = ctypes.string_at(self.block + L["C_WHY"]).decode(errors="replace")
             raise SystemExit(f"the library did not record: {why}")
 
     def alive(self) -> None:
         """The heartbeat (the watcher stops the recording without it)."""
         if self.block:
             self.beat += 1
-            ctypes.c_uint64.from_address(self.block + HEARTBEAT).value = self.beat
+            ctypes.c_uint64.from_address(self.block + L["C_HEARTBEAT"]).value = self.beat
 
     def stop(self) -> None:
-        self._u32(STOP).value = 1
-        while self._u32(STATE).value != STOPPED:
+        self._u32("C_STOP").value = 1
+        while self._u32("C_STATE").value != L["ATTACH_STOPPED"]:
             time.sleep(0.01)
             self.alive()
 
@@ -97,7 +98,7 @@ def main() -> None:
         step()
     torch_workloads.torch.cuda.synchronize()
     record = Recording(a.library, a.cupti)
-    modes = {"none": None, "work only": WORK_ONLY, "every call": 0}
+    modes = {"none": None, "work only": L["ATTACH_WORK_ONLY"], "every call": 0}
     steps: dict[str, list[float]] = {m: [] for m in modes}
     for r in range(a.rounds):
         for mode, flags in modes.items():
