@@ -14,6 +14,8 @@ recording of the same rounds: the host and the GPU the same, seconds apart.
     /opt/torch/.venv/bin/python benchmarks/cupti_cost.py LIBRARY [--workload mlp]
         [--rounds 6] [--cupti PATH]
 LIBRARY: the built GPU-time library (cudaprobe.targets.cupti.build_library()).
+Run from the repository root with it on PYTHONPATH (check-cupti-cost.sh does):
+the control block's layout is read from cupti/inject.h.
 """
 
 from __future__ import annotations

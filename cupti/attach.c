@@ -35,7 +35,7 @@ void gputime_flush(void);
 void gputime_pause(int paused);
 int gputime_start_thread(void *(*run)(void *));
 
-#define FLUSH_TICKS (500 / WATCH_PERIOD_MS)  /* gputime.c's FLUSH_PERIOD_MS, in watch periods */
+#define FLUSH_TICKS (FLUSH_PERIOD_MS / WATCH_PERIOD_MS)  /* the flush period, in watch periods */
 
 struct gputime_control {
     char magic[8];

@@ -36,12 +36,12 @@
 #include <unistd.h>
 
 #include "gputime.h"
+#include "inject.h"  /* FLUSH_PERIOD_MS, shared with attach.c's watcher */
 
 #define BUFFER_BYTES (2u << 20)   /* one CUPTI activity buffer (a thread's records) */
 #define OUT_RECORDS 4096          /* records converted before one write() */
 #define MAX_CBID 4096
 #define MAX_NAMES 65536           /* kernel names kept for interning */
-#define FLUSH_PERIOD_MS 500       /* buffers handed back at least this often */
 
 static struct {
     CUptiResult (*enable)(CUpti_ActivityKind);

@@ -80,5 +80,6 @@
 #define ATTACH_WORK_ONLY 0x100000000  /* the GPU work only: no API record of any call */
 #define HEARTBEAT_TIMEOUT_MS 5000  /* no heartbeat this long: cudaprobe is gone, stop */
 #define WATCH_PERIOD_MS 50
+#define FLUSH_PERIOD_MS 500  /* CUPTI's buffers asked for this often (gputime_flush) */
 
 #endif

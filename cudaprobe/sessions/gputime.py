@@ -6,7 +6,7 @@ into the running processes instead (sessions/gputime_attach.py): the same
 records, read the same way.
 
 CUPTI hands the records over in batches (the library asks for them each
-FLUSH_PERIOD_MS of cupti/gputime.c, and all at exit), so the GPU side of a
+FLUSH_PERIOD_MS of cupti/inject.h, and all at exit), so the GPU side of a
 call is known only half a second or more after its row: `trace` and `stats` read them when the
 command has exited (docs/gputime.md says why the rows of `trace --gpu-time`
 wait for the end), `serve` polls them as they come. In a trace session
