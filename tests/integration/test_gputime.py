@@ -118,11 +118,8 @@ def test_serve_gpu_time_without_gpu(libcuda):
 
 def kernel_counts(address: str) -> dict[str, float]:
     """cudaprobe_gpu_kernel_duration_seconds_count by kernel, as scraped."""
-    from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=HANG_S) as r:
-        text = r.read().decode()
-    return {s.labels["kernel"]: s.value for f in text_string_to_metric_families(text)
-            for s in f.samples if s.name == "cudaprobe_gpu_kernel_duration_seconds_count"}
+    counts = scrape(address, "_count").get("cudaprobe_gpu_kernel_duration_seconds", {})
+    return {dict(labels)["kernel"]: n for labels, n in counts.items()}
 
 
 def test_serve_counts_a_running_programs_gpu_time_before_it_exits(tmp_path, libcuda, fake_cupti):
@@ -289,13 +286,14 @@ def launch_line(function: str) -> str:
     return f"{GPULINES}:{n} ({function})"
 
 
-def scrape(address: str) -> dict[str, dict[tuple, float]]:
-    """/metrics as {family: {labels: value}} (prometheus_client's own parser)."""
+def scrape(address: str, suffix: str = "_total") -> dict[str, dict[tuple, float]]:
+    """/metrics as {family: {labels: value}} of the samples named with `suffix`
+    (prometheus_client's own parser)."""
     from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=HANG_S) as r:
         text = r.read().decode()
     return {f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples
-                     if s.name.endswith("_total")}
+                     if s.name.endswith(suffix)}
             for f in text_string_to_metric_families(text)}
 
 
