@@ -148,6 +148,31 @@ class MemCall:
 HOLD_NS = 250_000_000
 
 
+class DecoderProgress:
+    """How far a decoder has come: the latest end of a call fed, and the clock when
+    calls were last fed. A decoder running behind (under load) reads a call's
+    return seconds after it happened, so what waits on later calls is settled by
+    this progress, not by the clock; by the clock only once nothing has come for a
+    while (all that returned has been read)."""
+
+    def __init__(self) -> None:
+        self.fed_ns = 0
+        self.fed_at: int | None = None
+
+    def fed(self, end_ns: int, now_ns: int) -> None:
+        """Calls up to `end_ns` read, at clock `now_ns`."""
+        self.fed_ns = max(self.fed_ns, end_ns)
+        self.fed_at = now_ns
+
+    def idle(self, now_ns: int, idle_ns: int) -> bool:
+        """Nothing fed for `idle_ns` (or ever)."""
+        return self.fed_at is None or now_ns - self.fed_at >= idle_ns
+
+    def upto(self, now_ns: int, idle_ns: int) -> int:
+        """Every call that ended before this has been fed."""
+        return now_ns if self.idle(now_ns, idle_ns) else self.fed_ns
+
+
 class MemoryAccounting:
     """Feed completed calls in the order they arrive; read `processes`."""
 
@@ -158,23 +183,20 @@ class MemoryAccounting:
         # held driver calls per (pid, tid): what the thread's next runtime call may contain
         self._driver: dict[tuple[int, int], list[MemCall]] = {}
         self._nested: set[int] = set()  # id() of held driver calls found nested: dropped
-        self._fed_ns = 0  # the latest end of a call fed: how far the decoder has come
-        self._fed_at: int | None = None  # the clock when a call was last fed
+        self.progress = DecoderProgress()  # fed by feed(calls, now_ns), or by its owner
 
     def settle_live(self, now_ns: int) -> None:
         """settle() while calls still come: by how far the decoder has come, not by
-        the clock (a decoder running behind, under load, reads a runtime call's
-        return later than the driver call inside it); by the clock once nothing
-        has come for hold_ns (all returned has been read)."""
-        idle = self._fed_at is None or now_ns - self._fed_at >= self.hold_ns
-        self.settle(now_ns if idle else self._fed_ns)
+        the clock (a decoder running behind reads a runtime call's return later than
+        the driver call inside it); by the clock once nothing has come for hold_ns."""
+        self.settle(self.progress.upto(now_ns, self.hold_ns))
 
     def feed(self, calls: list[MemCall], now_ns: int | None = None) -> None:
-        """`now_ns`: the clock as they are fed (settle_live)."""
+        """`now_ns`: the clock as they are fed, for `progress` (settle_live); None
+        where the owner feeds `progress` with every call it reads."""
         if calls and now_ns is not None:
-            self._fed_at = now_ns
+            self.progress.fed(max(c.end_ns for c in calls), now_ns)
         for call in calls:
-            self._fed_ns = max(self._fed_ns, call.end_ns)
             found = _BY_SYMBOL.get(call.event)
             if found is None:
                 continue

@@ -220,8 +220,6 @@ class CallMetrics:
         self.max_processes = max_processes
         self.alive = alive
         self.clock = clock
-        self._decoded_ns = 0  # the latest end of a call fed
-        self._fed_at: int | None = None  # clock() when calls were last fed
         self._seen_gone: dict[int, int] = {}  # pid -> clock() when first seen gone
         self.jobs = jobs
         # processes whose job labels `jobs` keeps -> when seen gone (None: running)
@@ -241,6 +239,7 @@ class CallMetrics:
         self._gpu_kernels = LabelBudget(MAX_KERNELS, MAX_KERNEL_NAMES)  # by GPU time
         self._gpu_time: dict[str, Histogram] = {}
         self._memory = MemoryAccounting()
+        self._progress = self._memory.progress  # fed with every call read, not only memory's
         self._next_exit_check = 0
         # serve --duty: each call counted observed is this many (the period over
         # the slice traced), and the slices traced so far; 1 and 0: exact counting
@@ -324,12 +323,12 @@ class CallMetrics:
             if memory:
                 self._memory.feed(memory)
             if last_ns:  # without scrapes too, what is held is applied and exits are seen
-                self._decoded_ns = max(self._decoded_ns, last_ns)
-                self._fed_at = self.clock()
-                self._memory.settle(last_ns)
+                now_ns = self.clock()
+                self._progress.fed(last_ns, now_ns)
+                self._memory.settle_live(now_ns)
                 if last_ns >= self._next_exit_check:
                     self._next_exit_check = last_ns + EXIT_CHECK_NS
-                    self._forget_exited(self._fed_at)
+                    self._forget_exited(now_ns)
 
     def _process_key(self, pid: int, name: str) -> tuple[str, ...]:
         """The process's labels: its name, then its job's."""
@@ -387,8 +386,8 @@ class CallMetrics:
         """Processes gone, once all their calls are in (EXIT_SLACK_NS): what they held
         is no longer live, and, JOB_GRACE_NS later, they are no longer kept.
         `now_ns`: clock() now."""
-        idle = self._fed_at is None or now_ns - self._fed_at >= IDLE_NS
-        fed = now_ns if idle else self._decoded_ns  # every call made before this is in
+        idle = self._progress.idle(now_ns, IDLE_NS)
+        fed = self._progress.upto(now_ns, IDLE_NS)  # every call made before this is in
         watched = self._memory.running()
         if self.jobs is not None:
             watched.update(pid for pid, gone in self._job_pids.items() if gone is None)
@@ -439,7 +438,7 @@ class CallMetrics:
     def snapshot(self, now_ns: int | None = None) -> Snapshot:
         now_ns = self.clock() if now_ns is None else now_ns
         with self._lock:
-            self._memory.settle(now_ns)
+            self._memory.settle_live(now_ns)  # by the decoder's progress, as it reads
             self._forget_exited(now_ns)
             self._rank(now_ns)
             processes, kernels, gpu = self._processes, self._kernels, self._gpu_kernels

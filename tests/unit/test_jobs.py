@@ -204,9 +204,11 @@ def test_the_rest_has_no_job_labels():
 
 
 def test_the_exposition_has_a_processs_job_labels_and_no_empty_ones():
-    m = CallMetrics(alive=lambda pid: True,
+    now = [0]
+    m = CallMetrics(alive=lambda pid: True, clock=lambda: now[0],
                     jobs=FakeJobs({7: ("team-a", "trainer-0", "main", CID[:12], "", "3")}))
     m.add([call("cudaMalloc", pid=7, devPtr="0x1000", size=4096), call("cudaMalloc", pid=8)])
+    now[0] = S  # scraped with nothing fed for a second: every call made is in
     with MetricsServer(m, "127.0.0.1", free_port()) as server:
         server.ready.set()
         with urllib.request.urlopen(server.url, timeout=30) as r:

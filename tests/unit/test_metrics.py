@@ -129,15 +129,33 @@ def test_live_bytes_follow_allocations_frees_and_process_exit():
 
 
 def test_live_bytes_count_an_allocation_once_with_both_apis_probed():
-    m = metrics()
+    m = metrics(clock=lambda: 0)  # fed at 0: scraped at S, nothing fed for a second
     # the runtime's cudaMalloc serves itself with cuMemAlloc_v2 on the same thread
     m.add([call("cuMemAlloc_v2", t=10, dur=50, api="driver", dptr="0x1000", bytesize=MiB)])
     m.add([call("cudaMalloc", t=0, dur=100, devPtr="0x1000", size=MiB)])
     assert m.snapshot(now_ns=S).live_bytes[("app", *J, "device")] == MiB
 
 
+def test_a_scrape_with_the_decoder_behind_still_finds_the_runtime_call_around_a_driver_call():
+    """On a busy node the decoder reads a runtime call's return a poll after the
+    driver call inside it, the clock seconds past both. A scrape between the two
+    reads leaves the driver call held (the decoder has not come HOLD_NS past it):
+    one allocation, not two."""
+    now = [20 * S]  # the clock: seconds after both calls returned
+    m = metrics(clock=lambda: now[0])
+    m.add([call("cuMemAlloc_v2", t=10 * S + 10, dur=50, api="driver", dptr="0x1000",
+                bytesize=MiB)])
+    m.snapshot(now_ns=now[0])  # a scrape between the two reads
+    now[0] += S // 10  # the next poll
+    m.add([call("cudaMalloc", t=10 * S, dur=100, devPtr="0x1000", size=MiB)])
+    now[0] += S  # nothing more came: all applied
+    assert m.snapshot(now_ns=now[0]).live_bytes[("app", *J, "device")] == MiB
+    counts = m._memory.processes[100].counts
+    assert (counts["allocations"], counts["nested_driver_calls"], counts["replaced"]) == (1, 1, 0)
+
+
 def test_live_bytes_by_kind_vmm_pool_and_registered():
-    m = metrics()
+    m = metrics(clock=lambda: 0)  # fed at 0: scraped at S, nothing fed for a second
     m.add([call("cuMemCreate", t=0, api="driver", handle="0x55aa00", size=20 * MiB, prop="0x1",
                 flags=0),
            call("cuMemMap", t=10, api="driver", ptr="0x7f2000000000", size=20 * MiB, offset=0,
@@ -213,11 +231,14 @@ def test_a_process_seen_gone_keeps_what_it_held_until_its_last_calls_are_fed():
         now[0] = 20 * S
         m.add([call("cudaMalloc", t=t * S, pid=200, process="busy", devPtr=hex(t), size=1)])
     now[0] = 20 * S
-    m.add([call("cudaFree", t=16 * S, devPtr="0x1000")])  # made before the exit
+    m.add([call("cudaFree", t=16 * S, devPtr="0x1000"),  # made before the exit
+           call("cudaMalloc", t=17 * S, pid=200, process="busy", devPtr="0x11", size=1)])
     live = m.snapshot(now_ns=20 * S).live_bytes
     assert live[("app", *J, "device")] == MiB  # its free applied; the rest still held
     now[0] = 21 * S
     m.add([call("cudaMalloc", t=20 * S + EXIT_SLACK_NS, pid=200, process="busy", devPtr="0x10",
                 size=1)])
     live = m.snapshot(now_ns=21 * S).live_bytes
+    # busy's call at 20.1 s is the decoder's latest: held (a driver call's runtime
+    # call may still come), so 5 of its 6 allocations are live
     assert ("app", *J, "device") not in live and live[("busy", *J, "device")] == 5

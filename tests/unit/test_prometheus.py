@@ -28,7 +28,7 @@ from cudaprobe.output.prometheus import (
 from cudaprobe.targets.injectable import OPTED_OUT, opted_out, refusal_reason
 
 from ..conftest import HANG_S, cudaprobe_cmd
-from .test_metrics import call
+from .test_metrics import S, call
 
 
 @pytest.mark.parametrize("text, address", [
@@ -82,12 +82,14 @@ def samples(family, name: str) -> dict[tuple, float]:
 
 
 def test_a_scrape_gets_every_metric_with_its_labels_and_values():
-    m = CallMetrics(alive=lambda pid: True)
+    now = [0]
+    m = CallMetrics(alive=lambda pid: True, clock=lambda: now[0])
     m.add([call("cudaMalloc", t=0, dur=2_000, ret=35, size=1 << 20),
            call("cudaMalloc", t=10, dur=2_000, devPtr="0x1000", size=4096),
            call("cudaMemcpy", t=20, dur=30_000, count=4096, kind="HostToDevice"),
            call("cuMemsetD32_v2", t=30, api="driver", N=4)])
     m.set_lost({"ringbuf_full": 2, "wakeups": 7})
+    now[0] = S  # scraped with nothing fed for a second: every call made is in
     with MetricsServer(m, "127.0.0.1", free_port()) as server:
         assert server.url.startswith("http://127.0.0.1:") and server.url.endswith("/metrics")
         server.ready.set()
