@@ -327,3 +327,30 @@ def test_the_seccomp_profile_refuses_what_a_tracer_never_needs(image, stubs):
     assert p.returncode == 0, p.stderr
     assert p.stdout.split("\n")[:-1] == [f"{n} ENOSYS" for n in (
         "unshare", "io_uring_setup", "userfaultfd", "keyctl")]
+
+
+def test_on_ubuntu_the_image_is_built_from_debian_s_mirror(tmp_path):
+    """On a machine that is not Debian (here /etc/os-release said to be Ubuntu's,
+    in a mount namespace of the build's own), the packages come from Debian's
+    mirror and release, read with Debian's keyring, not from the machine's own
+    sources: the build says so with -n, having read Debian's package lists."""
+    if shutil.which("dpkg") is None or shutil.which("unshare") is None:
+        pytest.skip("needs apt, dpkg and unshare")
+    release = tmp_path / "os-release"
+    release.write_text('NAME="Ubuntu"\nID=ubuntu\nVERSION_CODENAME=noble\n')
+    build = [str(REPO / "scripts" / "build-image"), "-n"]
+    env = {**os.environ, "CUDAPROBE_IMAGE_CACHE": str(tmp_path / "cache")}
+    p = subprocess.run(["unshare", "-m", "sh", "-c",
+                        'mount --bind "$0" /etc/os-release && exec bash "$@"', str(release),
+                        *build], capture_output=True, text=True, timeout=SLOW_S, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.startswith("build-image: Debian bookworm from http://deb.debian.org/debian, "
+                               "kernel headers linux-headers-"), p.stdout
+    assert (tmp_path / "cache" / "debian-bookworm.list").read_text() == (
+        "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] "
+        "http://deb.debian.org/debian bookworm main\n")
+    bad = subprocess.run(["bash", build[0], "-m", "ftp://mirror"], capture_output=True,
+                         text=True, timeout=SLOW_S, env=env)
+    assert (bad.returncode, bad.stdout) == (2, "")
+    assert bad.stderr == ("build-image: -m wants a mirror's URL (http://, https:// or file:/): "
+                          "ftp://mirror\n")
