@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import mmap
-from typing import Any
+import queue
+import threading
+from typing import Any, Callable
 
+from cudaprobe.errors import CudaprobeError
 from cudaprobe.probe import bpfprog, cleanup
 from cudaprobe.probe.attach import Attacher
 from cudaprobe.probe.autograd import AutogradProbe
@@ -43,6 +46,7 @@ class Tracer:
         self.ring: RingBuffer | None = None  # none in stats mode: it aggregates in maps
         self.py: PyStackProbe | None = None  # --py-stacks: where the interpreters are
         self.autograd: AutogradProbe | None = None  # --py-stacks: PyTorch's backward pass
+        self._finder: Finder | None = None  # on a node: see_python off the decoder's thread
         self.program_from = ""
 
     def __enter__(self) -> Tracer:
@@ -80,7 +84,14 @@ class Tracer:
 
     def see_python_on_node(self, pid: int) -> None:
         """see_python for a process found by its first call, on a node, where no
-        rescan of targets forgets the processes gone: that is done here."""
+        rescan of targets forgets the processes gone: that is done here too. On a
+        thread of its own (Finder): reading a process's maps and ELF symbols takes
+        milliseconds to seconds, which the decoder, the caller, goes on meanwhile."""
+        if self._finder is None:
+            self._finder = Finder(self._see_python_found)
+        self._finder.found(pid)
+
+    def _see_python_found(self, pid: int) -> None:
         assert self.autograd is not None
         self.autograd.forget_exited()
         self.see_python(pid)
@@ -89,6 +100,9 @@ class Tracer:
         """Detach everything and clean up; safe to call twice."""
         if self._bpf is None:
             return
+        if self._finder is not None:  # before what it adds to goes
+            self._finder.close()
+            self._finder = None
         if self.autograd is not None:
             self.autograd.close()
         self.attacher.close()
@@ -109,3 +123,32 @@ class Tracer:
         """The losses counted in the kernel, and the records the ring held that
         no layout fits (malformed)."""
         return {**self.maps.counters(), "malformed": self.ring.malformed if self.ring else 0}
+
+
+class Finder:
+    """Processes found by their first call, each seen by `see` on one thread of its
+    own, in the order found: `found(pid)` returns at once."""
+
+    JOIN_S = 5.0  # close(): the longest a process being read holds the cleanup up
+
+    def __init__(self, see: Callable[[int], None]) -> None:
+        self._see = see
+        self._pids: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="cudaprobe-find", daemon=True)
+        self._thread.start()
+
+    def found(self, pid: int) -> None:
+        self._pids.put(pid)
+
+    def _run(self) -> None:
+        while (pid := self._pids.get()) is not None:
+            with contextlib.suppress(CudaprobeError, OSError):  # gone, or no Python of its own
+                self._see(pid)
+
+    def close(self) -> None:
+        """What was found and not yet seen is dropped; the one being seen ends."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._pids.get_nowait()
+        self._pids.put(None)
+        self._thread.join(self.JOIN_S)

@@ -233,8 +233,9 @@ def test_comm_execs_with_their_stacks(tmp_path, libcudart, monkeypatch):
 def test_on_a_node_each_process_has_its_stacks_from_its_first_call_decoded(tmp_path):
     """No --pid, --comm or command (a node's trace, as serve runs): a Python
     process is found by its first call, its interpreter read from its maps
-    then. Every call it makes once such a row is out has its stack. A private
-    copy of the stand-in runtime keeps other tests' processes out."""
+    then (on a thread beside the decoder's). Every call it makes once a row of
+    it with a stack is out has its stack. A private copy of the stand-in
+    runtime keeps other tests' processes out."""
     python = Path("/usr/bin/python3.11")
     if not python.exists():
         pytest.skip("no /usr/bin/python3.11")
@@ -242,15 +243,16 @@ def test_on_a_node_each_process_has_its_stacks_from_its_first_call_decoded(tmp_p
     lib = tmp_path / "libcudart.so.13"
     lib.write_bytes(fake_gpu()[1].read_bytes())
     tracing = Tracing(tmp_path, "--py-stacks", "--lib", str(lib), "-e", "cudaLaunchKernel")
-    # heavy() until told: its probes go in at some point, then the decoder finds it
+    # heavy() until told: its probes go in at some point, then it is found by a row
     workload = started(subprocess.Popen(
         [str(python), str(GPULINES), str(lib), "50", "20", "wait"], stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, text=True,
         env={**os.environ, "CUDAPROBE_GPUTIME_DIR": str(tmp_path)}))
     deadline = time.monotonic() + HANG_S
     while not (tracing.output.exists()
-               and f'"pid":{workload.pid},' in tracing.output.read_text()):
-        assert time.monotonic() < deadline and workload.poll() is None, "no row of it came"
+               and any(f'"pid":{workload.pid},' in row and '"py_stack":' in row
+                       for row in tracing.output.read_text().splitlines())):
+        assert time.monotonic() < deadline and workload.poll() is None, "no row with a stack"
         time.sleep(0.05)
     workload.communicate("go\n", timeout=HANG_S)  # the 50 heavy() and 20 light() after it
     assert workload.returncode == 0
