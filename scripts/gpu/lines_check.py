@@ -125,17 +125,19 @@ def node(a: argparse.Namespace) -> list[str]:
     ready, log, err_path = f"{tag}.ready", f"{tag}.log", f"{tag}.err"
     # synchronised each step: its launches spread evenly in time, not in bursts of
     # 200 steps that a slice catches whole or not at all
+    work_err = open(f"{tag}.work-err", "w+")
     work = subprocess.Popen([a.python, "scripts/gpu/lines_workload.py", "--seconds",
                              str(a.seconds + 40), "--log", log, "--ready", ready,
                              "--batch", "1"],
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=work_err, text=True)
     while not os.path.exists(ready):
         if work.poll() is not None:
             raise SystemExit("the workload ended before it was ready")
         time.sleep(0.1)
     time.sleep(3)
     err = open(err_path, "w")
-    run = ["scripts/gpu/lines_align_debug.py"] if a.debug else ["-m", "cudaprobe"]
+    run = (["scripts/gpu/lines_align_debug.py"] if a.debug else
+           ["scripts/gpu/serve_no_pause.py"] if a.no_pause else ["-m", "cudaprobe"])
     serve = subprocess.Popen(
         [sys.executable, *run, "serve", "--prometheus", f"127.0.0.1:{PORT}",
          "--api", "driver", "--lib", a.lib, "--duty", a.duty, "--duty-period", a.duty_period,
@@ -148,13 +150,23 @@ def node(a: argparse.Namespace) -> list[str]:
     got = scrape()
     serve.send_signal(signal.SIGINT)
     serve.wait(timeout=120)
-    result = json.loads(work.communicate(timeout=120)[0])
+    printed = work.communicate(timeout=120)[0]
+    if work.returncode != 0 or not printed.strip():  # harmed: what it and the kernel said
+        work_err.seek(0)
+        dmesg = subprocess.run(["dmesg"], capture_output=True, text=True).stdout.splitlines()
+        return [f"node: the workload ended with status {work.returncode} and printed "
+                f"{len(printed)} characters; serve exit {serve.returncode}",
+                *[f"  workload: {t}" for t in work_err.read().splitlines()[-25:]],
+                *[f"  dmesg: {t}" for t in dmesg[-8:]],
+                *[f"  serve: {t}" for t in open(err_path).read().splitlines()[-15:]]]
+    result = json.loads(printed)
     entries = [json.loads(t) for t in open(log)]
     first = min((e for e in entries if e["t"] >= began), key=lambda e: e["t"])
     last = max((e for e in entries if e["t"] <= ended), key=lambda e: e["t"])
     window = {n: last["ms"][n] - first["ms"][n] for n in result["ms"]}
     said = open(err_path).read()
-    return [f"node: serve --api driver --duty {a.duty} --duty-period {a.duty_period} "
+    kept_on = " (CUPTI left on between slices)" if a.no_pause else ""
+    return [f"node{kept_on}: serve --api driver --duty {a.duty} --duty-period {a.duty_period} "
             f"--gpu-time --py-stacks beside the running workload, {a.seconds:g} s; events over "
             f"{last['t'] - first['t']:.1f} s of serve's window; workload exit {work.returncode}",
             *compare(result["lines"], window, got, "sampled: each kernel x 1/duty"),
@@ -173,6 +185,8 @@ def main() -> None:
     ap.add_argument("--duty-period", default="5")
     ap.add_argument("--debug", action="store_true",
                     help="node: serve's clock alignment printed (lines_align_debug.py)")
+    ap.add_argument("--no-pause", action="store_true",
+                    help="node: CUPTI left on between the slices (serve_no_pause.py)")
     a = ap.parse_args()
     lines = launched(a) if a.mode == "launched" else node(a)
     with open(a.out, "a") as f:

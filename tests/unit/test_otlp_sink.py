@@ -143,7 +143,12 @@ def test_a_collector_that_never_answers_costs_counted_spans_not_a_hang(monkeypat
         started = time.monotonic()
         summary = run_sink(f"127.0.0.1:{silent.getsockname()[1]}", calls, notes, timeout_s=0.5)
         took = time.monotonic() - started
-    assert summary.undelivered == {"otlp_queue_full": 7, "otlp_unsent": 3}
+    # the 3 queued: sent and not taken, or still unsent when the flush gave up (which
+    # of the two depends on how far the exporter's thread came: the machine's speed)
+    undelivered = dict(summary.undelivered)
+    assert undelivered.pop("otlp_queue_full") == 7
+    assert set(undelivered) <= {"otlp_unsent", "otlp_export_failed"}
+    assert sum(undelivered.values()) == 3
     assert summary.total_lost == 0  # every row was written: spans are not calls lost
     assert any("OTLP queue full" in n for n in notes)
     assert any("failing (no answer in 0.5s)" in n for n in notes)
