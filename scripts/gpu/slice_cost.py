@@ -40,6 +40,9 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from cudaprobe.targets.elfsyms import read_symbols
 
@@ -157,6 +160,19 @@ def summary(name: str, values: list[float], span_s: float, slices: int) -> tuple
             f"{1e3 * mean:+.3f} ms a slice"), hi
 
 
+def gpu_recorded() -> tuple[float, float]:
+    """serve's kernels counted and their GPU seconds, all kernels together."""
+    text = urllib.request.urlopen("http://127.0.0.1:9468/metrics", timeout=30).read().decode()
+    count = seconds = 0.0
+    for fam in text_string_to_metric_families(text):
+        for sample in fam.samples:
+            if sample.name == "cudaprobe_gpu_kernel_duration_seconds_count":
+                count += sample.value
+            elif sample.name == "cudaprobe_gpu_kernel_duration_seconds_sum":
+                seconds += sample.value
+    return count, seconds
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lib", required=True)
@@ -198,6 +214,7 @@ def main() -> None:
     began, cpu0 = time.monotonic(), tree_cpu_s(serve.pid)
     time.sleep(a.seconds)
     ended, cpu1 = time.monotonic(), tree_cpu_s(serve.pid)
+    gpu = gpu_recorded() if "--gpu-time" in a.serve_arg else None
     serve.send_signal(signal.SIGINT)
     serve.wait(timeout=60)
     time.sleep(1)
@@ -256,6 +273,10 @@ def main() -> None:
                      f"before serve, {1e3 * statistics.median(beside):.3f} ms beside it from "
                      f"5 s on ({statistics.median(beside) / statistics.median(before) - 1:+.1%}"
                      "): a cost all along, such as --gpu-time's CUPTI")
+    if gpu is not None:  # the library was in and recording: CUPTI's cost is in the figures
+        said = [t for t in open(f"{tag}.serve.err").read().splitlines() if "GPU-time" in t]
+        lines.append(f"--gpu-time: {gpu[0]:.0f} kernels counted ({gpu[1]:.3f} GPU s, scaled by "
+                     f"the slices' ratio) at the end; serve said: {'; '.join(said[:3])}")
     lines.append(f"serve's own CPU: {cpu1 - cpu0:.2f} s over {span:.0f} s "
                  f"({100 * (cpu1 - cpu0) / span:.2f}% of one core of {os.cpu_count()})")
     with open(a.out, "a") as f:
