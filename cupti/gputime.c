@@ -640,14 +640,16 @@ int gputime_record_to(int fd, const char *cupti_path, int work_only, char *why, 
 
 /* Attach, serve --duty: CUPTI's recording off between the slices (its cost on
  * every launch gone with it) and on again in them; the records made so far
- * come at the next flush. The watcher's thread only (attach.c). */
+ * come at the next flush. The watcher's thread only (attach.c). Only a
+ * recording of the GPU work alone: CUPTI's RUNTIME and DRIVER kinds switched
+ * off and on under a running PyTorch job ended the job (H100, CUDA 13), where
+ * the work's kinds switched alone, or everything left on, did not. */
 __attribute__((visibility("hidden")))
 void gputime_pause(int paused)
 {
     pthread_mutex_lock(&flush_lock);
-    if (recording && !exiting) {
+    if (recording && !exiting && api_records == GPUTIME_API_NONE)
         switch_activity(!paused);
-    }
     pthread_mutex_unlock(&flush_lock);
 }
 

@@ -534,6 +534,52 @@ def test_serve_duty_turns_cupti_recording_off_between_slices(tmp_path, target_ex
     assert "Traceback" not in err.text()
 
 
+def windows(address: str) -> float:
+    """serve's slices so far (cudaprobe_sampled_windows)."""
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=HANG_S) as r:
+        text = r.read().decode()
+    return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+               if s.name == "cudaprobe_sampled_windows_total")
+
+
+def test_serve_duty_with_py_stacks_leaves_cupti_s_api_records_on(tmp_path, target_exe,
+                                                                 fake_cupti, libcudart):
+    """serve --duty --gpu-time --py-stacks: the recording has CUPTI's API records
+    too, whose kinds switched off and on under a running PyTorch job ended the
+    job (H100). So it stays on between the slices, all its kinds enabled once
+    and disabled only at the stop (the fake CUPTI logs each switch); it is said
+    once; the program's output and exit status are an untraced run's."""
+    library, env = private_copy(tmp_path, libcudart)
+    log = tmp_path / "switches.log"
+    t = Target([str(target_exe), "1", "0"], env={**env, "FAKE_CUPTI_LOG": str(log)})
+    address = f"127.0.0.1:{free_port()}"
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "cudaprobe", "serve", "--prometheus", address,
+         "--lib", library, "--gpu-time", "--py-stacks", "--duty", "20%", "--duty-period", "1"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "CUDAPROBE_CUPTI": str(fake_cupti)})
+    err = Lines(serve.stderr)
+    try:
+        err.wait_for(lambda s: f"the GPU-time library is recording in pid {t.pid} " in s,
+                     "recording", timeout=HANG_S)
+        # three slices after it, each of which would have switched it off after it
+        first = windows(address)
+        deadline = time.monotonic() + HANG_S
+        while windows(address) < first + 3:
+            assert time.monotonic() < deadline, err.text()
+            time.sleep(0.1)
+    finally:
+        assert stop(serve) == 0, err.text()
+        assert t.finish() == (UNTRACED, 0)
+    switches = [line.split() for line in log.read_text().splitlines()]
+    kinds = [kind for what, kind in switches if what == "enable"]
+    assert sorted(kinds) == sorted({*kinds}) and str(CONCURRENT_KERNEL) in kinds, switches
+    assert switches[-len(kinds) - 1:-1] == [["disable", k] for k in kinds], switches
+    assert switches[-1] == ["unsubscribe", "0"]
+    assert err.text().count("CUPTI's recording stays on between the slices") == 1
+    assert "Traceback" not in err.text()
+
+
 def test_on_a_node_the_processes_waiting_for_the_library_are_bounded(monkeypatch):
     """A storm of CUDA processes cannot grow what serve keeps: past
     NODE_WAITING waiting, a process is refused (busy), counted and said."""
