@@ -641,9 +641,9 @@ int gputime_record_to(int fd, const char *cupti_path, int work_only, char *why, 
 /* Attach, serve --duty: CUPTI's recording off between the slices (its cost on
  * every launch gone with it) and on again in them; the records made so far
  * come at the next flush. The watcher's thread only (attach.c). Only a
- * recording of the GPU work alone: CUPTI's RUNTIME and DRIVER kinds switched
- * off and on under a running PyTorch job ended the job (H100, CUDA 13), where
- * the work's kinds switched alone, or everything left on, did not. */
+ * recording of the GPU work alone: a running PyTorch job died in the one run
+ * that switched CUPTI's RUNTIME and DRIVER kinds off and on too (H100, CUDA
+ * 13), where the work's kinds switched alone, or everything left on, did not. */
 __attribute__((visibility("hidden")))
 void gputime_pause(int paused)
 {

@@ -22,9 +22,9 @@ of GPU work to Python lines looks only at work launched inside one. With
 --gpu-time, the GPU-time library's CUPTI recording in each process (whose
 kernel records cost every launch 4-10% while on) cycles too: the GPU time is
 what the slices launched, times 1/fraction (CallMetrics.gpu_weight). Not with
---py-stacks, whose recording has CUPTI's API records too: switching those off
-and on under a running PyTorch job ended the job (H100, CUDA 13), so that
-recording stays on and its kernels count unscaled.
+--py-stacks, whose recording has CUPTI's API records too: a running PyTorch
+job died in the one run that switched those off and on (H100, CUDA 13), so
+that recording stays on and its kernels count unscaled.
 """
 
 from __future__ import annotations
@@ -109,8 +109,8 @@ class DutyCycle:
         if self._gpu is not None and not self._gpu.injector.work_only:
             self._gpu = None  # API records too (--py-stacks): on all along, GPU time unscaled
             self.notify("--duty with --gpu-time --py-stacks: CUPTI's recording stays on "
-                        "between the slices (its API records switched off and on under a "
-                        "running job ended the job, on an H100), so every kernel's GPU time "
+                        "between the slices (a running job died in the one run that switched "
+                        "its API records off and on, on an H100), so every kernel's GPU time "
                         "is counted, unscaled, and CUPTI costs the job all along")
         if self._gpu is not None:  # GPU time too is what the slices saw, times 1/fraction
             self.metrics.gpu_weight = self.metrics.weight

@@ -545,8 +545,8 @@ def windows(address: str) -> float:
 def test_serve_duty_with_py_stacks_leaves_cupti_s_api_records_on(tmp_path, target_exe,
                                                                  fake_cupti, libcudart):
     """serve --duty --gpu-time --py-stacks: the recording has CUPTI's API records
-    too, whose kinds switched off and on under a running PyTorch job ended the
-    job (H100). So it stays on between the slices, all its kinds enabled once
+    too; a running PyTorch job died in the one run that switched those kinds off
+    and on (H100). So it stays on between the slices, all its kinds enabled once
     and disabled only at the stop (the fake CUPTI logs each switch); it is said
     once; the program's output and exit status are an untraced run's."""
     library, env = private_copy(tmp_path, libcudart)
