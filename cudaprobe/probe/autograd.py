@@ -88,6 +88,7 @@ class AutogradProbe:
         self._links: dict[int, list[int]] = {}  # pid -> its link fds
         self._planned: dict[int, AutogradPlan] = {}  # pid -> where its probes go
         self._paused = False  # serve --duty: between two slices, no link in
+        self._closed = False  # close(): a process read after it (a node's Finder) gets none
         self._pages: dict[int, int] = {}  # pid -> its size when its maps were read
         self._said: set[str] = set()
         self._fds: dict[bytes, int] = {}
@@ -108,6 +109,8 @@ class AutogradProbe:
             self._rescan(pids, forget)
 
     def _rescan(self, pids: list[int], forget: bool) -> None:
+        if self._closed:
+            return
         for pid in pids:
             if pid in self._planned:  # (its links, if any, are of that plan)
                 continue
@@ -208,7 +211,7 @@ class AutogradProbe:
         """A slice begins: the links of the processes still running back in."""
         with self._lock:
             self._paused = False
-            for pid, plan in list(self._planned.items()):
+            for pid, plan in list(self._planned.items() if not self._closed else ()):
                 if not procmaps.process_alive(pid):
                     self._forget(pid)
                 elif pid not in self._links:
@@ -228,6 +231,7 @@ class AutogradProbe:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             for pid in list(self._links):
                 self._forget(pid)
 
