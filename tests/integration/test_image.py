@@ -354,3 +354,7 @@ def test_on_ubuntu_the_image_is_built_from_debian_s_mirror(tmp_path):
     assert (bad.returncode, bad.stdout) == (2, "")
     assert bad.stderr == ("build-image: -m wants a mirror's URL (http://, https:// or file:/): "
                           "ftp://mirror\n")
+    unknown = subprocess.run(["bash", build[0], "-x"], capture_output=True, text=True,
+                             timeout=SLOW_S, env=env)
+    assert (unknown.returncode, unknown.stdout, unknown.stderr) == (
+        2, "", f"build-image: unknown option -x (see: {build[0]} -h)\n")
