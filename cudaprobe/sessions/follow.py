@@ -46,7 +46,8 @@ class Follower:
         attacher.on_exec = self._exec_of
         self.waiting_for_pids = bool(targets.requested)
         self._next_maps_scan = self._next_comm_scan = 0.0
-        self._named: set[int] = set()
+        self._named: set[int] = set()  # present at the start, or said as started under the name
+        self._found_named: set[int] = set()  # made targets by the scan of names (_add_named)
         self._unprobed = 0  # children gone before their probes were in, said so far
         self._names_seen: dict[int, str] = {}  # pid -> its name, for its children gone
         self._defined = {a.probe.symbol for a in plan.attachments}
@@ -225,9 +226,15 @@ class Follower:
         self._add_library(obj, atts)
 
     def _add_named(self, later: bool = True) -> None:
+        """The processes of the --comm name now made targets: at the start (the
+        present ones), or `later`, by the scan, which may find one between its
+        exec and its open of a probed library: it is said once linked (at that
+        open, _exec_named), as if the exec tracepoint alone had found it."""
         for pid in self.targets.named_now():
-            if pid not in self._named:
-                self._named.add(pid)
+            if pid not in self._found_named and pid not in self._named:
+                self._found_named.add(pid)
+                if not later:
+                    self._named.add(pid)
                 self.attacher.add_target(pid)
                 if later and self.on_later is not None:
                     self.on_later(pid)
@@ -243,6 +250,7 @@ class Follower:
         for pid in gone:
             self.attacher.remove_target(pid)
             self._named.discard(pid)
+            self._found_named.discard(pid)
         for obj in found:
             self._attach(obj)
         if self.attacher.on_rescan is not None:

@@ -34,6 +34,7 @@ from ..conftest import (
 )
 from .conftest import expected_calls, trace_jsonl
 from .running import (
+    LOOP_ORDER,
     Lines,
     Loop,
     Tracing,
@@ -296,6 +297,38 @@ def test_a_program_with_the_runtime_linked_in_is_probed_at_its_exec(tmp_path, sh
     assert [c["event"] for c in calls] == [t["event"] for t in truth], proc.stderr
     assert summary["lost_total"] == 0 and summary["untraced"] == [], proc.stderr
     assert f"execs {app}, which has CUDA linked in" in proc.stderr
+
+
+def test_a_process_the_name_scan_finds_before_its_open_is_said_once(tmp_path, libcudart):
+    """--comm NAME, and a process exec'd under that name that opens libcudart
+    only later (dlopen, as `import torch` does), the scan of names (each
+    COMM_RESCAN_S) meeting it meanwhile: it is held at its open, traced from its
+    first call, and said as started under the name once."""
+    from cudaprobe.sessions.follow import COMM_RESCAN_S  # noqa: PLC0415
+    libcudart, env = private_copy(tmp_path, libcudart)
+    named = tmp_path / unique_name("ln")
+    shutil.copy(build_loop("dlopen"), named)
+    tracing = Tracing(tmp_path, "--comm", named.name, "--lib", libcudart)
+    tracing.wait_for("following every process named")
+    app = started(subprocess.Popen([str(named), "0", "2", libcudart], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, text=True, env=env))
+    said = f"pid {app.pid} ({named.name}) started under the name: traced from its first call"
+    try:
+        assert json.loads(app.stdout.readline()) == {"pid": app.pid}
+        time.sleep(3 * COMM_RESCAN_S)  # the scan of names meets it before its open
+        app.stdin.write("load\n")
+        app.stdin.flush()
+        assert json.loads(app.stdout.readline()) == {"loaded": libcudart}
+        tracing.wait_for(said)
+        app.stdin.write("go\n")  # two iterations, then it exits
+        app.stdin.flush()
+        assert app.wait(timeout=HANG_S) == 0
+    finally:
+        app.kill()
+        app.wait()
+    calls, summary, err = tracing.interrupt()
+    assert err.count(said) == 1 and summary["untraced"] == [], err
+    assert [c["event"] for c in calls if c["pid"] == app.pid] == LOOP_ORDER * 2, err
 
 
 def test_a_program_with_the_runtime_linked_in_started_under_the_comm_name(tmp_path):
