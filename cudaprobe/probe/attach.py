@@ -273,6 +273,22 @@ class Attacher:
             if self.settings.links_per_process and pid not in self._pid_links:
                 self._attach_process(pid, self._libraries)
 
+    def add_named(self, pid: int) -> bool | None:
+        """A process of the --comm name found by a scan of names, made a target:
+        None where it was linked already (held at its exec or open: said there);
+        else linked now, and whether it mapped a probed library before (its calls
+        before then were not seen)."""
+        with self._lock:
+            if pid in self._pid_links or not self.settings.links_per_process:
+                self.add_target(pid)
+                return None
+            try:
+                late = self._maps_probed(pid)
+            except CudaprobeError:
+                late = False
+            self.add_target(pid)
+            return late
+
     def _link(self, pid: int, made: int = 0) -> None:
         """A child's own links, then its calls count: from the moment every link
         is in, all functions at once (the fork tracepoint adds it as

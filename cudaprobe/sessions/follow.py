@@ -231,13 +231,21 @@ class Follower:
         exec and its open of a probed library: it is said once linked (at that
         open, _exec_named), as if the exec tracepoint alone had found it."""
         for pid in self.targets.named_now():
-            if pid not in self._found_named and pid not in self._named:
-                self._found_named.add(pid)
-                if not later:
-                    self._named.add(pid)
+            if pid in self._found_named or pid in self._named:
+                continue
+            self._found_named.add(pid)
+            if not later:
+                self._named.add(pid)
                 self.attacher.add_target(pid)
-                if later and self.on_later is not None:
-                    self.on_later(pid)
+                continue
+            # one the exec did not tell (a symbolic link's name, a program that
+            # renamed itself): linked here, before any open the gate would hold
+            late = self.attacher.add_named(pid)
+            if late is not None:
+                name = self._names_seen[pid] = _name(pid)
+                self._exec_named(pid, name, at_open=not late)
+            if self.on_later is not None:
+                self.on_later(pid)
 
     def _rescan_maps(self) -> None:
         # the processes named by --pid first: a library new to several processes

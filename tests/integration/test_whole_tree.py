@@ -299,15 +299,22 @@ def test_a_program_with_the_runtime_linked_in_is_probed_at_its_exec(tmp_path, sh
     assert f"execs {app}, which has CUDA linked in" in proc.stderr
 
 
-def test_a_process_the_name_scan_finds_before_its_open_is_said_once(tmp_path, libcudart):
+@pytest.mark.parametrize("via", ["file", "symlink"])
+def test_a_process_the_name_scan_finds_before_its_open_is_said_once(tmp_path, libcudart, via):
     """--comm NAME, and a process exec'd under that name that opens libcudart
     only later (dlopen, as `import torch` does), the scan of names (each
-    COMM_RESCAN_S) meeting it meanwhile: it is held at its open, traced from its
-    first call, and said as started under the name once."""
+    COMM_RESCAN_S) meeting it meanwhile: traced from its first call, and said as
+    started under the name once. Exec'd through a symbolic link of that name
+    (the file has another: `python3` and `python3.11`), its exec is not told as
+    one under the name; the scan links it, and said nothing before."""
     from cudaprobe.sessions.follow import COMM_RESCAN_S  # noqa: PLC0415
     libcudart, env = private_copy(tmp_path, libcudart)
     named = tmp_path / unique_name("ln")
-    shutil.copy(build_loop("dlopen"), named)
+    if via == "file":
+        shutil.copy(build_loop("dlopen"), named)
+    else:
+        shutil.copy(build_loop("dlopen"), tmp_path / "the_loop")
+        named.symlink_to(tmp_path / "the_loop")
     tracing = Tracing(tmp_path, "--comm", named.name, "--lib", libcudart)
     tracing.wait_for("following every process named")
     app = started(subprocess.Popen([str(named), "0", "2", libcudart], stdin=subprocess.PIPE,
