@@ -536,10 +536,8 @@ def test_serve_duty_turns_cupti_recording_off_between_slices(tmp_path, target_ex
 
 def windows(address: str) -> float:
     """serve's slices so far (cudaprobe_sampled_windows)."""
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=HANG_S) as r:
-        text = r.read().decode()
-    return sum(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
-               if s.name == "cudaprobe_sampled_windows_total")
+    samples = _serve_samples(f"http://{address}/metrics").get("cudaprobe_sampled_windows", [])
+    return sum(s.value for s in samples if s.name == "cudaprobe_sampled_windows_total")
 
 
 def test_serve_duty_with_py_stacks_leaves_cupti_s_api_records_on(tmp_path, target_exe,
