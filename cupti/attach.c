@@ -29,7 +29,7 @@
 
 #include "inject.h"
 
-int gputime_record_to(int fd, const char *cupti_path, int work_only, char *why, size_t why_size);
+int gputime_record_to(int fd, const char *cupti_path, int mode, char *why, size_t why_size);
 void gputime_stop_recording(void);
 void gputime_flush(void);
 void gputime_pause(int paused);
@@ -135,8 +135,9 @@ struct gputime_control *gputime_inject_attach(const char *cupti_path, uint64_t o
         set_state(ATTACH_REFUSED);
         return &control;
     }
-    if (gputime_record_to(fd, cupti_path, (owner & ATTACH_WORK_ONLY) != 0, control.why,
-                          sizeof control.why) < 0) {
+    int mode = (owner & ATTACH_WORK_ONLY) ? GPUTIME_MODE_WORK
+               : (owner & ATTACH_CALL_TIES) ? GPUTIME_MODE_CALL_TIES : GPUTIME_MODE_CALLS;
+    if (gputime_record_to(fd, cupti_path, mode, control.why, sizeof control.why) < 0) {
         close(fd);
         set_state(ATTACH_REFUSED);
         return &control;

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,6 +62,8 @@ static struct {
     CUptiResult (*unsubscribe)(CUpti_SubscriberHandle);
     CUptiResult (*get_thread_id_type)(CUpti_ActivityThreadIdType *);
     CUptiResult (*timestamp)(uint64_t *);  /* cuptiGetTimestamp: CUPTI's clock now; may be NULL */
+    CUptiResult (*enable_callback)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain,
+                                   CUpti_CallbackId);  /* may be NULL */
 } cupti;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;  /* the file and the tables */
@@ -78,6 +81,15 @@ static pthread_mutex_t flush_lock = PTHREAD_MUTEX_INITIALIZER;
 static int exiting;
 /* per domain (0 driver, 1 runtime) and cbid: 0 not seen, 1 kept (its name written), 2 not kept */
 static unsigned char api_kept[2][MAX_CBID];
+/* GPUTIME_API_CALLS: each tied call's record, made at its exit by on_call(), kept
+ * here until the next flush (write_ties); appended under tie_lock, which is never
+ * held while `lock` is taken */
+#define TIE_RECORDS 65536
+static pthread_mutex_t tie_lock = PTHREAD_MUTEX_INITIALIZER;
+static CUpti_SubscriberHandle subscriber;  /* attach: ours, held while recording */
+static struct gputime_record ties[TIE_RECORDS];
+static size_t n_ties;
+static struct gputime_record ties_out[TIE_RECORDS];  /* under lock */
 static const char *names[MAX_NAMES];  /* open addressing on CUPTI's name pointers */
 static uint32_t name_ids[MAX_NAMES];
 static uint32_t next_name_id = 1;
@@ -240,6 +252,64 @@ static int api_is_kept(CUpti_ActivityKind kind, uint32_t cbid)
     return api_kept[d][cbid] == 1;
 }
 
+/* the tied calls' records so far into the file, each function's FUNCTION record
+ * before its first; not under lock or tie_lock */
+static void write_ties(void)
+{
+    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&tie_lock);
+    size_t n = n_ties;
+    memcpy(ties_out, ties, n * sizeof *ties);
+    n_ties = 0;
+    pthread_mutex_unlock(&tie_lock);
+    if (n && open_output()) {
+        for (size_t i = 0; i < n; i++)
+            api_is_kept((CUpti_ActivityKind)ties_out[i].domain, ties_out[i].cbid);
+        write_all(ties_out, n * sizeof *ties_out);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* CUPTI's callback at the entry and exit of each launch, copy and memset call
+ * (GPUTIME_API_CALLS), on the calling thread: its start kept in the call's
+ * correlationData at the entry, its record made at the exit, in CUPTI's clock
+ * (that of the GPU records) and with the kernel's thread id. The cost to the
+ * program: two reads of CUPTI's clock and an append under a lock no long work
+ * holds, but once in TIE_RECORDS calls (the write, where the watcher's flush has
+ * not come first). */
+static void CUPTIAPI on_call(void *data, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                             const void *info)
+{
+    const CUpti_CallbackData *cb = info;
+    uint64_t now = 0;
+    (void)data;
+    if ((domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) || !cb)
+        return;
+    if (cupti.timestamp)
+        cupti.timestamp(&now);
+    if (cb->callbackSite == CUPTI_API_ENTER) {
+        if (cb->correlationData)
+            *cb->correlationData = now;
+        return;
+    }
+    struct gputime_record r = {
+        .type = GPUTIME_API, .size = sizeof r, .correlation = cb->correlationId,
+        .start = cb->correlationData && *cb->correlationData ? *cb->correlationData : now,
+        .end = now, .tid = (uint32_t)syscall(SYS_gettid), .cbid = cbid,
+        .domain = (uint8_t)(domain == CUPTI_CB_DOMAIN_RUNTIME_API ? CUPTI_ACTIVITY_KIND_RUNTIME
+                                                                  : CUPTI_ACTIVITY_KIND_DRIVER)};
+    for (int tries = 0; tries < 2; tries++) {
+        pthread_mutex_lock(&tie_lock);
+        if (n_ties < TIE_RECORDS) {
+            ties[n_ties++] = r;
+            pthread_mutex_unlock(&tie_lock);
+            return;
+        }
+        pthread_mutex_unlock(&tie_lock);
+        write_ties();
+    }
+}
+
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
 {
     *buffer = aligned_alloc(8, BUFFER_BYTES);  /* NULL: CUPTI drops and counts */
@@ -345,8 +415,11 @@ __attribute__((visibility("hidden")))
 void gputime_flush(void)
 {
     pthread_mutex_lock(&flush_lock);
-    if (!exiting && (initialized || recording) && cupti.flush_all)
+    if (!exiting && (initialized || recording) && cupti.flush_all) {
+        if (api_records == GPUTIME_API_CALLS)
+            write_ties();  /* a call's tie before its GPU record, mostly */
         cupti.flush_all(0);
+    }
     pthread_mutex_unlock(&flush_lock);
 }
 
@@ -360,6 +433,8 @@ static void fork_child(void)
 {
     pthread_mutex_init(&lock, NULL);
     pthread_mutex_init(&flush_lock, NULL);
+    pthread_mutex_init(&tie_lock, NULL);
+    n_ties = 0;  /* the parent's calls */
 }
 
 static void register_fork_handlers(void)
@@ -444,15 +519,42 @@ static int enable_kept_apis(uint8_t on)
     return enabled > 0;
 }
 
+/* CUPTI's callbacks on every launch, copy and memset function of both domains
+ * (as enable_kept_apis chooses them) on or off, for on_call() (GPUTIME_API_CALLS).
+ * 1: done; 0: the switch is missing or refused one (the caller turns them off). */
+static int switch_call_ties(uint8_t on)
+{
+    static const CUpti_CallbackDomain domains[] = {CUPTI_CB_DOMAIN_RUNTIME_API,
+                                                   CUPTI_CB_DOMAIN_DRIVER_API};
+    int enabled = 0;
+    if (!cupti.enable_callback || !subscriber)
+        return 0;
+    for (size_t d = 0; d < sizeof domains / sizeof *domains; d++)
+        for (uint32_t cbid = 1; cbid < MAX_CBID; cbid++) {
+            const char *name = NULL;
+            if (cupti.callback_name(domains[d], cbid, &name) != CUPTI_SUCCESS ||
+                !name_is_kept(name))
+                continue;
+            if (cupti.enable_callback(on, subscriber, domains[d], cbid) != CUPTI_SUCCESS)
+                return 0;
+            enabled++;
+        }
+    return enabled > 0;
+}
+
 /* CUPTI's buffers ours and its records on: kernels, copies, memsets, and the API
  * records of the calls that queued them (api_records says how those were chosen).
  * Attached (CUDA already running): the switches for single API functions
  * (cuptiActivityEnableRuntimeApi) give no API record then (seen on an H100,
  * CUDA 13, driver 580), so the whole RUNTIME and DRIVER kinds, whose records
- * of functions not kept the library drops (api_kept); or, `work_only` (an
- * attach whose records are joined to no call: serve, which counts kernels),
- * no API record at all, CUPTI's dearest part on a launch-bound program. */
-static CUptiResult enable_activity(int attached, int work_only)
+ * of functions not kept the library drops (api_kept); or, `mode`
+ * GPUTIME_MODE_WORK (an attach whose records are joined to no call: serve,
+ * which counts kernels), no API record at all, CUPTI's dearest part on a
+ * launch-bound program; or GPUTIME_MODE_CALL_TIES (serve --duty --py-stacks),
+ * no API record kind either, the calls that queue work tied to it by CUPTI's
+ * callbacks on those functions alone (on_call); where CUPTI refuses those,
+ * the work alone (GPUTIME_API_NONE, which the file's header says). */
+static CUptiResult enable_activity(int attached, int mode)
 {
     CUptiResult res = cupti.register_callbacks(buffer_requested, buffer_completed);
     /* CONCURRENT_KERNEL, not KERNEL: KERNEL serialises the program's kernels */
@@ -461,13 +563,23 @@ static CUptiResult enable_activity(int attached, int work_only)
         CUPTI_ACTIVITY_KIND_MEMSET};
     for (size_t i = 0; res == CUPTI_SUCCESS && i < sizeof kinds / sizeof *kinds; i++)
         res = cupti.enable(kinds[i]);
-    if (res == CUPTI_SUCCESS && work_only)
+    if (res == CUPTI_SUCCESS && mode == GPUTIME_MODE_WORK) {
         api_records = GPUTIME_API_NONE;
-    else if (res == CUPTI_SUCCESS && !attached && enable_kept_apis(1))
-        api_records = GPUTIME_API_SELECTED;
-    else if (res == CUPTI_SUCCESS && (res = cupti.enable(CUPTI_ACTIVITY_KIND_RUNTIME)) ==
-             CUPTI_SUCCESS && (res = cupti.enable(CUPTI_ACTIVITY_KIND_DRIVER)) == CUPTI_SUCCESS)
-        api_records = GPUTIME_API_ALL;  /* these kinds override what enable_kept_apis did */
+    } else if (res == CUPTI_SUCCESS && mode == GPUTIME_MODE_CALL_TIES) {
+        /* where CUPTI has no such callbacks, the work alone: never every call's record */
+        api_records = switch_call_ties(1) ? GPUTIME_API_CALLS : GPUTIME_API_NONE;
+        if (api_records == GPUTIME_API_NONE)
+            switch_call_ties(0);  /* refused part way: what went on, off again */
+    } else {
+        if (res == CUPTI_SUCCESS && !attached && enable_kept_apis(1))
+            api_records = GPUTIME_API_SELECTED;
+        else if (res == CUPTI_SUCCESS &&
+                 (res = cupti.enable(CUPTI_ACTIVITY_KIND_RUNTIME)) == CUPTI_SUCCESS &&
+                 (res = cupti.enable(CUPTI_ACTIVITY_KIND_DRIVER)) == CUPTI_SUCCESS)
+            api_records = GPUTIME_API_ALL;  /* these kinds override what enable_kept_apis did */
+    }
+    if (api_records == GPUTIME_API_CALLS)
+        system_tids = 1;  /* on_call's are gettid()'s, whatever CUPTI's type */
     return res;
 }
 
@@ -504,6 +616,7 @@ static int load_cupti(const char *cupti_path, char *why, size_t why_size)
     cupti.unsubscribe = dlsym(lib, "cuptiUnsubscribe");
     cupti.get_thread_id_type = dlsym(lib, "cuptiGetThreadIdType");
     cupti.timestamp = dlsym(lib, "cuptiGetTimestamp");
+    cupti.enable_callback = dlsym(lib, "cuptiEnableCallback");
     if (missing || !cupti.callback_name) {
         snprintf(why, why_size, "libcupti lacks the activity API cudaprobe uses");
         lib = NULL;
@@ -543,7 +656,7 @@ static int start_recording(const char *dir, const char *cupti_path)
     if (cupti.timestamp_callback && cupti.timestamp_callback(monotonic_ns) == CUPTI_SUCCESS)
         clock_kind = GPUTIME_CLOCK_MONOTONIC;
     ask_system_tids();
-    CUptiResult res = enable_activity(0, 0);
+    CUptiResult res = enable_activity(0, GPUTIME_MODE_CALLS);
     if (res != CUPTI_SUCCESS) {
         refused(res, why, sizeof why);
         write_status(why);
@@ -565,7 +678,6 @@ static void CUPTIAPI no_callback(void *data, CUpti_CallbackDomain d, CUpti_Callb
     (void)data, (void)d, (void)cbid, (void)info;
 }
 
-static CUpti_SubscriberHandle subscriber;
 static CUpti_ActivityThreadIdType previous_tid_type;
 
 /* whatever enable_activity() turned on, off (`on` 0: the stop, or between serve
@@ -578,6 +690,8 @@ static void switch_activity(uint8_t on)
     CUptiResult (*flip)(CUpti_ActivityKind) = on ? cupti.enable : cupti.disable;
     if (api_records == GPUTIME_API_SELECTED)
         enable_kept_apis(on);
+    if (api_records == GPUTIME_API_CALLS)
+        switch_call_ties(on);
     for (size_t i = 0; flip && i < sizeof kinds / sizeof *kinds; i++)
         if (i < 3 || api_records == GPUTIME_API_ALL)
             flip(kinds[i]);
@@ -591,7 +705,7 @@ static void switch_activity(uint8_t on)
  * profiler already in the program (Kineto, Nsight Systems) is found: refused.
  * 0, or -1 with why. */
 __attribute__((visibility("hidden")))
-int gputime_record_to(int fd, const char *cupti_path, int work_only, char *why, size_t why_size)
+int gputime_record_to(int fd, const char *cupti_path, int mode, char *why, size_t why_size)
 {
     if (recording) {
         snprintf(why, why_size, "already recording");
@@ -599,8 +713,9 @@ int gputime_record_to(int fd, const char *cupti_path, int work_only, char *why, 
     }
     if (load_cupti(cupti_path, why, why_size) < 0)
         return -1;
-    CUptiResult res = cupti.subscribe ? cupti.subscribe(&subscriber, no_callback, NULL)
-                                      : CUPTI_SUCCESS;
+    CUptiResult res = cupti.subscribe
+        ? cupti.subscribe(&subscriber, mode == GPUTIME_MODE_CALL_TIES ? on_call : no_callback, NULL)
+        : CUPTI_SUCCESS;
     if (res != CUPTI_SUCCESS) {
         refused(res, why, why_size);
         return -1;
@@ -619,7 +734,8 @@ int gputime_record_to(int fd, const char *cupti_path, int work_only, char *why, 
     next_name_id = 1;
     clock_kind = GPUTIME_CLOCK_REALTIME;
     api_records = GPUTIME_API_UNKNOWN;
-    res = enable_activity(1, work_only);
+    n_ties = 0;
+    res = enable_activity(1, mode);
     write_header();
     pthread_mutex_unlock(&lock);
     if (res != CUPTI_SUCCESS) {
@@ -641,14 +757,16 @@ int gputime_record_to(int fd, const char *cupti_path, int work_only, char *why, 
 /* Attach, serve --duty: CUPTI's recording off between the slices (its cost on
  * every launch gone with it) and on again in them; the records made so far
  * come at the next flush. The watcher's thread only (attach.c). Only a
- * recording of the GPU work alone: a running PyTorch job died in the one run
- * that switched CUPTI's RUNTIME and DRIVER kinds off and on too (H100, CUDA
- * 13), where the work's kinds switched alone, or everything left on, did not. */
+ * recording of the GPU work alone, or with its calls tied by CUPTI's callbacks
+ * (GPUTIME_API_CALLS): a running PyTorch job died in the one run that switched
+ * CUPTI's RUNTIME and DRIVER kinds off and on too (H100, CUDA 13), where the
+ * work's kinds switched alone, or everything left on, did not. */
 __attribute__((visibility("hidden")))
 void gputime_pause(int paused)
 {
     pthread_mutex_lock(&flush_lock);
-    if (recording && !exiting && api_records == GPUTIME_API_NONE)
+    if (recording && !exiting &&
+        (api_records == GPUTIME_API_NONE || api_records == GPUTIME_API_CALLS))
         switch_activity(!paused);
     pthread_mutex_unlock(&flush_lock);
 }
@@ -661,6 +779,8 @@ void gputime_stop_recording(void)
     if (!recording)
         return;
     switch_activity(0);
+    if (api_records == GPUTIME_API_CALLS)
+        write_ties();
     cupti.flush_all(1);
     pthread_mutex_lock(&lock);
     out_fd = -1;

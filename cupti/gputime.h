@@ -25,6 +25,10 @@ enum gputime_api_records {  /* which calls CUPTI builds API records for */
     GPUTIME_API_ALL = 2,       /* every call (the whole RUNTIME and DRIVER kinds: that libcupti
                                   lacks the fine-grained switches); the library keeps the same */
     GPUTIME_API_NONE = 3,      /* none: the GPU work only (an attach that joins nothing) */
+    GPUTIME_API_CALLS = 4,     /* launches, copies and memsets, each written by the library
+                                  from CUPTI's callbacks at the call (no API record kind on):
+                                  an attach for serve --duty --py-stacks, switched with the
+                                  slices */
 };
 
 enum gputime_type {

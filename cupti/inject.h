@@ -78,6 +78,13 @@
 /* gputime_inject_attach's `owner`: the attaching cudaprobe's pid, and above bit
  * 32 what it wants recorded */
 #define ATTACH_WORK_ONLY 0x100000000  /* the GPU work only: no API record of any call */
+#define ATTACH_CALL_TIES 0x200000000  /* the calls that queue work tied to it through CUPTI's
+                                         callbacks on those functions alone (GPUTIME_API_CALLS) */
+/* gputime_record_to's `mode`: the API records of the calls that queue work
+ * (CUPTI's RUNTIME and DRIVER kinds), none, or ties written from CUPTI's callbacks */
+#define GPUTIME_MODE_CALLS 0
+#define GPUTIME_MODE_WORK 1
+#define GPUTIME_MODE_CALL_TIES 2
 #define HEARTBEAT_TIMEOUT_MS 5000  /* no heartbeat this long: cudaprobe is gone, stop */
 #define WATCH_PERIOD_MS 50
 #define FLUSH_PERIOD_MS 500  /* CUPTI's buffers asked for this often (gputime_flush) */

@@ -45,8 +45,9 @@ RECORD = struct.Struct("<HHIQQQIIIIIIBB6x")
 MAGIC = b"CPGPUT1\0"
 VERSION = 3
 CLOCK_REALTIME, CLOCK_MONOTONIC = 0, 1
-# which calls CUPTI made API records of (API_NONE: an attach for serve, which joins nothing)
-API_UNKNOWN, API_SELECTED, API_ALL, API_NONE = 0, 1, 2, 3
+# which calls CUPTI made API records of (API_NONE: an attach for serve, which joins nothing;
+# API_CALLS: the library made them from CUPTI's callbacks on the calls that queue work)
+API_UNKNOWN, API_SELECTED, API_ALL, API_NONE, API_CALLS = 0, 1, 2, 3, 4
 KERNEL, MEMCPY, MEMSET, API, NAME, FUNCTION, STATUS, DROPPED = range(1, 9)
 DOMAIN_DRIVER, DOMAIN_RUNTIME = 4, 5  # CUPTI_ACTIVITY_KIND_DRIVER, _RUNTIME
 
@@ -160,6 +161,10 @@ class GpuReader:
     cupti_clock: set[int] = field(default_factory=set)  # pids stamped in CUPTI's own clock
     all_api_records: int = 0  # processes whose CUPTI recorded every call (no fine-grained switch)
     attached_all_api: int = 0  # processes attached to: their CUPTI records every call (by design)
+    # the calls were to be tied from CUPTI's callbacks (serve --py-stacks): processes
+    # whose CUPTI had none, so that their GPU work is joined to no call
+    expect_ties: bool = False
+    untied: int = 0
     _files: dict[str, _File] = field(default_factory=dict)
     _apis: dict[tuple[int, int], ApiCall] = field(default_factory=dict)  # (pid, correlation)
 
@@ -252,6 +257,8 @@ class GpuReader:
             self.all_api_records += 1
         elif api_records == API_ALL:
             self.attached_all_api += 1
+        if self.expect_ties and api_records == API_NONE:
+            self.untied += 1
         f.clock_offset = offset if clock == CLOCK_REALTIME else 0
         if clock == CLOCK_REALTIME:
             self.cupti_clock.add(f.pid)

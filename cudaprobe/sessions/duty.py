@@ -106,12 +106,12 @@ class DutyCycle:
         if self._autograd is not None:
             self._autograd.pause()
         self._gpu = self.gpu_of()
-        if self._gpu is not None and not self._gpu.injector.work_only:
-            self._gpu = None  # API records too (--py-stacks): on all along, GPU time unscaled
-            self.notify("--duty with --gpu-time --py-stacks: CUPTI's recording stays on "
-                        "between the slices (a running job died in the one run that switched "
-                        "its API records off and on, on an H100), so every kernel's GPU time "
-                        "is counted, unscaled, and CUPTI costs the job all along")
+        injector = self._gpu.injector if self._gpu is not None else None
+        if injector is not None and not (injector.work_only or injector.call_ties):
+            self._gpu = None  # every call's API record: on all along, GPU time unscaled
+            self.notify("--duty with --gpu-time: CUPTI's recording of every call stays on "
+                        "between the slices, so every kernel's GPU time is counted, unscaled, "
+                        "and CUPTI costs the job all along")
         if self._gpu is not None:  # GPU time too is what the slices saw, times 1/fraction
             self.metrics.gpu_weight = self.metrics.weight
             self._gpu.pause()

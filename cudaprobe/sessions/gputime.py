@@ -96,6 +96,8 @@ class GpuTimeRows:
         if lines is not None and self.gpu.reader is not None:
             self.gpu.reader.on_api = lines.api
             lines.cupti_clock = self.gpu.reader.cupti_clock
+            if self.attach is not None:  # each launch's tie from CUPTI's callbacks alone
+                self.attach.injector.call_ties = self.gpu.reader.expect_ties = True
         elif on_gpu_work is not None and self.attach is not None and self.gpu.reader is not None:
             self.attach.injector.work_only = True  # kernels counted, none joined to a call
         self._held: list[Call] | None = None

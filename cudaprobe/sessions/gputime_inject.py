@@ -62,6 +62,10 @@ class Injector:
         # the GPU work alone recorded, no API record (nothing is to be joined to calls:
         # serve without --py-stacks); CUPTI's API records are its dearest part
         self.work_only = False
+        # the calls that queue GPU work tied to it by CUPTI's callbacks on those
+        # functions alone, no API record kind on (serve --py-stacks): switched
+        # with serve --duty's slices, as the work alone is
+        self.call_ties = False
 
     def inject(self, process: HeldProcess, started: Started, point: SafePoint | None = None,
                caught: tuple[TracedThread, int] | None = None) -> str:
@@ -115,7 +119,8 @@ class Injector:
         if same_mount_namespace(pid):
             cupti = cupti_library()
         text = mapped_cupti or cupti  # the program's own libcupti first: one CUPTI a process
-        owner = os.getpid() | (self.layout["ATTACH_WORK_ONLY"] if self.work_only else 0)
+        owner = os.getpid() | (self.layout["ATTACH_WORK_ONLY"] if self.work_only
+                               else self.layout["ATTACH_CALL_TIES"] if self.call_ties else 0)
         args = (0, owner, 1)
         if loaded:
             fn = loaded[0].start + read_symbols(str(self.library)).vaddrs["gputime_inject_attach"]

@@ -39,6 +39,8 @@ pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftes
 HELPER = Path(__file__).with_name("attach_helper.py")
 UNTRACED = "malloc ok\ndlopen ok\ncuda ok\n"
 CONCURRENT_KERNEL = 10  # CUpti_ActivityKind
+RUNTIME_KIND, DRIVER_KIND = "5", "4"  # CUpti_ActivityKind, as the fake CUPTI logs them
+LAUNCH_CBID = 211  # cudaLaunchKernel_v7000
 GONE_S = HANG_S  # for the kernel or the library to let go: an event waited for, never a pass
 
 
@@ -540,13 +542,16 @@ def windows(address: str) -> float:
     return sum(s.value for s in samples if s.name == "cudaprobe_sampled_windows_total")
 
 
-def test_serve_duty_with_py_stacks_leaves_cupti_s_api_records_on(tmp_path, target_exe,
-                                                                 fake_cupti, libcudart):
-    """serve --duty --gpu-time --py-stacks: the recording has CUPTI's API records
-    too; a running PyTorch job died in the one run that switched those kinds off
-    and on (H100). So it stays on between the slices, all its kinds enabled once
-    and disabled only at the stop (the fake CUPTI logs each switch); it is said
-    once; the program's output and exit status are an untraced run's."""
+def test_serve_duty_with_py_stacks_switches_cupti_with_its_slices_tying_calls_by_callbacks(
+        tmp_path, target_exe, fake_cupti, libcudart):
+    """serve --duty --gpu-time --py-stacks: the launches are tied to their kernels
+    by CUPTI's callbacks on the launch functions alone, never by CUPTI's API
+    record kinds (RUNTIME, DRIVER: every call recorded, +8-18% on a PyTorch job
+    all along; a running job died in the one run that switched those off and
+    on). So the recording follows the slices: the kernel kind and the launch's
+    callback on in a slice, off after it, on in the next (the fake CUPTI logs
+    each switch); no API record kind is ever switched on; the program's output
+    and exit status are an untraced run's."""
     library, env = private_copy(tmp_path, libcudart)
     log = tmp_path / "switches.log"
     t = Target([str(target_exe), "1", "0"], env={**env, "FAKE_CUPTI_LOG": str(log)})
@@ -557,25 +562,70 @@ def test_serve_duty_with_py_stacks_leaves_cupti_s_api_records_on(tmp_path, targe
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "CUDAPROBE_CUPTI": str(fake_cupti)})
     err = Lines(serve.stderr)
+    switches: list[list[str]] = []
     try:
         err.wait_for(lambda s: f"the GPU-time library is recording in pid {t.pid} " in s,
                      "recording", timeout=HANG_S)
-        # three slices after it, each of which would have switched it off after it
-        first = windows(address)
         deadline = time.monotonic() + HANG_S
-        while windows(address) < first + 3:
-            assert time.monotonic() < deadline, err.text()
-            time.sleep(0.1)
+        while True:
+            switches = [line.split() for line in
+                        (log.read_text() if log.exists() else "").splitlines()]
+            kernel = [w for w, kind in switches if kind == str(CONCURRENT_KERNEL)]
+            ties = [w for w, cbid in switches if cbid == str(LAUNCH_CBID)]
+            if kernel[:4] == ["enable", "disable"] * 2 and ties[:4] == ["tie-on", "tie-off"] * 2:
+                break
+            assert time.monotonic() < deadline, (switches, err.text())
+            time.sleep(0.05)
     finally:
         assert stop(serve) == 0, err.text()
         assert t.finish() == (UNTRACED, 0)
     switches = [line.split() for line in log.read_text().splitlines()]
-    kinds = [kind for what, kind in switches if what == "enable"]
-    assert sorted(kinds) == sorted({*kinds}) and str(CONCURRENT_KERNEL) in kinds, switches
-    assert switches[-len(kinds) - 1:-1] == [["disable", k] for k in kinds], switches
-    assert switches[-1] == ["unsubscribe", "0"]
-    assert err.text().count("CUPTI's recording stays on between the slices") == 1
+    assert not [s for s in switches if s[0] == "enable" and s[1] in (RUNTIME_KIND, DRIVER_KIND)]
+    assert "stays on" not in err.text()
     assert "Traceback" not in err.text()
+
+
+@pytest.mark.parametrize("mode", ["ties", "calls"])
+def test_call_ties_are_written_from_cupti_s_callbacks_at_the_call(tmp_path, fake_cupti, mode):
+    """The library attached in a process and asked for call ties (what serve
+    --py-stacks asks): no API record kind goes on; CUPTI's callback on the launch
+    function goes on, and off at the stop; its call's record is written by the
+    library at the call's exit: the kernel's correlation id, the calling thread,
+    the entry's and exit's times in CUPTI's clock, its function's name before
+    it; the header says so (API_CALLS). Asked for API records instead (--pid
+    --gpu-time): the RUNTIME and DRIVER kinds, no callback."""
+    from cudaprobe.targets.cupti import build_library  # noqa: PLC0415
+    library, why = build_library()
+    if library is None:
+        pytest.skip(why)
+    log = tmp_path / "switches.log"
+    run = subprocess.run(
+        [sys.executable, str(Path(__file__).parent / "call_ties_workload.py"), str(library),
+         str(fake_cupti), str(REPO / "cupti" / "inject.h"), mode],
+        capture_output=True, text=True, timeout=HANG_S, env={**os.environ,
+                                                          "FAKE_CUPTI_LOG": str(log)})
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = json.loads(run.stdout)
+    switches = [line.split() for line in log.read_text().splitlines()]
+    apis = [r for r in out["records"] if r["type"] == 4]
+    if mode == "calls":
+        assert out["api_records"] == 2  # GPUTIME_API_ALL
+        assert ["enable", RUNTIME_KIND] in switches and ["enable", DRIVER_KIND] in switches
+        assert not [s for s in switches if s[0] == "tie-on"]
+        return
+    assert out["api_records"] == 4, out  # GPUTIME_API_CALLS
+    assert not [s for s in switches if s[0] == "enable" and s[1] in (RUNTIME_KIND, DRIVER_KIND)]
+    ties = [s for s in switches if s[0].startswith("tie")]
+    assert ties == [["tie-on", str(LAUNCH_CBID)], ["tie-off", str(LAUNCH_CBID)]], switches
+    assert len(apis) == 1, out
+    api = apis[0]
+    assert (api["correlation"], api["cbid"], api["domain"]) == (7, LAUNCH_CBID, int(RUNTIME_KIND))
+    assert api["tid"] > 0 and 0 < api["start"] <= api["end"]
+    named = [i for i, r in enumerate(out["records"]) if r["type"] == 6]  # FUNCTION
+    assert named and out["records"][named[0]]["text"] == "cudaLaunchKernel_v7000"
+    assert named[0] < out["records"].index(api)
+    kernels = [r for r in out["records"] if r["type"] == 1]
+    assert [k["correlation"] for k in kernels] == [7]
 
 
 def test_on_a_node_the_processes_waiting_for_the_library_are_bounded(monkeypatch):

@@ -7,8 +7,12 @@
  * With FAKE_CUPTI_SUBSCRIBED=1 in the program's environment, cuptiSubscribe
  * says another subscriber holds CUPTI (as when a profiler runs). With
  * FAKE_CUPTI_LOG=FILE, each activity kind switched on or off is appended to
- * FILE ("enable 10", "disable 10"), and the stop's unsubscribe ("unsubscribe 0"):
- * what a test of the recording's switches reads. With FAKE_CUPTI_FLUSH_MS=N,
+ * FILE ("enable 10", "disable 10"), and the stop's unsubscribe ("unsubscribe 0"),
+ * and each switch of the callback on cudaLaunchKernel ("tie-on 211", "tie-off 211"):
+ * what a test of the recording's switches reads. The API record comes only
+ * while CUPTI is asked for it (the RUNTIME kind, or cudaLaunchKernel's switch);
+ * while the subscriber's callback on cudaLaunchKernel is on, each flush first
+ * calls it at the launch's entry and exit, with the kernel's correlation id. With FAKE_CUPTI_FLUSH_MS=N,
  * each flush takes N ms (a flush under way when the program forks).
  *
  *   cc -shared -fPIC -o libcupti-fake.so fake_libcupti.c -I/usr/local/cuda/include */
@@ -25,6 +29,9 @@
 static CUpti_BuffersCallbackRequestFunc requested;
 static CUpti_BuffersCallbackCompleteFunc completed;
 static int enabled;  /* kinds switched on since the last flush: a record to hand over */
+static int runtime_kind, launch_api;  /* API records asked for: the kind, the launch's switch */
+static int launch_tie;  /* the subscriber's callback on cudaLaunchKernel on */
+static CUpti_CallbackFunc subscriber_callback;
 
 static void log_switch(const char *what, CUpti_ActivityKind kind)
 {
@@ -40,10 +47,46 @@ static void log_switch(const char *what, CUpti_ActivityKind kind)
         close(fd);
 }
 
-CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) { log_switch("enable", kind); enabled++; return CUPTI_SUCCESS; }
-CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle h) { (void)h; log_switch("unsubscribe", 0); return CUPTI_SUCCESS; }
-CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) { log_switch("disable", kind); return CUPTI_SUCCESS; }
-CUptiResult cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_t on) { (void)cbid, (void)on; return CUPTI_SUCCESS; }
+CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind)
+{
+    log_switch("enable", kind);
+    enabled++;
+    runtime_kind |= kind == CUPTI_ACTIVITY_KIND_RUNTIME;
+    return CUPTI_SUCCESS;
+}
+CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle h)
+{
+    (void)h;
+    log_switch("unsubscribe", 0);
+    subscriber_callback = NULL;
+    launch_tie = 0;
+    return CUPTI_SUCCESS;
+}
+CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind)
+{
+    log_switch("disable", kind);
+    if (kind == CUPTI_ACTIVITY_KIND_RUNTIME)
+        runtime_kind = 0;
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_t on)
+{
+    if (cbid == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000)
+        launch_api = on;
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiEnableCallback(uint32_t on, CUpti_SubscriberHandle h, CUpti_CallbackDomain d,
+                                CUpti_CallbackId cbid)
+{
+    (void)h;
+    if (d == CUPTI_CB_DOMAIN_RUNTIME_API && cbid == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000) {
+        launch_tie = on != 0;
+        log_switch(on ? "tie-on" : "tie-off", (CUpti_ActivityKind)cbid);
+    }
+    return CUPTI_SUCCESS;
+}
 CUptiResult cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t on) { (void)cbid, (void)on; return CUPTI_SUCCESS; }
 CUptiResult cuptiSetThreadIdType(CUpti_ActivityThreadIdType t) { (void)t; return CUPTI_SUCCESS; }
 CUptiResult cuptiGetThreadIdType(CUpti_ActivityThreadIdType *t) { *t = CUPTI_ACTIVITY_THREAD_ID_TYPE_DEFAULT; return CUPTI_SUCCESS; }
@@ -54,8 +97,10 @@ CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle h);
 CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *h, CUpti_CallbackFunc f, void *d)
 {
     const char *busy = getenv("FAKE_CUPTI_SUBSCRIBED");
-    (void)f, (void)d;
+    (void)d;
     *h = (CUpti_SubscriberHandle)1;
+    if (!(busy && *busy == '1'))
+        subscriber_callback = f;
     return busy && *busy == '1' ? CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED : CUPTI_SUCCESS;
 }
 
@@ -118,6 +163,16 @@ CUptiResult cuptiActivityFlushAll(uint32_t flag)
     if (!requested || !completed || !enabled)
         return CUPTI_SUCCESS;
     enabled = 0;
+    if (launch_tie && subscriber_callback) {  /* the launch's entry and exit, as CUPTI calls them */
+        uint64_t start = 0;
+        CUpti_CallbackData cb = {.functionName = "cudaLaunchKernel", .correlationData = &start,
+                                 .correlationId = 7};
+        for (int site = CUPTI_API_ENTER; site <= CUPTI_API_EXIT; site++) {
+            cb.callbackSite = (CUpti_ApiCallbackSite)site;
+            subscriber_callback(NULL, CUPTI_CB_DOMAIN_RUNTIME_API,
+                                CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, &cb);
+        }
+    }
     requested(&buffer, &size, &max);
     if (!buffer || size < sizeof(struct fake_buffer))
         return CUPTI_SUCCESS;
@@ -136,6 +191,6 @@ CUptiResult cuptiActivityFlushAll(uint32_t flag)
     b->api.end = now - 4000;
     b->api.correlationId = 7;
     b->api.threadId = (uint32_t)syscall(SYS_gettid);
-    completed(NULL, 0, buffer, size, sizeof *b);
+    completed(NULL, 0, buffer, size, runtime_kind || launch_api ? sizeof *b : sizeof b->kernel);
     return CUPTI_SUCCESS;
 }

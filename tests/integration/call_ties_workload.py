@@ -1,0 +1,61 @@
+"""The GPU-time library attached in this process (its attach function called
+as cudaprobe's stub calls it, with a stand-in libcupti), asked for the calls'
+ties from CUPTI's callbacks (MODE ties) or for CUPTI's API records (MODE
+calls); heartbeats for two of the library's flushes, then its stop. Prints
+one JSON object: the file's header's api_records and each record's fields
+(type, correlation, tid, cbid, domain, start, end, text), read from a copy of
+the records' descriptor taken at the attach.
+
+Usage: call_ties_workload.py LIBRARY LIBCUPTI INJECT_H ties|calls
+"""
+
+import ctypes
+import json
+import os
+import re
+import struct
+import sys
+import time
+
+HEADER = struct.Struct("<8sIIIIqII")
+RECORD = struct.Struct("<HHIQQQIIIIIIBB6x")
+library, cupti, header, mode = sys.argv[1:5]
+layout = {k: int(v, 0) for k, v in
+          re.findall(r"^#define (\w+) (0x[0-9a-fA-F]+|\d+)\b", open(header).read(), re.M)}
+lib = ctypes.CDLL(library)
+attach = lib.gputime_inject_attach
+attach.restype = ctypes.c_void_p
+attach.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint64]
+owner = os.getpid() | (layout["ATTACH_CALL_TIES"] if mode == "ties" else 0)
+control = attach(cupti.encode(), owner, 1)
+
+
+def field(offset, ctype):
+    return ctype.from_address(control + offset)
+
+
+state, heartbeat = field(layout["C_STATE"], ctypes.c_uint32), field(layout["C_HEARTBEAT"],
+                                                                     ctypes.c_uint64)
+if state.value != layout["ATTACH_RECORDING"]:
+    print(json.dumps({"refused": state.value}))
+    sys.exit(1)
+records = os.dup(field(layout["C_FD"], ctypes.c_int32).value)
+end = time.monotonic() + 2.5 * layout["FLUSH_PERIOD_MS"] / 1000
+while time.monotonic() < end:
+    heartbeat.value += 1
+    time.sleep(0.05)
+field(layout["C_STOP"], ctypes.c_uint32).value = 1
+while state.value != layout["ATTACH_STOPPED"]:
+    heartbeat.value += 1
+    time.sleep(0.05)
+data = os.pread(records, 1 << 20, 0)
+api_records = HEADER.unpack_from(data)[7]
+out, pos = [], HEADER.size
+while pos + RECORD.size <= len(data):
+    (kind, size, corr, start, stop, _, _, _, _, tid, cbid, _, domain, _) = \
+        RECORD.unpack_from(data, pos)
+    text = data[pos + RECORD.size:pos + size].rstrip(b"\0").decode()
+    out.append({"type": kind, "correlation": corr, "tid": tid, "cbid": cbid, "domain": domain,
+                "start": start, "end": stop, "text": text})
+    pos += size
+print(json.dumps({"api_records": api_records, "records": out}))
