@@ -82,14 +82,17 @@ static int exiting;
 /* per domain (0 driver, 1 runtime) and cbid: 0 not seen, 1 kept (its name written), 2 not kept */
 static unsigned char api_kept[2][MAX_CBID];
 /* GPUTIME_API_CALLS: each tied call's record, made at its exit by on_call(), kept
- * here until the next flush (write_ties); appended under tie_lock, which is never
- * held while `lock` is taken */
-#define TIE_RECORDS 65536
+ * in one of two buffers until the next flush (write_ties), which takes the
+ * other. on_call() takes tie_lock alone, never `lock`, and never waits on a
+ * write: CUPTI calls it from inside the program's CUDA calls. A buffer holds
+ * a flush period of about 500,000 tied calls a second; past that a call's
+ * record is dropped and counted (a DROPPED record). */
+#define TIE_RECORDS (1u << 18)
 static pthread_mutex_t tie_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUpti_SubscriberHandle subscriber;  /* attach: ours, held while recording */
-static struct gputime_record ties[TIE_RECORDS];
-static size_t n_ties;
-static struct gputime_record ties_out[TIE_RECORDS];  /* under lock */
+static struct gputime_record tie_buffers[2][TIE_RECORDS];  /* (untouched pages cost nothing) */
+static struct gputime_record *ties = tie_buffers[0];  /* the one on_call() appends to */
+static size_t n_ties, ties_dropped;
 static const char *names[MAX_NAMES];  /* open addressing on CUPTI's name pointers */
 static uint32_t name_ids[MAX_NAMES];
 static uint32_t next_name_id = 1;
@@ -258,14 +261,20 @@ static void write_ties(void)
 {
     pthread_mutex_lock(&lock);
     pthread_mutex_lock(&tie_lock);
-    size_t n = n_ties;
-    memcpy(ties_out, ties, n * sizeof *ties);
-    n_ties = 0;
+    struct gputime_record *full = ties;
+    size_t n = n_ties, dropped = ties_dropped;
+    ties = full == tie_buffers[0] ? tie_buffers[1] : tie_buffers[0];
+    n_ties = ties_dropped = 0;
     pthread_mutex_unlock(&tie_lock);
-    if (n && open_output()) {
+    if ((n || dropped) && open_output()) {
         for (size_t i = 0; i < n; i++)
-            api_is_kept((CUpti_ActivityKind)ties_out[i].domain, ties_out[i].cbid);
-        write_all(ties_out, n * sizeof *ties_out);
+            api_is_kept((CUpti_ActivityKind)full[i].domain, full[i].cbid);
+        write_all(full, n * sizeof *full);
+        if (dropped) {
+            struct gputime_record r = {.type = GPUTIME_DROPPED, .size = sizeof r,
+                                       .bytes = dropped};
+            write_all(&r, sizeof r);
+        }
     }
     pthread_mutex_unlock(&lock);
 }
@@ -274,9 +283,8 @@ static void write_ties(void)
  * (GPUTIME_API_CALLS), on the calling thread: its start kept in the call's
  * correlationData at the entry, its record made at the exit, in CUPTI's clock
  * (that of the GPU records) and with the kernel's thread id. The cost to the
- * program: two reads of CUPTI's clock and an append under a lock no long work
- * holds, but once in TIE_RECORDS calls (the write, where the watcher's flush has
- * not come first). */
+ * program: two reads of CUPTI's clock and an append under a lock that nothing
+ * holds longer than a swap of buffers. */
 static void CUPTIAPI on_call(void *data, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                              const void *info)
 {
@@ -298,16 +306,12 @@ static void CUPTIAPI on_call(void *data, CUpti_CallbackDomain domain, CUpti_Call
         .end = now, .tid = (uint32_t)syscall(SYS_gettid), .cbid = cbid,
         .domain = (uint8_t)(domain == CUPTI_CB_DOMAIN_RUNTIME_API ? CUPTI_ACTIVITY_KIND_RUNTIME
                                                                   : CUPTI_ACTIVITY_KIND_DRIVER)};
-    for (int tries = 0; tries < 2; tries++) {
-        pthread_mutex_lock(&tie_lock);
-        if (n_ties < TIE_RECORDS) {
-            ties[n_ties++] = r;
-            pthread_mutex_unlock(&tie_lock);
-            return;
-        }
-        pthread_mutex_unlock(&tie_lock);
-        write_ties();
-    }
+    pthread_mutex_lock(&tie_lock);
+    if (n_ties < TIE_RECORDS)
+        ties[n_ties++] = r;
+    else
+        ties_dropped++;
+    pthread_mutex_unlock(&tie_lock);
 }
 
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
@@ -434,7 +438,7 @@ static void fork_child(void)
     pthread_mutex_init(&lock, NULL);
     pthread_mutex_init(&flush_lock, NULL);
     pthread_mutex_init(&tie_lock, NULL);
-    n_ties = 0;  /* the parent's calls */
+    n_ties = ties_dropped = 0;  /* the parent's calls */
 }
 
 static void register_fork_handlers(void)
@@ -734,7 +738,7 @@ int gputime_record_to(int fd, const char *cupti_path, int mode, char *why, size_
     next_name_id = 1;
     clock_kind = GPUTIME_CLOCK_REALTIME;
     api_records = GPUTIME_API_UNKNOWN;
-    n_ties = 0;
+    n_ties = ties_dropped = 0;
     res = enable_activity(1, mode);
     write_header();
     pthread_mutex_unlock(&lock);
