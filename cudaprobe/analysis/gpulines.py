@@ -153,11 +153,12 @@ class LineJoin:
             return
         if pid in self.cupti_clock and pid not in self._shift:
             waiting = self._unaligned.setdefault(pid, [])
-            if len(waiting) >= MAX_UNALIGNED:  # the oldest go: a later run of records votes
-                for old in waiting[: MAX_UNALIGNED // 2]:
-                    self._resolve((pid, old[0]), None)
-                del waiting[: MAX_UNALIGNED // 2]
-                self.dropped += MAX_UNALIGNED // 2
+            if len(waiting) >= MAX_UNALIGNED:
+                # the oldest are kept: they vote first, as the decoder (seconds behind
+                # CUPTI on a busy node) reaches their launches; this one is let go
+                self.dropped += 1
+                self._resolve(key, None)
+                return
             waiting.append((correlation, api))
             return
         shift = self._shift.get(pid, 0)
@@ -293,6 +294,13 @@ class LineJoin:
                     w.api.function = ""
                 shift = align(voters, threads, starts)
         if shift is None:
+            if len(decoded) == len(waiting) == MAX_UNALIGNED:
+                # every one decoded and still too few agree: the older half makes
+                # room for later records (a later run of launches may agree)
+                for correlation, _ in waiting[: MAX_UNALIGNED // 2]:
+                    self._resolve((pid, correlation), None)
+                del waiting[: MAX_UNALIGNED // 2]
+                self.dropped += MAX_UNALIGNED // 2
             return  # too few agree yet: more records, or more launches, may
         self._shift[pid] = shift
         del self._unaligned[pid]

@@ -305,3 +305,51 @@ def test_a_thread_decoded_behind_another_still_has_its_launches_joined():
     m.add_gpu([])
     assert m.snapshot(now_ns=100 * S).gpu_lines == {(line(40), "python3", *J): 10 * 100 / 1e9}
     assert join.unjoined == 0
+
+
+def test_a_flood_of_records_before_the_decoder_keeps_the_oldest_which_align_first():
+    """serve --duty 10% --py-stacks on an H100: the decoder ran seconds behind
+    CUPTI, whose records of a process in its own clock came far more than the
+    waiting bound before any of their launches were decoded. Letting the
+    oldest go kept only records whose launches were never decoded in time:
+    nothing was ever aligned or joined. The oldest are kept and vote as the
+    decoder reaches them; the records let go meanwhile are counted."""
+    pid, shift = 300, 77_000
+    join = LineJoin(cupti_clock={pid})
+    n = gpulines.MAX_UNALIGNED * 3
+    gaps = [20_000 + (i * 7919) % 60_000 for i in range(n)]
+    calls = [launch(S + sum(gaps[:i]), 7 + i % 2, pid=pid) for i in range(n)]
+    for k, c in enumerate(calls):  # every record read before any launch is decoded
+        join.api(pid, k, api_of(c, shift=-shift))
+    assert join.settle(2 * S) == [] and join._shift == {}
+    assert join.dropped == n - gpulines.MAX_UNALIGNED
+    for c in calls:  # the decoder catches up
+        join.launch(c, 1, ("python3", *J))
+    join.settle(3 * S)
+    assert join._shift == {pid: shift}
+    kept = gpulines.MAX_UNALIGNED
+    assert [join.launch_of(kernel(c, k, 10)).ts_ns for k, c in enumerate(calls[:kept])] == \
+        [c.ts_ns for c in calls[:kept]]
+    assert all(join.launch_of(kernel(c, k, 10)) is None for k, c in enumerate(calls)
+               if k >= kept)
+    # once aligned, a record joins at once
+    later = launch(calls[-1].ts_ns + 50_000, 9, pid=pid)
+    join.launch(later, 1, ("python3", *J))
+    join.api(pid, n, api_of(later, shift=-shift))
+    assert join.launch_of(kernel(later, n, 10)).ts_ns == later.ts_ns
+
+
+def test_records_that_all_disagree_make_room_for_later_ones(monkeypatch):
+    """Records whose launches are all decoded and still do not agree on an
+    offset (too few of them met a launch) give way, the older half, so that a
+    later run of records can align the process."""
+    monkeypatch.setattr(gpulines, "MAX_UNALIGNED", 40)
+    pid = 300
+    join = LineJoin(cupti_clock={pid})
+    far = [launch(S + i * 50_000_000, 7, pid=pid) for i in range(40)]  # apart, none agree
+    for c in far:
+        join.launch(c, 1, ("python3", *J))
+    for k, c in enumerate(far):  # each record 1-40 ms off its launch: scattered votes
+        join.api(pid, k, api_of(c, shift=-(k + 1) * 1_000_000))
+    join.settle(10 * S)
+    assert join._shift == {} and len(join._unaligned[pid]) == 20 and join.dropped == 20
