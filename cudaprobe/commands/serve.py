@@ -35,7 +35,7 @@ from cudaprobe.targets.jobs import KUBELET_LOGS, Jobs
                    "--pid/--comm, and on a node (no target), the library is put into each "
                    "running process, and those it cannot go into are counted by reason; "
                    "with --duty, CUPTI records in the slices only, the GPU time scaled "
-                   "(with --py-stacks too: all along, unscaled; docs/fleet.md).")
+                   "(docs/fleet.md).")
 @click.option("--py-stacks", is_flag=True,
               help="With --gpu-time: each process's kernels' GPU time by the Python line "
                    "that launched them, backward work on its forward op's line (the "

@@ -21,10 +21,12 @@ slices are told to the metrics (`window_traced`, `window_ended`), whose join
 of GPU work to Python lines looks only at work launched inside one. With
 --gpu-time, the GPU-time library's CUPTI recording in each process (whose
 kernel records cost every launch 4-10% while on) cycles too: the GPU time is
-what the slices launched, times 1/fraction (CallMetrics.gpu_weight). Not with
---py-stacks, whose recording has CUPTI's API records too: a running PyTorch
-job died in the one run that switched those off and on (H100, CUDA 13), so
-that recording stays on and its kernels count unscaled.
+what the slices launched, times 1/fraction (CallMetrics.gpu_weight). With
+--py-stacks the launches are tied to their kernels by CUPTI's callbacks on
+the launch, copy and memset functions alone (the library's call ties), which
+switch with the rest; never by CUPTI's API record kinds (every call recorded:
+a running PyTorch job died in the one run that switched those off and on,
+H100, CUDA 13), which would stay on, unscaled.
 """
 
 from __future__ import annotations
