@@ -54,7 +54,7 @@ def say_outcome(reader: GpuReader, notify: Callable[[str], None], nothing: str
         notify(f"--gpu-time: no GPU activity was recorded: {why}")
     if reader.dropped:
         notify(f"--gpu-time: CUPTI dropped {reader.dropped} activity records "
-               "(its buffers were full)")
+               "(its buffers, or the library's of call ties, were full)")
     if reader.foreign_tids and reader.seen:
         notify(f"--gpu-time: in {reader.foreign_tids} processes CUPTI could not "
                "give the kernel's thread ids: their GPU work is not joined to rows")

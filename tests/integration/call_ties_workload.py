@@ -2,7 +2,8 @@
 as cudaprobe's stub calls it, with a stand-in libcupti), asked for the calls'
 ties from CUPTI's callbacks (MODE ties) or for CUPTI's API records (MODE
 calls); heartbeats for two of the library's flushes, then its stop. Prints
-one JSON object: the file's header's api_records and each record's fields
+one JSON object: the file's header's api_records, how many records of each
+type and what the DROPPED records count, and the first 50 records' fields
 (type, correlation, tid, cbid, domain, start, end, text), read from a copy of
 the records' descriptor taken at the attach.
 
@@ -48,14 +49,18 @@ field(layout["C_STOP"], ctypes.c_uint32).value = 1
 while state.value != layout["ATTACH_STOPPED"]:
     heartbeat.value += 1
     time.sleep(0.05)
-data = os.pread(records, 1 << 20, 0)
+data = os.pread(records, os.fstat(records).st_size, 0)
 api_records = HEADER.unpack_from(data)[7]
-out, pos = [], HEADER.size
+out, pos, counts, dropped = [], HEADER.size, {}, 0
 while pos + RECORD.size <= len(data):
-    (kind, size, corr, start, stop, _, _, _, _, tid, cbid, _, domain, _) = \
+    (kind, size, corr, start, stop, nbytes, _, _, _, tid, cbid, _, domain, _) = \
         RECORD.unpack_from(data, pos)
-    text = data[pos + RECORD.size:pos + size].rstrip(b"\0").decode()
-    out.append({"type": kind, "correlation": corr, "tid": tid, "cbid": cbid, "domain": domain,
-                "start": start, "end": stop, "text": text})
+    counts[kind] = counts.get(kind, 0) + 1
+    dropped += nbytes if kind == 8 else 0  # DROPPED
+    if len(out) < 50:
+        text = data[pos + RECORD.size:pos + size].rstrip(b"\0").decode()
+        out.append({"type": kind, "correlation": corr, "tid": tid, "cbid": cbid,
+                    "domain": domain, "start": start, "end": stop, "text": text})
     pos += size
-print(json.dumps({"api_records": api_records, "records": out}))
+print(json.dumps({"api_records": api_records, "counts": counts, "dropped": dropped,
+                  "records": out}))

@@ -41,6 +41,7 @@ UNTRACED = "malloc ok\ndlopen ok\ncuda ok\n"
 CONCURRENT_KERNEL = 10  # CUpti_ActivityKind
 RUNTIME_KIND, DRIVER_KIND = "5", "4"  # CUpti_ActivityKind, as the fake CUPTI logs them
 LAUNCH_CBID = 211  # cudaLaunchKernel_v7000
+TIE_RECORDS = 1 << 18  # the library's buffer of call ties (cupti/gputime.c)
 GONE_S = HANG_S  # for the kernel or the library to let go: an event waited for, never a pass
 
 
@@ -626,6 +627,28 @@ def test_call_ties_are_written_from_cupti_s_callbacks_at_the_call(tmp_path, fake
     assert named[0] < out["records"].index(api)
     kernels = [r for r in out["records"] if r["type"] == 1]
     assert [k["correlation"] for k in kernels] == [7]
+
+
+def test_call_ties_past_the_library_s_buffer_are_dropped_and_counted(tmp_path, fake_cupti):
+    """More tied calls in one flush period than the library's buffer holds
+    (262,144): the callback never waits or writes (it runs inside the
+    program's CUDA calls); the ties past the buffer are dropped and counted in
+    a DROPPED record, the others written whole, each once."""
+    from cudaprobe.targets.cupti import build_library  # noqa: PLC0415
+    library, why = build_library()
+    if library is None:
+        pytest.skip(why)
+    over = 5
+    run = subprocess.run(
+        [sys.executable, str(Path(__file__).parent / "call_ties_workload.py"), str(library),
+         str(fake_cupti), str(REPO / "cupti" / "inject.h"), "ties"],
+        capture_output=True, text=True, timeout=HANG_S,
+        env={**os.environ, "FAKE_CUPTI_TIES": str(TIE_RECORDS + over)})
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = json.loads(run.stdout)
+    assert out["counts"]["4"] == TIE_RECORDS and out["dropped"] == over, out["counts"]
+    apis = [r for r in out["records"] if r["type"] == 4]
+    assert [r["correlation"] for r in apis] == list(range(7, 7 + len(apis)))
 
 
 def test_on_a_node_the_processes_waiting_for_the_library_are_bounded(monkeypatch):

@@ -12,7 +12,8 @@
  * what a test of the recording's switches reads. The API record comes only
  * while CUPTI is asked for it (the RUNTIME kind, or cudaLaunchKernel's switch);
  * while the subscriber's callback on cudaLaunchKernel is on, each flush first
- * calls it at the launch's entry and exit, with the kernel's correlation id. With FAKE_CUPTI_FLUSH_MS=N,
+ * calls it at the launch's entry and exit, with the kernel's correlation id
+ * (FAKE_CUPTI_TIES=N: for N launches, ids 7, 8, ..., at the first such flush). With FAKE_CUPTI_FLUSH_MS=N,
  * each flush takes N ms (a flush under way when the program forks).
  *
  *   cc -shared -fPIC -o libcupti-fake.so fake_libcupti.c -I/usr/local/cuda/include */
@@ -163,15 +164,20 @@ CUptiResult cuptiActivityFlushAll(uint32_t flag)
     if (!requested || !completed || !enabled)
         return CUPTI_SUCCESS;
     enabled = 0;
-    if (launch_tie && subscriber_callback) {  /* the launch's entry and exit, as CUPTI calls them */
+    static int tied;
+    const char *many = getenv("FAKE_CUPTI_TIES");
+    long launches = many && !tied ? atol(many) : 1;
+    for (long n = 0; launch_tie && subscriber_callback && n < launches; n++) {
+        /* the launch's entry and exit, as CUPTI calls them */
         uint64_t start = 0;
         CUpti_CallbackData cb = {.functionName = "cudaLaunchKernel", .correlationData = &start,
-                                 .correlationId = 7};
+                                 .correlationId = (uint32_t)(7 + n)};
         for (int site = CUPTI_API_ENTER; site <= CUPTI_API_EXIT; site++) {
             cb.callbackSite = (CUpti_ApiCallbackSite)site;
             subscriber_callback(NULL, CUPTI_CB_DOMAIN_RUNTIME_API,
                                 CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, &cb);
         }
+        tied = 1;
     }
     requested(&buffer, &size, &max);
     if (!buffer || size < sizeof(struct fake_buffer))
