@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import random
 import re
 import stat
 import struct
@@ -399,9 +400,15 @@ def align(work: list[GpuWork], threads: dict[tuple[int, int], list[Call]],
     records = sorted(apis.values(), key=lambda a: a.start_ns)
     if not records:
         return None
-    step = max(1, len(records) // ALIGN_SAMPLE)
+    # a sample spread at random (seeded: the same records, the same offset): a
+    # stride would take one call of each pair in a loop that alternates two
+    # (every 2nd record of heavy(), light(), heavy() ...), whose own record sits
+    # apart from its call's midpoint and votes as well for the other's call
+    sample = records if len(records) <= ALIGN_SAMPLE else \
+        [records[i] for i in sorted(random.Random(len(records)).sample(range(len(records)),
+                                                                       ALIGN_SAMPLE))]
     votes: list[tuple[int, int]] = []  # (offset, sample index)
-    for n, a in enumerate(records[::step]):
+    for n, a in enumerate(sample):
         key = (work[0].pid, a.tid)
         thread = threads.get(key)
         if thread is None:

@@ -651,6 +651,79 @@ def test_call_ties_past_the_library_s_buffer_are_dropped_and_counted(tmp_path, f
     assert [r["correlation"] for r in apis] == list(range(7, 7 + len(apis)))
 
 
+ATTACHED_LINES = Path(__file__).parent / "gpulines_attached.py"
+
+
+def attached_line(function: str) -> str:
+    """`file:line (function)` of the launch in gpulines_attached.py's `function`."""
+    lines = ATTACHED_LINES.read_text().splitlines()
+    start = lines.index(next(t for t in lines if t.startswith(f"def {function}(")))
+    n = next(i for i in range(start, len(lines)) if "cudaLaunchKernel(" in lines[i]) + 1
+    return f"{ATTACHED_LINES}:{n} ({function})"
+
+
+@pytest.mark.skipif(not Path("/usr/bin/python3.11").exists(), reason="no /usr/bin/python3.11")
+def test_serve_pid_py_stacks_joins_kernels_tied_by_callbacks_to_their_lines(tmp_path,
+                                                                          fake_cupti):
+    """serve --gpu-time --py-stacks --pid on a running Python program: the
+    library goes in and ties each launch by CUPTI's callbacks at the call (the
+    stand-in runtime has the stand-in CUPTI call them inside its launch, in
+    CUPTI's own clock); serve aligns that clock on the ties and counts each
+    kernel's GPU time under the Python line that launched it: exactly what the
+    stand-in CUPTI handed over for each line, nothing unjoined; the program's
+    exit status an untraced run's."""
+    from .test_gputime import fake_gpu, scrape  # noqa: PLC0415
+    _, lib = fake_gpu()
+    kernels = tmp_path / "kernels.log"
+    work = subprocess.Popen(
+        ["/usr/bin/python3.11", str(ATTACHED_LINES), str(lib)], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "FAKE_CUPTI_PATH": str(fake_cupti),
+             "FAKE_CUPTI_KERNELS": str(kernels), "FAKE_CUPTI_LAUNCHES_ONLY": "1"})
+    assert work.stdout.readline() == "ready\n", work.stderr.read()
+    address = f"127.0.0.1:{free_port()}"
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "cudaprobe", "serve", "--prometheus", address, "--gpu-time",
+         "--py-stacks", "--pid", str(work.pid), "--lib", str(lib), "-e", "cudaLaunchKernel"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "CUDAPROBE_CUPTI": str(fake_cupti)})
+    err = Lines(serve.stderr)
+    try:
+        err.wait_for(lambda s: f"the GPU-time library is recording in pid {work.pid} " in s,
+                     "recording", timeout=HANG_S)
+        deadline = time.monotonic() + HANG_S
+        while len(kernels.read_text().splitlines() if kernels.exists() else []) < 400:
+            assert time.monotonic() < deadline, err.text()
+            time.sleep(0.1)
+        work.stdin.write("stop\n")
+        work.stdin.flush()
+        assert work.stdout.readline() == "stopped\n"
+        deadline = time.monotonic() + HANG_S
+        # each line's kernels as the stand-in CUPTI handed them over, against the
+        # metric, until the two agree twice running (CUPTI hands over each 0.5 s)
+        agreed, truth, by_line = 0, {}, {}
+        while agreed < 2 and time.monotonic() < deadline:
+            truth = {attached_line("heavy"): 0, attached_line("light"): 0}
+            for row in kernels.read_text().splitlines():
+                ns = int(row.split()[1])
+                truth[attached_line("light" if ns == 3_000 else "heavy")] += ns
+            metrics = scrape(address)
+            by_line = {dict(k)["line"]: v for k, v in
+                       metrics.get("cudaprobe_gpu_line_seconds", {}).items()}
+            same = by_line == pytest.approx({k: ns / 1e9 for k, ns in truth.items()}, rel=1e-9)
+            agreed = agreed + 1 if same else 0
+            time.sleep(0.5)
+        assert by_line == pytest.approx({k: ns / 1e9 for k, ns in truth.items()}, rel=1e-9), \
+            err.text()
+        assert min(truth.values()) > 0
+        assert set(metrics["cudaprobe_gpu_line_unjoined"].values()) == {0}
+    finally:
+        assert stop(serve) == 0, err.text()
+        work.stdin.close()
+        assert work.wait(timeout=HANG_S) == 0, work.stderr.read()
+    assert "Traceback" not in err.text()
+
+
 def test_on_a_node_the_processes_waiting_for_the_library_are_bounded(monkeypatch):
     """A storm of CUDA processes cannot grow what serve keeps: past
     NODE_WAITING waiting, a process is refused (busy), counted and said."""

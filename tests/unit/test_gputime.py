@@ -487,3 +487,31 @@ def test_a_library_shipped_with_the_sources_is_used_without_headers(monkeypatch,
     assert cupti.shipped_library() is None
     found, why = cupti.build_library()
     assert found is None and "no CUPTI headers" in why
+
+
+def test_alignment_samples_both_calls_of_a_loop_that_alternates_two():
+    """A loop alternating two launches (heavy(), then light() 30 us after it
+    returns, each pair a millisecond apart), more records than the sample: a
+    stride of two took heavy()'s records alone. heavy()'s call takes 3 to 25 us
+    and its record comes at its end, so its records spread their votes for
+    their own call over microseconds, and all vote alike for light()'s call:
+    the offset chosen was that one (seen on the CPU machine: 70% of the records
+    then found no call). A sample of both: every record on its own call."""
+    rng = random.Random(5)
+    calls, works, t = [], [], 1_000_000_000
+    for i in range(500):  # 1,000 records, against ALIGN_SAMPLE's 400
+        t += 1_100_000 + rng.randrange(-50_000, 50_000)
+        duration = rng.randrange(3_000, 25_000)
+        end = t + duration
+        calls.append(call("cudaLaunchKernel", t, duration))
+        works.append(GpuWork(77, "kernel", end + 60_000, end + 70_000, 0, 1, 7, 2 * i, "k",
+                             api=gputime.ApiCall(9, end - 1_000, end - 940, "cudaLaunchKernel")))
+        light = end + 30_000
+        calls.append(call("cudaLaunchKernel", light, 3_000))
+        works.append(GpuWork(77, "kernel", light + 60_000, light + 63_000, 0, 1, 7, 2 * i + 1,
+                             "k", api=gputime.ApiCall(9, light + 1_470, light + 1_530,
+                                                      "cudaLaunchKernel")))
+    joined = gputime.join_work(calls, works, {77})
+    assert (joined.unjoined, joined.outside) == (0, 0)
+    assert abs(joined.shifts[77]) <= 500
+    assert [c.gpu[0].correlation for c in calls] == list(range(len(calls)))

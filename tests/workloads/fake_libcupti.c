@@ -13,13 +13,21 @@
  * while CUPTI is asked for it (the RUNTIME kind, or cudaLaunchKernel's switch);
  * while the subscriber's callback on cudaLaunchKernel is on, each flush first
  * calls it at the launch's entry and exit, with the kernel's correlation id
- * (FAKE_CUPTI_TIES=N: for N launches, ids 7, 8, ..., at the first such flush). With FAKE_CUPTI_FLUSH_MS=N,
+ * (FAKE_CUPTI_TIES=N: for N launches, ids 7, 8, ..., at the first such flush).
+ * A stand-in runtime may call fake_cupti_launch() inside its launch (as the
+ * real runtime has CUPTI do): with the callback on, the subscriber's callback
+ * is called there, at the entry and the exit, with a correlation id of its
+ * own, and the next flush hands over that launch's kernel record
+ * (fake_launched_kernel, its GPU time what the runtime said), each such
+ * kernel's id and time appended to FAKE_CUPTI_KERNELS=FILE ("ID NS") as it
+ * is handed over. FAKE_CUPTI_LAUNCHES_ONLY=1: no kernel but those. With FAKE_CUPTI_FLUSH_MS=N,
  * each flush takes N ms (a flush under way when the program forks).
  *
  *   cc -shared -fPIC -o libcupti-fake.so fake_libcupti.c -I/usr/local/cuda/include */
 #define _GNU_SOURCE
 #include <cupti.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +41,15 @@ static int enabled;  /* kinds switched on since the last flush: a record to hand
 static int runtime_kind, launch_api;  /* API records asked for: the kind, the launch's switch */
 static int launch_tie;  /* the subscriber's callback on cudaLaunchKernel on */
 static CUpti_CallbackFunc subscriber_callback;
+
+/* kernels of launches tied since the last flush (fake_cupti_launch) */
+#define MAX_LAUNCHED 65536
+static struct { uint32_t correlation; uint64_t start, ns; } launched[MAX_LAUNCHED];
+static int nlaunched;
+static uint32_t next_correlation = 1000;
+static pthread_mutex_t launched_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread uint32_t launch_correlation;
+static __thread uint64_t launch_data;
 
 static void log_switch(const char *what, CUpti_ActivityKind kind)
 {
@@ -122,21 +139,24 @@ CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc r,
     return CUPTI_SUCCESS;
 }
 
-/* the buffer: a kernel record, then an API record, each its CUPTI struct */
-struct fake_buffer {
+/* the buffer: `n` records, each a CUPTI struct in a slot of one size */
+union fake_record {
     CUpti_ActivityKernel10 kernel;
     CUpti_ActivityAPI api;
+};
+struct fake_buffer {
+    size_t n;
+    union fake_record records[];
 };
 
 CUptiResult cuptiActivityGetNextRecord(uint8_t *buffer, size_t valid, CUpti_Activity **record)
 {
     struct fake_buffer *b = (struct fake_buffer *)buffer;
-    if (!*record)
-        *record = (CUpti_Activity *)&b->kernel;
-    else if (*record == (CUpti_Activity *)&b->kernel && valid >= sizeof *b)
-        *record = (CUpti_Activity *)&b->api;
-    else
+    size_t next = *record ? (size_t)((union fake_record *)*record - b->records) + 1 : 0;
+    (void)valid;
+    if (next >= b->n)
         return CUPTI_ERROR_MAX_LIMIT_REACHED;
+    *record = (CUpti_Activity *)&b->records[next];
     return CUPTI_SUCCESS;
 }
 
@@ -153,21 +173,72 @@ CUptiResult cuptiGetTimestamp(uint64_t *timestamp)
     return CUPTI_SUCCESS;
 }
 
+/* the stand-in runtime's launch calls this at its entry (CUPTI_API_ENTER) and
+ * exit (CUPTI_API_EXIT), `ns` the GPU time its kernel is to have */
+void fake_cupti_launch(int site, uint64_t ns)
+{
+    if (!launch_tie || !subscriber_callback)
+        return;
+    if (site == CUPTI_API_ENTER) {
+        pthread_mutex_lock(&launched_lock);
+        launch_correlation = next_correlation++;
+        pthread_mutex_unlock(&launched_lock);
+        launch_data = 0;
+    }
+    CUpti_CallbackData cb = {.callbackSite = (CUpti_ApiCallbackSite)site,
+                             .functionName = "cudaLaunchKernel",
+                             .correlationData = &launch_data,
+                             .correlationId = launch_correlation};
+    subscriber_callback(NULL, CUPTI_CB_DOMAIN_RUNTIME_API,
+                        CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, &cb);
+    if (site != CUPTI_API_EXIT)
+        return;
+    pthread_mutex_lock(&launched_lock);
+    if (nlaunched < MAX_LAUNCHED) {
+        launched[nlaunched].correlation = launch_correlation;
+        launched[nlaunched].start = realtime_ns() + 1000;
+        launched[nlaunched].ns = ns;
+        nlaunched++;
+    }
+    pthread_mutex_unlock(&launched_lock);
+}
+
+/* each kernel of a tied launch handed over: "ID NS" appended to FAKE_CUPTI_KERNELS */
+static void log_kernel(uint32_t correlation, uint64_t ns)
+{
+    const char *path = getenv("FAKE_CUPTI_KERNELS");
+    char line[48];
+    if (!path)
+        return;
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600), n;
+    n = snprintf(line, sizeof line, "%u %llu\n", correlation, (unsigned long long)ns);
+    if (fd >= 0 && write(fd, line, (size_t)n) != n)
+        n = 0;
+    if (fd >= 0)
+        close(fd);
+}
+
 CUptiResult cuptiActivityFlushAll(uint32_t flag)
 {
     uint8_t *buffer;
     size_t size, max;
-    const char *slow = getenv("FAKE_CUPTI_FLUSH_MS");
+    const char *slow = getenv("FAKE_CUPTI_FLUSH_MS"), *only = getenv("FAKE_CUPTI_LAUNCHES_ONLY");
     (void)flag;
     if (slow)
         usleep((useconds_t)atoi(slow) * 1000);
-    if (!requested || !completed || !enabled)
+    if (!requested || !completed)
         return CUPTI_SUCCESS;
+    int legacy = enabled && !(only && *only == '1');
     enabled = 0;
+    pthread_mutex_lock(&launched_lock);
+    int pending = nlaunched;
+    pthread_mutex_unlock(&launched_lock);
+    if (!legacy && !pending)
+        return CUPTI_SUCCESS;
     static int tied;
     const char *many = getenv("FAKE_CUPTI_TIES");
     long launches = many && !tied ? atol(many) : 1;
-    for (long n = 0; launch_tie && subscriber_callback && n < launches; n++) {
+    for (long n = 0; legacy && launch_tie && subscriber_callback && n < launches; n++) {
         /* the launch's entry and exit, as CUPTI calls them */
         uint64_t start = 0;
         CUpti_CallbackData cb = {.functionName = "cudaLaunchKernel", .correlationData = &start,
@@ -180,23 +251,48 @@ CUptiResult cuptiActivityFlushAll(uint32_t flag)
         tied = 1;
     }
     requested(&buffer, &size, &max);
-    if (!buffer || size < sizeof(struct fake_buffer))
+    if (!buffer || size < sizeof(struct fake_buffer) + 2 * sizeof(union fake_record))
         return CUPTI_SUCCESS;
     struct fake_buffer *b = (struct fake_buffer *)buffer;
+    size_t room = (size - sizeof *b) / sizeof(union fake_record);
     memset(b, 0, sizeof *b);
     uint64_t now = realtime_ns();
-    b->kernel.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
-    b->kernel.start = now - 2000;
-    b->kernel.end = now - 1000;
-    b->kernel.correlationId = 7;
-    b->kernel.streamId = 3;
-    b->kernel.name = "fake_attached_kernel";
-    b->api.kind = CUPTI_ACTIVITY_KIND_RUNTIME;
-    b->api.cbid = CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000;
-    b->api.start = now - 5000;
-    b->api.end = now - 4000;
-    b->api.correlationId = 7;
-    b->api.threadId = (uint32_t)syscall(SYS_gettid);
-    completed(NULL, 0, buffer, size, runtime_kind || launch_api ? sizeof *b : sizeof b->kernel);
+    if (legacy) {
+        CUpti_ActivityKernel10 *k = &b->records[b->n++].kernel;
+        memset(k, 0, sizeof *k);
+        k->kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+        k->start = now - 2000;
+        k->end = now - 1000;
+        k->correlationId = 7;
+        k->streamId = 3;
+        k->name = "fake_attached_kernel";
+    }
+    if (legacy && (runtime_kind || launch_api)) {
+        CUpti_ActivityAPI *api = &b->records[b->n++].api;
+        memset(api, 0, sizeof *api);
+        api->kind = CUPTI_ACTIVITY_KIND_RUNTIME;
+        api->cbid = CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000;
+        api->start = now - 5000;
+        api->end = now - 4000;
+        api->correlationId = 7;
+        api->threadId = (uint32_t)syscall(SYS_gettid);
+    }
+    pthread_mutex_lock(&launched_lock);
+    int take = 0;
+    for (; take < nlaunched && b->n < room; take++) {
+        CUpti_ActivityKernel10 *k = &b->records[b->n++].kernel;
+        memset(k, 0, sizeof *k);
+        k->kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+        k->start = launched[take].start;
+        k->end = launched[take].start + launched[take].ns;
+        k->correlationId = launched[take].correlation;
+        k->streamId = 3;
+        k->name = "fake_launched_kernel";
+        log_kernel(launched[take].correlation, launched[take].ns);
+    }
+    memmove(launched, launched + take, (size_t)(nlaunched - take) * sizeof *launched);
+    nlaunched -= take;
+    pthread_mutex_unlock(&launched_lock);
+    completed(NULL, 0, buffer, size, sizeof *b + b->n * sizeof(union fake_record));
     return CUPTI_SUCCESS;
 }
