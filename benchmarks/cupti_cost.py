@@ -1,10 +1,11 @@
 """What CUPTI's recording costs a running PyTorch job, by what it records:
-nothing, the GPU work only (serve's attach without --py-stacks), or the GPU
-work and an API record of every call (an attach that joins records to calls:
---pid --gpu-time, serve --py-stacks).
+nothing, the GPU work only (serve's attach without --py-stacks), the GPU
+work and the launches, copies and memsets tied to it by CUPTI's callbacks
+(serve --py-stacks), or the GPU work and an API record of every call (an
+attach that joins records to calls: --pid --gpu-time).
 
 One process: the job's steps run in windows of WINDOW_S, in rounds of the
-three modes in turn, the recording switched on and off between windows by
+four modes in turn, the recording switched on and off between windows by
 the GPU-time library itself (cupti/gputime.c through attach.c's
 gputime_inject_attach, called here on the job's own thread between steps,
 and its control block's `stop`). Each mode's figure is the median step of
@@ -100,7 +101,8 @@ def main() -> None:
         step()
     torch_workloads.torch.cuda.synchronize()
     record = Recording(a.library, a.cupti)
-    modes = {"none": None, "work only": L["ATTACH_WORK_ONLY"], "every call": 0}
+    modes = {"none": None, "work only": L["ATTACH_WORK_ONLY"],
+             "call ties": L["ATTACH_CALL_TIES"], "every call": 0}
     steps: dict[str, list[float]] = {m: [] for m in modes}
     for r in range(a.rounds):
         for mode, flags in modes.items():

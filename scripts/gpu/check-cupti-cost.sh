@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What CUPTI's recording costs a running PyTorch job by what it records (none,
-# the GPU work only, every call too), switched on and off in one process by
+# the GPU work only, the launches tied by CUPTI's callbacks, every call too), switched on and off in one process by
 # the GPU-time library itself (benchmarks/cupti_cost.py). WORKLOADS (mlp
 # transformer), ROUNDS (6). Summary: $OUT/cupti-cost.txt. Run from the repo
 # root, .gpukit carried.
