@@ -93,6 +93,7 @@ static CUpti_SubscriberHandle subscriber;  /* attach: ours, held while recording
 static struct gputime_record tie_buffers[2][TIE_RECORDS];  /* (untouched pages cost nothing) */
 static struct gputime_record *ties = tie_buffers[0];  /* the one on_call() appends to */
 static size_t n_ties, ties_dropped;
+static __thread uint32_t tie_tid;  /* the calling thread's gettid(), once (0 again in a forked child) */
 static const char *names[MAX_NAMES];  /* open addressing on CUPTI's name pointers */
 static uint32_t name_ids[MAX_NAMES];
 static uint32_t next_name_id = 1;
@@ -284,7 +285,7 @@ static void write_ties(void)
  * correlationData at the entry, its record made at the exit, in CUPTI's clock
  * (that of the GPU records) and with the kernel's thread id. The cost to the
  * program: two reads of CUPTI's clock and an append under a lock that nothing
- * holds longer than a swap of buffers. */
+ * holds longer than a swap of buffers (the thread's id is asked for once). */
 static void CUPTIAPI on_call(void *data, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                              const void *info)
 {
@@ -303,7 +304,8 @@ static void CUPTIAPI on_call(void *data, CUpti_CallbackDomain domain, CUpti_Call
     struct gputime_record r = {
         .type = GPUTIME_API, .size = sizeof r, .correlation = cb->correlationId,
         .start = cb->correlationData && *cb->correlationData ? *cb->correlationData : now,
-        .end = now, .tid = (uint32_t)syscall(SYS_gettid), .cbid = cbid,
+        .end = now, .tid = tie_tid ? tie_tid : (tie_tid = (uint32_t)syscall(SYS_gettid)),
+        .cbid = cbid,
         .domain = (uint8_t)(domain == CUPTI_CB_DOMAIN_RUNTIME_API ? CUPTI_ACTIVITY_KIND_RUNTIME
                                                                   : CUPTI_ACTIVITY_KIND_DRIVER)};
     pthread_mutex_lock(&tie_lock);
@@ -439,6 +441,7 @@ static void fork_child(void)
     pthread_mutex_init(&flush_lock, NULL);
     pthread_mutex_init(&tie_lock, NULL);
     n_ties = ties_dropped = 0;  /* the parent's calls */
+    tie_tid = 0;  /* this thread, the child's only one, has a tid of its own */
 }
 
 static void register_fork_handlers(void)
