@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import bisect
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from copy import copy
 
 from cudaprobe.analysis.by_line import gpu_line_of
@@ -97,6 +97,7 @@ class LineJoin:
         # pid -> ns added to its CUPTI timestamps (aligned: its join's slack is
         # ALIGN_SLACK_NS, as join_work gives it)
         self._shift: dict[int, int] = {}
+        self.on_aligned: Callable[[int, int], None] | None = None  # told (pid, shift) once
         self._unaligned: dict[int, list[tuple[int, ApiCall]]] = {}
         self._pending: list[tuple[int, int, ApiCall]] = []
         # (pid, correlation) -> what its API record came to: the launch, or None
@@ -303,6 +304,8 @@ class LineJoin:
                 self.dropped += MAX_UNALIGNED // 2
             return  # too few agree yet: more records, or more launches, may
         self._shift[pid] = shift
+        if self.on_aligned is not None:
+            self.on_aligned(pid, shift)
         del self._unaligned[pid]
         for correlation, api in waiting:
             api.start_ns += shift

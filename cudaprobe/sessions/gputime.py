@@ -96,6 +96,7 @@ class GpuTimeRows:
         if lines is not None and self.gpu.reader is not None:
             self.gpu.reader.on_api = lines.api
             lines.cupti_clock = self.gpu.reader.cupti_clock
+            lines.on_aligned = lambda pid, shift: say_shifts({pid: shift}, notify)
             if self.attach is not None:  # each launch's tie from CUPTI's callbacks alone
                 self.attach.injector.call_ties = self.gpu.reader.expect_ties = True
         elif on_gpu_work is not None and self.attach is not None and self.gpu.reader is not None:

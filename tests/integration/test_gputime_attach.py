@@ -721,6 +721,9 @@ def test_serve_pid_py_stacks_joins_kernels_tied_by_callbacks_to_their_lines(tmp_
         assert stop(serve) == 0, err.text()
         work.stdin.close()
         assert work.wait(timeout=HANG_S) == 0, work.stderr.read()
+    # its clock aligned once, by about the time the library's two reads of the clocks took
+    moved = re.findall(rf"pid {work.pid}'s GPU timestamps moved by ([-+0-9.]+) µs", err.text())
+    assert len(moved) == 1 and abs(float(moved[0])) < 1_000, err.text()
     assert "Traceback" not in err.text()
 
 

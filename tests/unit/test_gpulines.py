@@ -316,6 +316,8 @@ def test_a_flood_of_records_before_the_decoder_keeps_the_oldest_which_align_firs
     decoder reaches them; the records let go meanwhile are counted."""
     pid, shift = 300, 77_000
     join = LineJoin(cupti_clock={pid})
+    told = []
+    join.on_aligned = lambda p, s: told.append((p, s))
     n = gpulines.MAX_UNALIGNED * 3
     gaps = [20_000 + (i * 7919) % 60_000 for i in range(n)]
     calls = [launch(S + sum(gaps[:i]), 7 + i % 2, pid=pid) for i in range(n)]
@@ -326,7 +328,8 @@ def test_a_flood_of_records_before_the_decoder_keeps_the_oldest_which_align_firs
     for c in calls:  # the decoder catches up
         join.launch(c, 1, ("python3", *J))
     join.settle(3 * S)
-    assert join._shift == {pid: shift}
+    join.settle(4 * S)
+    assert join._shift == {pid: shift} and told == [(pid, shift)]  # told once
     kept = gpulines.MAX_UNALIGNED
     assert [join.launch_of(kernel(c, k, 10)).ts_ns for k, c in enumerate(calls[:kept])] == \
         [c.ts_ns for c in calls[:kept]]
