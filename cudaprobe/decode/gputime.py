@@ -166,6 +166,7 @@ class GpuReader:
     # whose CUPTI had none, so that their GPU work is joined to no call
     expect_ties: bool = False
     untied: int = 0
+    on_untied: Callable[[int], None] | None = None  # told each such pid as its header is read
     _files: dict[str, _File] = field(default_factory=dict)
     _apis: dict[tuple[int, int], ApiCall] = field(default_factory=dict)  # (pid, correlation)
 
@@ -260,6 +261,8 @@ class GpuReader:
             self.attached_all_api += 1
         if self.expect_ties and api_records == API_NONE:
             self.untied += 1
+            if self.on_untied is not None:
+                self.on_untied(f.pid)
         f.clock_offset = offset if clock == CLOCK_REALTIME else 0
         if clock == CLOCK_REALTIME:
             self.cupti_clock.add(f.pid)

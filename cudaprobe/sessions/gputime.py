@@ -99,6 +99,10 @@ class GpuTimeRows:
             lines.on_aligned = lambda pid, shift: say_shifts({pid: shift}, notify)
             if self.attach is not None:  # each launch's tie from CUPTI's callbacks alone
                 self.attach.injector.call_ties = self.gpu.reader.expect_ties = True
+                self.gpu.reader.on_untied = lambda pid: notify(
+                    f"--gpu-time: pid {pid}: its CUPTI refused callbacks on the calls that "
+                    "launch, copy and set memory: its GPU work is counted, joined to no "
+                    "Python line")
         elif on_gpu_work is not None and self.attach is not None and self.gpu.reader is not None:
             self.attach.injector.work_only = True  # kernels counted, none joined to a call
         self._held: list[Call] | None = None

@@ -586,7 +586,7 @@ def test_serve_duty_with_py_stacks_switches_cupti_with_its_slices_tying_calls_by
     assert "Traceback" not in err.text()
 
 
-@pytest.mark.parametrize("mode", ["ties", "calls"])
+@pytest.mark.parametrize("mode", ["ties", "calls", "refused"])
 def test_call_ties_are_written_from_cupti_s_callbacks_at_the_call(tmp_path, fake_cupti, mode):
     """The library attached in a process and asked for call ties (what serve
     --py-stacks asks): no API record kind goes on; CUPTI's callback on the launch
@@ -594,7 +594,9 @@ def test_call_ties_are_written_from_cupti_s_callbacks_at_the_call(tmp_path, fake
     library at the call's exit: the kernel's correlation id, the calling thread,
     the entry's and exit's times in CUPTI's clock, its function's name before
     it; the header says so (API_CALLS). Asked for API records instead (--pid
-    --gpu-time): the RUNTIME and DRIVER kinds, no callback."""
+    --gpu-time): the RUNTIME and DRIVER kinds, no callback. Ties asked of a
+    CUPTI that refuses the callbacks: the GPU work alone (API_NONE), never
+    every call's record."""
     from cudaprobe.targets.cupti import build_library  # noqa: PLC0415
     library, why = build_library()
     if library is None:
@@ -602,13 +604,20 @@ def test_call_ties_are_written_from_cupti_s_callbacks_at_the_call(tmp_path, fake
     log = tmp_path / "switches.log"
     run = subprocess.run(
         [sys.executable, str(Path(__file__).parent / "call_ties_workload.py"), str(library),
-         str(fake_cupti), str(REPO / "cupti" / "inject.h"), mode],
-        capture_output=True, text=True, timeout=HANG_S, env={**os.environ,
-                                                          "FAKE_CUPTI_LOG": str(log)})
+         str(fake_cupti), str(REPO / "cupti" / "inject.h"),
+         "calls" if mode == "calls" else "ties"],
+        capture_output=True, text=True, timeout=HANG_S,
+        env={**os.environ, "FAKE_CUPTI_LOG": str(log),
+             "FAKE_CUPTI_NO_CALLBACKS": "1" if mode == "refused" else "0"})
     assert run.returncode == 0, run.stdout + run.stderr
     out = json.loads(run.stdout)
     switches = [line.split() for line in log.read_text().splitlines()]
     apis = [r for r in out["records"] if r["type"] == 4]
+    if mode == "refused":
+        assert out["api_records"] == 3 and not apis  # GPUTIME_API_NONE
+        assert not [s for s in switches if s[0] == "tie-on" or
+                    (s[0] == "enable" and s[1] in (RUNTIME_KIND, DRIVER_KIND))], switches
+        return
     if mode == "calls":
         assert out["api_records"] == 2  # GPUTIME_API_ALL
         assert ["enable", RUNTIME_KIND] in switches and ["enable", DRIVER_KIND] in switches
@@ -725,6 +734,36 @@ def test_serve_pid_py_stacks_joins_kernels_tied_by_callbacks_to_their_lines(tmp_
     moved = re.findall(rf"pid {work.pid}'s GPU timestamps moved by ([-+0-9.]+) µs", err.text())
     assert len(moved) == 1 and abs(float(moved[0])) < 1_000, err.text()
     assert "Traceback" not in err.text()
+
+
+@pytest.mark.skipif(not Path("/usr/bin/python3.11").exists(), reason="no /usr/bin/python3.11")
+def test_serve_py_stacks_says_a_process_whose_cupti_refuses_the_callbacks(fake_cupti):
+    """serve --gpu-time --py-stacks --pid on a process whose CUPTI refuses the
+    callbacks that tie launches: its GPU work alone is recorded, and serve says
+    so at once, by its pid, once; the program unharmed."""
+    from .test_gputime import fake_gpu  # noqa: PLC0415
+    _, lib = fake_gpu()
+    work = subprocess.Popen(
+        ["/usr/bin/python3.11", str(ATTACHED_LINES), str(lib)], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "FAKE_CUPTI_PATH": str(fake_cupti), "FAKE_CUPTI_NO_CALLBACKS": "1"})
+    assert work.stdout.readline() == "ready\n", work.stderr.read()
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "cudaprobe", "serve", "--prometheus", f"127.0.0.1:{free_port()}",
+         "--gpu-time", "--py-stacks", "--pid", str(work.pid), "--lib", str(lib),
+         "-e", "cudaLaunchKernel"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "CUDAPROBE_CUPTI": str(fake_cupti)})
+    err = Lines(serve.stderr)
+    said = f"pid {work.pid}: its CUPTI refused callbacks on the calls that launch"
+    try:
+        err.wait_for(lambda s: said in s, "the refusal said", timeout=HANG_S)
+    finally:
+        assert stop(serve) == 0, err.text()
+        work.stdin.write("stop\n")
+        work.stdin.close()
+        assert work.wait(timeout=HANG_S) == 0, work.stderr.read()
+    assert err.text().count(said) == 1 and "Traceback" not in err.text()
 
 
 def test_on_a_node_the_processes_waiting_for_the_library_are_bounded(monkeypatch):

@@ -20,7 +20,8 @@
  * own, and the next flush hands over that launch's kernel record
  * (fake_launched_kernel, its GPU time what the runtime said), each such
  * kernel's id and time appended to FAKE_CUPTI_KERNELS=FILE ("ID NS") as it
- * is handed over. FAKE_CUPTI_LAUNCHES_ONLY=1: no kernel but those. With FAKE_CUPTI_FLUSH_MS=N,
+ * is handed over. FAKE_CUPTI_LAUNCHES_ONLY=1: no kernel but those.
+ * FAKE_CUPTI_NO_CALLBACKS=1: cuptiEnableCallback refuses (an older CUPTI). With FAKE_CUPTI_FLUSH_MS=N,
  * each flush takes N ms (a flush under way when the program forks).
  *
  *   cc -shared -fPIC -o libcupti-fake.so fake_libcupti.c -I/usr/local/cuda/include */
@@ -98,7 +99,10 @@ CUptiResult cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_t on)
 CUptiResult cuptiEnableCallback(uint32_t on, CUpti_SubscriberHandle h, CUpti_CallbackDomain d,
                                 CUpti_CallbackId cbid)
 {
+    const char *refuse = getenv("FAKE_CUPTI_NO_CALLBACKS");
     (void)h;
+    if (refuse && *refuse == '1')
+        return CUPTI_ERROR_NOT_SUPPORTED;
     if (d == CUPTI_CB_DOMAIN_RUNTIME_API && cbid == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000) {
         launch_tie = on != 0;
         log_switch(on ? "tie-on" : "tie-off", (CUpti_ActivityKind)cbid);
