@@ -494,59 +494,62 @@ static void *symbol(void *lib, const char *name, int *missing)
     return f;
 }
 
-/* API records for the calls that launch, copy or set memory only, through CUPTI's
- * fine-grained switches (CUPTI 12.x on): with the whole RUNTIME and DRIVER kinds
- * CUPTI builds a record for every call (PyTorch makes several cudaGetDevice,
- * cudaStreamIsCapturing, cuCtxGetCurrent... per op) that api_is_kept() then
- * throws away. Every cbid CUPTI has a name for, up to MAX_CBID (a libcupti newer
- * than the headers may have more than CUPTI_*_TRACE_CBID_SIZE). 1: done; 0: the
- * switches are missing or refused one, or no name matched (the caller enables the
- * whole kinds, which override whatever was switched on here). */
-static int enable_kept_apis(uint8_t on)
+/* `flip` (domain, cbid, on) for every call that launches, copies or sets
+ * memory: every cbid CUPTI has a name for, up to MAX_CBID (a libcupti newer
+ * than the headers may have more than CUPTI_*_TRACE_CBID_SIZE). 1: done; 0:
+ * one was refused, or no name matched. */
+static int switch_kept(CUptiResult (*flip)(CUpti_CallbackDomain, CUpti_CallbackId, uint8_t),
+                       uint8_t on)
 {
     static const CUpti_CallbackDomain domains[] = {CUPTI_CB_DOMAIN_RUNTIME_API,
                                                    CUPTI_CB_DOMAIN_DRIVER_API};
-    int enabled = 0;
-    if (!cupti.enable_runtime_api || !cupti.enable_driver_api)
-        return 0;
-    for (size_t d = 0; d < sizeof domains / sizeof *domains; d++) {
-        CUptiResult (*enable)(CUpti_CallbackId, uint8_t) =
-            domains[d] == CUPTI_CB_DOMAIN_RUNTIME_API ? cupti.enable_runtime_api
-                                                      : cupti.enable_driver_api;
-        for (uint32_t cbid = 1; cbid < MAX_CBID; cbid++) {
-            const char *name = NULL;
-            if (cupti.callback_name(domains[d], cbid, &name) != CUPTI_SUCCESS ||
-                !name_is_kept(name))
-                continue;
-            if (enable(cbid, on) != CUPTI_SUCCESS)
-                return 0;
-            enabled++;
-        }
-    }
-    return enabled > 0;
-}
-
-/* CUPTI's callbacks on every launch, copy and memset function of both domains
- * (as enable_kept_apis chooses them) on or off, for on_call() (GPUTIME_API_CALLS).
- * 1: done; 0: the switch is missing or refused one (the caller turns them off). */
-static int switch_call_ties(uint8_t on)
-{
-    static const CUpti_CallbackDomain domains[] = {CUPTI_CB_DOMAIN_RUNTIME_API,
-                                                   CUPTI_CB_DOMAIN_DRIVER_API};
-    int enabled = 0;
-    if (!cupti.enable_callback || !subscriber)
-        return 0;
+    int switched = 0;
     for (size_t d = 0; d < sizeof domains / sizeof *domains; d++)
         for (uint32_t cbid = 1; cbid < MAX_CBID; cbid++) {
             const char *name = NULL;
             if (cupti.callback_name(domains[d], cbid, &name) != CUPTI_SUCCESS ||
                 !name_is_kept(name))
                 continue;
-            if (cupti.enable_callback(on, subscriber, domains[d], cbid) != CUPTI_SUCCESS)
+            if (flip(domains[d], cbid, on) != CUPTI_SUCCESS)
                 return 0;
-            enabled++;
+            switched++;
         }
-    return enabled > 0;
+    return switched > 0;
+}
+
+static CUptiResult flip_api_records(CUpti_CallbackDomain d, CUpti_CallbackId cbid, uint8_t on)
+{
+    return (d == CUPTI_CB_DOMAIN_RUNTIME_API ? cupti.enable_runtime_api
+                                             : cupti.enable_driver_api)(cbid, on);
+}
+
+/* API records for those calls only, through CUPTI's fine-grained switches
+ * (CUPTI 12.x on): with the whole RUNTIME and DRIVER kinds CUPTI builds a
+ * record for every call (PyTorch makes several cudaGetDevice,
+ * cudaStreamIsCapturing, cuCtxGetCurrent... per op) that api_is_kept() then
+ * throws away. 0: the switches are missing or refused one, or no name matched
+ * (the caller enables the whole kinds, which override whatever was switched
+ * on here). */
+static int enable_kept_apis(uint8_t on)
+{
+    if (!cupti.enable_runtime_api || !cupti.enable_driver_api)
+        return 0;
+    return switch_kept(flip_api_records, on);
+}
+
+/* CUPTI's callbacks on those calls on or off, for on_call()
+ * (GPUTIME_API_CALLS). 1: done; 0: the switch is missing or refused one (the
+ * caller turns them off). */
+static CUptiResult flip_callback(CUpti_CallbackDomain d, CUpti_CallbackId cbid, uint8_t on)
+{
+    return cupti.enable_callback(on, subscriber, d, cbid);
+}
+
+static int switch_call_ties(uint8_t on)
+{
+    if (!cupti.enable_callback || !subscriber)
+        return 0;
+    return switch_kept(flip_callback, on);
 }
 
 /* CUPTI's buffers ours and its records on: kernels, copies, memsets, and the API
