@@ -162,11 +162,9 @@ class GpuReader:
     cupti_clock: set[int] = field(default_factory=set)  # pids stamped in CUPTI's own clock
     all_api_records: int = 0  # processes whose CUPTI recorded every call (no fine-grained switch)
     attached_all_api: int = 0  # processes attached to: their CUPTI records every call (by design)
-    # the calls were to be tied from CUPTI's callbacks (serve --py-stacks): processes
-    # whose CUPTI had none, so that their GPU work is joined to no call
-    expect_ties: bool = False
-    untied: int = 0
-    on_untied: Callable[[int], None] | None = None  # told each such pid as its header is read
+    # where the calls are to be tied from CUPTI's callbacks (serve --py-stacks): told,
+    # as its header is read, each pid whose CUPTI had none (its work joined to no call)
+    on_untied: Callable[[int], None] | None = None
     _files: dict[str, _File] = field(default_factory=dict)
     _apis: dict[tuple[int, int], ApiCall] = field(default_factory=dict)  # (pid, correlation)
 
@@ -259,10 +257,8 @@ class GpuReader:
             self.all_api_records += 1
         elif api_records == API_ALL:
             self.attached_all_api += 1
-        if self.expect_ties and api_records == API_NONE:
-            self.untied += 1
-            if self.on_untied is not None:
-                self.on_untied(f.pid)
+        if self.on_untied is not None and api_records == API_NONE:
+            self.on_untied(f.pid)
         f.clock_offset = offset if clock == CLOCK_REALTIME else 0
         if clock == CLOCK_REALTIME:
             self.cupti_clock.add(f.pid)

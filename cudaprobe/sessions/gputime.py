@@ -98,7 +98,7 @@ class GpuTimeRows:
             lines.cupti_clock = self.gpu.reader.cupti_clock
             lines.on_aligned = lambda pid, shift: say_shifts({pid: shift}, notify)
             if self.attach is not None:  # each launch's tie from CUPTI's callbacks alone
-                self.attach.injector.call_ties = self.gpu.reader.expect_ties = True
+                self.attach.injector.call_ties = True
                 self.gpu.reader.on_untied = lambda pid: notify(
                     f"--gpu-time: pid {pid}: its CUPTI refused callbacks on the calls that "
                     "launch, copy and set memory: its GPU work is counted, joined to no "

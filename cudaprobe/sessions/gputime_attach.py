@@ -68,11 +68,6 @@ def say_outcome(reader: GpuReader, notify: Callable[[str], None], nothing: str
                f"process{'es' if n > 1 else ''} it was put in (its switches for launches and "
                "copies alone give no record once CUDA runs): it costs "
                f"{'them' if n > 1 else 'it'} more while recorded")
-    if reader.untied and reader.seen:
-        n = reader.untied
-        notify(f"--gpu-time: the CUPTI of {n} process{'es' if n > 1 else ''} refused "
-               "callbacks on the calls that launch, copy and set memory: "
-               f"{'their' if n > 1 else 'its'} GPU work is counted, joined to no Python line")
     if reader.bad_files:
         notify(f"--gpu-time: {reader.bad_files} GPU-time files were unreadable")
     return reader.work
