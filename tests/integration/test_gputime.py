@@ -278,12 +278,13 @@ GPULINES = Path(__file__).parent / "gpulines_workload.py"
 PYTHON = Path("/usr/bin/python3.11")  # Debian's: --py-stacks reads it (pythons.py)
 
 
-def launch_line(function: str) -> str:
-    """`file:line (function)` of the launch in gpulines_workload.py's `function`."""
-    lines = GPULINES.read_text().splitlines()
+def launch_line(function: str, program: Path = GPULINES) -> str:
+    """`file:line (function)` of the launch in `program`'s `function`
+    (gpulines_workload.py's unless given)."""
+    lines = program.read_text().splitlines()
     start = lines.index(next(t for t in lines if t.startswith(f"def {function}(")))
     n = next(i for i in range(start, len(lines)) if "cudaLaunchKernel(" in lines[i]) + 1
-    return f"{GPULINES}:{n} ({function})"
+    return f"{program}:{n} ({function})"
 
 
 def scrape(address: str, suffix: str = "_total") -> dict[str, dict[tuple, float]]:

@@ -663,14 +663,6 @@ def test_call_ties_past_the_library_s_buffer_are_dropped_and_counted(tmp_path, f
 ATTACHED_LINES = Path(__file__).parent / "gpulines_attached.py"
 
 
-def attached_line(function: str) -> str:
-    """`file:line (function)` of the launch in gpulines_attached.py's `function`."""
-    lines = ATTACHED_LINES.read_text().splitlines()
-    start = lines.index(next(t for t in lines if t.startswith(f"def {function}(")))
-    n = next(i for i in range(start, len(lines)) if "cudaLaunchKernel(" in lines[i]) + 1
-    return f"{ATTACHED_LINES}:{n} ({function})"
-
-
 @pytest.mark.skipif(not Path("/usr/bin/python3.11").exists(), reason="no /usr/bin/python3.11")
 def test_serve_pid_py_stacks_joins_kernels_tied_by_callbacks_to_their_lines(tmp_path,
                                                                           fake_cupti):
@@ -681,7 +673,7 @@ def test_serve_pid_py_stacks_joins_kernels_tied_by_callbacks_to_their_lines(tmp_
     kernel's GPU time under the Python line that launched it: exactly what the
     stand-in CUPTI handed over for each line, nothing unjoined; the program's
     exit status an untraced run's."""
-    from .test_gputime import fake_gpu, scrape  # noqa: PLC0415
+    from .test_gputime import fake_gpu, launch_line, scrape  # noqa: PLC0415
     _, lib = fake_gpu()
     kernels = tmp_path / "kernels.log"
     work = subprocess.Popen(
@@ -712,10 +704,10 @@ def test_serve_pid_py_stacks_joins_kernels_tied_by_callbacks_to_their_lines(tmp_
         # metric, until the two agree twice running (CUPTI hands over each 0.5 s)
         agreed, truth, by_line = 0, {}, {}
         while agreed < 2 and time.monotonic() < deadline:
-            truth = {attached_line("heavy"): 0, attached_line("light"): 0}
+            truth = {launch_line(f, ATTACHED_LINES): 0 for f in ("heavy", "light")}
             for row in kernels.read_text().splitlines():
                 ns = int(row.split()[1])
-                truth[attached_line("light" if ns == 3_000 else "heavy")] += ns
+                truth[launch_line("light" if ns == 3_000 else "heavy", ATTACHED_LINES)] += ns
             metrics = scrape(address)
             by_line = {dict(k)["line"]: v for k, v in
                        metrics.get("cudaprobe_gpu_line_seconds", {}).items()}
