@@ -16,10 +16,13 @@ write text; lines are what the stream can count without knowing the format.
 
 from __future__ import annotations
 
+import collections
 import errno
 import os
+import queue
 import stat
 import sys
+import threading
 import zlib
 from typing import Callable
 
@@ -28,6 +31,7 @@ from cudaprobe.errors import OutputError, OutputFailed
 DEFAULT_MODE = 0o600
 BUFFER = 1 << 16  # bytes held before a write(2)
 GZIP_SUFFIX = ".gz"  # -o FILE.gz: written gzip-compressed, its format from what is before
+QUEUED = 4  # batches handed to the writing thread and not written yet, at most
 
 
 def check_output_path(path: str, force: bool) -> None:
@@ -65,6 +69,7 @@ class OutputStream:
     failures remembered (see the module docstring), never raised on write."""
 
     encoding = "utf-8"
+    threaded = False  # written from a Writer thread (files and pipes, not terminals)
 
     def __init__(self, name: str) -> None:
         self.name = name  # as said to the user
@@ -80,6 +85,7 @@ class OutputStream:
         self._pending_bytes = 0
         self._pending_lines = 0  # counted once, as written: _send is told
         self._reported = False
+        self._writer: Writer | None = None  # made at the first batch handed over
         # on a terminal, what a data format writes is shown through this
         # (text.terminal_lines): files and pipes get the exact bytes
         self.shown: Callable[[str], str] | None = None
@@ -119,21 +125,52 @@ class OutputStream:
             self._pending_bytes += len(data)
             self._pending_lines += lines
             if self._pending_bytes >= BUFFER:
-                self.flush()
+                self.hand_over()
+
+    def hand_over(self) -> None:
+        """What is held goes out (from the writing thread, without waiting for
+        it where there is one); the writes that finished meanwhile accounted."""
+        if self._pending:
+            # a batch of rows as big as the buffer goes as it is, not copied again
+            data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+            lines = self._pending_lines
+            self._pending, self._pending_bytes, self._pending_lines = [], 0, 0
+            if not self.threaded or self.shown is not None:  # a terminal: as it is shown
+                self._send(data, lines)
+                return
+            if self._writer is None:
+                self._writer = Writer(self._job)
+            self._writer.put(data, lines)
+        self._settle(wait=False)
 
     def flush(self) -> None:
-        if not self._pending:
+        """Everything given written out, or its failure accounted."""
+        self.hand_over()
+        self._settle(wait=True)
+
+    def _settle(self, wait: bool) -> None:
+        """The writing thread's finished batches accounted, in order (`wait`:
+        all of those handed over)."""
+        if self._writer is None:
             return
-        # a batch of rows as big as the buffer goes as it is, not copied again
-        data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
-        lines = self._pending_lines
-        self._pending, self._pending_bytes, self._pending_lines = [], 0, 0
-        self._send(data, lines)
+        for data, lines, done, error, skipped in self._writer.finished(wait):
+            if skipped:  # after a failed batch: never tried
+                self.lines_dropped += lines
+            else:
+                self._account(data, lines, done, error)
 
     def _send(self, data: bytes, lines: int) -> None:
-        """A batch of whole lines (`lines` of them) out; where it fails, its whole
-        lines kept."""
-        done, error = self._write_all(data)
+        """A batch of whole lines (`lines` of them) out, now."""
+        self._account(data, lines, *self._job(data))
+
+    def _job(self, data: bytes) -> tuple[int, OSError | None]:
+        """The batch's write(2)s (on the writing thread, where there is one):
+        the bytes that went, and the failure that stopped them."""
+        return self._write_all(data)
+
+    def _account(self, data: bytes, lines: int, done: int, error: OSError | None) -> None:
+        """A batch written (`done` bytes of it) or failed: where it failed, its
+        whole lines kept."""
         if error is not None:
             self._fail(error, data, done)
         else:
@@ -174,11 +211,14 @@ class OutputStream:
     def retry(self) -> bool:
         """After a failure, try once more (the trailer may fit where a batch of
         rows did not); False when it cannot work (the reader is gone, stdout closed)."""
+        self.flush()
         if self.failure is None:
             return True
         if self.failure.errno in (errno.EPIPE, errno.EBADF):
             return False
         self.failure = None
+        if self._writer is not None:
+            self._writer.stopped = False
         return True
 
     def discard(self) -> None:
@@ -221,6 +261,9 @@ class OutputStream:
         """Write out what is left; a failure nobody said raises OutputFailed
         (a report written at the end: one line, exit 1; EPIPE quietly)."""
         self.flush()
+        if self._writer is not None:
+            self._writer.stop()
+            self._writer = None
         self._close_fd()
         if self.failure is not None and not self._reported:
             self._reported = True
@@ -229,6 +272,8 @@ class OutputStream:
 
 class LazyOutputFile(OutputStream):
     """A file opened when the first bytes are written out."""
+
+    threaded = True
 
     def __init__(self, path: str, force: bool, mode: int = DEFAULT_MODE) -> None:
         super().__init__(path)
@@ -274,13 +319,13 @@ class GzipOutputFile(LazyOutputFile):
         super().__init__(path, force, mode)
         self._zip = zlib.compressobj(6, zlib.DEFLATED, 31)  # 31: the gzip format
 
-    def _send(self, data: bytes, lines: int) -> None:
-        self._send_packed(self._zip.compress(data), lines)
+    def _job(self, data: bytes) -> tuple[int, OSError | None]:
+        """Compressed and written (on the writing thread): all of it or none."""
+        _, error = self._write_all(self._zip.compress(data))
+        return (0, error) if error is not None else (len(data), None)
 
-    def _send_packed(self, packed: bytes, lines: int) -> None:
-        """Compressed bytes out, standing for `lines`: all of them or none."""
-        _, error = self._write_all(packed)
-        if error is not None:
+    def _account(self, data: bytes, lines: int, done: int, error: OSError | None) -> None:
+        if error is not None:  # compressed bytes cut: the batch's lines dropped whole
             self.failure = error
             self.failed = self.failed or error
             self.lines_dropped += lines
@@ -290,8 +335,59 @@ class GzipOutputFile(LazyOutputFile):
     def close(self) -> None:
         self.flush()
         if self.failed is None:  # the rest the compressor holds, and the trailer
-            self._send_packed(self._zip.flush(), 0)
+            _, error = self._write_all(self._zip.flush())
+            self._account(b"", 0, 0, error)
         super().close()
+
+
+class Writer:
+    """A stream's batches written out on a thread of its own, in the order
+    given (`job`: a batch -> the bytes that went, and the failure). After a
+    batch fails, the later ones are not tried until `stopped` is cleared
+    (a retry): they come back skipped. At most QUEUED batches wait: more
+    blocks the session's thread, as a slow disk would."""
+
+    def __init__(self, job: Callable[[bytes], tuple[int, OSError | None]]) -> None:
+        self._job = job
+        self._todo: queue.Queue[tuple[bytes, int] | None] = queue.Queue(maxsize=QUEUED)
+        # (data, lines, bytes written, failure, skipped), in order, not accounted yet
+        self._done: collections.deque[tuple[bytes, int, int, OSError | None, bool]] = \
+            collections.deque()
+        self.stopped = False
+        self._thread = threading.Thread(target=self._run, name="cudaprobe-write", daemon=True)
+        self._thread.start()
+
+    def put(self, data: bytes, lines: int) -> None:
+        self._todo.put((data, lines))
+
+    def finished(self, wait: bool) -> list[tuple[bytes, int, int, OSError | None, bool]]:
+        """The batches written or failed since the last call (`wait`: all given)."""
+        if wait:
+            self._todo.join()
+        out = []
+        while self._done:
+            out.append(self._done.popleft())
+        return out
+
+    def stop(self) -> None:
+        """After finished(wait=True): the thread ends."""
+        self._todo.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while (batch := self._todo.get()) is not None:
+            data, lines = batch
+            if self.stopped:
+                self._done.append((data, lines, 0, None, True))
+            else:
+                try:
+                    done, error = self._job(data)
+                except Exception as e:  # noqa: BLE001 (a bug here must not hang the session)
+                    done, error = 0, OSError(errno.EIO, f"writing failed: {e!r}")
+                self.stopped = error is not None
+                self._done.append((data, lines, done, error, False))
+            self._todo.task_done()
+        self._todo.task_done()
 
 
 def stdout_closed() -> bool:
@@ -303,6 +399,8 @@ def stdout_closed() -> bool:
 class StdoutStream(OutputStream):
     """cudaprobe's stdout (fd 1), written around sys.stdout so that a failure is
     this stream's and Python's own flush at exit has nothing left to fail."""
+
+    threaded = True
 
     def __init__(self) -> None:
         super().__init__("stdout")

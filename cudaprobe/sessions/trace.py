@@ -194,7 +194,7 @@ class TraceSession:
         output = self.options.output
         if output is None:
             return False
-        output.flush()
+        output.hand_over()  # written out meanwhile; a failure is known once its batch is done
         if output.failure is None or output.lines <= self._header_lines:
             return False
         tracer.attacher.detach()

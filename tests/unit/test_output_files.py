@@ -178,3 +178,44 @@ def test_a_gz_file_that_cannot_be_written_drops_its_lines_whole(tmp_path):
             out.close()
 
     under_size_limit(body)
+
+
+def test_batches_handed_over_after_a_failed_one_are_dropped_and_counted(tmp_path):
+    """Written from the writing thread: batches handed over one after another
+    without waiting (each past the buffer, so each goes at once); the first
+    fails part way (the size limit), the later ones are never tried. The file
+    ends at its last whole line, every line is either out or counted dropped,
+    and the failure is known once the session's thread accounts for it."""
+    from cudaprobe.output.files import BUFFER  # noqa: PLC0415
+
+    def body() -> None:
+        path = tmp_path / "calls.jsonl"
+        out = LazyOutputFile(str(path), force=False)
+        per_batch = BUFFER // len(ROW) + 1
+        for _ in range(6):
+            out.write(ROW * per_batch)  # handed over: not written yet, maybe
+        assert out.lines == 6 * per_batch
+        out.flush()
+        assert out.failure is not None and out.failure.errno == errno.EFBIG
+        assert out.lines_out == 1000 // len(ROW)  # 16 whole rows fit
+        assert out.lines_out + out.lines_dropped == 6 * per_batch
+        assert path.read_bytes() == ROW.encode() * out.lines_out
+        with pytest.raises(OutputFailed, match="File too large"):
+            out.close()
+
+    under_size_limit(body)
+
+
+def test_a_file_is_written_in_the_order_its_batches_were_given(tmp_path):
+    """Many batches of numbered lines, handed to the writing thread faster than
+    it writes: the file holds each line once, in order."""
+    path = tmp_path / "calls.jsonl"
+    out = LazyOutputFile(str(path), force=False)
+    n = 0
+    for _ in range(200):
+        lines = "".join(f"{n + i:09d} {'x' * 500}\n" for i in range(150))
+        out.write_lines(lines, 150)
+        n += 150
+    out.close()
+    numbers = [int(line.split()[0]) for line in path.read_text().splitlines()]
+    assert numbers == list(range(n)) and out.lines_out == n
