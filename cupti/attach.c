@@ -47,6 +47,7 @@ struct gputime_control {
     uint32_t generation;
     uint32_t paused;
     char why[256];
+    uint32_t applied;
 };
 
 _Static_assert(offsetof(struct gputime_control, heartbeat) == C_HEARTBEAT, "inject.h");
@@ -57,6 +58,7 @@ _Static_assert(offsetof(struct gputime_control, owner) == C_OWNER, "inject.h");
 _Static_assert(offsetof(struct gputime_control, generation) == C_GENERATION, "inject.h");
 _Static_assert(offsetof(struct gputime_control, paused) == C_PAUSED, "inject.h");
 _Static_assert(offsetof(struct gputime_control, why) == C_WHY, "inject.h");
+_Static_assert(offsetof(struct gputime_control, applied) == C_APPLIED, "inject.h");
 _Static_assert(sizeof(struct gputime_control) == CONTROL_SIZE, "inject.h");
 
 static struct gputime_control control = {.magic = CONTROL_MAGIC, .fd = -1};
@@ -101,6 +103,7 @@ static void *watch(void *arg)
         if (now_paused != paused) {
             paused = now_paused;
             gputime_pause((int)paused);
+            __atomic_store_n(&control.applied, paused, __ATOMIC_RELEASE);
         }
         if (tick % FLUSH_TICKS == 0)
             gputime_flush();
@@ -126,6 +129,7 @@ struct gputime_control *gputime_inject_attach(const char *cupti_path, uint64_t o
     control.owner = (uint32_t)owner;
     control.stop = 0;
     control.paused = 0;  /* recording from the start: cudaprobe pauses it if it is between slices */
+    control.applied = 0;
     control.generation++;
     control.why[0] = 0;
     __atomic_store_n(&control.heartbeat, heartbeat, __ATOMIC_RELEASE);

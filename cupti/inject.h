@@ -68,8 +68,10 @@
 #define C_PAUSED 36         /* u32: cudaprobe writes 1 between serve --duty's slices, 0 in them:
                                CUPTI's recording off, then on again (the watcher follows it) */
 #define C_WHY 40            /* 256 bytes: why refused, or why it stopped */
-#define CONTROL_SIZE 296
-#define CONTROL_MAGIC "CPATTC1"
+#define C_APPLIED 296       /* u32: the watcher copies `paused` here once CUPTI's recording
+                               follows it: serve's slices wait for it before the probes go in */
+#define CONTROL_SIZE 304
+#define CONTROL_MAGIC "CPATTC2"
 #define ATTACH_IDLE 0
 #define ATTACH_RECORDING 1
 #define ATTACH_REFUSED 2
@@ -86,7 +88,7 @@
 #define GPUTIME_MODE_WORK 1
 #define GPUTIME_MODE_CALL_TIES 2
 #define HEARTBEAT_TIMEOUT_MS 5000  /* no heartbeat this long: cudaprobe is gone, stop */
-#define WATCH_PERIOD_MS 50
+#define WATCH_PERIOD_MS 10
 #define FLUSH_PERIOD_MS 500  /* CUPTI's buffers asked for this often (gputime_flush) */
 
 #endif

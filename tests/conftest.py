@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -119,15 +120,23 @@ def build_workload(source: str, out_name: str | None = None,
     src = WORKLOADS / source
     extra = extra or []
     out = WORKLOAD_BIN / (out_name or src.stem)
+    inputs = [src, *local_includes(src)]
     lib64 = str(CUDA_HOME / "lib64")
     if src.suffix == ".c":
-        return build_once(out, [src], lambda to: [
+        return build_once(out, inputs, lambda to: [
             "gcc", "-O1", "-g", f"-I{CUDA_HOME}/include", "-o", str(to), str(src),
             f"-L{lib64}", "-lcudart", "-lpthread", f"-Wl,-rpath,{lib64}", "-ldl", *extra])
     if not NVCC.exists():
         pytest.skip(f"nvcc not found at {NVCC}")
-    return build_once(out, [src], lambda to: [str(NVCC), "-O1", "-g", "-o", str(to), str(src),
-                                              *extra])
+    return build_once(out, inputs, lambda to: [str(NVCC), "-O1", "-g", "-o", str(to), str(src),
+                                               *extra])
+
+
+def local_includes(src: Path) -> list[Path]:
+    """The files a source names with `#include "..."` (the library's inject.h):
+    a change to one builds the program again."""
+    names = re.findall(r'^\s*#\s*include\s+"([^"]+)"', src.read_text(), re.MULTILINE)
+    return [p for p in (src.parent / n for n in names) if p.exists()]
 
 
 def unique_name(prefix: str) -> str:

@@ -23,8 +23,11 @@ thread's launches are decoded vote (the decoder runs behind on a busy node,
 and a record with nothing to vote for would decide nothing). With --duty, the
 probes are on in slices (`span_begins`, `span_ends`) and an API record outside
 them has no traced launch (nor is one counted unjoined for lying in a
-slice's clock slack). Every bound is a count: a flood costs memory up to the MAX_*
-below, never more, and what was let go is counted (`dropped`).
+slice's clock slack); its kernels are not counted at all (`sampled`: the
+metrics count a kernel by kernel name too only once its record is known to
+lie in a slice, CUPTI being on from before each slice to after it). Every
+bound is a count: a flood costs memory up to the MAX_* below, never more,
+and what was let go is counted (`dropped`).
 """
 
 from __future__ import annotations
@@ -59,7 +62,18 @@ ORDER_NS = 1_000_000_000  # how far one thread's calls may come behind another's
 WAIT_NS = 5_000_000_000  # the decoder this far past a kernel's start: its record will not come
 
 
-_UNKNOWN = object()  # launch_of: no outcome yet
+_UNKNOWN = object()  # no outcome yet
+# launch_of: the kernel's API record was made between --duty's slices (no launch
+# of it was traced, nor is its kernel counted); WAITING: its API record is not
+# read (or joined) yet, settle() gives the kernel once it is
+OUTSIDE = object()
+WAITING = object()
+
+
+def _rank(outcome: object) -> int:
+    """Which of two outcomes for one correlation id stands: a launch, then none
+    in a slice, then OUTSIDE."""
+    return 2 if isinstance(outcome, Launch) else 0 if outcome is OUTSIDE else 1
 
 
 class Launch:
@@ -133,6 +147,11 @@ class LineJoin:
         self._kept += 1
         self._newest = max(self._newest, launch.end_ns)
 
+    def slices_only(self) -> None:
+        """--duty: from now on only records inside a slice (none yet) are looked at."""
+        if self._spans is None:
+            self._spans = []
+
     def span_begins(self, now_ns: int) -> None:
         """--duty: the probes are on from `now_ns` (CLOCK_MONOTONIC)."""
         if self._spans is None:
@@ -150,7 +169,7 @@ class LineJoin:
             return  # queues no kernel (copies and memsets are not counted by line)
         key = (pid, correlation)
         if self._spans is not None and not self._in_span(api):
-            self._resolve(key, None)  # made between slices: no launch of it was traced
+            self._resolve(key, OUTSIDE)  # made between slices: no launch of it was traced
             return
         if pid in self.cupti_clock and pid not in self._shift:
             waiting = self._unaligned.setdefault(pid, [])
@@ -208,11 +227,18 @@ class LineJoin:
         thread = self._threads.get((pid, api.tid))
         return (thread is not None and thread[-1].end_ns >= end) or end <= self._newest - ORDER_NS
 
-    def _resolve(self, key: tuple[int, int], launch: Launch | None) -> None:
-        """What an API record came to: its launch, or none; the kernels that
-        waited for it are ready to count."""
+    @property
+    def sampled(self) -> bool:
+        """--duty: the probes trace slices, and only kernels launched in one count."""
+        return self._spans is not None
+
+    def _resolve(self, key: tuple[int, int], launch: Launch | object | None) -> None:
+        """What an API record came to: its launch, none (in a slice, or with no
+        --duty), or OUTSIDE every slice; the kernels that waited for it are
+        ready to count (but those of OUTSIDE)."""
         outcomes = self._outcomes
-        if launch is None and outcomes.get(key) is not None:
+        known = outcomes.get(key, _UNKNOWN)
+        if known is not _UNKNOWN and _rank(launch) <= _rank(known):
             return  # a runtime record and the driver record inside it share the id
         outcomes[key] = launch
         if len(outcomes) > MAX_CORRELATIONS:
@@ -220,13 +246,14 @@ class LineJoin:
         works = self._waiting.pop(key, None)
         if works is not None:
             self._waiting_kernels -= len(works[1])
-            if launch is not None:
+            if launch is not OUTSIDE:
                 self._ready.extend((w, launch) for w in works[1])
 
-    def launch_of(self, work: GpuWork) -> Launch | None:
-        """The traced launch that queued this kernel; None: none was traced, or
-        its API record is not read or joined yet: then it waits for it (counted
-        at a later settle()), until the decoder is WAIT_NS past it."""
+    def launch_of(self, work: GpuWork) -> Launch | object | None:
+        """The traced launch that queued this kernel; None: none was traced;
+        OUTSIDE: it was launched between slices; WAITING: its API record is not
+        read or joined yet: then it waits for it (given by a later settle()),
+        until the decoder is WAIT_NS past it."""
         key = (work.pid, work.correlation)
         found = self._outcomes.get(key, _UNKNOWN)
         if found is not _UNKNOWN:
@@ -239,14 +266,14 @@ class LineJoin:
             entry = self._waiting[key] = (self._now_ns, [])
         entry[1].append(work)
         self._waiting_kernels += 1
-        return None
+        return WAITING
 
-    def settle(self, now_ns: int) -> list[tuple[GpuWork, Launch]]:
+    def settle(self, now_ns: int) -> list[tuple[GpuWork, Launch | None]]:
         """After each read: the processes whose clock offset can now be told; the
         API records the decoder has reached since (or, the decoder idle for
-        PENDING_NS, that no launch will come for); the kernels whose launch is
-        now known (returned: to be counted); what is too old to join anything
-        forgotten."""
+        PENDING_NS, that no launch will come for); the kernels that waited and
+        whose record is now known, with their launch or None (returned: to be
+        counted); what is too old to join anything forgotten."""
         self._now_ns = now_ns
         if self._newest != self._seen_newest or self._moved_ns is None:
             self._seen_newest, self._moved_ns = self._newest, now_ns

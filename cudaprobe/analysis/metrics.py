@@ -67,7 +67,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from cudaprobe.analysis.gpulines import Launch, LineJoin
+from cudaprobe.analysis.gpulines import OUTSIDE, WAITING, Launch, LineJoin
 from cudaprobe.analysis.labels import LabelBudget
 from cudaprobe.analysis.memstate import KINDS
 from cudaprobe.analysis.memtrack import ROLES, MemCall, MemoryAccounting
@@ -339,25 +339,39 @@ class CallMetrics:
 
     def add_gpu(self, work: Iterable[GpuWork]) -> None:
         """Kernels as they ran on the GPU (copies and memsets are not counted here);
-        with python_lines(), by the line of their launch too."""
+        with python_lines(), by the line of their launch too. With --duty and
+        lines, a kernel counts (by name too) once its launch's record is known
+        to lie in a slice: CUPTI is on from before a slice to after it."""
         with self._lock:
             lines = self._lines
+            sampled = lines is not None and lines.sampled
             for w in work:
                 if w.kind != "kernel":
                     continue
-                name = self._gpu_kernels.label(demangle(w.name) if w.name else None,
-                                               w.duration_ns)
-                hist = self._gpu_time.get(name)
-                if hist is None:
-                    hist = self._gpu_time[name] = Histogram()
-                hist.add(w.duration_ns, self.gpu_weight)
+                if not sampled:
+                    self._count_kernel(w)
                 if lines is not None:
                     launch = lines.launch_of(w)
+                    if launch is WAITING or launch is OUTSIDE:
+                        continue
+                    if sampled:
+                        self._count_kernel(w)
                     if launch is not None:
                         self._count_line(w, launch)
             if lines is not None:
                 for w, launch in lines.settle(self.clock()):
-                    self._count_line(w, launch)
+                    if sampled:
+                        self._count_kernel(w)
+                    if launch is not None:
+                        self._count_line(w, launch)
+
+    def _count_kernel(self, w: GpuWork) -> None:
+        """A kernel's GPU time under its name."""
+        name = self._gpu_kernels.label(demangle(w.name) if w.name else None, w.duration_ns)
+        hist = self._gpu_time.get(name)
+        if hist is None:
+            hist = self._gpu_time[name] = Histogram()
+        hist.add(w.duration_ns, self.gpu_weight)
 
     def _count_line(self, work: GpuWork, launch: Launch) -> None:
         """A kernel's GPU time under its launch's line, in its process's label."""
@@ -408,6 +422,13 @@ class CallMetrics:
                 if gone is not None and fed - gone >= JOB_GRACE_NS:
                     del self._job_pids[pid]
                     self.jobs.forget(pid)
+
+    def slices_only(self) -> None:
+        """serve --duty with lines: from now on, before the first slice too, a
+        kernel counts only once its launch is known to lie in a slice."""
+        with self._lock:
+            if self._lines is not None:
+                self._lines.slices_only()
 
     def window_traced(self) -> None:
         """serve --duty: one more slice traced, from now on."""

@@ -108,6 +108,8 @@ class DutyCycle:
         if self._autograd is not None:
             self._autograd.pause()
         self._gpu = self.gpu_of()
+        if self._gpu is not None and self._gpu.reader is None:
+            self._gpu = None  # no GPU-time library here (said): nothing to switch
         injector = self._gpu.injector if self._gpu is not None else None
         if injector is not None and not (injector.work_only or injector.call_ties):
             self._gpu = None  # every call's API record: on all along, GPU time unscaled
@@ -117,6 +119,8 @@ class DutyCycle:
         if self._gpu is not None:  # GPU time too is what the slices saw, times 1/fraction
             self.metrics.gpu_weight = self.metrics.weight
             self._gpu.pause()
+            if self._gpu.injector.call_ties:  # a kernel counts once its tie is in a slice
+                self.metrics.slices_only()
         self._thread = threading.Thread(target=self._run, args=(attacher,),
                                         name="cudaprobe-duty", daemon=True)
         self._thread.start()
@@ -129,25 +133,39 @@ class DutyCycle:
                         "nothing is counted")
 
     def _cycle(self, attacher) -> None:
+        """Each period, a slice. CUPTI's recording (--gpu-time) switches around the
+        probes so that what it counts matches what they do: with call ties
+        (--py-stacks) it is on, each process's watcher says so, before the
+        probes go in, and off after they are out, so every launch they trace
+        is tied to its kernels; the kernels recorded outside the slice are not
+        counted (metrics: by their tie's time). With the GPU work alone (no
+        launch to tie a kernel to) it goes on after the probes are in and off
+        before they come out: its window is the slice's, give or take the
+        watchers' lag at both ends (the same lag, so no bias either way)."""
         begins = time.monotonic()
+        ties = self._gpu is not None and self._gpu.injector.call_ties
         while True:
             offset = self.rng.uniform(0, self.period_s - self.slice_s - SLACK_S)
             if self._stop.wait(max(0.0, begins + offset - time.monotonic())):
                 return
+            if ties:
+                self._gpu.resume(wait=True)
             self.metrics.window_traced()
             if self._autograd is not None:
                 self._autograd.resume()
-            if self._gpu is not None:
-                self._gpu.resume()
             if not attacher.resume():  # tracing over
                 return
+            if self._gpu is not None and not ties:
+                self._gpu.resume()
             stopped = self._stop.wait(self.slice_s)
+            if self._gpu is not None and not ties:
+                self._gpu.pause()
             paused = attacher.pause()
             if self._autograd is not None:
                 self._autograd.pause()
-            if self._gpu is not None:
-                self._gpu.pause()
             self.metrics.window_ended()
+            if ties:
+                self._gpu.pause()
             if not paused or stopped:
                 return
             begins += self.period_s

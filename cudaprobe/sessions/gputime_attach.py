@@ -35,6 +35,10 @@ HEARTBEAT_S = 0.5
 SWEEP_S = 60.0
 STOP_WAIT_S = 10.0  # for the library to flush and stop
 CHILD_WAIT_S = 35.0  # for an injection into a later process under way at the end
+# serve --duty --py-stacks: how long a slice waits for each process's CUPTI to be on
+# (the watcher looks each WATCH_PERIOD_MS, 10), and how often it looks
+ACK_WAIT_S = 0.2
+ACK_POLL_S = 0.002
 RECORDS_NAME = "/memfd:cudaprobe-gpu-records (deleted)"
 RECORDS_AT_START = 64 << 20  # what the library's records memfd may hold when handed over
 FALLOC_PUNCH_HOLE = 0x03  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
@@ -338,12 +342,33 @@ class GpuTimeAttach:
 
     def pause(self) -> None:
         """serve --duty, between slices: CUPTI's recording off in every process
-        (its cost on each launch with it; the watcher follows within 50 ms)."""
+        (its cost on each launch with it; the watcher follows within
+        WATCH_PERIOD_MS)."""
         self._set_paused(True)
 
-    def resume(self) -> None:
-        """A slice: CUPTI's recording on again."""
+    def resume(self, wait: bool = False) -> None:
+        """A slice: CUPTI's recording on again. `wait`: until each process's
+        watcher says it is (at most ACK_WAIT_S; a process that does not say so
+        by then, or exits, is not waited for), so that the probes that go in
+        next find it on (serve --py-stacks: every launch they trace is tied to
+        its kernels)."""
         self._set_paused(False)
+        if not wait or self.reader is None:
+            return
+        deadline = time.monotonic() + ACK_WAIT_S
+        with self._lock:
+            waiting = list(self._done)
+        while waiting and time.monotonic() < deadline:
+            waiting = [i for i in waiting if self._read_word(i, "C_APPLIED") == 1]
+            if waiting:
+                time.sleep(ACK_POLL_S)
+
+    def _read_word(self, i: Injected, field: str) -> int | None:
+        """A u32 of the process's control block; None once it has exited."""
+        try:
+            return struct.unpack("<I", i.mem.read(i.control + self.layout[field], 4))[0]
+        except (OSError, struct.error):
+            return None
 
     def _set_paused(self, paused: bool) -> None:
         if self.reader is None:

@@ -15,7 +15,7 @@ from cudaprobe.targets.inject import Mapping, ProcessMemory
 
 MAX_SAID = 256  # bytes of the process's text kept in a message
 MAX_FD = 1 << 20  # above any RLIMIT_NOFILE a kernel allows (fs.nr_open)
-CONTROL_MAGIC = b"CPATTC1\0"  # inject.h's, NUL and all (tests/unit/test_inject.py)
+CONTROL_MAGIC = b"CPATTC2\0"  # inject.h's, NUL and all (tests/unit/test_inject.py)
 
 
 def quoted(said: bytes) -> str:

@@ -141,13 +141,16 @@ def node(a: argparse.Namespace) -> list[str]:
     serve = subprocess.Popen(
         [sys.executable, *run, "serve", "--prometheus", f"127.0.0.1:{PORT}",
          "--api", "driver", "--lib", a.lib, "--duty", a.duty, "--duty-period", a.duty_period,
-         "--gpu-time", "--py-stacks"], stdout=subprocess.DEVNULL, stderr=err)
+         "--gpu-time", *([] if a.work_only else ["--py-stacks"])],
+        stdout=subprocess.DEVNULL, stderr=err)
     wait_serving(err_path, serve)
+    time.sleep(3)  # the library going in
     began = time.monotonic()
-    time.sleep(a.seconds)
-    ended = time.monotonic()
-    time.sleep(3)  # the last slice's records (CUPTI hands them over each half second)
-    got = scrape()
+    got0 = scrape()  # the counters then: what follows is compared, as rates, with
+    time.sleep(a.seconds)  # the events of the same window (records come ~0.5 s late at
+    ended = time.monotonic()  # both ends alike)
+    got1 = scrape()
+    got = {k: v - got0.get(k, 0) if not k.startswith("[count]") else v for k, v in got1.items()}
     serve.send_signal(signal.SIGINT)
     serve.wait(timeout=120)
     printed = work.communicate(timeout=120)[0]
@@ -163,13 +166,19 @@ def node(a: argparse.Namespace) -> list[str]:
     entries = [json.loads(t) for t in open(log)]
     first = min((e for e in entries if e["t"] >= began), key=lambda e: e["t"])
     last = max((e for e in entries if e["t"] <= ended), key=lambda e: e["t"])
-    window = {n: last["ms"][n] - first["ms"][n] for n in result["ms"]}
+    # the events' window (log lines each second) against the scrapes': as rates
+    per = (ended - began) / (last["t"] - first["t"])
+    window = {n: (last["ms"][n] - first["ms"][n]) * per for n in result["ms"]}
+    spins = (last["spin_ms"] - first["spin_ms"]) * per / 1e3
     said = open(err_path).read()
     kept_on = " (CUPTI left on between slices)" if a.no_pause else ""
     return [f"node{kept_on}: serve --api driver --duty {a.duty} --duty-period {a.duty_period} "
             f"--gpu-time --py-stacks beside the running workload, {a.seconds:g} s; events over "
             f"{last['t'] - first['t']:.1f} s of serve's window; workload exit {work.returncode}",
             *compare(result["lines"], window, got, "sampled: each kernel x 1/duty"),
+            f"all kernels by name {got.get('[all kernels]', 0):.4f} s, the events' lines and "
+            f"spins {sum(window.values()) / 1e3 + spins:.4f} s (ratio "
+            f"{got.get('[all kernels]', 0) / (sum(window.values()) / 1e3 + spins):.3f})",
             *[f"  serve: {t}" for t in said.splitlines()
               if "py-stacks" in t or "gpu-time" in t or "GPU" in t][:12]]
 
@@ -181,6 +190,8 @@ def main() -> None:
     ap.add_argument("--lib", default="")
     ap.add_argument("--python", default="/opt/torch/.venv/bin/python")
     ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--work-only", action="store_true",
+                    help="node: serve without --py-stacks (kernels by name alone)")
     ap.add_argument("--duty", default="2%")
     ap.add_argument("--duty-period", default="5")
     ap.add_argument("--debug", action="store_true",

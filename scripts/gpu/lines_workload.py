@@ -119,6 +119,7 @@ def main() -> None:
     start = time.monotonic()
     next_log = start
     steps = 0
+    spun = [0.0]  # GPU ms of the spins (the kernels between the lines' events)
     while time.monotonic() - start < a.seconds:
         ev = [torch.cuda.Event(enable_timing=True) for _ in range(EVENTS)]
         step(ev)
@@ -129,17 +130,22 @@ def main() -> None:
             for e in pending:
                 for i, name in enumerate(names):
                     totals[name] += e[2 * i].elapsed_time(e[2 * i + 1])
+                # the spins between two lines' events: each step has one more, first
+                spun[0] += sum(e[2 * i + 1].elapsed_time(e[2 * i + 2])
+                               for i in range(len(names) - 1)) * len(names) / (len(names) - 1)
             pending.clear()
             now = time.monotonic()
             if now >= next_log:
-                log.write(json.dumps({"t": now, "steps": steps, "ms": totals}) + "\n")
+                log.write(json.dumps({"t": now, "steps": steps, "ms": totals,
+                                      "spin_ms": spun[0]}) + "\n")
                 log.flush()
                 next_log = now + 1
     torch.cuda.synchronize()
     for e in pending:
         for i, name in enumerate(names):
             totals[name] += e[2 * i].elapsed_time(e[2 * i + 1])
-    log.write(json.dumps({"t": time.monotonic(), "steps": steps, "ms": totals}) + "\n")
+    log.write(json.dumps({"t": time.monotonic(), "steps": steps, "ms": totals,
+                          "spin_ms": spun[0]}) + "\n")
     log.close()
     where = os.path.abspath(__file__)
     print(json.dumps({"steps": steps, "lines": {n: f"{where}:{marks()[n]} (step)"

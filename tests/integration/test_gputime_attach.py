@@ -537,6 +537,46 @@ def test_serve_duty_turns_cupti_recording_off_between_slices(tmp_path, target_ex
     assert "Traceback" not in err.text()
 
 
+def kernel_switches(log: Path) -> list[str]:
+    """The fake CUPTI's switches of the kernel kind, in order."""
+    lines = (log.read_text() if log.exists() else "").splitlines()
+    return [w for w, kind in (line.split() for line in lines) if kind == str(CONCURRENT_KERNEL)]
+
+
+@pytest.mark.parametrize("ties", [True, False], ids=["call ties", "work alone"])
+def test_a_slice_that_waits_finds_cupti_on_in_each_process(tmp_path, target_exe, fake_cupti,
+                                                            monkeypatch, ties):
+    """serve --duty --py-stacks puts the probes in only once each process's
+    CUPTI is on again: resume(wait=True) returns after the library's watcher
+    has switched the kernel kind on (the fake CUPTI logs it as it is called),
+    whatever the watcher's period; pause() is followed, not waited for. The
+    program's output and exit status are an untraced run's."""
+    from cudaprobe.sessions import gputime_attach  # noqa: PLC0415
+    monkeypatch.setattr(gputime_attach, "ACK_WAIT_S", HANG_S)  # a loaded machine: not cut
+    monkeypatch.setenv("CUDAPROBE_CUPTI", str(fake_cupti))
+    log = tmp_path / "switches.log"
+    t = Target([str(target_exe), "1", "0"], env={"FAKE_CUPTI_LOG": str(log)})
+    said: list[str] = []
+    attach = GpuTimeAttach(said.append, keep=False)
+    if attach.reader is None:
+        pytest.skip(said[0])
+    attach.injector.call_ties, attach.injector.work_only = ties, not ties
+    try:
+        attach.attach(t.pid)
+        assert any(f"recording in pid {t.pid}" in line for line in said), said
+        for cycle in range(5):
+            attach.pause()
+            deadline = time.monotonic() + HANG_S
+            while kernel_switches(log)[-1:] != ["disable"]:  # followed, in its time
+                assert time.monotonic() < deadline, (cycle, kernel_switches(log))
+                time.sleep(0.01)
+            attach.resume(wait=True)
+            assert kernel_switches(log)[-1] == "enable", (cycle, kernel_switches(log))
+    finally:
+        attach.close()
+        assert t.finish() == (UNTRACED, 0)
+
+
 def windows(address: str) -> float:
     """serve's slices so far (cudaprobe_sampled_windows)."""
     samples = _serve_samples(f"http://{address}/metrics").get("cudaprobe_sampled_windows", [])

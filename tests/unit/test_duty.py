@@ -169,3 +169,50 @@ def test_otlp_says_the_counts_are_estimates():
     by_name = {m.name: m for m in scope.metrics}
     assert by_name["cudaprobe.sampling.ratio"].data.data_points[0].value == pytest.approx(0.05)
     assert by_name["cuda.api.calls"].data.data_points[0].value == pytest.approx(20)
+
+
+class Injector:
+    def __init__(self, call_ties: bool) -> None:
+        self.call_ties = call_ties
+        self.work_only = not call_ties
+
+
+class Gpu:
+    """The GPU-time library's switches: their steps go in the attacher's list."""
+
+    def __init__(self, steps: list[str], call_ties: bool) -> None:
+        self.steps = steps
+        self.injector = Injector(call_ties)
+        self.reader = object()  # the library was built
+
+    def pause(self) -> None:
+        self.steps.append("cupti off")
+
+    def resume(self, wait: bool = False) -> None:
+        self.steps.append("cupti on, acknowledged" if wait else "cupti on")
+
+
+@pytest.mark.parametrize("ties", [True, False], ids=["call ties", "work alone"])
+def test_cupti_switches_around_the_probes_so_that_it_counts_what_they_do(ties):
+    """With call ties (--py-stacks) CUPTI is on, each process's watcher having
+    said so, before the probes go in and off after they come out: every launch
+    they trace has its kernels recorded (and a kernel counts only once its tie
+    lies in a slice, from the very start). With the work alone, CUPTI's window
+    is the slice's: on after the probes are in, off before they come out."""
+    clock = iter(range(1, 100))
+    metrics = CallMetrics(alive=lambda pid: True, clock=lambda: next(clock))
+    join = metrics.python_lines() if ties else None
+    cycle = DutyCycle(0.05, 1.0, metrics, rng=random.Random(1))
+    attacher = Attacher(slices=2)
+    gpu = Gpu(attacher.steps, ties)
+    cycle.gpu_of = lambda: gpu
+    cycle.start(Tracer(attacher))
+    cycle._thread.join(timeout=30)
+    if ties:
+        assert attacher.steps == ["pause", "cupti off"] + [
+            "cupti on, acknowledged", "resume", "pause", "cupti off"] * 2
+        assert join.sampled and join._spans == [[1, 2], [3, 4]]
+    else:
+        assert attacher.steps == ["pause", "cupti off"] + [
+            "resume", "cupti on", "cupti off", "pause"] * 2
+    assert metrics.gpu_weight == pytest.approx(20)

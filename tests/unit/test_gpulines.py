@@ -162,7 +162,7 @@ def test_a_process_in_cupti_s_clock_is_joined_once_its_records_agree_on_the_offs
         join.launch(c, 1, ("python3", *J))
     for n, c in enumerate(calls):
         join.api(pid, n, api_of(c, shift=-shift))
-    assert all(join.launch_of(kernel(c, n, 10)) is None for n, c in enumerate(calls))
+    assert all(join.launch_of(kernel(c, n, 10)) is gpulines.WAITING for n, c in enumerate(calls))
     late = join.settle(50 * S)  # aligned: each record on its own launch
     assert join._shift == {pid: shift}
     assert [w.correlation for w, _ in late] == list(range(len(calls)))
@@ -356,3 +356,38 @@ def test_records_that_all_disagree_make_room_for_later_ones(monkeypatch):
         join.api(pid, k, api_of(c, shift=-(k + 1) * 1_000_000))
     join.settle(10 * S)
     assert join._shift == {} and len(join._unaligned[pid]) == 20 and join.dropped == 20
+
+
+def test_with_duty_a_kernel_counts_by_name_only_once_its_launch_is_known_in_a_slice():
+    """CUPTI is on from before each slice to after it: the kernels of launches
+    made before the first slice, between slices, or whose record has not come
+    yet are not counted by kernel name; those of a slice are, joined to a line
+    or not, at weight 1/fraction, whether their record came before or after."""
+    now = [0]
+    m = CallMetrics(alive=lambda pid: True, clock=lambda: now[0])
+    join = m.python_lines()
+    m.weight = m.gpu_weight = 20  # --duty 5%
+    m.slices_only()
+    before = launch(1 * S, 3)  # before the first slice
+    m.add([before])
+    join.api(100, 1, api_of(before))
+    now[0] = 2 * S
+    m.window_traced()
+    inside, untraced = launch(2 * S + S // 5, 4), launch(2 * S + S // 3, 5)
+    m.add([inside])  # `untraced`: its launch was not decoded as a call
+    now[0] = 3 * S
+    m.window_ended()
+    between = launch(3 * S + S // 2, 6)
+    m.add([between])
+    join.api(100, 3, api_of(between))
+    late = kernel(inside, 2, 3_000)
+    now[0] = 4 * S
+    m.add_gpu([kernel(before, 1, 1_000), kernel(between, 3, 7_000), late])
+    assert m.snapshot(now_ns=100 * S).gpu_time == {}  # none known in a slice yet
+    join.api(100, 2, api_of(inside))  # the record comes after its kernel
+    join.api(100, 4, api_of(untraced))
+    now[0] = 4 * S + 1
+    m.add_gpu([kernel(untraced, 4, 500)])
+    snap = m.snapshot(now_ns=100 * S)
+    assert {k: (h.count, h.sum_ns) for k, h in snap.gpu_time.items()} == {"k": (40, 70_000)}
+    assert snap.gpu_lines == {(line(4), "python3", *J): 3_000 * 20 / 1e9}

@@ -85,8 +85,9 @@ struct control {  /* inject.h's control block, as the library lays it out */
     uint64_t heartbeat;
     uint32_t stop, state;
     int32_t fd;
-    uint32_t owner, generation, pad;
+    uint32_t owner, generation, paused;
     char why[256];
+    uint32_t applied;
 };
 _Static_assert(offsetof(struct control, why) == C_WHY, "inject.h");
 _Static_assert(sizeof(struct control) == CONTROL_SIZE, "inject.h");
