@@ -338,6 +338,26 @@ class RecordDecoder:
             out = [row for row in out if row is not None]
         return out
 
+    def maker(self, fid: int, rows: RowFormat) -> RowMaker:
+        """The probe's row maker for `rows`, made now if it was not."""
+        entry = self._makers.get(id(rows))
+        if entry is None:
+            entry = self._makers[id(rows)] = (rows, [None] * len(self._decoders))
+        make = entry[1][fid]
+        if make is None:
+            make = entry[1][fid] = self._maker(self.decoder(fid), rows)
+        return make
+
+    @property
+    def seen(self) -> set[int]:
+        """The processes whose first record was decoded."""
+        return self._seen
+
+    def see(self, pid: int) -> None:
+        """A process's first record: its rank, its maps read (see_process)."""
+        if pid not in self._seen:
+            self._see(pid)
+
     def _maker(self, d: ProbeDecoder, rows: RowFormat) -> RowMaker:
         if d.simple:
             return rows.row_maker(d, self.t0_ns, self.ranks)

@@ -20,6 +20,8 @@ from cudaprobe.output.base import Reporter
 from cudaprobe.output.recordtext import MEMO_MAX, compile_args_text
 from cudaprobe.probe.event import R_COMM, R_DURATION, R_PID, R_RET, R_TID, R_TS, comm_text
 
+MULTILINE = 1  # rows_data's flag: a cell held a line break
+
 
 class CsvReporter(Reporter):
     name = "csv"
@@ -51,6 +53,19 @@ class CsvReporter(Reporter):
             write(packed, None if self._multiline else len(rows))
         else:  # a text stream of another kind
             self.stream.write(packed.encode("latin-1").decode())
+
+    def rows_data(self, records: list[tuple], decoder: RecordDecoder,
+                  nesting: list[Mark] | None) -> tuple[bytes, int, int]:
+        """The batch's rows as bytes, their lines, and MULTILINE where a cell
+        made held a line break (output.forked)."""
+        data = "".join(decoder.decode(records, self, nesting)).encode("latin-1")
+        return data, data.count(b"\n"), MULTILINE if self._multiline else 0
+
+    def forked_rows(self, data: bytes, lines: int, flags: int) -> None:
+        """Rows made by a forked child (rows_data's), written as they are; a line
+        break it met is remembered, as if its rows had been made here."""
+        self._multiline = self._multiline or bool(flags & MULTILINE)
+        self.stream.write_data(data, lines)
 
     def row_maker(self, probe: ProbeDecoder, t0_ns: int, ranks: Ranks) -> RowMaker:
         """The probe's record -> its CSV line (CSV_KEYS, `args` as JSON text), as the

@@ -104,6 +104,12 @@ class OutputStream:
         self._add(text.encode(), lines)
         return len(text)
 
+    def write_data(self, data: bytes | memoryview, lines: int) -> None:
+        """Bytes of `lines` whole lines, as they are (rows made elsewhere, in
+        memory the stream may keep until written: not for a terminal, whose
+        text is shown)."""
+        self._add(data, lines)
+
     def write_packed(self, packed: str, lines: int | None = None) -> int:
         """`packed`: UTF-8 bytes held as a str, a character each (pack()): the
         bytes as they are, or on a terminal the text they spell, shown.
@@ -187,8 +193,9 @@ class OutputStream:
             return done, e
         return done, None
 
-    def _fail(self, error: OSError, data: bytes, done: int) -> None:
+    def _fail(self, error: OSError, data: bytes | memoryview, done: int) -> None:
         """`done` bytes of `data` went out: keep its whole lines, drop the rest."""
+        data = bytes(data)  # (rows made elsewhere come as a view)
         self.failure = error
         self.failed = self.failed or error
         whole = data.rfind(b"\n", 0, done) + 1

@@ -45,6 +45,16 @@ class JsonlReporter(Reporter):
         rows = decoder.decode(records, self, nesting)  # a line each: JSON escapes the rest
         self.write_lines("".join(rows), len(rows))
 
+    def rows_data(self, records: list[tuple], decoder: RecordDecoder,
+                  nesting: list[Mark] | None) -> tuple[bytes, int, int]:
+        """The batch's lines as bytes, how many, and no flag (output.forked)."""
+        rows = decoder.decode(records, self, nesting)
+        return "".join(rows).encode(), len(rows), 0
+
+    def forked_rows(self, data: bytes, lines: int, flags: int) -> None:
+        """Lines made by a forked child (rows_data's): written as they are."""
+        self.stream.write_data(data, lines)
+
     def row_maker(self, probe: ProbeDecoder, t0_ns: int, ranks: Ranks) -> RowMaker:
         """The probe's record -> its JSONL line, with its newline."""
         tail, _ = compile_args_text(probe)

@@ -29,6 +29,7 @@ from cudaprobe.decode.nesting import CallOrder, Mark
 from cudaprobe.decode.pystacks import PyStacks
 from cudaprobe.decode.records import RecordDecoder
 from cudaprobe.output.files import OutputStream
+from cudaprobe.output.forked import ForkedRows, default_workers
 from cudaprobe.output.formats import Reporter
 from cudaprobe.output.status import StatusLine
 from cudaprobe.output.summary_view import describe_lost, render_summary
@@ -104,6 +105,7 @@ class TraceSession:
         self._gpu: GpuTimeRows | None = None
         self._lifecycle: ProbeRun | None = None
         self._undecoded = 0  # records the drain left when a second stop signal cut it
+        self._forked: ForkedRows | None = None  # rows made by forked children (a backlog)
 
     @property
     def decode_errors(self) -> int:
@@ -135,7 +137,7 @@ class TraceSession:
             return
         if self._gpu is not None and self._gpu.holding:  # until the GPU's records are read
             self._gpu.hold(self._records.calls(ordered, nesting))
-        else:
+        elif self._forked is None or not self._forked.take(ordered, nesting):
             self.reporter.records(ordered, self._records, nesting)
 
     def run(self) -> int:
@@ -194,6 +196,8 @@ class TraceSession:
         output = self.options.output
         if output is None:
             return False
+        if self._forked is not None:
+            self._forked.poll()
         output.hand_over()  # written out meanwhile; a failure is known once its batch is done
         if output.failure is None or output.lines <= self._header_lines:
             return False
@@ -258,6 +262,11 @@ class TraceSession:
         self.reporter.start()
         if self.options.output is not None:
             self._header_lines = self.options.output.lines
+        workers = default_workers()
+        if workers and self._gpu is None and ForkedRows.usable(self.reporter,
+                                                               self.reporter.stream):
+            self._forked = ForkedRows(self.reporter, self._records, self.reporter.stream,
+                                      workers)
 
     def _read(self, tracer: Tracer, timeout_ms: int) -> None:
         """One poll's records; with no timeout (detached), all that is left, a batch
@@ -304,6 +313,8 @@ class TraceSession:
         running (the outermost of its thread) encloses the calls its thread
         made since it began, so it comes first and they come under it. To the
         reporter, or to the rows held for --gpu-time."""
+        if self._forked is not None:
+            self._forked.drain()  # every row before them written
         held, nesting = self.order.flush()
         outer: dict[int, Call] = {}
         for c in in_flight:
@@ -321,6 +332,8 @@ class TraceSession:
             else:
                 self.reporter.calls(in_flight)
         self._pass_on(held, nesting)
+        if self._forked is not None:
+            self._forked.drain()
 
     def _finish(self, tracer: Tracer, duration_s: float) -> None:
         """Detached and drained: the calls still in flight, then the summary."""

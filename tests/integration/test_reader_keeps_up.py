@@ -13,7 +13,9 @@ measure of speed, kept by the benchmark (scripts/bench --only threads4).
 
 from __future__ import annotations
 
+import csv
 import json
+import os
 import re
 
 import pytest
@@ -59,3 +61,38 @@ def test_four_unpaced_threads_give_every_row(tmp_path, libcudart, fmt):
     assert in_flight == 0
     assert calls + lost == CALLS  # nothing vanishes
     assert lost == 0, f"{lost} lost, with room for every record ({proc.stderr[-300:]})"
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_a_backlog_made_into_rows_by_forked_children_is_whole_and_in_order(tmp_path, libcudart,
+                                                                          fmt):
+    """The same run with two children making the rows of the backlog
+    (CUDAPROBE_DECODE_WORKERS=2; by default only on 4 cores or more): every
+    row, each thread's rows in the order it made its calls (a cudaMalloc, then
+    its cudaFree, 20,000 times), every row whole, as the thread alone writes
+    them but for the times."""
+    exe = build_workload("malloc_free_threads.c")
+    outs = {}
+    for workers in ("0", "2"):
+        out = tmp_path / f"calls-{workers}.{fmt}"
+        proc = run_cudaprobe("trace", "--lib", str(libcudart), "-e", "cudaMalloc,cudaFree",
+                             "-o", str(out), "--ringbuf-pages", RING_PAGES, "--", str(exe),
+                             str(PAIRS), str(THREADS), timeout=HANG_S,
+                             env={**os.environ, "CUDAPROBE_DECODE_WORKERS": workers})
+        assert proc.returncode == 0, proc.stderr
+        assert rows(out, fmt) == CALLS, proc.stderr[-300:]
+        if fmt == "jsonl":
+            calls = [json.loads(line) for line in out.read_text().splitlines()[:-1]]
+        else:
+            calls = list(csv.DictReader(out.read_text().splitlines()))
+        by_thread: dict[str, list] = {}
+        for c in calls:
+            by_thread.setdefault(str(c["tid"]), []).append(c)
+        assert len(by_thread) == THREADS
+        for made in by_thread.values():
+            assert [int(c["ts_ns"]) for c in made] == sorted(int(c["ts_ns"]) for c in made)
+            assert [c["event"] for c in made] == ["cudaMalloc", "cudaFree"] * PAIRS
+        outs[workers] = sorted(
+            (c["event"], c["ret"], c["ret_name"], json.dumps(c["args"]) if fmt == "jsonl"
+             else c["args"], c["details"], c["depth"]) for c in calls)
+    assert outs["2"] == outs["0"]

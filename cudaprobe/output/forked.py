@@ -1,0 +1,257 @@
+"""Rows made by forked children, in parallel, written in call order.
+
+One Python thread makes about 200,000 rows a second; a host whose programs
+make more calls than that (a GPU node: four launch loops make 400,000 a
+second) would have the trace written long after it ended. So, where there
+are cores to spare, the session's thread takes a backlog of records (the
+rows of a full spool batch or more) `FORK_RECORDS` at a time, and forks a
+child that makes their rows exactly as the thread would (the same row
+makers, caches and names: the child is the thread's copy at that moment),
+writes them into a memfd and exits. Up to `workers` children run at once;
+their rows go to the output in the order the records came, by the writing
+thread, as the thread's own rows do. A child that fails has its records'
+rows made by the thread instead: nothing is lost, nothing is out of order.
+
+A child changes nothing the thread keeps. So what making a row learns is
+learnt by the thread first (`_prepare`): each process's first sight (its
+rank, its maps), the kernel names of launches and their short forms, the
+row makers themselves. What teaches later rows is made by the thread, after
+every child's rows before it: a batch with a call decoded whole (NCCL,
+module loads, which name handles) or a record holding a kernel's name as
+the probe read it (it names its handle from then on). With
+--py-stacks, --gpu-time or --max-size, and on a terminal, the thread makes
+every row, as without workers.
+"""
+
+from __future__ import annotations
+
+import collections
+import mmap
+import os
+import signal
+import struct
+import time
+from operator import itemgetter
+from typing import TYPE_CHECKING
+
+from cudaprobe.catalogue.functions import ArgKind
+from cudaprobe.decode.records import TOP
+from cudaprobe.probe.event import R_FUNC_ID, R_PID, R_TEXT
+
+if TYPE_CHECKING:
+    from cudaprobe.decode.nesting import Mark
+    from cudaprobe.decode.records import RecordDecoder
+    from cudaprobe.output.base import Reporter
+    from cudaprobe.output.files import OutputStream
+
+FORK_RECORDS = 50_000  # records a child makes the rows of
+MIN_FORK = 8_000  # fewer, at a poll's end: the thread makes them (a child costs a fork)
+CHILD_WAIT_S = 60.0  # a child that takes longer is killed, its rows made by the thread
+BACKLOG = 4_000  # a batch this big: the spool has more waiting (a poll's end keeps on)
+HOLD_S = 0.25  # records kept at most this long before they go, backlog or not
+HEADER = struct.Struct("<QQQ")  # the memfd's start: lines, records not decoded, the
+# reporter's flags (rows_data, forked_rows)
+WORKERS_ENV = "CUDAPROBE_DECODE_WORKERS"
+_FUNC, _PID = itemgetter(R_FUNC_ID), itemgetter(R_PID)
+
+
+def default_workers() -> int:
+    """Children at once: the cores past the session's thread, the ring's
+    reader and the traced programs' own (none on a machine of fewer than 4),
+    at most 8; CUDAPROBE_DECODE_WORKERS sets it (0: none)."""
+    text = os.environ.get(WORKERS_ENV)
+    if text is not None and text.strip().isdigit():
+        return min(int(text), 32)
+    cores = len(os.sched_getaffinity(0))
+    return 0 if cores < 4 else min(8, cores // 2)
+
+
+class ForkedRows:
+    """`take(records, nesting)` each batch in call order (False: the caller
+    makes its rows, everything before them being out); `poll()` at each
+    poll's end; `drain()` before anything else is written."""
+
+    def __init__(self, reporter: Reporter, decoder: RecordDecoder, stream: OutputStream,
+                 workers: int) -> None:
+        self.reporter, self.decoder, self.stream = reporter, decoder, stream
+        self.workers = workers
+        self._records: list[tuple] = []
+        self._nesting: list[Mark] = []
+        # (child pid, memfd, its records, their nesting), oldest first
+        self._children: collections.deque[tuple[int, int, list[tuple], list[Mark]]] = \
+            collections.deque()
+        self._simple: set[int] = set()  # probe ids whose rows are made from words alone
+        self._named: dict[int, list[tuple[ArgKind, int]]] = {}  # probe id -> name fields
+        self._warm: set[tuple[int, int]] = set()  # (pid, address) named in the thread
+        self._since = 0.0  # when the records kept began to be
+        self._backlog = False  # the last batch taken was big: more are coming
+        self.forked = 0  # children that made rows
+        self.failed = 0  # children whose records the thread made instead
+
+    @staticmethod
+    def usable(reporter: Reporter, stream: object) -> bool:
+        """A reporter that makes rows from records alone, writing to a file or pipe."""
+        from cudaprobe.output.csv import CsvReporter  # noqa: PLC0415
+        from cudaprobe.output.files import OutputStream  # noqa: PLC0415
+        from cudaprobe.output.jsonl import JsonlReporter  # noqa: PLC0415
+        return (type(reporter) in (JsonlReporter, CsvReporter) and not reporter.gpu_time
+                and not reporter.py_stacks and isinstance(stream, OutputStream)
+                and stream.threaded and stream.shown is None)
+
+    def take(self, records: list[tuple], nesting: list[Mark] | None) -> bool:
+        # a record holding a kernel's name as the probe read it names its handle
+        # for the rows after it only: its batch is made here, in order
+        if (self.decoder.py_stacks is not None or not records
+                or max(map(len, records)) > R_TEXT or not self._all_simple(records)):
+            self.drain()
+            return False
+        self._prepare(records)
+        if not self._records:
+            self._since = time.monotonic()
+        self._backlog = len(records) >= BACKLOG
+        self._records += records
+        self._nesting += [TOP] * len(records) if nesting is None else nesting
+        if len(self._records) >= FORK_RECORDS:
+            self._fork()
+        return True
+
+    def poll(self) -> None:
+        """A poll's end: what is kept goes (a child, or the thread for a few),
+        unless more are coming and it is young; the rows of children done are
+        written."""
+        if self._records and (not self._backlog
+                              or time.monotonic() - self._since >= HOLD_S):
+            if len(self._records) >= MIN_FORK:
+                self._fork()
+            else:
+                self._here()
+        self._collect(block=False)
+
+    def drain(self) -> None:
+        """Every record taken made into rows and given to the stream, in order."""
+        if self._records:
+            self._fork() if len(self._records) >= MIN_FORK else self._here()
+        self._collect(block=True)
+
+    def _all_simple(self, records: list[tuple]) -> bool:
+        fids = set(map(_FUNC, records)) - self._simple
+        for fid in fids:
+            if fid >= len(self.decoder.probes) or not self.decoder.decoder(fid).simple:
+                return False
+            self._simple.add(fid)
+            d = self.decoder.decoder(fid)
+            fields = [(f.kind, f.index) for f in d.fields
+                      if d.names is not None and f.kind in (ArgKind.FUNC, ArgKind.CU_FUNCTION)]
+            if fields:
+                self._named[fid] = fields
+            self.decoder.maker(fid, self.reporter)  # made here, once: not in each child
+        return True
+
+    def _prepare(self, records: list[tuple]) -> None:
+        """What making the rows learns, learnt here: processes first seen, the
+        kernels' names (and their short forms, made once)."""
+        decoder = self.decoder
+        for pid in set(map(_PID, records)) - decoder.seen:
+            decoder.see(pid)
+        named, warm, names = self._named, self._warm, decoder.names
+        if not named:
+            return
+        for rec in records:
+            fields = named.get(rec[R_FUNC_ID])
+            if fields is None:
+                continue
+            for kind, index in fields:
+                key = (rec[R_PID], rec[index])
+                if key in warm:
+                    continue
+                if kind is ArgKind.FUNC:
+                    names.texts(rec, rec[index])
+                    if names.known(*key):  # found for good (else asked again, as here)
+                        warm.add(key)
+                else:  # a handle: its name as the handles know it now (they change
+                    names.handle_texts(rec, rec[index])  # only by calls made here)
+
+    def _fork(self) -> None:
+        records, nesting = self._records, self._nesting
+        self._records, self._nesting = [], []
+        while len(self._children) >= self.workers:
+            self._collect_oldest()
+        fd = os.memfd_create("cudaprobe-rows", os.MFD_CLOEXEC)
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(fd)
+            self._collect(block=True)
+            self.reporter.records(records, self.decoder, nesting)
+            return
+        if pid == 0:  # the child: rows into the memfd, then gone (never back to the caller)
+            code = 1
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the session's
+                code = self._make(fd, records, nesting)
+            finally:
+                os._exit(code)
+        self._children.append((pid, fd, records, nesting))
+
+    def _make(self, fd: int, records: list[tuple], nesting: list[Mark]) -> int:
+        errors = self.decoder.errors
+        data, lines, flags = self.reporter.rows_data(records, self.decoder, nesting)
+        view = memoryview(HEADER.pack(lines, self.decoder.errors - errors, flags) + data)
+        while view:
+            view = view[os.write(fd, view):]
+        return 0
+
+    def _here(self) -> None:
+        records, nesting = self._records, self._nesting
+        self._records, self._nesting = [], []
+        self._collect(block=True)
+        self.reporter.records(records, self.decoder, nesting)
+
+    def _collect(self, block: bool) -> None:
+        while self._children:
+            pid = self._children[0][0]
+            done, status = os.waitpid(pid, 0 if block else os.WNOHANG)
+            if done == 0:
+                return
+            self._take_rows(status)
+
+    def _collect_oldest(self) -> None:
+        self._take_rows(self._wait(self._children[0][0]))
+
+    @staticmethod
+    def _wait(pid: int) -> int:
+        """The child's status; one that has not ended in CHILD_WAIT_S (it cannot
+        take that long: a few hundred ms of rows) is killed, and fails."""
+        deadline, pause = time.monotonic() + CHILD_WAIT_S, 0.0005
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return status
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                return os.waitpid(pid, 0)[1]
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
+
+    def _take_rows(self, status: int) -> None:
+        """The oldest child has ended: its rows to the stream (its memfd mapped,
+        written from there by the writing thread: never copied here), or, where
+        it failed, its records' rows made here."""
+        _, fd, records, nesting = self._children.popleft()
+        view = None
+        try:
+            size = os.fstat(fd).st_size
+            if os.waitstatus_to_exitcode(status) == 0 and size >= HEADER.size:
+                view = memoryview(mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ))
+        except OSError:
+            view = None
+        finally:
+            os.close(fd)
+        if view is None:
+            self.failed += 1
+            self.reporter.records(records, self.decoder, nesting)  # made here instead
+            return
+        lines, errors, flags = HEADER.unpack(view[:HEADER.size])
+        self.forked += 1
+        self.decoder.errors += errors
+        self.reporter.forked_rows(view[HEADER.size:], lines, flags)

@@ -1,0 +1,111 @@
+"""Rows made by forked children (output/forked.py): byte for byte the rows the
+session's thread makes of the same records, in the same order, whatever
+the batches; a child that fails has its rows made by the thread. Real
+fork(2)s, no root: the records are made here as the ring's reader gives them."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from cudaprobe.decode.handles import KernelHandles
+from cudaprobe.decode.nesting import CallOrder
+from cudaprobe.decode.records import RecordDecoder
+from cudaprobe.output import forked
+from cudaprobe.output.csv import CsvReporter
+from cudaprobe.output.forked import ForkedRows
+from cudaprobe.output.jsonl import JsonlReporter
+
+from .eventbuild import EVERY_PROBE
+from .test_decoders import T0, Collected, record, timed
+
+BY_SYMBOL = {p.symbol: p for p in EVERY_PROBE}
+GET = BY_SYMBOL["cuModuleGetFunction"].function
+LAUNCH_WORDS = [0xF001, 4, 1, 1, 256, 1, 1, 0, 0, 0, 0]
+
+
+def trace(seed: int, n: int) -> tuple[list[tuple], list]:
+    """`n` calls of a few processes and threads, in call order with their
+    nesting: launches (runtime and driver, some made inside others), copies
+    and allocations (rows from words alone), module loads (decoded whole: they
+    name handles), and a launch whose record holds its kernel's name as the
+    probe read it (it names its handle for the launches after it)."""
+    rng = random.Random(seed)
+    symbols = ["cudaLaunchKernel", "cuLaunchKernel", "cudaMalloc", "cuMemAlloc_v2",
+               "cudaGetDeviceCount", "cuLaunchKernelEx"]
+    recs, t = [], 1_000_000
+    for i in range(n):
+        symbol = "cuModuleGetFunction" if i % 997 == 500 else rng.choice(symbols)
+        probe = BY_SYMBOL[symbol]
+        handle = rng.choice([0xF001, 0xF002, 0xF003, 0])
+        words = [handle, *LAUNCH_WORDS[1:]] if "Launch" in symbol else [0x1000 + i, 64]
+        tid, pid = rng.randint(1, 3), 7 + rng.randint(0, 1)
+        if rng.random() < 0.1 and probe.function.api == "runtime":  # a driver call inside
+            recs.append(timed(BY_SYMBOL["cuLaunchKernel"].func_id, LAUNCH_WORDS, t + 100, 200,
+                              tid, pid))
+        rec = timed(probe.func_id, words, t, 1_000, tid, pid, ret=rng.choice([0, 35]))
+        if i == n // 3:  # the kernel's name read at the launch's exit: handle 0xF003's
+            whole = list(record(BY_SYMBOL["cuLaunchKernel"].func_id, [0xF003, *LAUNCH_WORDS[1:]],
+                                short=False))
+            whole[0], whole[1], whole[2], whole[3] = t, 1_000, pid, tid
+            rec = (*whole, b"_Z6vecMulPKfS0_Pfi")
+        recs.append(rec)
+        t += 5_000
+    order = CallOrder([p.function.api == "runtime" for p in EVERY_PROBE], hold_ns=0)
+    ordered, marks = order.add(recs)
+    more, more_marks = order.flush()
+    return ordered + more, marks + more_marks
+
+
+def written(reporter_type, batches, workers: int, monkeypatch=None) -> tuple[bytes, int, object]:
+    """What the reporter writes of the batches: made here (workers 0), or by
+    ForkedRows' children, polled between batches as the session does."""
+    handles = KernelHandles()
+    handles.learn(GET, 7, {"hfunc": "0xf001", "name": "_Z6vecAddPKfS0_Pfi"})
+    decoder = RecordDecoder(EVERY_PROBE, T0, handles=handles)
+    out = Collected()
+    reporter = reporter_type(out)
+    reporter.start()
+    rows = ForkedRows(reporter, decoder, out, workers) if workers else None
+    for i, (recs, marks) in enumerate(batches):
+        if rows is None or not rows.take(recs, marks):
+            reporter.records(recs, decoder, marks)
+        if rows is not None and i % 3 == 2:
+            rows.poll()
+    if rows is not None:
+        rows.drain()
+    out.flush()
+    return bytes(out.data), out.counted, rows
+
+
+@pytest.mark.parametrize("reporter_type", [JsonlReporter, CsvReporter], ids=["jsonl", "csv"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_rows_made_by_children_are_the_thread_s_byte_for_byte(monkeypatch, reporter_type, seed):
+    monkeypatch.setattr(forked, "FORK_RECORDS", 400)
+    monkeypatch.setattr(forked, "MIN_FORK", 150)
+    recs, marks = trace(seed, 6_000)
+    rng = random.Random(seed)
+    cuts = sorted(rng.sample(range(1, len(recs)), 40))
+    batches = [(recs[a:b], marks[a:b]) for a, b in zip([0, *cuts], [*cuts, len(recs)])]
+    here, here_lines, _ = written(reporter_type, batches, 0)
+    there, there_lines, rows = written(reporter_type, batches, 3)
+    assert rows.forked >= 8 and rows.failed == 0  # children made most of them
+    assert there == here and there_lines == here_lines
+    assert b"vecMul" in there and b"vecAdd" in there  # named by a record, by a module load
+
+
+def test_a_child_that_fails_has_its_rows_made_by_the_thread(monkeypatch):
+    """A child that cannot make its rows (here: each one raises) exits non-zero:
+    the thread makes them itself, in their place; nothing lost or reordered."""
+    monkeypatch.setattr(forked, "FORK_RECORDS", 500)
+    recs, marks = trace(4, 6_000)
+    batches = [(recs[a:a + 600], marks[a:a + 600]) for a in range(0, len(recs), 600)]
+    here, _, _ = written(JsonlReporter, batches, 0)
+
+    def broken(self, *args):
+        raise RuntimeError("a child's failure")
+    monkeypatch.setattr(JsonlReporter, "rows_data", broken)
+    there, _, rows = written(JsonlReporter, batches, 2)
+    assert rows.failed >= 3 and rows.forked == 0
+    assert there == here
