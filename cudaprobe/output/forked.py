@@ -187,6 +187,10 @@ class ForkedRows:
         if pid == 0:  # the child: rows into the memfd, then gone (never back to the caller)
             code = 1
             try:
+                # no copy of the session's descriptors held: its probes' links (a
+                # detach must not wait for a child), the reader's stop pipe, the output
+                os.closerange(3, fd)
+                os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the session's
                 code = self._make(fd, records, nesting)
             finally:
