@@ -5,6 +5,7 @@ fork(2)s, no root: the records are made here as the ring's reader gives them."""
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -109,3 +110,28 @@ def test_a_child_that_fails_has_its_rows_made_by_the_thread(monkeypatch):
     there, _, rows = written(JsonlReporter, batches, 2)
     assert rows.failed >= 3 and rows.forked == 0
     assert there == here
+
+
+def test_a_child_holds_none_of_the_session_s_descriptors(monkeypatch):
+    """The probes' links, the ring reader's stop pipe: a child holding a copy
+    would keep the probes in after a detach, or the reader from its end, for
+    as long as it lives. Each child looks for a descriptor the session holds
+    and writes what it found as its rows."""
+    monkeypatch.setattr(forked, "FORK_RECORDS", 500)
+    read_end, write_end = os.pipe()
+
+    def looks(self, records, decoder, nesting):
+        try:
+            os.fstat(write_end)
+            return b"held\n", 1, 0
+        except OSError:
+            return b"closed\n", 1, 0
+    monkeypatch.setattr(JsonlReporter, "rows_data", looks)
+    try:
+        recs, marks = trace(5, 3_000)
+        batches = [(recs[a:a + 300], marks[a:a + 300]) for a in range(0, len(recs), 300)]
+        there, _, rows = written(JsonlReporter, batches, 2)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert rows.forked >= 1 and b"closed" in there and b"held" not in there
