@@ -21,11 +21,12 @@ library went into after its CUPTI started) waits until enough of them agree
 on the offset to the probes' clock (decode.gputime.align): only records whose
 thread's launches are decoded vote (the decoder runs behind on a busy node,
 and a record with nothing to vote for would decide nothing). With --duty, the
-probes are on in slices (`span_begins`, `span_ends`) and an API record outside
-them has no traced launch (nor is one counted unjoined for lying in a
-slice's clock slack); its kernels are not counted at all (`sampled`: the
-metrics count a kernel by kernel name too only once its record is known to
-lie in a slice, CUPTI being on from before each slice to after it). Every
+probes are on in slices (`span_begins`, `span_ends`: from once they are
+in to before they come out) and an API record outside them (in the probes'
+clock: a process in CUPTI's own clock is placed once aligned) has no
+traced launch; its kernels are not counted at all (`sampled`: the metrics
+count a kernel by kernel name too only once its record is known to lie in
+a slice, CUPTI being on from before each slice to after it). Every
 bound is a count: a flood costs memory up to the MAX_* below, never more,
 and what was let go is counted (`dropped`).
 """
@@ -52,7 +53,6 @@ from cudaprobe.decode.gputime import (
 
 KEEP_NS = 10_000_000_000  # a launch kept until the decoder is this far past its end
 PENDING_NS = 2_000_000_000  # the decoder idle this long: a record newer finds no launch
-SPAN_SLACK_NS = 50_000_000  # --duty: records this near a slice are looked at (clock error)
 MAX_KEPT = 500_000  # launches kept, every thread together
 MAX_PENDING = 300_000  # API records waiting for the decoder
 MAX_UNALIGNED = 4 * ALIGN_SAMPLE  # API records of one process waiting for its clock offset
@@ -168,9 +168,6 @@ class LineJoin:
         if api.function and "Launch" not in api.function:
             return  # queues no kernel (copies and memsets are not counted by line)
         key = (pid, correlation)
-        if self._spans is not None and not self._in_span(api):
-            self._resolve(key, OUTSIDE)  # made between slices: no launch of it was traced
-            return
         if pid in self.cupti_clock and pid not in self._shift:
             waiting = self._unaligned.setdefault(pid, [])
             if len(waiting) >= MAX_UNALIGNED:
@@ -185,9 +182,17 @@ class LineJoin:
         if shift:
             api.start_ns += shift
             api.end_ns += shift
+        self._place(pid, correlation, api)
+
+    def _place(self, pid: int, correlation: int, api: ApiCall) -> None:
+        """A record in the probes' clock: joined, unless it was made outside every
+        slice (no launch of it was traced, and its kernels are not counted)."""
+        if self._spans is not None and not self._in_span(api):
+            self._resolve((pid, correlation), OUTSIDE)
+            return
         self._join(pid, correlation, api)
 
-    def _in_span(self, api: ApiCall, slack_ns: int = SPAN_SLACK_NS) -> bool:
+    def _in_span(self, api: ApiCall, slack_ns: int = ALIGN_SLACK_NS) -> bool:
         for start, end in reversed(self._spans or ()):
             after_end = end and api.start_ns > end + slack_ns
             if api.end_ns >= start - slack_ns and not after_end:
@@ -212,10 +217,9 @@ class LineJoin:
             self._no_launch(pid, correlation, api)
 
     def _no_launch(self, pid: int, correlation: int, api: ApiCall) -> None:
-        """The record found no traced launch, its thread's decoded past it: unjoined,
-        unless it lay in a slice's clock slack, outside the slice (none was traced)."""
-        if self._spans is None or self._in_span(api, ALIGN_SLACK_NS):
-            self.unjoined += 1
+        """The record (in a slice, where there are slices) found no traced launch,
+        its thread's decoded past it: unjoined."""
+        self.unjoined += 1
         self._resolve((pid, correlation), None)
 
     def _decoded(self, pid: int, api: ApiCall, margin_ns: int = 0) -> bool:
@@ -337,7 +341,7 @@ class LineJoin:
         for correlation, api in waiting:
             api.start_ns += shift
             api.end_ns += shift
-            self._join(pid, correlation, api)
+            self._place(pid, correlation, api)
 
     def _forget(self, before_ns: int, spans_before_ns: int) -> None:
         """Launches ended before `before_ns` (KEEP_NS behind the decoder: a decoder

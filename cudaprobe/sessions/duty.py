@@ -150,20 +150,20 @@ class DutyCycle:
                 return
             if ties:
                 self._gpu.resume(wait=True)
-            self.metrics.window_traced()
             if self._autograd is not None:
                 self._autograd.resume()
             if not attacher.resume():  # tracing over
                 return
+            self.metrics.window_traced()  # from now on: the probes are in
             if self._gpu is not None and not ties:
                 self._gpu.resume()
             stopped = self._stop.wait(self.slice_s)
             if self._gpu is not None and not ties:
                 self._gpu.pause()
+            self.metrics.window_ended()
             paused = attacher.pause()
             if self._autograd is not None:
                 self._autograd.pause()
-            self.metrics.window_ended()
             if ties:
                 self._gpu.pause()
             if not paused or stopped:

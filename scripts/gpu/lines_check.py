@@ -145,6 +145,10 @@ def node(a: argparse.Namespace) -> list[str]:
         stdout=subprocess.DEVNULL, stderr=err)
     wait_serving(err_path, serve)
     time.sleep(3)  # the library going in
+    deadline = time.monotonic() + 60
+    while (not a.work_only and "GPU timestamps moved" not in open(err_path).read()
+           and time.monotonic() < deadline):
+        time.sleep(0.2)  # the lines from once the process's clock is aligned (a start)
     began = time.monotonic()
     got0 = scrape()  # the counters then: what follows is compared, as rates, with
     time.sleep(a.seconds)  # the events of the same window (records come ~0.5 s late at
@@ -172,8 +176,9 @@ def node(a: argparse.Namespace) -> list[str]:
     spins = (last["spin_ms"] - first["spin_ms"]) * per / 1e3
     said = open(err_path).read()
     kept_on = " (CUPTI left on between slices)" if a.no_pause else ""
+    py_flag = "" if a.work_only else " --py-stacks"
     return [f"node{kept_on}: serve --api driver --duty {a.duty} --duty-period {a.duty_period} "
-            f"--gpu-time --py-stacks beside the running workload, {a.seconds:g} s; events over "
+            f"--gpu-time{py_flag} beside the running workload, {a.seconds:g} s; events over "
             f"{last['t'] - first['t']:.1f} s of serve's window; workload exit {work.returncode}",
             *compare(result["lines"], window, got, "sampled: each kernel x 1/duty"),
             f"all kernels by name {got.get('[all kernels]', 0):.4f} s, the events' lines and "

@@ -96,7 +96,7 @@ def test_with_py_stacks_the_autograd_probes_and_the_line_join_follow_the_slices(
     cycle._thread.join(timeout=30)
     assert attacher.steps == ["pause", "autograd off"] + [
         "autograd on", "resume", "pause", "autograd off"] * 2
-    assert join._spans == [[1, 2], [3, 4]]  # the slices, each from before its links went in
+    assert join._spans == [[1, 2], [3, 4]]  # the slices, each from once its links are in
 
 
 def test_allocations_and_frees_are_counted_exactly_and_their_memory_kept():

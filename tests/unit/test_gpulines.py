@@ -6,6 +6,8 @@ here as the reader would hand them over."""
 
 from __future__ import annotations
 
+import pytest
+
 from cudaprobe.analysis import gpulines
 from cudaprobe.analysis.gpulines import LineJoin
 from cudaprobe.analysis.metrics import MAX_LINES, CallMetrics
@@ -201,11 +203,14 @@ def test_a_process_in_cupti_s_clock_aligns_on_its_own_launches_with_the_decoder_
 
 
 def test_with_duty_only_the_records_inside_a_slice_are_looked_at():
-    m, join = served()
-    m.window_traced()  # clock(): 100 s
+    now = [100 * S]
+    m = CallMetrics(alive=lambda pid: True, clock=lambda: now[0])
+    join = m.python_lines()
+    m.window_traced()  # 100 s: the probes are in
     t = 100 * S + 1_000_000
     inside = launch(t, 3)
     m.add([inside])
+    now[0] = t + 10_000_000
     m.window_ended()
     join.api(100, 1, api_of(inside))
     for n in range(2, 1000):  # records between slices: no launch can be found for them
@@ -391,3 +396,35 @@ def test_with_duty_a_kernel_counts_by_name_only_once_its_launch_is_known_in_a_sl
     snap = m.snapshot(now_ns=100 * S)
     assert {k: (h.count, h.sum_ns) for k, h in snap.gpu_time.items()} == {"k": (40, 70_000)}
     assert snap.gpu_lines == {(line(4), "python3", *J): 3_000 * 20 / 1e9}
+
+
+def test_with_duty_a_process_in_cupti_s_clock_is_placed_in_its_slices_once_aligned():
+    """Its records stamped 1.5 ms late on the probes' clock: the slice's last
+    ones lie past its end as stamped, every one in it once aligned; they wait
+    for the offset, then
+    each joins its launch and its kernel counts (by name and by line); a
+    record made after the slice, once aligned, is outside it: its kernel does
+    not count."""
+    pid, shift = 300, -1_500_000  # CUPTI's clock 1.5 ms ahead
+    now = [S]
+    m = CallMetrics(alive=lambda pid: True, clock=lambda: now[0])
+    join = m.python_lines()
+    join.cupti_clock = {pid}
+    m.weight = m.gpu_weight = 10
+    m.slices_only()
+    m.window_traced()  # 1 s
+    gaps = [20_000 + (i * 7919) % 60_000 for i in range(ALIGN_MIN_VOTES * 3)]
+    calls = [launch(S + 1_000 + sum(gaps[:i]), 7 + i % 2, pid=pid) for i in range(len(gaps))]
+    m.add(calls)
+    now[0] = calls[-1].ts_ns + 10_000
+    m.window_ended()
+    after = launch(now[0] + 1_000_000, 9, pid=pid)
+    m.add([after, launch(now[0] + 50_000_000, 9, pid=pid)])  # the decoder well past them
+    for n, c in enumerate([*calls, after]):
+        join.api(pid, n, api_of(c, shift=-shift))
+    now[0] += 2 * S
+    m.add_gpu([kernel(c, n, 1_000) for n, c in enumerate([*calls, after])])
+    assert join._shift == {pid: shift}
+    snap = m.snapshot(now_ns=now[0])
+    assert {k: h.count for k, h in snap.gpu_time.items()} == {"k": 10 * len(calls)}
+    assert sum(snap.gpu_lines.values()) == pytest.approx(10 * len(calls) * 1e-6)
