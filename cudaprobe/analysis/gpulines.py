@@ -193,12 +193,14 @@ class LineJoin:
         self._join(pid, correlation, api)
 
     def _in_span(self, api: ApiCall, slack_ns: int = ALIGN_SLACK_NS) -> bool:
+        """The call began in a slice: the probes were in at its entry (a slice
+        is told from once they are in to before they come out), so it was
+        traced, and its kernels count."""
         for start, end in reversed(self._spans or ()):
-            after_end = end and api.start_ns > end + slack_ns
-            if api.end_ns >= start - slack_ns and not after_end:
+            if end and api.start_ns > end + slack_ns:
+                return False  # after the latest slice that began before it
+            if api.start_ns >= start - slack_ns:
                 return True
-            if after_end:
-                return False  # the spans before ended earlier still
         return False
 
     def _join(self, pid: int, correlation: int, api: ApiCall) -> None:

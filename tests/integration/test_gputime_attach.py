@@ -769,6 +769,63 @@ def test_serve_pid_py_stacks_joins_kernels_tied_by_callbacks_to_their_lines(tmp_
 
 
 @pytest.mark.skipif(not Path("/usr/bin/python3.11").exists(), reason="no /usr/bin/python3.11")
+def test_serve_duty_py_stacks_counts_by_name_only_the_kernels_of_its_slices(tmp_path,
+                                                                          fake_cupti):
+    """serve --duty --gpu-time --py-stacks on a node, beside a running Python
+    program whose every launch comes from one of two lines: CUPTI is on from before
+    each slice to after it, so the stand-in hands over kernels of launches made
+    before the probes were in and after they came out. Those count nowhere;
+    each kernel of a launch made in a slice counts under its line and by its
+    name alike. So the GPU time by kernel name is the lines' sum, to the
+    nanosecond (both times 1/fraction), and less than what the stand-in handed
+    over times 1/fraction; the program's exit status an untraced run's."""
+    from .test_gputime import fake_gpu, scrape  # noqa: PLC0415
+    _, lib = fake_gpu()
+    kernels = tmp_path / "kernels.log"
+    work = subprocess.Popen(
+        ["/usr/bin/python3.11", str(ATTACHED_LINES), str(lib)], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "FAKE_CUPTI_PATH": str(fake_cupti),
+             "FAKE_CUPTI_KERNELS": str(kernels), "FAKE_CUPTI_LAUNCHES_ONLY": "1"})
+    assert work.stdout.readline() == "ready\n", work.stderr.read()
+    address = f"127.0.0.1:{free_port()}"
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "cudaprobe", "serve", "--prometheus", address, "--gpu-time",
+         "--py-stacks", "--lib", str(lib), "-e", "cudaLaunchKernel",
+         "--duty", "25%", "--duty-period", "1"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "CUDAPROBE_CUPTI": str(fake_cupti)})
+    err = Lines(serve.stderr)
+    try:
+        err.wait_for(lambda s: f"pid {work.pid}'s GPU timestamps moved" in s, "aligned",
+                     timeout=HANG_S)
+        deadline = time.monotonic() + HANG_S
+        while windows(address) < 4:  # slices after the alignment
+            assert time.monotonic() < deadline, err.text()
+            time.sleep(0.1)
+        work.stdin.write("stop\n")
+        work.stdin.flush()
+        assert work.stdout.readline() == "stopped\n"
+        deadline = time.monotonic() + HANG_S
+        agreed, lines, named = 0, 0.0, -1.0
+        while agreed < 2 and time.monotonic() < deadline:  # settled: the same twice
+            by_name = scrape(address, "_sum").get("cudaprobe_gpu_kernel_duration_seconds", {})
+            now = (sum(scrape(address).get("cudaprobe_gpu_line_seconds", {}).values()),
+                   sum(by_name.values()))
+            agreed = agreed + 1 if now == (lines, named) else 0
+            lines, named = now
+            time.sleep(0.6)
+        handed = sum(int(row.split()[1]) for row in kernels.read_text().splitlines()) / 1e9
+        assert lines > 0 and named == pytest.approx(lines, rel=1e-9), err.text()
+        assert named < handed * 4 * 0.999, (named, handed)  # some were outside the slices
+    finally:
+        assert stop(serve) == 0, err.text()
+        work.stdin.close()
+        assert work.wait(timeout=HANG_S) == 0, work.stderr.read()
+    assert "Traceback" not in err.text()
+
+
+@pytest.mark.skipif(not Path("/usr/bin/python3.11").exists(), reason="no /usr/bin/python3.11")
 def test_serve_py_stacks_says_a_process_whose_cupti_refuses_the_callbacks(fake_cupti):
     """serve --gpu-time --py-stacks --pid on a process whose CUPTI refuses the
     callbacks that tie launches: its GPU work alone is recorded, and serve says

@@ -9,11 +9,19 @@ import shutil
 
 import pytest
 
-from cudaprobe.targets import symcache
+from cudaprobe.targets import elfsyms, symcache
 from cudaprobe.targets.elfsyms import read_symbols
 
 NOBODY = 65534
 LIBRARY = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+
+
+@pytest.fixture(autouse=True)
+def tables_read_here(monkeypatch):
+    """The tables read so far in this process forgotten: a table is kept by its
+    file, under the name it was first read by, and a test before (in the same
+    worker) may have read libc through /proc/PID/map_files, a name never trusted."""
+    monkeypatch.setattr(elfsyms, "_TABLES", type(elfsyms._TABLES)())
 
 
 @pytest.fixture
