@@ -90,3 +90,30 @@ def test_the_drain_takes_what_the_ring_still_holds():
         assert got == [(i, i) for i in range(100)]
     finally:
         ring.close()
+
+
+def test_records_of_one_length_unpacked_at_once_are_those_read_one_by_one(monkeypatch):
+    """A batch whose records all have one length is unpacked in one pass; one of
+    another length, a discarded one, or a batch cut mid-record (BATCH_BYTES)
+    gives the same records, in order, as reading them one by one."""
+    from cudaprobe.probe import ringbuf  # noqa: PLC0415
+    monkeypatch.setattr(ringbuf, "BATCH_BYTES", 24 * 7 + 10)  # 7 whole records, a cut one
+    fake = FakeRing()
+    ring = RingBuffer(fake.fd, SIZE, LAYOUTS)
+    expected = []
+    try:
+        for i in range(60):
+            if i == 23:
+                fake.put(struct.pack("<Q", 1000 + i))  # another length
+                expected.append((1000 + i,))
+            elif i == 41:
+                fake.put(EVENT.pack(i, i), DISCARD)  # passed over
+            else:
+                fake.put(EVENT.pack(i, 2 * i))
+                expected.append((i, 2 * i))
+        got = []
+        while batch := ring.drain():
+            got += batch
+        assert got == expected
+    finally:
+        ring.close()
