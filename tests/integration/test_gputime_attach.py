@@ -776,8 +776,10 @@ def test_serve_duty_py_stacks_counts_by_name_only_the_kernels_of_its_slices(tmp_
     each slice to after it, so the stand-in hands over kernels of launches made
     before the probes were in and after they came out. Those count nowhere;
     each kernel of a launch made in a slice counts under its line and by its
-    name alike. So the GPU time by kernel name is the lines' sum, to the
-    nanosecond (both times 1/fraction), and less than what the stand-in handed
+    name alike. So the GPU time by kernel name is the lines' sum (both times
+    1/fraction), but for a call that straddles a slice's start (begun before
+    the probes were in, its tie stamped after: no traced launch, counted by
+    name only; at most one a slice), and less than what the stand-in handed
     over times 1/fraction; the program's exit status an untraced run's."""
     from .test_gputime import fake_gpu, scrape  # noqa: PLC0415
     _, lib = fake_gpu()
@@ -816,7 +818,16 @@ def test_serve_duty_py_stacks_counts_by_name_only_the_kernels_of_its_slices(tmp_
             lines, named = now
             time.sleep(0.6)
         handed = sum(int(row.split()[1]) for row in kernels.read_text().splitlines()) / 1e9
-        assert lines > 0 and named == pytest.approx(lines, rel=1e-9), err.text()
+        unjoined = scrape(address).get("cudaprobe_gpu_line_unjoined", {})
+        unjoined = sum(v for k, v in unjoined.items() if dict(k)["reason"] != "no_api_record")
+        slices = windows(address)
+        assert lines > 0, err.text()
+        # by name, the lines' kernels and those of calls that found no traced launch:
+        # the call its thread began just before the probes were in, whose tie is
+        # stamped just after (one thread here: one such call a slice at most)
+        assert lines * (1 - 1e-9) <= named <= lines + unjoined * 10_100e-9 * 4 * (1 + 1e-9), \
+            (named, lines, unjoined, err.text())
+        assert unjoined <= slices, (unjoined, slices)
         assert named < handed * 4 * 0.999, (named, handed)  # some were outside the slices
     finally:
         assert stop(serve) == 0, err.text()
