@@ -825,7 +825,7 @@ def test_serve_duty_py_stacks_counts_by_name_only_the_kernels_of_its_slices(tmp_
         # by name, the lines' kernels and those of calls that found no traced launch:
         # the call its thread began just before the probes were in, whose tie is
         # stamped just after (one thread here: one such call a slice at most)
-        assert lines * (1 - 1e-9) <= named <= lines + unjoined * 10_100e-9 * 4 * (1 + 1e-9), \
+        assert lines * (1 - 1e-9) <= named <= (lines + unjoined * 10_100e-9 * 4) * (1 + 1e-9), \
             (named, lines, unjoined, err.text())
         assert unjoined <= slices, (unjoined, slices)
         assert named < handed * 4 * 0.999, (named, handed)  # some were outside the slices
