@@ -703,6 +703,37 @@ def test_call_ties_past_the_library_s_buffer_are_dropped_and_counted(tmp_path, f
 ATTACHED_LINES = Path(__file__).parent / "gpulines_attached.py"
 
 
+def two_lines_running(tmp_path: Path, fake_cupti: Path) -> tuple[subprocess.Popen, Path, Path]:
+    """gpulines_attached.py running on the stand-in runtime, whose stand-in
+    CUPTI logs each kernel it hands over (the log returned, with the runtime)."""
+    from .test_gputime import fake_gpu  # noqa: PLC0415
+    _, lib = fake_gpu()
+    kernels = tmp_path / "kernels.log"
+    work = subprocess.Popen(
+        ["/usr/bin/python3.11", str(ATTACHED_LINES), str(lib)], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "FAKE_CUPTI_PATH": str(fake_cupti),
+             "FAKE_CUPTI_KERNELS": str(kernels), "FAKE_CUPTI_LAUNCHES_ONLY": "1"})
+    assert work.stdout.readline() == "ready\n", work.stderr.read()
+    return work, kernels, lib
+
+
+def launches_stopped(work: subprocess.Popen) -> None:
+    """gpulines_attached.py told to stop launching, and stopped."""
+    work.stdin.write("stop\n")
+    work.stdin.flush()
+    assert work.stdout.readline() == "stopped\n"
+
+
+def serve_lines(address: str, fake_cupti: Path, lib: Path, *args: str) -> subprocess.Popen:
+    """serve --gpu-time --py-stacks of the stand-in runtime's launches, and `args`."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "cudaprobe", "serve", "--prometheus", address, "--gpu-time",
+         "--py-stacks", "--lib", str(lib), "-e", "cudaLaunchKernel", *args],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "CUDAPROBE_CUPTI": str(fake_cupti)})
+
+
 @pytest.mark.skipif(not Path("/usr/bin/python3.11").exists(), reason="no /usr/bin/python3.11")
 def test_serve_pid_py_stacks_joins_kernels_tied_by_callbacks_to_their_lines(tmp_path,
                                                                           fake_cupti):
@@ -713,21 +744,10 @@ def test_serve_pid_py_stacks_joins_kernels_tied_by_callbacks_to_their_lines(tmp_
     kernel's GPU time under the Python line that launched it: exactly what the
     stand-in CUPTI handed over for each line, nothing unjoined; the program's
     exit status an untraced run's."""
-    from .test_gputime import fake_gpu, launch_line, scrape  # noqa: PLC0415
-    _, lib = fake_gpu()
-    kernels = tmp_path / "kernels.log"
-    work = subprocess.Popen(
-        ["/usr/bin/python3.11", str(ATTACHED_LINES), str(lib)], stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "FAKE_CUPTI_PATH": str(fake_cupti),
-             "FAKE_CUPTI_KERNELS": str(kernels), "FAKE_CUPTI_LAUNCHES_ONLY": "1"})
-    assert work.stdout.readline() == "ready\n", work.stderr.read()
+    from .test_gputime import launch_line, scrape  # noqa: PLC0415
+    work, kernels, lib = two_lines_running(tmp_path, fake_cupti)
     address = f"127.0.0.1:{free_port()}"
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "cudaprobe", "serve", "--prometheus", address, "--gpu-time",
-         "--py-stacks", "--pid", str(work.pid), "--lib", str(lib), "-e", "cudaLaunchKernel"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "CUDAPROBE_CUPTI": str(fake_cupti)})
+    serve = serve_lines(address, fake_cupti, lib, "--pid", str(work.pid))
     err = Lines(serve.stderr)
     try:
         err.wait_for(lambda s: f"the GPU-time library is recording in pid {work.pid} " in s,
@@ -736,9 +756,7 @@ def test_serve_pid_py_stacks_joins_kernels_tied_by_callbacks_to_their_lines(tmp_
         while len(kernels.read_text().splitlines() if kernels.exists() else []) < 400:
             assert time.monotonic() < deadline, err.text()
             time.sleep(0.1)
-        work.stdin.write("stop\n")
-        work.stdin.flush()
-        assert work.stdout.readline() == "stopped\n"
+        launches_stopped(work)
         deadline = time.monotonic() + HANG_S
         # each line's kernels as the stand-in CUPTI handed them over, against the
         # metric, until the two agree twice running (CUPTI hands over each 0.5 s)
@@ -781,22 +799,10 @@ def test_serve_duty_py_stacks_counts_by_name_only_the_kernels_of_its_slices(tmp_
     the probes were in, its tie stamped after: no traced launch, counted by
     name only; at most one a slice), and less than what the stand-in handed
     over times 1/fraction; the program's exit status an untraced run's."""
-    from .test_gputime import fake_gpu, scrape  # noqa: PLC0415
-    _, lib = fake_gpu()
-    kernels = tmp_path / "kernels.log"
-    work = subprocess.Popen(
-        ["/usr/bin/python3.11", str(ATTACHED_LINES), str(lib)], stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "FAKE_CUPTI_PATH": str(fake_cupti),
-             "FAKE_CUPTI_KERNELS": str(kernels), "FAKE_CUPTI_LAUNCHES_ONLY": "1"})
-    assert work.stdout.readline() == "ready\n", work.stderr.read()
+    from .test_gputime import scrape  # noqa: PLC0415
+    work, kernels, lib = two_lines_running(tmp_path, fake_cupti)
     address = f"127.0.0.1:{free_port()}"
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "cudaprobe", "serve", "--prometheus", address, "--gpu-time",
-         "--py-stacks", "--lib", str(lib), "-e", "cudaLaunchKernel",
-         "--duty", "25%", "--duty-period", "1"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "CUDAPROBE_CUPTI": str(fake_cupti)})
+    serve = serve_lines(address, fake_cupti, lib, "--duty", "25%", "--duty-period", "1")
     err = Lines(serve.stderr)
     try:
         err.wait_for(lambda s: f"pid {work.pid}'s GPU timestamps moved" in s, "aligned",
@@ -805,9 +811,7 @@ def test_serve_duty_py_stacks_counts_by_name_only_the_kernels_of_its_slices(tmp_
         while windows(address) < 4:  # slices after the alignment
             assert time.monotonic() < deadline, err.text()
             time.sleep(0.1)
-        work.stdin.write("stop\n")
-        work.stdin.flush()
-        assert work.stdout.readline() == "stopped\n"
+        launches_stopped(work)
         deadline = time.monotonic() + HANG_S
         agreed, lines, named = 0, 0.0, -1.0
         while agreed < 2 and time.monotonic() < deadline:  # settled: the same twice
