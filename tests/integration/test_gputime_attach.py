@@ -703,11 +703,16 @@ def test_call_ties_past_the_library_s_buffer_are_dropped_and_counted(tmp_path, f
 ATTACHED_LINES = Path(__file__).parent / "gpulines_attached.py"
 
 
-def two_lines_running(tmp_path: Path, fake_cupti: Path) -> tuple[subprocess.Popen, Path, Path]:
+def two_lines_running(tmp_path: Path, fake_cupti: Path, private: bool = False
+                      ) -> tuple[subprocess.Popen, Path, Path]:
     """gpulines_attached.py running on the stand-in runtime, whose stand-in
-    CUPTI logs each kernel it hands over (the log returned, with the runtime)."""
+    CUPTI logs each kernel it hands over (the log returned, with the runtime).
+    `private`: a copy of the runtime of its own, for a serve on the node that
+    must not go into another test's processes."""
     from .test_gputime import fake_gpu  # noqa: PLC0415
     _, lib = fake_gpu()
+    if private:
+        lib = Path(private_copy(tmp_path, lib)[0])
     kernels = tmp_path / "kernels.log"
     work = subprocess.Popen(
         ["/usr/bin/python3.11", str(ATTACHED_LINES), str(lib)], stdin=subprocess.PIPE,
@@ -800,7 +805,7 @@ def test_serve_duty_py_stacks_counts_by_name_only_the_kernels_of_its_slices(tmp_
     name only; at most one a slice), and less than what the stand-in handed
     over times 1/fraction; the program's exit status an untraced run's."""
     from .test_gputime import scrape  # noqa: PLC0415
-    work, kernels, lib = two_lines_running(tmp_path, fake_cupti)
+    work, kernels, lib = two_lines_running(tmp_path, fake_cupti, private=True)
     address = f"127.0.0.1:{free_port()}"
     serve = serve_lines(address, fake_cupti, lib, "--duty", "25%", "--duty-period", "1")
     err = Lines(serve.stderr)
