@@ -192,14 +192,14 @@ class LineJoin:
             return
         self._join(pid, correlation, api)
 
-    def _in_span(self, api: ApiCall, slack_ns: int = ALIGN_SLACK_NS) -> bool:
+    def _in_span(self, api: ApiCall) -> bool:
         """The call began in a slice: the probes were in at its entry (a slice
         is told from once they are in to before they come out), so it was
         traced, and its kernels count."""
         for start, end in reversed(self._spans or ()):
-            if end and api.start_ns > end + slack_ns:
+            if end and api.start_ns > end + ALIGN_SLACK_NS:
                 return False  # after the latest slice that began before it
-            if api.start_ns >= start - slack_ns:
+            if api.start_ns >= start - ALIGN_SLACK_NS:
                 return True
         return False
 
@@ -216,9 +216,9 @@ class LineJoin:
                 return
             self._pending.append((pid, correlation, api))
         else:
-            self._no_launch(pid, correlation, api)
+            self._no_launch(pid, correlation)
 
-    def _no_launch(self, pid: int, correlation: int, api: ApiCall) -> None:
+    def _no_launch(self, pid: int, correlation: int) -> None:
         """The record (in a slice, where there are slices) found no traced launch,
         its thread's decoded past it: unjoined."""
         self.unjoined += 1
@@ -293,7 +293,7 @@ class LineJoin:
             elif not idle:
                 self._pending.append((pid, correlation, api))
             else:
-                self._no_launch(pid, correlation, api)
+                self._no_launch(pid, correlation)
         # kernels whose launch the decoder is WAIT_NS past (or, idle, that came
         # PENDING_NS ago) with no API record read for them: none will come
         passed = self._newest - WAIT_NS

@@ -311,10 +311,7 @@ class RecordDecoder:
         """The rows of a batch of records, in order; records of an unknown probe
         are counted in `errors`, not made into rows. `nesting`: each record's
         (depth, parent), as nesting.CallOrder gives them (else depth 0)."""
-        entry = self._makers.get(id(rows))
-        if entry is None:
-            entry = self._makers[id(rows)] = (rows, [None] * len(self._decoders))
-        makers = entry[1]
+        makers = self._makers_of(rows)
         out: list = []
         append = out.append
         nmakers, seen, errors, py = len(makers), self._seen, self.errors, self.py_stacks
@@ -338,15 +335,19 @@ class RecordDecoder:
             out = [row for row in out if row is not None]
         return out
 
-    def maker(self, fid: int, rows: RowFormat) -> RowMaker:
-        """The probe's row maker for `rows`, made now if it was not."""
+    def _makers_of(self, rows: RowFormat) -> list[RowMaker | None]:
+        """The format's row maker per probe id (None: not made yet)."""
         entry = self._makers.get(id(rows))
         if entry is None:
             entry = self._makers[id(rows)] = (rows, [None] * len(self._decoders))
-        make = entry[1][fid]
-        if make is None:
-            make = entry[1][fid] = self._maker(self.decoder(fid), rows)
-        return make
+        return entry[1]
+
+    def maker(self, fid: int, rows: RowFormat) -> RowMaker:
+        """The probe's row maker for `rows`, made now if it was not."""
+        makers = self._makers_of(rows)
+        if makers[fid] is None:
+            makers[fid] = self._maker(self.decoder(fid), rows)
+        return makers[fid]
 
     @property
     def seen(self) -> set[int]:

@@ -58,8 +58,11 @@ class CsvReporter(Reporter):
                   nesting: list[Mark] | None) -> tuple[bytes, int, int]:
         """The batch's rows as bytes, their lines, and MULTILINE where a cell
         made held a line break (output.forked)."""
-        data = "".join(decoder.decode(records, self, nesting)).encode("latin-1")
-        return data, data.count(b"\n"), MULTILINE if self._multiline else 0
+        rows = decoder.decode(records, self, nesting)
+        data = "".join(rows).encode("latin-1")
+        if self._multiline:  # a line a row, unless a cell made so far holds a line break
+            return data, data.count(b"\n"), MULTILINE
+        return data, len(rows), 0
 
     def forked_rows(self, data: bytes, lines: int, flags: int) -> None:
         """Rows made by a forked child (rows_data's), written as they are; a line

@@ -121,25 +121,31 @@ class ForkedRows:
         written."""
         if self._records and (not self._backlog
                               or time.monotonic() - self._since >= HOLD_S):
-            if len(self._records) >= MIN_FORK:
-                self._fork()
-            else:
-                self._here()
+            self._let_go()
         self._collect(block=False)
 
     def drain(self) -> None:
         """Every record taken made into rows and given to the stream, in order."""
         if self._records:
-            self._fork() if len(self._records) >= MIN_FORK else self._here()
+            self._let_go()
         self._collect(block=True)
+
+    def _let_go(self) -> None:
+        """The records kept: to a child, or, a few, made here."""
+        if len(self._records) >= MIN_FORK:
+            self._fork()
+        else:
+            self._here()
 
     def _all_simple(self, records: list[tuple]) -> bool:
         fids = set(map(_FUNC, records)) - self._simple
         for fid in fids:
-            if fid >= len(self.decoder.probes) or not self.decoder.decoder(fid).simple:
+            if fid >= len(self.decoder.probes):
+                return False
+            d = self.decoder.decoder(fid)
+            if not d.simple:
                 return False
             self._simple.add(fid)
-            d = self.decoder.decoder(fid)
             fields = [(f.kind, f.index) for f in d.fields
                       if d.names is not None and f.kind in (ArgKind.FUNC, ArgKind.CU_FUNCTION)]
             if fields:
@@ -168,8 +174,9 @@ class ForkedRows:
                     names.texts(rec, rec[index])
                     if names.known(*key):  # found for good (else asked again, as here)
                         warm.add(key)
-                else:  # a handle: its name as the handles know it now (they change
-                    names.handle_texts(rec, rec[index])  # only by calls made here)
+                else:  # a handle's name as the handles know it now: they change only
+                    names.handle_texts(rec, rec[index])  # by calls made here (a later
+                    warm.add(key)  # name's texts are then made in the child)
 
     def _fork(self) -> None:
         records, nesting = self._records, self._nesting

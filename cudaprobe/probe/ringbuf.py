@@ -183,15 +183,20 @@ class RingBuffer:
         if n <= 0:
             return []
         blob = os.pread(self._spool, n, self._read)
-        same = self._all_one_length(blob)
-        if same is not None:
-            out, pos = same
-            self._read += pos
-            if self._read - self._punched >= PUNCH_BYTES:
-                self._free_read()
-            return out
-        out: list[tuple] = []
         side: list[bytes] = []
+        same = self._all_one_length(blob)
+        out, pos = same if same is not None else self._one_by_one(blob, side)
+        self._read += pos
+        if side and self.on_side is not None:
+            self.on_side(side)
+        if self._read - self._punched >= PUNCH_BYTES:
+            self._free_read()
+        return out
+
+    def _one_by_one(self, blob: bytes, side: list[bytes]) -> tuple[list[tuple], int]:
+        """The batch's whole records, read one at a time (side records into
+        `side`), and the bytes they take."""
+        out: list[tuple] = []
         by_length, header = self.by_length, HEADER.unpack_from
         append = out.append
         pos, end = 0, len(blob)
@@ -213,12 +218,7 @@ class RingBuffer:
                 else:
                     self.malformed += 1
             pos += step
-        self._read += pos
-        if side and self.on_side is not None:
-            self.on_side(side)
-        if self._read - self._punched >= PUNCH_BYTES:
-            self._free_read()
-        return out
+        return out, pos
 
     def _all_one_length(self, blob: bytes) -> tuple[list[tuple], int] | None:
         """The batch's whole records and the bytes they take, where every one

@@ -423,14 +423,9 @@ class GpuTimeAttach:
         deadline = time.monotonic() + STOP_WAIT_S
         for i in injected:
             while time.monotonic() < deadline:
-                try:
-                    word = i.mem.read(i.control + L["C_STATE"], 4)
-                except OSError:
-                    break
-                if len(word) != 4:  # it has exited: its records are in our memfd
-                    break
-                if struct.unpack("<I", word)[0] == L["ATTACH_STOPPED"]:
-                    break
+                state = self._read_word(i, "C_STATE")
+                if state is None or state == L["ATTACH_STOPPED"]:  # (None: it has exited,
+                    break  # its records are in our memfd)
                 time.sleep(0.02)
             else:
                 self.notify(f"--gpu-time: pid {i.pid} did not say it stopped recording within "
