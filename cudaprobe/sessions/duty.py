@@ -51,6 +51,10 @@ if TYPE_CHECKING:  # (it imports bcc's users: only its type here)
 EXACT = frozenset(ROLES)
 MIN_SLICE_S = 0.05  # a shorter slice is mostly the links going on and off
 SLACK_S = 0.5  # of each period, left after its slice for the links to go on and off
+# with call ties, CUPTI stays on this long after the probes are out: the kernels a
+# slice launched run after their launch (the GPU behind the job's thread), and
+# those still queued when CUPTI goes off would leave their launches unjoined
+TIES_TAIL_S = 0.2
 
 
 def parse_duty(text: str) -> float:
@@ -137,15 +141,18 @@ class DutyCycle:
         probes so that what it counts matches what they do: with call ties
         (--py-stacks) it is on, each process's watcher says so, before the
         probes go in, and off after they are out, so every launch they trace
-        is tied to its kernels; the kernels recorded outside the slice are not
-        counted (metrics: by their tie's time). With the GPU work alone (no
+        is tied to its kernels, and stays on TIES_TAIL_S more, for the kernels
+        the slice launched that the GPU has not run yet; the kernels launched
+        outside the slice are not counted (metrics: by their tie's time),
+        those recorded in the tail among them. With the GPU work alone (no
         launch to tie a kernel to) it goes on after the probes are in and off
         before they come out: its window is the slice's, give or take the
         watchers' lag at both ends (the same lag, so no bias either way)."""
         begins = time.monotonic()
         ties = self._gpu is not None and self._gpu.injector.call_ties
+        tail = TIES_TAIL_S if ties else 0.0
         while True:
-            offset = self.rng.uniform(0, self.period_s - self.slice_s - SLACK_S)
+            offset = self.rng.uniform(0, max(0.0, self.period_s - self.slice_s - SLACK_S - tail))
             if self._stop.wait(max(0.0, begins + offset - time.monotonic())):
                 return
             if ties:
@@ -165,6 +172,7 @@ class DutyCycle:
             if self._autograd is not None:
                 self._autograd.pause()
             if ties:
+                stopped = self._stop.wait(tail) or stopped
                 self._gpu.pause()
             if not paused or stopped:
                 return

@@ -46,6 +46,8 @@ def scrape() -> dict[str, float]:
             elif s.name == "cudaprobe_gpu_kernel_duration_seconds_count":
                 key = f"[count] {s.labels['kernel'][:90]}"
                 out[key] = out.get(key, 0) + s.value
+            elif s.name == "cudaprobe_sampled_windows_total":
+                out["[slices]"] = s.value
             elif s.name == "cudaprobe_lost_events_total" and s.value:
                 out[f"[lost {s.labels.get('reason', '')}]"] = s.value
     return out
@@ -184,6 +186,8 @@ def node(a: argparse.Namespace) -> list[str]:
             f"all kernels by name {got.get('[all kernels]', 0):.4f} s, the events' lines and "
             f"spins {sum(window.values()) / 1e3 + spins:.4f} s (ratio "
             f"{got.get('[all kernels]', 0) / (sum(window.values()) / 1e3 + spins):.3f})",
+            f"slices in the window: {got.get('[slices]', 0):g}, "
+            f"{(ended - began) / float(a.duty_period):.1f} periods",
             *[f"  serve: {t}" for t in said.splitlines()
               if "py-stacks" in t or "gpu-time" in t or "GPU" in t][:12]]
 

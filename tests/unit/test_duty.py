@@ -5,6 +5,7 @@ calls seen weighed by the period over the slice."""
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 from opentelemetry.sdk.resources import Resource
@@ -12,7 +13,7 @@ from opentelemetry.sdk.resources import Resource
 from cudaprobe.analysis.metrics import CallMetrics
 from cudaprobe.errors import UsageError
 from cudaprobe.output.otlp_metrics import metrics_data
-from cudaprobe.sessions.duty import DutyCycle, parse_duty
+from cudaprobe.sessions.duty import TIES_TAIL_S, DutyCycle, parse_duty
 
 from .test_metrics import call
 
@@ -40,9 +41,11 @@ class Attacher:
     def __init__(self, slices: int) -> None:
         self.steps: list[str] = []
         self.slices = slices
+        self.paused_at: list[float] = []
 
     def pause(self) -> bool:
         self.steps.append("pause")
+        self.paused_at.append(time.monotonic())
         return self.steps.count("resume") < self.slices
 
     def resume(self) -> bool:
@@ -184,9 +187,11 @@ class Gpu:
         self.steps = steps
         self.injector = Injector(call_ties)
         self.reader = object()  # the library was built
+        self.off_at: list[float] = []
 
     def pause(self) -> None:
         self.steps.append("cupti off")
+        self.off_at.append(time.monotonic())
 
     def resume(self, wait: bool = False) -> None:
         self.steps.append("cupti on, acknowledged" if wait else "cupti on")
@@ -197,8 +202,10 @@ def test_cupti_switches_around_the_probes_so_that_it_counts_what_they_do(ties):
     """With call ties (--py-stacks) CUPTI is on, each process's watcher having
     said so, before the probes go in and off after they come out: every launch
     they trace has its kernels recorded (and a kernel counts only once its tie
-    lies in a slice, from the very start). With the work alone, CUPTI's window
-    is the slice's: on after the probes are in, off before they come out."""
+    lies in a slice, from the very start), TIES_TAIL_S after them, for the
+    kernels the slice launched that the GPU has not run yet. With the work
+    alone, CUPTI's window is the slice's: on after the probes are in, off
+    before they come out."""
     clock = iter(range(1, 100))
     metrics = CallMetrics(alive=lambda pid: True, clock=lambda: next(clock))
     join = metrics.python_lines() if ties else None
@@ -212,6 +219,9 @@ def test_cupti_switches_around_the_probes_so_that_it_counts_what_they_do(ties):
         assert attacher.steps == ["pause", "cupti off"] + [
             "cupti on, acknowledged", "resume", "pause", "cupti off"] * 2
         assert join.sampled and join._spans == [[1, 2], [3, 4]]
+        # (the first "cupti off" is the start's, before any slice)
+        tails = [off - out for off, out in zip(gpu.off_at[1:], attacher.paused_at[1:])]
+        assert len(tails) == 2 and min(tails) >= TIES_TAIL_S, tails
     else:
         assert attacher.steps == ["pause", "cupti off"] + [
             "resume", "cupti on", "cupti off", "pause"] * 2
