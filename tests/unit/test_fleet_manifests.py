@@ -305,16 +305,18 @@ def test_the_gpu_time_component_adds_gpu_time_to_serve_and_nothing_else(tmp_path
     assert "SYS_PTRACE" in context["capabilities"]["add"]
 
 
-def test_the_python_lines_component_adds_py_stacks_after_gpu_time(tmp_path):
+def test_the_python_lines_component_adds_py_stacks_after_gpu_time_at_its_measured_duty(tmp_path):
     ds = next(o for o in rendered(tmp_path, "components/gpu-time", "components/python-lines")
               if o["kind"] == "DaemonSet")
     base = one("DaemonSet")
     args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args == base["spec"]["template"]["spec"]["containers"][0]["args"] + [
-        "--gpu-time", "--py-stacks"]
+        "--gpu-time", "--py-stacks", "--duty=1%", "--duty-period=10"]
     kubernetes_validate.validate(ds, VERSIONS[-1], strict=True)
     params = serve_command.make_context("serve", args[1:]).params  # options serve knows
     assert params["gpu_time"] is True and params["py_stacks"] is True
+    # the slices this sets, measured under 2% with the stacks read (the base's are longer)
+    assert params["duty"] == "1%" and params["duty_period"] == 10
 
 
 @pytest.mark.parametrize("component, path", [
