@@ -117,6 +117,12 @@ struct cp_fork {
 	u64 ns;  /* when it was made (bpf_ktime_get_ns: CLOCK_MONOTONIC) */
 };
 BPF_RINGBUF_OUTPUT(forks, 1);
+/* each such child, until the loader lets it go: a child forked by glibc's
+ * fork() in a process the loader gave a fork hold (cudaprobe/probe/forkhold.py)
+ * waits in the kernel, as fork returns in it, while its key is here (value
+ * 2 once it waits) and not 3 (seized: it stops as it returns), a bound of
+ * time at most */
+BPF_HASH(fork_holds, u32, u64, CP_MAX_TARGETS);
 #endif
 
 #define CP_CLONE_THREAD 0x00010000
@@ -133,6 +139,8 @@ TRACEPOINT_PROBE(task, task_newtask)
 #ifdef CP_PER_PROCESS
 	u8 linking = CP_TARGET_LINKING;
 	targets.update(&child, &linking);
+	u64 held = 1;
+	fork_holds.update(&child, &held);
 	/* (a parent still linking too: its own record comes first. The ring full:
 	 * the next look finds the child, if it still runs) */
 	struct cp_fork fork = {.child = child, .parent = parent, .ns = bpf_ktime_get_ns()};

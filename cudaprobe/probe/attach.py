@@ -25,6 +25,7 @@ from typing import Any, Callable
 from cudaprobe.errors import BpfError, CudaprobeError, ProcessGone
 from cudaprobe.probe import bpfprog, bpfsys, cleanup, perf_uprobe, uprobe_multi
 from cudaprobe.probe.event import STOPPED, STOPPING, TARGET_TRACED, TRACING
+from cudaprobe.probe.forkhold import SEIZE_WAIT_S, ForkHold, Seized
 from cudaprobe.probe.forkwatch import ForkWatch
 from cudaprobe.probe.load import retry_interrupted
 from cudaprobe.probe.opengate import GateUnavailable, Hand, OpenGate
@@ -33,6 +34,7 @@ from cudaprobe.targets.openfile import OpenedFile, proc_base
 from cudaprobe.targets.procmaps import (
     map_lines,
     process_age_s,
+    process_alive,
     process_name,
     thread_group,
     threads_gone,
@@ -45,6 +47,8 @@ REF_CTR_HINT = ("if dmesg says 'ref_ctr_offset mismatch', another tracer (a bcc 
 # at the end, between the stop of new calls and the stop of returns: for the
 # calls under way to return, and so to be whole in the trace
 STOP_GRACE_S = 0.01
+HOLD_LOOKS = 50  # looks (polls) a process mapping a probed library is tried for a fork hold
+MAX_FORK_HOLD_MS = 2000.0  # CUDAPROBE_FORK_HOLD_MS's most
 
 
 class LinkCloser:
@@ -76,6 +80,17 @@ class LinkCloser:
             fd = self._queue.get()
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def fork_hold_ms() -> float:
+    """CUDAPROBE_FORK_HOLD_MS: how long a child forked without exec may wait in
+    the kernel to be seized (forkhold.py); 0: no fork holds."""
+    text = os.environ.get("CUDAPROBE_FORK_HOLD_MS", "")
+    try:
+        value = float(text) if text else SEIZE_WAIT_S * 1e3
+    except ValueError:
+        value = SEIZE_WAIT_S * 1e3
+    return min(max(value, 0.0), MAX_FORK_HOLD_MS)
 
 
 class Attacher:
@@ -133,6 +148,18 @@ class Attacher:
         self._forked: list[int] = []
         self.unprobed: list[tuple[int, int]] = []
         self.fork_parent: dict[int, int] = {}  # a child linked at its making -> its parent
+        # the processes mapping a probed library hold their forks' children in fork
+        # until their links are in (forkhold.py); those wanting a hold still (no
+        # glibc mapped yet: a program held at its first open, by ld.so)
+        self._holds: ForkHold | None = None
+        self._hold_wanted: dict[int, int] = {}  # pid -> looks left
+        # children seized in their hold by the fork thread (their tracer), linked on
+        # the linker thread, then let go by the fork thread: child -> Seized
+        self._seized: dict[int, Seized] = {}
+        self._linked_seized: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._to_link: queue.SimpleQueue[tuple[int, int, int, Seized | None] | None] = \
+            queue.SimpleQueue()
+        self._linker: threading.Thread | None = None
         self.link_age: dict[int, float] = {}  # a process linked -> its age then (seconds)
 
     def attach_all(self) -> None:
@@ -272,6 +299,10 @@ class Attacher:
                 self.on_target(pid)
             if self.settings.links_per_process and pid not in self._pid_links:
                 self._attach_process(pid, self._libraries)
+                with contextlib.suppress(CudaprobeError):
+                    if self._maps_probed(pid):  # (so do its children, forked)
+                        self._mapping.add(pid)
+                        self._hold(pid)
 
     def add_named(self, pid: int) -> bool | None:
         """A process of the --comm name found by a scan of names, made a target:
@@ -289,18 +320,19 @@ class Attacher:
             self.add_target(pid)
             return late
 
-    def _link(self, pid: int, made: int = 0) -> None:
+    def _link(self, pid: int, made: int = 0, linked: Callable[[], None] | None = None) -> None:
         """A child's own links, then its calls count: from the moment every link
         is in, all functions at once (the fork tracepoint adds it as
         TARGET_LINKING; so does the exec tracepoint for --comm). `made`: when
-        a child linked at its making was forked (CLOCK_MONOTONIC ns). Its
-        bpf() calls hold the GIL (bpfsys, uprobe_multi), and for such a child
-        nothing before its calls count reads a file: the decoding thread, busy,
-        would hold the GIL up to a switch interval each time it was let go."""
+        a child linked at its making was forked (CLOCK_MONOTONIC ns). For such
+        a child nothing before its calls count reads a file. `linked`: called
+        then, before anything else is read of it."""
         self._attach_process(pid, self._libraries, newborn=made > 0)
         # its calls count from here, before anything else is read of it (a key gone
         # meanwhile is not added back)
         bpfsys.u32_key_replace(self._bpf["targets"].map_fd, pid, bytes([TARGET_TRACED]))
+        if linked is not None:
+            linked()
         if made:  # just forked: the span it ran unlinked, to the nanosecond
             self.link_age[pid] = max(0, time.monotonic_ns() - made) / 1e9
         else:
@@ -326,6 +358,7 @@ class Attacher:
             if self._bpf is None or self._phase != TRACING:
                 return None
             self._mapping.add(pid)  # it maps the library once its open goes on
+            self._hold(pid)  # (glibc mapped after the library: at a later look)
             if pid in self._pid_links:  # linked: its new image, after an exec, may want it
                 return self.on_held(pid) if self.on_held is not None else None
             try:
@@ -399,6 +432,9 @@ class Attacher:
         with self._lock:
             if self.settings.links_per_process and pid not in self._pid_links:
                 self._link(pid)
+            if self.settings.links_per_process:  # it maps one (or is one): its forks held
+                self._mapping.add(pid)
+                self._hold(pid)
 
     def _maps_probed(self, pid: int) -> bool:
         """`pid` maps one of the probed libraries: by inode alone (maps may print
@@ -418,9 +454,14 @@ class Attacher:
             return []
         with self._lock:
             linked, self._forked = self._forked, []  # linked at their making (link_forked)
+            for pid in list(self._hold_wanted):
+                self._hold(pid)
+            if self._holds is not None:  # a hold on the glibc it was to map: that one?
+                for pid in self._holds.unsure():
+                    self._holds.check(pid)
             targets = self._bpf["targets"]
             for pid in self.target_pids():
-                if pid in self._pid_links:
+                if pid in self._pid_links or pid in self._seized:  # (seized: linked soon)
                     continue
                 try:
                     if thread_group(pid) != pid:  # a thread of a target
@@ -433,39 +474,73 @@ class Attacher:
                     continue  # gone: the next rescan takes it out
                 if self.gate is not None:  # it maps one (and so will its children)
                     self._mapping.add(pid)
+                    self._hold(pid)
                 self._link(pid)
+                if self._release(pid):  # held in its fork until now: traced from its first
+                    self.link_age.pop(pid, None)  # call (the fork thread was late)
+                    continue
                 linked.append(pid)
         return linked
 
-    def link_forked(self, child: int, parent: int, made: int = 0) -> None:
+    def link_forked(self, child: int, parent: int, made: int = 0,
+                    seized: Seized | None = None) -> None:
         """A child process of a linked process, just made (forkwatch.py, on its
         thread; `made`: when, in CLOCK_MONOTONIC nanoseconds). One whose parent
         maps a probed library shares its mappings (a fork without exec): linked
-        at once (said as linked late, with its span since its fork, by
-        follow_children's caller), or, gone before (or the
-        trace over), kept in `unprobed` to be said. Where there is no gate,
-        every child is linked here, as follow_children() would at its next
-        look. Any other is left to the gate, which holds it at its open of a
-        probed library."""
-        with self._lock:
-            mapping = parent in self._mapping
-            if mapping:  # it shares them (and so will its own children)
-                self._mapping.add(child)
-            if self._bpf is None or child in self._pid_links:
-                return
-            if not mapping and self.gate is not None:
-                return
-            if self._phase == TRACING and bpfsys.u32_key_lookup(
-                    self._bpf["targets"].map_fd, child, 1) is not None:
-                try:
-                    self._link(child, made)  # (a process: the tracepoint leaves threads out)
-                    self._forked.append(child)
-                    self.fork_parent[child] = parent
+        at once, given a hold for its own forks (forkhold.py). `seized` in its
+        hold (stopped before its first instruction after fork, until let go),
+        it is traced from its first call; else it is said as linked late, with its
+        span since its fork, by follow_children's caller, or, gone before (or
+        the trace over), kept in `unprobed` to be said. Where there is no
+        gate, every child is linked here, as follow_children() would at its
+        next look. Any other is left to the gate, which holds it at its open
+        of a probed library. Every child's key is let go here, whatever comes."""
+        held = False
+        try:
+            with self._lock:
+                mapping = parent in self._mapping
+                if mapping:  # it shares them (and so will its own children)
+                    self._mapping.add(child)
+                if self._bpf is None or child in self._pid_links:
                     return
-                except CudaprobeError:
-                    pass  # gone already
-            if mapping:
-                self.unprobed.append((child, parent))
+                if not mapping and self.gate is not None:
+                    return
+                if self._phase == TRACING and bpfsys.u32_key_lookup(
+                        self._bpf["targets"].map_fd, child, 1) is not None:
+                    def let_go() -> None:  # its calls count: its own forks held too
+                        nonlocal held
+                        if mapping:
+                            self._hold(child, like=parent)
+                        held = seized is not None and seized.held
+                    try:
+                        self._link(child, made, linked=let_go)
+                        self.fork_parent[child] = parent
+                        if held:  # traced from its first call
+                            self.link_age.pop(child, None)
+                        else:
+                            self._forked.append(child)
+                        return
+                    except CudaprobeError:
+                        pass  # gone already
+                if mapping:
+                    self.unprobed.append((child, parent))
+        finally:
+            self._release(child)
+
+    def _hold(self, pid: int, like: int = 0) -> None:
+        """A hold on `pid`'s forks (forkhold.py), or, none to be had yet (no
+        glibc mapped), wanted at the next look."""
+        holds = self._holds
+        if holds is None or holds.has(pid):
+            return
+        looks = self._hold_wanted.pop(pid, HOLD_LOOKS)
+        if not holds.add(pid, like) and looks > 1 and process_alive(pid):
+            self._hold_wanted[pid] = looks - 1
+
+    def _release(self, child: int) -> bool:
+        """`child` let go of its fork: True where it waited until now."""
+        holds = self._holds
+        return holds.release(child) if holds is not None else False
 
     def take_forked(self) -> list[int]:
         """The children linked at their making not told yet (the trace's end)."""
@@ -490,7 +565,11 @@ class Attacher:
             # what is kept of it: a gone process makes no more children (its age
             # when linked stays until a child linked at its making is told)
             self._mapping.discard(pid)
+            self._hold_wanted.pop(pid, None)
             self.fork_parent.pop(pid, None)
+            if self._holds is not None:
+                self._holds.drop(pid)
+                self._holds.release(pid)
             if pid not in self._forked:
                 self.link_age.pop(pid, None)
         if links:
@@ -523,8 +602,58 @@ class Attacher:
         if self.settings.links_per_process and self.gate is None and not self.gate_unavailable:
             self._open_gate()
         if self.settings.links_per_process and self._forks is None and self._bpf is not None:
+            wait_ms = fork_hold_ms()
+            if wait_ms and self._holds is None:
+                with contextlib.suppress(KeyError, OSError):  # (none: linked as told, said)
+                    self._holds = ForkHold(self._bpf["fork_holds"].map_fd, wait_ms / 1e3)
+                with self._lock:
+                    for pid in self._mapping & set(self._pid_links):
+                        self._hold(pid)
+            self._linker = threading.Thread(target=self._link_forked_children,
+                                            name="cudaprobe-link-forks", daemon=True)
+            self._linker.start()
             with contextlib.suppress(KeyError, OSError):  # (none: found at the next look)
-                self._forks = ForkWatch(self._bpf["forks"].map_fd, self.link_forked)
+                self._forks = ForkWatch(self._bpf["forks"].map_fd, self._told_fork,
+                                        self._let_go_linked)
+
+    def _told_fork(self, child: int, parent: int, made: int) -> None:
+        """The fork thread: a child of a process with a fork hold is seized in its
+        hold (that thread is its tracer); every child then goes to the linker."""
+        holds = self._holds
+        seized = holds.seize(child) if holds is not None and holds.has(parent) else None
+        if seized is not None:
+            self._seized[child] = seized
+        self._to_link.put((child, parent, made, seized))
+
+    def _link_forked_children(self) -> None:
+        """The linker thread: each child told, linked (link_forked); one seized is
+        then handed back to the fork thread to be let go."""
+        while (item := self._to_link.get()) is not None:
+            child, parent, made, seized = item
+            try:
+                self.link_forked(child, parent, made, seized)
+            except Exception:  # noqa: BLE001 - one child's failure stops no other's
+                pass
+            if seized is not None:
+                self._linked_seized.put(child)
+
+    def _let_go_linked(self, last: bool) -> bool:
+        """The fork thread, after each poll: the seized children whose links are in
+        let go; at its end, every one. Whether some still wait for theirs."""
+        holds = ForkHold if self._holds is None else self._holds
+        while True:
+            try:
+                child = self._linked_seized.get_nowait()
+            except queue.Empty:
+                break
+            seized = self._seized.pop(child, None)
+            if seized is not None:
+                holds.let_go(seized)
+        if last:
+            for seized in self._seized.values():
+                holds.let_go(seized)
+            self._seized.clear()
+        return bool(self._seized)
 
     def _open_gate(self) -> None:
         gate = OpenGate(self._link_at_open, self._exec_at_gate)
@@ -613,6 +742,9 @@ class Attacher:
             gate.close()
             if threading.current_thread() is threading.main_thread():
                 signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        holds, self._holds = self._holds, None
+        if holds is not None:  # no fork held from now on, every child waiting let go
+            holds.close()
         with self._lock:
             stopping = self._phase == TRACING
             self._set_phase(STOPPING)
@@ -620,7 +752,11 @@ class Attacher:
             self._kept_links = []
         forks, self._forks = self._forks, None
         if forks is not None:  # the children made until now: linked no more, gone ones said
-            forks.close()
+            forks.close()  # (its thread lets every seized child go as it ends)
+        linker, self._linker = self._linker, None
+        if linker is not None:
+            self._to_link.put(None)
+            linker.join()
         with self._lock:
             # the links of processes whose every thread has exited: none of their
             # calls can return now, so none is waited for (a -- COMMAND that exited)

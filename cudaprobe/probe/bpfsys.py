@@ -37,6 +37,9 @@ _held = ctypes.PyDLL(None, use_errno=True)  # the same, the GIL held through the
 _held.syscall.restype = ctypes.c_long
 BPF_MAP_LOOKUP_ELEM = 1
 BPF_MAP_UPDATE_ELEM = 2
+BPF_MAP_DELETE_ELEM = 3
+BPF_MAP_GET_NEXT_KEY = 4
+BPF_BTF_LOAD = 18
 BPF_EXIST = 2
 
 
@@ -65,6 +68,43 @@ def u32_key_replace(fd: int, key: int, value: bytes) -> bool:
     """Set `key`'s value where the key is there (BPF_EXIST); False where not."""
     return _elem(BPF_MAP_UPDATE_ELEM, fd, key, ctypes.create_string_buffer(value, len(value)),
                  BPF_EXIST)
+
+
+def u32_key_delete(fd: int, key: int) -> bool:
+    """Take `key` out; False where it was not there."""
+    k = ctypes.c_uint32(key)
+    attr = ctypes.create_string_buffer(_ATTR_SIZE)
+    struct.pack_into("<IIQ", attr, 0, fd, 0, ctypes.addressof(k))  # nothing after the key
+    if _held.syscall(SYS_BPF, BPF_MAP_DELETE_ELEM, attr, _ATTR_SIZE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err == errno.ENOENT:
+        return False
+    raise OSError(err, os.strerror(err))
+
+
+def u32_keys(fd: int) -> list[int]:
+    """Every key of the map `fd` (u32 keys), as they are now."""
+    keys: list[int] = []
+    key, following = ctypes.c_uint32(0), ctypes.c_uint32(0)
+    attr = ctypes.create_string_buffer(_ATTR_SIZE)
+    at = 0  # none: the first key
+    while len(keys) < 1 << 20:
+        struct.pack_into("<IIQQ", attr, 0, fd, 0, at, ctypes.addressof(following))
+        if _held.syscall(SYS_BPF, BPF_MAP_GET_NEXT_KEY, attr, _ATTR_SIZE) != 0:
+            break  # ENOENT: no more
+        keys.append(following.value)
+        key.value = following.value
+        at = ctypes.addressof(key)
+    return keys
+
+
+def btf_load(blob: bytes) -> int:
+    """Type information (BTF) for a program; returns its descriptor."""
+    c_blob = ctypes.create_string_buffer(blob, len(blob))
+    attr = ctypes.create_string_buffer(_ATTR_SIZE)
+    struct.pack_into("<QQI", attr, 0, ctypes.addressof(c_blob), 0, len(blob))
+    return _bpf(BPF_BTF_LOAD, attr)
 
 
 def _name(name: bytes) -> bytes:
@@ -112,19 +152,26 @@ def map_create(name: bytes, info: MapInfo) -> int:
 
 
 def prog_load(prog_type: int, insns: bytes, license: bytes, kern_version: int, name: bytes,
-              expected_attach_type: int = 0, log: bool = False) -> int:
+              expected_attach_type: int = 0, log: bool = False,
+              btf_fd: int = 0, func_info: tuple[tuple[int, int], ...] = ()) -> int:
     """Load `insns` as a program; returns its descriptor. OSError if the kernel
-    refuses it; with `log`, its message ends with the verifier's last lines."""
+    refuses it; with `log`, its message ends with the verifier's last lines.
+    `func_info`: (first instruction, BTF type id) of each function, with the
+    BTF `btf_fd` (a program with callbacks needs them)."""
     c_insns = ctypes.create_string_buffer(insns, len(insns))
     c_license = ctypes.create_string_buffer(license)
     c_log = ctypes.create_string_buffer(LOG_SIZE if log else 1)
+    c_info = (ctypes.c_uint32 * (2 * len(func_info) or 1))(*(v for f in func_info for v in f))
     attr = ctypes.create_string_buffer(_ATTR_SIZE)
     # prog_type, insn_cnt, insns, license, log_level, log_size, log_buf,
-    # kern_version, prog_flags, prog_name[16], prog_ifindex, expected_attach_type
-    struct.pack_into("<IIQQIIQII16sII", attr, 0, prog_type, len(insns) // 8,
+    # kern_version, prog_flags, prog_name[16], prog_ifindex, expected_attach_type,
+    # prog_btf_fd, func_info_rec_size, func_info, func_info_cnt
+    struct.pack_into("<IIQQIIQII16sIIIIQI", attr, 0, prog_type, len(insns) // 8,
                      ctypes.addressof(c_insns), ctypes.addressof(c_license), int(log),
                      LOG_SIZE if log else 0, ctypes.addressof(c_log) if log else 0,
-                     kern_version, 0, _name(name), 0, expected_attach_type)
+                     kern_version, 0, _name(name), 0, expected_attach_type,
+                     btf_fd, 8 if func_info else 0,
+                     ctypes.addressof(c_info) if func_info else 0, len(func_info))
     try:
         return _bpf(BPF_PROG_LOAD, attr)
     except OSError as e:

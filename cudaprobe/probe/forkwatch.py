@@ -25,9 +25,12 @@ class _Fork(ctypes.Structure):  # struct cp_fork
 
 
 class ForkWatch:
-    def __init__(self, map_fd: int, on_fork: Callable[[int, int, int], None]) -> None:
+    def __init__(self, map_fd: int, on_fork: Callable[[int, int, int], None],
+                 after_poll: Callable[[bool], bool] | None = None) -> None:
         """`on_fork(child, parent, made)`, on this thread, for each record: `made`,
-        when the child was made, in CLOCK_MONOTONIC nanoseconds."""
+        when the child was made, in CLOCK_MONOTONIC nanoseconds. `after_poll(last)`,
+        on this thread after each poll (`last`: the thread's end), says whether
+        it waits on something: then the next poll comes within a millisecond."""
         from bcc.libbcc import _RINGBUF_CB_TYPE, lib  # noqa: PLC0415 - bcc's, loaded by now
 
         self._lib = lib
@@ -36,6 +39,7 @@ class ForkWatch:
         self._ring = lib.bpf_new_ringbuf(map_fd, self._callback, None)
         if not self._ring:
             raise OSError("the forks ring buffer could not be opened")
+        self.after_poll = after_poll
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="cudaprobe-forks",
                                         daemon=True)
@@ -51,8 +55,13 @@ class ForkWatch:
         return 0
 
     def _serve(self) -> None:
+        busy = False
         while not self._stop.is_set():
-            self._lib.bpf_poll_ringbuf(self._ring, POLL_MS)
+            self._lib.bpf_poll_ringbuf(self._ring, 1 if busy else POLL_MS)
+            if self.after_poll is not None:
+                busy = self.after_poll(False)
+        if self.after_poll is not None:
+            self.after_poll(True)
 
     def close(self) -> None:
         """Stop; the records left are handed on first (on this thread)."""

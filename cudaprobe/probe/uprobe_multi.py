@@ -20,10 +20,10 @@ BPF_TRACE_UPROBE_MULTI = 48
 BPF_F_UPROBE_MULTI_RETURN = 1
 _ATTR_SIZE = 128
 
-# the GIL held through the call: a thread linking a child just forked (forkwatch.py)
-# or held at its open (opengate.py) goes on as the link is in, rather than waiting
-# for the decoding thread to hand the GIL back, up to a switch interval (5 ms) a call
-_libc = ctypes.PyDLL(None, use_errno=True)
+# the GIL let go through the call (a link takes 1 to 100 ms): the thread that
+# seizes a child held in its fork (forkhold.py) runs meanwhile. A child held at
+# its open (opengate.py) or in its fork waits for its links whatever they take
+_libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 
 

@@ -205,20 +205,35 @@ def superblock_device(fd: int, pid: int) -> tuple[int, int] | None:
 def _open_in_root(m: Mapped, base: str | None = None) -> int:
     """openat2 of the mapped path under the process's root (`base`/root: a
     thread's, where the main thread has exited), no symlink followed."""
+    return _openat2_in_root(m.pid, m.path, m.name, base, symlinks=False)
+
+
+def _openat2_in_root(pid: int, path: str, name: str, base: str | None = None,
+                     symlinks: bool = False) -> int:
     try:
-        root = os.open(f"{base or f'/proc/{m.pid}'}/root",
+        root = os.open(f"{base or f'/proc/{pid}'}/root",
                        os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
-        raise ProcessGone(m.pid) from None
+        raise ProcessGone(pid) from None
     try:
-        how = struct.pack("<QQQ", FLAGS | os.O_NOFOLLOW, 0,
-                          RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
-        fd = _libc.syscall(SYS_OPENAT2, root, m.path.lstrip("/").encode(), how, len(how))
+        how = struct.pack("<QQQ", FLAGS | (0 if symlinks else os.O_NOFOLLOW), 0,
+                          RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS
+                          | (0 if symlinks else RESOLVE_NO_SYMLINKS))
+        fd = _libc.syscall(SYS_OPENAT2, root, path.lstrip("/").encode(), how, len(how))
     finally:
         os.close(root)
     if fd < 0:
         err = ctypes.get_errno()
         why = ("a symbolic link on the way: not followed" if err == errno.ELOOP
                else os.strerror(err))
-        raise LibraryNotFound(m.name, f"cannot open it ({why})")
+        raise LibraryNotFound(name, f"cannot open it ({why})")
     return fd
+
+
+def open_in_root(pid: int, path: str) -> OpenedFile:
+    """A file by its path in the process's root (a container's), whose symbolic
+    links cannot lead out of it (RESOLVE_IN_ROOT): one the process has not
+    mapped yet (its libc, before ld.so maps it). Refused unless a regular
+    file. What it holds is the process's to choose: use it for that process
+    alone."""
+    return _regular(_openat2_in_root(pid, path, path, symlinks=True), path)

@@ -95,6 +95,10 @@ class TracedThread:
             return Stop(event=event)
         return Stop(signal=os.WSTOPSIG(status))
 
+    def interrupt(self) -> None:
+        """Stopped at its next return to its code (PTRACE_INTERRUPT)."""
+        _call(PTRACE_INTERRUPT, self.tid)
+
     def registers(self) -> Registers:
         regs = Registers()
         _call(PTRACE_GETREGS, self.tid, 0, ctypes.c_void_p(ctypes.addressof(regs)))

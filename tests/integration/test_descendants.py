@@ -267,3 +267,82 @@ def test_ctrl_c_during_the_drain_cuts_it_short_and_counts_the_rest(tmp_path, lib
     assert len(lines) - 1 + undecoded == summary["calls"] == summary["rows"] + undecoded
     assert re.search(rf"SIGINT during the drain: stopped it, {undecoded} records left "
                      r"undecoded \(counted as lost: undecoded\)", err.read_text())
+
+
+def _each_exact(out: Path, err: str) -> tuple[list[dict], dict, dict]:
+    """(what each process said, the summary, each process's rows by pid)."""
+    said = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    rows, summary = _rows(out)
+    return said, summary, Counter(r["pid"] for r in rows)
+
+
+def test_a_child_forked_without_exec_is_held_until_its_links_are_in(tmp_path, libcudart):
+    """fork_calls' children call cudaMalloc as the first thing after fork()
+    returns, from the main thread and from a second one, and each forks a
+    grandchild that does the same. Each is held as fork returns in it (a
+    ptrace stop, told to cudaprobe alone) until its links are in: every call
+    of every process is traced, none is said to be missing, and the tree
+    cannot tell: every wait status is its child's own exit (waits ask for
+    stops too), no SIGCHLD but for exits. One child at a time ("seq"), and a
+    bound long enough for any load: a child is seized as soon as cudaprobe's
+    thread runs."""
+    exe = build_workload("fork_calls.c")
+    out = tmp_path / "calls.jsonl"
+    env = dict(os.environ, CUDAPROBE_FORK_HOLD_MS="2000")
+    proc = run_cudaprobe("trace", "--lib", str(libcudart), "-e", "cudaMalloc", "-o", str(out),
+                         "--", str(exe), "8", "3", "seq", env=env)
+    assert proc.returncode == 0, proc.stderr  # statuses as made, no stop, no other SIGCHLD
+    said, summary, by_pid = _each_exact(out, proc.stderr)
+    assert len(said) == 1 + 8 + 8
+    assert {p["pid"]: p["calls"] for p in said} == dict(by_pid), proc.stderr
+    first = {r["pid"]: r["args"]["size"] for r in reversed(_rows(out)[0])}
+    assert first == {p["pid"]: p["size"] for p in said}  # from each one's first call
+    assert not summary.get("untraced") and "not held opening" not in proc.stderr
+    assert summary["lost_total"] == 0 and summary["processes_traced"] == 17
+
+
+def test_children_forked_at_once_are_each_traced_or_said(tmp_path, libcudart):
+    """The same, six children forked in a row with no wait, by two threads:
+    on a machine with few cores, some may wait longer than the bound to be
+    seized (cudaprobe's thread waits for a core while they wait in the
+    kernel); each of those goes on, and is said. None is unsaid, and the tree
+    is as without cudaprobe."""
+    exe = build_workload("fork_calls.c")
+    out = tmp_path / "calls.jsonl"
+    proc = run_cudaprobe("trace", "--lib", str(libcudart), "-e", "cudaMalloc", "-o", str(out),
+                         "--", str(exe), "6", "3")
+    assert proc.returncode == 0, proc.stderr
+    said, summary, by_pid = _each_exact(out, proc.stderr)
+    untraced = {u["pid"] for u in summary.get("untraced") or []}
+    assert len(said) == 1 + 6 + 6
+    for p in said:
+        assert by_pid[p["pid"]] == p["calls"] or p["pid"] in untraced, (p, proc.stderr)
+    assert summary["lost_total"] == 0
+
+
+def test_kill_9_while_children_are_held_leaves_the_tree_whole(tmp_path, libcudart):
+    """cudaprobe killed (SIGKILL) while fork_calls forks 300 children one after
+    another, each held as it is made: the kernel lets a held child go (the
+    hold's bound, or the end of its tracer), and the tree ends as without
+    cudaprobe: every child's status its own, every process's line printed."""
+    exe = build_workload("fork_calls.c")
+    status, printed = tmp_path / "status", tmp_path / "printed"
+    script = f"'{exe}' 300 1 seq 2> '{printed}'; echo $? > '{status}'"
+    env, mark = marked()
+    proc = subprocess.Popen(cudaprobe_cmd("trace", "--lib", str(libcudart), "-e", "cudaMalloc",
+                                          "-o", str(tmp_path / "calls.jsonl"), "--",
+                                          "sh", "-c", script),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    try:
+        _wait_for(printed, r'"size":5001', None)  # children made, and held, by now
+        proc.kill()
+        proc.wait(timeout=HANG_S)
+        deadline = time.monotonic() + HANG_S
+        while not status.exists() or not status.read_text().strip():
+            assert time.monotonic() < deadline, printed.read_text()[-500:]
+            time.sleep(0.05)
+        assert status.read_text().strip() == "0", printed.read_text()[-500:]
+        lines = [json.loads(t) for t in printed.read_text().splitlines() if t.startswith("{")]
+        assert len(lines) == 1 + 300 + 300
+    finally:
+        _kill_workloads(mark, proc.pid)

@@ -44,6 +44,15 @@ def first_byte(pid: int, library: str, symbol: str) -> int:
     raise AssertionError(f"{symbol} of {library} is not mapped by {pid}")
 
 
+def mapped_libc(pid: int) -> str:
+    """The glibc the process maps, by its real path."""
+    for line in open(f"/proc/{pid}/maps"):
+        fields = line.split()
+        if len(fields) == 6 and os.path.basename(fields[5]).startswith("libc.so"):
+            return os.path.realpath(fields[5])
+    raise AssertionError(f"pid {pid} maps no glibc")
+
+
 def private_copy(tmp_path: Path, libcudart: Path) -> tuple[str, dict]:
     """A libcudart of the test's own, and the environment that loads it: no other
     tracer on this machine (system-wide, on the toolkit's copy) has breakpoints in it."""
@@ -66,6 +75,12 @@ def test_pid_puts_breakpoints_in_that_process_only(tmp_path, libcudart):
     other.wait_iter(other.iteration + 3)
     assert first_byte(traced.pid, libcudart, "cudaMalloc") == INT3
     assert first_byte(other.pid, libcudart, "cudaMalloc") != INT3
+    # the fork hold (its children held as fork returns in them): in the traced
+    # process's glibc alone, though both map the same file
+    libc = mapped_libc(traced.pid)
+    assert mapped_libc(other.pid) == libc
+    assert first_byte(traced.pid, libc, "_Fork") == INT3
+    assert first_byte(other.pid, libc, "_Fork") != INT3
     last = traced.stop()
     other.stop()
     calls, summary, _err = tracing.finish()

@@ -1,0 +1,389 @@
+"""A child forked without exec, held before its first instruction after
+fork until its own links are in.
+
+The kernel's per-process links (uprobe_multi given a pid) do not follow a
+fork, and such a child opens nothing the open gate could hold it at: its
+first CUDA call may come a few instructions after fork() returns. But a
+return probe on glibc's `_Fork`, made as a perf event given the parent's
+pid, fires in the child too, as fork returns in it, before its first
+instruction after: the kernel copies the parent's pending returns into a
+child (uprobe_copy_process), and a perf return probe runs its program for
+whoever returns. There, in the child, this program waits while the child's
+key in `fork_holds` says so: the fork tracepoint put it there (1) before the
+child first ran, the program writes 2 as it starts to wait. A BPF program
+cannot sleep, so the wait is a loop (bpf_loop) over the key and the clock,
+and it is short: cudaprobe's fork thread, told of the child through the
+`forks` ring, seizes it with ptrace (PTRACE_SEIZE, PTRACE_INTERRUPT) and
+writes 3; the program returns, and the child stops in a ptrace stop as it
+returns to its code, asleep, until its links are in; then it is detached
+and goes on. A ptrace stop is told to the tracer alone: its parent sees no
+wait status and no SIGCHLD, and its exit status is its own. A child the
+thread does not seize within SEIZE_WAIT_S (a loaded machine, a debugger
+that follows forks and traces it already) goes on by itself; the loader
+then finds its key gone and says its span, as before. If cudaprobe is
+killed, the bound lets a waiting child go and the kernel detaches a
+stopped one.
+
+The program is a few instructions written here, not compiled by bcc: bcc
+0.26 cannot pass a callback to bpf_loop. A program with a callback needs type
+information for its two functions (BTF), made here too.
+
+Only processes that map a probed library get a hold (their forks may call
+CUDA at once); a process with a static libc, or none, gets none, and its
+children are linked as they are told (forkwatch.py), their span said.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import struct
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from cudaprobe.errors import CudaprobeError
+from cudaprobe.probe import bpfsys
+from cudaprobe.targets.elfsyms import read_symbols
+from cudaprobe.targets.openfile import Mapped, OpenedFile, open_in_root, open_mapped
+from cudaprobe.targets.procmaps import MapLine, map_lines
+from cudaprobe.targets.ptrace import PtraceError, TracedThread
+
+SEIZE_WAIT_S = 0.02  # at most, a child waits in the kernel to be seized (by default)
+STOP_WAIT_S = 1.0  # at most, the fork thread waits for a seized child's stop
+BPF_PROG_TYPE_KPROBE = 2
+LOOP_MAX = 1 << 23  # bpf_loop's most iterations a call
+LOOP_CALLS = 2  # calls of it (each ~0.2-0.4 s of iterations): the clock ends the wait
+WAITING, SEIZED = 2, 3  # the key's value once its child waits; once it is seized
+# the functions whose return is a fork's in the child: glibc 2.34 on, then older
+FORK_FUNCTIONS = ("_Fork", "__libc_fork")
+LIBC_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64",
+             "/usr/lib", "/lib")
+_AX = 80  # offsetof(struct pt_regs, ax), x86-64: the return value
+
+SYS_PERF_EVENT_OPEN = 298  # x86-64
+PERF_ATTR_SIZE = 128  # struct perf_event_attr up to config2 and more (zeroes)
+PERF_FLAG_FD_CLOEXEC = 8
+PERF_EVENT_IOC_ENABLE, PERF_EVENT_IOC_SET_BPF = 0x2400, 0x40042408
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+# helpers
+_LOOKUP, _DELETE, _KTIME, _PID_TGID, _LOOP = 1, 3, 5, 14, 181
+
+
+def _insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
+    return struct.pack("<BBhi", code, dst | src << 4, off, imm)
+
+
+def _ld64(dst: int, src: int, imm: int) -> bytes:
+    """A 64-bit load (two instructions): a map (src 1) or a function (src 4)."""
+    return _insn(0x18, dst, src, 0, imm) + _insn(0)
+
+
+MOV_REG, MOV_IMM, ADD_IMM, RSH_IMM = 0xbf, 0xb7, 0x07, 0x77
+LDX_DW, STX_W, STX_DW, ST_DW = 0x79, 0x63, 0x7b, 0x7a
+JEQ_IMM, JNE_IMM, JGT_REG, CALL, EXIT = 0x15, 0x55, 0x2d, 0x85, 0x95
+
+
+def program(map_fd: int, hold_ns: int = int(SEIZE_WAIT_S * 1e9)) -> tuple[bytes, int]:
+    """(the instructions, where the callback starts). The stack holds
+    {u32 tgid @-16; u64 deadline @-8}, given to the callback as its context."""
+    def main(out_at: int, cb_at: int) -> list[bytes]:
+        code = [
+            _insn(MOV_REG, 6, 1),                      # r6 = regs
+            _insn(LDX_DW, 0, 6, _AX),                  # r0 = fork's return value
+            _insn(JNE_IMM, 0, 0, out_at - 3),          # the parent's return: nothing
+            _insn(CALL, imm=_PID_TGID),
+            _insn(RSH_IMM, 0, imm=32),
+            _insn(STX_W, 10, 0, -16),                  # tgid
+            _ld64(1, 1, map_fd),
+            _insn(MOV_REG, 2, 10), _insn(ADD_IMM, 2, imm=-16),
+            _insn(CALL, imm=_LOOKUP),
+            _insn(JEQ_IMM, 0, 0, out_at - 12),         # not held
+            _insn(ST_DW, 0, 0, 0, WAITING),
+            _insn(CALL, imm=_KTIME),
+            _insn(ADD_IMM, 0, imm=hold_ns),
+            _insn(STX_DW, 10, 0, -8),                  # deadline
+        ]
+        for _ in range(LOOP_CALLS):
+            at = sum(len(c) for c in code) // 8
+            code += [_insn(MOV_IMM, 1, imm=LOOP_MAX), _ld64(2, 4, cb_at - at - 2),
+                     _insn(MOV_REG, 3, 10), _insn(ADD_IMM, 3, imm=-16),
+                     _insn(MOV_IMM, 4, imm=0), _insn(CALL, imm=_LOOP)]
+        return code + [_insn(MOV_IMM, 0, imm=0), _insn(EXIT)]
+
+    size = sum(len(c) for c in main(0, 0)) // 8
+    out_at = size - 2
+    callback = [
+        _insn(MOV_REG, 6, 2),                          # r6 = &{tgid, deadline}
+        _ld64(1, 1, map_fd), _insn(MOV_REG, 2, 6), _insn(CALL, imm=_LOOKUP),
+        _insn(JEQ_IMM, 0, 0, 11),                      # let go: stop
+        _insn(LDX_DW, 1, 0, 0),
+        _insn(JEQ_IMM, 1, 0, 9, SEIZED),               # seized: it stops as it returns
+        _insn(CALL, imm=_KTIME),
+        _insn(LDX_DW, 1, 6, 8),
+        _insn(JGT_REG, 0, 1, 2),                       # past the deadline
+        _insn(MOV_IMM, 0, imm=0), _insn(EXIT),         # go on waiting
+        # past it: the key out (the loader then knows it ran on unseized)
+        _ld64(1, 1, map_fd), _insn(MOV_REG, 2, 6), _insn(CALL, imm=_DELETE),
+        _insn(MOV_IMM, 0, imm=1), _insn(EXIT),
+    ]
+    return b"".join(main(out_at, size) + callback), size
+
+
+def btf() -> bytes:
+    """Type information for the two functions: `hold` (global) and its callback
+    `hold_cb` (static, as the kernel wants a callback), both `long f(void)`."""
+    strings = b"\0long\0hold\0hold_cb\0"
+    types = (struct.pack("<4I", 1, 1 << 24, 8, 1 << 24 | 64)   # [1] INT long, signed
+             + struct.pack("<3I", 0, 13 << 24, 1)              # [2] FUNC_PROTO -> long
+             + struct.pack("<3I", 6, 12 << 24 | 1, 2)          # [3] FUNC hold, global
+             + struct.pack("<3I", 11, 12 << 24, 2))            # [4] FUNC hold_cb, static
+    header = struct.pack("<HBBIIIII", 0xEB9F, 1, 0, 24, 0, len(types), len(types),
+                         len(strings))
+    return header + types + strings
+
+
+def load(map_fd: int, wait_s: float = SEIZE_WAIT_S) -> int:
+    """The hold's program, loaded; OSError where the kernel refuses it (no
+    bpf_loop before Linux 5.17, no BTF)."""
+    insns, callback_at = program(map_fd, int(wait_s * 1e9))
+    btf_fd = bpfsys.btf_load(btf())
+    try:
+        return bpfsys.prog_load(BPF_PROG_TYPE_KPROBE, insns, b"GPL", 0, b"cp_fork_hold",
+                                btf_fd=btf_fd, func_info=((0, 3), (callback_at, 4)))
+    finally:
+        os.close(btf_fd)
+
+
+class ForkHold:
+    """The holds of one session: add(pid) gives a process mapping a probed
+    library its hold (its forks' children wait); release(child) lets one go."""
+
+    def __init__(self, map_fd: int, wait_s: float = SEIZE_WAIT_S) -> None:
+        self._map_fd = map_fd
+        self._prog = load(map_fd, wait_s)
+        self._lock = threading.Lock()
+        self._events: dict[int, int] = {}  # pid -> its perf event
+        self._libc: dict[int, Libc] = {}  # pid -> its glibc's fork
+        self._by_file: dict[tuple[int, int], Libc | None] = {}
+        # processes whose hold is on the glibc they will map, not one they map
+        # yet (held by the gate at ld.so's open of a CUDA library, or at exec)
+        self._unsure: set[int] = set()
+
+    def has(self, pid: int) -> bool:
+        return pid in self._events
+
+    def add(self, pid: int, like: int = 0) -> bool:
+        """A hold for `pid`'s forks; `like`: a process whose glibc it maps (its
+        parent, for a fork without exec). Where it maps none yet, the one its
+        ld.so's directory (or the usual places) in its root holds: a probe
+        given its pid goes in as the file is mapped (checked at check()).
+        False where none is to be had (a static program, gone)."""
+        with self._lock:
+            if pid in self._events or self._prog < 0:
+                return pid in self._events
+            libc, sure = (self._libc[like], like not in self._unsure) if like in self._libc \
+                else self._find(pid)
+            if libc is None:
+                return False
+            try:
+                fd = return_probe(self._prog, libc.file.proc_path, libc.offset, pid)
+            except OSError:
+                return False  # gone, or no uprobe PMU
+            self._events[pid] = fd
+            self._libc[pid] = libc
+            if not sure:
+                self._unsure.add(pid)
+            return True
+
+    def unsure(self) -> list[int]:
+        return list(self._unsure)
+
+    def check(self, pid: int) -> None:
+        """A hold put on the glibc `pid` would map: kept if that is the one it
+        maps now, else put on that one."""
+        mapped = _mapped_libc(pid)
+        if mapped is None:
+            return  # not yet
+        with self._lock:
+            libc = self._libc.get(pid)
+            if libc is None or libc.file.identity == _identity(mapped):
+                self._unsure.discard(pid)
+                return
+        self.drop(pid)
+        self.add(pid)
+
+    def _find(self, pid: int) -> tuple[Libc | None, bool]:
+        """`pid`'s glibc and where its fork returns; and whether it maps it."""
+        mapped = _mapped_libc(pid)
+        if mapped is not None:
+            key = _identity(mapped)
+            if key not in self._by_file:
+                self._by_file[key] = _fork_return(open_mapped, Mapped(
+                    pid, mapped.start, mapped.end, mapped.major, mapped.minor,
+                    mapped.inode, mapped.path, mapped.path))
+            return self._by_file[key], True
+        for path in _libc_places(pid):
+            libc = _fork_return(lambda p: open_in_root(pid, p), path)
+            if libc is not None:
+                return libc, False
+        return None, False
+
+    def seize(self, child: int) -> Seized | None:
+        """On the thread that will let it go: `child`, waiting in its hold (or
+        about to), seized and told to stop, then let out of the hold (it stops
+        before its first instruction after fork). None where it is not held
+        (its key gone: it waited its bound) or cannot be seized (traced by
+        another, gone): then it is let out at once."""
+        if bpfsys.u32_key_lookup(self._map_fd, child, 8) is None:
+            return None
+        try:
+            tracee = TracedThread(child)
+        except PtraceError:
+            self.release(child)
+            return None
+        try:
+            tracee.interrupt()
+        except PtraceError:
+            tracee.detach()
+            self.release(child)
+            return None
+        # its wait over: it stops as it returns. A key gone meanwhile: it waited its
+        # bound and runs (our stop comes where it is): not held from its fork on
+        held = bpfsys.u32_key_replace(self._map_fd, child, SEIZED.to_bytes(8, "little"))
+        return Seized(tracee, held)
+
+    @staticmethod
+    def let_go(seized: Seized) -> None:
+        """On the thread that seized it: detached from its stop, a signal that
+        stopped it instead delivered (a group stop stays a stop)."""
+        tracee = seized.tracee
+        stop = tracee.wait(STOP_WAIT_S)
+        if stop is None:  # (not stopped yet: stopped first)
+            tracee.release(0)
+        elif not stop.exited:
+            tracee.detach(stop.signal)
+
+    def release(self, child: int) -> bool:
+        """Let `child` go (or, not there yet, never hold it): True where it waited
+        until now, so that none of its calls came before its links."""
+        try:
+            value = bpfsys.u32_key_lookup(self._map_fd, child, 8)
+            gone = bpfsys.u32_key_delete(self._map_fd, child)
+        except OSError:
+            return False
+        return gone and value is not None and value[0] == WAITING
+
+    def drop(self, pid: int) -> None:
+        """A process gone: its hold closed."""
+        with self._lock:
+            fd = self._events.pop(pid, None)
+            self._libc.pop(pid, None)
+            self._unsure.discard(pid)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def close(self) -> None:
+        """Every hold off, and every child waiting let go."""
+        with self._lock:
+            fds, self._events = list(self._events.values()), {}
+            self._libc.clear()
+            self._by_file.clear()
+            self._unsure.clear()
+            prog, self._prog = self._prog, -1
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        for child in bpfsys.u32_keys(self._map_fd):
+            self.release(child)
+        if prog >= 0:
+            os.close(prog)
+
+
+def return_probe(prog_fd: int, path: str, offset: int, pid: int) -> int:
+    """A perf-event return probe at `offset` of `path`, given `pid`, running
+    `prog_fd`: its descriptor. Made here rather than by libbcc, whose fallback
+    on failure (a process gone) leaves a tracefs event behind and prints."""
+    attr = ctypes.create_string_buffer(PERF_ATTR_SIZE)
+    c_path = ctypes.create_string_buffer(path.encode())
+    # type, size, config (bit 0: retprobe), sample_period; flags at 40;
+    # wakeup_events at 48; config1 (the path), config2 (the offset) at 56, 64
+    struct.pack_into("<IIQQ", attr, 0, _uprobe_pmu(), PERF_ATTR_SIZE, 1, 1)
+    struct.pack_into("<I", attr, 48, 1)
+    struct.pack_into("<QQ", attr, 56, ctypes.addressof(c_path), offset)
+    fd = _libc.syscall(SYS_PERF_EVENT_OPEN, attr, pid, -1, -1, PERF_FLAG_FD_CLOEXEC)
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    for request, arg in ((PERF_EVENT_IOC_SET_BPF, prog_fd), (PERF_EVENT_IOC_ENABLE, 0)):
+        if _libc.ioctl(fd, request, arg) != 0:
+            err = ctypes.get_errno()
+            os.close(fd)
+            raise OSError(err, os.strerror(err))
+    return fd
+
+
+@functools.cache
+def _uprobe_pmu() -> int:
+    with open("/sys/bus/event_source/devices/uprobe/type") as f:
+        return int(f.read())
+
+
+@dataclass
+class Seized:
+    tracee: TracedThread
+    held: bool  # seized in its hold: none of its calls came before
+
+
+@dataclass(frozen=True)
+class Libc:
+    file: OpenedFile
+    offset: int  # of the function whose return is a fork's
+
+
+def _identity(m: MapLine) -> tuple[int, int]:
+    return os.makedev(m.major, m.minor), m.inode
+
+
+def _mapped_libc(pid: int) -> MapLine | None:
+    """The glibc `pid` maps (executable), if it maps one."""
+    try:
+        lines = map_lines(pid)
+    except CudaprobeError:
+        return None
+    for m in lines:
+        if m.is_file and "x" in m.perms and m.path.rsplit("/", 1)[-1].startswith("libc.so"):
+            return m
+    return None
+
+
+def _libc_places(pid: int) -> list[str]:
+    """Where `pid`'s glibc is, in its root, before it maps it: beside its ld.so
+    (glibc installs both in one directory), then the usual places."""
+    places = []
+    with contextlib.suppress(CudaprobeError):
+        for m in map_lines(pid):
+            name = m.path.rsplit("/", 1)
+            if m.is_file and len(name) == 2 and name[1].startswith("ld-linux"):
+                places.append(f"{name[0]}/libc.so.6")
+                break
+    return places + [f"{d}/libc.so.6" for d in LIBC_DIRS if f"{d}/libc.so.6" not in places]
+
+
+def _fork_return(opener: Callable[[Any], OpenedFile], where: Any) -> Libc | None:
+    """The glibc `opener(where)` opens, and the offset of its fork."""
+    try:
+        libc = opener(where)
+        functions = read_symbols(libc).functions
+    except (CudaprobeError, OSError):
+        return None
+    for name in FORK_FUNCTIONS:
+        if name in functions:
+            return Libc(libc, functions[name])
+    libc.close()
+    return None
