@@ -49,6 +49,7 @@ REF_CTR_HINT = ("if dmesg says 'ref_ctr_offset mismatch', another tracer (a bcc 
 STOP_GRACE_S = 0.01
 HOLD_LOOKS = 50  # looks (polls) a process mapping a probed library is tried for a fork hold
 MAX_FORK_HOLD_MS = 2000.0  # CUDAPROBE_FORK_HOLD_MS's most
+FORK_THREAD_LOOKS = 3  # looks a child the fork thread has is left to it (its record lost?)
 
 
 class LinkCloser:
@@ -160,6 +161,7 @@ class Attacher:
         self._to_link: queue.SimpleQueue[tuple[int, int, int, Seized | None] | None] = \
             queue.SimpleQueue()
         self._linker: threading.Thread | None = None
+        self._late_looks: dict[int, int] = {}  # a child with its key at a look -> looks
         self.link_age: dict[int, float] = {}  # a process linked -> its age then (seconds)
 
     def attach_all(self) -> None:
@@ -475,9 +477,14 @@ class Attacher:
                 if self.gate is not None:  # it maps one (and so will its children)
                     self._mapping.add(pid)
                     self._hold(pid)
+                if self._holds is not None and self._holds.waiting(pid) and \
+                        self._late_looks.get(pid, 0) < FORK_THREAD_LOOKS:
+                    self._late_looks[pid] = self._late_looks.get(pid, 0) + 1
+                    continue  # the fork thread has it (unless its record was lost)
+                self._late_looks.pop(pid, None)
                 self._link(pid)
-                if self._release(pid):  # held in its fork until now: traced from its first
-                    self.link_age.pop(pid, None)  # call (the fork thread was late)
+                if self._release(pid):  # held in its fork until now: traced from its
+                    self.link_age.pop(pid, None)  # first call
                     continue
                 linked.append(pid)
         return linked
@@ -538,7 +545,8 @@ class Attacher:
             self._hold_wanted[pid] = looks - 1
 
     def _release(self, child: int) -> bool:
-        """`child` let go of its fork: True where it waited until now."""
+        """`child` let go of its fork: True where it was held until now
+        (ForkHold.release)."""
         holds = self._holds
         return holds.release(child) if holds is not None else False
 
@@ -566,6 +574,7 @@ class Attacher:
             # when linked stays until a child linked at its making is told)
             self._mapping.discard(pid)
             self._hold_wanted.pop(pid, None)
+            self._late_looks.pop(pid, None)
             self.fork_parent.pop(pid, None)
             if self._holds is not None:
                 self._holds.drop(pid)

@@ -56,7 +56,7 @@ STOP_WAIT_S = 1.0  # at most, the fork thread waits for a seized child's stop
 BPF_PROG_TYPE_KPROBE = 2
 LOOP_MAX = 1 << 23  # bpf_loop's most iterations a call
 LOOP_CALLS = 2  # calls of it (each ~0.2-0.4 s of iterations): the clock ends the wait
-WAITING, SEIZED = 2, 3  # the key's value once its child waits; once it is seized
+MADE, WAITING, SEIZED = 1, 2, 3  # the key's value: its child made; waiting; seized
 # the functions whose return is a fork's in the child: glibc 2.34 on, then older
 FORK_FUNCTIONS = ("_Fork", "__libc_fork")
 LIBC_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64",
@@ -269,14 +269,22 @@ class ForkHold:
             tracee.detach(stop.signal)
 
     def release(self, child: int) -> bool:
-        """Let `child` go (or, not there yet, never hold it): True where it waited
-        until now, so that none of its calls came before its links."""
+        """Let `child` go (or, not there yet, never hold it): True where it was
+        held until now (waiting in its fork, or seized there), so that none of
+        its calls came before its links."""
         try:
             value = bpfsys.u32_key_lookup(self._map_fd, child, 8)
             gone = bpfsys.u32_key_delete(self._map_fd, child)
         except OSError:
             return False
-        return gone and value is not None and value[0] == WAITING
+        return gone and value is not None and value[0] in (WAITING, SEIZED)
+
+    def waiting(self, child: int) -> bool:
+        """`child` has its key still (the fork thread has not let it go)."""
+        try:
+            return bpfsys.u32_key_lookup(self._map_fd, child, 8) is not None
+        except OSError:
+            return False
 
     def drop(self, pid: int) -> None:
         """A process gone: its hold closed."""
