@@ -115,6 +115,8 @@ struct cp_fork {
 	u32 child;
 	u32 parent;
 	u64 ns;  /* when it was made (bpf_ktime_get_ns: CLOCK_MONOTONIC) */
+	u32 thread;  /* the parent's thread that made it */
+	u32 pad;
 };
 BPF_RINGBUF_OUTPUT(forks, 1);
 /* each such child, until the loader lets it go: a child forked by glibc's
@@ -143,7 +145,8 @@ TRACEPOINT_PROBE(task, task_newtask)
 	fork_holds.update(&child, &held);
 	/* (a parent still linking too: its own record comes first. The ring full:
 	 * the next look finds the child, if it still runs) */
-	struct cp_fork fork = {.child = child, .parent = parent, .ns = bpf_ktime_get_ns()};
+	struct cp_fork fork = {.child = child, .parent = parent, .ns = bpf_ktime_get_ns(),
+			       .thread = (u32)bpf_get_current_pid_tgid()};
 	forks.ringbuf_output(&fork, sizeof(fork), 0);
 #else
 	u8 traced = CP_TARGET_TRACED;

@@ -459,8 +459,8 @@ class Attacher:
             for pid in list(self._hold_wanted):
                 self._hold(pid)
             if self._holds is not None:  # a hold on the glibc it was to map: that one?
-                for pid in self._holds.unsure():
-                    self._holds.check(pid)
+                replaced = [self._holds.check(pid) for pid in self._holds.unsure()]
+                self._closer.close([fd for fd in replaced if fd is not None])
             targets = self._bpf["targets"]
             for pid in self.target_pids():
                 if pid in self._pid_links or pid in self._seized:  # (seized: linked soon)
@@ -474,14 +474,14 @@ class Attacher:
                         continue  # linked as it opens one, if it ever does
                 except CudaprobeError:
                     continue  # gone: the next rescan takes it out
-                if self.gate is not None:  # it maps one (and so will its children)
-                    self._mapping.add(pid)
-                    self._hold(pid)
                 if self._holds is not None and self._holds.waiting(pid) and \
                         self._late_looks.get(pid, 0) < FORK_THREAD_LOOKS:
                     self._late_looks[pid] = self._late_looks.get(pid, 0) + 1
                     continue  # the fork thread has it (unless its record was lost)
                 self._late_looks.pop(pid, None)
+                if self.gate is not None:  # it maps one (and so will its children)
+                    self._mapping.add(pid)
+                    self._hold(pid)
                 self._link(pid)
                 if self._release(pid):  # held in its fork until now: traced from its
                     self.link_age.pop(pid, None)  # first call
@@ -514,10 +514,10 @@ class Attacher:
                     return
                 if self._phase == TRACING and bpfsys.u32_key_lookup(
                         self._bpf["targets"].map_fd, child, 1) is not None:
-                    def let_go() -> None:  # its calls count: its own forks held too
-                        nonlocal held
+                    def let_go() -> None:  # its calls count, its own forks held (the kernel
+                        nonlocal held  # gave it its parent's hold, from its first thread)
                         if mapping:
-                            self._hold(child, like=parent)
+                            self._hold(child)
                         held = seized is not None and seized.held
                     try:
                         self._link(child, made, linked=let_go)
@@ -534,14 +534,14 @@ class Attacher:
         finally:
             self._release(child)
 
-    def _hold(self, pid: int, like: int = 0) -> None:
+    def _hold(self, pid: int) -> None:
         """A hold on `pid`'s forks (forkhold.py), or, none to be had yet (no
         glibc mapped), wanted at the next look."""
         holds = self._holds
         if holds is None or holds.has(pid):
             return
         looks = self._hold_wanted.pop(pid, HOLD_LOOKS)
-        if not holds.add(pid, like) and looks > 1 and process_alive(pid):
+        if not holds.add(pid) and looks > 1 and process_alive(pid):
             self._hold_wanted[pid] = looks - 1
 
     def _release(self, child: int) -> bool:
@@ -576,8 +576,10 @@ class Attacher:
             self._hold_wanted.pop(pid, None)
             self._late_looks.pop(pid, None)
             self.fork_parent.pop(pid, None)
-            if self._holds is not None:
-                self._holds.drop(pid)
+            if self._holds is not None:  # (its hold closed with its links, below)
+                hold = self._holds.drop(pid)
+                if hold is not None:
+                    links = [*links, hold]
                 self._holds.release(pid)
             if pid not in self._forked:
                 self.link_age.pop(pid, None)
@@ -625,11 +627,15 @@ class Attacher:
                 self._forks = ForkWatch(self._bpf["forks"].map_fd, self._told_fork,
                                         self._let_go_linked)
 
-    def _told_fork(self, child: int, parent: int, made: int) -> None:
+    def _told_fork(self, child: int, parent: int, made: int, thread: int = 0) -> None:
         """The fork thread: a child of a process with a fork hold is seized in its
         hold (that thread is its tracer); every child then goes to the linker."""
         holds = self._holds
-        seized = holds.seize(child) if holds is not None and holds.has(parent) else None
+        seized = None
+        if holds is not None and holds.has(parent):
+            if thread in (0, parent):  # (made by another thread: a hold of its own, below)
+                holds.inherited(child, parent)
+            seized = holds.seize(child)
         if seized is not None:
             self._seized[child] = seized
         self._to_link.put((child, parent, made, seized))
@@ -753,7 +759,10 @@ class Attacher:
                 signal.signal(signal.SIGTSTP, signal.SIG_DFL)
         holds, self._holds = self._holds, None
         if holds is not None:  # no fork held from now on, every child waiting let go
-            holds.close()
+            for fd in holds.close():
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            holds.remove_probes()
         with self._lock:
             stopping = self._phase == TRACING
             self._set_phase(STOPPING)

@@ -37,34 +37,41 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
+import errno
 import os
 import struct
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from cudaprobe.errors import CudaprobeError
 from cudaprobe.probe import bpfsys
+from cudaprobe.probe.cleanup import append_uprobe_event, remove_uprobe_events, uprobe_events_path
 from cudaprobe.targets.elfsyms import read_symbols
 from cudaprobe.targets.openfile import Mapped, OpenedFile, open_in_root, open_mapped
 from cudaprobe.targets.procmaps import MapLine, map_lines
-from cudaprobe.targets.ptrace import PtraceError, TracedThread
+from cudaprobe.targets.ptrace import PtraceError, Stop, TracedThread
 
 SEIZE_WAIT_S = 0.02  # at most, a child waits in the kernel to be seized (by default)
 STOP_WAIT_S = 1.0  # at most, the fork thread waits for a seized child's stop
 BPF_PROG_TYPE_KPROBE = 2
 LOOP_MAX = 1 << 23  # bpf_loop's most iterations a call
 LOOP_CALLS = 2  # calls of it (each ~0.2-0.4 s of iterations): the clock ends the wait
-MADE, WAITING, SEIZED = 1, 2, 3  # the key's value: its child made; waiting; seized
+# the key's value: its child made; waiting in its fork; seized; seized, then come
+# out of its fork (to its stop)
+MADE, WAITING, SEIZED, PASSED = 1, 2, 3, 4
 # the functions whose return is a fork's in the child: glibc 2.34 on, then older
 FORK_FUNCTIONS = ("_Fork", "__libc_fork")
+FORK_SYSCALLS = (56, 57, 58, 435)  # x86-64: clone, fork, vfork, clone3
+SEIZE_TRIES, SEIZE_RETRY_S = 20, 0.0001
 LIBC_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64",
              "/usr/lib", "/lib")
 _AX = 80  # offsetof(struct pt_regs, ax), x86-64: the return value
 
 SYS_PERF_EVENT_OPEN = 298  # x86-64
 PERF_ATTR_SIZE = 128  # struct perf_event_attr up to config2 and more (zeroes)
+PERF_TYPE_TRACEPOINT = 2
 PERF_FLAG_FD_CLOEXEC = 8
 PERF_EVENT_IOC_ENABLE, PERF_EVENT_IOC_SET_BPF = 0x2400, 0x40042408
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -90,8 +97,12 @@ JEQ_IMM, JNE_IMM, JGT_REG, CALL, EXIT = 0x15, 0x55, 0x2d, 0x85, 0x95
 
 def program(map_fd: int, hold_ns: int = int(SEIZE_WAIT_S * 1e9)) -> tuple[bytes, int]:
     """(the instructions, where the callback starts). The stack holds
-    {u32 tgid @-16; u64 deadline @-8}, given to the callback as its context."""
+    {u32 tgid @-16; u64 deadline @-8}, given to the callback as its context.
+    The key's value as the child comes out of fork: MADE, it waits (WAITING);
+    SEIZED already (seized before it came here), it is marked PASSED and goes
+    on (to its stop); anything else, it goes on."""
     def main(out_at: int, cb_at: int) -> list[bytes]:
+        passed_at = out_at + 2
         code = [
             _insn(MOV_REG, 6, 1),                      # r6 = regs
             _insn(LDX_DW, 0, 6, _AX),                  # r0 = fork's return value
@@ -103,6 +114,9 @@ def program(map_fd: int, hold_ns: int = int(SEIZE_WAIT_S * 1e9)) -> tuple[bytes,
             _insn(MOV_REG, 2, 10), _insn(ADD_IMM, 2, imm=-16),
             _insn(CALL, imm=_LOOKUP),
             _insn(JEQ_IMM, 0, 0, out_at - 12),         # not held
+            _insn(LDX_DW, 1, 0, 0),
+            _insn(JEQ_IMM, 1, 0, passed_at - 14, SEIZED),
+            _insn(JNE_IMM, 1, 0, out_at - 15, MADE),
             _insn(ST_DW, 0, 0, 0, WAITING),
             _insn(CALL, imm=_KTIME),
             _insn(ADD_IMM, 0, imm=hold_ns),
@@ -113,10 +127,12 @@ def program(map_fd: int, hold_ns: int = int(SEIZE_WAIT_S * 1e9)) -> tuple[bytes,
             code += [_insn(MOV_IMM, 1, imm=LOOP_MAX), _ld64(2, 4, cb_at - at - 2),
                      _insn(MOV_REG, 3, 10), _insn(ADD_IMM, 3, imm=-16),
                      _insn(MOV_IMM, 4, imm=0), _insn(CALL, imm=_LOOP)]
-        return code + [_insn(MOV_IMM, 0, imm=0), _insn(EXIT)]
+        return code + [_insn(MOV_IMM, 0, imm=0), _insn(EXIT),  # out
+                       _insn(ST_DW, 0, 0, 0, PASSED),          # passed (r0: the value)
+                       _insn(MOV_IMM, 0, imm=0), _insn(EXIT)]
 
     size = sum(len(c) for c in main(0, 0)) // 8
-    out_at = size - 2
+    out_at = size - 5
     callback = [
         _insn(MOV_REG, 6, 2),                          # r6 = &{tgid, deadline}
         _ld64(1, 1, map_fd), _insn(MOV_REG, 2, 6), _insn(CALL, imm=_LOOKUP),
@@ -161,61 +177,105 @@ def load(map_fd: int, wait_s: float = SEIZE_WAIT_S) -> int:
 
 class ForkHold:
     """The holds of one session: add(pid) gives a process mapping a probed
-    library its hold (its forks' children wait); release(child) lets one go."""
+    library its hold (its forks' children wait, and theirs: a child inherits
+    its parent's perf event); seize(child) and let_go(...) on the fork thread;
+    release(child) lets one go that is not seized."""
 
     def __init__(self, map_fd: int, wait_s: float = SEIZE_WAIT_S) -> None:
         self._map_fd = map_fd
+        self._events_file = uprobe_events_path()
+        if self._events_file is None:
+            raise OSError("no tracefs uprobe_events")
         self._prog = load(map_fd, wait_s)
         self._lock = threading.Lock()
-        self._events: dict[int, int] = {}  # pid -> its perf event
+        self._events: dict[int, int] = {}  # pid -> its perf event (inherited by its forks)
         self._libc: dict[int, Libc] = {}  # pid -> its glibc's fork
         self._by_file: dict[tuple[int, int], Libc | None] = {}
+        # each glibc's return probe (a tracefs uprobe event: every perf event on it,
+        # and their inherited copies, share its program), and its anchor: a perf
+        # event of cudaprobe's own that holds the program (a child's copy, which
+        # holds it too, would take it off the probe as that child exits)
+        self._tracefs: dict[tuple[int, int], tuple[str, int]] = {}  # identity -> (name, id)
+        self._anchors: list[int] = []
         # processes whose hold is on the glibc they will map, not one they map
         # yet (held by the gate at ld.so's open of a CUDA library, or at exec)
         self._unsure: set[int] = set()
+        self._inherited: set[int] = set()  # children given theirs by the kernel
 
     def has(self, pid: int) -> bool:
-        return pid in self._events
+        return pid in self._events or pid in self._inherited
 
-    def add(self, pid: int, like: int = 0) -> bool:
-        """A hold for `pid`'s forks; `like`: a process whose glibc it maps (its
-        parent, for a fork without exec). Where it maps none yet, the one its
+    def inherited(self, child: int, parent: int) -> None:
+        """`child` forked by a process with a hold: the kernel copied its perf event
+        into the child (from the forking thread: the process's first thread,
+        or a thread made after the hold)."""
+        if self.has(parent):
+            self._inherited.add(child)
+
+    def add(self, pid: int) -> bool:
+        """A hold for `pid`'s forks. Where it maps no glibc yet, the one its
         ld.so's directory (or the usual places) in its root holds: a probe
         given its pid goes in as the file is mapped (checked at check()).
         False where none is to be had (a static program, gone)."""
         with self._lock:
-            if pid in self._events or self._prog < 0:
-                return pid in self._events
-            libc, sure = (self._libc[like], like not in self._unsure) if like in self._libc \
-                else self._find(pid)
+            if self.has(pid) or self._prog < 0:
+                return self.has(pid)
+            libc, sure = self._find(pid)
             if libc is None:
                 return False
             try:
-                fd = return_probe(self._prog, libc.file.proc_path, libc.offset, pid)
+                fd = perf_open(self._event_of(libc), pid, inherit=True)
             except OSError:
-                return False  # gone, or no uprobe PMU
+                return False  # gone, or refused
             self._events[pid] = fd
             self._libc[pid] = libc
             if not sure:
                 self._unsure.add(pid)
             return True
 
+    def _event_of(self, libc: Libc) -> int:
+        """The tracefs return probe on `libc`'s fork, made (with its anchor) at its
+        first use. Named as bcc names its own, so that one left by a cudaprobe
+        killed is removed by the next (cleanup.remove_stale_uprobe_events)."""
+        key = libc.file.identity
+        if key not in self._tracefs:
+            name = f"cudaprobe/fork_hold_{len(self._tracefs)}_bcc_{os.getpid()}"
+            append_uprobe_event(self._events_file, f"r:{name} {libc.file.proc_path}:"
+                                f"{libc.offset:#x}")
+            try:
+                with open(os.path.join(os.path.dirname(self._events_file), "events", name,
+                                       "id")) as f:
+                    event = int(f.read())
+                anchor = perf_open(event, os.getpid(), inherit=False)
+            except (OSError, ValueError):
+                remove_uprobe_events(self._events_file, [name])
+                raise OSError("the fork hold's probe could not be made") from None
+            self._anchors.append(anchor)
+            self._tracefs[key] = (name, event)
+            for request, arg in ((PERF_EVENT_IOC_SET_BPF, self._prog),
+                                 (PERF_EVENT_IOC_ENABLE, 0)):
+                if _libc.ioctl(anchor, request, arg) != 0:
+                    raise OSError(ctypes.get_errno(), "the fork hold's program refused")
+        return self._tracefs[key][1]
+
     def unsure(self) -> list[int]:
         return list(self._unsure)
 
-    def check(self, pid: int) -> None:
+    def check(self, pid: int) -> int | None:
         """A hold put on the glibc `pid` would map: kept if that is the one it
-        maps now, else put on that one."""
+        maps now, else put on that one; the descriptor of the one replaced,
+        for the caller to close."""
         mapped = _mapped_libc(pid)
         if mapped is None:
-            return  # not yet
+            return None  # not yet
         with self._lock:
             libc = self._libc.get(pid)
             if libc is None or libc.file.identity == _identity(mapped):
                 self._unsure.discard(pid)
-                return
-        self.drop(pid)
+                return None
+        fd = self.drop(pid)
         self.add(pid)
+        return fd
 
     def _find(self, pid: int) -> tuple[Libc | None, bool]:
         """`pid`'s glibc and where its fork returns; and whether it maps it."""
@@ -230,20 +290,23 @@ class ForkHold:
         for path in _libc_places(pid):
             libc = _fork_return(lambda p: open_in_root(pid, p), path)
             if libc is not None:
-                return libc, False
+                key = libc.file.identity
+                self._by_file.setdefault(key, libc)
+                return self._by_file[key], False
         return None, False
 
     def seize(self, child: int) -> Seized | None:
-        """On the thread that will let it go: `child`, waiting in its hold (or
-        about to), seized and told to stop, then let out of the hold (it stops
-        before its first instruction after fork). None where it is not held
-        (its key gone: it waited its bound) or cannot be seized (traced by
-        another, gone): then it is let out at once."""
+        """On the thread that will let it go: `child`, of a process with a hold,
+        seized and told to stop; None where it cannot be (its key gone: it
+        waited its bound; traced by another; gone): then it is let go at once.
+        Waiting in its fork, it is held: it stops as it comes out. Not there
+        yet, it is waited for: come out of its fork after (its key PASSED),
+        it was held too; stopped elsewhere (it had no hold: the thread that
+        forked it had none), it was not."""
         if bpfsys.u32_key_lookup(self._map_fd, child, 8) is None:
             return None
-        try:
-            tracee = TracedThread(child)
-        except PtraceError:
+        tracee = _seized(child)
+        if tracee is None:
             self.release(child)
             return None
         try:
@@ -252,17 +315,22 @@ class ForkHold:
             tracee.detach()
             self.release(child)
             return None
-        # its wait over: it stops as it returns. A key gone meanwhile: it waited its
-        # bound and runs (our stop comes where it is): not held from its fork on
-        held = bpfsys.u32_key_replace(self._map_fd, child, SEIZED.to_bytes(8, "little"))
-        return Seized(tracee, held)
+        was = bpfsys.u32_key_lookup(self._map_fd, child, 8)
+        if not bpfsys.u32_key_replace(self._map_fd, child, SEIZED.to_bytes(8, "little")):
+            return Seized(tracee, False)  # its wait over meanwhile: it runs, stopped anywhere
+        if was is not None and was[0] == WAITING:
+            return Seized(tracee, True)
+        stop = tracee.wait(STOP_WAIT_S)  # where it stops says whether it was held
+        after = bpfsys.u32_key_lookup(self._map_fd, child, 8)
+        return Seized(tracee, after is not None and after[0] == PASSED
+                      or stop is not None and _in_its_fork(tracee, stop), stop)
 
     @staticmethod
     def let_go(seized: Seized) -> None:
         """On the thread that seized it: detached from its stop, a signal that
         stopped it instead delivered (a group stop stays a stop)."""
         tracee = seized.tracee
-        stop = tracee.wait(STOP_WAIT_S)
+        stop = seized.stop or tracee.wait(STOP_WAIT_S)
         if stop is None:  # (not stopped yet: stopped first)
             tracee.release(0)
         elif not stop.exited:
@@ -277,7 +345,7 @@ class ForkHold:
             gone = bpfsys.u32_key_delete(self._map_fd, child)
         except OSError:
             return False
-        return gone and value is not None and value[0] in (WAITING, SEIZED)
+        return gone and value is not None and value[0] in (WAITING, PASSED)
 
     def waiting(self, child: int) -> bool:
         """`child` has its key still (the fork thread has not let it go)."""
@@ -286,66 +354,103 @@ class ForkHold:
         except OSError:
             return False
 
-    def drop(self, pid: int) -> None:
-        """A process gone: its hold closed."""
+    def drop(self, pid: int) -> int | None:
+        """A process gone: its hold's descriptor, for the caller to close."""
         with self._lock:
             fd = self._events.pop(pid, None)
             self._libc.pop(pid, None)
             self._unsure.discard(pid)
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            self._inherited.discard(pid)
+        return fd
 
-    def close(self) -> None:
-        """Every hold off, and every child waiting let go."""
+    def close(self) -> list[int]:
+        """Every child waiting let go; every hold's descriptor returned, for the
+        caller to close (each waits for a grace period), then remove_probes()."""
         with self._lock:
             fds, self._events = list(self._events.values()), {}
+            fds += self._anchors
+            self._anchors = []
             self._libc.clear()
             self._by_file.clear()
             self._unsure.clear()
+            self._inherited.clear()
             prog, self._prog = self._prog, -1
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
         for child in bpfsys.u32_keys(self._map_fd):
             self.release(child)
         if prog >= 0:
             os.close(prog)
+        return fds
+
+    def remove_probes(self) -> None:
+        """The tracefs probes out, once every descriptor on them is closed."""
+        names = [name for name, _event in self._tracefs.values()]
+        self._tracefs.clear()
+        if names and self._events_file is not None:
+            remove_uprobe_events(self._events_file, names)
 
 
-def return_probe(prog_fd: int, path: str, offset: int, pid: int) -> int:
-    """A perf-event return probe at `offset` of `path`, given `pid`, running
-    `prog_fd`: its descriptor. Made here rather than by libbcc, whose fallback
-    on failure (a process gone) leaves a tracefs event behind and prints."""
+def perf_open(event: int, pid: int, inherit: bool) -> int:
+    """A perf event on the tracefs probe `event`, given `pid`; with `inherit`,
+    copied by the kernel into each thread and child it makes from then on
+    (and enabled: an inherited copy runs the anchor's program)."""
     attr = ctypes.create_string_buffer(PERF_ATTR_SIZE)
-    c_path = ctypes.create_string_buffer(path.encode())
-    # type, size, config (bit 0: retprobe), sample_period; flags at 40;
-    # wakeup_events at 48; config1 (the path), config2 (the offset) at 56, 64
-    struct.pack_into("<IIQQ", attr, 0, _uprobe_pmu(), PERF_ATTR_SIZE, 1, 1)
+    # type (tracepoint), size, config (the event's id), sample_period; flags at 40
+    # (bit 1: inherit); wakeup_events at 48
+    struct.pack_into("<IIQQ", attr, 0, PERF_TYPE_TRACEPOINT, PERF_ATTR_SIZE, event, 1)
+    struct.pack_into("<Q", attr, 40, 2 if inherit else 0)
     struct.pack_into("<I", attr, 48, 1)
-    struct.pack_into("<QQ", attr, 56, ctypes.addressof(c_path), offset)
     fd = _libc.syscall(SYS_PERF_EVENT_OPEN, attr, pid, -1, -1, PERF_FLAG_FD_CLOEXEC)
     if fd < 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
-    for request, arg in ((PERF_EVENT_IOC_SET_BPF, prog_fd), (PERF_EVENT_IOC_ENABLE, 0)):
-        if _libc.ioctl(fd, request, arg) != 0:
-            err = ctypes.get_errno()
-            os.close(fd)
-            raise OSError(err, os.strerror(err))
+    if inherit and _libc.ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) != 0:
+        err = ctypes.get_errno()
+        os.close(fd)
+        raise OSError(err, os.strerror(err))
     return fd
 
 
-@functools.cache
-def _uprobe_pmu() -> int:
-    with open("/sys/bus/event_source/devices/uprobe/type") as f:
-        return int(f.read())
+def _seized(child: int) -> TracedThread | None:
+    """PTRACE_SEIZE of a child just made: the kernel tells of it (the fork
+    tracepoint) a moment before ptrace finds it (ESRCH): tried again, for a
+    millisecond or so."""
+    for _ in range(SEIZE_TRIES):
+        try:
+            return TracedThread(child)
+        except PtraceError as e:
+            if e.errno != errno.ESRCH:
+                return None
+        time.sleep(SEIZE_RETRY_S)
+    return None
+
+
+def _in_its_fork(tracee: TracedThread, stop: Stop) -> bool:
+    """Stopped still in the fork's return, before any instruction of its own
+    (it had not come to its hold yet when it was seized): the registers of a
+    return from clone, clone3, fork or vfork giving 0, or at the return
+    probe's trampoline (the kernel's `[uprobes]` page) with fork's 0."""
+    if stop.exited or stop.signal:
+        return False
+    try:
+        regs = tracee.registers()
+    except PtraceError:
+        return False
+    if regs.rax != 0:
+        return False
+    if regs.orig_rax in FORK_SYSCALLS:
+        return True
+    try:
+        return any(m.path == "[uprobes]" and m.start <= regs.rip < m.end
+                   for m in map_lines(tracee.tid))
+    except CudaprobeError:
+        return False
 
 
 @dataclass
 class Seized:
     tracee: TracedThread
     held: bool  # seized in its hold: none of its calls came before
+    stop: Stop | None = None  # its stop, where seize() waited for it
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,16 @@ POLL_MS = 100  # how often the thread looks whether it is to stop
 
 
 class _Fork(ctypes.Structure):  # struct cp_fork
-    _fields_ = [("child", ctypes.c_uint32), ("parent", ctypes.c_uint32), ("ns", ctypes.c_uint64)]
+    _fields_ = [("child", ctypes.c_uint32), ("parent", ctypes.c_uint32), ("ns", ctypes.c_uint64),
+                ("thread", ctypes.c_uint32), ("pad", ctypes.c_uint32)]
 
 
 class ForkWatch:
-    def __init__(self, map_fd: int, on_fork: Callable[[int, int, int], None],
+    def __init__(self, map_fd: int, on_fork: Callable[[int, int, int, int], None],
                  after_poll: Callable[[bool], bool] | None = None) -> None:
-        """`on_fork(child, parent, made)`, on this thread, for each record: `made`,
-        when the child was made, in CLOCK_MONOTONIC nanoseconds. `after_poll(last)`,
+        """`on_fork(child, parent, made, thread)`, on this thread, for each record:
+        `made`, when the child was made, in CLOCK_MONOTONIC nanoseconds;
+        `thread`, the parent's thread that made it. `after_poll(last)`,
         on this thread after each poll (`last`: the thread's end), says whether
         it waits on something: then the next poll comes within a millisecond."""
         from bcc.libbcc import _RINGBUF_CB_TYPE, lib  # noqa: PLC0415 - bcc's, loaded by now
@@ -46,10 +48,10 @@ class ForkWatch:
         self._thread.start()
 
     def _record(self, _ctx: Any, data: Any, size: int) -> int:
-        if size >= 16:
+        if size >= ctypes.sizeof(_Fork):
             rec = ctypes.cast(data, ctypes.POINTER(_Fork))[0]
             try:
-                self.on_fork(rec.child, rec.parent, rec.ns)
+                self.on_fork(rec.child, rec.parent, rec.ns, rec.thread)
             except Exception:  # noqa: BLE001 - one child's failure stops no other's
                 pass
         return 0
