@@ -4,17 +4,23 @@ fork until its own links are in.
 The kernel's per-process links (uprobe_multi given a pid) do not follow a
 fork, and such a child opens nothing the open gate could hold it at: its
 first CUDA call may come a few instructions after fork() returns. But a
-return probe on glibc's `_Fork`, made as a perf event given the parent's
-pid, fires in the child too, as fork returns in it, before its first
-instruction after: the kernel copies the parent's pending returns into a
-child (uprobe_copy_process), and a perf return probe runs its program for
-whoever returns. There, in the child, this program waits while the child's
+return probe on glibc's `_Fork` (one tracefs uprobe event a glibc), with a
+perf event given the parent's pid, fires in the child too, as fork returns
+in it, before its first instruction after: the kernel copies the parent's
+pending returns into a child (uprobe_copy_process), and a perf return probe
+runs its program for whoever returns. The perf event is opened with
+`inherit`, so the kernel copies it into each child (and thread) as it is
+made, registering nothing: the child's own forks are held too. The program
+is attached through an anchor event on cudaprobe's own process (a child's
+inherited copy would take it off the probe as that child exits). There, in
+the child, this program waits while the child's
 key in `fork_holds` says so: the fork tracepoint put it there (1) before the
 child first ran, the program writes 2 as it starts to wait. A BPF program
 cannot sleep, so the wait is a loop (bpf_loop) over the key and the clock,
 and it is short: cudaprobe's fork thread, told of the child through the
 `forks` ring, seizes it with ptrace (PTRACE_SEIZE, PTRACE_INTERRUPT) and
-writes 3; the program returns, and the child stops in a ptrace stop as it
+writes 3 (a child not yet come out of its fork then marks 4 as it does);
+the program returns, and the child stops in a ptrace stop as it
 returns to its code, asleep, until its links are in; then it is detached
 and goes on. A ptrace stop is told to the tracer alone: its parent sees no
 wait status and no SIGCHLD, and its exit status is its own. A child the
