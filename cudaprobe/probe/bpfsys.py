@@ -43,13 +43,13 @@ BPF_BTF_LOAD = 18
 BPF_EXIST = 2
 
 
-def _elem(cmd: int, fd: int, key: int, value: ctypes.Array, flags: int = 0) -> bool:
+def _elem(cmd: int, fd: int, key: int, value: ctypes.Array | None, flags: int = 0) -> bool:
     """One element of a map with u32 keys, the GIL held: False where the key is
-    not there (ENOENT)."""
+    not there (ENOENT). `value` None: nothing after the key (a delete)."""
     k = ctypes.c_uint32(key)
     attr = ctypes.create_string_buffer(_ATTR_SIZE)
     struct.pack_into("<IIQQQ", attr, 0, fd, 0, ctypes.addressof(k),
-                     ctypes.addressof(value), flags)
+                     0 if value is None else ctypes.addressof(value), flags)
     if _held.syscall(SYS_BPF, cmd, attr, _ATTR_SIZE) == 0:
         return True
     err = ctypes.get_errno()
@@ -72,15 +72,7 @@ def u32_key_replace(fd: int, key: int, value: bytes) -> bool:
 
 def u32_key_delete(fd: int, key: int) -> bool:
     """Take `key` out; False where it was not there."""
-    k = ctypes.c_uint32(key)
-    attr = ctypes.create_string_buffer(_ATTR_SIZE)
-    struct.pack_into("<IIQ", attr, 0, fd, 0, ctypes.addressof(k))  # nothing after the key
-    if _held.syscall(SYS_BPF, BPF_MAP_DELETE_ELEM, attr, _ATTR_SIZE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err == errno.ENOENT:
-        return False
-    raise OSError(err, os.strerror(err))
+    return _elem(BPF_MAP_DELETE_ELEM, fd, key, None)
 
 
 def u32_keys(fd: int) -> list[int]:
