@@ -49,6 +49,7 @@ REF_CTR_HINT = ("if dmesg says 'ref_ctr_offset mismatch', another tracer (a bcc 
 STOP_GRACE_S = 0.01
 HOLD_LOOKS = 50  # looks (polls) a process mapping a probed library is tried for a fork hold
 MAX_FORK_HOLD_MS = 2000.0  # CUDAPROBE_FORK_HOLD_MS's most
+LET_GO_WAIT_S = 0.5  # Ctrl-Z: how long the fork thread has to let its seized children go
 FORK_THREAD_LOOKS = 3  # looks a child the fork thread has is left to it (its record lost?)
 
 
@@ -162,6 +163,10 @@ class Attacher:
             queue.SimpleQueue()
         self._linker: threading.Thread | None = None
         self._late_looks: dict[int, int] = {}  # a child with its key at a look -> looks
+        # Ctrl-Z: no child is seized, and every one seized is let go, before cudaprobe
+        # stops (the fork thread says when they are)
+        self._holds_off = threading.Event()
+        self._all_let_go = threading.Event()
         self.link_age: dict[int, float] = {}  # a process linked -> its age then (seconds)
 
     def attach_all(self) -> None:
@@ -635,7 +640,10 @@ class Attacher:
         if holds is not None and holds.has(parent):
             if thread in (0, parent):  # (made by another thread: a hold of its own, below)
                 holds.inherited(child, parent)
-            seized = holds.seize(child)
+            if self._holds_off.is_set():
+                holds.release(child)
+            else:
+                seized = holds.seize(child)
         if seized is not None:
             self._seized[child] = seized
         self._to_link.put((child, parent, made, seized))
@@ -664,10 +672,12 @@ class Attacher:
             seized = self._seized.pop(child, None)
             if seized is not None:
                 holds.let_go(seized)
-        if last:
+        if last or self._holds_off.is_set():  # (let go before its links: not held)
             for seized in self._seized.values():
+                seized.held = False
                 holds.let_go(seized)
             self._seized.clear()
+            self._all_let_go.set()
         return bool(self._seized)
 
     def _open_gate(self) -> None:
@@ -695,8 +705,13 @@ class Attacher:
             self.gate = None
             self.notify("stopping (SIGTSTP): processes opening CUDA libraries go on meanwhile; "
                         "a child that loads one now gets its probes once cudaprobe continues")
+        if self._forks is not None:  # no child of the tree waits on a stopped cudaprobe
+            self._all_let_go.clear()
+            self._holds_off.set()
+            self._all_let_go.wait(LET_GO_WAIT_S)
         signal.signal(signal.SIGTSTP, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTSTP)  # stopped here until SIGCONT
+        self._holds_off.clear()
         signal.signal(signal.SIGTSTP, self._stop_at_tstp)
         if self.gate is None and self._phase == TRACING:
             self._open_gate()

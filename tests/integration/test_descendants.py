@@ -346,3 +346,37 @@ def test_kill_9_while_children_are_held_leaves_the_tree_whole(tmp_path, libcudar
         assert len(lines) == 1 + 300 + 300
     finally:
         _kill_workloads(mark, proc.pid)
+
+
+def test_ctrl_z_lets_every_held_child_go(tmp_path, libcudart):
+    """cudaprobe stopped by SIGTSTP (Ctrl-Z) while fork_calls forks children one
+    after another, each held in its fork: it lets go of any child it holds
+    before it stops, and holds none until it goes on, so the tree runs to its
+    end while cudaprobe is stopped (a child it held then would wait for it);
+    then it goes on and ends with the command's status. (Whether a child is
+    held at the very moment of the stop depends on timing; that it is let go
+    if it is does not.)"""
+    exe = build_workload("fork_calls.c")
+    status, printed = tmp_path / "status", tmp_path / "printed"
+    script = f"'{exe}' 150 1 seq 2> '{printed}'; echo $? > '{status}'"
+    env, mark = marked()
+    proc = subprocess.Popen(cudaprobe_cmd("trace", "--lib", str(libcudart), "-e", "cudaMalloc",
+                                          "-o", str(tmp_path / "calls.jsonl"), "--",
+                                          "sh", "-c", script),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    try:
+        _wait_for(printed, r'"size":3001', None)  # children made, and held, by now
+        os.kill(proc.pid, signal.SIGTSTP)
+        deadline = time.monotonic() + HANG_S
+        while not status.exists() or not status.read_text().strip():
+            assert time.monotonic() < deadline, printed.read_text()[-500:]
+            time.sleep(0.05)
+        assert status.read_text().strip() == "0", printed.read_text()[-500:]
+        lines = [json.loads(t) for t in printed.read_text().splitlines() if t.startswith("{")]
+        assert len(lines) == 1 + 150 + 150
+        with open(f"/proc/{proc.pid}/stat", "rb") as f:  # stopped all along
+            assert f.read().rsplit(b")", 1)[1].split()[0] == b"T"
+        os.kill(proc.pid, signal.SIGCONT)
+        assert proc.wait(timeout=HANG_S) == 0, proc.stderr.read().decode()[-2000:]
+    finally:
+        _kill_workloads(mark, proc.pid)
