@@ -370,7 +370,11 @@ def test_ctrl_z_lets_every_held_child_go(tmp_path, libcudart):
     proc = subprocess.Popen(cudaprobe_cmd("trace", "--lib", str(libcudart), "-e", "cudaMalloc",
                                           "-o", str(tmp_path / "calls.jsonl"), "--",
                                           "sh", "-c", script),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                            # a group of its own whose parent is in another group of the
+                            # session, as a shell's job is: the kernel discards a stop
+                            # signal to an orphaned group (an xdist worker's may be one)
+                            process_group=0)
     try:
         _wait_for(printed, r'"size":3001', None)  # children made, and held, by now
         os.kill(proc.pid, signal.SIGTSTP)
