@@ -27,6 +27,7 @@ from collections.abc import Iterable
 TRACEFS_DIRS = ("/sys/kernel/debug/tracing", "/sys/kernel/tracing")
 _BCC_EVENT = re.compile(r"^[pr]:(?P<name>\S+/\S+_bcc_(?P<pid>\d+))(\s|$)")
 CLOSER_NAME = "cudaprobe-close"
+OURS = "cudaprobe/"  # the group of cudaprobe's own entries (forkhold.py's)
 
 
 def uprobe_events_path() -> str | None:
@@ -99,6 +100,11 @@ def remove_stale_uprobe_events() -> str | None:
     if not stale:
         return None
     removed, kept = remove_uprobe_events(path, stale)
+    # a fork hold's probe still in use: its cudaprobe is ending (the perf events on it
+    # close after its threads), and its gate's keeper removes it then
+    kept = [name for name in kept if not name.startswith(OURS)]
+    if not removed and not kept:
+        return None
     note = f"removed {len(removed)} uprobe_events entries left by crashed bcc tools"
     if kept:
         note += f"; {len(kept)} could not be removed (still in use?): {', '.join(kept[:3])}"
