@@ -128,7 +128,8 @@ def test_a_library_name_swapped_during_the_attach_never_reaches_another_file(
     assert unchanged(code_in_memory(victim.pid, arena.victim_lib))
     last = attacker.stop()
     victim.stop()
-    tracing.send_signal(signal.SIGINT)
+    if mode == "comm":  # (with --pid the trace ends as its process exits: a SIGINT then
+        tracing.send_signal(signal.SIGINT)  # could come during its drain, and stop it)
     assert tracing.wait(timeout=HANG_S) == 0, err.until_end()
     calls, _summary = read_jsonl(output)
     assert {c["pid"] for c in calls} == {attacker.pid}
