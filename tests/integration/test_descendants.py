@@ -322,19 +322,28 @@ def test_children_forked_at_once_are_each_traced_or_said(tmp_path, libcudart):
     assert summary["lost_total"] == 0
 
 
+def _trace_fork_calls(tmp_path: Path, libcudart: Path, children: int, **popen
+                      ) -> tuple[subprocess.Popen, Path, Path, str]:
+    """`trace -- sh -c 'fork_calls CHILDREN 1 seq; echo $?'` started: (cudaprobe,
+    the file the shell writes the status to, the file of what fork_calls
+    printed, the mark its processes carry)."""
+    exe = build_workload("fork_calls.c")
+    status, printed = tmp_path / "status", tmp_path / "printed"
+    script = f"'{exe}' {children} 1 seq 2> '{printed}'; echo $? > '{status}'"
+    env, mark = marked()
+    proc = subprocess.Popen(cudaprobe_cmd("trace", "--lib", str(libcudart), "-e", "cudaMalloc",
+                                          "-o", str(tmp_path / "calls.jsonl"), "--",
+                                          "sh", "-c", script),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, **popen)
+    return proc, status, printed, mark
+
+
 def test_kill_9_while_children_are_held_leaves_the_tree_whole(tmp_path, libcudart):
     """cudaprobe killed (SIGKILL) while fork_calls forks 300 children one after
     another, each held as it is made: the kernel lets a held child go (the
     hold's bound, or the end of its tracer), and the tree ends as without
     cudaprobe: every child's status its own, every process's line printed."""
-    exe = build_workload("fork_calls.c")
-    status, printed = tmp_path / "status", tmp_path / "printed"
-    script = f"'{exe}' 300 1 seq 2> '{printed}'; echo $? > '{status}'"
-    env, mark = marked()
-    proc = subprocess.Popen(cudaprobe_cmd("trace", "--lib", str(libcudart), "-e", "cudaMalloc",
-                                          "-o", str(tmp_path / "calls.jsonl"), "--",
-                                          "sh", "-c", script),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc, status, printed, mark = _trace_fork_calls(tmp_path, libcudart, 300)
     try:
         _wait_for(printed, r'"size":5001', None)  # children made, and held, by now
         proc.kill()
@@ -363,18 +372,10 @@ def test_ctrl_z_lets_every_held_child_go(tmp_path, libcudart):
     then it goes on and ends with the command's status. (Whether a child is
     held at the very moment of the stop depends on timing; that it is let go
     if it is does not.)"""
-    exe = build_workload("fork_calls.c")
-    status, printed = tmp_path / "status", tmp_path / "printed"
-    script = f"'{exe}' 150 1 seq 2> '{printed}'; echo $? > '{status}'"
-    env, mark = marked()
-    proc = subprocess.Popen(cudaprobe_cmd("trace", "--lib", str(libcudart), "-e", "cudaMalloc",
-                                          "-o", str(tmp_path / "calls.jsonl"), "--",
-                                          "sh", "-c", script),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-                            # a group of its own whose parent is in another group of the
-                            # session, as a shell's job is: the kernel discards a stop
-                            # signal to an orphaned group (an xdist worker's may be one)
-                            process_group=0)
+    # a group of its own whose parent is in another group of the session, as a
+    # shell's job is: the kernel discards a stop signal to an orphaned group (an
+    # xdist worker's may be one)
+    proc, status, printed, mark = _trace_fork_calls(tmp_path, libcudart, 150, process_group=0)
     try:
         _wait_for(printed, r'"size":3001', None)  # children made, and held, by now
         os.kill(proc.pid, signal.SIGTSTP)
