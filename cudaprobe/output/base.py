@@ -36,6 +36,19 @@ class Reporter:
     def calls(self, calls: list[Call]) -> None:
         raise NotImplementedError
 
+    def state(self) -> object:
+        """What making rows changes in the reporter, copied (output.forked keeps it
+        for rows it may have to make again): nothing for rows that stand alone."""
+        return None
+
+    def restore(self, state: object) -> None:
+        """The reporter as `state()` found it."""
+
+    def advance(self, records: list[tuple], decoder: RecordDecoder,
+                nesting: list[Mark] | None) -> None:
+        """The reporter as records() of these records leaves it, their rows made
+        elsewhere (output.forked: by a child, from the reporter as it was)."""
+
     def write_lines(self, text: str, lines: int) -> None:
         """`text`, known to hold `lines` line breaks: given with it to an output
         file (files.OutputStream.write_lines: not counted again), or written."""

@@ -31,6 +31,7 @@ flow (category LAUNCH_FLOW_CATEGORY) from the call that queued it.
 from __future__ import annotations
 
 import json
+from itertools import repeat
 from typing import Any, Callable
 
 from cudaprobe.analysis.summary import Summary
@@ -40,11 +41,20 @@ from cudaprobe.decode.demangle import demangle, shorten
 from cudaprobe.decode.handles import NAME_KEY
 from cudaprobe.decode.nesting import Mark
 from cudaprobe.decode.ranks import NO_RANK, Ranks
-from cudaprobe.decode.records import ProbeDecoder, RecordDecoder, RowMaker
+from cudaprobe.decode.records import TOP, ProbeDecoder, RecordDecoder, RowMaker
 from cudaprobe.decode.schema import time_ms
 from cudaprobe.output.base import Reporter
 from cudaprobe.output.recordtext import MEMO_MAX, compile_args_text
-from cudaprobe.probe.event import R_COMM, R_DURATION, R_PID, R_RET, R_TID, R_TS, comm_text
+from cudaprobe.probe.event import (
+    R_COMM,
+    R_DURATION,
+    R_FUNC_ID,
+    R_PID,
+    R_RET,
+    R_TID,
+    R_TS,
+    comm_text,
+)
 
 # the devices' "processes" of --gpu-time: past any pid, pid_max being at most 2^22
 GPU_PID_BASE = 1 << 30
@@ -111,6 +121,81 @@ class ChromeReporter(Reporter):
         text = "".join(decoder.decode(records, self, nesting))
         if text:  # its line breaks, counted as its events were made
             self.write_lines(text, self._breaks - breaks)
+
+    def rows_data(self, records: list[tuple], decoder: RecordDecoder,
+                  nesting: list[Mark] | None) -> tuple[bytes, int, int]:
+        """The batch's events as bytes, their line breaks, no flag (output.forked)."""
+        breaks = self._breaks
+        text = "".join(decoder.decode(records, self, nesting))
+        return text.encode(), self._breaks - breaks, 0
+
+    def forked_rows(self, data: bytes, lines: int, flags: int) -> None:
+        """Events made by a forked child (rows_data's): written as they are."""
+        self.stream.write_data(data, lines)
+
+    def state(self) -> tuple:
+        return (self._origin, self._sep, self._breaks, dict(self._processes),
+                set(self._threads), dict(self._tops), self._next_flow, self._last_ns)
+
+    def restore(self, state: object) -> None:
+        # the row makers hold these containers: changed in place
+        (self._origin, self._sep, self._breaks, processes, threads, tops, self._next_flow,
+         self._last_ns) = state
+        self._processes.clear()
+        self._processes.update(processes)
+        self._threads.clear()
+        self._threads.update(threads)
+        self._tops.clear()
+        self._tops.update(tops)
+
+    def advance(self, records: list[tuple], decoder: RecordDecoder,
+                nesting: list[Mark] | None) -> None:
+        """As row_maker's rows of these records leave the reporter (their tracks
+        named, the events counted, each thread's latest top-level call, the flows
+        numbered, the last time), no text made: tests/unit/test_forked_rows.py
+        checks the rows of children made from each state, byte for byte."""
+        if not records:
+            return
+        if self._origin is None:
+            ts = records[0][R_TS]
+            self._origin = ts - round(time_ms(ts, decoder.t0_ns) * 1e6)
+        origin, last, known = self._origin, self._last_ns, decoder.ranks.known
+        processes, threads, tops = self._processes, self._threads, self._tops
+        probes: dict[int, tuple[str, str]] = {}
+        events = flows = 0
+        for rec, (depth, parent) in zip(records, repeat(TOP) if nesting is None else nesting):
+            pid, tid = rec[R_PID], rec[R_TID]
+            rank = known.get(pid, NO_RANK)[0] if known else None
+            if processes.get(pid, MISSING) != rank:
+                processes[pid] = rank
+                events += 1
+            if (pid, tid) not in threads:
+                threads.add((pid, tid))
+                events += 1
+            events += 1
+            end = rec[R_TS] - origin + rec[R_DURATION]
+            if end > last:
+                last = end
+            if depth > 1:
+                continue
+            fid = rec[R_FUNC_ID]
+            probe = probes.get(fid)
+            if probe is None:
+                d = decoder.decoder(fid)
+                probe = probes[fid] = (d.event, d.api)
+            if depth == 0:
+                if tid not in tops and len(tops) >= MAX_THREADS:
+                    del tops[next(iter(tops))]
+                tops[tid] = (rec[R_TS], probe[0], probe[1])
+            elif probe[1] == DRIVER:
+                top = tops.get(tid)
+                if top is not None and top[0] == parent and top[2] == RUNTIME:
+                    flows += 1
+        events += 2 * flows
+        self._next_flow += flows
+        self._breaks += events - (self._sep == "")
+        self._sep = ",\n"
+        self._last_ns = last
 
     def row_maker(self, probe: ProbeDecoder, t0_ns: int, ranks: Ranks) -> RowMaker:
         """The probe's record -> the text calls() writes of its Call (its track's

@@ -77,9 +77,10 @@ class ForkedRows:
         self.workers = workers
         self._records: list[tuple] = []
         self._nesting: list[Mark] = []
-        # (child pid, memfd, its records, their nesting), oldest first
-        self._children: collections.deque[tuple[int, int, list[tuple], list[Mark]]] = \
-            collections.deque()
+        # (child pid, memfd, its records, their nesting, the reporter's state before
+        # them), oldest first
+        self._children: collections.deque[tuple[int, int, list[tuple], list[Mark], object]] \
+            = collections.deque()
         self._simple: set[int] = set()  # probe ids whose rows are made from words alone
         self._named: dict[int, list[tuple[ArgKind, int]]] = {}  # probe id -> name fields
         self._warm: set[tuple[int, int]] = set()  # (pid, address) named in the thread
@@ -91,10 +92,12 @@ class ForkedRows:
     @staticmethod
     def usable(reporter: Reporter, stream: object) -> bool:
         """A reporter that makes rows from records alone, writing to a file or pipe."""
+        from cudaprobe.output.chrome import ChromeReporter  # noqa: PLC0415
         from cudaprobe.output.csv import CsvReporter  # noqa: PLC0415
         from cudaprobe.output.files import OutputStream  # noqa: PLC0415
         from cudaprobe.output.jsonl import JsonlReporter  # noqa: PLC0415
-        return (type(reporter) in (JsonlReporter, CsvReporter) and not reporter.gpu_time
+        return (type(reporter) in (JsonlReporter, CsvReporter, ChromeReporter)
+                and not reporter.gpu_time
                 and not reporter.py_stacks and isinstance(stream, OutputStream)
                 and stream.threaded and stream.shown is None)
 
@@ -202,7 +205,9 @@ class ForkedRows:
                 code = self._make(fd, records, nesting)
             finally:
                 os._exit(code)
-        self._children.append((pid, fd, records, nesting))
+        before = self.reporter.state()  # for its rows, made here if it fails
+        self.reporter.advance(records, self.decoder, nesting)
+        self._children.append((pid, fd, records, nesting, before))
 
     def _make(self, fd: int, records: list[tuple], nesting: list[Mark]) -> int:
         errors = self.decoder.errors
@@ -248,7 +253,7 @@ class ForkedRows:
         """The oldest child has ended: its rows to the stream (its memfd mapped,
         written from there by the writing thread: never copied here), or, where
         it failed, its records' rows made here."""
-        _, fd, records, nesting = self._children.popleft()
+        _, fd, records, nesting, before = self._children.popleft()
         view = None
         try:
             size = os.fstat(fd).st_size
@@ -260,7 +265,10 @@ class ForkedRows:
             os.close(fd)
         if view is None:
             self.failed += 1
+            now = self.reporter.state()  # past the later children's records
+            self.reporter.restore(before)
             self.reporter.records(records, self.decoder, nesting)  # made here instead
+            self.reporter.restore(now)
             return
         lines, errors, flags = HEADER.unpack(view[:HEADER.size])
         self.forked += 1

@@ -63,7 +63,25 @@ def test_four_unpaced_threads_give_every_row(tmp_path, libcudart, fmt):
     assert lost == 0, f"{lost} lost, with room for every record ({proc.stderr[-300:]})"
 
 
-@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def made_calls(path, fmt: str) -> list[dict]:
+    """Each call's row as a dict: event, tid, ts_ns, ret, ret_name, args, details
+    (Chrome's slices: their name, track and start, the rest from their args)."""
+    text = path.read_text()
+    if fmt == "jsonl":
+        return [json.loads(line) for line in text.splitlines()[:-1]]
+    if fmt == "csv":
+        return list(csv.DictReader(text.splitlines()))
+    calls = []
+    for e in json.loads(text):
+        if e.get("ph") == "X":
+            args = e["args"]
+            calls.append({"event": e["name"], "tid": e["tid"], "ts_ns": round(e["ts"] * 1000),
+                          "ret": args.pop("ret"), "ret_name": args.pop("ret_name"),
+                          "details": args.pop("details"), "args": args, "depth": None})
+    return calls
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "chrome"])
 def test_a_backlog_made_into_rows_by_forked_children_is_whole_and_in_order(tmp_path, libcudart,
                                                                           fmt):
     """The same run with two children making the rows of the backlog
@@ -74,17 +92,14 @@ def test_a_backlog_made_into_rows_by_forked_children_is_whole_and_in_order(tmp_p
     exe = build_workload("malloc_free_threads.c")
     outs = {}
     for workers in ("0", "2"):
-        out = tmp_path / f"calls-{workers}.{fmt}"
+        out = tmp_path / f"calls-{workers}.out"
         proc = run_cudaprobe("trace", "--lib", str(libcudart), "-e", "cudaMalloc,cudaFree",
-                             "-o", str(out), "--ringbuf-pages", RING_PAGES, "--", str(exe),
-                             str(PAIRS), str(THREADS), timeout=HANG_S,
+                             "-f", fmt, "-o", str(out), "--ringbuf-pages", RING_PAGES, "--",
+                             str(exe), str(PAIRS), str(THREADS), timeout=HANG_S,
                              env={**os.environ, "CUDAPROBE_DECODE_WORKERS": workers})
         assert proc.returncode == 0, proc.stderr
         assert rows(out, fmt) == CALLS, proc.stderr[-300:]
-        if fmt == "jsonl":
-            calls = [json.loads(line) for line in out.read_text().splitlines()[:-1]]
-        else:
-            calls = list(csv.DictReader(out.read_text().splitlines()))
+        calls = made_calls(out, fmt)
         by_thread: dict[str, list] = {}
         for c in calls:
             by_thread.setdefault(str(c["tid"]), []).append(c)
@@ -93,6 +108,6 @@ def test_a_backlog_made_into_rows_by_forked_children_is_whole_and_in_order(tmp_p
             assert [int(c["ts_ns"]) for c in made] == sorted(int(c["ts_ns"]) for c in made)
             assert [c["event"] for c in made] == ["cudaMalloc", "cudaFree"] * PAIRS
         outs[workers] = sorted(
-            (c["event"], c["ret"], c["ret_name"], json.dumps(c["args"]) if fmt == "jsonl"
-             else c["args"], c["details"], c["depth"]) for c in calls)
+            (c["event"], c["ret"], c["ret_name"], c["args"] if fmt == "csv"
+             else json.dumps(c["args"]), c["details"], c["depth"]) for c in calls)
     assert outs["2"] == outs["0"]

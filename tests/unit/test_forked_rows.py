@@ -10,10 +10,12 @@ import random
 
 import pytest
 
+from cudaprobe.analysis.summary import Summary
 from cudaprobe.decode.handles import KernelHandles
 from cudaprobe.decode.nesting import CallOrder
 from cudaprobe.decode.records import RecordDecoder
 from cudaprobe.output import forked
+from cudaprobe.output.chrome import ChromeReporter
 from cudaprobe.output.csv import CsvReporter
 from cudaprobe.output.forked import ForkedRows
 from cudaprobe.output.jsonl import JsonlReporter
@@ -65,6 +67,7 @@ def written(reporter_type, batches, workers: int, monkeypatch=None) -> tuple[byt
     handles = KernelHandles()
     handles.learn(GET, 7, {"hfunc": "0xf001", "name": "_Z6vecAddPKfS0_Pfi"})
     decoder = RecordDecoder(EVERY_PROBE, T0, handles=handles)
+    decoder.ranks.known[8] = (1, 2)  # a rank in its rows, its process's track named by it
     out = Collected()
     reporter = reporter_type(out)
     reporter.start()
@@ -76,11 +79,16 @@ def written(reporter_type, batches, workers: int, monkeypatch=None) -> tuple[byt
             rows.poll()
     if rows is not None:
         rows.drain()
+    reporter.finish(Summary())  # (Chrome's summary event: at the trace's last time)
     out.flush()
     return bytes(out.data), out.counted, rows
 
 
-@pytest.mark.parametrize("reporter_type", [JsonlReporter, CsvReporter], ids=["jsonl", "csv"])
+FORMATS = pytest.mark.parametrize("reporter_type", [JsonlReporter, CsvReporter, ChromeReporter],
+                                  ids=["jsonl", "csv", "chrome"])
+
+
+@FORMATS
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_rows_made_by_children_are_the_thread_s_byte_for_byte(monkeypatch, reporter_type, seed):
     monkeypatch.setattr(forked, "FORK_RECORDS", 400)
@@ -94,22 +102,31 @@ def test_rows_made_by_children_are_the_thread_s_byte_for_byte(monkeypatch, repor
     assert rows.forked >= 8 and rows.failed == 0  # children made most of them
     assert there == here and there_lines == here_lines
     assert b"vecMul" in there and b"vecAdd" in there  # named by a record, by a module load
+    assert b"rank 1" in there or reporter_type is not ChromeReporter
+    assert b'"ph":"f"' in there or reporter_type is not ChromeReporter  # runtime -> driver
 
 
-def test_a_child_that_fails_has_its_rows_made_by_the_thread(monkeypatch):
-    """A child that cannot make its rows (here: each one raises) exits non-zero:
-    the thread makes them itself, in their place; nothing lost or reordered."""
-    monkeypatch.setattr(forked, "FORK_RECORDS", 500)
+@FORMATS
+def test_a_child_that_fails_has_its_rows_made_by_the_thread(monkeypatch, reporter_type):
+    """A child that cannot make its rows (here: some of them raise) exits
+    non-zero: the thread makes them itself, in their place, from the reporter
+    as that child had it (Chrome's tracks, flows and line breaks, past which
+    the later children were made); nothing lost or reordered."""
+    monkeypatch.setattr(forked, "FORK_RECORDS", 300)
+    monkeypatch.setattr(forked, "MIN_FORK", 150)
     recs, marks = trace(4, 6_000)
-    batches = [(recs[a:a + 600], marks[a:a + 600]) for a in range(0, len(recs), 600)]
-    here, _, _ = written(JsonlReporter, batches, 0)
+    batches = [(recs[a:a + 200], marks[a:a + 200]) for a in range(0, len(recs), 200)]
+    here, here_lines, _ = written(reporter_type, batches, 0)
+    works = reporter_type.rows_data
 
-    def broken(self, *args):
-        raise RuntimeError("a child's failure")
-    monkeypatch.setattr(JsonlReporter, "rows_data", broken)
-    there, _, rows = written(JsonlReporter, batches, 2)
-    assert rows.failed >= 3 and rows.forked == 0
-    assert there == here
+    def broken(self, records, *args):
+        if records[0][0] // 5_000 % 7 < 3:  # (by the first call's time: some children)
+            raise RuntimeError("a child's failure")
+        return works(self, records, *args)
+    monkeypatch.setattr(reporter_type, "rows_data", broken)
+    there, there_lines, rows = written(reporter_type, batches, 2)
+    assert rows.failed >= 3 and rows.forked >= 3
+    assert there == here and there_lines == here_lines
 
 
 def test_a_child_holds_none_of_the_session_s_descriptors(monkeypatch):
