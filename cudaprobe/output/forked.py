@@ -11,6 +11,10 @@ writes them into a memfd and exits. Up to `workers` children run at once;
 their rows go to the output in the order the records came, by the writing
 thread, as the thread's own rows do. A child that fails has its records'
 rows made by the thread instead: nothing is lost, nothing is out of order.
+JSONL's and CSV's rows stand alone; Chrome's depend on the events before
+them (tracks named once, flows numbered in turn), so once a child is
+forked the thread moves the reporter past its records (Reporter.advance),
+keeping the state that child began from for its rows should it fail.
 
 A child changes nothing the thread keeps. So what making a row learns is
 learnt by the thread first (`_prepare`): each process's first sight (its
