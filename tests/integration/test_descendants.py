@@ -303,6 +303,54 @@ def test_a_child_forked_without_exec_is_held_until_its_links_are_in(tmp_path, li
     assert summary["lost_total"] == 0 and summary["processes_traced"] == 17
 
 
+def _tracer(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("TracerPid:")).split()[1])
+
+
+def test_a_debugger_attaches_to_a_held_child_once_it_runs(tmp_path, libcudart):
+    """A child held in its fork is let go as its links are in, before it runs
+    its own code: by its first line no tracer is left on it (TracerPid 0), and
+    a debugger attaches to it as without cudaprobe (strace -p), sees it fork
+    its grandchild (held and traced in its turn) and exit with its own status;
+    every call of the three processes is traced, and the tree's statuses are
+    their own."""
+    exe = build_workload("fork_calls.c")
+    gate, printed, status = tmp_path / "gate", tmp_path / "printed", tmp_path / "status"
+    os.mkfifo(gate)
+    out, seen = tmp_path / "calls.jsonl", tmp_path / "strace.txt"
+    env, mark = marked(dict(os.environ, CUDAPROBE_FORK_HOLD_MS="2000",
+                            FORK_CALLS_GATE=str(gate)))
+    script = f"'{exe}' 1 3 seq 2> '{printed}'; echo $? > '{status}'"
+    proc = subprocess.Popen(cudaprobe_cmd("trace", "--lib", str(libcudart), "-e", "cudaMalloc",
+                                          "-o", str(out), "--", "sh", "-c", script),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    strace = None
+    try:
+        child = int(_wait_for(printed, r'"pid":(\d+),"size":1001', proc).group(1))
+        assert _tracer(child) == 0  # let go: it waits at the gate on its own
+        strace = subprocess.Popen(["strace", "-p", str(child), "-o", str(seen), "-e",
+                                   "trace=clone,clone3,fork,wait4,exit_group"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + HANG_S
+        while _tracer(child) != strace.pid:
+            assert strace.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        with open(gate, "wb") as f:  # on it goes, the debugger on it
+            f.write(b"x")
+        assert strace.wait(timeout=HANG_S) == 0
+        assert "+++ exited with 1 +++" in seen.read_text(), seen.read_text()
+        assert proc.wait(timeout=HANG_S) == 0
+        err = proc.stderr.read().decode()
+        assert status.read_text().strip() == "0"  # statuses their own, no stop seen
+        said, summary, by_pid = _each_exact(out, printed.read_text())
+        assert len(said) == 3 and child in by_pid
+        assert {p["pid"]: p["calls"] for p in said} == dict(by_pid), err
+        assert summary["lost_total"] == 0 and summary["processes_traced"] == 4  # sh too
+    finally:
+        _kill_workloads(mark, proc.pid, strace.pid if strace else 0)
+
+
 def test_children_forked_at_once_are_each_traced_or_said(tmp_path, libcudart):
     """The same, six children forked in a row with no wait, by two threads:
     on a machine with few cores, some may wait longer than the bound to be

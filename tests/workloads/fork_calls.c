@@ -12,7 +12,9 @@
  *   which exits 0 if all were as expected (3: a status, 4: a stop seen by
  *   wait, 5: a SIGCHLD other than an exit).
  * Each process prints a JSON line on stderr: {"pid":..,"size":..,"calls":..},
- * size being its first call's.
+ * size being its first call's. With FORK_CALLS_GATE=FIFO in the environment,
+ * each child opens that FIFO after its calls and reads a byte from it before
+ * it forks its grandchild (a test attaches a debugger to it meanwhile).
  */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -21,6 +23,7 @@
 #include <string.h>
 #include <stdlib.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -62,6 +65,14 @@ static void calls(long first)
 static void child(int c)
 {
 	calls(1000L * c + 1);
+	const char *gate = getenv("FORK_CALLS_GATE");
+	if (gate) {
+		char byte;
+		int fd = open(gate, O_RDONLY);
+		if (fd < 0 || read(fd, &byte, 1) != 1)
+			_exit(91);
+		close(fd);
+	}
 	pid_t g = fork();
 	if (g == 0) {
 		calls(1000L * c + 501);
