@@ -51,6 +51,7 @@ HOLD_LOOKS = 50  # looks (polls) a process mapping a probed library is tried for
 MAX_FORK_HOLD_MS = 2000.0  # CUDAPROBE_FORK_HOLD_MS's most
 LET_GO_WAIT_S = 0.5  # Ctrl-Z: how long the fork thread has to let its seized children go
 FORK_THREAD_LOOKS = 3  # looks a child the fork thread has is left to it (its record lost?)
+GONE_KEPT = 4096  # processes gone that mapped a probed library, kept for their children
 
 
 class LinkCloser:
@@ -147,6 +148,9 @@ class Attacher:
         # of a process mapping one gone before their links were in: (pid, parent)
         self._forks: ForkWatch | None = None
         self._mapping: set[int] = set()
+        # those gone, the latest GONE_KEPT: a child's record may come after its
+        # parent is gone (the fork thread behind a burst), and must still be said
+        self._mapped_gone: dict[int, None] = {}
         self._forked: list[int] = []
         self.unprobed: list[tuple[int, int]] = []
         self.fork_parent: dict[int, int] = {}  # a child linked at its making -> its parent
@@ -510,7 +514,7 @@ class Attacher:
         held = False
         try:
             with self._lock:
-                mapping = parent in self._mapping
+                mapping = parent in self._mapping or parent in self._mapped_gone
                 if mapping:  # it shares them (and so will its own children)
                     self._mapping.add(child)
                 if self._bpf is None or child in self._pid_links:
@@ -577,7 +581,11 @@ class Attacher:
             links = self._pid_links.pop(pid, [])
             # what is kept of it: a gone process makes no more children (its age
             # when linked stays until a child linked at its making is told)
-            self._mapping.discard(pid)
+            if pid in self._mapping:
+                self._mapping.discard(pid)
+                if len(self._mapped_gone) >= GONE_KEPT:
+                    del self._mapped_gone[next(iter(self._mapped_gone))]
+                self._mapped_gone[pid] = None
             self._hold_wanted.pop(pid, None)
             self._late_looks.pop(pid, None)
             self.fork_parent.pop(pid, None)

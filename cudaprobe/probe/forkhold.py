@@ -133,6 +133,16 @@ def program(map_fd: int, hold_ns: int = int(SEIZE_WAIT_S * 1e9)) -> tuple[bytes,
             code += [_insn(MOV_IMM, 1, imm=LOOP_MAX), _ld64(2, 4, cb_at - at - 2),
                      _insn(MOV_REG, 3, 10), _insn(ADD_IMM, 3, imm=-16),
                      _insn(MOV_IMM, 4, imm=0), _insn(CALL, imm=_LOOP)]
+        # the loops' iterations spent before the deadline (a long bound): waiting
+        # still, the key out, as past the deadline (WAITING means in here)
+        at = sum(len(c) for c in code) // 8
+        code += [_ld64(1, 1, map_fd), _insn(MOV_REG, 2, 10), _insn(ADD_IMM, 2, imm=-16),
+                 _insn(CALL, imm=_LOOKUP),
+                 _insn(JEQ_IMM, 0, 0, out_at - (at + 6)),     # let go already
+                 _insn(LDX_DW, 1, 0, 0),
+                 _insn(JNE_IMM, 1, 0, out_at - (at + 8), WAITING),  # seized meanwhile
+                 _ld64(1, 1, map_fd), _insn(MOV_REG, 2, 10), _insn(ADD_IMM, 2, imm=-16),
+                 _insn(CALL, imm=_DELETE)]
         return code + [_insn(MOV_IMM, 0, imm=0), _insn(EXIT),  # out
                        _insn(ST_DW, 0, 0, 0, PASSED),          # passed (r0: the value)
                        _insn(MOV_IMM, 0, imm=0), _insn(EXIT)]

@@ -27,6 +27,7 @@ import pytest
 
 from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 from .conftest import run_cudaprobe
+from .running import Tracing
 
 PERF = dict(os.environ, CUDAPROBE_ATTACH="perf")
 STEADY_EVENTS = "cudaGetDeviceCount,cudaMalloc,cudaFree"
@@ -349,6 +350,94 @@ def test_a_debugger_attaches_to_a_held_child_once_it_runs(tmp_path, libcudart):
         assert summary["lost_total"] == 0 and summary["processes_traced"] == 4  # sh too
     finally:
         _kill_workloads(mark, proc.pid, strace.pid if strace else 0)
+
+
+def test_children_a_pid_target_forks_after_the_attach_are_held(tmp_path, libcudart,
+                                                              monkeypatch):
+    """`--pid P` attached to fork_calls after its first call; then it forks four
+    children one at a time (two from a second thread), each calling at once
+    and forking a grandchild that does the same: each is held in its fork
+    until its links are in, so every call of the eight is traced from its
+    first; P's call before the attach is not, and is said; P's status is its
+    own (no stop seen, no SIGCHLD but for exits)."""
+    exe = build_workload("fork_calls.c")
+    start, printed = tmp_path / "start", tmp_path / "printed"
+    os.mkfifo(start)
+    monkeypatch.setenv("CUDAPROBE_FORK_HOLD_MS", "2000")  # seized in time under any load
+    env, mark = marked(dict(os.environ, FORK_CALLS_START=str(start)))
+    with open(printed, "wb") as err:
+        app = subprocess.Popen([str(exe), "4", "3", "seq"], stdout=subprocess.DEVNULL,
+                               stderr=err, env=env)
+    tracing = None
+    try:
+        _wait_for(printed, r'"size":1,', app)  # its first call made: now at the FIFO
+        tracing = Tracing(tmp_path, "--lib", str(libcudart), "-e", "cudaMalloc",
+                          "--pid", str(app.pid))
+        tracing.wait_for("attached to")
+        with open(start, "wb") as f:
+            f.write(b"x")
+        assert app.wait(timeout=HANG_S) == 0  # statuses their own, no stop seen
+        rows, summary, err = tracing.finish()
+        said = [json.loads(t) for t in printed.read_text().splitlines() if t.startswith("{")]
+        assert len(said) == 1 + 4 + 4
+        by_pid = Counter(r["pid"] for r in rows)
+        assert {p["pid"]: p["calls"] for p in said[1:]} == dict(by_pid), err
+        first = {r["pid"]: r["args"]["size"] for r in reversed(rows)}
+        assert first == {p["pid"]: p["size"] for p in said[1:]}  # from each one's first
+        assert [u["pid"] for u in summary["untraced"]] == [app.pid]  # its call before
+        assert summary["lost_total"] == 0
+    finally:
+        _kill_workloads(mark, app.pid, tracing.proc.pid if tracing else 0)
+
+
+def test_a_child_whose_wait_outlasts_its_hold_is_said(tmp_path, libcudart):
+    """cudaprobe stopped (SIGSTOP: no handler lets the children go) as
+    fork_calls forks a child: the child waits in its fork for as long as the
+    hold's wait can spin (under the 2 s bound asked for here), then goes on by
+    itself: its calls made, it waits at a FIFO, alive. cudaprobe goes on and
+    seizes it then: it must not take it for held (its key no longer says it
+    waits), so it is said, with its span, not counted as traced from its first
+    call; its grandchild, forked once cudaprobe runs again, is held and whole."""
+    exe = build_workload("fork_calls.c")
+    start, gate, printed, status = (tmp_path / n for n in ("start", "gate", "printed",
+                                                           "status"))
+    os.mkfifo(start)
+    os.mkfifo(gate)
+    out = tmp_path / "calls.jsonl"
+    env, mark = marked(dict(os.environ, CUDAPROBE_FORK_HOLD_MS="2000",
+                            FORK_CALLS_START=str(start), FORK_CALLS_GATE=str(gate)))
+    script = f"'{exe}' 1 3 seq 2> '{printed}'; echo $? > '{status}'"
+    proc = subprocess.Popen(cudaprobe_cmd("trace", "--lib", str(libcudart), "-e", "cudaMalloc",
+                                          "-o", str(out), "--", "sh", "-c", script),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    try:
+        _wait_for(printed, r'"size":1,', proc)  # at the start FIFO, linked
+        os.kill(proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + HANG_S
+        while _state(proc.pid) != b"T":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        with open(start, "wb") as f:
+            f.write(b"x")
+        child = int(_wait_for(printed, r'"pid":(\d+),"size":1001', None).group(1))
+        # alive when seized: at the gate FIFO, or waiting for its grandchild, which
+        # is held until cudaprobe has taken the child's record (it comes first)
+        os.kill(proc.pid, signal.SIGCONT)
+        with open(gate, "wb") as f:
+            f.write(b"x")
+        assert proc.wait(timeout=HANG_S) == 0
+        err = proc.stderr.read().decode()
+        assert status.read_text().strip() == "0", err
+        said, summary, by_pid = _each_exact(out, printed.read_text())
+        untraced = {u["pid"] for u in summary["untraced"]}
+        assert len(said) == 3
+        assert by_pid[child] < 3 and child in untraced, err  # its calls before: said
+        for p in said:
+            assert by_pid[p["pid"]] == p["calls"] or p["pid"] in untraced, (p, err)
+        grandchild = said[2]["pid"]
+        assert by_pid[grandchild] == 3 and grandchild not in untraced, err
+    finally:
+        _kill_workloads(mark, proc.pid)
 
 
 def test_children_forked_at_once_are_each_traced_or_said(tmp_path, libcudart):

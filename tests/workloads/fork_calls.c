@@ -15,6 +15,8 @@
  * size being its first call's. With FORK_CALLS_GATE=FIFO in the environment,
  * each child opens that FIFO after its calls and reads a byte from it before
  * it forks its grandchild (a test attaches a debugger to it meanwhile).
+ * With FORK_CALLS_START=FIFO, the parent reads a byte from that FIFO after
+ * its first call, before it forks (a test attaches with --pid meanwhile).
  */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -62,17 +64,25 @@ static void calls(long first)
 }
 
 /* the child's whole life: its calls, a grandchild's, their statuses */
+/* a byte read from the FIFO the environment's `name` gives, if it gives one */
+static int wait_at(const char *name)
+{
+	const char *path = getenv(name);
+	if (!path)
+		return 0;
+	char byte;
+	int fd = open(path, O_RDONLY);
+	int ok = fd >= 0 && read(fd, &byte, 1) == 1;
+	if (fd >= 0)
+		close(fd);
+	return ok ? 0 : -1;
+}
+
 static void child(int c)
 {
 	calls(1000L * c + 1);
-	const char *gate = getenv("FORK_CALLS_GATE");
-	if (gate) {
-		char byte;
-		int fd = open(gate, O_RDONLY);
-		if (fd < 0 || read(fd, &byte, 1) != 1)
-			_exit(91);
-		close(fd);
-	}
+	if (wait_at("FORK_CALLS_GATE"))
+		_exit(91);
 	pid_t g = fork();
 	if (g == 0) {
 		calls(1000L * c + 501);
@@ -117,6 +127,8 @@ int main(int argc, char **argv)
 	n = 1;
 	calls(1);
 	n = one;
+	if (wait_at("FORK_CALLS_START"))
+		return 71;
 	for (int c = 1; c <= children; c++) {
 		if (c % 2 == 0) {
 			pthread_t t;
