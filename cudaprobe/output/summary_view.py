@@ -37,7 +37,8 @@ def span_text(seconds: float) -> str:
 def describe_span(u: Untraced) -> str:
     """What one span not traced left out, in a sentence."""
     if u.before == ATTACH:
-        return (f"pid {u.pid} ({u.process}) ran {span_text(u.seconds)} before the "
+        ran = f"ran {span_text(u.seconds)}" if u.seconds else "ran for a time not known"
+        return (f"pid {u.pid} ({u.process}) {ran} before the "
                 "attach: its calls until then, and those under way then, are not included")
     if u.before == GONE_UNPROBED:
         return (f"pid {u.pid} ({u.process}), a child of pid {u.parent} sharing its CUDA "

@@ -91,8 +91,8 @@ class Follower:
         if seconds is None:
             try:
                 seconds = process_age_s(pid)
-            except ProcessGone:
-                return
+            except ProcessGone:  # gone as it was linked: said all the same, its span
+                seconds = 0.0  # not known
         self.summary.untraced.append(Untraced(pid, name, seconds, ATTACH))
 
     def step(self) -> bool:

@@ -89,6 +89,16 @@ def test_a_span_of_a_child_linked_at_its_making_is_said_to_the_microsecond():
     assert "pid 43 (python) ran 0.42ms before the attach" in rendered(s)
 
 
+def test_a_span_not_timed_is_said_without_a_length():
+    """A child gone as it was linked (its age no longer readable): its span is
+    still said, with no length made up."""
+    s = rows_seen()
+    s.untraced = [Untraced(44, "python", 0.0, ATTACH)]
+    assert s.to_dict()["untraced"][0]["up_to_s"] == 0
+    assert ("pid 44 (python) ran for a time not known before the attach: its calls until "
+            "then") in rendered(s)
+
+
 def test_nothing_missed_says_nothing():
     s = rows_seen()
     assert s.to_dict()["untraced"] == []
