@@ -22,16 +22,18 @@ for tree in ${BEFORE:+"$BEFORE"} "$here"; do
   label=$([ "$tree" = "$here" ] && echo this || echo before)
   (cd "$tree" && PYTHONPATH=$tree:$PYTHONPATH python3 -m cudaprobe trace -e cudaLaunchKernel \
     -o $d/out.$fmt --force -- sh -c \
-    "date +%s.%N > $d/started; for i in \$(seq $PROCS); do $here/build/named_launches $N > /dev/null & done; wait; date +%s.%N > $d/exited" \
+    "date +%s.%N > $d/started; for i in \$(seq $PROCS); do $here/build/named_launches $N > /dev/null & done; wait; date +%s.%N > $d/exited; wc -l < $d/out.$fmt > $d/lines_at_exit" \
     2> $d/err)
   end=$(date +%s.%N)
   rows=$(grep -o '[0-9]* calls in' $d/err | tail -1 | cut -d' ' -f1)
   lost=$(grep -o '[0-9]* lost' $d/err | tail -1)
   python3 -c "
 s, e, x, r = float(open('$d/started').read()), float('$end'), float(open('$d/exited').read()), int('${rows:-0}')
+w = min(r, int(open('$d/lines_at_exit').read() or 0))  # (Chrome: events a line; buffered rows count as left)
 print(f'$label $fmt: {r:,} rows ($lost) from $PROCS programs at once; they ran {x - s:.2f} s traced '
       f'({r / (x - s):,.0f} calls a second made), cudaprobe ended {e - x:.2f} s after them: '
-      f'{r / (e - s):,.0f} rows a second written from their start')" | tee -a "$txt"
+      f'{r / (e - s):,.0f} rows a second written from their start; '
+      f'{r - w:,} rows left at their exit written in {e - x:.2f} s: {(r - w) / (e - x):,.0f} a second')" | tee -a "$txt"
   rm -f $d/out.$fmt
 done
 done
