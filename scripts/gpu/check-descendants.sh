@@ -13,7 +13,10 @@
 #             --wait attached while the first runs: the two started after it, whole
 #   compile   cudaprobe trace -- bash -c 'python torch.compile model': each process counted,
 #             and the same python alone (the differences it has there too: cuBLAS's static runtime)
-# PARTS (default "two loader torchrun pid") picks some; "gputime" adds
+# PARTS (default "two loader torchrun pid") picks some; "forkloader": a training loop
+# whose DataLoader forks its 4 workers each epoch (fork_loader.py), alone, under trace
+# and with trace --pid -d 6 attached after epoch 2: its losses bit for bit, its epochs'
+# seconds, the workers' processes; "gputime" adds
 # trace --gpu-time -- bash -c 'python mlp; python gemm': each process's launches with GPU time;
 # "pidgpu": trace --pid BASH --gpu-time of a bash loop started alone, whose later children
 # (event_kernels, launching from its first call and timing each kernel with CUDA events,
@@ -204,6 +207,45 @@ for path in sys.argv[1:]:
         lines[f"torch_workloads.py:{user[0]['line']}" if user else "(none)"] += 1
     print(f"{path.rsplit('/', 1)[1]}: {len(launches)} launches, {len(main)} on the main "
           f"thread, by line: {dict(lines.most_common(6))}")
+PY
+fi
+if [[ $PARTS == *" forkloader "* ]]; then  # a DataLoader's forked workers, held each epoch
+  echo "step forkloader" >&2
+  d=/tmp/desc-fl; rm -rf "$d"; mkdir -p "$d"
+  FL="$TORCH_PY scripts/gpu/fork_loader.py --epochs 12 --workers 4"
+  echo "== forkloader: $FL alone, under trace, and with trace --pid -d 6 attached after epoch 2" >> "$txt"
+  $FL > "$d/alone.out" 2> "$d/alone.err"; echo "alone: exit $?" >> "$txt"
+  timeout -k 10 300 python3 -m cudaprobe trace -f jsonl -o "$d/launched.jsonl" --force -- $FL \
+    > "$d/launched.out" 2> "$d/launched.err"
+  echo "launched: exit $?" >> "$txt"
+  $FL > "$d/attached.out" 2> "$d/attached.err" &
+  fl=$!
+  until grep -q '"epoch": 2' "$d/attached.out" 2>/dev/null; do sleep 0.1; done
+  timeout -k 10 120 python3 -m cudaprobe trace --pid $fl -d 6 -f jsonl -o "$d/attached.jsonl" \
+    --force 2> "$d/attached-trace.err"
+  echo "attached trace: exit $?" >> "$txt"
+  wait $fl; echo "attached workload: exit $?" >> "$txt"
+  for r in launched attached; do
+    grep -E "processes traced|calls in|not traced" "$d/$r.err" "$d/$r-trace.err" 2>/dev/null \
+      | sed "s|^|$r: |" | head -6 >> "$txt"
+  done
+  python3 - "$d" >> "$txt" <<'PY'
+import collections, json, os, statistics, sys
+d = sys.argv[1]
+def epochs(name):
+    return [json.loads(l) for l in open(os.path.join(d, name)) if l.startswith("{")]
+alone = epochs("alone.out")
+for run in ("launched", "attached"):
+    got = epochs(run + ".out")
+    same = [a["loss"] == b["loss"] for a, b in zip(alone, got)]
+    rows = [json.loads(l) for l in open(os.path.join(d, run + ".jsonl"))]
+    by_pid = collections.Counter(r["pid"] for r in rows if "pid" in r)
+    s = rows[-1]["summary"]
+    print(f"{run}: {len(got)} of {len(alone)} epochs, losses bit-identical: {all(same) and len(got) == len(alone)} "
+          f"({sum(same)}); epoch seconds median {statistics.median(e['seconds'] for e in got):.3f} "
+          f"against {statistics.median(e['seconds'] for e in alone):.3f} alone; rows {len(rows) - 1}, "
+          f"lost {s.get('lost_total')}, processes traced {s.get('processes_traced')}, processes with rows "
+          f"{len(by_pid)}, spans not traced {len(s.get('untraced') or [])}")
 PY
 fi
 [[ $PARTS == *" pid "* ]] || exit 0
