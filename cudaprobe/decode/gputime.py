@@ -30,6 +30,7 @@ on is added to its GPU and API timestamps alike.
 from __future__ import annotations
 
 import bisect
+import json
 import os
 import random
 import re
@@ -99,6 +100,21 @@ class GpuWork:
 def gpu_span_ns(work: list[GpuWork]) -> int:
     """From the first start to the last end of a call's GPU work."""
     return max(w.end_ns for w in work) - min(w.start_ns for w in work)
+
+
+# compact JSON, as output/recordtext.py's encode writes it
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, check_circular=False).encode
+
+
+def gpu_json(work: list[GpuWork]) -> str:
+    """gpu_object's JSON text (compact, as recordtext.encode writes it): a
+    single kernel, the most common, spelt directly."""
+    if len(work) == 1 and work[0].kind == "kernel":
+        w = work[0]
+        return (f'{{"kind":"kernel","start_ns":{w.start_ns},"duration_ns":'
+                f'{w.end_ns - w.start_ns},"device":{w.device},"stream":{w.stream},'
+                f'"context":{w.context}}}')
+    return _encode(gpu_object(work))
 
 
 def gpu_object(work: list[GpuWork]) -> dict[str, Any]:

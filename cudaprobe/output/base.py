@@ -36,6 +36,11 @@ class Reporter:
     def calls(self, calls: list[Call]) -> None:
         raise NotImplementedError
 
+    def held_calls(self, calls: list[Call], decoder: RecordDecoder) -> None:
+        """Calls made of `decoder`'s records and held until the end (--gpu-time:
+        each given its GPU work): as calls() writes them."""
+        self.calls(calls)
+
     def state(self) -> object:
         """What making rows changes in the reporter, copied (output.forked keeps it
         for rows it may have to make again): nothing for rows that stand alone."""

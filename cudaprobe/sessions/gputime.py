@@ -22,6 +22,7 @@ from typing import Callable
 from cudaprobe.analysis.gpulines import LineJoin
 from cudaprobe.decode.calls import Call
 from cudaprobe.decode.gputime import GpuReader, GpuWork, join_work, say_shifts
+from cudaprobe.decode.records import RecordDecoder
 from cudaprobe.errors import UsageError
 from cudaprobe.output.formats import Reporter
 from cudaprobe.sessions.gputime_attach import GpuTimeAttach, say_outcome
@@ -135,7 +136,7 @@ class GpuTimeRows:
         self.on_gpu_work(self.gpu.poll())
         return True
 
-    def finish(self, reporter: Reporter) -> None:
+    def finish(self, reporter: Reporter, decoder: RecordDecoder) -> None:
         """The command has exited: its GPU work joined to the rows held, which go
         to `reporter`; or (serve) the last of the work, and what came of it, said."""
         if self._held is None:
@@ -157,7 +158,7 @@ class GpuTimeRows:
                 + (f"; {joined.outside} made by calls before or after the traced window (the "
                    "recording spans the attach and the stop)" if joined.outside else ""))
         if held:
-            reporter.calls(held)
+            reporter.held_calls(held, decoder)
 
     def close(self) -> None:
         self.gpu.close()

@@ -344,7 +344,7 @@ class TraceSession:
         self.summary.in_flight = in_flight
         self._report_last(in_flight)
         if self._gpu is not None:
-            self._gpu.finish(self.reporter)
+            self._gpu.finish(self.reporter, self._records)
         # calls, errors and latency as the kernel counted them: exact when rows were lost
         self.summary.take_kernel_counts(self.plan.probes, tracer.maps.read_tally())
         lost = tracer.counters()

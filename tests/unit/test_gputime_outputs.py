@@ -12,13 +12,18 @@ from cudaprobe.analysis.gpustats import gpu_stats
 from cudaprobe.analysis.stats import StatsReport
 from cudaprobe.analysis.summary import Summary
 from cudaprobe.decode.gputime import ApiCall, GpuWork, join
+from cudaprobe.decode.handles import KernelHandles
+from cudaprobe.decode.records import RecordDecoder
 from cudaprobe.output.chrome import GPU_PID_BASE, LAUNCH_FLOW_CATEGORY
 from cudaprobe.output.formats import REPORTERS
 from cudaprobe.output.stats_view import render_stats
 from cudaprobe.output.table import TableReporter, make_console
 
 from .. import chrome_check
+from .eventbuild import EVERY_PROBE
 from .test_chrome import T0, call
+from .test_decoders import T0 as RT0
+from .test_decoders import Collected, timed
 
 VECADD = "_Z6vecAddPKfS0_Pfi"
 
@@ -130,3 +135,44 @@ def test_stats_per_kernel_and_per_copy_kind():
     assert "3.00 GB/s" in text and "CUPTI dropped 3" in text
     assert "gpu" not in StatsReport([]).to_dict()
 
+
+
+def test_held_calls_are_written_as_calls_writes_them():
+    """--gpu-time's rows, held to the end and written from their records
+    (JsonlReporter.held_calls), byte for byte as calls() writes the same Calls:
+    launches with one kernel, with two (a graph), a copy, calls with no GPU
+    work, a call decoded already, and a process whose rank became known after
+    some of its calls were made (those keep no rank, as calls() writes them)."""
+    by = {p.symbol: p for p in EVERY_PROBE}
+    launch, malloc = by["cudaLaunchKernel"].func_id, by["cudaMalloc"].func_id
+    decoder = RecordDecoder(EVERY_PROBE, RT0, handles=KernelHandles())
+    recs = [timed(launch, [0xF001, 4, 1, 1, 256, 1, 1, 0, 0, 0, 0], RT0 + 5_000 * i, 1_000,
+                  1 + i % 2, 7 + i % 2) if i % 3 else
+            timed(malloc, [0x1000 + i, 64 * i], RT0 + 5_000 * i, 1_000, 1, 7 + i % 2)
+            for i in range(60)]
+    calls = decoder.calls(recs[:30])
+    decoder.ranks._set(8, 1, 2)  # pid 8's rank, known from here on
+    calls += decoder.calls(recs[30:])
+    assert calls[4].args  # decoded already: written the long way in both
+    for i, c in enumerate(calls):
+        if c.event != "cudaLaunchKernel":
+            continue
+        kernels = 2 if i % 5 == 0 else 1
+        c.gpu = [GpuWork(c.pid, "kernel", c.ts_ns + 50_000 + 3_000 * k,
+                         c.ts_ns + 52_000 + 3_000 * k, 0, 1, 7, i * 10 + k, VECADD)
+                 for k in range(kernels)]
+    calls[3].gpu = [GpuWork(calls[3].pid, "memcpy", calls[3].ts_ns + 9_000,
+                            calls[3].ts_ns + 9_500, 0, 1, 7, 999, "HtoD", 64)]
+    written = []
+    for held in (False, True):
+        out = Collected()
+        r = REPORTERS["jsonl"](out, gpu_time=True)
+        r.start()
+        r.held_calls(calls, decoder) if held else r.calls(calls)
+        out.flush()
+        written.append((bytes(out.data), out.counted))
+    assert written[0] == written[1]
+    lines = [json.loads(line) for line in written[1][0].splitlines()]
+    assert len(lines) == 60 and sum("gpu" in x for x in lines) == 41
+    assert {x.get("rank") for x in lines if x["pid"] == 8} == {None, 1}
+    assert {x["gpu"].get("count") for x in lines if "gpu" in x} == {None, 2}
