@@ -53,7 +53,7 @@ class JsonlReporter(Reporter):
         """As calls() writes them, byte for byte, but each call not decoded yet
         (most) written from its record by the probe's row maker, its `gpu`
         object spelt directly (gpu_json): several times faster than a line made
-        from the Call (tests/unit/test_gputime_rows.py checks the two agree)."""
+        from the Call (tests/unit/test_gputime_outputs.py checks the two agree)."""
         rank_json, out = decoder.ranks.json, []
         for c in calls:
             lazy = c.lazy
