@@ -72,6 +72,17 @@ class Call:
         self.rank: int | None = None
         self.world_size: int | None = None
 
+    @property
+    def as_recorded(self) -> tuple[Any, tuple] | None:
+        """(decoder, record) of a call whose row its record alone makes, as the
+        formats' row makers write it: not decoded, nothing assigned, ended;
+        None for any other."""
+        lazy = self.lazy
+        if (lazy is None or self._args is not None or self._details is not None
+                or self.duration_ns is None or self.event is not lazy[0].event):
+            return None
+        return lazy
+
     def _decode(self) -> None:
         decoder, record = self.lazy
         args, details = decoder.args_details(record)

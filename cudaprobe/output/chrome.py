@@ -358,9 +358,8 @@ class ChromeReporter(Reporter):
         """The slice of a call not decoded yet, straight from its record: the text
         _encode(self._slice(c)) would be (tests/unit/test_decoders.py checks, byte
         for byte), as row_maker writes it; None for a call that goes the long way."""
-        lazy = c.lazy
-        if (lazy is None or c._args is not None or c._details is not None
-                or c.duration_ns is None or c.py_stack is not None or c.event is not lazy[0].event):
+        lazy = c.as_recorded
+        if lazy is None or c.py_stack is not None:
             return None
         d, rec = lazy
         parts_of, cat = self._probe_slices(d)

@@ -56,10 +56,9 @@ class JsonlReporter(Reporter):
         from the Call (tests/unit/test_gputime_outputs.py checks the two agree)."""
         rank_json, out = decoder.ranks.json, []
         for c in calls:
-            lazy = c.lazy
-            if (lazy is not None and c._args is None and c._details is None
-                    and c.duration_ns is not None and c.event is lazy[0].event
-                    and c.py_stack is None and (c.rank is not None or c.pid not in rank_json)):
+            lazy = c.as_recorded
+            if (lazy is not None and c.py_stack is None
+                    and (c.rank is not None or c.pid not in rank_json)):
                 rec = lazy[1]
                 line = decoder.maker(rec[R_FUNC_ID], self)(rec, c.depth, c.parent)
             else:
@@ -136,9 +135,8 @@ class JsonlReporter(Reporter):
     def json_line(self, call: Call) -> str:
         """The call's JSONL line (no newline), as json.dumps(call.to_dict()) writes
         it; the arguments formatted from the record for a Call not decoded yet."""
-        lazy = call.lazy
-        if (lazy is not None and call._args is None and call._details is None
-                and call.duration_ns is not None and call.event is lazy[0].event):
+        lazy = call.as_recorded
+        if lazy is not None:
             d, rec = lazy
             json_details = self._json_details.get(d)
             if json_details is None:
