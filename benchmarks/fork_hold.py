@@ -20,14 +20,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import REPO, cudaprobe  # noqa: E402
-from process_loop import loop_ns  # noqa: E402
+from bench import REPO  # noqa: E402
+from process_loop import traced, untraced  # noqa: E402
 
 sys.path.insert(0, str(REPO))
 from tests.conftest import build_workload  # noqa: E402
@@ -41,14 +40,9 @@ def script(app: str, children: int) -> str:
 def run(cmd: str, tmp: Path, hold_ms: str | None) -> tuple[int, int | None]:
     """(ns, calls counted or None untraced)."""
     if hold_ms is None:
-        p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, check=True)
-        return loop_ns(p.stdout), None
-    out = tmp / "t.jsonl"
-    env = dict(os.environ, CUDAPROBE_FORK_HOLD_MS=hold_ms)
-    p = subprocess.run(cudaprobe("trace", "-e", "cudaMalloc", "-o", str(out), "--force", "--",
-                                 "bash", "-c", cmd),
-                       capture_output=True, text=True, check=True, env=env)
-    return loop_ns(p.stdout), json.loads(out.read_text().splitlines()[-1])["summary"]["calls"]
+        return untraced(cmd), None
+    return traced(cmd, tmp, "-e", "cudaMalloc",
+                  env=dict(os.environ, CUDAPROBE_FORK_HOLD_MS=hold_ms))
 
 
 def main() -> None:

@@ -55,11 +55,13 @@ def untraced(script: str) -> int:
                                   check=True).stdout)
 
 
-def traced(script: str, tmp: Path) -> tuple[int, int]:
-    """(loop ns, calls the trace counted)."""
+def traced(script: str, tmp: Path, *options: str,
+           env: dict[str, str] | None = None) -> tuple[int, int]:
+    """(loop ns, calls the trace counted); `options` given to `trace` too."""
     out = tmp / "t.jsonl"
-    p = subprocess.run(cudaprobe("trace", "-o", str(out), "--force", "--", "bash", "-c", script),
-                       capture_output=True, text=True, check=True)
+    p = subprocess.run(cudaprobe("trace", *options, "-o", str(out), "--force", "--", "bash",
+                                 "-c", script),
+                       capture_output=True, text=True, check=True, env=env)
     summary = json.loads(out.read_text().splitlines()[-1])["summary"]
     return loop_ns(p.stdout), summary["calls"]
 
