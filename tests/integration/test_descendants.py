@@ -316,16 +316,11 @@ def test_a_debugger_attaches_to_a_held_child_once_it_runs(tmp_path, libcudart):
     its grandchild (held and traced in its turn) and exit with its own status;
     every call of the three processes is traced, and the tree's statuses are
     their own."""
-    exe = build_workload("fork_calls.c")
-    gate, printed, status = tmp_path / "gate", tmp_path / "printed", tmp_path / "status"
+    gate, out, seen = tmp_path / "gate", tmp_path / "calls.jsonl", tmp_path / "strace.txt"
     os.mkfifo(gate)
-    out, seen = tmp_path / "calls.jsonl", tmp_path / "strace.txt"
-    env, mark = marked(dict(os.environ, CUDAPROBE_FORK_HOLD_MS="2000",
-                            FORK_CALLS_GATE=str(gate)))
-    script = f"'{exe}' 1 3 seq 2> '{printed}'; echo $? > '{status}'"
-    proc = subprocess.Popen(cudaprobe_cmd("trace", "--lib", str(libcudart), "-e", "cudaMalloc",
-                                          "-o", str(out), "--", "sh", "-c", script),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc, status, printed, mark = _trace_fork_calls(
+        tmp_path, libcudart, 1, 3,
+        dict(os.environ, CUDAPROBE_FORK_HOLD_MS="2000", FORK_CALLS_GATE=str(gate)))
     strace = None
     try:
         child = int(_wait_for(printed, r'"pid":(\d+),"size":1001', proc).group(1))
@@ -398,18 +393,12 @@ def test_a_child_whose_wait_outlasts_its_hold_is_said(tmp_path, libcudart):
     seizes it then: it must not take it for held (its key no longer says it
     waits), so it is said, with its span, not counted as traced from its first
     call; its grandchild, forked once cudaprobe runs again, is held and whole."""
-    exe = build_workload("fork_calls.c")
-    start, gate, printed, status = (tmp_path / n for n in ("start", "gate", "printed",
-                                                           "status"))
+    start, gate, out = tmp_path / "start", tmp_path / "gate", tmp_path / "calls.jsonl"
     os.mkfifo(start)
     os.mkfifo(gate)
-    out = tmp_path / "calls.jsonl"
-    env, mark = marked(dict(os.environ, CUDAPROBE_FORK_HOLD_MS="2000",
-                            FORK_CALLS_START=str(start), FORK_CALLS_GATE=str(gate)))
-    script = f"'{exe}' 1 3 seq 2> '{printed}'; echo $? > '{status}'"
-    proc = subprocess.Popen(cudaprobe_cmd("trace", "--lib", str(libcudart), "-e", "cudaMalloc",
-                                          "-o", str(out), "--", "sh", "-c", script),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc, status, printed, mark = _trace_fork_calls(
+        tmp_path, libcudart, 1, 3, dict(os.environ, CUDAPROBE_FORK_HOLD_MS="2000",
+                                        FORK_CALLS_START=str(start), FORK_CALLS_GATE=str(gate)))
     try:
         _wait_for(printed, r'"size":1,', proc)  # at the start FIFO, linked
         os.kill(proc.pid, signal.SIGSTOP)
@@ -459,20 +448,32 @@ def test_children_forked_at_once_are_each_traced_or_said(tmp_path, libcudart):
     assert summary["lost_total"] == 0
 
 
-def _trace_fork_calls(tmp_path: Path, libcudart: Path, children: int, **popen
+def _trace_fork_calls(tmp_path: Path, libcudart: Path, children: int, calls: int = 1,
+                      env: dict[str, str] | None = None, **popen
                       ) -> tuple[subprocess.Popen, Path, Path, str]:
-    """`trace -- sh -c 'fork_calls CHILDREN 1 seq; echo $?'` started: (cudaprobe,
-    the file the shell writes the status to, the file of what fork_calls
-    printed, the mark its processes carry)."""
+    """`trace -o calls.jsonl -- sh -c 'fork_calls CHILDREN CALLS seq; echo $?'`
+    started, with `env` (else this one's): (cudaprobe, the file the shell writes
+    the status to, the file of what fork_calls printed, the mark its processes
+    carry)."""
     exe = build_workload("fork_calls.c")
     status, printed = tmp_path / "status", tmp_path / "printed"
-    script = f"'{exe}' {children} 1 seq 2> '{printed}'; echo $? > '{status}'"
-    env, mark = marked()
+    script = f"'{exe}' {children} {calls} seq 2> '{printed}'; echo $? > '{status}'"
+    env, mark = marked(env)
     proc = subprocess.Popen(cudaprobe_cmd("trace", "--lib", str(libcudart), "-e", "cudaMalloc",
                                           "-o", str(tmp_path / "calls.jsonl"), "--",
                                           "sh", "-c", script),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, **popen)
     return proc, status, printed, mark
+
+
+def _tree_ended(status: Path, printed: Path, deadline: float) -> list[dict]:
+    """Once the shell has written fork_calls' status (by `deadline`): that it is
+    0, and the line each of its processes printed."""
+    while not status.exists() or not status.read_text().strip():
+        assert time.monotonic() < deadline, printed.read_text()[-500:]
+        time.sleep(0.05)
+    assert status.read_text().strip() == "0", printed.read_text()[-500:]
+    return [json.loads(t) for t in printed.read_text().splitlines() if t.startswith("{")]
 
 
 def test_kill_9_while_children_are_held_leaves_the_tree_whole(tmp_path, libcudart):
@@ -485,13 +486,7 @@ def test_kill_9_while_children_are_held_leaves_the_tree_whole(tmp_path, libcudar
         _wait_for(printed, r'"size":5001', None)  # children made, and held, by now
         proc.kill()
         proc.wait(timeout=HANG_S)
-        deadline = time.monotonic() + HANG_S
-        while not status.exists() or not status.read_text().strip():
-            assert time.monotonic() < deadline, printed.read_text()[-500:]
-            time.sleep(0.05)
-        assert status.read_text().strip() == "0", printed.read_text()[-500:]
-        lines = [json.loads(t) for t in printed.read_text().splitlines() if t.startswith("{")]
-        assert len(lines) == 1 + 300 + 300
+        assert len(_tree_ended(status, printed, time.monotonic() + HANG_S)) == 1 + 300 + 300
     finally:
         _kill_workloads(mark, proc.pid)
 
@@ -520,12 +515,7 @@ def test_ctrl_z_lets_every_held_child_go(tmp_path, libcudart):
         while _state(proc.pid) != b"T":  # (its handler lets the children go first)
             assert time.monotonic() < deadline, _state(proc.pid)
             time.sleep(0.01)
-        while not status.exists() or not status.read_text().strip():
-            assert time.monotonic() < deadline, printed.read_text()[-500:]
-            time.sleep(0.05)
-        assert status.read_text().strip() == "0", printed.read_text()[-500:]
-        lines = [json.loads(t) for t in printed.read_text().splitlines() if t.startswith("{")]
-        assert len(lines) == 1 + 150 + 150
+        assert len(_tree_ended(status, printed, deadline)) == 1 + 150 + 150
         assert _state(proc.pid) == b"T"  # stopped all along
         os.kill(proc.pid, signal.SIGCONT)
         assert proc.wait(timeout=HANG_S) == 0, proc.stderr.read().decode()[-2000:]
