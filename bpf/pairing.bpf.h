@@ -110,7 +110,7 @@ static __always_inline void slot_claimed(struct cp_owner *owner);
 /* each child process of a traced process, as it is made: its pid and its
  * parent's. The loader links at once one that maps a probed library (a
  * fork without exec shares its parent's mappings), and says so of one gone
- * before its links were in (cudaprobe/probe/forkwatch.py) */
+ * before its links were in (cudaprobe/probe/seizer.py) */
 struct cp_fork {
 	u32 child;
 	u32 parent;

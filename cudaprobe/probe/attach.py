@@ -25,11 +25,11 @@ from typing import Any, Callable
 from cudaprobe.errors import BpfError, CudaprobeError, ProcessGone
 from cudaprobe.probe import bpfprog, bpfsys, cleanup, perf_uprobe, uprobe_multi
 from cudaprobe.probe.event import STOPPED, STOPPING, TARGET_TRACED, TRACING
-from cudaprobe.probe.forkhold import SEIZE_WAIT_S, ForkHold, Seized
-from cudaprobe.probe.forkwatch import ForkWatch
+from cudaprobe.probe.forkhold import SEIZE_WAIT_S, ForkHold
 from cudaprobe.probe.load import retry_interrupted
 from cudaprobe.probe.opengate import GateUnavailable, Hand, OpenGate
 from cudaprobe.probe.plan import Attachment, ProbePlan
+from cudaprobe.probe.seizer import Seizer, Told
 from cudaprobe.targets.openfile import OpenedFile, proc_base
 from cudaprobe.targets.procmaps import (
     map_lines,
@@ -49,8 +49,7 @@ REF_CTR_HINT = ("if dmesg says 'ref_ctr_offset mismatch', another tracer (a bcc 
 STOP_GRACE_S = 0.01
 HOLD_LOOKS = 50  # looks (polls) a process mapping a probed library is tried for a fork hold
 MAX_FORK_HOLD_MS = 2000.0  # CUDAPROBE_FORK_HOLD_MS's most
-LET_GO_WAIT_S = 0.5  # Ctrl-Z: how long the fork thread has to let its seized children go
-FORK_THREAD_LOOKS = 3  # looks a child the fork thread has is left to it (its record lost?)
+FORK_THREAD_LOOKS = 3  # looks a child the seizer has is left to it (its record lost?)
 GONE_KEPT = 4096  # processes gone that mapped a probed library, kept for their children
 
 
@@ -142,14 +141,14 @@ class Attacher:
         self.processes: set[int] = set()  # every process given links, for the summary
         self._said_leaderless: set[int] = set()
         self._closer = LinkCloser()
-        # child processes told at their making (forkwatch.py): the watch; processes
+        # child processes told at their making (seizer.py): the seizer; processes
         # known to map a probed library (their children share their mappings); the
         # children linked at their fork, to be told by follow_children(); and those
         # of a process mapping one gone before their links were in: (pid, parent)
-        self._forks: ForkWatch | None = None
+        self._forks: Seizer | None = None
         self._mapping: set[int] = set()
         # those gone, the latest GONE_KEPT: a child's record may come after its
-        # parent is gone (the fork thread behind a burst), and must still be said
+        # parent is gone (the linker behind a burst), and must still be said
         self._mapped_gone: dict[int, None] = {}
         self._forked: list[int] = []
         self.unprobed: list[tuple[int, int]] = []
@@ -159,18 +158,13 @@ class Attacher:
         # glibc mapped yet: a program held at its first open, by ld.so)
         self._holds: ForkHold | None = None
         self._hold_wanted: dict[int, int] = {}  # pid -> looks left
-        # children seized in their hold by the fork thread (their tracer), linked on
-        # the linker thread, then let go by the fork thread: child -> Seized
-        self._seized: dict[int, Seized] = {}
-        self._linked_seized: queue.SimpleQueue[int] = queue.SimpleQueue()
-        self._to_link: queue.SimpleQueue[tuple[int, int, int, Seized | None] | None] = \
+        # children seized in their hold by the seizer (their tracer), linked on the
+        # linker thread, then let go by the seizer: child -> Told
+        self._seized: dict[int, Told] = {}
+        self._to_link: queue.SimpleQueue[tuple[int, int, int, Told | None] | None] = \
             queue.SimpleQueue()
         self._linker: threading.Thread | None = None
         self._late_looks: dict[int, int] = {}  # a child with its key at a look -> looks
-        # Ctrl-Z: no child is seized, and every one seized is let go, before cudaprobe
-        # stops (the fork thread says when they are)
-        self._holds_off = threading.Event()
-        self._all_let_go = threading.Event()
         self.link_age: dict[int, float] = {}  # a process linked -> its age then (seconds)
 
     def attach_all(self) -> None:
@@ -486,7 +480,7 @@ class Attacher:
                 if self._holds is not None and self._holds.waiting(pid) and \
                         self._late_looks.get(pid, 0) < FORK_THREAD_LOOKS:
                     self._late_looks[pid] = self._late_looks.get(pid, 0) + 1
-                    continue  # the fork thread has it (unless its record was lost)
+                    continue  # the seizer has it (unless its record was lost)
                 self._late_looks.pop(pid, None)
                 if self.gate is not None:  # it maps one (and so will its children)
                     self._mapping.add(pid)
@@ -499,9 +493,9 @@ class Attacher:
         return linked
 
     def link_forked(self, child: int, parent: int, made: int = 0,
-                    seized: Seized | None = None) -> None:
-        """A child process of a linked process, just made (forkwatch.py, on its
-        thread; `made`: when, in CLOCK_MONOTONIC nanoseconds). One whose parent
+                    seized: Told | None = None) -> None:
+        """A child process of a linked process, just made (seizer.py, on the
+        linker thread; `made`: when, in CLOCK_MONOTONIC nanoseconds). One whose parent
         maps a probed library shares its mappings (a fork without exec): linked
         at once, given a hold for its own forks (forkhold.py). `seized` in its
         hold (stopped before its first instruction after fork, until let go),
@@ -637,56 +631,42 @@ class Attacher:
                                             name="cudaprobe-link-forks", daemon=True)
             self._linker.start()
             with contextlib.suppress(KeyError, OSError):  # (none: found at the next look)
-                self._forks = ForkWatch(self._bpf["forks"].map_fd, self._told_fork,
-                                        self._let_go_linked)
+                self._forks = Seizer(self._bpf["forks"].map_fd, self._holds, self._told_fork)
+            if self._holds is not None and self._forks is not None:
+                seizer = self._forks
+                self._holds.on_change = lambda pid, holding: (
+                    seizer.hold(pid) if holding else seizer.drop(pid))
 
-    def _told_fork(self, child: int, parent: int, made: int, thread: int = 0) -> None:
-        """The fork thread: a child of a process with a fork hold is seized in its
-        hold (that thread is its tracer); every child then goes to the linker."""
+    def _told_fork(self, child: int, parent: int, made: int, thread: int,
+                   seized: Told | None) -> None:
+        """A child made (on the seizer's thread), seized in its hold where its
+        parent has one: to the linker."""
         holds = self._holds
-        seized = None
-        if holds is not None and holds.has(parent):
-            if thread in (0, parent):  # (made by another thread: a hold of its own, below)
-                holds.inherited(child, parent)
-            if self._holds_off.is_set():
-                holds.release(child)
-            else:
-                seized = holds.seize(child)
+        if holds is not None and holds.has(parent) and thread in (0, parent):
+            holds.inherited(child, parent)  # (the kernel copied its parent's hold)
         if seized is not None:
             self._seized[child] = seized
         self._to_link.put((child, parent, made, seized))
 
     def _link_forked_children(self) -> None:
         """The linker thread: each child told, linked (link_forked); one seized is
-        then handed back to the fork thread to be let go."""
+        then let go by the seizer."""
         while (item := self._to_link.get()) is not None:
             child, parent, made, seized = item
             try:
                 self.link_forked(child, parent, made, seized)
             except Exception:  # noqa: BLE001 - one child's failure stops no other's
                 pass
-            if seized is not None:
-                self._linked_seized.put(child)
+            if seized is not None and self._seized.pop(child, None) is not None:
+                forks = self._forks
+                if forks is not None:
+                    forks.let_go(child)
 
-    def _let_go_linked(self, last: bool) -> bool:
-        """The fork thread, after each poll: the seized children whose links are in
-        let go; at its end, every one. Whether some still wait for theirs."""
-        holds = ForkHold if self._holds is None else self._holds
-        while True:
-            try:
-                child = self._linked_seized.get_nowait()
-            except queue.Empty:
-                break
-            seized = self._seized.pop(child, None)
-            if seized is not None:
-                holds.let_go(seized)
-        if last or self._holds_off.is_set():  # (let go before its links: not held)
-            for seized in self._seized.values():
-                seized.held = False
-                holds.let_go(seized)
-            self._seized.clear()
-            self._all_let_go.set()
-        return bool(self._seized)
+    def _not_held(self) -> None:
+        """The children seized and not let go yet: let go before their links
+        (by the seizer, next), so not held."""
+        for seized in list(self._seized.values()):
+            seized.held = False
 
     def _open_gate(self) -> None:
         gate = OpenGate(self._link_at_open, self._exec_at_gate)
@@ -713,13 +693,14 @@ class Attacher:
             self.gate = None
             self.notify("stopping (SIGTSTP): processes opening CUDA libraries go on meanwhile; "
                         "a child that loads one now gets its probes once cudaprobe continues")
-        if self._forks is not None:  # no child of the tree waits on a stopped cudaprobe
-            self._all_let_go.clear()
-            self._holds_off.set()
-            self._all_let_go.wait(LET_GO_WAIT_S)
+        forks = self._forks
+        if forks is not None:  # no child of the tree waits on a stopped cudaprobe
+            forks.off()  # (its answer comes after every child it told of before)
+            self._not_held()
         signal.signal(signal.SIGTSTP, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTSTP)  # stopped here until SIGCONT
-        self._holds_off.clear()
+        if forks is not None:
+            forks.on()
         signal.signal(signal.SIGTSTP, self._stop_at_tstp)
         if self.gate is None and self._phase == TRACING:
             self._open_gate()
@@ -791,9 +772,11 @@ class Attacher:
             self._set_phase(STOPPING)
             links, self._links = self._links + self._kept_links, []
             self._kept_links = []
-        forks, self._forks = self._forks, None
+        forks = self._forks
         if forks is not None:  # the children made until now: linked no more, gone ones said
-            forks.close()  # (its thread lets every seized child go as it ends)
+            self._not_held()
+            forks.close()  # (it lets every seized child go as it ends)
+            self._forks = None
         linker, self._linker = self._linker, None
         if linker is not None:
             self._to_link.put(None)

@@ -17,14 +17,14 @@ the child, this program waits while the child's
 key in `fork_holds` says so: the fork tracepoint put it there (1) before the
 child first ran, the program writes 2 as it starts to wait. A BPF program
 cannot sleep, so the wait is a loop (bpf_loop) over the key and the clock,
-and it is short: cudaprobe's fork thread, told of the child through the
-`forks` ring, seizes it with ptrace (PTRACE_SEIZE, PTRACE_INTERRUPT) and
+and it is short: cudaprobe's seizer (seizer.py, a process of its own), told
+of the child through the `forks` ring, seizes it with ptrace (PTRACE_SEIZE, PTRACE_INTERRUPT) and
 writes 3 (a child not yet come out of its fork then marks 4 as it does);
 the program returns, and the child stops in a ptrace stop as it
 returns to its code, asleep, until its links are in; then it is detached
 and goes on. A ptrace stop is told to the tracer alone: its parent sees no
 wait status and no SIGCHLD, and its exit status is its own. A child the
-thread does not seize within SEIZE_WAIT_S (a loaded machine, a debugger
+seizer does not seize within SEIZE_WAIT_S (a loaded machine, a debugger
 that follows forks and traces it already) goes on by itself; the loader
 then finds its key gone and says its span, as before. If cudaprobe is
 killed, the bound lets a waiting child go and the kernel detaches a
@@ -36,7 +36,7 @@ information for its two functions (BTF), made here too.
 
 Only processes that map a probed library get a hold (their forks may call
 CUDA at once); a process with a static libc, or none, gets none, and its
-children are linked as they are told (forkwatch.py), their span said.
+children are linked as they are told (seizer.py), their span said.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from cudaprobe.targets.procmaps import MapLine, map_lines
 from cudaprobe.targets.ptrace import PtraceError, Stop, TracedThread
 
 SEIZE_WAIT_S = 0.02  # at most, a child waits in the kernel to be seized (by default)
-STOP_WAIT_S = 1.0  # at most, the fork thread waits for a seized child's stop
+STOP_WAIT_S = 1.0  # at most, the seizer waits for a seized child's stop
 BPF_PROG_TYPE_KPROBE = 2
 LOOP_MAX = 1 << 23  # bpf_loop's most iterations a call
 LOOP_CALLS = 2  # calls of it (each ~0.2-0.4 s of iterations): the clock ends the wait
@@ -194,11 +194,13 @@ def load(map_fd: int, wait_s: float = SEIZE_WAIT_S) -> int:
 class ForkHold:
     """The holds of one session: add(pid) gives a process mapping a probed
     library its hold (its forks' children wait, and theirs: a child inherits
-    its parent's perf event); seize(child) and let_go(...) on the fork thread;
-    release(child) lets one go that is not seized."""
+    its parent's perf event); seize(child) and let_go(...) in the seizer (seizer.py);
+    release(child) lets one go that is not seized. `on_change(pid, holding)`
+    is told of each hold given and dropped (the seizer follows them)."""
 
     def __init__(self, map_fd: int, wait_s: float = SEIZE_WAIT_S) -> None:
         self._map_fd = map_fd
+        self.on_change: Callable[[int, bool], None] | None = None
         self._events_file = uprobe_events_path()
         if self._events_file is None:
             raise OSError("no tracefs uprobe_events")
@@ -218,8 +220,17 @@ class ForkHold:
         self._unsure: set[int] = set()
         self._inherited: set[int] = set()  # children given theirs by the kernel
 
+    @property
+    def map_fd(self) -> int:
+        return self._map_fd
+
     def has(self, pid: int) -> bool:
         return pid in self._events or pid in self._inherited
+
+    def holding(self) -> set[int]:
+        """The processes whose forks are held now."""
+        with self._lock:
+            return set(self._events) | self._inherited
 
     def inherited(self, child: int, parent: int) -> None:
         """`child` forked by a process with a hold: the kernel copied its perf event
@@ -247,6 +258,8 @@ class ForkHold:
             self._libc[pid] = libc
             if not sure:
                 self._unsure.add(pid)
+            if self.on_change is not None:
+                self.on_change(pid, True)
             return True
 
     def _event_of(self, libc: Libc) -> int:
@@ -363,8 +376,16 @@ class ForkHold:
             return False
         return gone and value is not None and value[0] in (WAITING, PASSED)
 
+    def value(self, child: int) -> int | None:
+        """The value of `child`'s key (MADE, WAITING, ...), None where it has none."""
+        try:
+            value = bpfsys.u32_key_lookup(self._map_fd, child, 8)
+        except OSError:
+            return None
+        return None if value is None else value[0]
+
     def waiting(self, child: int) -> bool:
-        """`child` has its key still (the fork thread has not let it go)."""
+        """`child` has its key still (the seizer has not let it go)."""
         try:
             return bpfsys.u32_key_lookup(self._map_fd, child, 8) is not None
         except OSError:
@@ -376,7 +397,10 @@ class ForkHold:
             fd = self._events.pop(pid, None)
             self._libc.pop(pid, None)
             self._unsure.discard(pid)
+            had = fd is not None or pid in self._inherited
             self._inherited.discard(pid)
+            if had and self.on_change is not None:
+                self.on_change(pid, False)
         return fd
 
     def close(self) -> list[int]:

@@ -287,7 +287,7 @@ def test_a_child_forked_without_exec_is_held_until_its_links_are_in(tmp_path, li
     cannot tell: every wait status is its child's own exit (waits ask for
     stops too), no SIGCHLD but for exits. One child at a time ("seq"), and a
     bound long enough for any load: a child is seized as soon as cudaprobe's
-    thread runs."""
+    seizer runs."""
     exe = build_workload("fork_calls.c")
     out = tmp_path / "calls.jsonl"
     env = dict(os.environ, CUDAPROBE_FORK_HOLD_MS="2000")
@@ -386,10 +386,10 @@ def test_children_a_pid_target_forks_after_the_attach_are_held(tmp_path, libcuda
 
 
 def test_a_child_whose_wait_outlasts_its_hold_is_said(tmp_path, libcudart):
-    """cudaprobe stopped (SIGSTOP: no handler lets the children go) as
-    fork_calls forks a child: the child waits in its fork for as long as the
-    hold's wait can spin (under the 2 s bound asked for here), then goes on by
-    itself: its calls made, it waits at a FIFO, alive. cudaprobe goes on and
+    """cudaprobe and its seizer stopped (SIGSTOP: no handler lets the children
+    go) as fork_calls forks a child: the child waits in its fork for as long as
+    the hold's wait can spin (under the 2 s bound asked for here), then goes on
+    by itself: its calls made, it waits at a FIFO, alive. cudaprobe goes on and
     seizes it then: it must not take it for held (its key no longer says it
     waits), so it is said, with its span, not counted as traced from its first
     call; its grandchild, forked once cudaprobe runs again, is held and whole."""
@@ -401,17 +401,21 @@ def test_a_child_whose_wait_outlasts_its_hold_is_said(tmp_path, libcudart):
                                         FORK_CALLS_START=str(start), FORK_CALLS_GATE=str(gate)))
     try:
         _wait_for(printed, r'"size":1,', proc)  # at the start FIFO, linked
-        os.kill(proc.pid, signal.SIGSTOP)
+        stopped = [proc.pid, *_children_named(proc.pid, "cudaprobe-seize")]
+        assert len(stopped) == 2
         deadline = time.monotonic() + HANG_S
-        while _state(proc.pid) != b"T":
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+            while _state(pid) != b"T":
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
         with open(start, "wb") as f:
             f.write(b"x")
         child = int(_wait_for(printed, r'"pid":(\d+),"size":1001', None).group(1))
         # alive when seized: at the gate FIFO, or waiting for its grandchild, which
         # is held until cudaprobe has taken the child's record (it comes first)
-        os.kill(proc.pid, signal.SIGCONT)
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
         with open(gate, "wb") as f:
             f.write(b"x")
         assert proc.wait(timeout=HANG_S) == 0
@@ -427,6 +431,49 @@ def test_a_child_whose_wait_outlasts_its_hold_is_said(tmp_path, libcudart):
         assert by_pid[grandchild] == 3 and grandchild not in untraced, err
     finally:
         _kill_workloads(mark, proc.pid)
+
+
+def test_a_child_is_held_while_cudaprobe_itself_cannot_run(tmp_path, libcudart):
+    """cudaprobe's own process stopped (SIGSTOP), its seizer not, as fork_calls
+    forks a child: the seizer, a process of its own, seizes the child in its
+    fork all the same (cudaprobe's threads, making rows, may not run for longer
+    than the hold's bound on a busy machine), and the child stays stopped, its
+    tracer the seizer, until cudaprobe goes on and links it: its calls are
+    traced from the first, and its grandchild's too."""
+    start = tmp_path / "start"
+    os.mkfifo(start)
+    proc, status, printed, mark = _trace_fork_calls(
+        tmp_path, libcudart, 1, 3, dict(os.environ, CUDAPROBE_FORK_HOLD_MS="2000",
+                                        FORK_CALLS_START=str(start)))
+    try:
+        parent = int(_wait_for(printed, r'"pid":(\d+),"size":1,', proc).group(1))
+        seizer, = _children_named(proc.pid, "cudaprobe-seize")
+        os.kill(proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + HANG_S
+        while _state(proc.pid) != b"T":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        with open(start, "wb") as f:
+            f.write(b"x")
+        while not (children := _children_named(parent, "fork_calls")) \
+                or _tracer(children[0]) != seizer or _state(children[0]) != b"t":
+            assert time.monotonic() < deadline, printed.read_text()
+            time.sleep(0.01)
+        assert not re.search(r'"size":1001', printed.read_text())  # held: no call yet
+        os.kill(proc.pid, signal.SIGCONT)
+        assert proc.wait(timeout=HANG_S) == 0
+        err = proc.stderr.read().decode()
+        said, summary, by_pid = _each_exact(tmp_path / "calls.jsonl", printed.read_text())
+        assert len(said) == 3 and status.read_text().strip() == "0", err
+        assert all(by_pid[p["pid"]] == 3 for p in said[1:]), (said, err)
+        assert not summary.get("untraced"), err
+    finally:
+        _kill_workloads(mark, proc.pid)
+
+
+def _tracer(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"^TracerPid:\s*(\d+)", f.read(), re.M).group(1))
 
 
 def test_children_forked_at_once_are_each_traced_or_said(tmp_path, libcudart):
@@ -489,6 +536,27 @@ def test_kill_9_while_children_are_held_leaves_the_tree_whole(tmp_path, libcudar
         assert len(_tree_ended(status, printed, time.monotonic() + HANG_S)) == 1 + 300 + 300
     finally:
         _kill_workloads(mark, proc.pid)
+
+
+def _children_named(pid: int, name: str) -> list[int]:
+    """The child processes of `pid` (made by any of its threads) whose name
+    (comm) is `name`."""
+    children = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                children += [int(c) for c in f.read().split()]
+        except OSError:
+            pass  # a thread gone
+    found = []
+    for child in children:
+        try:
+            with open(f"/proc/{child}/comm") as f:
+                if f.read().strip() == name:
+                    found.append(child)
+        except OSError:
+            pass  # gone
+    return found
 
 
 def _state(pid: int) -> bytes:
