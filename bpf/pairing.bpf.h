@@ -116,7 +116,8 @@ struct cp_fork {
 	u32 parent;
 	u64 ns;  /* when it was made (bpf_ktime_get_ns: CLOCK_MONOTONIC) */
 	u32 thread;  /* the parent's thread that made it */
-	u32 pad;
+	u32 vfork;  /* 1: made by vfork (or posix_spawn): it runs nothing of its own
+		     * before it execs or exits, its parent waiting meanwhile */
 };
 BPF_RINGBUF_OUTPUT(forks, 1);
 /* each such child, until the loader lets it go: a child forked by glibc's
@@ -128,6 +129,7 @@ BPF_HASH(fork_holds, u32, u64, CP_MAX_TARGETS);
 #endif
 
 #define CP_CLONE_THREAD 0x00010000
+#define CP_CLONE_VFORK 0x00004000
 /* A new task of a traced process, before it first runs: a child process is a
  * target too (a new thread shares its process's state, by its tgid) */
 TRACEPOINT_PROBE(task, task_newtask)
@@ -146,7 +148,8 @@ TRACEPOINT_PROBE(task, task_newtask)
 	/* (a parent still linking too: its own record comes first. The ring full:
 	 * the next look finds the child, if it still runs) */
 	struct cp_fork fork = {.child = child, .parent = parent, .ns = bpf_ktime_get_ns(),
-			       .thread = (u32)bpf_get_current_pid_tgid()};
+			       .thread = (u32)bpf_get_current_pid_tgid(),
+			       .vfork = (args->clone_flags & CP_CLONE_VFORK) != 0};
 	forks.ringbuf_output(&fork, sizeof(fork), 0);
 #else
 	u8 traced = CP_TARGET_TRACED;

@@ -36,6 +36,7 @@ from cudaprobe.targets.procmaps import (
     process_age_s,
     process_alive,
     process_name,
+    shares_memory,
     thread_group,
     threads_gone,
 )
@@ -165,6 +166,8 @@ class Attacher:
             queue.SimpleQueue()
         self._linker: threading.Thread | None = None
         self._late_looks: dict[int, int] = {}  # a child with its key at a look -> looks
+        # children made by vfork, left to the gate at their exec: child -> parent
+        self._vforked: dict[int, int] = {}
         self.link_age: dict[int, float] = {}  # a process linked -> its age then (seconds)
 
     def attach_all(self) -> None:
@@ -468,6 +471,10 @@ class Attacher:
             for pid in self.target_pids():
                 if pid in self._pid_links or pid in self._seized:  # (seized: linked soon)
                     continue
+                if pid in self._vforked:  # its parent's memory still, until it execs
+                    if shares_memory(pid, self._vforked[pid]):
+                        continue
+                    del self._vforked[pid]
                 try:
                     if thread_group(pid) != pid:  # a thread of a target
                         with contextlib.suppress(KeyError):
@@ -582,6 +589,7 @@ class Attacher:
                 self._mapped_gone[pid] = None
             self._hold_wanted.pop(pid, None)
             self._late_looks.pop(pid, None)
+            self._vforked.pop(pid, None)
             self.fork_parent.pop(pid, None)
             if self._holds is not None:  # (its hold closed with its links, below)
                 hold = self._holds.drop(pid)
@@ -637,13 +645,20 @@ class Attacher:
                 self._holds.on_change = lambda pid, holding: (
                     seizer.hold(pid) if holding else seizer.drop(pid))
 
-    def _told_fork(self, child: int, parent: int, made: int, thread: int,
+    def _told_fork(self, child: int, parent: int, made: int, thread: int, vfork: bool,
                    seized: Told | None) -> None:
         """A child made (on the seizer's thread), seized in its hold where its
-        parent has one: to the linker."""
+        parent has one: to the linker. One made by vfork (or posix_spawn) runs
+        nothing of its own before it execs, and the gate holds its exec: it is
+        left to the gate (linked here only where there is none)."""
         holds = self._holds
         if holds is not None and holds.has(parent) and thread in (0, parent):
             holds.inherited(child, parent)  # (the kernel copied its parent's hold)
+        if vfork and self.gate is not None:
+            with self._lock:
+                self._vforked[child] = parent
+            self._release(child)
+            return
         if seized is not None:
             self._seized[child] = seized
         self._to_link.put((child, parent, made, seized))

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 NAME = "cudaprobe-seize"  # its comm (/proc/PID/comm), for ps and for tests
 ASK = struct.Struct("<cI")  # cudaprobe -> this process: what, and a pid
-TOLD = struct.Struct("<cIIQIBB")  # this process -> cudaprobe: b"F" and a child, or b"O", b"Z"
+TOLD = struct.Struct("<cIIQIBBB")  # this process -> cudaprobe: b"F" and a child, or b"O", b"Z"
 HOLD, DROP, LET_GO, OFF, ON, END = b"H", b"D", b"L", b"O", b"N", b"E"
 FORK, OFF_DONE, ENDED = b"F", b"O", b"Z"
 NICE = -10  # its scheduling priority
@@ -58,7 +58,7 @@ WAITING = 2  # forkhold's value of a child's key while it waits in its fork
 
 class _Fork(ctypes.Structure):  # struct cp_fork
     _fields_ = [("child", ctypes.c_uint32), ("parent", ctypes.c_uint32), ("ns", ctypes.c_uint64),
-                ("thread", ctypes.c_uint32), ("pad", ctypes.c_uint32)]
+                ("thread", ctypes.c_uint32), ("vfork", ctypes.c_uint32)]
 
 
 @dataclass
@@ -69,12 +69,13 @@ class Told:
 
 class Seizer:
     def __init__(self, forks_fd: int, holds: ForkHold | None,
-                 on_fork: Callable[[int, int, int, int, Told | None], None]) -> None:
-        """`on_fork(child, parent, made, thread, told)`, on a thread of this
-        process, for each child made: `made`, when, in CLOCK_MONOTONIC
-        nanoseconds; `thread`, the parent's thread that made it; `told`, where
-        the seizer seized it (None: it runs). OSError where the process cannot
-        be started."""
+                 on_fork: Callable[[int, int, int, int, bool, Told | None], None]) -> None:
+        """`on_fork(child, parent, made, thread, vfork, told)`, on a thread of
+        this process, for each child made: `made`, when, in CLOCK_MONOTONIC
+        nanoseconds; `thread`, the parent's thread that made it; `vfork`, made
+        by vfork or posix_spawn (it runs nothing of its own before its exec,
+        and is not seized); `told`, where the seizer seized it (None: it runs).
+        OSError where the process cannot be started."""
         from bcc.libbcc import _RINGBUF_CB_TYPE, lib  # noqa: PLC0415 - bcc's, loaded by now
 
         self.on_fork = on_fork
@@ -108,14 +109,15 @@ class Seizer:
                 return
             if len(message) != TOLD.size:
                 return  # the seizer gone
-            what, child, parent, made, thread, seized, held = TOLD.unpack(message)
+            what, child, parent, made, thread, vfork, seized, held = TOLD.unpack(message)
             if what == ENDED:
                 return
             if what == OFF_DONE:
                 self._acked.set()
                 continue
             try:
-                self.on_fork(child, parent, made, thread, Told(bool(held)) if seized else None)
+                self.on_fork(child, parent, made, thread, bool(vfork),
+                             Told(bool(held)) if seized else None)
             except Exception:  # noqa: BLE001 - one child's failure stops no other's
                 pass
 
@@ -184,8 +186,8 @@ def _serve(sock: socket.socket, forks_fd: int, holds: ForkHold | None, held: set
     state = {"off": False, "ending": False}
 
     def tell(what: bytes, child: int = 0, parent: int = 0, made: int = 0, thread: int = 0,
-             one: Seized | None = None) -> None:
-        sock.send(TOLD.pack(what, child, parent, made, thread, one is not None,
+             vfork: bool = False, one: Seized | None = None) -> None:
+        sock.send(TOLD.pack(what, child, parent, made, thread, vfork, one is not None,
                             one is not None and one.held))
 
     def on_record(_ctx: object, data: int, size: int) -> int:
@@ -200,11 +202,13 @@ def _serve(sock: socket.socket, forks_fd: int, holds: ForkHold | None, held: set
                 held.add(child)
             if state["off"] or state["ending"]:
                 holds.release(child)
+            elif rec.vfork:  # nothing to hold: the gate holds its exec
+                pass
             elif holding or holds.value(child) == WAITING:  # (its hold not told yet)
                 one = holds.seize(child)
         if one is not None:
             seized[child] = one
-        tell(FORK, child, parent, rec.ns, rec.thread, one)
+        tell(FORK, child, parent, rec.ns, rec.thread, bool(rec.vfork), one)
         return 0
 
     def let_go_all() -> None:

@@ -238,3 +238,16 @@ def read_maps(pid: int) -> list[MappedFile]:
         found[identity] = MappedFile(line.path, name, identity, Mapped(
             pid, line.start, line.end, line.major, line.minor, line.inode, line.path, name))
     return list(found.values())
+
+
+SYS_KCMP, KCMP_VM = 312, 1  # x86-64
+
+
+def shares_memory(pid: int, other: int) -> bool:
+    """`pid` and `other` share one address space (kcmp KCMP_VM): a child made
+    by vfork that has not exec'd yet, and its parent. False where the kernel
+    cannot say (no kcmp, either gone)."""
+    import ctypes  # noqa: PLC0415 - rarely wanted
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.syscall(SYS_KCMP, pid, other, KCMP_VM, 0, 0) == 0

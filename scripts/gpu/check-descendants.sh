@@ -7,6 +7,8 @@
 #   loader    cudaprobe trace -- python dataloader_cuda.py: a DataLoader whose two
 #             spawned workers use CUDA
 #   torchrun  cudaprobe trace -- torchrun --nproc_per_node 2 (NCCL; on 2 GPUs only)
+#   torchrun1 the same on one GPU, its two ranks averaging through gloo (scripts/gpu/gloo_ranks.py),
+#             losses against the run alone bit for bit (not in the default PARTS)
 #   forked    cudaprobe trace -- python fork_cuda.py: two children forked without exec
 #             use CUDA at once, then two that wait 0.5 s first (not in the default PARTS)
 #   pid       a bash loop of three pythons started alone; cudaprobe trace --pid
@@ -90,6 +92,21 @@ if [[ $PARTS == *" compile "* ]]; then
   echo "step compile" >&2
   run_tree compile bash -c "$W compile --iters 200; true"
   run_tree compile-alone $W compile --iters 200  # the differences a process has alone
+fi
+if [[ $PARTS == *" torchrun1 "* ]]; then  # two ranks on one GPU (gloo): the tree, not NCCL
+  echo "step torchrun1" >&2
+  TR="/opt/torch/.venv/bin/torchrun --nproc_per_node 2 --master_port 29514 scripts/gpu/gloo_ranks.py --steps 200"
+  $TR > /tmp/desc-torchrun1-alone.out 2>&1; echo "torchrun1 alone: exit $?" >> "$txt"
+  run_tree torchrun1 $TR
+  python3 - /tmp/desc-torchrun1-alone.out /tmp/desc-torchrun1/out >> "$txt" <<'PY'
+import json, sys
+def losses(path):
+    return sorted((j["rank"], j["step"], j["loss"]) for j in
+                  (json.loads(l[l.index("{"):]) for l in open(path) if '"rank"' in l))
+alone, traced = losses(sys.argv[1]), losses(sys.argv[2])
+print(f"torchrun1: {len(traced)} rank-steps traced, {len(alone)} alone, losses bit-identical: "
+      f"{alone == traced and len(alone) > 0}")
+PY
 fi
 if [[ $PARTS == *" torchrun "* ]] && [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
   echo "step torchrun" >&2

@@ -16,7 +16,7 @@ stamped() {  # stamped NAME ARGS...: cudaprobe's lines with the ms since its sta
   local name=$1 s; shift
   echo "== $name" | tee -a "$txt"
   s=$(date +%s%N)
-  timeout -k 10 120 python3 -m cudaprobe "$@" 2>&1 >/dev/null | grep -v "━\|┃\|│" \
+  timeout -k 10 120 python3 -m cudaprobe "$@" 2>&1 >/dev/null | grep --line-buffered -v "━\|┃\|│" \
     | while IFS= read -r line; do echo "$(( ($(date +%s%N) - s) / 1000000 )) ms: ${line:0:160}"; done >> "$txt"
   echo "wall $(( ($(date +%s%N) - s) / 1000000 )) ms" >> "$txt"
 }

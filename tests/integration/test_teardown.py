@@ -22,6 +22,7 @@ import pytest
 
 from cudaprobe.probe.cleanup import CLOSER_NAME, append_uprobe_event, remove_uprobe_events
 from cudaprobe.probe.ringbuf import READER_NAME
+from cudaprobe.probe.seizer import NAME as SEIZER
 
 from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 from .running import started
@@ -122,11 +123,12 @@ class Trace:
             time.sleep(0.05)
 
     def workload_pid(self) -> int:
-        """cudaprobe's child that is not its ring reader (ringbuf.READER_NAME) or
-        its open gate's keeper (cudaprobe/probe/gatekeeper.py)."""
+        """cudaprobe's child that is not its ring reader (ringbuf.READER_NAME),
+        its seizer (seizer.NAME) or its open gate's keeper
+        (cudaprobe/probe/gatekeeper.py)."""
         children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
         (pid,) = [pid for pid in map(int, children.split())
-                  if Path(f"/proc/{pid}/comm").read_text().strip() != READER_NAME
+                  if Path(f"/proc/{pid}/comm").read_text().strip() not in (READER_NAME, SEIZER)
                   and b"gatekeeper.py" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
         return pid
 

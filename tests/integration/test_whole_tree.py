@@ -51,9 +51,11 @@ from .test_trace_nccl import nccl_calls
 PYTHON = sys.executable
 
 
-def shapes(app: str) -> dict[str, tuple[list[str], int]]:
-    """Each command, and how many runs of `app` (1 iteration, 1 thread) it makes."""
+def shapes(app: str, lib: str = "lib") -> dict[str, tuple[list[str], int]]:
+    """Each command, and how many runs of `app` (1 iteration, 1 thread) it makes
+    (`lib`: the probed library, which some parents map before they start it)."""
     run = f"{app} 1 1"
+    mapping = "import ctypes, os, subprocess, sys; ctypes.CDLL(sys.argv[2]); a = sys.argv[1]; "
     return {
         "sh -c 'app; true'": (["sh", "-c", f"{run}; true"], 1),
         "bash loop": (["bash", "-c", f"for i in 1 2 3; do {run}; done"], 3),
@@ -67,6 +69,14 @@ def shapes(app: str) -> dict[str, tuple[list[str], int]]:
             [PYTHON, "-c", "import os, sys; a = sys.argv[1]; "
              "os.waitpid(os.posix_spawn(a, [a, '1', '1'], os.environ), 0)", app], 1),
         "make-like nesting": (["sh", "-c", f"sh -c '{run}' && bash -c '{run}; {run}'"], 3),
+        # a parent that maps the library (as torchrun's agent, which imports torch,
+        # does): its vfork children run nothing before their exec, held by the gate
+        "subprocess.run from a process mapping CUDA": (
+            [PYTHON, "-c", mapping + "[subprocess.run([a, '1', '1']) for _ in range(3)]", app,
+             lib], 3),
+        "posix_spawn from a process mapping CUDA": (
+            [PYTHON, "-c", mapping + "[os.waitpid(os.posix_spawn(a, [a, '1', '1'], os.environ), 0)"
+             " for _ in range(3)]", app, lib], 3),
     }
 
 
@@ -76,7 +86,7 @@ SHAPES = list(shapes("app"))
 @pytest.mark.parametrize("shape", SHAPES)
 def test_every_call_of_every_descendant_from_its_first(tmp_path, libcudart, shape):
     app = str(build_workload("runtime_calls.c"))
-    command, runs = shapes(app)[shape]
+    command, runs = shapes(app, str(libcudart))[shape]
     calls, summary, proc = trace_jsonl(tmp_path, "--lib", str(libcudart), command=command)
     assert proc.returncode == 0, proc.stderr
     truth = expected_calls(proc.stdout)
