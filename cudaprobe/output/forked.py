@@ -278,3 +278,70 @@ class ForkedRows:
         self.forked += 1
         self.decoder.errors += errors
         self.reporter.forked_rows(view[HEADER.size:], lines, flags)
+
+
+HELD_CALLS = 50_000  # held calls (--gpu-time) a child makes the rows of
+
+
+def held_rows_forked(reporter: Reporter, calls: list, decoder: RecordDecoder,
+                     workers: int) -> bool:
+    """--gpu-time's rows, held until the end and joined to their GPU work, made
+    by forked children, HELD_CALLS calls each, up to `workers` at once, and
+    written in call order (JSONL, to a file or pipe: its lines stand alone). A
+    child that fails has its calls' rows made here. False where nothing was
+    done (not JSONL, too few calls, no workers): the caller makes them."""
+    from cudaprobe.output.files import OutputStream  # noqa: PLC0415
+    from cudaprobe.output.jsonl import JsonlReporter  # noqa: PLC0415
+    stream = getattr(reporter, "stream", None)
+    if (type(reporter) is not JsonlReporter or workers < 1 or len(calls) < 2 * HELD_CALLS
+            or not isinstance(stream, OutputStream) or not stream.threaded
+            or stream.shown is not None):
+        return False
+    children: collections.deque[tuple[int, int, list]] = collections.deque()
+
+    def take_oldest() -> None:
+        pid, fd, chunk = children.popleft()
+        status, view = ForkedRows._wait(pid), None
+        try:
+            size = os.fstat(fd).st_size
+            if os.waitstatus_to_exitcode(status) == 0 and size:
+                view = memoryview(mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ))
+        except OSError:
+            view = None
+        finally:
+            os.close(fd)
+        if view is None:
+            reporter.held_calls(chunk, decoder)  # made here instead
+        else:
+            reporter.forked_rows(view, len(chunk), 0)
+
+    for start in range(0, len(calls), HELD_CALLS):
+        chunk = calls[start : start + HELD_CALLS]
+        while len(children) >= workers:
+            take_oldest()
+        fd = os.memfd_create("cudaprobe-rows", os.MFD_CLOEXEC)
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(fd)
+            while children:
+                take_oldest()
+            reporter.held_calls(chunk, decoder)
+            continue
+        if pid == 0:  # the child: lines into the memfd, then gone
+            code = 1
+            try:
+                os.closerange(3, fd)
+                os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the session's
+                view = memoryview("".join(reporter.held_lines(chunk, decoder)).encode())
+                while view:
+                    view = view[os.write(fd, view):]
+                code = 0
+            finally:
+                os._exit(code)
+        children.append((pid, fd, chunk))
+    while children:
+        take_oldest()
+    return True
+

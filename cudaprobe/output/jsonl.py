@@ -54,6 +54,12 @@ class JsonlReporter(Reporter):
         (most) written from its record by the probe's row maker, its `gpu`
         object spelt directly (gpu_json): several times faster than a line made
         from the Call (tests/unit/test_gputime_outputs.py checks the two agree)."""
+        out = self.held_lines(calls, decoder)
+        self.write_lines("".join(out), len(out))
+
+    def held_lines(self, calls: list[Call], decoder: RecordDecoder) -> list[str]:
+        """held_calls()'s lines, each with its newline (output.forked makes them
+        in children too)."""
         rank_json, out = decoder.ranks.json, []
         for c in calls:
             lazy = c.as_recorded
@@ -66,7 +72,7 @@ class JsonlReporter(Reporter):
             if c.gpu is not None:
                 line = f'{line[:-2]},"gpu":{gpu_json(c.gpu)}}}\n'
             out.append(line)
-        self.write_lines("".join(out), len(out))
+        return out
 
     def records(self, records: list[tuple], decoder: RecordDecoder,
                 nesting: list[Mark] | None = None) -> None:

@@ -24,6 +24,7 @@ from cudaprobe.decode.calls import Call
 from cudaprobe.decode.gputime import GpuReader, GpuWork, join_work, say_shifts
 from cudaprobe.decode.records import RecordDecoder
 from cudaprobe.errors import UsageError
+from cudaprobe.output.forked import default_workers, held_rows_forked
 from cudaprobe.output.formats import Reporter
 from cudaprobe.sessions.gputime_attach import GpuTimeAttach, say_outcome
 from cudaprobe.targets.cupti import GpuTimeSetup, prepare
@@ -157,7 +158,7 @@ class GpuTimeRows:
                 + (f"; {joined.unjoined} made by calls not traced" if joined.unjoined else "")
                 + (f"; {joined.outside} made by calls before or after the traced window (the "
                    "recording spans the attach and the stop)" if joined.outside else ""))
-        if held:
+        if held and not held_rows_forked(reporter, held, decoder, default_workers()):
             reporter.held_calls(held, decoder)
 
     def close(self) -> None:

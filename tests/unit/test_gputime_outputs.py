@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 from cudaprobe.analysis.gpustats import gpu_stats
 from cudaprobe.analysis.stats import StatsReport
@@ -14,8 +15,10 @@ from cudaprobe.analysis.summary import Summary
 from cudaprobe.decode.gputime import ApiCall, GpuWork, join
 from cudaprobe.decode.handles import KernelHandles
 from cudaprobe.decode.records import RecordDecoder
+from cudaprobe.output import forked
 from cudaprobe.output.chrome import GPU_PID_BASE, LAUNCH_FLOW_CATEGORY
 from cudaprobe.output.formats import REPORTERS
+from cudaprobe.output.jsonl import JsonlReporter
 from cudaprobe.output.stats_view import render_stats
 from cudaprobe.output.table import TableReporter, make_console
 
@@ -137,23 +140,21 @@ def test_stats_per_kernel_and_per_copy_kind():
 
 
 
-def test_held_calls_are_written_as_calls_writes_them():
-    """--gpu-time's rows, held to the end and written from their records
-    (JsonlReporter.held_calls), byte for byte as calls() writes the same Calls:
-    launches with one kernel, with two (a graph), a copy, calls with no GPU
-    work, a call decoded already, and a process whose rank became known after
-    some of its calls were made (those keep no rank, as calls() writes them)."""
+def held_sample(n: int) -> tuple[list, RecordDecoder]:
+    """`n` calls held for --gpu-time, and their decoder: launches with one
+    kernel, with two (a graph), a copy, calls with no GPU work, a call decoded
+    already, and a process whose rank became known after some of its calls."""
     by = {p.symbol: p for p in EVERY_PROBE}
     launch, malloc = by["cudaLaunchKernel"].func_id, by["cudaMalloc"].func_id
     decoder = RecordDecoder(EVERY_PROBE, RT0, handles=KernelHandles())
     recs = [timed(launch, [0xF001, 4, 1, 1, 256, 1, 1, 0, 0, 0, 0], RT0 + 5_000 * i, 1_000,
                   1 + i % 2, 7 + i % 2) if i % 3 else
             timed(malloc, [0x1000 + i, 64 * i], RT0 + 5_000 * i, 1_000, 1, 7 + i % 2)
-            for i in range(60)]
+            for i in range(n)]
     calls = decoder.calls(recs[:30])
     decoder.ranks._set(8, 1, 2)  # pid 8's rank, known from here on
     calls += decoder.calls(recs[30:])
-    assert calls[4].args  # decoded already: written the long way in both
+    assert calls[4].args  # decoded already: written the long way
     for i, c in enumerate(calls):
         if c.event != "cudaLaunchKernel":
             continue
@@ -163,6 +164,15 @@ def test_held_calls_are_written_as_calls_writes_them():
                  for k in range(kernels)]
     calls[3].gpu = [GpuWork(calls[3].pid, "memcpy", calls[3].ts_ns + 9_000,
                             calls[3].ts_ns + 9_500, 0, 1, 7, 999, "HtoD", 64)]
+    return calls, decoder
+
+
+def test_held_calls_are_written_as_calls_writes_them():
+    """--gpu-time's rows, held to the end and written from their records
+    (JsonlReporter.held_calls), byte for byte as calls() writes the same Calls
+    (a call decoded already, a rank learnt after some calls: those keep no
+    rank, as calls() writes them)."""
+    calls, decoder = held_sample(60)
     written = []
     for held in (False, True):
         out = Collected()
@@ -176,3 +186,61 @@ def test_held_calls_are_written_as_calls_writes_them():
     assert len(lines) == 60 and sum("gpu" in x for x in lines) == 41
     assert {x.get("rank") for x in lines if x["pid"] == 8} == {None, 1}
     assert {x["gpu"].get("count") for x in lines if "gpu" in x} == {None, 2}
+
+
+class CollectedFile(Collected):
+    """Collected, written from a thread as a file is (rows may come from children)."""
+    threaded = True
+
+    def _job(self, data: bytes) -> tuple[int, OSError | None]:
+        self.data += data
+        return len(data), None
+
+
+def held_written(calls: list, decoder: RecordDecoder, workers: int) -> tuple[bytes, int]:
+    """What JSONL writes of the held calls, and its lines: made here (workers
+    0), or by forked children (output.forked.held_rows_forked)."""
+    out = CollectedFile()
+    r = REPORTERS["jsonl"](out, gpu_time=True)
+    r.start()
+    if not workers:
+        r.held_calls(calls, decoder)
+    else:
+        assert forked.held_rows_forked(r, calls, decoder, workers)
+    out.flush()
+    return bytes(out.data), out.lines
+
+
+def test_held_rows_made_by_children_are_the_thread_s_byte_for_byte(monkeypatch):
+    """--gpu-time's held rows of a long trace made by forked children (a chunk
+    each, 3 at once), in call order: byte for byte, and line for line, those
+    the thread makes."""
+    monkeypatch.setattr(forked, "HELD_CALLS", 50)
+    calls, decoder = held_sample(600)
+    here = held_written(calls, decoder, 0)
+
+    def not_here(*_args):
+        raise AssertionError("every chunk is the children's")
+
+    monkeypatch.setattr(JsonlReporter, "held_calls", not_here)
+    assert held_written(calls, decoder, 3) == here
+    assert here[1] == 600 and here[0].count(b'"gpu":') > 300
+
+
+def test_a_held_rows_child_that_fails_has_its_rows_made_here(monkeypatch):
+    """Children that cannot make their rows (some chunks raise in them) exit
+    non-zero: their chunks' rows are made here, in their place."""
+    monkeypatch.setattr(forked, "HELD_CALLS", 50)
+    calls, decoder = held_sample(600)
+    here = held_written(calls, decoder, 0)
+    parent, works = os.getpid(), JsonlReporter.held_lines
+    failing = {id(calls[100]), id(calls[350]), id(calls[550])}
+
+    def flaky(self, chunk, dec):
+        if os.getpid() != parent and id(chunk[0]) in failing:
+            raise RuntimeError("a child fails")
+        return works(self, chunk, dec)
+
+    monkeypatch.setattr(JsonlReporter, "held_lines", flaky)
+    assert held_written(calls, decoder, 3) == here
+
