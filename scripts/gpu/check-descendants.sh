@@ -18,7 +18,8 @@
 # PARTS (default "two loader torchrun pid") picks some; "forkloader": a training loop
 # whose DataLoader forks its 4 workers each epoch (fork_loader.py), alone, under trace
 # and with trace --pid -d 6 attached after epoch 2: its losses bit for bit, its epochs'
-# seconds, the workers' processes; "gputime" adds
+# seconds, the workers' processes; "forkcycles": the same loop with 8 attaches of 1.5 s, every
+# other cudaprobe killed (-9) mid-run, its 120 losses against the run alone; "gputime" adds
 # trace --gpu-time -- bash -c 'python mlp; python gemm': each process's launches with GPU time;
 # "pidgpu": trace --pid BASH --gpu-time of a bash loop started alone, whose later children
 # (event_kernels, launching from its first call and timing each kernel with CUDA events,
@@ -264,6 +265,38 @@ for run in ("launched", "attached"):
           f"lost {s.get('lost_total')}, processes traced {s.get('processes_traced')}, processes with rows "
           f"{len(by_pid)}, spans not traced {len(s.get('untraced') or [])}")
 PY
+fi
+if [[ $PARTS == *" forkcycles "* ]]; then  # attach, detach and kill -9 while workers are held
+  echo "step forkcycles" >&2
+  d=/tmp/desc-fc; rm -rf "$d"; mkdir -p "$d"
+  FL="$TORCH_PY scripts/gpu/fork_loader.py --epochs 120 --workers 4"
+  echo "== forkcycles: $FL alone, then again with 8 cycles of trace --pid attached for 1.5 s, every other one killed (-9) mid-run" >> "$txt"
+  $FL > "$d/alone.out" 2> "$d/alone.err"; echo "alone: exit $?" >> "$txt"
+  $FL > "$d/cycled.out" 2> "$d/cycled.err" &
+  fl=$!
+  until grep -q '"epoch": 1' "$d/cycled.out" 2>/dev/null; do sleep 0.1; done
+  for c in 1 2 3 4 5 6 7 8; do
+    kill -0 $fl 2>/dev/null || break
+    if (( c % 2 )); then
+      timeout -k 10 60 python3 -m cudaprobe trace --pid $fl -d 1.5 -f jsonl -o "$d/c$c.jsonl" --force \
+        2> "$d/c$c.err"; echo "cycle $c: trace exit $?" >> "$txt"
+    else
+      python3 -m cudaprobe trace --pid $fl -f jsonl -o "$d/c$c.jsonl" --force 2> "$d/c$c.err" &
+      tp=$!; sleep 1.5; kill -9 $tp; wait $tp 2>/dev/null; sleep 0.5
+      echo "cycle $c: killed (-9) after 1.5 s; cudaprobe's processes 0.5 s later: $(ps -eo comm | grep cudaprobe | sort | uniq -c | tr '\n' ' ')" >> "$txt"
+    fi
+    sleep 0.3
+  done
+  wait $fl; echo "cycled workload: exit $?" >> "$txt"
+  python3 - "$d" >> "$txt" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+ep = lambda n: [json.loads(l) for l in open(os.path.join(d, n)) if l.startswith("{")]
+alone, got = ep("alone.out"), ep("cycled.out")
+print(f"forkcycles: {len(got)} of {len(alone)} epochs, losses bit-identical: "
+      f"{[a['loss'] for a in alone] == [g['loss'] for g in got]}")
+PY
+  grep -h "processes traced\|calls in" "$d"/c*.err | head -12 >> "$txt"
 fi
 [[ $PARTS == *" pid "* ]] || exit 0
 echo "step pid" >&2
