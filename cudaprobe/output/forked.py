@@ -258,15 +258,7 @@ class ForkedRows:
         written from there by the writing thread: never copied here), or, where
         it failed, its records' rows made here."""
         _, fd, records, nesting, before = self._children.popleft()
-        view = None
-        try:
-            size = os.fstat(fd).st_size
-            if os.waitstatus_to_exitcode(status) == 0 and size >= HEADER.size:
-                view = memoryview(mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ))
-        except OSError:
-            view = None
-        finally:
-            os.close(fd)
+        view = _made(fd, status, HEADER.size)
         if view is None:
             self.failed += 1
             now = self.reporter.state()  # past the later children's records
@@ -281,6 +273,21 @@ class ForkedRows:
 
 
 HELD_CALLS = 50_000  # held calls (--gpu-time) a child makes the rows of
+
+
+def _made(fd: int, status: int, least: int) -> memoryview | None:
+    """What a child that ended with `status` wrote into its memfd `fd` (closed
+    here), mapped: written from there by the writing thread, never copied;
+    None where it failed or wrote fewer than `least` bytes."""
+    try:
+        size = os.fstat(fd).st_size
+        if os.waitstatus_to_exitcode(status) == 0 and size >= least:
+            return memoryview(mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ))
+        return None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def held_rows_forked(reporter: Reporter, calls: list, decoder: RecordDecoder,
@@ -301,15 +308,7 @@ def held_rows_forked(reporter: Reporter, calls: list, decoder: RecordDecoder,
 
     def take_oldest() -> None:
         pid, fd, chunk = children.popleft()
-        status, view = ForkedRows._wait(pid), None
-        try:
-            size = os.fstat(fd).st_size
-            if os.waitstatus_to_exitcode(status) == 0 and size:
-                view = memoryview(mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ))
-        except OSError:
-            view = None
-        finally:
-            os.close(fd)
+        view = _made(fd, ForkedRows._wait(pid), 1)
         if view is None:
             reporter.held_calls(chunk, decoder)  # made here instead
         else:
