@@ -639,7 +639,8 @@ class Attacher:
                                             name="cudaprobe-link-forks", daemon=True)
             self._linker.start()
             with contextlib.suppress(KeyError, OSError):  # (none: found at the next look)
-                self._forks = Seizer(self._bpf["forks"].map_fd, self._holds, self._told_fork)
+                self._forks = Seizer(self._bpf["forks"].map_fd, self._holds, self._told_fork,
+                                     self._seizer_gone)
             if self._holds is not None and self._forks is not None:
                 seizer = self._forks
                 self._holds.on_change = lambda pid, holding: (
@@ -676,6 +677,16 @@ class Attacher:
                 forks = self._forks
                 if forks is not None:
                     forks.let_go(child)
+
+    def _seizer_gone(self, pid: int) -> None:
+        """The seizer was killed (the OOM killer, an administrator): the children
+        it held went on before their links (said, not held), and a new one is
+        started (seizer.py)."""
+        self._not_held()
+        self.notify(f"the seizer of forked children (pid {pid}, cudaprobe-seize) was killed; "
+                    "another is started: the children it held, and those made meanwhile, "
+                    "are linked late and said; one made at the very moment it died may have "
+                    "calls not traced that are not said one by one")
 
     def _not_held(self) -> None:
         """The children seized and not let go yet: let go before their links

@@ -69,46 +69,82 @@ class Told:
 
 class Seizer:
     def __init__(self, forks_fd: int, holds: ForkHold | None,
-                 on_fork: Callable[[int, int, int, int, bool, Told | None], None]) -> None:
+                 on_fork: Callable[[int, int, int, int, bool, Told | None], None],
+                 on_gone: Callable[[int], None] | None = None) -> None:
         """`on_fork(child, parent, made, thread, vfork, told)`, on a thread of
         this process, for each child made: `made`, when, in CLOCK_MONOTONIC
         nanoseconds; `thread`, the parent's thread that made it; `vfork`, made
         by vfork or posix_spawn (it runs nothing of its own before its exec,
         and is not seized); `told`, where the seizer seized it (None: it runs).
-        OSError where the process cannot be started."""
+        `on_gone(pid)`, on that thread, where the seizer ended by itself
+        (killed): the children it held went on (the kernel let them go), and
+        a new seizer is started, which reads the records the ring kept
+        meanwhile. OSError where the process cannot be started."""
         from bcc.libbcc import _RINGBUF_CB_TYPE, lib  # noqa: PLC0415 - bcc's, loaded by now
 
-        self.on_fork = on_fork
-        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.on_fork, self.on_gone = on_fork, on_gone
+        self._forks_fd, self._holds, self._lib, self._callback_type = \
+            forks_fd, holds, lib, _RINGBUF_CB_TYPE
         self._send_lock = threading.Lock()
         self._acked = threading.Event()
+        self._closing = False
+        self.restarts = 0
+        self._start()
+        self._thread = threading.Thread(target=self._read, name="cudaprobe-forks", daemon=True)
+        self._thread.start()
+
+    def _start(self) -> None:
+        """The seizer process forked, with a socket to it."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        holds = self._holds
         held = holds.holding() if holds is not None else set()
         try:
-            self._pid = os.fork()
+            pid = os.fork()
         except OSError:
-            self._sock.close()
+            ours.close()
             theirs.close()
             raise
-        if self._pid == 0:  # the seizer: never returns
+        if pid == 0:  # the seizer: never returns
             status = 1
             try:
-                self._sock.close()
-                _serve(theirs, forks_fd, holds, held, lib, _RINGBUF_CB_TYPE)
+                ours.close()
+                _serve(theirs, self._forks_fd, holds, held, self._lib, self._callback_type)
                 status = 0
             finally:
                 os._exit(status)
         theirs.close()
-        self._thread = threading.Thread(target=self._read, name="cudaprobe-forks", daemon=True)
-        self._thread.start()
+        with self._send_lock:
+            self._sock, self._pid = ours, pid
+
+    def _gone(self) -> bool:
+        """The seizer ended by itself: said, and started again (True), unless
+        cudaprobe is closing it or no process can be started."""
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self._pid, 0)
+        if self._closing:
+            return False
+        if self.on_gone is not None:
+            with contextlib.suppress(Exception):
+                self.on_gone(self._pid)
+        old = self._sock
+        try:
+            self._start()
+        except OSError:
+            return False
+        old.close()
+        self.restarts += 1
+        return True
 
     def _read(self) -> None:
         while True:
             try:
                 message = self._sock.recv(TOLD.size)
             except OSError:
+                message = b""
+            if len(message) != TOLD.size:  # the seizer gone
+                if self._gone():
+                    continue
                 return
-            if len(message) != TOLD.size:
-                return  # the seizer gone
             what, child, parent, made, thread, vfork, seized, held = TOLD.unpack(message)
             if what == ENDED:
                 return
@@ -149,6 +185,7 @@ class Seizer:
     def close(self) -> None:
         """Every child seized let go; the children made until now told (the
         records left in the ring, none seized), then the seizer ends."""
+        self._closing = True
         self._ask(END)
         self._thread.join()
         self._sock.close()

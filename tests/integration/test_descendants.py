@@ -471,9 +471,29 @@ def test_a_child_is_held_while_cudaprobe_itself_cannot_run(tmp_path, libcudart):
         _kill_workloads(mark, proc.pid)
 
 
-def _tracer(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        return int(re.search(r"^TracerPid:\s*(\d+)", f.read(), re.M).group(1))
+def test_a_seizer_killed_is_started_again(tmp_path, libcudart):
+    """The seizer killed (kill -9: an OOM killer, an administrator) while
+    fork_calls forks 1,000 children one after another: the kernel lets the
+    children it held go, cudaprobe says so and starts another, and the tree
+    ends as without cudaprobe: every status its own, and every process's calls
+    traced or said, none lost unsaid but at the very moment of the kill."""
+    proc, status, printed, mark = _trace_fork_calls(tmp_path, libcudart, 1000, 2)
+    try:
+        _wait_for(printed, r'"size":5001', None)  # children made, and held, by now
+        seizer, = _children_named(proc.pid, "cudaprobe-seize")
+        os.kill(seizer, signal.SIGKILL)
+        said = _tree_ended(status, printed, time.monotonic() + HANG_S)
+        assert proc.wait(timeout=HANG_S) == 0
+        err = proc.stderr.read().decode()
+        assert f"the seizer of forked children (pid {seizer}, cudaprobe-seize) was killed" in err
+        assert len(said) == 1 + 1000 + 1000
+        _, summary, by_pid = _each_exact(tmp_path / "calls.jsonl", printed.read_text())
+        untraced = {u["pid"] for u in summary["untraced"]}
+        unsaid = [p for p in said if by_pid[p["pid"]] != p["calls"] and p["pid"] not in untraced]
+        assert len(unsaid) <= 1, unsaid  # (one told of as the seizer died)
+        assert len(untraced) < 1000  # another seizer held the rest
+    finally:
+        _kill_workloads(mark, proc.pid)
 
 
 def test_children_forked_at_once_are_each_traced_or_said(tmp_path, libcudart):
