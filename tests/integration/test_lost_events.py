@@ -9,21 +9,44 @@ calling as fast as it can make the kernel drop events for certain.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
+import time
 
 from cudaprobe.catalogue.enums import error_name
 
 from ..conftest import HANG_S, build_workload, cudaprobe_cmd
-from .steady import trace_steady, trailer
+from .steady import steady_trace_argv, trace_steady, trailer
 
 EVENTS = "cudaGetDeviceCount,cudaMalloc,cudaFree"
 
 
 def test_every_call_is_traced_or_counted_as_lost(tmp_path, libcudart):
-    loops = 300_000
-    proc, out = trace_steady(tmp_path, libcudart, loops, "-e", EVENTS, "--ringbuf-pages", "1")
-    assert proc.returncode == 0, proc.stderr  # the command's status: no --strict
+    """The workload calls until the live line has been said twice (seen
+    however fast or slow the machine), then is stopped (SIGINT: it ends the
+    loop it is in and prints how many it made): every call of those loops is
+    a row or counted as lost."""
+    out, err = tmp_path / "calls.jsonl", tmp_path / "err"
+    with open(err, "w") as errors:
+        proc = subprocess.Popen(steady_trace_argv(out, libcudart, 0, "-e", EVENTS,
+                                                  "--ringbuf-pages", "1"),
+                                stdout=subprocess.PIPE, stderr=errors, text=True)
+    try:
+        deadline = time.monotonic() + HANG_S
+        while len(LIVE.findall(err.read_text())) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, err.read_text()
+            time.sleep(0.05)
+        workload = _child_named(proc.pid, "steady_calls")
+        os.kill(workload, signal.SIGINT)
+        stdout, _ = proc.communicate(timeout=HANG_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stderr = err.read_text()
+    assert proc.returncode == 0, stderr  # the command's status: no --strict
+    loops = int(re.search(r"^loops=(\d+)$", stdout, re.M).group(1))
     s = trailer(out)
     assert s["lost"]["ringbuf_full"] > 0
     assert s["lost_total"] == sum(s["lost"].values())
@@ -35,11 +58,24 @@ def test_every_call_is_traced_or_counted_as_lost(tmp_path, libcudart):
     assert {name: c["calls"] for name, c in s["by_event"].items()} == dict.fromkeys(
         EVENTS.split(","), loops)
     # live, while tracing: the status line, with counts that only grow
-    live = [int(n) for n in re.findall(r"cudaprobe: (\d+) events lost so far \(ringbuf_full=",
-                                       proc.stderr)]
-    assert live and live == sorted(live) and live[-1] <= s["lost_total"]
+    live = [int(n) for n in LIVE.findall(stderr)]
+    assert len(live) >= 2 and live == sorted(live) and live[-1] <= s["lost_total"]
     # and in the human summary at the end
-    assert f"{s['lost_total']} lost (ringbuf_full={s['lost']['ringbuf_full']})" in proc.stderr
+    assert f"{s['lost_total']} lost (ringbuf_full={s['lost']['ringbuf_full']})" in stderr
+
+
+LIVE = re.compile(r"cudaprobe: (\d+) events lost so far \(ringbuf_full=")
+
+
+def _child_named(pid: int, name: str) -> int:
+    """cudaprobe's child process named `name` (its command)."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            for child in f.read().split():
+                with open(f"/proc/{child}/comm") as c:
+                    if c.read().strip() == name:
+                        return int(child)
+    raise AssertionError(f"no child {name} of {pid}")
 
 
 def test_strict_exits_3_when_events_were_lost(tmp_path, libcudart):
