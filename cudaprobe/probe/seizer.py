@@ -53,6 +53,7 @@ HOLD, DROP, LET_GO, OFF, ON, END = b"H", b"D", b"L", b"O", b"N", b"E"
 FORK, OFF_DONE, ENDED = b"F", b"O", b"Z"
 NICE = -10  # its scheduling priority
 ACK_WAIT_S = 0.5  # off(): how long its answer is waited for
+MAX_RESTARTS = 5  # seizers started again at most, in a session
 WAITING = 2  # forkhold's value of a child's key while it waits in its fork
 
 
@@ -121,7 +122,7 @@ class Seizer:
         cudaprobe is closing it or no process can be started."""
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self._pid, 0)
-        if self._closing:
+        if self._closing or self.restarts >= MAX_RESTARTS:  # (one that cannot run: once)
             return False
         if self.on_gone is not None:
             with contextlib.suppress(Exception):
