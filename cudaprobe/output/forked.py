@@ -36,7 +36,7 @@ import signal
 import struct
 import time
 from operator import itemgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from cudaprobe.catalogue.functions import ArgKind
 from cudaprobe.decode.records import TOP
@@ -190,36 +190,21 @@ class ForkedRows:
         self._records, self._nesting = [], []
         while len(self._children) >= self.workers:
             self._collect_oldest()
-        fd = os.memfd_create("cudaprobe-rows", os.MFD_CLOEXEC)
         try:
-            pid = os.fork()
+            pid, fd = _fork_writing(lambda: self._made_here(records, nesting))
         except OSError:
-            os.close(fd)
             self._collect(block=True)
             self.reporter.records(records, self.decoder, nesting)
             return
-        if pid == 0:  # the child: rows into the memfd, then gone (never back to the caller)
-            code = 1
-            try:
-                # no copy of the session's descriptors held: its probes' links (a
-                # detach must not wait for a child), the reader's stop pipe, the output
-                os.closerange(3, fd)
-                os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
-                signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the session's
-                code = self._make(fd, records, nesting)
-            finally:
-                os._exit(code)
         before = self.reporter.state()  # for its rows, made here if it fails
         self.reporter.advance(records, self.decoder, nesting)
         self._children.append((pid, fd, records, nesting, before))
 
-    def _make(self, fd: int, records: list[tuple], nesting: list[Mark]) -> int:
+    def _made_here(self, records: list[tuple], nesting: list[Mark]) -> bytes:
+        """In the child: the header and the batch's rows."""
         errors = self.decoder.errors
         data, lines, flags = self.reporter.rows_data(records, self.decoder, nesting)
-        view = memoryview(HEADER.pack(lines, self.decoder.errors - errors, flags) + data)
-        while view:
-            view = view[os.write(fd, view):]
-        return 0
+        return HEADER.pack(lines, self.decoder.errors - errors, flags) + data
 
     def _here(self) -> None:
         records, nesting = self._records, self._nesting
@@ -275,6 +260,33 @@ class ForkedRows:
 HELD_CALLS = 50_000  # held calls (--gpu-time) a child makes the rows of
 
 
+def _fork_writing(make: Callable[[], bytes]) -> tuple[int, int]:
+    """(a child's pid, its memfd): the child, forked, writes what `make()`
+    gives into the memfd and exits (0, or 1 where make() raised). OSError
+    where no child could be forked."""
+    fd = os.memfd_create("cudaprobe-rows", os.MFD_CLOEXEC)
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(fd)
+        raise
+    if pid == 0:  # the child: rows into the memfd, then gone (never back to the caller)
+        code = 1
+        try:
+            # no copy of the session's descriptors held: its probes' links (a
+            # detach must not wait for a child), the reader's stop pipe, the output
+            os.closerange(3, fd)
+            os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the session's
+            view = memoryview(make())
+            while view:
+                view = view[os.write(fd, view):]
+            code = 0
+        finally:
+            os._exit(code)
+    return pid, fd
+
+
 def _made(fd: int, status: int, least: int) -> memoryview | None:
     """What a child that ended with `status` wrote into its memfd `fd` (closed
     here), mapped: written from there by the writing thread, never copied;
@@ -318,27 +330,14 @@ def held_rows_forked(reporter: Reporter, calls: list, decoder: RecordDecoder,
         chunk = calls[start : start + HELD_CALLS]
         while len(children) >= workers:
             take_oldest()
-        fd = os.memfd_create("cudaprobe-rows", os.MFD_CLOEXEC)
         try:
-            pid = os.fork()
+            pid, fd = _fork_writing(
+                lambda chunk=chunk: "".join(reporter.held_lines(chunk, decoder)).encode())
         except OSError:
-            os.close(fd)
             while children:
                 take_oldest()
             reporter.held_calls(chunk, decoder)
             continue
-        if pid == 0:  # the child: lines into the memfd, then gone
-            code = 1
-            try:
-                os.closerange(3, fd)
-                os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
-                signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the session's
-                view = memoryview("".join(reporter.held_lines(chunk, decoder)).encode())
-                while view:
-                    view = view[os.write(fd, view):]
-                code = 0
-            finally:
-                os._exit(code)
         children.append((pid, fd, chunk))
     while children:
         take_oldest()

@@ -50,7 +50,7 @@ REF_CTR_HINT = ("if dmesg says 'ref_ctr_offset mismatch', another tracer (a bcc 
 STOP_GRACE_S = 0.01
 HOLD_LOOKS = 50  # looks (polls) a process mapping a probed library is tried for a fork hold
 MAX_FORK_HOLD_MS = 2000.0  # CUDAPROBE_FORK_HOLD_MS's most
-FORK_THREAD_LOOKS = 3  # looks a child the seizer has is left to it (its record lost?)
+SEIZER_LOOKS = 3  # looks a child the seizer has is left to it (its record lost?)
 GONE_KEPT = 4096  # processes gone that mapped a probed library, kept for their children
 
 
@@ -485,7 +485,7 @@ class Attacher:
                 except CudaprobeError:
                     continue  # gone: the next rescan takes it out
                 if self._holds is not None and self._holds.waiting(pid) and \
-                        self._late_looks.get(pid, 0) < FORK_THREAD_LOOKS:
+                        self._late_looks.get(pid, 0) < SEIZER_LOOKS:
                     self._late_looks[pid] = self._late_looks.get(pid, 0) + 1
                     continue  # the seizer has it (unless its record was lost)
                 self._late_looks.pop(pid, None)

@@ -386,10 +386,7 @@ class ForkHold:
 
     def waiting(self, child: int) -> bool:
         """`child` has its key still (the seizer has not let it go)."""
-        try:
-            return bpfsys.u32_key_lookup(self._map_fd, child, 8) is not None
-        except OSError:
-            return False
+        return self.value(child) is not None
 
     def drop(self, pid: int) -> int | None:
         """A process gone: its hold's descriptor, for the caller to close."""

@@ -18,6 +18,7 @@ import time
 from cudaprobe.catalogue.enums import error_name
 
 from ..conftest import HANG_S, build_workload, cudaprobe_cmd
+from .running import host_pid_of
 from .steady import steady_trace_argv, trace_steady, trailer
 
 EVENTS = "cudaGetDeviceCount,cudaMalloc,cudaFree"
@@ -38,7 +39,7 @@ def test_every_call_is_traced_or_counted_as_lost(tmp_path, libcudart):
         while len(LIVE.findall(err.read_text())) < 2:
             assert proc.poll() is None and time.monotonic() < deadline, err.read_text()
             time.sleep(0.05)
-        workload = _child_named(proc.pid, "steady_calls")
+        workload = host_pid_of(proc.pid, "steady_calls")
         os.kill(workload, signal.SIGINT)
         stdout, _ = proc.communicate(timeout=HANG_S)
     finally:
@@ -65,17 +66,6 @@ def test_every_call_is_traced_or_counted_as_lost(tmp_path, libcudart):
 
 
 LIVE = re.compile(r"cudaprobe: (\d+) events lost so far \(ringbuf_full=")
-
-
-def _child_named(pid: int, name: str) -> int:
-    """cudaprobe's child process named `name` (its command)."""
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as f:
-            for child in f.read().split():
-                with open(f"/proc/{child}/comm") as c:
-                    if c.read().strip() == name:
-                        return int(child)
-    raise AssertionError(f"no child {name} of {pid}")
 
 
 def test_strict_exits_3_when_events_were_lost(tmp_path, libcudart):
