@@ -477,8 +477,9 @@ def test_a_seizer_killed_is_started_again(tmp_path, libcudart):
     children it held go, cudaprobe says so and starts another, and the tree
     ends as without cudaprobe: every status its own, and every process's calls
     traced or said, none lost unsaid but at the very moment of the kill."""
-    proc, status, printed, mark = _trace_fork_calls(tmp_path, libcudart, 1000, 2)
-    try:
+    proc, status, printed, mark = _trace_fork_calls(
+        tmp_path, libcudart, 1000, 2, dict(os.environ, CUDAPROBE_FORK_HOLD_MS="2000"))
+    try:  # (a bound long enough for any load: held but around the kill)
         _wait_for(printed, r'"size":5001', None)  # children made, and held, by now
         seizer, = _children_named(proc.pid, "cudaprobe-seize")
         os.kill(seizer, signal.SIGKILL)
