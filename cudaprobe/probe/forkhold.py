@@ -71,6 +71,7 @@ MADE, WAITING, SEIZED, PASSED = 1, 2, 3, 4
 FORK_FUNCTIONS = ("_Fork", "__libc_fork")
 FORK_SYSCALLS = (56, 57, 58, 435)  # x86-64: clone, fork, vfork, clone3
 SEIZE_TRIES, SEIZE_RETRY_S = 20, 0.0001
+ON_TO_HOLD_S = 0.005  # a child sent on to its hold: seized again after at most this
 LIBC_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64",
              "/usr/lib", "/lib")
 _AX = 80  # offsetof(struct pt_regs, ax), x86-64: the return value
@@ -325,34 +326,50 @@ class ForkHold:
         return None, False
 
     def seize(self, child: int) -> Seized | None:
-        """On the thread that will let it go: `child`, of a process with a hold,
-        seized and told to stop; None where it cannot be (its key gone: it
-        waited its bound; traced by another; gone): then it is let go at once.
-        Waiting in its fork, it is held: it stops as it comes out. Not there
-        yet, it is waited for: come out of its fork after (its key PASSED),
-        it was held too; stopped elsewhere (it had no hold: the thread that
-        forked it had none), it was not."""
+        """In the seizer: `child`, of a process with a hold, seized and told to
+        stop; None where it cannot be (its key gone: it waited its bound;
+        traced by another; gone): then it is let go at once. Waiting in its
+        fork, it is held: it stops as it comes out. Not there yet, it is waited
+        for: come out of its fork after (its key PASSED), it was held too;
+        stopped on its way out of glibc's fork function (its set_robust_list,
+        say), it is sent on to its hold and seized there; stopped elsewhere
+        (it had no hold: the thread that forked it had none), it was not."""
         if bpfsys.u32_key_lookup(self._map_fd, child, 8) is None:
             return None
         tracee = _seized(child)
         if tracee is None:
             self.release(child)
             return None
-        try:
-            tracee.interrupt()
-        except PtraceError:
-            tracee.detach()
-            self.release(child)
-            return None
-        was = bpfsys.u32_key_lookup(self._map_fd, child, 8)
-        if not bpfsys.u32_key_replace(self._map_fd, child, SEIZED.to_bytes(8, "little")):
-            return Seized(tracee, False)  # its wait over meanwhile: it runs, stopped anywhere
-        if was is not None and was[0] == WAITING:
-            return Seized(tracee, True)
-        stop = tracee.wait(STOP_WAIT_S)  # where it stops says whether it was held
-        after = bpfsys.u32_key_lookup(self._map_fd, child, 8)
-        return Seized(tracee, after is not None and after[0] == PASSED
-                      or stop is not None and _in_its_fork(tracee, stop), stop)
+        deadline = time.monotonic() + STOP_WAIT_S
+        while True:
+            try:
+                tracee.interrupt()
+            except PtraceError:
+                tracee.detach()
+                self.release(child)
+                return None
+            was = bpfsys.u32_key_lookup(self._map_fd, child, 8)
+            if not bpfsys.u32_key_replace(self._map_fd, child, SEIZED.to_bytes(8, "little")):
+                return Seized(tracee, False)  # its wait over meanwhile: it runs, stopped anywhere
+            if was is not None and was[0] == WAITING:
+                return Seized(tracee, True)
+            stop = tracee.wait(max(deadline - time.monotonic(), 0))  # where it stops says
+            after = bpfsys.u32_key_lookup(self._map_fd, child, 8)
+            if (after is not None and after[0] == PASSED
+                    or stop is not None and _in_its_fork(tracee, stop)):
+                return Seized(tracee, True, stop)
+            if (stop is None or time.monotonic() >= deadline
+                    or not in_fork_function(tracee, stop, self._by_file)
+                    or not bpfsys.u32_key_replace(self._map_fd, child,
+                                                  MADE.to_bytes(8, "little"))):
+                return Seized(tracee, False, stop)
+            try:  # on to its hold, where it waits (its key WAITING), and seized again
+                tracee.resume()
+            except PtraceError:
+                return Seized(tracee, False)
+            on_until = min(time.monotonic() + ON_TO_HOLD_S, deadline)
+            while time.monotonic() < on_until and self.value(child) == MADE:
+                time.sleep(SEIZE_RETRY_S)
 
     @staticmethod
     def let_go(seized: Seized) -> None:
@@ -483,6 +500,29 @@ def _in_its_fork(tracee: TracedThread, stop: Stop) -> bool:
         return False
 
 
+def in_fork_function(tracee: TracedThread, stop: Stop,
+                     known: dict[tuple[int, int], Libc | None]) -> bool:
+    """Stopped as asked (not by a signal of its own) inside glibc's fork
+    function (the child's part of it runs a syscall or two after the fork
+    before it returns, where the hold is): it has run none of its own code
+    yet. `known`: each glibc's fork, by its file's identity, found once."""
+    if stop.exited or not stop.interrupted:
+        return False
+    try:
+        rip = tracee.registers().rip
+        m = next((m for m in map_lines(tracee.tid) if m.start <= rip < m.end), None)
+    except (PtraceError, CudaprobeError):
+        return False
+    if m is None or not m.is_file:
+        return False
+    key = _identity(m)
+    if key not in known:
+        known[key] = _fork_return(open_mapped, Mapped(
+            tracee.tid, m.start, m.end, m.major, m.minor, m.inode, m.path, m.path))
+    libc, at = known[key], rip - m.start + m.offset
+    return libc is not None and libc.offset <= at < libc.offset + libc.size
+
+
 @dataclass
 class Seized:
     tracee: TracedThread
@@ -494,6 +534,7 @@ class Seized:
 class Libc:
     file: OpenedFile
     offset: int  # of the function whose return is a fork's
+    size: int = 0  # its size in bytes
 
 
 def _identity(m: MapLine) -> tuple[int, int]:
@@ -529,11 +570,13 @@ def _fork_return(opener: Callable[[Any], OpenedFile], where: Any) -> Libc | None
     """The glibc `opener(where)` opens, and the offset of its fork."""
     try:
         libc = opener(where)
-        functions = read_symbols(libc).functions
+        symbols = read_symbols(libc)
+        functions = symbols.functions
     except (CudaprobeError, OSError):
         return None
     for name in FORK_FUNCTIONS:
         if name in functions:
-            return Libc(libc, functions[name])
+            vaddr = symbols.vaddr_of(functions[name])
+            return Libc(libc, functions[name], 0 if vaddr is None else symbols.size_of(vaddr))
     libc.close()
     return None

@@ -112,6 +112,11 @@ class ElfSymbols:
         found = self.function_at(vaddr)
         return found[0] if found else None
 
+    def size_of(self, vaddr: int) -> int:
+        """The size of the function that starts at `vaddr` (0: none starts there)."""
+        i = bisect.bisect_left(self.starts, vaddr)
+        return self.sizes[i] if i < len(self.starts) and self.starts[i] == vaddr else 0
+
     def function_at(self, vaddr: int) -> tuple[str, int] | None:
         """(name, start address) of the function that holds `vaddr`."""
         i = bisect.bisect_right(self.starts, vaddr) - 1

@@ -15,6 +15,7 @@ import ctypes.util
 import os
 import time
 from dataclasses import dataclass
+from signal import SIGTRAP
 
 PTRACE_CONT = 7
 PTRACE_GETREGS = 12
@@ -61,14 +62,18 @@ class Stop:
     exited: bool = False  # it exited or was killed: no longer traced
     signal: int = 0  # a signal-delivery stop: its number (0: another kind of stop)
     event: int = 0  # PTRACE_EVENT_* (group stop: PTRACE_EVENT_STOP)
+    # PTRACE_EVENT_STOP with SIGTRAP: the stop PTRACE_INTERRUPT asked for, not a
+    # group stop (a SIGSTOP the program was sent), which must be left a stop
+    interrupted: bool = False
 
 
 class TracedThread:
     """One seized thread; detached on close unless it exited."""
 
-    def __init__(self, tid: int) -> None:
+    def __init__(self, tid: int, options: int = 0) -> None:
+        """Seized, with the PTRACE_O_* `options` (cudaprobe follows nothing)."""
         self.tid = tid
-        _call(PTRACE_SEIZE, tid)
+        _call(PTRACE_SEIZE, tid, 0, options)
         self.attached = True
 
     def wait(self, timeout_s: float) -> Stop | None:
@@ -92,7 +97,8 @@ class TracedThread:
             return Stop(exited=True)
         event = status >> 16
         if event:
-            return Stop(event=event)
+            return Stop(event=event, interrupted=event == PTRACE_EVENT_STOP
+                        and os.WSTOPSIG(status) == SIGTRAP)
         return Stop(signal=os.WSTOPSIG(status))
 
     def interrupt(self) -> None:
