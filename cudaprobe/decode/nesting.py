@@ -109,6 +109,14 @@ class CallOrder:
         self._held: dict[int, list[list]] = {}  # tid -> its top calls [rec, children, size]
         self._count = 0  # records held, children too
 
+    def as_they_come(self, fids: set[int], any_caller: bool) -> bool:
+        """add() of records of these probes would give them back as they are, each
+        at the top: nothing held, no NCCL group, every one a runtime call not
+        made inside an NCCL call (none of them `any_caller`)."""
+        nprobes = len(self.is_runtime)
+        return (not self._count and self.groups is None and not any_caller
+                and all(fid < nprobes and self.is_runtime[fid] for fid in fids))
+
     def add(self, records: list[tuple]) -> tuple[list[tuple], list[Mark]]:
         """The records that can go out now, in call order, and their marks."""
         out: list[tuple] = []

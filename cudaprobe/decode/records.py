@@ -420,10 +420,26 @@ class RecordDecoder:
         """Add the batch's calls, time and errors per probe to `summary`, as
         Summary.add would of its Calls. (Until the kernel counts them.)"""
         # (probe id, return code) -> calls, and probe id -> ns, counted in C where it can
-        by_ret = Counter(map(_FUNC_RET, records))
         total_ns: dict[int, int] = {}
         for fid, ns in zip(map(_FUNC, records), map(_DURATION, records)):
             total_ns[fid] = total_ns.get(fid, 0) + ns
+        self._add_counts(Counter(map(_FUNC_RET, records)), total_ns, summary)
+
+    def count_columns(self, fids: list[int], rets: list[int], durations: list[int],
+                      summary: Summary) -> None:
+        """count() of a batch given as its columns (ringbuf.Strided)."""
+        total_ns: dict[int, int] = {}
+        if fids and fids.count(fids[0]) == len(fids):  # one probe's (a launch loop's)
+            fid = fids[0]
+            total_ns[fid] = sum(durations)
+            by_ret = Counter({(fid, ret): n for ret, n in Counter(rets).items()})
+        else:
+            for fid, ns in zip(fids, durations):
+                total_ns[fid] = total_ns.get(fid, 0) + ns
+            by_ret = Counter(zip(fids, rets))
+        self._add_counts(by_ret, total_ns, summary)
+
+    def _add_counts(self, by_ret: Counter, total_ns: dict[int, int], summary: Summary) -> None:
         for fid, ns in total_ns.items():
             if fid >= len(self._decoders):
                 continue  # unknown probe: counted in errors by decode()

@@ -35,17 +35,19 @@ import os
 import signal
 import struct
 import time
+from itertools import compress
 from operator import itemgetter
 from typing import TYPE_CHECKING, Callable
 
 from cudaprobe.catalogue.functions import ArgKind
 from cudaprobe.decode.records import TOP
+from cudaprobe.output.base import Reporter
 from cudaprobe.probe.event import R_FUNC_ID, R_PID, R_TEXT
+from cudaprobe.probe.ringbuf import Strided
 
 if TYPE_CHECKING:
     from cudaprobe.decode.nesting import Mark
     from cudaprobe.decode.records import RecordDecoder
-    from cudaprobe.output.base import Reporter
     from cudaprobe.output.files import OutputStream
 
 FORK_RECORDS = 50_000  # records a child makes the rows of
@@ -79,7 +81,9 @@ class ForkedRows:
                  workers: int) -> None:
         self.reporter, self.decoder, self.stream = reporter, decoder, stream
         self.workers = workers
-        self._records: list[tuple] = []
+        # the records kept, in order: tuples, and batches still bytes (Strided)
+        self._records: list[tuple | Strided] = []
+        self._kept = 0  # records kept, a Strided's each
         self._nesting: list[Mark] = []
         # (child pid, memfd, its records, their nesting, the reporter's state before
         # them), oldest first
@@ -92,6 +96,9 @@ class ForkedRows:
         self._backlog = False  # the last batch taken was big: more are coming
         self.forked = 0  # children that made rows
         self.failed = 0  # children whose records the thread made instead
+        # rows that stand alone (JSONL, CSV): what the thread keeps changes with
+        # no row (advance), so a batch need not be unpacked here (take_strided)
+        self.lean = type(reporter).advance is Reporter.advance
 
     @staticmethod
     def usable(reporter: Reporter, stream: object) -> bool:
@@ -109,44 +116,60 @@ class ForkedRows:
         # a record holding a kernel's name as the probe read it names its handle
         # for the rows after it only: its batch is made here, in order
         if (self.decoder.py_stacks is not None or not records
-                or max(map(len, records)) > R_TEXT or not self._all_simple(records)):
+                or max(map(len, records)) > R_TEXT
+                or not self._all_simple(set(map(_FUNC, records)))):
             self.drain()
             return False
         self._prepare(records)
-        if not self._records:
-            self._since = time.monotonic()
-        self._backlog = len(records) >= BACKLOG
-        self._records += records
-        self._nesting += [TOP] * len(records) if nesting is None else nesting
-        if len(self._records) >= FORK_RECORDS:
-            self._fork()
+        self._keep(records, len(records), nesting)
         return True
+
+    def take_strided(self, batch: Strided, fids: list[int]) -> bool:
+        """take() of a batch still bytes, of these probes (its R_FUNC_ID column),
+        each call at the top: its tuples made in the child (lean reporters);
+        False where it must be unpacked (the caller then does so, and take()s it)."""
+        kinds = set(fids)
+        if (not self.lean or self.decoder.py_stacks is not None
+                or not self._all_simple(kinds)):
+            return False
+        self._prepare_strided(batch, fids, kinds)
+        self._keep([batch], len(batch), None)
+        return True
+
+    def _keep(self, records: list, count: int, nesting: list[Mark] | None) -> None:
+        if not self._kept:
+            self._since = time.monotonic()
+        self._backlog = count >= BACKLOG
+        self._records += records
+        self._kept += count
+        self._nesting += [TOP] * count if nesting is None else nesting
+        if self._kept >= FORK_RECORDS:
+            self._fork()
 
     def poll(self) -> None:
         """A poll's end: what is kept goes (a child, or the thread for a few),
         unless more are coming and it is young; the rows of children done are
         written."""
-        if self._records and (not self._backlog
+        if self._kept and (not self._backlog
                               or time.monotonic() - self._since >= HOLD_S):
             self._let_go()
         self._collect(block=False)
 
     def drain(self) -> None:
         """Every record taken made into rows and given to the stream, in order."""
-        if self._records:
+        if self._kept:
             self._let_go()
         self._collect(block=True)
 
     def _let_go(self) -> None:
         """The records kept: to a child, or, a few, made here."""
-        if len(self._records) >= MIN_FORK:
+        if self._kept >= MIN_FORK:
             self._fork()
         else:
             self._here()
 
-    def _all_simple(self, records: list[tuple]) -> bool:
-        fids = set(map(_FUNC, records)) - self._simple
-        for fid in fids:
+    def _all_simple(self, fids: set[int]) -> bool:
+        for fid in fids - self._simple:
             if fid >= len(self.decoder.probes):
                 return False
             d = self.decoder.decoder(fid)
@@ -185,32 +208,51 @@ class ForkedRows:
                     names.handle_texts(rec, rec[index])  # by calls made here (a later
                     warm.add(key)  # name's texts are then made in the child)
 
+    def _prepare_strided(self, batch: Strided, fids: list[int], kinds: set[int]) -> None:
+        """_prepare() of a batch still bytes, from its columns: a record unpacked
+        here only for a kernel not named yet."""
+        decoder = self.decoder
+        pids = batch.column(R_PID)
+        for pid in set(pids) - decoder.seen:
+            decoder.see(pid)
+        for fid in kinds & self._named.keys():
+            mine = None if len(kinds) == 1 else list(map(fid.__eq__, fids))
+            for _kind, index in self._named[fid]:
+                keys = zip(pids, batch.column(index))
+                new = set(keys if mine is None else compress(keys, mine)) - self._warm
+                for i, key in enumerate(zip(pids, batch.column(index))):
+                    if not new:
+                        break
+                    if key in new and (mine is None or mine[i]):
+                        new.discard(key)
+                        self._prepare([batch.one(i)])
+
     def _fork(self) -> None:
         records, nesting = self._records, self._nesting
-        self._records, self._nesting = [], []
+        self._records, self._nesting, self._kept = [], [], 0
         while len(self._children) >= self.workers:
             self._collect_oldest()
         try:
             pid, fd = _fork_writing(lambda: self._made_here(records, nesting))
         except OSError:
             self._collect(block=True)
-            self.reporter.records(records, self.decoder, nesting)
+            self.reporter.records(unpacked(records), self.decoder, nesting)
             return
         before = self.reporter.state()  # for its rows, made here if it fails
         self.reporter.advance(records, self.decoder, nesting)
         self._children.append((pid, fd, records, nesting, before))
 
-    def _made_here(self, records: list[tuple], nesting: list[Mark]) -> bytes:
+    def _made_here(self, records: list, nesting: list[Mark]) -> bytes:
         """In the child: the header and the batch's rows."""
         errors = self.decoder.errors
-        data, lines, flags = self.reporter.rows_data(records, self.decoder, nesting)
+        data, lines, flags = self.reporter.rows_data(unpacked(records), self.decoder, nesting)
         return HEADER.pack(lines, self.decoder.errors - errors, flags) + data
 
     def _here(self) -> None:
         records, nesting = self._records, self._nesting
-        self._records, self._nesting = [], []
+        self._records, self._nesting, self._kept = [], [], 0
         self._collect(block=True)
-        self.reporter.records(records, self.decoder, nesting)
+        self.reporter.records(unpacked(records), self.decoder, nesting)
 
     def _collect(self, block: bool) -> None:
         while self._children:
@@ -248,13 +290,26 @@ class ForkedRows:
             self.failed += 1
             now = self.reporter.state()  # past the later children's records
             self.reporter.restore(before)
-            self.reporter.records(records, self.decoder, nesting)  # made here instead
+            self.reporter.records(unpacked(records), self.decoder, nesting)  # made here
             self.reporter.restore(now)
             return
         lines, errors, flags = HEADER.unpack(view[:HEADER.size])
         self.forked += 1
         self.decoder.errors += errors
         self.reporter.forked_rows(view[HEADER.size:], lines, flags)
+
+
+def unpacked(records: list[tuple | Strided]) -> list[tuple]:
+    """Records kept, each batch still bytes unpacked in its place."""
+    if not any(type(r) is Strided for r in records):
+        return records
+    out: list[tuple] = []
+    for r in records:
+        if type(r) is Strided:
+            out += r.tuples()
+        else:
+            out.append(r)
+    return out
 
 
 HELD_CALLS = 50_000  # held calls (--gpu-time) a child makes the rows of

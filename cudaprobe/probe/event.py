@@ -87,6 +87,19 @@ R_CFG = R_WORDS + MAX_WORDS  # present in whole records only
 # appends those bytes to the event's tuple.
 R_TEXT = R_CFG + CFG_WORDS
 NAME_MAX = 8192  # CP_NAME_MAX
+# a record's number fields by their index in its tuple: (struct code, byte offset in
+# the ring record, after the kernel's 8-byte header), for ringbuf.Strided's columns
+RECORD_FIELDS = {
+    R_TS: ("Q", 8 + FIELD_OFFSETS["ts_ns"]),
+    R_DURATION: ("Q", 8 + FIELD_OFFSETS["duration_ns"]),
+    R_PID: ("I", 8 + FIELD_OFFSETS["pid"]),
+    R_TID: ("I", 8 + FIELD_OFFSETS["tid"]),
+    R_FUNC_ID: ("H", 8 + FIELD_OFFSETS["func_id"]),
+    R_RET: ("i", 8 + FIELD_OFFSETS["ret"]),
+    R_CALLER: ("Q", 8 + FIELD_OFFSETS["caller"]),
+    **{R_WORDS + k: ("Q", 8 + FIELD_OFFSETS["words"] + 8 * k)
+       for k in range(MAX_WORDS + CFG_WORDS)},
+}
 # cfg words holding struct cp_frame (a call site, resolved to build-id and offset)
 FRAME_WORD = 8
 FRAME_STRUCT = struct.Struct("<i20sQQ")  # status, build_id, offset, caller

@@ -47,6 +47,7 @@ import traceback
 from typing import Callable
 
 from cudaprobe.errors import OutputError
+from cudaprobe.probe.event import RECORD_FIELDS
 
 BUSY = 1 << 31
 DISCARD = 1 << 30
@@ -88,6 +89,39 @@ def _write_all(fd: int, data: memoryview, offset: int) -> None:
         data, offset = data[n:], offset + n
 
 
+def strided_layout(record: struct.Struct) -> struct.Struct:
+    """A record's layout with its padding to the next record (8-byte aligned)."""
+    padding = ((record.size - HEADER.size + 15) & ~7) - record.size
+    return struct.Struct(f"{record.format}{padding}x")
+
+
+class Strided:
+    """A batch of records of one length as the spool holds them: a field of
+    every record read at once, at C's speed (column), the tuples made only
+    where wanted (tuples: in the forked child that makes their rows). Unpacking
+    a launch's 43 fields was 40% of the session's thread's time."""
+
+    __slots__ = ("blob", "layout", "count")
+
+    def __init__(self, blob: memoryview, layout: struct.Struct, count: int) -> None:
+        self.blob, self.layout, self.count = blob, layout, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def column(self, index: int) -> list[int]:
+        """The field of tuple index `index` (event.RECORD_FIELDS) of every record."""
+        code, offset = RECORD_FIELDS[index]
+        size = struct.calcsize(code)
+        return self.blob.cast(code)[offset // size :: self.layout.size // size].tolist()
+
+    def one(self, i: int) -> tuple:
+        return self.layout.unpack_from(self.blob, i * self.layout.size)
+
+    def tuples(self) -> list[tuple]:
+        return list(self.layout.iter_unpack(self.blob))
+
+
 class RingBuffer:
     """The parent's side: the spool's records as flat tuples, a batch at a time.
     The reader process starts here and stops at drain() or close()."""
@@ -100,11 +134,13 @@ class RingBuffer:
         self.by_length = {r.size - HEADER.size: r.unpack_from for r in records}
         # each layout with its padding to the next record: a run of records of one
         # length, whole, unpacked at once (a launch loop's batch is nothing else)
-        self.strided = {r.size - HEADER.size: struct.Struct(
-            r.format + f"{((r.size - HEADER.size + 15) & ~7) - r.size}x") for r in records}
+        self.strided = {r.size - HEADER.size: strided_layout(r) for r in records}
         longest = max(records, key=lambda r: r.size)
         self.longest, self.unpack_longest = longest.size - HEADER.size, longest.unpack_from
         self.malformed = 0
+        # a batch of records of one length given as a Strided, not tuples (the
+        # session makes their rows in forked children, which unpack them there)
+        self.keep_strided = False
         # where consume() hands the side records (--py-stacks: decode.pystacks.PyStacks.add)
         self.on_side: Callable[[list[bytes]], None] | None = None
         consumer = mmap.mmap(map_fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,
@@ -161,7 +197,7 @@ class RingBuffer:
         except BlockingIOError:
             pass
 
-    def poll(self, timeout_ms: int) -> list[tuple]:
+    def poll(self, timeout_ms: int) -> list[tuple] | Strided:
         """Wait up to timeout_ms for records when none are spooled, then the
         next batch (consume)."""
         if self.available() == 0:
@@ -172,7 +208,7 @@ class RingBuffer:
         """Spooled bytes not consumed yet."""
         return self._words[WRITTEN] - self._read
 
-    def consume(self) -> list[tuple]:
+    def consume(self) -> list[tuple] | Strided:
         """The next spooled records (at most BATCH_BYTES of them), as flat tuples
         of their layout; [] when the decoder has caught up with the reader."""
         if self._words[READER_ERRNO]:
@@ -220,10 +256,11 @@ class RingBuffer:
             pos += step
         return out, pos
 
-    def _all_one_length(self, blob: bytes) -> tuple[list[tuple], int] | None:
+    def _all_one_length(self, blob: bytes) -> tuple[list[tuple] | Strided, int] | None:
         """The batch's whole records and the bytes they take, where every one
         has the first's length (no flag, no side record, no string): unpacked
-        in one pass (struct.iter_unpack); None otherwise."""
+        in one pass (struct.iter_unpack), or with `keep_strided`, left as they
+        are (Strided); None otherwise."""
         if len(blob) < 2 * HEADER.size:
             return None
         length = HEADER.unpack_from(blob, 0)[0]
@@ -235,9 +272,11 @@ class RingBuffer:
         lengths = memoryview(blob)[:end].cast("I")[::strided.size // 4].tolist()
         if lengths.count(length) != count:
             return None
+        if self.keep_strided:
+            return Strided(memoryview(blob)[:end], strided, count), end
         return list(strided.iter_unpack(memoryview(blob)[:end])), end
 
-    def drain(self) -> list[tuple]:
+    def drain(self) -> list[tuple] | Strided:
         """After the probes are detached: the reader copies what is left in the
         ring and exits; then the spool's records, a batch per call, [] at the end."""
         self._stop_reader()

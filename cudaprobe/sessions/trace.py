@@ -34,8 +34,9 @@ from cudaprobe.output.formats import Reporter
 from cudaprobe.output.status import StatusLine
 from cudaprobe.output.summary_view import describe_lost, render_summary
 from cudaprobe.probe.bpfprog import Settings
-from cudaprobe.probe.event import R_TID, R_TS, RawEvent
+from cudaprobe.probe.event import R_CALLER, R_DURATION, R_FUNC_ID, R_RET, R_TID, R_TS, RawEvent
 from cudaprobe.probe.plan import ProbePlan
+from cudaprobe.probe.ringbuf import Strided
 from cudaprobe.probe.sweep import Sweeper
 from cudaprobe.probe.tracer import Tracer
 from cudaprobe.sessions.gputime import GpuTimeRows
@@ -124,9 +125,20 @@ class TraceSession:
                 self._in_flight_errors += 1
         return calls
 
-    def _emit(self, records: list[tuple]) -> None:
+    def _emit(self, records: list[tuple] | Strided) -> None:
         """A poll's records (none: the poll found nothing, and calls held
-        long enough go out all the same)."""
+        long enough go out all the same); a batch still bytes (Strided) goes to
+        the forked children as it is where CallOrder would give it back as it
+        is, else is unpacked here."""
+        if type(records) is Strided:
+            fids = records.column(R_FUNC_ID)
+            if (self._forked is not None
+                    and self.order.as_they_come(set(fids), any(records.column(R_CALLER)))
+                    and self._forked.take_strided(records, fids)):
+                self._records.count_columns(fids, records.column(R_RET),
+                                            records.column(R_DURATION), self.summary)
+                return
+            records = records.tuples()
         if records:
             self._records.count(records, self.summary)  # until the kernel counts them
         self._pass_on(*self.order.add(records))
@@ -267,6 +279,10 @@ class TraceSession:
                                                                self.reporter.stream):
             self._forked = ForkedRows(self.reporter, self._records, self.reporter.stream,
                                       workers)
+            # a launch loop's batches go to the children still bytes: the thread
+            # reads a few of their fields, the children unpack them
+            run.tracer.ring.keep_strided = (self._forked.lean
+                                            and self._records.py_stacks is None)
 
     def _read(self, tracer: Tracer, timeout_ms: int) -> None:
         """One poll's records; with no timeout (detached), all that is left, a batch

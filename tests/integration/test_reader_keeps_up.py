@@ -22,11 +22,14 @@ import pytest
 
 from ..conftest import HANG_S, build_workload
 from .conftest import run_cudaprobe
+from .running import build_loop
 
 pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
 
 PAIRS, THREADS = 20_000, 4
 CALLS = 2 * PAIRS * THREADS
+LAUNCHES = 60_000
+POINTER = re.compile(r"0x[0-9a-f]+")  # (addresses differ from run to run)
 RING_PAGES = "8192"  # 32 MiB with 4 KiB pages: every record of the run at once
 ROW = re.compile(r" *\d+\.\d{3} .* (cudaMalloc|cudaFree) ")  # a table row: TIME(ms) first
 SUMMARY = re.compile(r"(\d+) calls in [\d.]+s, (\d+) still in flight, (\d+) lost")
@@ -110,4 +113,34 @@ def test_a_backlog_made_into_rows_by_forked_children_is_whole_and_in_order(tmp_p
         outs[workers] = sorted(
             (c["event"], c["ret"], c["ret_name"], c["args"] if fmt == "csv"
              else json.dumps(c["args"]), c["details"], c["depth"]) for c in calls)
+    assert outs["2"] == outs["0"]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_a_launch_loop_s_backlog_made_into_rows_from_its_bytes_is_whole_and_in_order(
+        tmp_path, libcudart, fmt):
+    """Launches alone (records of one length, each call at the top) with two
+    children making the backlog's rows: the session's thread gives them their
+    batches still bytes (ringbuf.Strided), reading only pids and kernels. Every
+    iteration's launch once, in order (its grid carries the iteration), every
+    row as the thread alone writes it but for the times and pointers."""
+    exe = build_loop("shared")
+    outs = {}
+    for workers in ("0", "2"):
+        out = tmp_path / f"launches-{workers}.{fmt}"
+        quiet, kept = os.pipe()  # its stdin: open, silent (input or EOF ends the loop)
+        proc = run_cudaprobe("trace", "--lib", str(libcudart), "-e", "cudaLaunchKernel",
+                             "-f", fmt, "-o", str(out), "--ringbuf-pages", RING_PAGES, "--",
+                             str(exe), "0", str(LAUNCHES), timeout=HANG_S,
+                             env={**os.environ, "CUDAPROBE_DECODE_WORKERS": workers},
+                             stdin=quiet)
+        os.close(quiet)
+        os.close(kept)
+        assert proc.returncode == 0, proc.stderr
+        calls = made_calls(out, fmt)
+        args = [json.loads(c["args"]) if fmt == "csv" else c["args"] for c in calls]
+        assert [a["gridDim"][0] for a in args] == list(range(1, LAUNCHES + 1))
+        assert [int(c["ts_ns"]) for c in calls] == sorted(int(c["ts_ns"]) for c in calls)
+        outs[workers] = [(c["event"], c["ret"], c["ret_name"], POINTER.sub("P", json.dumps(a)),
+                          POINTER.sub("P", c["details"])) for c, a in zip(calls, args)]
     assert outs["2"] == outs["0"]

@@ -19,6 +19,8 @@ from cudaprobe.output.chrome import ChromeReporter
 from cudaprobe.output.csv import CsvReporter
 from cudaprobe.output.forked import ForkedRows
 from cudaprobe.output.jsonl import JsonlReporter
+from cudaprobe.probe.event import R_FUNC_ID, R_WORDS, RECORD_STRUCTS
+from cudaprobe.probe.ringbuf import Strided, strided_layout
 
 from .eventbuild import EVERY_PROBE
 from .test_decoders import T0, Collected, record, timed
@@ -152,3 +154,66 @@ def test_a_child_holds_none_of_the_session_s_descriptors(monkeypatch):
         os.close(read_end)
         os.close(write_end)
     assert rows.forked >= 1 and b"closed" in there and b"held" not in there
+
+
+def as_strided(recs: list[tuple]) -> Strided:
+    """Records of one length as the spool holds them (RingBuffer.keep_strided)."""
+    layout = strided_layout(RECORD_STRUCTS[len(recs[0]) - R_WORDS])
+    return Strided(memoryview(b"".join(layout.pack(*r) for r in recs)), layout, len(recs))
+
+
+@FORMATS
+def test_batches_left_as_bytes_make_the_thread_s_rows_byte_for_byte(monkeypatch, reporter_type):
+    """A launch loop's batches (one length, each call at the top) given to
+    the children still bytes: the thread reads their pids and kernels from
+    columns, the children unpack them. The rows are the thread's, byte for
+    byte, mixed with batches given as tuples (a module load, kernels named
+    by it and by a record of its own); Chrome's rows, which depend on those
+    before them, are refused as bytes, and made from the tuples."""
+    monkeypatch.setattr(forked, "FORK_RECORDS", 400)
+    monkeypatch.setattr(forked, "MIN_FORK", 150)
+    rng = random.Random(5)
+    launch = BY_SYMBOL["cudaLaunchKernel"].func_id
+    batches, t = [], 1_000_000
+    for b in range(30):
+        recs = []
+        for _ in range(rng.randint(50, 300)):
+            words = [rng.choice([0xF001, 0xF002, 0x5000 + b]), *LAUNCH_WORDS[1:]]
+            recs.append(timed(launch, words, t, 1_000, rng.randint(1, 3), 7 + rng.randint(0, 1),
+                              ret=rng.choice([0, 35])))
+            t += 5_000
+        batches.append((recs, [(0, None)] * len(recs)))
+        if b % 7 == 3:  # a module load, decoded whole (its batch made in the thread)
+            batches.append(trace(b, 40))
+    here, here_lines, _ = written(reporter_type, batches, 0)
+    handles = KernelHandles()
+    handles.learn(GET, 7, {"hfunc": "0xf001", "name": "_Z6vecAddPKfS0_Pfi"})
+    decoder = RecordDecoder(EVERY_PROBE, T0, handles=handles)
+    decoder.ranks.known[8] = (1, 2)
+    out = Collected()
+    reporter = reporter_type(out)
+    reporter.start()
+    rows = ForkedRows(reporter, decoder, out, 3)
+    as_bytes = 0
+    for i, (recs, marks) in enumerate(batches):
+        one_length = len({len(r) for r in recs}) == 1 and all(m == (0, None) for m in marks)
+        if one_length:
+            batch = as_strided(recs)
+            fids = batch.column(R_FUNC_ID)
+            assert fids == [r[R_FUNC_ID] for r in recs]
+            if rows.take_strided(batch, fids):
+                as_bytes += 1
+                continue
+        if not rows.take(recs, marks):
+            reporter.records(recs, decoder, marks)
+        if i % 3 == 2:
+            rows.poll()
+    rows.drain()
+    reporter.finish(Summary())
+    out.flush()
+    if reporter_type is ChromeReporter:
+        assert as_bytes == 0
+    else:
+        assert as_bytes >= 25 and rows.forked >= 8 and rows.failed == 0
+    assert bytes(out.data) == here and out.counted == here_lines
+    assert b"vecAdd" in here
