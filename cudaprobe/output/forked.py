@@ -151,7 +151,7 @@ class ForkedRows:
         unless more are coming and it is young; the rows of children done are
         written."""
         if self._kept and (not self._backlog
-                              or time.monotonic() - self._since >= HOLD_S):
+                           or time.monotonic() - self._since >= HOLD_S):
             self._let_go()
         self._collect(block=False)
 
@@ -218,9 +218,10 @@ class ForkedRows:
         for fid in kinds & self._named.keys():
             mine = None if len(kinds) == 1 else list(map(fid.__eq__, fids))
             for _kind, index in self._named[fid]:
-                keys = zip(pids, batch.column(index))
+                words = batch.column(index)
+                keys = zip(pids, words)
                 new = set(keys if mine is None else compress(keys, mine)) - self._warm
-                for i, key in enumerate(zip(pids, batch.column(index))):
+                for i, key in enumerate(zip(pids, words)):
                     if not new:
                         break
                     if key in new and (mine is None or mine[i]):
