@@ -61,6 +61,7 @@ pids or tids.
 from __future__ import annotations
 
 import bisect
+import math
 import threading
 import time
 from collections.abc import Iterable
@@ -194,6 +195,10 @@ class Snapshot:
     # slices traced so far
     sampling_ratio: float = 1.0
     sampled_windows: int = 0
+    # serve --duty: the scaled totals' relative standard error, from the spread of
+    # what the slices saw ("calls" of the sampled functions, "gpu_time"), once two
+    # slices are complete
+    sampling_relative_error: dict[str, float] = field(default_factory=dict)
     # --gpu-time into running processes (serve): processes the library went into,
     # and those it could not, by reason; None: not asked for
     gpu_time_processes: int | None = None
@@ -204,6 +209,36 @@ class Snapshot:
     # asked for)
     gpu_lines: dict[tuple[str, ...], float] = field(default_factory=dict)
     gpu_lines_unjoined: dict[str, int] | None = None
+
+
+class SliceTotals:
+    """What each slice counted, unscaled (serve --duty), as it arrives: a
+    slice's total is closed when the next slice begins. A scaled total is the
+    slices' sum over the fraction: its relative standard error is the spread
+    of the slices' totals over their mean, over the square root of their
+    number (each period's slice a random draw of it)."""
+
+    def __init__(self) -> None:
+        self.current: float | None = None  # the slice under way (None: none began)
+        self._n, self._mean, self._m2 = 0, 0.0, 0.0  # closed slices (Welford)
+
+    def begin(self) -> None:
+        if self.current is not None:
+            self._n += 1
+            delta = self.current - self._mean
+            self._mean += delta / self._n
+            self._m2 += delta * (self.current - self._mean)
+        self.current = 0.0
+
+    def add(self, x: float) -> None:
+        if self.current is not None:
+            self.current += x
+
+    def relative_error(self) -> float | None:
+        """None before two slices are closed, or while they saw nothing."""
+        if self._n < 2 or self._mean <= 0:
+            return None
+        return math.sqrt(self._m2 / (self._n - 1)) / self._mean / math.sqrt(self._n)
 
 
 class CallMetrics:
@@ -238,6 +273,8 @@ class CallMetrics:
         self._launches: dict[tuple[str, str], int] = {}
         self._gpu_kernels = LabelBudget(MAX_KERNELS, MAX_KERNEL_NAMES)  # by GPU time
         self._gpu_time: dict[str, Histogram] = {}
+        # serve --duty: each slice's calls of the sampled functions, and GPU ns
+        self._slice_calls, self._slice_gpu = SliceTotals(), SliceTotals()
         self._memory = MemoryAccounting()
         self._progress = self._memory.progress  # fed with every call read, not only memory's
         self._next_exit_check = 0
@@ -288,13 +325,14 @@ class CallMetrics:
             self._gpu_refusals[reason] = self._gpu_refusals.get(reason, 0) + 1
 
     def add(self, calls: Iterable[Call]) -> None:
-        memory, last_ns = [], 0
+        memory, last_ns, sampled = [], 0, 0
         with self._lock:
             weight, exact, lines = self.weight, self._exact, self._lines
             for c in calls:
                 if c.duration_ns is None:
                     continue
                 w = 1 if weight == 1 or c.event in exact else weight
+                sampled += w != 1
                 who = self._process_key(c.pid, c.process)
                 process = self._processes.label(who, w)
                 key = (c.event, c.api, *process)
@@ -320,6 +358,8 @@ class CallMetrics:
                                           c.event, c.ret or 0, c.args))
                 elif c.ret == 0:
                     self._count_bytes(function.name, c)
+            if sampled:
+                self._slice_calls.add(sampled)
             if memory:
                 self._memory.feed(memory)
             if last_ns:  # without scrapes too, what is held is applied and exits are seen
@@ -372,6 +412,8 @@ class CallMetrics:
         if hist is None:
             hist = self._gpu_time[name] = Histogram()
         hist.add(w.duration_ns, self.gpu_weight)
+        if self.gpu_weight != 1:
+            self._slice_gpu.add(w.duration_ns)
 
     def _count_line(self, work: GpuWork, launch: Launch) -> None:
         """A kernel's GPU time under its launch's line, in its process's label."""
@@ -434,6 +476,8 @@ class CallMetrics:
         """serve --duty: one more slice traced, from now on."""
         with self._lock:
             self.windows += 1
+            self._slice_calls.begin()
+            self._slice_gpu.begin()
             if self._lines is not None:
                 self._lines.span_begins(self.clock())
 
@@ -478,6 +522,10 @@ class CallMetrics:
                 kernel_launches={k: n for k, n in self._launches.items() if kernels.exported(k[0])},
                 gpu_time={k: h.copy() for k, h in self._gpu_time.items() if gpu.exported(k)},
                 sampling_ratio=1 / self.weight, sampled_windows=self.windows,
+                sampling_relative_error={
+                    quantity: error for quantity, error in (
+                        ("calls", self._slice_calls.relative_error()),
+                        ("gpu_time", self._slice_gpu.relative_error())) if error is not None},
                 gpu_time_processes=self._gpu_processes,
                 gpu_time_refusals=dict(self._gpu_refusals),
                 gpu_lines={k: ns / 1e9 for k, ns in self._gpu_lines.items()

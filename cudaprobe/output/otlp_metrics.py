@@ -98,6 +98,12 @@ def metrics_data(snapshot: Snapshot, resource: Resource, start_ns: int,
         metrics.append(Metric("cudaprobe.sampling.ratio", "The fraction of the time the probes "
                               "are on (serve --duty): the counts are what was seen over it",
                               "1", Gauge([ratio])))
+        if snapshot.sampling_relative_error:
+            spread = [NumberDataPoint({"quantity": q}, start_ns, now_ns, v)
+                      for q, v in sorted(snapshot.sampling_relative_error.items())]
+            metrics.append(Metric("cudaprobe.sampling.relative_error", "The relative standard "
+                                  "error of the scaled totals, from the spread of the slices "
+                                  "(serve --duty)", "1", Gauge(spread)))
     scope = InstrumentationScope("cudaprobe", __version__)
     return MetricsData([ResourceMetrics(resource, [ScopeMetrics(scope, metrics, "")], "")])
 

@@ -194,6 +194,15 @@ class CallCollector:
                                           "Slices of time traced so far (serve --duty).")
             windows.add_metric([], snap.sampled_windows)
             yield windows
+            if snap.sampling_relative_error:
+                error = GaugeMetricFamily(
+                    "cudaprobe_sampling_relative_error",
+                    "The relative standard error of the node's scaled totals (serve --duty), "
+                    "from the spread of what its slices saw: calls (of the sampled functions), "
+                    "gpu_time. A series of a share of them has more.", labels=["quantity"])
+                for quantity, value in sorted(snap.sampling_relative_error.items()):
+                    error.add_metric([quantity], value)
+                yield error
         lost = CounterMetricFamily("cudaprobe_lost_events",
                                    "Traced calls lost before they were counted, by cause.",
                                    labels=["cause"])

@@ -56,7 +56,10 @@ def test_a_slice_a_period_its_calls_weighed_and_no_breakpoint_between(tmp_path, 
             assert first_byte(loop.pid, library, "cudaMalloc") == INT3  # on all the time
             mine = [s for s in samples["cudaprobe_calls"]
                     if s.name == "cudaprobe_calls_total" and s.labels["process"] == name]
-            if windows and windows[0].value >= 3 and mine and seen == {True, False}:
+            spread = {s.labels["quantity"]: s.value
+                      for s in samples.get("cudaprobe_sampling_relative_error", [])}
+            if (windows and windows[0].value >= 3 and mine and seen == {True, False}
+                    and "calls" in spread):  # (two slices closed, one with calls)
                 break
             assert time.monotonic() < deadline, (seen, windows, err.text())
             time.sleep(0.05)
@@ -75,6 +78,7 @@ def test_a_slice_a_period_its_calls_weighed_and_no_breakpoint_between(tmp_path, 
             assert time.monotonic() < deadline, (counts, iterations, err.text())
             time.sleep(0.05)
         assert samples["cudaprobe_sampling_ratio"][0].value == 0.25
+        assert 0 < spread["calls"] <= 1 + 1e-9, spread  # (1: every call in one slice)
         exact = {f: counts.pop(f) for f in ("cudaMalloc", "cudaFree")}
         assert exact == {"cudaMalloc": iterations, "cudaFree": iterations}
         # no driver here: every allocation failed, each error counted once too

@@ -5,14 +5,19 @@ calls seen weighed by the period over the slice."""
 from __future__ import annotations
 
 import random
+import re
+import statistics
 import time
 
 import pytest
 from opentelemetry.sdk.resources import Resource
+from prometheus_client import CollectorRegistry, generate_latest
 
 from cudaprobe.analysis.metrics import CallMetrics
+from cudaprobe.decode.gputime import GpuWork
 from cudaprobe.errors import UsageError
 from cudaprobe.output.otlp_metrics import metrics_data
+from cudaprobe.output.prometheus import CallCollector
 from cudaprobe.sessions.duty import TIES_TAIL_S, DutyCycle, parse_duty
 
 from .test_metrics import call
@@ -226,3 +231,38 @@ def test_cupti_switches_around_the_probes_so_that_it_counts_what_they_do(ties):
         assert attacher.steps == ["pause", "cupti off"] + [
             "resume", "cupti on", "cupti off", "pause"] * 2
     assert metrics.gpu_weight == pytest.approx(20)
+
+
+def test_the_scaled_totals_relative_error_comes_from_the_spread_of_the_slices():
+    """Each slice's calls (of the sampled functions) and GPU time, unscaled, as
+    they arrive: once two slices are closed (the next begun), the relative
+    standard error of the scaled total is their spread over their mean over
+    the square root of their number; exact calls add nothing; exported as
+    `cudaprobe_sampling_relative_error` by quantity."""
+    metrics = CallMetrics(alive=lambda pid: True)
+    metrics.weight = metrics.gpu_weight = 10
+    metrics.exact(frozenset({"cudaMalloc"}))
+    per_slice, gpu_ns = [10, 12, 8, 10], [3_000, 1_000, 2_000, 2_000]
+    assert metrics.snapshot(now_ns=1).sampling_relative_error == {}
+    for n, ns in zip(per_slice, gpu_ns):
+        metrics.window_traced()
+        metrics.add([call("cudaLaunchKernel") for _ in range(n)] + [call("cudaMalloc")] * 3)
+        metrics.add_gpu([GpuWork(7, "kernel", 0, ns, 0, 1, 7, 1, "k")])
+        metrics.window_ended()
+        if n == per_slice[1]:  # one slice closed: no spread yet
+            assert metrics.snapshot(now_ns=1).sampling_relative_error == {}
+    metrics.window_traced()  # the fourth closed; this one is under way, not counted
+    metrics.add([call("cudaLaunchKernel")] * 50)
+    error = metrics.snapshot(now_ns=1).sampling_relative_error
+    assert error["calls"] == pytest.approx(statistics.stdev(per_slice) / 10 / 2)
+    assert error["gpu_time"] == pytest.approx(statistics.stdev(gpu_ns) / 2_000 / 2)
+    registry = CollectorRegistry()
+    registry.register(CallCollector(metrics))
+    text = generate_latest(registry).decode()
+    assert re.search(r'^cudaprobe_sampling_relative_error\{quantity="calls"\} 0\.0816', text,
+                     re.M), text
+    data = metrics_data(metrics.snapshot(now_ns=1), Resource({}), 1, 2)
+    (scope,) = data.resource_metrics[0].scope_metrics
+    points = {p.attributes["quantity"]: p.value for m in scope.metrics
+              if m.name == "cudaprobe.sampling.relative_error" for p in m.data.data_points}
+    assert points == pytest.approx(error)
