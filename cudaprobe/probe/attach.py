@@ -789,9 +789,7 @@ class Attacher:
                 signal.signal(signal.SIGTSTP, signal.SIG_DFL)
         holds, self._holds = self._holds, None
         if holds is not None:  # no fork held from now on, every child waiting let go
-            for fd in holds.close():
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+            cleanup.close_together(holds.close())
             holds.remove_probes()
         with self._lock:
             stopping = self._phase == TRACING
@@ -814,10 +812,7 @@ class Attacher:
             for pid, pid_links in self._pid_links.items():
                 (gone if threads_gone(pid) else links).extend(pid_links)
             self._pid_links = {}
-        entry_links = links[1::2]  # each library's pair: (return, entry)
-        for fd in reversed(entry_links):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        cleanup.close_together(links[1::2])  # each library's pair: (return, entry)
         perf = [fd for _name, fd in (self._bpf.uprobe_fds.items() if self._bpf else [])]
         if stopping and (links or perf):  # probes of processes that may still call
             time.sleep(STOP_GRACE_S)

@@ -25,7 +25,7 @@ from cudaprobe.probe.ringbuf import READER_NAME
 from cudaprobe.probe.seizer import NAME as SEIZER
 
 from ..conftest import HANG_S, build_workload, cudaprobe_cmd
-from .running import started
+from .running import Lines, started
 
 pytestmark = pytest.mark.slow  # tens of seconds: scheduled first (tests/conftest.py)
 
@@ -303,22 +303,33 @@ def test_stale_bcc_uprobe_events_are_removed_at_start(tmp_path, libcudart):
         pytest.skip("tracefs is not mounted")
     stale = f"p_cudaprobe_test_0x10_bcc_{host_pid_above(1000)}"
     alive = "p_cudaprobe_test_0x20_bcc_1"  # pid 1: cudaprobe itself there, init here
+    proc = None
     try:
         append_uprobe_event(str(UPROBE_EVENTS), f"p:uprobes/{stale} /bin/true:0x10")
         append_uprobe_event(str(UPROBE_EVENTS), f"p:uprobes/{alive} /bin/true:0x20")
-        # in a pid namespace cudaprobe probes every process using the library
-        proc = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc",
-                               *cudaprobe_cmd("trace", "--lib", str(libcudart), "-d", "0.1",
-                                              "-o", str(tmp_path / "c.jsonl"))],
-                              capture_output=True, text=True, timeout=HANG_S)
-        assert proc.returncode == 0, proc.stderr
+        # in a pid namespace cudaprobe probes every process using the library; the
+        # entries are looked at while it traces (at its end, what bcc made for its
+        # own pid, 1 there, goes: the entry named after pid 1 with it)
+        proc = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc",
+                                 *cudaprobe_cmd("trace", "--lib", str(libcudart), "-d", "60",
+                                                "-o", str(tmp_path / "c.jsonl"))],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        err = Lines(proc.stderr)
         # "1", unless crashed tools left some too
-        assert re.search(r"removed \d+ uprobe_events entries left by crashed bcc tools",
-                         proc.stderr), proc.stderr
+        err.wait_for(lambda s: re.search(r"removed \d+ uprobe_events entries left by crashed "
+                                         r"bcc tools", s), "the stale entries removed",
+                     timeout=HANG_S)
+        err.wait_for(lambda s: "tracing" in s, "tracing", timeout=HANG_S)
         events = "\n".join(uprobe_events())
         assert stale not in events
         assert alive in events  # its bcc process still runs: not stale
+        os.killpg(proc.pid, signal.SIGINT)  # (unshare passes no signal on: its group's)
+        assert proc.wait(timeout=HANG_S) == 0, err.text()  # (no command: 0)
     finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
         remove_uprobe_events(str(UPROBE_EVENTS), [f"uprobes/{stale}", f"uprobes/{alive}"])
 
 
