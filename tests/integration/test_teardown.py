@@ -13,6 +13,7 @@ import ctypes
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import time
@@ -301,8 +302,9 @@ def test_stale_bcc_uprobe_events_are_removed_at_start(tmp_path, libcudart):
     process and leaves the entry to ours."""
     if not UPROBE_EVENTS.exists():
         pytest.skip("tracefs is not mounted")
-    stale = f"p_cudaprobe_test_0x10_bcc_{host_pid_above(1000)}"
-    alive = "p_cudaprobe_test_0x20_bcc_1"  # pid 1: cudaprobe itself there, init here
+    tag = secrets.token_hex(4)  # (another suite running this test at once: its own names)
+    stale = f"p_cudaprobe_test_{tag}_0x10_bcc_{host_pid_above(1000)}"
+    alive = f"p_cudaprobe_test_{tag}_0x20_bcc_1"  # pid 1: cudaprobe itself there, init here
     proc = None
     try:
         append_uprobe_event(str(UPROBE_EVENTS), f"p:uprobes/{stale} /bin/true:0x10")
