@@ -129,6 +129,7 @@ class MetricsPusher:
         self.exporter = OTLPMetricExporter(endpoint=self.url, timeout=config.timeout_s,
                                            compression=Compression.Gzip)
         self._lock = threading.Lock()
+        self._closed = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(config.interval_s,),
                                         daemon=True, name="cudaprobe-otlp-metrics")
@@ -140,18 +141,28 @@ class MetricsPusher:
 
     def push(self) -> None:
         with self._lock:
-            data = metrics_data(self.metrics.snapshot(), self.resource, self.start_ns,
-                                time.time_ns())
-            self.tried += 1
-            if self.exporter.export(data) is MetricExportResult.SUCCESS:
-                self.sent += 1
-            else:
-                self.failed(url=self.url)
+            self._push()
+
+    def _push(self) -> None:
+        if self._closed:  # (the thread's last push, come after shutdown's: nothing to add)
+            return
+        data = metrics_data(self.metrics.snapshot(), self.resource, self.start_ns,
+                            time.time_ns())
+        self.tried += 1
+        if self.exporter.export(data) is MetricExportResult.SUCCESS:
+            self.sent += 1
+        else:
+            self.failed(url=self.url)
 
     def shutdown(self) -> None:
+        """The last export, then the exporter shut, under the lock: the thread's
+        push that woke meanwhile finds it closed (an export on a shut exporter
+        fails, and was counted as not delivered)."""
         self._stop.set()
-        self.push()
-        self.exporter.shutdown()
+        with self._lock:
+            self._push()
+            self._closed = True
+            self.exporter.shutdown()
 
     def outcome(self) -> str:
         """What became of the exports (the last one may still be under way)."""

@@ -327,7 +327,8 @@ def test_stale_bcc_uprobe_events_are_removed_at_start(tmp_path, libcudart):
         assert stale not in events
         assert alive in events  # its bcc process still runs: not stale
         os.killpg(proc.pid, signal.SIGINT)  # (unshare passes no signal on: its group's)
-        assert proc.wait(timeout=HANG_S) == 0, err.text()  # (no command: 0)
+        # 0 once tracing (no command), 130 where the signal came while it attached
+        assert proc.wait(timeout=HANG_S) in (0, 130), err.text()
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()

@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from opentelemetry.sdk.resources import Resource
 
 from cudaprobe.analysis.metrics import CallMetrics
 from cudaprobe.analysis.summary import Summary
@@ -22,6 +23,7 @@ from cudaprobe.output import otlp, otlp_sinks
 from cudaprobe.output.fanout import Fanout
 from cudaprobe.output.jsonl import JsonlReporter
 from cudaprobe.output.metrics_sink import MetricsSink
+from cudaprobe.output.otlp_metrics import MetricsPusher
 from cudaprobe.output.otlp_model import OtlpConfig, Selection, otlp_endpoints
 
 from ..conftest import HANG_S, cudaprobe_cmd
@@ -222,3 +224,20 @@ def test_an_endpoint_down_is_said_as_itself(down):
     assert not any(f"export to {up} failing" in n for n in notes), notes
     assert summary.total_lost == 0
     assert bool(summary.undelivered) == (down == "traces")
+
+
+def test_a_periodic_push_that_comes_after_shutdown_is_no_failure():
+    """The pusher's thread can wake for its periodic export just as shutdown()
+    makes the last one and shuts the exporter: its push then finds the pusher
+    closed and exports nothing, rather than failing on the shut exporter and
+    counting an export not delivered (it failed a loaded CI run)."""
+    failed: list = []
+    with OtlpReceiver() as r:
+        pusher = MetricsPusher(CallMetrics(alive=lambda pid: True),
+                               OtlpConfig(otlp_endpoints(r.url), interval_s=HANG_S,
+                                          timeout_s=PATIENT_S),
+                               Resource({}), 0, lambda **kw: failed.append(kw))
+        pusher.shutdown()
+        pusher.push()  # the thread's, woken meanwhile
+    assert failed == [] and (pusher.tried, pusher.sent) == (1, 1)
+    assert pusher.outcome().endswith("(1 export)"), pusher.outcome()
