@@ -576,7 +576,6 @@ def _fork_return(opener: Callable[[Any], OpenedFile], where: Any) -> Libc | None
         return None
     for name in FORK_FUNCTIONS:
         if name in functions:
-            vaddr = symbols.vaddr_of(functions[name])
-            return Libc(libc, functions[name], 0 if vaddr is None else symbols.size_of(vaddr))
+            return Libc(libc, functions[name], symbols.size_of(symbols.vaddrs[name]))
     libc.close()
     return None
