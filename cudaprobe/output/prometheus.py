@@ -92,15 +92,11 @@ class CallCollector:
             "cudaprobe_calls", f"CUDA API calls completed, by process name: the "
             f"{MAX_PROCESSES} making the most calls lately, the rest as `other`.",
             labels=["function", "api", "process", *JOB_LABELS])
-        for labels, n in sorted(snap.calls.items()):
-            calls.add_metric(labels, n)
-        yield _without_empty_jobs(calls)
+        yield _without_empty_jobs(_filled(calls, snap.calls))
         errors = CounterMetricFamily("cudaprobe_call_errors",
                                      "CUDA API calls that returned an error, by result name.",
                                      labels=["function", "error", "process", *JOB_LABELS])
-        for labels, n in sorted(snap.errors.items()):
-            errors.add_metric(labels, n)
-        yield _without_empty_jobs(errors)
+        yield _without_empty_jobs(_filled(errors, snap.errors))
         latency = HistogramMetricFamily("cudaprobe_call_duration_seconds",
                                         "CUDA API call latency, entry to return.",
                                         labels=["function", "api"])
@@ -133,42 +129,30 @@ class CallCollector:
                 f"with --duty, the kernels of the launches traced, each as many as the "
                 f"sampling ratio's inverse (an estimate).",
                 labels=["line", "process", *JOB_LABELS])
-            for labels, seconds in sorted(snap.gpu_lines.items()):
-                by_line.add_metric(labels, seconds)
-            yield _without_empty_jobs(by_line)
+            yield _without_empty_jobs(_filled(by_line, snap.gpu_lines))
             unjoined = CounterMetricFamily(
                 "cudaprobe_gpu_line_unjoined",
                 "CUPTI's records of launches made while the probes were on, not given a line: "
                 "no_traced_launch (its launch not traced: a thread or function not probed), "
                 "bound (let go at a memory bound of the join), no_api_record (kernels whose "
                 "API record never came).", labels=["reason"])
-            for reason, n in sorted(snap.gpu_lines_unjoined.items()):
-                unjoined.add_metric([reason], n)
-            yield unjoined
+            yield _filled(unjoined, snap.gpu_lines_unjoined)
         copied = CounterMetricFamily("cudaprobe_memcpy_bytes",
                                      "Bytes copied by successful memcpy calls, by direction.",
                                      labels=["kind", "api"])
-        for labels, n in sorted(snap.memcpy_bytes.items()):
-            copied.add_metric(labels, n)
-        yield copied
+        yield _filled(copied, snap.memcpy_bytes)
         memset = CounterMetricFamily("cudaprobe_memset_bytes",
                                      "Bytes set by successful memset calls.", labels=["api"])
-        for api, n in sorted(snap.memset_bytes.items()):
-            memset.add_metric([api], n)
-        yield memset
+        yield _filled(memset, snap.memset_bytes)
         live = GaugeMetricFamily("cudaprobe_memory_live_bytes",
                                  "CUDA memory allocated and not freed, by running process.",
                                  labels=["process", *JOB_LABELS, "kind"])
-        for labels, n in sorted(snap.live_bytes.items()):
-            live.add_metric(labels, n)
-        yield _without_empty_jobs(live)
+        yield _without_empty_jobs(_filled(live, snap.live_bytes))
         launches = CounterMetricFamily(
             "cudaprobe_kernel_launches",
             f"Kernel launches completed, by kernel name: the {MAX_KERNELS} launched most "
             "lately, the rest and those of unknown name as `other`.", labels=["kernel", "api"])
-        for labels, n in sorted(snap.kernel_launches.items()):
-            launches.add_metric(labels, n)
-        yield launches
+        yield _filled(launches, snap.kernel_launches)
         if snap.gpu_time_processes is not None:  # serve --gpu-time into running processes
             recording = CounterMetricFamily(
                 "cudaprobe_gpu_time_processes", "Processes the GPU-time library was put in "
@@ -181,9 +165,7 @@ class CallCollector:
                 "stopped, seccomp, no_cuda, other_cudaprobe, cupti, no_cuda_call, c_library, "
                 "busy, other.",
                 labels=["reason"])
-            for reason, n in sorted(snap.gpu_time_refusals.items()):
-                refusals.add_metric([reason], n)
-            yield refusals
+            yield _filled(refusals, snap.gpu_time_refusals)
         sampling = GaugeMetricFamily(
             "cudaprobe_sampling_ratio", "The fraction of the time the probes are on (serve "
             "--duty; 1: every call counted): the counts are what was seen over it.")
@@ -200,15 +182,19 @@ class CallCollector:
                     "The relative standard error of the node's scaled totals (serve --duty), "
                     "from the spread of what its slices saw: calls (of the sampled functions), "
                     "gpu_time. A series of a share of them has more.", labels=["quantity"])
-                for quantity, value in sorted(snap.sampling_relative_error.items()):
-                    error.add_metric([quantity], value)
-                yield error
+                yield _filled(error, snap.sampling_relative_error)
         lost = CounterMetricFamily("cudaprobe_lost_events",
                                    "Traced calls lost before they were counted, by cause.",
                                    labels=["cause"])
-        for cause, n in sorted(snap.lost.items()):
-            lost.add_metric([cause], n)
-        yield lost
+        yield _filled(lost, snap.lost)
+
+
+def _filled(family: Any, values: dict) -> Any:
+    """`family` with a sample per item of `values`, in order: its key the
+    labels' values (a tuple), or the one label's value."""
+    for key, value in sorted(values.items()):
+        family.add_metric(list(key) if isinstance(key, tuple) else [key], value)
+    return family
 
 
 def _without_empty_jobs(family: Any) -> Any:
