@@ -48,6 +48,8 @@ def scrape() -> dict[str, float]:
                 out[key] = out.get(key, 0) + s.value
             elif s.name == "cudaprobe_sampled_windows_total":
                 out["[slices]"] = s.value
+            elif s.name == "cudaprobe_sampling_relative_error":
+                out[f"[relerr] {s.labels['quantity']}"] = s.value
             elif s.name == "cudaprobe_lost_events_total" and s.value:
                 out[f"[lost {s.labels.get('reason', '')}]"] = s.value
     return out
@@ -156,7 +158,8 @@ def node(a: argparse.Namespace) -> list[str]:
     time.sleep(a.seconds)  # the events of the same window (records come ~0.5 s late at
     ended = time.monotonic()  # both ends alike)
     got1 = scrape()
-    got = {k: v - got0.get(k, 0) if not k.startswith("[count]") else v for k, v in got1.items()}
+    got = {k: v if k.startswith(("[count]", "[relerr]")) else v - got0.get(k, 0)
+           for k, v in got1.items()}
     serve.send_signal(signal.SIGINT)
     serve.wait(timeout=120)
     printed = work.communicate(timeout=120)[0]
@@ -188,6 +191,9 @@ def node(a: argparse.Namespace) -> list[str]:
             f"{got.get('[all kernels]', 0) / (sum(window.values()) / 1e3 + spins):.3f})",
             f"slices in the window: {got.get('[slices]', 0):g}, "
             f"{(ended - began) / float(a.duty_period):.1f} periods",
+            "serve's relative standard error (all its slices): "
+            + ", ".join(f"{k[9:]} {v:.3f}" for k, v in sorted(got.items())
+                        if k.startswith("[relerr]")),
             *[f"  serve: {t}" for t in said.splitlines()
               if "py-stacks" in t or "gpu-time" in t or "GPU" in t][:12]]
 

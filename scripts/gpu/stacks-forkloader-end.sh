@@ -3,7 +3,8 @@
 # 4 workers an epoch (scripts/gpu/fork_loader.py): cudaprobe's stderr stamped as said
 # (seconds from its start), and from the end of its duration on, every second: each
 # Python thread's stack (faulthandler, SIGUSR2), each thread's kernel stack and wchan,
-# and cudaprobe's processes. Summary: $OUT/forkloader-stacks.txt.
+# and cudaprobe's processes. BEFORE=DIR: the tree in DIR too, in turn, each run's
+# wall time (ROUNDS). Summary: $OUT/forkloader-stacks.txt.
 # Run from the repo root, .gpukit carried: bash scripts/gpu/stacks-forkloader-end.sh
 source scripts/gpu/common.sh
 o=$OUT/forkloader-stacks.txt; : > "$o"
@@ -12,14 +13,19 @@ python3 -m cudaprobe trace --force -o "$d/warm.jsonl" -- /bin/true > /dev/null 2
 $TORCH_PY scripts/gpu/fork_loader.py --epochs 400 --workers 4 > "$d/loop.out" 2> "$d/loop.err" &
 fl=$!
 until grep -q '"epoch": 1' "$d/loop.out" 2>/dev/null; do sleep 0.1; done
-for r in ${RUNS:-1 2}; do
-  echo "== run $r: trace --pid $fl -d 1.5" >> "$o"
+here=$PWD; r=0
+for round in $(seq "${ROUNDS:-1}"); do
+for tree in ${BEFORE:+"$BEFORE"} "$here"; do
+  r=$((r + 1))
+  label=$([ "$tree" = "$here" ] && echo this || echo before)
+  echo "== run $r ($label): trace --pid $fl -d 1.5" >> "$o"
   : > "$d/err"; : > "$d/py.$r"
-  python3 -c "
+  s=$(date +%s%N)
+  (cd "$tree" && PYTHONPATH=$tree:$PYTHONPATH exec python3 -c "
 import faulthandler, runpy, signal, sys
 faulthandler.register(signal.SIGUSR2, file=open('$d/py.$r', 'w'), all_threads=True)
 sys.argv = ['cudaprobe', 'trace', '--pid', '$fl', '-d', '1.5', '-o', '$d/c$r.jsonl', '--force']
-runpy.run_module('cudaprobe', run_name='__main__')" 2> "$d/err" > /dev/null &
+runpy.run_module('cudaprobe', run_name='__main__')" 2> "$d/err" > /dev/null) &
   cp=$!
   python3 - "$d/err" "$cp" >> "$o" <<'PY' &
 import os, sys, time
@@ -53,11 +59,13 @@ PY
       ps -eo pid,ppid,stat,wchan:24,etimes,comm | awk '$6 ~ /cudaprobe|python3/ && $6 !~ /^python3$/ || $1 == '$cp' || $2 == '$cp''
     } >> "$o" 2>&1
   done
-  wait $cp; echo "cudaprobe exit $?" >> "$o"; wait $sp
+  wait $cp; echo "cudaprobe exit $?, wall $(( ($(date +%s%N) - s) / 1000000 )) ms ($label)" >> "$o"; wait $sp
   sleep 0.3
   echo "-- python stacks (SIGUSR2), run $r" >> "$o"
   grep -v "^$" "$d/py.$r" | grep -v "threading.py\|runpy\|click/core" | head -150 >> "$o"
   sleep 1
 done
+done
+grep "^cudaprobe exit" "$o"
 kill $fl; wait $fl 2>/dev/null
 echo done >> "$o"
