@@ -473,19 +473,25 @@ class CallMetrics:
                 self._lines.slices_only()
 
     def window_traced(self) -> None:
-        """serve --duty: one more slice traced, from now on."""
+        """serve --duty: one more slice traced, from now on (the time read before
+        the lock is: the reader may hold it for a batch of records, and a slice
+        told late would count fewer of the launches the probes traced)."""
+        now_ns = self.clock()
         with self._lock:
             self.windows += 1
             self._slice_calls.begin()
             self._slice_gpu.begin()
             if self._lines is not None:
-                self._lines.span_begins(self.clock())
+                self._lines.span_begins(now_ns)
 
     def window_ended(self) -> None:
-        """serve --duty: the slice is over (the probes are off)."""
+        """serve --duty: the slice is over (the probes are off). Its end read
+        before the lock, as its start: told late, it would take in launches
+        made after it, while the probes come out."""
+        now_ns = self.clock()
         with self._lock:
             if self._lines is not None:
-                self._lines.span_ends(self.clock())
+                self._lines.span_ends(now_ns)
 
     def set_lost(self, counters: dict[str, int]) -> None:
         """The tracer's counters (cumulative), with decode_errors: the loss causes kept.

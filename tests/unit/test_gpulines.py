@@ -6,6 +6,8 @@ here as the reader would hand them over."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from cudaprobe.analysis import gpulines
@@ -219,6 +221,28 @@ def test_with_duty_only_the_records_inside_a_slice_are_looked_at():
     m.add_gpu([kernel(inside, 1, 800)] + [kernel(inside, n, 5) for n in range(2, 1000)])
     assert m.snapshot(now_ns=100 * S).gpu_lines == {(line(3), "python3", *J): 8e-7 * 1}
     assert not join._waiting  # the kernels of launches made between slices wait for nothing
+
+
+def test_a_slice_is_told_by_the_time_it_began_and_ended_not_when_the_lock_was_free():
+    """The reader holds the metrics' lock for a batch of records: a slice's
+    start and end are the times they were told, however long the lock took."""
+    now, read = [0], threading.Event()
+
+    def clock() -> int:
+        read.set()
+        return now[0]
+    m = CallMetrics(alive=lambda pid: True, clock=clock)
+    join = m.python_lines()
+    for told, at in ((m.window_traced, 100 * S), (m.window_ended, 101 * S)):
+        now[0] = at
+        read.clear()
+        with m._lock:  # the reader, busy with a batch
+            teller = threading.Thread(target=told)
+            teller.start()
+            read.wait(10)  # (a bound: the clock is read at once, before the lock)
+            now[0] = at + 5 * S  # the lock comes free 5 s later
+        teller.join()
+    assert join._spans == [[100 * S, 101 * S]]
 
 
 def test_with_duty_each_kernel_stands_for_the_weight_of_its_launch():
