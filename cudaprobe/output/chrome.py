@@ -31,7 +31,8 @@ flow (category LAUNCH_FLOW_CATEGORY) from the call that queued it.
 from __future__ import annotations
 
 import json
-from itertools import repeat
+from itertools import islice, repeat
+from operator import add
 from typing import Any, Callable
 
 from cudaprobe.analysis.summary import Summary
@@ -55,6 +56,7 @@ from cudaprobe.probe.event import (
     R_TS,
     comm_text,
 )
+from cudaprobe.probe.ringbuf import Strided
 
 # the devices' "processes" of --gpu-time: past any pid, pid_max being at most 2^22
 GPU_PID_BASE = 1 << 30
@@ -148,22 +150,55 @@ class ChromeReporter(Reporter):
         self._tops.clear()
         self._tops.update(tops)
 
-    def advance(self, records: list[tuple], decoder: RecordDecoder,
+    # advance() takes batches still bytes (probe.ringbuf.Strided) among the records:
+    # it reads their columns (output.forked hands them to the children as they are)
+    advances_strided = True
+
+    def advance(self, records: list[tuple | Strided], decoder: RecordDecoder,
                 nesting: list[Mark] | None) -> None:
         """As row_maker's rows of these records leave the reporter (their tracks
         named, the events counted, each thread's latest top-level call, the flows
         numbered, the last time), no text made: tests/unit/test_forked_rows.py
-        checks the rows of children made from each state, byte for byte."""
+        checks the rows of children made from each state, byte for byte. A
+        batch still bytes is read a column at a time (each of its calls at the
+        top: output.forked takes no other)."""
         if not records:
             return
         if self._origin is None:
-            ts = records[0][R_TS]
+            first = records[0]
+            ts = (first.one(0) if type(first) is Strided else first)[R_TS]
             self._origin = ts - round(time_ms(ts, decoder.t0_ns) * 1e6)
+        events = flows = 0
+        done = 0  # records before this run of tuples, each one mark of `nesting`
+        run: list[tuple] = []
+        for r in records:
+            if type(r) is not Strided:
+                run.append(r)
+                continue
+            if run:
+                e, f = self._advance_tuples(run, decoder, nesting, done)
+                events, flows, done, run = events + e, flows + f, done + len(run), []
+            e = self._advance_strided(r, decoder)
+            if e is None:  # more threads than are kept: call by call
+                e, _ = self._advance_tuples(r.tuples(), decoder, None, 0)
+            events, done = events + e, done + len(r)
+        if run:
+            e, f = self._advance_tuples(run, decoder, nesting, done)
+            events, flows = events + e, flows + f
+        events += 2 * flows
+        self._next_flow += flows
+        self._breaks += events - (self._sep == "")
+        self._sep = ",\n"
+
+    def _advance_tuples(self, records: list[tuple], decoder: RecordDecoder,
+                        nesting: list[Mark] | None, first: int) -> tuple[int, int]:
+        """advance() of records as tuples, `nesting[first:]` theirs: (events, flows)."""
         origin, last, known = self._origin, self._last_ns, decoder.ranks.known
         processes, threads, tops = self._processes, self._threads, self._tops
         probes: dict[int, tuple[str, str]] = {}
         events = flows = 0
-        for rec, (depth, parent) in zip(records, repeat(TOP) if nesting is None else nesting):
+        marks = repeat(TOP) if nesting is None else islice(nesting, first, None)
+        for rec, (depth, parent) in zip(records, marks):
             pid, tid = rec[R_PID], rec[R_TID]
             rank = known.get(pid, NO_RANK)[0] if known else None
             if processes.get(pid, MISSING) != rank:
@@ -191,11 +226,41 @@ class ChromeReporter(Reporter):
                 top = tops.get(tid)
                 if top is not None and top[0] == parent and top[2] == RUNTIME:
                     flows += 1
-        events += 2 * flows
-        self._next_flow += flows
-        self._breaks += events - (self._sep == "")
-        self._sep = ",\n"
         self._last_ns = last
+        return events, flows
+
+    def _advance_strided(self, batch: Strided, decoder: RecordDecoder) -> int | None:
+        """_advance_tuples() of a batch still bytes, every call at the top, from its
+        columns: its events; None where its new threads would push others out
+        of those kept (the tuples' path then keeps the order they go in)."""
+        pids, tids = batch.column(R_PID), batch.column(R_TID)
+        tops = self._tops
+        latest = dict(zip(tids, range(len(tids))))  # each thread's last call, in order
+        if len(tops) + len(latest.keys() - tops.keys()) > MAX_THREADS:
+            return None
+        known, processes, threads = decoder.ranks.known, self._processes, self._threads
+        events = len(tids)
+        for pid in dict.fromkeys(pids):
+            rank = known.get(pid, NO_RANK)[0] if known else None
+            if processes.get(pid, MISSING) != rank:
+                processes[pid] = rank
+                events += 1
+        new = set(zip(pids, tids)) - threads
+        threads |= new
+        events += len(new)
+        ts, fids = batch.column(R_TS), batch.column(R_FUNC_ID)
+        end = max(map(add, ts, batch.column(R_DURATION))) - self._origin
+        if end > self._last_ns:
+            self._last_ns = end
+        probes: dict[int, tuple[str, str]] = {}
+        for tid, i in latest.items():
+            fid = fids[i]
+            probe = probes.get(fid)
+            if probe is None:
+                d = decoder.decoder(fid)
+                probe = probes[fid] = (d.event, d.api)
+            tops[tid] = (ts[i], probe[0], probe[1])
+        return events
 
     def row_maker(self, probe: ProbeDecoder, t0_ns: int, ranks: Ranks) -> RowMaker:
         """The probe's record -> the text calls() writes of its Call (its track's

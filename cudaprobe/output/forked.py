@@ -99,6 +99,8 @@ class ForkedRows:
         # rows that stand alone (JSONL, CSV): what the thread keeps changes with
         # no row (advance), so a batch need not be unpacked here (take_strided)
         self.lean = type(reporter).advance is Reporter.advance
+        # nor where advance() reads a batch still bytes by its columns (Chrome)
+        self.strided = self.lean or getattr(reporter, "advances_strided", False)
 
     @staticmethod
     def usable(reporter: Reporter, stream: object) -> bool:
@@ -126,10 +128,11 @@ class ForkedRows:
 
     def take_strided(self, batch: Strided, fids: list[int]) -> bool:
         """take() of a batch still bytes, of these probes (its R_FUNC_ID column),
-        each call at the top: its tuples made in the child (lean reporters);
-        False where it must be unpacked (the caller then does so, and take()s it)."""
+        each call at the top: its tuples made in the child (reporters that
+        advance without them: `strided`); False where it must be unpacked (the
+        caller then does so, and take()s it)."""
         kinds = set(fids)
-        if (not self.lean or self.decoder.py_stacks is not None
+        if (not self.strided or self.decoder.py_stacks is not None
                 or not self._all_simple(kinds)):
             return False
         self._prepare_strided(batch, fids, kinds)

@@ -116,12 +116,13 @@ def test_a_backlog_made_into_rows_by_forked_children_is_whole_and_in_order(tmp_p
     assert outs["2"] == outs["0"]
 
 
-@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "chrome"])
 def test_a_launch_loop_s_backlog_made_into_rows_from_its_bytes_is_whole_and_in_order(
         tmp_path, libcudart, fmt):
     """Launches alone (records of one length, each call at the top) with two
     children making the backlog's rows: the session's thread gives them their
-    batches still bytes (ringbuf.Strided), reading only pids and kernels. Every
+    batches still bytes (ringbuf.Strided), reading only pids and kernels (and,
+    for Chrome, the threads, times and durations its tracks depend on). Every
     iteration's launch once, in order (its grid carries the iteration), every
     row as the thread alone writes it but for the times and pointers."""
     exe = build_loop("shared")

@@ -14,7 +14,7 @@ from cudaprobe.analysis.summary import Summary
 from cudaprobe.decode.handles import KernelHandles
 from cudaprobe.decode.nesting import CallOrder
 from cudaprobe.decode.records import RecordDecoder
-from cudaprobe.output import forked
+from cudaprobe.output import chrome, forked
 from cudaprobe.output.chrome import ChromeReporter
 from cudaprobe.output.csv import CsvReporter
 from cudaprobe.output.forked import ForkedRows
@@ -169,7 +169,19 @@ def test_batches_left_as_bytes_make_the_thread_s_rows_byte_for_byte(monkeypatch,
     columns, the children unpack them. The rows are the thread's, byte for
     byte, mixed with batches given as tuples (a module load, kernels named
     by it and by a record of its own); Chrome's rows, which depend on those
-    before them, are refused as bytes, and made from the tuples."""
+    before them, from the state its thread keeps read from the columns."""
+    check_batches_as_bytes(monkeypatch, reporter_type)
+
+
+def test_chrome_batches_as_bytes_with_more_threads_than_kept_are_byte_for_byte(monkeypatch):
+    """Chrome keeps each thread's latest top-level call for MAX_THREADS threads,
+    the oldest pushed out: a batch whose threads would push one out is read
+    call by call, in order, and the rows are still the thread's."""
+    monkeypatch.setattr(chrome, "MAX_THREADS", 1)
+    check_batches_as_bytes(monkeypatch, ChromeReporter)
+
+
+def check_batches_as_bytes(monkeypatch, reporter_type):
     monkeypatch.setattr(forked, "FORK_RECORDS", 400)
     monkeypatch.setattr(forked, "MIN_FORK", 150)
     rng = random.Random(5)
@@ -211,9 +223,6 @@ def test_batches_left_as_bytes_make_the_thread_s_rows_byte_for_byte(monkeypatch,
     rows.drain()
     reporter.finish(Summary())
     out.flush()
-    if reporter_type is ChromeReporter:
-        assert as_bytes == 0
-    else:
-        assert as_bytes >= 25 and rows.forked >= 8 and rows.failed == 0
+    assert as_bytes >= 25 and rows.forked >= 8 and rows.failed == 0
     assert bytes(out.data) == here and out.counted == here_lines
     assert b"vecAdd" in here
