@@ -212,27 +212,52 @@ class Snapshot:
 
 
 class SliceTotals:
-    """What each slice counted, unscaled (serve --duty), as it arrives: a
-    slice's total is closed when the next slice begins. A scaled total is the
-    slices' sum over the fraction: its relative standard error is the spread
-    of the slices' totals over their mean, over the square root of their
-    number (each period's slice a random draw of it)."""
+    """What each slice counted, unscaled (serve --duty), each call or kernel in
+    the slice of its time (a call's entry, a kernel's start on the GPU), not of
+    its arrival: CUPTI's records come in batches, seconds late, and counted
+    as they came one slice took several slices' kernels and the next none. A
+    slice's total is closed SETTLE_NS after it began, all its records in by
+    then. A scaled total is the slices' sum over the fraction: its relative
+    standard error is the spread of the closed slices' totals over their
+    mean, over the square root of their number (each period's slice a
+    random draw of it)."""
+
+    SETTLE_NS = 3_000_000_000  # a slice's records in: CUPTI's come ~0.5 s late
+    SLACK_NS = 50_000_000  # a call made as the probes went in, before the slice was told
+    OPEN_MAX = 256  # slices open at once, at most (the oldest closed first)
 
     def __init__(self) -> None:
-        self.current: float | None = None  # the slice under way (None: none began)
+        self._starts: list[int] = []  # the open slices' starts, in order
+        self._totals: list[float] = []
         self._n, self._mean, self._m2 = 0, 0.0, 0.0  # closed slices (Welford)
 
-    def begin(self) -> None:
-        if self.current is not None:
-            self._n += 1
-            delta = self.current - self._mean
-            self._mean += delta / self._n
-            self._m2 += delta * (self.current - self._mean)
-        self.current = 0.0
+    def begin(self, at_ns: int) -> None:
+        """A slice begins at `at_ns`; those begun SETTLE_NS before are closed."""
+        starts, totals = self._starts, self._totals
+        while starts and (starts[0] <= at_ns - self.SETTLE_NS or len(starts) >= self.OPEN_MAX):
+            del starts[0]
+            self._close(totals.pop(0))
+        starts.append(at_ns)
+        totals.append(0.0)
 
-    def add(self, x: float) -> None:
-        if self.current is not None:
-            self.current += x
+    def add(self, x: float, at_ns: int) -> None:
+        """`x` counted at `at_ns`, in the last slice begun by then (none open:
+        before the first, or long closed: not in the spread)."""
+        starts = self._starts
+        if not starts:
+            return
+        if at_ns + self.SLACK_NS >= starts[-1]:
+            self._totals[-1] += x
+            return
+        i = bisect.bisect_right(starts, at_ns + self.SLACK_NS) - 1
+        if i >= 0:
+            self._totals[i] += x
+
+    def _close(self, total: float) -> None:
+        self._n += 1
+        delta = total - self._mean
+        self._mean += delta / self._n
+        self._m2 += delta * (total - self._mean)
 
     def relative_error(self) -> float | None:
         """None before two slices are closed, or while they saw nothing."""
@@ -325,14 +350,16 @@ class CallMetrics:
             self._gpu_refusals[reason] = self._gpu_refusals.get(reason, 0) + 1
 
     def add(self, calls: Iterable[Call]) -> None:
-        memory, last_ns, sampled = [], 0, 0
+        memory, last_ns = [], 0
         with self._lock:
             weight, exact, lines = self.weight, self._exact, self._lines
+            slice_calls = self._slice_calls
             for c in calls:
                 if c.duration_ns is None:
                     continue
                 w = 1 if weight == 1 or c.event in exact else weight
-                sampled += w != 1
+                if w != 1:
+                    slice_calls.add(1, c.ts_ns)
                 who = self._process_key(c.pid, c.process)
                 process = self._processes.label(who, w)
                 key = (c.event, c.api, *process)
@@ -358,8 +385,6 @@ class CallMetrics:
                                           c.event, c.ret or 0, c.args))
                 elif c.ret == 0:
                     self._count_bytes(function.name, c)
-            if sampled:
-                self._slice_calls.add(sampled)
             if memory:
                 self._memory.feed(memory)
             if last_ns:  # without scrapes too, what is held is applied and exits are seen
@@ -413,7 +438,7 @@ class CallMetrics:
             hist = self._gpu_time[name] = Histogram()
         hist.add(w.duration_ns, self.gpu_weight)
         if self.gpu_weight != 1:
-            self._slice_gpu.add(w.duration_ns)
+            self._slice_gpu.add(w.duration_ns, w.start_ns)
 
     def _count_line(self, work: GpuWork, launch: Launch) -> None:
         """A kernel's GPU time under its launch's line, in its process's label."""
@@ -479,8 +504,8 @@ class CallMetrics:
         now_ns = self.clock()
         with self._lock:
             self.windows += 1
-            self._slice_calls.begin()
-            self._slice_gpu.begin()
+            self._slice_calls.begin(now_ns)
+            self._slice_gpu.begin(now_ns)
             if self._lines is not None:
                 self._lines.span_begins(now_ns)
 

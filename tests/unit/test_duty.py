@@ -22,6 +22,8 @@ from cudaprobe.sessions.duty import TIES_TAIL_S, DutyCycle, parse_duty
 
 from .test_metrics import call
 
+S = 1_000_000_000
+
 
 @pytest.mark.parametrize("text, value", [("2%", 0.02), ("0.5", 0.5), ("100%", 1.0), ("1", 1.0)])
 def test_a_fraction_or_a_percentage(text, value):
@@ -233,26 +235,60 @@ def test_cupti_switches_around_the_probes_so_that_it_counts_what_they_do(ties):
     assert metrics.gpu_weight == pytest.approx(20)
 
 
+def test_a_slice_s_records_that_come_during_the_next_are_counted_in_their_own():
+    """CUPTI's records come in batches, seconds late: each kernel counts in the
+    slice its GPU start lies in, each call in that of its entry, whenever they
+    are read. Equal slices read unevenly have no spread."""
+    now = [0]
+    metrics = CallMetrics(alive=lambda pid: True, clock=lambda: now[0])
+    metrics.weight = metrics.gpu_weight = 10
+    starts = [k * S for k in range(1, 9)]  # a slice a second, each 0.1 s
+    late: list[GpuWork] = []
+    for k, t in enumerate(starts):
+        now[0] = t
+        metrics.window_traced()
+        metrics.add([call("cudaLaunchKernel", t - S // 100)])  # as the probes went in
+        metrics.add([call("cudaLaunchKernel", t + i * 1_000_000) for i in range(1, 5)])
+        late += [GpuWork(7, "kernel", t + i * 1_000_000, t + i * 1_000_000 + 2_000, 0, 1, 7, i,
+                         "k") for i in range(5)]
+        if k % 3 == 2:  # read now and then: three slices' kernels in one go
+            metrics.add_gpu(late)
+            late = []
+        now[0] = t + S // 10
+        metrics.window_ended()
+    metrics.add_gpu(late)
+    now[0] = starts[-1] + 10 * S
+    metrics.window_traced()  # the eight closed
+    assert metrics.snapshot(now_ns=1).sampling_relative_error == {"calls": 0.0,
+                                                                  "gpu_time": 0.0}
+
+
 def test_the_scaled_totals_relative_error_comes_from_the_spread_of_the_slices():
-    """Each slice's calls (of the sampled functions) and GPU time, unscaled, as
-    they arrive: once two slices are closed (the next begun), the relative
+    """Each slice's calls (of the sampled functions) and GPU time, unscaled, by
+    their time: once two slices are closed (their records in), the relative
     standard error of the scaled total is their spread over their mean over
     the square root of their number; exact calls add nothing; exported as
     `cudaprobe_sampling_relative_error` by quantity."""
-    metrics = CallMetrics(alive=lambda pid: True)
+    now = [0]
+    metrics = CallMetrics(alive=lambda pid: True, clock=lambda: now[0])
     metrics.weight = metrics.gpu_weight = 10
     metrics.exact(frozenset({"cudaMalloc"}))
     per_slice, gpu_ns = [10, 12, 8, 10], [3_000, 1_000, 2_000, 2_000]
+    period = 5 * S  # past SETTLE_NS: a slice closes as the next begins
     assert metrics.snapshot(now_ns=1).sampling_relative_error == {}
-    for n, ns in zip(per_slice, gpu_ns):
+    for k, (n, ns) in enumerate(zip(per_slice, gpu_ns)):
+        now[0] = t = (k + 1) * period
         metrics.window_traced()
-        metrics.add([call("cudaLaunchKernel") for _ in range(n)] + [call("cudaMalloc")] * 3)
-        metrics.add_gpu([GpuWork(7, "kernel", 0, ns, 0, 1, 7, 1, "k")])
+        metrics.add([call("cudaLaunchKernel", t + 1_000 * i) for i in range(n)]
+                    + [call("cudaMalloc", t)] * 3)
+        metrics.add_gpu([GpuWork(7, "kernel", t + 5_000, t + 5_000 + ns, 0, 1, 7, 1, "k")])
+        now[0] = t + S // 10
         metrics.window_ended()
-        if n == per_slice[1]:  # one slice closed: no spread yet
+        if k == 1:  # one slice closed: no spread yet
             assert metrics.snapshot(now_ns=1).sampling_relative_error == {}
+    now[0] = 5 * period
     metrics.window_traced()  # the fourth closed; this one is under way, not counted
-    metrics.add([call("cudaLaunchKernel")] * 50)
+    metrics.add([call("cudaLaunchKernel", now[0])] * 50)
     error = metrics.snapshot(now_ns=1).sampling_relative_error
     assert error["calls"] == pytest.approx(statistics.stdev(per_slice) / 10 / 2)
     assert error["gpu_time"] == pytest.approx(statistics.stdev(gpu_ns) / 2_000 / 2)
