@@ -96,11 +96,11 @@ class ForkedRows:
         self._backlog = False  # the last batch taken was big: more are coming
         self.forked = 0  # children that made rows
         self.failed = 0  # children whose records the thread made instead
-        # rows that stand alone (JSONL, CSV): what the thread keeps changes with
-        # no row (advance), so a batch need not be unpacked here (take_strided)
-        self.lean = type(reporter).advance is Reporter.advance
-        # nor where advance() reads a batch still bytes by its columns (Chrome)
-        self.strided = self.lean or getattr(reporter, "advances_strided", False)
+        # a batch need not be unpacked here (take_strided) where rows stand alone
+        # (JSONL, CSV: what the thread keeps changes with no row, advance), or
+        # where advance() reads a batch still bytes by its columns (Chrome)
+        self.strided = (type(reporter).advance is Reporter.advance
+                        or getattr(reporter, "advances_strided", False))
 
     @staticmethod
     def usable(reporter: Reporter, stream: object) -> bool:
