@@ -51,7 +51,7 @@ def scrape() -> dict[str, float]:
             elif s.name == "cudaprobe_sampling_relative_error":
                 out[f"[relerr] {s.labels['quantity']}"] = s.value
             elif s.name == "cudaprobe_lost_events_total" and s.value:
-                out[f"[lost {s.labels.get('reason', '')}]"] = s.value
+                out[f"[lost {s.labels.get('cause', '')}]"] = s.value
     return out
 
 
