@@ -214,28 +214,36 @@ class Snapshot:
 class SliceTotals:
     """What each slice counted, unscaled (serve --duty), each call or kernel in
     the slice of its time (a call's entry, a kernel's start on the GPU), not of
-    its arrival: CUPTI's records come in batches, seconds late, and counted
-    as they came one slice took several slices' kernels and the next none. A
-    slice's total is closed SETTLE_NS after it began, all its records in by
-    then. A scaled total is the slices' sum over the fraction: its relative
-    standard error is the spread of the closed slices' totals over their
-    mean, over the square root of their number (each period's slice a
-    random draw of it)."""
+    its arrival: CUPTI's records come in batches, seconds late, and a busy
+    node's decoder runs seconds behind; counted as they came, one slice took
+    several slices' kernels and the next none. A slice is closed once a later
+    slice has been counted in (the records come in order, so its own are in)
+    and it is SETTLE_NS old, or at the latest SETTLE_MAX_NS after it began. A
+    scaled total is the slices' sum over the fraction: its relative standard
+    error is the spread of the closed slices' totals over their mean, over
+    the square root of their number (each period's slice a random draw of
+    it)."""
 
-    SETTLE_NS = 3_000_000_000  # a slice's records in: CUPTI's come ~0.5 s late
+    SETTLE_NS = 1_000_000_000
+    SETTLE_MAX_NS = 60_000_000_000
     SLACK_NS = 50_000_000  # a call made as the probes went in, before the slice was told
     OPEN_MAX = 256  # slices open at once, at most (the oldest closed first)
 
     def __init__(self) -> None:
         self._starts: list[int] = []  # the open slices' starts, in order
         self._totals: list[float] = []
+        self._first = 0  # the number of the first open slice (slices counted from 0)
+        self._fed = -1  # the number of the latest slice counted in
         self._n, self._mean, self._m2 = 0, 0.0, 0.0  # closed slices (Welford)
 
     def begin(self, at_ns: int) -> None:
-        """A slice begins at `at_ns`; those begun SETTLE_NS before are closed."""
+        """A slice begins at `at_ns`; those whose records are in are closed."""
         starts, totals = self._starts, self._totals
-        while starts and (starts[0] <= at_ns - self.SETTLE_NS or len(starts) >= self.OPEN_MAX):
+        while starts and (len(starts) >= self.OPEN_MAX
+                          or starts[0] <= at_ns - self.SETTLE_MAX_NS
+                          or (self._first < self._fed and starts[0] <= at_ns - self.SETTLE_NS)):
             del starts[0]
+            self._first += 1
             self._close(totals.pop(0))
         starts.append(at_ns)
         totals.append(0.0)
@@ -247,11 +255,14 @@ class SliceTotals:
         if not starts:
             return
         if at_ns + self.SLACK_NS >= starts[-1]:
-            self._totals[-1] += x
-            return
-        i = bisect.bisect_right(starts, at_ns + self.SLACK_NS) - 1
-        if i >= 0:
-            self._totals[i] += x
+            i = len(starts) - 1
+        else:
+            i = bisect.bisect_right(starts, at_ns + self.SLACK_NS) - 1
+            if i < 0:
+                return
+        self._totals[i] += x
+        if self._first + i > self._fed:
+            self._fed = self._first + i
 
     def _close(self, total: float) -> None:
         self._n += 1

@@ -235,20 +235,25 @@ def test_cupti_switches_around_the_probes_so_that_it_counts_what_they_do(ties):
     assert metrics.gpu_weight == pytest.approx(20)
 
 
-def test_a_slice_s_records_that_come_during_the_next_are_counted_in_their_own():
-    """CUPTI's records come in batches, seconds late: each kernel counts in the
-    slice its GPU start lies in, each call in that of its entry, whenever they
-    are read. Equal slices read unevenly have no spread."""
+@pytest.mark.parametrize("calls_late", [0, 5])
+def test_a_slice_s_records_that_come_during_the_next_are_counted_in_their_own(calls_late):
+    """CUPTI's records come in batches, seconds late, and a busy node's decoder
+    gives the calls seconds late too (`calls_late` slices): each kernel counts
+    in the slice its GPU start lies in, each call in that of its entry,
+    whenever they are read. Equal slices read unevenly have no spread."""
     now = [0]
     metrics = CallMetrics(alive=lambda pid: True, clock=lambda: now[0])
     metrics.weight = metrics.gpu_weight = 10
     starts = [k * S for k in range(1, 9)]  # a slice a second, each 0.1 s
     late: list[GpuWork] = []
+    calls: list[list] = []
     for k, t in enumerate(starts):
         now[0] = t
         metrics.window_traced()
-        metrics.add([call("cudaLaunchKernel", t - S // 100)])  # as the probes went in
-        metrics.add([call("cudaLaunchKernel", t + i * 1_000_000) for i in range(1, 5)])
+        calls.append([call("cudaLaunchKernel", t - S // 100)]  # as the probes went in
+                     + [call("cudaLaunchKernel", t + i * 1_000_000) for i in range(1, 5)])
+        if len(calls) > calls_late:
+            metrics.add(calls.pop(0))
         late += [GpuWork(7, "kernel", t + i * 1_000_000, t + i * 1_000_000 + 2_000, 0, 1, 7, i,
                          "k") for i in range(5)]
         if k % 3 == 2:  # read now and then: three slices' kernels in one go
@@ -256,6 +261,8 @@ def test_a_slice_s_records_that_come_during_the_next_are_counted_in_their_own():
             late = []
         now[0] = t + S // 10
         metrics.window_ended()
+    for batch in calls:
+        metrics.add(batch)
     metrics.add_gpu(late)
     now[0] = starts[-1] + 10 * S
     metrics.window_traced()  # the eight closed
@@ -287,8 +294,11 @@ def test_the_scaled_totals_relative_error_comes_from_the_spread_of_the_slices():
         if k == 1:  # one slice closed: no spread yet
             assert metrics.snapshot(now_ns=1).sampling_relative_error == {}
     now[0] = 5 * period
-    metrics.window_traced()  # the fourth closed; this one is under way, not counted
-    metrics.add([call("cudaLaunchKernel", now[0])] * 50)
+    metrics.window_traced()
+    metrics.add([call("cudaLaunchKernel", now[0])] * 50)  # past the fourth: its records are in
+    metrics.add_gpu([GpuWork(7, "kernel", now[0], now[0] + 9_000, 0, 1, 7, 2, "k")])
+    now[0] = 6 * period
+    metrics.window_traced()  # the fourth closed; the fifth may still get calls: open
     error = metrics.snapshot(now_ns=1).sampling_relative_error
     assert error["calls"] == pytest.approx(statistics.stdev(per_slice) / 10 / 2)
     assert error["gpu_time"] == pytest.approx(statistics.stdev(gpu_ns) / 2_000 / 2)
