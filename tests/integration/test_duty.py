@@ -78,7 +78,9 @@ def test_a_slice_a_period_its_calls_weighed_and_no_breakpoint_between(tmp_path, 
             assert time.monotonic() < deadline, (counts, iterations, err.text())
             time.sleep(0.05)
         assert samples["cudaprobe_sampling_ratio"][0].value == 0.25
-        assert 0 < spread["calls"] <= 1 + 1e-9, spread  # (1: every call in one slice)
+        # 0: the loop's slices counted alike (each call in the slice of its time);
+        # 1: every call in one slice
+        assert 0 <= spread["calls"] <= 1 + 1e-9, spread
         exact = {f: counts.pop(f) for f in ("cudaMalloc", "cudaFree")}
         assert exact == {"cudaMalloc": iterations, "cudaFree": iterations}
         # no driver here: every allocation failed, each error counted once too
