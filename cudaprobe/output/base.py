@@ -49,10 +49,12 @@ class Reporter:
     def restore(self, state: object) -> None:
         """The reporter as `state()` found it."""
 
-    def advance(self, records: list[tuple], decoder: RecordDecoder,
+    def advance(self, records: list, decoder: RecordDecoder,
                 nesting: list[Mark] | None) -> None:
         """The reporter as records() of these records leaves it, their rows made
-        elsewhere (output.forked: by a child, from the reporter as it was)."""
+        elsewhere (output.forked: by a child, from the reporter as it was).
+        Among the tuples may be batches still bytes (probe.ringbuf.Strided, each
+        call at the top): a reporter that keeps state reads their columns."""
 
     def write_lines(self, text: str, lines: int) -> None:
         """`text`, known to hold `lines` line breaks: given with it to an output

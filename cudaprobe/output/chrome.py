@@ -150,10 +150,6 @@ class ChromeReporter(Reporter):
         self._tops.clear()
         self._tops.update(tops)
 
-    # advance() takes batches still bytes (probe.ringbuf.Strided) among the records:
-    # it reads their columns (output.forked hands them to the children as they are)
-    advances_strided = True
-
     def advance(self, records: list[tuple | Strided], decoder: RecordDecoder,
                 nesting: list[Mark] | None) -> None:
         """As row_maker's rows of these records leave the reporter (their tracks

@@ -41,13 +41,13 @@ from typing import TYPE_CHECKING, Callable
 
 from cudaprobe.catalogue.functions import ArgKind
 from cudaprobe.decode.records import TOP
-from cudaprobe.output.base import Reporter
 from cudaprobe.probe.event import R_FUNC_ID, R_PID, R_TEXT
 from cudaprobe.probe.ringbuf import Strided
 
 if TYPE_CHECKING:
     from cudaprobe.decode.nesting import Mark
     from cudaprobe.decode.records import RecordDecoder
+    from cudaprobe.output.base import Reporter
     from cudaprobe.output.files import OutputStream
 
 FORK_RECORDS = 50_000  # records a child makes the rows of
@@ -96,11 +96,6 @@ class ForkedRows:
         self._backlog = False  # the last batch taken was big: more are coming
         self.forked = 0  # children that made rows
         self.failed = 0  # children whose records the thread made instead
-        # a batch need not be unpacked here (take_strided) where rows stand alone
-        # (JSONL, CSV: what the thread keeps changes with no row, advance), or
-        # where advance() reads a batch still bytes by its columns (Chrome)
-        self.strided = (type(reporter).advance is Reporter.advance
-                        or getattr(reporter, "advances_strided", False))
 
     @staticmethod
     def usable(reporter: Reporter, stream: object) -> bool:
@@ -128,12 +123,11 @@ class ForkedRows:
 
     def take_strided(self, batch: Strided, fids: list[int]) -> bool:
         """take() of a batch still bytes, of these probes (its R_FUNC_ID column),
-        each call at the top: its tuples made in the child (reporters that
-        advance without them: `strided`); False where it must be unpacked (the
-        caller then does so, and take()s it)."""
+        each call at the top: its tuples made in the child (Reporter.advance
+        reads its columns); False where it must be unpacked (the caller then
+        does so, and take()s it)."""
         kinds = set(fids)
-        if (not self.strided or self.decoder.py_stacks is not None
-                or not self._all_simple(kinds)):
+        if self.decoder.py_stacks is not None or not self._all_simple(kinds):
             return False
         self._prepare_strided(batch, fids, kinds)
         self._keep([batch], len(batch), None)

@@ -281,8 +281,7 @@ class TraceSession:
                                       workers)
             # a launch loop's batches go to the children still bytes: the thread
             # reads a few of their fields, the children unpack them
-            run.tracer.ring.keep_strided = (self._forked.strided
-                                            and self._records.py_stacks is None)
+            run.tracer.ring.keep_strided = self._records.py_stacks is None
 
     def _read(self, tracer: Tracer, timeout_ms: int) -> None:
         """One poll's records; with no timeout (detached), all that is left, a batch
