@@ -119,17 +119,14 @@ def close_together(fds: Iterable[int]) -> None:
     uprobe_multi link, ~150 ms a perf event with a program, on the 2-core
     machine), and closed together those waits overlap, where one after
     another they add up."""
-    fds = list(fds)
-    if len(fds) < 2:
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        return
-
     def close(group: list[int]) -> None:
         for fd in group:
             with contextlib.suppress(OSError):
                 os.close(fd)
+    fds = list(fds)
+    if len(fds) < 2:
+        close(fds)
+        return
     n = min(CLOSE_THREADS, len(fds))
     threads = [threading.Thread(target=close, args=(fds[i::n],), name="cudaprobe-close",
                                 daemon=True) for i in range(n)]
