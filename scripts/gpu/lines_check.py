@@ -180,6 +180,11 @@ def node(a: argparse.Namespace) -> list[str]:
     window = {n: (last["ms"][n] - first["ms"][n]) * per for n in result["ms"]}
     spins = (last["spin_ms"] - first["spin_ms"]) * per / 1e3
     said = open(err_path).read()
+    out_dir = os.environ.get("OUT", "/tmp")
+    with open(os.path.join(out_dir, "serve-node.err"), "w") as f:  # whole: its warnings too
+        f.write(said)
+    with open(log) as src, open(os.path.join(out_dir, "workload-log.jsonl"), "w") as f:
+        f.write(src.read())
     kept_on = " (CUPTI left on between slices)" if a.no_pause else ""
     py_flag = "" if a.work_only else " --py-stacks"
     return [f"node{kept_on}: serve --api driver --duty {a.duty} --duty-period {a.duty_period} "
