@@ -31,6 +31,7 @@ H100, CUDA 13), which would stay on, unscaled.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -132,9 +133,23 @@ class DutyCycle:
     def _run(self, attacher) -> None:
         try:
             self._cycle(attacher)
-        except (CudaprobeError, OSError) as e:  # links refused: say so, once, and stop
-            self.notify(f"--duty: the probes could not be put back on ({e}); from now on "
-                        "nothing is counted")
+        except Exception as e:  # links refused, a process's memory gone: say so, once,
+            self._halt(attacher)  # and stop with everything off, never stuck on
+            why = str(e) if isinstance(e, (CudaprobeError, OSError)) else \
+                f"{type(e).__name__}: {e}"
+            self.notify(f"--duty: the slices stopped ({why}); the probes are off and from "
+                        "now on nothing is counted")
+
+    def _halt(self, attacher) -> None:
+        """After a failure in the cycle: a slice under way ended, and the probes,
+        the autograd probes and CUPTI's recording off, each as far as it goes (a
+        slice left open, or the probes left in, would count every call and
+        kernel from then on at 1/fraction: a job seen ten times over)."""
+        self.metrics.window_ended()
+        for off in (attacher.pause,
+                    *(p.pause for p in (self._autograd, self._gpu) if p is not None)):
+            with contextlib.suppress(Exception):
+                off()
 
     def _cycle(self, attacher) -> None:
         """Each period, a slice. CUPTI's recording (--gpu-time) switches around the
