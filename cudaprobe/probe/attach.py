@@ -24,7 +24,14 @@ from typing import Any, Callable
 
 from cudaprobe.errors import BpfError, CudaprobeError, ProcessGone
 from cudaprobe.probe import bpfprog, bpfsys, cleanup, perf_uprobe, uprobe_multi
-from cudaprobe.probe.event import STOPPED, STOPPING, TARGET_TRACED, TRACING
+from cudaprobe.probe.event import (
+    EPOCH_SHIFT,
+    PAUSED,
+    STOPPED,
+    STOPPING,
+    TARGET_TRACED,
+    TRACING,
+)
 from cudaprobe.probe.forkhold import SEIZE_WAIT_S, ForkHold
 from cudaprobe.probe.load import retry_interrupted
 from cudaprobe.probe.opengate import GateUnavailable, Hand, OpenGate
@@ -134,6 +141,7 @@ class Attacher:
         self._pid_links: dict[int, list[int]] = {}
         self._slots: dict[tuple[int, int], int] = {}  # file identity -> `library_ready` slot
         self._phase = 0  # event.ATTACHING: what the `phase` map holds
+        self._epoch = 0  # serve --duty's slices begun: the `phase` word's upper bits
         self.on_target: Callable[[int], None] | None = None  # told of each target (--py-stacks)
         # told the targets at each rescan of their maps (--py-stacks: libtorch loaded later)
         self.on_rescan: Callable[[list[int]], None] | None = None
@@ -190,7 +198,8 @@ class Attacher:
         start = time.monotonic()
         probes = self._bpf["probes"]
         for p in self.plan.probes:
-            probes[probes.Key(p.func_id)] = probes.Leaf(*bpfprog.probe_config(p))
+            kept = p.function.name in self.settings.duty_exact
+            probes[probes.Key(p.func_id)] = probes.Leaf(*bpfprog.probe_config(p, kept))
         by_file: dict[tuple[int, int], list[Attachment]] = {}
         for a in self.plan.attachments:
             by_file.setdefault(a.file.identity, []).append(a)
@@ -750,34 +759,36 @@ class Attacher:
 
     def pause(self) -> bool:
         """Duty cycling (serve --duty): the library-wide links come off, but those
-        of Settings.duty_exact's functions. No call begins from now on (the
-        `phase` map's STOPPING, as detach() does; where some functions stay on,
-        their entry links going first does it); the entry links go, the calls
-        under way get STOP_GRACE_S to return whole, then the return links go,
-        closed on the closer threads (a grace period each). False where there
-        is nothing to pause: links per process, a perf-event attach, or tracing
-        over."""
+        of Settings.duty_exact's functions. No call of the others begins from
+        now on (the `phase` map's PAUSED, in every function at once: the kept
+        ones' calls go on beginning); the calls under way get STOP_GRACE_S to
+        return whole, then the links go, closed on the closer threads (a grace
+        period each, in any order). A call still under way then is let go by
+        the probes at the next slice (its entry is of this slice's epoch), never
+        paired with another call's return. False where there is nothing to
+        pause: links per process, a perf-event attach, or tracing over."""
         with self._lock:
             if (self._phase != TRACING or self._paused or self.settings.links_per_process
                     or self.settings.attach != "multi"):
                 return False
             self._paused = True
-            if not self._kept_links:  # (the kept functions' calls go on beginning)
-                self._write_phase(STOPPING)
+            self._write_phase(PAUSED)
             links, self._links = self._links, []
-        self._closer.close(links[1::2])  # each library's pair: (return, entry)
         time.sleep(STOP_GRACE_S)
-        self._closer.close(links[0::2])
+        self._closer.close(links)
         return True
 
     def resume(self) -> bool:
-        """The library-wide links go on again, each library's return link
-        first; calls begin once all are in (TRACING), every function at once
-        (where some stayed on, each as its link goes in: within milliseconds).
-        False where tracing is over (detach() came meanwhile)."""
+        """The library-wide links go on again, in a new epoch (a return seen now
+        whose entry is of an earlier slice is another call's: let go), each
+        library's return link first; calls begin once all are in (TRACING),
+        every function at once. False where tracing is over (detach() came
+        meanwhile)."""
         with self._lock:
             if self._phase != TRACING or not self._paused:
                 return False
+            self._epoch += 1
+            self._write_phase(PAUSED)
             for atts in self._wide.values():
                 if atts:
                     self._links += self._attach_multi(atts)
@@ -785,9 +796,14 @@ class Attacher:
             self._write_phase(TRACING)
             return True
 
+    @property
+    def epoch(self) -> int:
+        """serve --duty's slices begun so far (the `phase` word's upper bits)."""
+        return self._epoch
+
     def _write_phase(self, phase: int) -> None:
         table = self._bpf["phase"]
-        table[table.Key(0)] = table.Leaf(phase)
+        table[table.Key(0)] = table.Leaf(phase | self._epoch << EPOCH_SHIFT)
 
     def detach(self) -> None:
         """Stop the probes, all at once; the maps and ring buffer stay readable

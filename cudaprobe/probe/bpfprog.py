@@ -115,9 +115,10 @@ class Settings:
         return self.per_process and self.attach == "multi"
 
 
-def probe_config(probe: Probe) -> tuple[int, ...]:
+def probe_config(probe: Probe, kept: bool = False) -> tuple[int, ...]:
     """struct cp_probe_cfg for one probe: (nstack, cfg_slot, out8, out4, str_slot,
-    nargs, nouts, size, func_slot, handle_slot, cfg_off, cfg_len, outer)."""
+    nargs, nouts, size, func_slot, handle_slot, cfg_off, cfg_len, outer, kept);
+    `kept`: its links stay in between serve --duty's slices (Settings.duty_exact)."""
     fn = probe.function
     func_slot = next((slot for arg, slot in zip(fn.args, fn.slots) if arg.kind is ArgKind.FUNC),
                      -1)
@@ -125,7 +126,7 @@ def probe_config(probe: Probe) -> tuple[int, ...]:
                         if arg.kind in (ArgKind.FUNC, ArgKind.CU_FUNCTION)), -1)
     return (fn.stack_words, fn.config_slot, fn.out_mask(8), fn.out_mask(4), fn.string_slot,
             fn.words, len(fn.out_index), event.record_size(fn), func_slot, handle_slot,
-            *fn.config_window, int(fn.api == NCCL))
+            *fn.config_window, int(fn.api == NCCL), int(kept))
 
 
 PAIR_BYTES = 8 << 20  # at most, for the per-thread pairing entries (`owned`)
@@ -278,7 +279,8 @@ def render(probes: list[Probe], settings: Settings) -> str:
     src = source(settings)
     table = ["", "/* the `probes` map, as the loader fills it: "
                  "id: {nstack, cfg_slot, out8, out4, str_slot, nargs, nouts, size, "
-                 "func_slot, handle_slot, cfg_off, cfg_len, outer} */"]
-    table += [f"/* {p.func_id:3d} {p.symbol}: {{{', '.join(map(str, probe_config(p)))}}} */"
-              for p in probes]
+                 "func_slot, handle_slot, cfg_off, cfg_len, outer, kept} */"]
+    for p in probes:
+        config = probe_config(p, p.function.name in settings.duty_exact)
+        table.append(f"/* {p.func_id:3d} {p.symbol}: {{{', '.join(map(str, config))}}} */")
     return "\n".join(lines) + "\n\n" + src + "\n".join(table) + "\n"

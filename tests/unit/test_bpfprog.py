@@ -22,20 +22,24 @@ def probes():
 def test_probe_config_from_catalogue():
     p = probes()
     # (nstack, cfg_slot, out8, out4, str_slot, nargs, nouts, record size, func_slot,
-    #  handle_slot, cfg_off, cfg_len, outer); devPtr: an 8-byte out-parameter
-    assert bpfprog.probe_config(p[0]) == (0, -1, 0b1, 0, -1, 2, 1, 88, -1, -1, 0, 0, 0)
+    #  handle_slot, cfg_off, cfg_len, outer, kept); devPtr: an 8-byte out-parameter
+    assert bpfprog.probe_config(p[0]) == (0, -1, 0b1, 0, -1, 2, 1, 88, -1, -1, 0, 0, 0, 0)
     # sharedMem, stream on the stack; the host stub (or handle) in slot 0
-    assert bpfprog.probe_config(p[1]) == (2, -1, 0, 0, -1, 8, 0, 128, 0, 0, 0, 0, 0)
+    assert bpfprog.probe_config(p[1]) == (2, -1, 0, 0, -1, 8, 0, 128, 0, 0, 0, 0, 0, 0)
     # config in slot 0: its first 40 bytes copied, the whole event sent; the host stub
     # in slot 1
-    assert bpfprog.probe_config(p[2]) == (0, 0, 0, 0, -1, 3, 0, 320, 1, 1, 0, 40, 0)
-    assert bpfprog.probe_config(p[3]) == (0, -1, 0, 0b1, -1, 3, 1, 96, -1, -1, 0, 0, 0)  # float out
+    assert bpfprog.probe_config(p[2]) == (0, 0, 0, 0, -1, 3, 0, 320, 1, 1, 0, 40, 0, 0)
+    # a float out-parameter
+    assert bpfprog.probe_config(p[3]) == (0, -1, 0, 0b1, -1, 3, 1, 96, -1, -1, 0, 0, 0, 0)
     # a driver launch: its CUfunction in slot 0, no host stub
     launch = Probe(4, "cuLaunchKernel", catalogue.BY_NAME["cuLaunchKernel"])
     assert bpfprog.probe_config(launch)[8:10] == (-1, 0)
+    # kept: its links stay in between serve --duty's slices (an allocation)
+    assert bpfprog.probe_config(p[0], kept=True)[-1] == 1
     # a 3D copy: the window of its parameters from the destination on (structs.py)
     copy3d = Probe(5, "cudaMemcpy3D", catalogue.BY_NAME["cudaMemcpy3D"])
-    assert bpfprog.probe_config(copy3d)[1] == 0 and bpfprog.probe_config(copy3d)[10:] == (96, 64, 0)
+    assert bpfprog.probe_config(copy3d)[1] == 0
+    assert bpfprog.probe_config(copy3d)[10:] == (96, 64, 0, 0)
 
 
 def test_nccl_calls_are_the_outer_layer():
@@ -43,7 +47,7 @@ def test_nccl_calls_are_the_outer_layer():
     the calls made inside one (CP_OUTER); not with CP_CALLER (memory), whose
     field it shares, nor in stats."""
     allreduce = Probe(4, "ncclAllReduce", catalogue.BY_NAME["ncclAllReduce"])
-    assert bpfprog.probe_config(allreduce)[-1] == 1
+    assert bpfprog.probe_config(allreduce)[12] == 1
     assert "CP_OUTER" not in bpfprog.defines(probes(), bpfprog.Settings())
     assert bpfprog.defines([*probes(), allreduce], bpfprog.Settings())["CP_OUTER"] == "1"
     for settings in (bpfprog.Settings(callers=True), bpfprog.Settings(stats=True)):
@@ -72,7 +76,7 @@ def test_render_is_the_compiled_program():
     assert "struct cp_event {" in text and "pairing_entry(" in text  # both headers inlined
     assert "#include \"" not in text
     assert "int cp_enter(struct pt_regs *ctx)" in text
-    assert "1 cudaLaunchKernel: {2, -1, 0, 0, -1, 8, 0, 128, 0, 0, 0, 0, 0}" in text
+    assert "1 cudaLaunchKernel: {2, -1, 0, 0, -1, 8, 0, 128, 0, 0, 0, 0, 0, 0}" in text
 
 
 def test_trace_and_stats_are_two_programs():

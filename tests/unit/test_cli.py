@@ -41,7 +41,7 @@ def test_dump_bpf_without_root():
         assert p.returncode == 2
         return
     assert p.returncode == 0, p.stderr
-    assert "cudaMalloc: {0, -1, 1, 0, -1, 2, 1, 88, -1, -1, 0, 0, 0}" in p.stdout
+    assert "cudaMalloc: {0, -1, 1, 0, -1, 2, 1, 88, -1, -1, 0, 0, 0, 0}" in p.stdout
 
 
 def test_not_root_is_one_line():
