@@ -23,23 +23,15 @@
  * CP_MAX_DEPTH each in an `inflight` entry of its depth (pairing_key). */
 #define CP_MAX_DEPTH 32
 
-/* map `phase`: when the probes count (its low byte; CP_PHASE_MASK). Entries
- * begin calls only while CP_TRACING, which the loader sets once every probe
- * is attached and leaves for CP_STOPPING before it detaches any: every
- * function starts and stops at the same instant. Exits complete calls until
- * CP_STOPPED (perf probes only, which outlive the detach). CP_PAUSED: between
- * serve --duty's slices, only the kept probes (cp_probe_cfg.kept) begin calls.
- * Above the low byte, the slice (CP_EPOCH_SHIFT): the loader counts one more
- * as each slice begins, and a sampled function's call begun in an earlier
- * slice whose return came after its links were out is let go (its pairing
- * entry reused, never paired with another call's return). */
+/* map `phase`: when the probes count. Entries begin calls only while
+ * CP_TRACING, which the loader sets once every probe is attached and leaves
+ * for CP_STOPPING before it detaches any: every function starts and stops at
+ * the same instant. Exits complete calls until CP_STOPPED (perf probes only,
+ * which outlive the detach). */
 #define CP_ATTACHING 0
 #define CP_TRACING 1
 #define CP_STOPPING 2
 #define CP_STOPPED 3
-#define CP_PAUSED 4
-#define CP_PHASE_MASK 0xff
-#define CP_EPOCH_SHIFT 8
 
 /* map `targets` (CP_FILTER_PID): a process's state. A child of a target whose
  * links are being attached (CP_PER_PROCESS) is LINKING: its calls begin once
@@ -65,8 +57,8 @@ struct cp_probe_cfg {
 	__u32 outer;     /* 1: an NCCL call, the outermost layer (CP_OUTER): the calls its
 			  * thread makes inside it say so (cp_event.caller) */
 	__u32 kept;      /* 1: its links stay in between serve --duty's slices (an
-			  * allocation or free, counted exactly): it begins calls
-			  * while CP_PAUSED, and its calls span slices */
+			  * allocation or free, counted exactly): its calls span
+			  * slices (map `slice_start`) */
 };
 
 /* Where the driver keeps a kernel handle's name: the object a CUfunction,
@@ -146,18 +138,15 @@ struct cp_stamp {
  * thread and probe, kept between calls. Entry fills `call` in place, ts_ns
  * last; exit completes it, hands it on and sets ts_ns to 0. `nested` counts
  * the calls of the same probe made inside this one on the thread (recursion),
- * each paired in an `inflight` entry of its depth; `epoch`, the slice its
- * call began in (the phase word's upper bits). The Python side reads `call`
- * and `epoch` by name (in-flight calls, the sweep of exited threads). */
+ * each paired in an `inflight` entry of its depth. The Python side reads
+ * `call` by name (in-flight calls, the sweep of exited threads). */
 struct cp_trace_entry {
-	__u32 nested;
-	__u32 epoch;
+	__u64 nested;
 	struct cp_event call;
 };
 
 struct cp_stats_entry {
-	__u32 nested;
-	__u32 epoch;
+	__u64 nested;
 	struct cp_stamp call;
 };
 

@@ -62,6 +62,10 @@ BPF_ARRAY(owned, cp_entry_t, CP_PAIR_THREADS * CP_NR_PROBES);
 BPF_HASH(inflight, u64, cp_entry_t, CP_MAX_INFLIGHT);
 /* all zero, never written: the initial value of a new `inflight` entry */
 BPF_PERCPU_ARRAY(zeroed, cp_entry_t, 1);
+/* serve --duty: when the slice under way began (CLOCK_MONOTONIC, written by
+ * the loader before its links go in; 0 without --duty). A sampled function's
+ * pairing entry holding a call begun before it is left from an earlier slice */
+BPF_ARRAY(slice_start, u64, 1);
 /* uprobe_multi links: per library slot (the attach cookie's upper half), 1
  * once every link of the library is in. A library probed while tracing runs
  * (a dlopen, a process's own copy) then starts in all its functions at once,
@@ -370,79 +374,59 @@ static __always_inline cp_entry_t *innermost_entry(cp_entry_t *outer, u64 pid_tg
 
 /* ---- the programs ---- */
 
-/* The phase word: the phase in its low byte, the slice above (cudaprobe.h) */
-static __always_inline u32 phase_word(void)
+static __always_inline u32 current_phase(void)
 {
 	int zero = 0;
 	u32 *p = phase.lookup(&zero);
 	return p ? *p : CP_STOPPED;
 }
 
-static __always_inline u32 current_phase(void)
-{
-	return phase_word() & CP_PHASE_MASK;
-}
-
-/* Whether the probe's links stay in between serve --duty's slices */
-static __always_inline int probe_kept(u32 probe_id)
-{
-	struct cp_probe_cfg *cfg = probes.lookup(&probe_id);
-	return cfg && cfg->kept;
-}
-
-/* The entry holds a call of a sampled function begun in an earlier slice (its
- * return came after the links were out: it will not be seen). */
-static __always_inline int stale_entry(cp_entry_t *e, u32 probe_id, u32 epoch)
-{
-	return e->call.ts_ns && e->epoch != epoch && !probe_kept(probe_id);
-}
-
-/* A call begins only while CP_TRACING (or, of a kept probe, CP_PAUSED). If the
- * thread is in a call of this probe already, the call is nested in it
- * (recursion): paired at its depth; an entry left by a call of an earlier
- * slice is let go first. */
+/* A call begins only while CP_TRACING. If the thread is in a call of this
+ * probe already, the call is nested in it (recursion): paired at its depth. */
 static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
 {
-	u32 word = phase_word();
-	u32 ph = word & CP_PHASE_MASK;
-	if (ph != CP_TRACING && !(ph == CP_PAUSED && probe_kept(probe_id)))
+	if (current_phase() != CP_TRACING)
 		return 0;
-	u32 epoch = word >> CP_EPOCH_SHIFT;
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct cp_owner *owner = 0;
 	cp_entry_t *entry = pairing_entry(pid_tgid, probe_id, &owner);
-	if (entry && stale_entry(entry, probe_id, epoch)) {
-		entry->call.ts_ns = 0;
-		entry->nested = 0;
-	}
 	if (entry && entry->call.ts_ns)
 		entry = nested_entry(entry, pid_tgid, probe_id);
 	if (!entry)
 		return 0;
 	entry->nested = 0;
-	entry->epoch = epoch;
 	begin_call(ctx, &entry->call, probe_id, pid_tgid, owner);
 	return 0;
 }
 
+/* The entry holds a call of a sampled function begun before serve --duty's
+ * slice under way (its return came after that slice's links were out: it is
+ * never seen). Checked at the exit only: the entry program (with
+ * --py-stacks) is the verifier's largest. */
+static __always_inline int stale_entry(cp_entry_t *e, u32 probe_id)
+{
+	int zero = 0;
+	u64 *start = slice_start.lookup(&zero);
+	if (!start || e->call.ts_ns >= *start)
+		return 0;
+	struct cp_probe_cfg *cfg = probes.lookup(&probe_id);
+	return !(cfg && cfg->kept);
+}
+
 /* A call that began completes until CP_STOPPED: the calls under way when
- * tracing stops are whole. A return whose entry is of an earlier slice is
- * another call's, begun between slices: the entry is let go, nothing made. */
+ * tracing stops are whole. A return whose entry holds a call of an earlier
+ * slice is another call's, begun as the links went back in (the return link
+ * first): the entry is let go, nothing made; so it is where such an entry's
+ * nested calls have all returned (the next call pairs at depth 0 again). */
 static __always_inline int cp_exit(struct pt_regs *ctx, u32 probe_id)
 {
-	u32 word = phase_word();
-	if ((word & CP_PHASE_MASK) == CP_STOPPED)
+	if (current_phase() == CP_STOPPED)
 		return 0;	/* a call under way then stays in flight */
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct cp_owner *owner = 0;
 	cp_entry_t *entry = paired_entry(pid_tgid, probe_id, &owner);
 	if (!entry)
 		return 0;	/* filtered out, or entered before tracing began */
-	if (stale_entry(entry, probe_id, word >> CP_EPOCH_SHIFT)) {
-		entry->call.ts_ns = 0;
-		entry->nested = 0;
-		return 0;
-	}
 	u64 now = bpf_ktime_get_ns();
 #ifdef CP_NO_STATUS
 	s32 ret = CP_NO_STATUS(probe_id) ? 0 : (s32)PT_REGS_RC(ctx);
@@ -456,6 +440,12 @@ static __always_inline int cp_exit(struct pt_regs *ctx, u32 probe_id)
 			end_call(&inner->call, probe_id, now, ret, owner);
 			inflight.delete(&key);
 		}
+		if (!entry->nested && stale_entry(entry, probe_id))
+			entry->call.ts_ns = 0;
+		return 0;
+	}
+	if (stale_entry(entry, probe_id)) {
+		entry->call.ts_ns = 0;
 		return 0;
 	}
 	end_call(&entry->call, probe_id, now, ret, owner);

@@ -24,14 +24,7 @@ from typing import Any, Callable
 
 from cudaprobe.errors import BpfError, CudaprobeError, ProcessGone
 from cudaprobe.probe import bpfprog, bpfsys, cleanup, perf_uprobe, uprobe_multi
-from cudaprobe.probe.event import (
-    EPOCH_SHIFT,
-    PAUSED,
-    STOPPED,
-    STOPPING,
-    TARGET_TRACED,
-    TRACING,
-)
+from cudaprobe.probe.event import STOPPED, STOPPING, TARGET_TRACED, TRACING
 from cudaprobe.probe.forkhold import SEIZE_WAIT_S, ForkHold
 from cudaprobe.probe.load import retry_interrupted
 from cudaprobe.probe.opengate import GateUnavailable, Hand, OpenGate
@@ -141,7 +134,6 @@ class Attacher:
         self._pid_links: dict[int, list[int]] = {}
         self._slots: dict[tuple[int, int], int] = {}  # file identity -> `library_ready` slot
         self._phase = 0  # event.ATTACHING: what the `phase` map holds
-        self._epoch = 0  # serve --duty's slices begun: the `phase` word's upper bits
         self.on_target: Callable[[int], None] | None = None  # told of each target (--py-stacks)
         # told the targets at each rescan of their maps (--py-stacks: libtorch loaded later)
         self.on_rescan: Callable[[list[int]], None] | None = None
@@ -759,36 +751,41 @@ class Attacher:
 
     def pause(self) -> bool:
         """Duty cycling (serve --duty): the library-wide links come off, but those
-        of Settings.duty_exact's functions. No call of the others begins from
-        now on (the `phase` map's PAUSED, in every function at once: the kept
-        ones' calls go on beginning); the calls under way get STOP_GRACE_S to
-        return whole, then the links go, closed on the closer threads (a grace
-        period each, in any order). A call still under way then is let go by
-        the probes at the next slice (its entry is of this slice's epoch), never
-        paired with another call's return. False where there is nothing to
-        pause: links per process, a perf-event attach, or tracing over."""
+        of Settings.duty_exact's functions. No call begins from now on (the
+        `phase` map's STOPPING, as detach() does; where some functions stay on,
+        the entry links' going first does it: they are closed, and waited for,
+        before any return link); the calls under way get STOP_GRACE_S to return
+        whole, then the return links go, closed on the closer threads (a grace
+        period each). A call still under way then has its return unseen: the
+        probes let its entry go as another call's return comes in a later
+        slice (map `slice_start`), never pairing the two. False where
+        there is nothing to pause: links per process, a perf-event attach, or
+        tracing over."""
         with self._lock:
             if (self._phase != TRACING or self._paused or self.settings.links_per_process
                     or self.settings.attach != "multi"):
                 return False
             self._paused = True
-            self._write_phase(PAUSED)
+            if not self._kept_links:  # (the kept functions' calls go on beginning)
+                self._write_phase(STOPPING)
             links, self._links = self._links, []
+        cleanup.close_together(links[1::2])  # each library's pair: (return, entry)
         time.sleep(STOP_GRACE_S)
-        self._closer.close(links)
+        self._closer.close(links[0::2])
         return True
 
     def resume(self) -> bool:
-        """The library-wide links go on again, in a new epoch (a return seen now
-        whose entry is of an earlier slice is another call's: let go), each
-        library's return link first; calls begin once all are in (TRACING),
-        every function at once. False where tracing is over (detach() came
-        meanwhile)."""
+        """The library-wide links go on again, each library's return link first,
+        the slice's start written before (map `slice_start`: a return seen from
+        now on whose entry holds a call begun before it is another call's, let
+        go); calls begin once all are in (TRACING), every function at once
+        (where some stayed on, each as its link goes in: within milliseconds).
+        False where tracing is over (detach() came meanwhile)."""
         with self._lock:
             if self._phase != TRACING or not self._paused:
                 return False
-            self._epoch += 1
-            self._write_phase(PAUSED)
+            table = self._bpf["slice_start"]
+            table[table.Key(0)] = table.Leaf(time.monotonic_ns())
             for atts in self._wide.values():
                 if atts:
                     self._links += self._attach_multi(atts)
@@ -796,14 +793,9 @@ class Attacher:
             self._write_phase(TRACING)
             return True
 
-    @property
-    def epoch(self) -> int:
-        """serve --duty's slices begun so far (the `phase` word's upper bits)."""
-        return self._epoch
-
     def _write_phase(self, phase: int) -> None:
         table = self._bpf["phase"]
-        table[table.Key(0)] = table.Leaf(phase | self._epoch << EPOCH_SHIFT)
+        table[table.Key(0)] = table.Leaf(phase)
 
     def detach(self) -> None:
         """Stop the probes, all at once; the maps and ring buffer stay readable

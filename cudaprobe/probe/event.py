@@ -29,11 +29,8 @@ LOST_DEPTH = 3
 NR_COUNTERS = 4
 MAX_DEPTH = 32  # CP_MAX_DEPTH: calls nested in a call of the same function, paired
 
-# map `phase` (CP_ATTACHING ...): calls begin only while TRACING (bpf/cudaprobe.h);
-# PAUSED: between serve --duty's slices, only the kept probes' calls begin. The
-# word holds the slice (its epoch) above the phase's byte: EPOCH_SHIFT
-ATTACHING, TRACING, STOPPING, STOPPED, PAUSED = range(5)
-EPOCH_SHIFT = 8
+# map `phase` (CP_ATTACHING ...): calls begin only while TRACING (bpf/cudaprobe.h)
+ATTACHING, TRACING, STOPPING, STOPPED = range(4)
 # map `targets` (CP_TARGET_*): a process traced, or one whose links are being attached
 TARGET_TRACED, TARGET_LINKING = 1, 2
 

@@ -2,12 +2,12 @@
 probe takes it. Each thread holds a slot of `owned` (an entry per probe,
 found by `owners`) or, when the slots are taken, entries in the `inflight`
 hash. An entry (struct cp_trace_entry or cp_stats_entry) is the count of calls
-nested in it, the slice (epoch) its call began in, then the `call` it holds,
-read here by name; it stays between calls with call.ts_ns 0. Read at the end
-for the calls still in flight, and swept of threads that exited (sweep.py).
-Under serve --duty, an entry of a sampled function holding a call of an
-earlier slice is not in a call: its return came after the links were out,
-and the probes let it go at the thread's next call (bpf/pairing.bpf.h)."""
+nested in it, then the `call` it holds, read here by name; it stays between
+calls with call.ts_ns 0. Read at the end for the calls still in flight, and
+swept of threads that exited (sweep.py). Under serve --duty, an entry of a
+sampled function holding a call begun before the slice under way (map
+`slice_start`) is not in a call: its return came after the links were out,
+and the probes let it go at the thread's next return (bpf/pairing.bpf.h)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import contextlib
 from typing import Any, Callable
 
 from cudaprobe.probe import bpfprog
-from cudaprobe.probe.event import EPOCH_SHIFT, RawEvent, unpack_event
+from cudaprobe.probe.event import RawEvent, unpack_event
 from cudaprobe.probe.plan import ProbePlan
 
 
@@ -28,15 +28,16 @@ class PairingEntries:
         self._kept = {p.func_id for p in plan.probes
                       if p.function.name in settings.duty_exact}
 
-    def _epoch(self) -> int:
-        """The slice under way (the `phase` word's upper bits)."""
-        table = self._bpf["phase"]
-        return table[table.Key(0)].value >> EPOCH_SHIFT
+    def _slice_start(self) -> int:
+        """When serve --duty's slice under way began (CLOCK_MONOTONIC ns; 0)."""
+        table = self._bpf["slice_start"]
+        return table[table.Key(0)].value
 
-    def _in_call(self, probe_id: int, entry: Any, epoch: int) -> bool:
-        """The entry holds a call that may still return: not one of an earlier
-        slice of a sampled function (serve --duty)."""
-        return bool(entry.call.ts_ns) and (entry.epoch == epoch or probe_id in self._kept)
+    def _in_call(self, probe_id: int, entry: Any, start: int) -> bool:
+        """The entry holds a call that may still return: not one of a sampled
+        function begun before the slice under way began (serve --duty)."""
+        ts = entry.call.ts_ns
+        return bool(ts) and (ts >= start or probe_id in self._kept)
 
     def _owned_slots(self) -> list[tuple[int, int, int]]:
         """(slot, pid, tid) of the pairing slots that threads hold (`owners`)."""
@@ -48,25 +49,25 @@ class PairingEntries:
                 held.append((slot, pid_tgid >> 32, pid_tgid & 0xFFFFFFFF))
         return held
 
-    def _calls_in_slot(self, slot: int, epoch: int) -> list[tuple[Any, Any]]:
+    def _calls_in_slot(self, slot: int, start: int) -> list[tuple[Any, Any]]:
         """(key, entry) of the slot's pairing entries in `owned` that are in a call."""
         owned, n = self._bpf["owned"], len(self.plan.probes)
         found = []
         for probe_id in range(n):
             key = owned.Key(slot * n + probe_id)
             entry = owned[key]
-            if self._in_call(probe_id, entry, epoch):
+            if self._in_call(probe_id, entry, start):
                 found.append((key, entry))
         return found
 
     def _entries(self) -> list[Any]:
         """The pairing entries in a call now: those of held slots in `owned`,
         then the hashed ones (`inflight`, the probe in the key's low 16 bits)."""
-        epoch = self._epoch()
+        start = self._slice_start()
         found = [e for slot, _pid, _tid in self._owned_slots()
-                 for _k, e in self._calls_in_slot(slot, epoch)]
+                 for _k, e in self._calls_in_slot(slot, start)]
         found += [v for k, v in self._bpf["inflight"].items()
-                  if self._in_call(k.value & 0xFFFF, v, epoch)]
+                  if self._in_call(k.value & 0xFFFF, v, start)]
         return found
 
     def in_flight(self) -> list[RawEvent]:
@@ -86,7 +87,7 @@ class PairingEntries:
         filled in (tid 0) is left. Returns how many were in a call (no return
         probe will end them)."""
         mid_call = 0
-        epoch = self._epoch()
+        start = self._slice_start()
         owners, owned = self._bpf["owners"], self._bpf["owned"]
         n = len(self.plan.probes)
         for slot, pid, tid in self._owned_slots():
@@ -97,12 +98,12 @@ class PairingEntries:
                 entry = owned[key]
                 if not entry.call.ts_ns:
                     continue
-                mid_call += self._in_call(probe_id, entry, epoch)
+                mid_call += self._in_call(probe_id, entry, start)
                 entry.call.ts_ns = 0  # so that the slot's next thread does not pair with it
                 owned[key] = entry
             owners[owners.Key(slot)] = owners.Leaf(0)
         table = self._bpf["inflight"]
-        dead = [(k, self._in_call(k.value & 0xFFFF, v, epoch)) for k, v in table.items()
+        dead = [(k, self._in_call(k.value & 0xFFFF, v, start)) for k, v in table.items()
                 if v.call.tid and not alive(v.call.pid, v.call.tid)]
         for k, _in_call in dead:
             with contextlib.suppress(KeyError):

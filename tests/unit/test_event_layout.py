@@ -35,8 +35,6 @@ int main(void) {
            offsetof(struct cp_stats_entry, call));
     printf("CP_ATTACHING %d\nCP_TRACING %d\nCP_STOPPING %d\nCP_STOPPED %d\n", CP_ATTACHING,
            CP_TRACING, CP_STOPPING, CP_STOPPED);
-    printf("CP_PAUSED %d\nCP_EPOCH_SHIFT %d\nCP_PHASE_MASK %d\n", CP_PAUSED, CP_EPOCH_SHIFT,
-           CP_PHASE_MASK);
     printf("CP_TARGET_TRACED %d\nCP_TARGET_LINKING %d\n", CP_TARGET_TRACED, CP_TARGET_LINKING);
     printf("cfg_size %zu\n", sizeof(struct cp_probe_cfg));
     printf("CP_HANDLE_NAME_OFFSET %d\n", CP_HANDLE_NAME_OFFSET);
@@ -70,17 +68,13 @@ def test_constants_match_header(c_layout):
     assert c_layout["CP_NR_COUNTERS"] == event.NR_COUNTERS
     assert c_layout["CP_LOST_DEPTH"] == event.LOST_DEPTH
     assert c_layout["CP_MAX_DEPTH"] == event.MAX_DEPTH
-    # the pairing entries: the nesting count and the slice, then the call (the loader reads `call`)
+    # the pairing entries: the nesting count, then the call (the loader reads `call`)
     assert c_layout["stamp_size"] == 16
     assert c_layout["trace_entry_size"] == bpfprog.ENTRY_SIZES["trace"]
     assert c_layout["stats_entry_size"] == bpfprog.ENTRY_SIZES["stats"]
     assert c_layout["trace_entry_call"] == c_layout["stats_entry_call"] == 8
-    assert [c_layout[k] for k in ("CP_ATTACHING", "CP_TRACING", "CP_STOPPING", "CP_STOPPED",
-                                  "CP_PAUSED")] \
-        == [event.ATTACHING, event.TRACING, event.STOPPING, event.STOPPED, event.PAUSED]
-    # the phase word: the phase in its low byte, serve --duty's slice above
-    assert c_layout["CP_EPOCH_SHIFT"] == event.EPOCH_SHIFT
-    assert c_layout["CP_PHASE_MASK"] == (1 << event.EPOCH_SHIFT) - 1
+    assert [c_layout[k] for k in ("CP_ATTACHING", "CP_TRACING", "CP_STOPPING", "CP_STOPPED")] \
+        == [event.ATTACHING, event.TRACING, event.STOPPING, event.STOPPED]
     assert (c_layout["CP_TARGET_TRACED"], c_layout["CP_TARGET_LINKING"]) == (
         event.TARGET_TRACED, event.TARGET_LINKING)
     assert c_layout["cfg_size"] == 52  # thirteen 4-byte words (bpfprog.probe_config)
