@@ -145,8 +145,7 @@ class DutyCycle:
         the autograd probes and CUPTI's recording off, each as far as it goes (a
         slice left open, or the probes left in, would count every call and
         kernel from then on at 1/fraction: a job seen ten times over)."""
-        self.metrics.window_ended()
-        for off in (attacher.pause,
+        for off in (self.metrics.window_ended, attacher.pause,
                     *(p.pause for p in (self._autograd, self._gpu) if p is not None)):
             with contextlib.suppress(Exception):
                 off()
