@@ -190,8 +190,8 @@ class Attacher:
         start = time.monotonic()
         probes = self._bpf["probes"]
         for p in self.plan.probes:
-            kept = p.function.name in self.settings.duty_exact
-            probes[probes.Key(p.func_id)] = probes.Leaf(*bpfprog.probe_config(p, kept))
+            probes[probes.Key(p.func_id)] = probes.Leaf(
+                *bpfprog.probe_config(p, self.settings.kept(p)))
         by_file: dict[tuple[int, int], list[Attachment]] = {}
         for a in self.plan.attachments:
             by_file.setdefault(a.file.identity, []).append(a)
@@ -245,9 +245,8 @@ class Attacher:
     def _split_kept(self, attachments: list[Attachment]
                     ) -> tuple[list[Attachment], list[Attachment]]:
         """(those of Settings.duty_exact's functions, the rest): the first on always."""
-        exact = self.settings.duty_exact
-        kept = [a for a in attachments if a.probe.function.name in exact]
-        return kept, [a for a in attachments if a.probe.function.name not in exact]
+        kept = [a for a in attachments if self.settings.kept(a.probe)]
+        return kept, [a for a in attachments if not self.settings.kept(a.probe)]
 
     def _attach_process(self, pid: int, libraries: dict[tuple[int, int], list[Attachment]],
                         newborn: bool = False) -> None:

@@ -114,6 +114,10 @@ class Settings:
         where links are uprobe_multi (perf events are per library)."""
         return self.per_process and self.attach == "multi"
 
+    def kept(self, probe: Probe) -> bool:
+        """serve --duty: the probe's links stay in between slices (duty_exact)."""
+        return probe.function.name in self.duty_exact
+
 
 def probe_config(probe: Probe, kept: bool = False) -> tuple[int, ...]:
     """struct cp_probe_cfg for one probe: (nstack, cfg_slot, out8, out4, str_slot,
@@ -281,6 +285,6 @@ def render(probes: list[Probe], settings: Settings) -> str:
                  "id: {nstack, cfg_slot, out8, out4, str_slot, nargs, nouts, size, "
                  "func_slot, handle_slot, cfg_off, cfg_len, outer, kept} */"]
     for p in probes:
-        config = probe_config(p, p.function.name in settings.duty_exact)
+        config = probe_config(p, settings.kept(p))
         table.append(f"/* {p.func_id:3d} {p.symbol}: {{{', '.join(map(str, config))}}} */")
     return "\n".join(lines) + "\n\n" + src + "\n".join(table) + "\n"

@@ -25,8 +25,7 @@ class PairingEntries:
         self.plan = plan
         self._pair_threads = int(bpfprog.defines(plan.probes, settings)["CP_PAIR_THREADS"])
         # the probes whose links stay in between serve --duty's slices
-        self._kept = {p.func_id for p in plan.probes
-                      if p.function.name in settings.duty_exact}
+        self._kept = {p.func_id for p in plan.probes if settings.kept(p)}
 
     def _slice_start(self) -> int:
         """When serve --duty's slice under way began (CLOCK_MONOTONIC ns; 0)."""
@@ -49,23 +48,25 @@ class PairingEntries:
                 held.append((slot, pid_tgid >> 32, pid_tgid & 0xFFFFFFFF))
         return held
 
-    def _calls_in_slot(self, slot: int, start: int) -> list[tuple[Any, Any]]:
-        """(key, entry) of the slot's pairing entries in `owned` that are in a call."""
+    def _filled_in_slot(self, slot: int) -> list[tuple[int, Any, Any]]:
+        """(probe id, key, entry) of the slot's pairing entries in `owned` that
+        hold a call (one of an earlier slice too)."""
         owned, n = self._bpf["owned"], len(self.plan.probes)
-        found = []
+        filled = []
         for probe_id in range(n):
             key = owned.Key(slot * n + probe_id)
             entry = owned[key]
-            if self._in_call(probe_id, entry, start):
-                found.append((key, entry))
-        return found
+            if entry.call.ts_ns:
+                filled.append((probe_id, key, entry))
+        return filled
 
     def _entries(self) -> list[Any]:
         """The pairing entries in a call now: those of held slots in `owned`,
         then the hashed ones (`inflight`, the probe in the key's low 16 bits)."""
         start = self._slice_start()
         found = [e for slot, _pid, _tid in self._owned_slots()
-                 for _k, e in self._calls_in_slot(slot, start)]
+                 for probe_id, _k, e in self._filled_in_slot(slot)
+                 if self._in_call(probe_id, e, start)]
         found += [v for k, v in self._bpf["inflight"].items()
                   if self._in_call(k.value & 0xFFFF, v, start)]
         return found
@@ -89,15 +90,10 @@ class PairingEntries:
         mid_call = 0
         start = self._slice_start()
         owners, owned = self._bpf["owners"], self._bpf["owned"]
-        n = len(self.plan.probes)
         for slot, pid, tid in self._owned_slots():
             if alive(pid, tid):
                 continue
-            for probe_id in range(n):
-                key = owned.Key(slot * n + probe_id)
-                entry = owned[key]
-                if not entry.call.ts_ns:
-                    continue
+            for probe_id, key, entry in self._filled_in_slot(slot):
                 mid_call += self._in_call(probe_id, entry, start)
                 entry.call.ts_ns = 0  # so that the slot's next thread does not pair with it
                 owned[key] = entry
