@@ -62,10 +62,12 @@ BPF_ARRAY(owned, cp_entry_t, CP_PAIR_THREADS * CP_NR_PROBES);
 BPF_HASH(inflight, u64, cp_entry_t, CP_MAX_INFLIGHT);
 /* all zero, never written: the initial value of a new `inflight` entry */
 BPF_PERCPU_ARRAY(zeroed, cp_entry_t, 1);
+#ifdef CP_DUTY
 /* serve --duty: when the slice under way began (CLOCK_MONOTONIC, written by
- * the loader before its links go in; 0 without --duty). A sampled function's
- * pairing entry holding a call begun before it is left from an earlier slice */
+ * the loader before its links go in). A sampled function's pairing entry
+ * holding a call begun before it is left from an earlier slice */
 BPF_ARRAY(slice_start, u64, 1);
+#endif
 /* uprobe_multi links: per library slot (the attach cookie's upper half), 1
  * once every link of the library is in. A library probed while tracing runs
  * (a dlopen, a process's own copy) then starts in all its functions at once,
@@ -405,12 +407,16 @@ static __always_inline int cp_entry(struct pt_regs *ctx, u32 probe_id)
  * --py-stacks) is the verifier's largest. */
 static __always_inline int stale_entry(cp_entry_t *e, u32 probe_id)
 {
+#ifdef CP_DUTY
 	int zero = 0;
 	u64 *start = slice_start.lookup(&zero);
 	if (!start || e->call.ts_ns >= *start)
 		return 0;
 	struct cp_probe_cfg *cfg = probes.lookup(&probe_id);
 	return !(cfg && cfg->kept);
+#else
+	return 0;	/* no slices: every return is its entry's */
+#endif
 }
 
 /* A call that began completes until CP_STOPPED: the calls under way when

@@ -224,6 +224,8 @@ def switches(probes: list[Probe], settings: Settings) -> dict[str, str]:
             d["CP_FILTER_COMM"] = "1"
         if settings.links_per_process:
             d["CP_PER_PROCESS"] = "1"  # a child is traced once its own links are in
+    if settings.duty_exact:
+        d["CP_DUTY"] = "1"  # serve --duty: an entry left by an earlier slice is let go
     if settings.errors_only:
         d["CP_ERRORS_ONLY"] = "1"
     if settings.stacks:

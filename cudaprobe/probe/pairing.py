@@ -26,9 +26,12 @@ class PairingEntries:
         self._pair_threads = int(bpfprog.defines(plan.probes, settings)["CP_PAIR_THREADS"])
         # the probes whose links stay in between serve --duty's slices
         self._kept = {p.func_id for p in plan.probes if settings.kept(p)}
+        self._duty = bool(settings.duty_exact)  # the program has `slice_start` (CP_DUTY)
 
     def _slice_start(self) -> int:
         """When serve --duty's slice under way began (CLOCK_MONOTONIC ns; 0)."""
+        if not self._duty:
+            return 0
         table = self._bpf["slice_start"]
         return table[table.Key(0)].value
 

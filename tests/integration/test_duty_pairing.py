@@ -68,7 +68,7 @@ def test_a_call_cut_by_a_slice_s_end_never_pairs_with_a_later_return(tmp_path: P
     runtime = str(lib / "libcudart.so.13")
     exe = build_workload("sync_on_cue.c")
     plan = plan_probes([catalogue.BY_NAME["cudaStreamSynchronize"]], [runtime])
-    settings = bpfprog.Settings()
+    settings = bpfprog.Settings(duty_exact=frozenset({"cudaMalloc"}))  # as serve --duty
     if settings.attach != "multi":
         pytest.skip("no uprobe_multi links here: serve --duty does not cycle perf-event probes")
     program = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,

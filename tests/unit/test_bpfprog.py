@@ -123,7 +123,8 @@ SETTINGS = [bpfprog.Settings(attach="multi"),
                              stacks=True, callers=True),
             bpfprog.Settings(attach="multi", stats=True),
             bpfprog.Settings(attach="perf", stats=True, filter_pid=True),
-            bpfprog.Settings(attach="multi", py_stacks=True)]
+            bpfprog.Settings(attach="multi", py_stacks=True),
+            bpfprog.Settings(attach="multi", duty_exact=frozenset({"cudaMalloc"}))]
 
 
 def needs_btf(settings: bpfprog.Settings) -> None:
@@ -277,6 +278,9 @@ def test_may_goto_only_with_py_stacks_and_as_the_kernel_or_override_says(monkeyp
     assert "CP_MAY_GOTO" in switches(py_stacks=True, may_goto=True)
     assert "CP_MAY_GOTO" not in switches(py_stacks=True, may_goto=False)
     assert "CP_MAY_GOTO" not in switches(may_goto=True)  # no --py-stacks: not a word of it
+    # serve --duty (functions kept between slices): the stale entries' check
+    assert "CP_DUTY" in switches(duty_exact=frozenset({"cudaMalloc"}))
+    assert "CP_DUTY" not in switches()
     monkeypatch.setenv("CUDAPROBE_MAY_GOTO", "0")
     assert bpfprog.default_may_goto() is False
     monkeypatch.setenv("CUDAPROBE_MAY_GOTO", "1")
