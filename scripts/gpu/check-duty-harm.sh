@@ -4,7 +4,9 @@
 # beside one workload, each held HOLD (8) s, SIGKILL every KILL-th (0: never),
 # DUTY (10%), PERIOD (1 s), WORK_ONLY (no --py-stacks). Where the workload
 # dies, its core's backtrace of every thread (gdb, where the machine has it)
-# goes into $OUT/harm-gdb.txt. Summary: $OUT/harm.txt. Run from the repo root,
+# goes into $OUT/harm-gdb.txt. QUARANTINE=1: the library built with
+# scripts/gpu/quarantine.patch (a diagnosis: each buffer CUPTI hands back held
+# a while before it is freed, and checked for CUPTI's writes after the return). Summary: $OUT/harm.txt. Run from the repo root,
 # .gpukit and .whl carried.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 serve_kit
@@ -13,10 +15,12 @@ txt=$OUT/harm.txt; : > "$txt"
 python3 -m cudaprobe trace --force -o /tmp/warm.jsonl -- /bin/true > /dev/null 2>&1  # BPF cache
 ulimit -c unlimited
 echo '/tmp/core.%p' > /proc/sys/kernel/core_pattern 2>/dev/null
-rm -f /tmp/core.*
+rm -f /tmp/core.* /tmp/gputime-quarantine.txt
+[ -n "${QUARANTINE:-}" ] && patch -s -p1 < scripts/gpu/quarantine.patch && echo "quarantine.patch applied" >> "$txt"
 timeout 560 python3 scripts/gpu/duty_harm.py --lib "$LIBCUDA" --out "$txt" \
   --cycles "${CYCLES:-8}" --hold "${HOLD:-8}" --kill "${KILL:-0}" --duty "${DUTY:-10%}" \
   --duty-period "${PERIOD:-1}" ${WORK_ONLY:+--work-only}
+[ -e /tmp/gputime-quarantine.txt ] && sed 's/^/quarantine: /' /tmp/gputime-quarantine.txt | tee -a "$txt"
 core=$(ls /tmp/core.* 2>/dev/null | head -1)
 if [ -n "$core" ]; then
   echo "core: $core $(du -h "$core" | cut -f1)" | tee -a "$txt"
