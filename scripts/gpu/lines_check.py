@@ -133,7 +133,8 @@ def node(a: argparse.Namespace) -> list[str]:
     work = subprocess.Popen([a.python, "scripts/gpu/lines_workload.py", "--seconds",
                              str(a.seconds + 40), "--log", log, "--ready", ready,
                              "--batch", "1"],
-                            stdout=subprocess.PIPE, stderr=work_err, text=True)
+                            stdout=subprocess.PIPE, stderr=work_err, text=True,
+                            env=dict(os.environ, PYTHONFAULTHANDLER="1"))
     while not os.path.exists(ready):
         if work.poll() is not None:
             raise SystemExit("the workload ended before it was ready")
@@ -166,8 +167,12 @@ def node(a: argparse.Namespace) -> list[str]:
     if work.returncode != 0 or not printed.strip():  # harmed: what it and the kernel said
         work_err.seek(0)
         dmesg = subprocess.run(["dmesg"], capture_output=True, text=True).stdout.splitlines()
+        logged = open(log).read().splitlines()
+        last_t = json.loads(logged[-1])["t"] if logged else 0.0
         return [f"node: the workload ended with status {work.returncode} and printed "
-                f"{len(printed)} characters; serve exit {serve.returncode}",
+                f"{len(printed)} characters; serve exit {serve.returncode}; its log last "
+                f"at {last_t - ended:+.1f} s from serve's stop",
+
                 *[f"  workload: {t}" for t in work_err.read().splitlines()[-25:]],
                 *[f"  dmesg: {t}" for t in dmesg[-8:]],
                 *[f"  serve: {t}" for t in open(err_path).read().splitlines()[-15:]]]
