@@ -79,6 +79,13 @@ static int recording;  /* attach: between gputime_record_to and gputime_stop_rec
  * from our threads (libcupti's own destructors may run next) */
 static pthread_mutex_t flush_lock = PTHREAD_MUTEX_INITIALIZER;
 static int exiting;
+/* A forced flush (the stop, the exit) hands back buffers whose records are not
+ * all complete, and CUPTI may go on writing into those: one freed and reused
+ * would have CUPTI write into the program's heap. From a forced flush on, until
+ * a new recording asks for new buffers, a buffer handed back is not freed but
+ * left to CUPTI (a few MB at each stop, counted here). */
+static int keep_handed_back;
+static unsigned long buffers_kept;
 /* per domain (0 driver, 1 runtime) and cbid: 0 not seen, 1 kept (its name written), 2 not kept */
 static unsigned char api_kept[2][MAX_CBID];
 /* GPUTIME_API_CALLS: each tied call's record, made at its exit by on_call(), kept
@@ -398,7 +405,10 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
     }
 done:
     pthread_mutex_unlock(&lock);
-    free(buffer);
+    if (__atomic_load_n(&keep_handed_back, __ATOMIC_ACQUIRE))
+        __atomic_add_fetch(&buffers_kept, 1, __ATOMIC_RELAXED);
+    else
+        free(buffer);
     (void)size;
 }
 
@@ -406,6 +416,7 @@ static void at_exit(void)
 {
     pthread_mutex_lock(&flush_lock);
     exiting = 1;
+    __atomic_store_n(&keep_handed_back, 1, __ATOMIC_RELEASE);
     if (initialized || recording)
         cupti.flush_all(1);  /* CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: incomplete records too */
     pthread_mutex_unlock(&flush_lock);
@@ -745,6 +756,7 @@ int gputime_record_to(int fd, const char *cupti_path, int mode, char *why, size_
     clock_kind = GPUTIME_CLOCK_REALTIME;
     api_records = GPUTIME_API_UNKNOWN;
     n_ties = ties_dropped = 0;
+    __atomic_store_n(&keep_handed_back, 0, __ATOMIC_RELEASE);  /* CUPTI's buffers from now: ours */
     res = enable_activity(1, mode);
     write_header();
     pthread_mutex_unlock(&lock);
@@ -791,6 +803,7 @@ void gputime_stop_recording(void)
     switch_activity(0);
     if (api_records == GPUTIME_API_CALLS)
         write_ties();
+    __atomic_store_n(&keep_handed_back, 1, __ATOMIC_RELEASE);
     cupti.flush_all(1);
     pthread_mutex_lock(&lock);
     out_fd = -1;
