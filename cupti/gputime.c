@@ -83,9 +83,8 @@ static int exiting;
  * all complete, and CUPTI may go on writing into those: one freed and reused
  * would have CUPTI write into the program's heap. From a forced flush on, until
  * a new recording asks for new buffers, a buffer handed back is not freed but
- * left to CUPTI (a few MB at each stop, counted here). */
+ * left to CUPTI (2 MiB a thread that made records, at each stop). */
 static int keep_handed_back;
-static unsigned long buffers_kept;
 /* per domain (0 driver, 1 runtime) and cbid: 0 not seen, 1 kept (its name written), 2 not kept */
 static unsigned char api_kept[2][MAX_CBID];
 /* GPUTIME_API_CALLS: each tied call's record, made at its exit by on_call(), kept
@@ -405,9 +404,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
     }
 done:
     pthread_mutex_unlock(&lock);
-    if (__atomic_load_n(&keep_handed_back, __ATOMIC_ACQUIRE))
-        __atomic_add_fetch(&buffers_kept, 1, __ATOMIC_RELAXED);
-    else
+    if (!__atomic_load_n(&keep_handed_back, __ATOMIC_ACQUIRE))
         free(buffer);
     (void)size;
 }

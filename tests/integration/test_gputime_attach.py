@@ -910,3 +910,28 @@ def test_on_a_node_the_processes_waiting_for_the_library_are_bounded(monkeypatch
             p.wait()
         attach.close()
     assert any(f"no GPU time for pid {procs[2].pid}" in s for s in said)
+
+
+@pytest.mark.parametrize("mode", ["ties", "calls"])
+def test_a_buffer_handed_back_by_the_stop_s_forced_flush_is_left_to_cupti(tmp_path, fake_cupti,
+                                                                         mode):
+    """The stop's forced flush hands back buffers whose records are not all
+    complete, and CUPTI may write into one afterwards. Here the stand-in CUPTI
+    writes into the buffer it handed back once the library's callback has
+    returned, and glibc unmaps each freed buffer at once (a fixed mmap
+    threshold): a buffer the library freed would make that write a fault that
+    kills the program. The program runs on to its stop and the exit's forced
+    flush, whole, its records read."""
+    from cudaprobe.targets.cupti import build_library  # noqa: PLC0415
+    library, why = build_library()
+    if library is None:
+        pytest.skip(why)
+    run = subprocess.run(
+        [sys.executable, str(Path(__file__).parent / "call_ties_workload.py"), str(library),
+         str(fake_cupti), str(REPO / "cupti" / "inject.h"), mode],
+        capture_output=True, text=True, timeout=HANG_S,
+        env={**os.environ, "FAKE_CUPTI_WRITE_AFTER_FORCED": "1",
+             "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=131072"})
+    assert run.returncode == 0, (run.returncode, run.stdout, run.stderr)
+    out = json.loads(run.stdout)
+    assert [k["correlation"] for k in out["records"] if k["type"] == 1] == [7], out

@@ -23,6 +23,9 @@
  * is handed over. FAKE_CUPTI_LAUNCHES_ONLY=1: no kernel but those.
  * FAKE_CUPTI_NO_CALLBACKS=1: cuptiEnableCallback refuses (an older CUPTI). With FAKE_CUPTI_FLUSH_MS=N,
  * each flush takes N ms (a flush under way when the program forks).
+ * FAKE_CUPTI_WRITE_AFTER_FORCED=1: a forced flush (CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)
+ * writes into the buffer it handed back, after the library's callback returned,
+ * as CUPTI may complete a record it handed back incomplete.
  *
  *   cc -shared -fPIC -o libcupti-fake.so fake_libcupti.c -I/usr/local/cuda/include */
 #define _GNU_SOURCE
@@ -227,7 +230,6 @@ CUptiResult cuptiActivityFlushAll(uint32_t flag)
     uint8_t *buffer;
     size_t size, max;
     const char *slow = getenv("FAKE_CUPTI_FLUSH_MS"), *only = getenv("FAKE_CUPTI_LAUNCHES_ONLY");
-    (void)flag;
     if (slow)
         usleep((useconds_t)atoi(slow) * 1000);
     if (!requested || !completed)
@@ -237,7 +239,9 @@ CUptiResult cuptiActivityFlushAll(uint32_t flag)
     pthread_mutex_lock(&launched_lock);
     int pending = nlaunched;
     pthread_mutex_unlock(&launched_lock);
-    if (!legacy && !pending)
+    const char *late = getenv("FAKE_CUPTI_WRITE_AFTER_FORCED");
+    int write_late = (flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) && late && *late == '1';
+    if (!legacy && !pending && !write_late)
         return CUPTI_SUCCESS;
     static int tied;
     const char *many = getenv("FAKE_CUPTI_TIES");
@@ -298,5 +302,7 @@ CUptiResult cuptiActivityFlushAll(uint32_t flag)
     nlaunched -= take;
     pthread_mutex_unlock(&launched_lock);
     completed(NULL, 0, buffer, size, sizeof *b + b->n * sizeof(union fake_record));
+    if (write_late)
+        memset(buffer, 0xab, 64);  /* a record completed after the hand-back */
     return CUPTI_SUCCESS;
 }
