@@ -49,7 +49,7 @@ def main() -> None:
     tag = f"/tmp/harm-{os.getpid()}"
     ready, log = f"{tag}.ready", f"{tag}.log"
     work_err = open(f"{tag}.work-err", "w+")
-    budget = a.cycles * (a.hold + 25) + 30
+    budget = a.cycles * (a.hold + 10) + 20  # the cycles take about hold + 8 s each
     env = dict(os.environ, PYTHONFAULTHANDLER="1")
     work = subprocess.Popen([a.python, "scripts/gpu/lines_workload.py", "--seconds", str(budget),
                              "--log", log, "--ready", ready, "--batch", "1"],
