@@ -14,6 +14,8 @@ serve_kit
 txt=$OUT/lines.txt; : > "$txt"
 { date -u; nvidia-smi -L; echo "libcuda $LIBCUDA"; git log --oneline -1; nproc; } >> "$txt" 2>&1
 python3 -m cudaprobe trace --force -o /tmp/warm.jsonl -- /bin/true > /dev/null 2>&1  # BPF cache
+# the workload's native frames, should it die (scripts/gpu/abort_bt.c)
+gcc -shared -fPIC -O2 -o /tmp/abort_bt.so scripts/gpu/abort_bt.c && export ABORT_BT=/tmp/abort_bt.so
 for part in ${PARTS:-launched node cost}; do
   echo "== $part $(date -u +%T)" | tee -a "$txt"
   case $part in

@@ -6,7 +6,10 @@ runs --hold seconds and is stopped with SIGINT (or, with --kill N, killed
 with SIGKILL on every Nth cycle). After each cycle: is the workload alive,
 and how far its log has gone. At the end: its exit status and its printed
 result. Where it died: when, against the cycles' stamps, and what it said
-(PYTHONFAULTHANDLER is set: its Python stacks). Appends to --out.
+(PYTHONFAULTHANDLER is set: its Python stacks; with ABORT_BT=abort_bt.so
+in the environment, preloaded into it: its native frames). --no-gpu-time:
+the probes' slices alone, --work-only: without --py-stacks (to tell which
+part harms). Appends to --out.
 """
 
 from __future__ import annotations
@@ -45,12 +48,15 @@ def main() -> None:
     ap.add_argument("--duty", default="10%")
     ap.add_argument("--duty-period", default="1")
     ap.add_argument("--work-only", action="store_true")
+    ap.add_argument("--no-gpu-time", action="store_true", help="the probes' slices alone")
     a = ap.parse_args()
     tag = f"/tmp/harm-{os.getpid()}"
     ready, log = f"{tag}.ready", f"{tag}.log"
     work_err = open(f"{tag}.work-err", "w+")
     budget = a.cycles * (a.hold + 10) + 20  # the cycles take about hold + 8 s each
     env = dict(os.environ, PYTHONFAULTHANDLER="1")
+    if os.environ.get("ABORT_BT"):  # scripts/gpu/abort_bt.c: the native frames at a fatal signal
+        env["LD_PRELOAD"] = os.environ["ABORT_BT"]
     work = subprocess.Popen([a.python, "scripts/gpu/lines_workload.py", "--seconds", str(budget),
                              "--log", log, "--ready", ready, "--batch", "1"],
                             stdout=subprocess.PIPE, stderr=work_err, text=True, env=env)
@@ -58,9 +64,10 @@ def main() -> None:
         if work.poll() is not None:
             raise SystemExit("the workload ended before it was ready")
         time.sleep(0.1)
+    serve_gpu = ([] if a.no_gpu_time else ["--gpu-time"]) + ([] if a.work_only else ["--py-stacks"])
     say(a.out, f"workload pid {work.pid} ready at {time.monotonic():.1f}; {a.cycles} cycles, "
-               f"serve --duty {a.duty} --duty-period {a.duty_period} --gpu-time"
-               f"{'' if a.work_only else ' --py-stacks'}, held {a.hold:g} s each"
+               f"serve --duty {a.duty} --duty-period {a.duty_period} "
+               f"{' '.join(serve_gpu)}, held {a.hold:g} s each"
                f"{f', SIGKILL every {a.kill}th' if a.kill else ''}")
     for i in range(1, a.cycles + 1):
         err_path = f"{tag}.serve{i}.err"
@@ -68,11 +75,12 @@ def main() -> None:
         serve = subprocess.Popen(
             [sys.executable, "-m", "cudaprobe", "serve", "--prometheus", "127.0.0.1:9471",
              "--api", "driver", "--lib", a.lib, "--duty", a.duty, "--duty-period",
-             a.duty_period, "--gpu-time", *([] if a.work_only else ["--py-stacks"])],
+             a.duty_period, *serve_gpu],
             stdout=subprocess.DEVNULL, stderr=open(err_path, "w"))
         deadline = t0 + 40
         while (time.monotonic() < deadline and serve.poll() is None and work.poll() is None
-               and "recording in pid" not in open(err_path).read()):
+               and ("serving Prometheus" if a.no_gpu_time else "recording in pid")
+               not in open(err_path).read()):
             time.sleep(0.1)
         t_rec = time.monotonic()
         time.sleep(a.hold)

@@ -134,7 +134,9 @@ def node(a: argparse.Namespace) -> list[str]:
                              str(a.seconds + 40), "--log", log, "--ready", ready,
                              "--batch", "1"],
                             stdout=subprocess.PIPE, stderr=work_err, text=True,
-                            env=dict(os.environ, PYTHONFAULTHANDLER="1"))
+                            env=dict(os.environ, PYTHONFAULTHANDLER="1",
+                                     **({"LD_PRELOAD": os.environ["ABORT_BT"]}
+                                        if os.environ.get("ABORT_BT") else {})))
     while not os.path.exists(ready):
         if work.poll() is not None:
             raise SystemExit("the workload ended before it was ready")
