@@ -211,6 +211,50 @@ class Snapshot:
     gpu_lines_unjoined: dict[str, int] | None = None
 
 
+class SliceSpans:
+    """serve --duty: when each slice counted, [begin, end) in the calls' clock
+    (CLOCK_MONOTONIC): from once the probes are in to the slice's length later,
+    or to its end where that came first. A sampled call counts only if its
+    entry lies in one: the probes go in and come out function by function,
+    and the calls traced while they do (tenths of a second on a loaded node,
+    as long as the slice or more) would count at 1/fraction too. The last
+    KEPT slices are kept, for a decoder that runs behind."""
+
+    KEPT = 4096
+    OPEN = 1 << 63  # the end of a slice under way
+
+    def __init__(self) -> None:
+        self.begins: list[int] = []
+        self.ends: list[int] = []
+        self.length_ns: int | None = None  # the slice's length (DutyCycle)
+
+    def begin(self, at_ns: int) -> None:
+        if len(self.begins) >= self.KEPT:
+            del self.begins[:self.KEPT // 2], self.ends[:self.KEPT // 2]
+        self.begins.append(at_ns)
+        self.ends.append(self.OPEN)
+
+    def end(self, at_ns: int) -> None:
+        if self.ends and self.ends[-1] == self.OPEN:
+            full = self.begins[-1] + self.length_ns if self.length_ns else at_ns
+            self.ends[-1] = min(at_ns, full)
+
+    def __contains__(self, ts_ns: int) -> bool:
+        begins = self.begins
+        if not begins:
+            return False
+        if ts_ns >= begins[-1]:  # the usual case: the latest slice
+            i = len(begins) - 1
+        else:
+            i = bisect.bisect_right(begins, ts_ns) - 1
+            if i < 0:
+                return False
+        end = self.ends[i]
+        if end == self.OPEN and self.length_ns:
+            end = begins[i] + self.length_ns
+        return ts_ns < end
+
+
 class SliceTotals:
     """What each slice counted, unscaled (serve --duty), each call or kernel in
     the slice of its time (a call's entry, a kernel's start on the GPU), not of
@@ -311,6 +355,7 @@ class CallMetrics:
         self._gpu_time: dict[str, Histogram] = {}
         # serve --duty: each slice's calls of the sampled functions, and GPU ns
         self._slice_calls, self._slice_gpu = SliceTotals(), SliceTotals()
+        self.spans = SliceSpans()  # serve --duty: when the slices counted
         self._memory = MemoryAccounting()
         self._progress = self._memory.progress  # fed with every call read, not only memory's
         self._next_exit_check = 0
@@ -364,12 +409,17 @@ class CallMetrics:
         memory, last_ns = [], 0
         with self._lock:
             weight, exact, lines = self.weight, self._exact, self._lines
-            slice_calls = self._slice_calls
+            slice_calls, spans = self._slice_calls, self.spans
             for c in calls:
                 if c.duration_ns is None:
                     continue
                 w = 1 if weight == 1 or c.event in exact else weight
                 if w != 1:
+                    if c.ts_ns not in spans:  # traced as the probes went in or came out
+                        if lines is not None and c.category == "kernel":  # (its kernels:
+                            lines.launch(c, w, self._process_key(c.pid, c.process))  # outside)
+                        last_ns = max(last_ns, c.ts_ns + c.duration_ns)
+                        continue
                     slice_calls.add(1, c.ts_ns)
                 who = self._process_key(c.pid, c.process)
                 process = self._processes.label(who, w)
@@ -515,6 +565,7 @@ class CallMetrics:
         now_ns = self.clock()
         with self._lock:
             self.windows += 1
+            self.spans.begin(now_ns)
             self._slice_calls.begin(now_ns)
             self._slice_gpu.begin(now_ns)
             if self._lines is not None:
@@ -526,6 +577,7 @@ class CallMetrics:
         made after it, while the probes come out."""
         now_ns = self.clock()
         with self._lock:
+            self.spans.end(now_ns)
             if self._lines is not None:
                 self._lines.span_ends(now_ns)
 

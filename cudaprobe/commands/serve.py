@@ -133,8 +133,13 @@ def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, py_stacks, kubel
             try:
                 settings = probing.settings if cycle is None else dataclasses.replace(
                     probing.settings, duty_exact=EXACT)  # their links stay on
-                return TraceSession(probing.plan, settings, sink,
-                                    make_console(sys.stderr), options).run()
+                status = TraceSession(probing.plan, settings, sink,
+                                      make_console(sys.stderr), options).run()
+                if cycle is not None and cycle.metrics.weight != 1:
+                    notify(f"--duty: the summary's calls of the sampled functions are those "
+                           f"the probes traced, unscaled; the metrics count those begun in "
+                           f"the slices, each as {cycle.metrics.weight:g}")
+                return status
             finally:
                 if cycle is not None:
                     cycle.stop()

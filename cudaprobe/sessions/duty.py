@@ -90,6 +90,7 @@ class DutyCycle:
         self.gpu_of: Callable[[], GpuTimeAttach | None] = lambda: None
         self._gpu: GpuTimeAttach | None = None
         metrics.weight = 1 / fraction
+        metrics.spans.length_ns = round(self.slice_s * 1e9)  # a call counts in one
         metrics.exact(EXACT)
 
     @staticmethod

@@ -87,7 +87,8 @@ def test_off_at_the_start_then_a_slice_a_period_each_counted_and_weighed():
     cycle.start(Tracer(attacher))
     cycle._thread.join(timeout=30)
     assert attacher.steps == ["pause"] + ["resume", "pause"] * 3
-    metrics.add([call("cudaLaunchKernel"), call("cudaMemset", ret=35)])
+    begun = metrics.spans.begins[0]  # calls the first slice traced
+    metrics.add([call("cudaLaunchKernel", t=begun), call("cudaMemset", t=begun + 1, ret=35)])
     snap = metrics.snapshot(now_ns=1)
     assert snap.sampled_windows == 3 and snap.sampling_ratio == pytest.approx(0.05)
     assert sum(snap.calls.values()) == pytest.approx(40)
@@ -109,11 +110,45 @@ def test_with_py_stacks_the_autograd_probes_and_the_line_join_follow_the_slices(
     assert join._spans == [[1, 2], [3, 4]]  # the slices, each from once its links are in
 
 
+def test_a_sampled_call_counts_only_if_it_began_within_a_slice_s_length_from_its_start():
+    """The probes go in and come out function by function: a call traced while
+    they go in (before the slice is told) or come out (after it is over, or
+    past its length where its end was told late) would count at 1/fraction
+    too. Only those whose entry lies in [start, start + the slice's length)
+    count, whenever they are read; the allocations' functions, traced all the
+    time, count whenever they were made."""
+    now = [0]
+    metrics = CallMetrics(alive=lambda pid: True, clock=lambda: now[0])
+    DutyCycle(0.05, 1.0, metrics)  # slices of 50 ms, each call seen: 20
+    ms = 1_000_000
+    now[0] = 1000 * ms
+    metrics.window_traced()
+    metrics.add([call("cudaLaunchKernel", t=999 * ms),  # as the probes went in
+                 call("cudaLaunchKernel", t=1000 * ms),
+                 call("cudaLaunchKernel", t=1049 * ms),
+                 call("cudaLaunchKernel", t=1050 * ms)])  # past the slice's length
+    now[0] = 1200 * ms  # its end told late: the slice is still 50 ms
+    metrics.window_ended()
+    now[0] = 2000 * ms
+    metrics.window_traced()
+    metrics.add([call("cudaLaunchKernel", t=1100 * ms),  # between two slices
+                 call("cudaLaunchKernel", t=1020 * ms),  # read late: the first slice's
+                 call("cudaLaunchKernel", t=2010 * ms),  # the open slice's
+                 call("cudaMalloc", t=1500 * ms),  # traced all the time
+                 call("cudaLaunchKernel", t=2060 * ms)])
+    now[0] = 2030 * ms  # this one's end told early: it ends there
+    metrics.window_ended()
+    metrics.add([call("cudaLaunchKernel", t=2029 * ms), call("cudaLaunchKernel", t=2031 * ms)])
+    calls = {k[0]: v for k, v in metrics.snapshot(now_ns=3000 * ms).calls.items()}
+    assert calls == {"cudaLaunchKernel": pytest.approx(5 * 20), "cudaMalloc": 1}
+
+
 def test_allocations_and_frees_are_counted_exactly_and_their_memory_kept():
     """Their links stay on between slices (EXACT): each call counts once, and
     live memory follows them, where a sampled free would be missed."""
     metrics = CallMetrics(alive=lambda pid: True, clock=lambda: 0)
     DutyCycle(0.05, 1.0, metrics)
+    metrics.window_traced()  # a slice from 0 (the launch in it)
     metrics.add([call("cudaMalloc", t=0, size=4096, devPtr="0x1000"),
                  call("cudaMalloc", t=10, size=8192, devPtr="0x2000"),
                  call("cudaFree", t=20, devPtr="0x1000"),
@@ -174,7 +209,8 @@ def test_probes_that_cannot_come_off_count_every_call_unscaled_and_say_so():
 def test_otlp_says_the_counts_are_estimates():
     metrics = CallMetrics(alive=lambda pid: True)
     DutyCycle(0.05, 1.0, metrics)  # its weight: 20
-    metrics.add([call("cudaLaunchKernel")])
+    metrics.window_traced()
+    metrics.add([call("cudaLaunchKernel", t=metrics.spans.begins[0])])
     data = metrics_data(metrics.snapshot(now_ns=1), Resource({}), 1, 2)
     (scope,) = data.resource_metrics[0].scope_metrics
     by_name = {m.name: m for m in scope.metrics}

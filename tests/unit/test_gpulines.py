@@ -248,6 +248,7 @@ def test_a_slice_is_told_by_the_time_it_began_and_ended_not_when_the_lock_was_fr
 def test_with_duty_each_kernel_stands_for_the_weight_of_its_launch():
     m, join = served()
     m.weight = 50  # --duty 2%
+    m.spans.begin(0)  # a slice under way
     c = launch(S, 12)
     m.add([c])
     join.api(100, 1, api_of(c))
