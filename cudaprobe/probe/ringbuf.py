@@ -146,6 +146,12 @@ class RingBuffer:
         consumer = mmap.mmap(map_fd, page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,
                              offset=0)
         data = mmap.mmap(map_fd, page + 2 * size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
+        # where the kernel has reserved up to (produced()), and where the reader
+        # begins: the spool's offset 0
+        self._producer_page = mmap.mmap(map_fd, page, mmap.MAP_SHARED, mmap.PROT_READ,
+                                        offset=page)
+        self._producer = memoryview(self._producer_page)[:8].cast("Q")
+        self._base = memoryview(consumer)[:8].cast("Q")[0]
         self._shared = mmap.mmap(-1, 16)  # anonymous, MAP_SHARED: seen by both after fork
         self._words = memoryview(self._shared).cast("Q")
         spool = tempfile.TemporaryFile(prefix="cudaprobe-spool-")
@@ -203,6 +209,16 @@ class RingBuffer:
         if self.available() == 0:
             self.wait(timeout_ms)
         return self.consume()
+
+    def produced(self) -> int:
+        """The spool offset up to which the ring holds every record reserved by
+        now: once consumed() reaches it, every record a process sent before
+        this call has been given out (a process seen gone, then this: all of it)."""
+        return self._producer[0] - self._base
+
+    def consumed(self) -> int:
+        """The spool offset up to which the records have been given out."""
+        return self._read
 
     def available(self) -> int:
         """Spooled bytes not consumed yet."""
@@ -322,6 +338,8 @@ class RingBuffer:
         self._stop_reader()
         self._words.release()
         self._shared.close()
+        self._producer.release()
+        self._producer_page.close()
         for fd in (self._notify, self._spool):
             os.close(fd)
 

@@ -3,8 +3,9 @@ call site while its process runs, feed the accounting, and report each
 process's leaks when it exits.
 
 A process's exit is noticed between polls: the pids that are gone are taken
-*before* the ring buffer is drained, so every event they sent is in by the
-time their leftovers are declared leaked.
+with the ring's position then (RingBuffer.produced), and their leftovers are
+declared leaked only once the records have been read up to it: every event
+they sent is in by then, however far the reader and the decoder are behind.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ class MemorySession:
         self.libraries: list[str] = []
         self.t0_ns = 0
         self.py_stacks: PyStacks | None = None  # --py-stacks: each call's Python stack
+        # processes seen gone, each with the ring's position then: their exit is
+        # applied once the records are read up to it
+        self._gone_at: dict[int, int] = {}
 
     def run(self) -> int:
         """Trace until stopped; returns the exit status for cudaprobe."""
@@ -73,7 +77,8 @@ class MemorySession:
             self.duration_s = run.traced_s
             self.libraries = run.probed.libraries
         # detached and drained: no more calls can come
-        self._exits(self._gone(), time.monotonic_ns())
+        self._exits(sorted(set(self._gone()) | set(self._gone_at)), time.monotonic_ns())
+        self._gone_at.clear()
         self.accounting.settle()
         return run.exit_status()
 
@@ -87,16 +92,22 @@ class MemorySession:
                 self.on_exit(self.accounting.processes[pid])
 
     def _step(self, tracer: Tracer, timeout_ms: int) -> None:
-        gone = self._gone()  # before the drain: all they sent is read below
+        ring = tracer.ring
+        for pid in self._gone():  # seen gone: all it sent lies before the ring's position now
+            self._gone_at.setdefault(pid, ring.produced())
         if timeout_ms:
-            records = tracer.ring.poll(timeout_ms)
+            records = ring.poll(timeout_ms)
         else:  # detached: everything left, the spool's backlog included
             records = []
-            while batch := tracer.ring.drain():
+            while batch := ring.drain():
                 records += batch
         now = time.monotonic_ns()
         self._feed(tracer, [from_record(r) for r in records], now)
-        self._exits(gone, now)
+        read = ring.consumed()
+        done = sorted(pid for pid, at in self._gone_at.items() if read >= at)
+        for pid in done:
+            del self._gone_at[pid]
+        self._exits(done, now)
         self.accounting.settle_live(now)
 
     def _feed(self, tracer: Tracer, raws: list[RawEvent], now_ns: int) -> None:

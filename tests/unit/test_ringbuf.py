@@ -78,6 +78,29 @@ def test_records_come_through_the_spool_in_order_and_busy_ones_wait():
         ring.close()
 
 
+def test_what_was_reserved_by_a_moment_is_known_given_out_only_once_it_all_is():
+    """memory's exits: a process seen gone, the ring's position then
+    (produced) is where its last record ends; its leaks are declared once the
+    records given out reach it (consumed), not while one of them is still
+    being written or waits in the ring or the spool."""
+    fake = FakeRing()
+    ring = RingBuffer(fake.fd, SIZE, LAYOUTS)
+    try:
+        fake.put(EVENT.pack(1, 2))
+        busy = fake.put(struct.pack("<Q", 3), BUSY)  # reserved, not committed yet
+        mark = ring.produced()
+        fake.put(EVENT.pack(4, 5))  # after the moment
+        assert mark == 24 + 16
+        assert wait_for(ring, 1) == [(1, 2)]
+        time.sleep(0.05)
+        assert ring.consume() == [] and ring.consumed() == 24 < mark
+        HEADER.pack_into(fake.map, busy, 8, 0)
+        assert wait_for(ring, 2) == [(3,), (4, 5)]
+        assert ring.consumed() == mark + 24
+    finally:
+        ring.close()
+
+
 def test_the_drain_takes_what_the_ring_still_holds():
     fake = FakeRing()
     ring = RingBuffer(fake.fd, SIZE, LAYOUTS)
