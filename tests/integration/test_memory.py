@@ -234,3 +234,60 @@ def test_virtual_memory_on_the_real_libraries_fails_and_allocates_nothing(tmp_pa
                                     for c in calls) == 6
     assert p["failed_maps"] == sum(c in ("cuMemMap", "cuMemUnmap") for c in calls) == 8
     assert (p["allocations"], p["frees"], p["leaks"], p["peak_bytes"]["total"]) == (0, 0, [], 0)
+
+
+def _ring_reader(parent: int) -> int:
+    """cudaprobe's ring reader: its child named cudaprobe-read."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            comm, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2:]
+            if comm == "cudaprobe-read" and int(rest.split()[1]) == parent:
+                return int(entry.name)
+    raise AssertionError(f"no ring reader under {parent}")
+
+
+def test_a_free_read_after_its_process_was_seen_gone_still_counts(tmp_path):
+    """The ring's reader held (SIGSTOP) while a process frees its allocation
+    and exits, another traced process running on: the session sees it gone
+    while its free waits in the ring. Its exit is applied once the records
+    are read up to where the ring stood when it was seen gone: the free
+    counts, nothing is leaked and no free is of an unknown pointer."""
+    build_memstub()
+    exe = build_workload("alloc_gate.c")
+    apps = [started(subprocess.Popen([str(exe)], env=stub_env(), text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+            for _ in range(2)]
+    gone, stays = apps
+    for app in apps:
+        assert app.stdout.readline() == "ready\n"
+    out_json = tmp_path / "memory.json"
+    memory = started(subprocess.Popen(
+        cudaprobe_cmd("memory", "-o", str(out_json), "--pid", str(gone.pid), "--pid",
+                      str(stays.pid), "--interval", "0.1"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    err, out = Lines(memory.stderr), Lines(memory.stdout)
+    err.wait_for(lambda s: "attached to" in s, "the attach")
+    gone.stdin.write("go\n")
+    gone.stdin.flush()
+    assert gone.stdout.readline() == "allocated\n"
+    # the allocation applied: the live table has its process
+    out.wait_for(lambda s: re.match(rf"\s*{gone.pid}\s", s) is not None, "its allocation")
+    reader = _ring_reader(memory.pid)
+    os.kill(reader, signal.SIGSTOP)
+    try:
+        gone.stdin.write("go\n")
+        gone.stdin.flush()
+        assert gone.wait(timeout=HANG_S) == 0
+        time.sleep(1)  # ten looks of the session, and more, with the free still in the ring
+    finally:
+        os.kill(reader, signal.SIGCONT)
+    stays.stdin.close()
+    stays.wait(timeout=HANG_S)
+    assert memory.wait(timeout=HANG_S) == 0, err.text()
+    [p] = [p for p in json.loads(out_json.read_text())["processes"] if p["pid"] == gone.pid]
+    assert p["exited"] and (p["allocations"], p["frees"], p["unknown_frees"]) == (1, 1, 0), p
+    assert p["leaks"] == [], p["leaks"]
