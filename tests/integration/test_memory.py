@@ -12,10 +12,12 @@ import subprocess
 import time
 from pathlib import Path
 
+from cudaprobe.probe.ringbuf import READER_NAME
+
 from ..conftest import HANG_S, build_workload, cudaprobe_cmd
 from .conftest import expected_calls, probed_for_pid, run_cudaprobe
 from .memstub import build_memstub, stub_env
-from .running import Lines, started
+from .running import Lines, host_pid_of, started
 
 LINGER_MS = "0"  # it exits at once: names come from what the probe recorded
 
@@ -236,20 +238,6 @@ def test_virtual_memory_on_the_real_libraries_fails_and_allocates_nothing(tmp_pa
     assert (p["allocations"], p["frees"], p["leaks"], p["peak_bytes"]["total"]) == (0, 0, [], 0)
 
 
-def _ring_reader(parent: int) -> int:
-    """cudaprobe's ring reader: its child named cudaprobe-read."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            comm, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2:]
-            if comm == "cudaprobe-read" and int(rest.split()[1]) == parent:
-                return int(entry.name)
-    raise AssertionError(f"no ring reader under {parent}")
-
-
 def test_a_free_read_after_its_process_was_seen_gone_still_counts(tmp_path):
     """The ring's reader held (SIGSTOP) while a process frees its allocation
     and exits, another traced process running on: the session sees it gone
@@ -276,7 +264,7 @@ def test_a_free_read_after_its_process_was_seen_gone_still_counts(tmp_path):
     assert gone.stdout.readline() == "allocated\n"
     # the allocation applied: the live table has its process
     out.wait_for(lambda s: re.match(rf"\s*{gone.pid}\s", s) is not None, "its allocation")
-    reader = _ring_reader(memory.pid)
+    reader = host_pid_of(memory.pid, READER_NAME)
     os.kill(reader, signal.SIGSTOP)
     try:
         gone.stdin.write("go\n")
