@@ -83,8 +83,15 @@ static int exiting;
  * all complete, and CUPTI may go on writing into those: one freed and reused
  * would have CUPTI write into the program's heap. From a forced flush on, until
  * a new recording asks for new buffers, a buffer handed back is not freed but
- * left to CUPTI (2 MiB a thread that made records, at each stop). */
+ * left to CUPTI (2 MiB a thread that made records, at each stop), LEFT_NS at
+ * least: a later recording frees those left that long before it (CUPTI
+ * completes a kernel's record once the kernel has run), so that stop after stop
+ * holds about one stop's buffers; past LEFT_MAX, one is never freed. */
+#define LEFT_MAX 64
+#define LEFT_NS 30000000000ull
 static int keep_handed_back;
+static struct { void *buffer; uint64_t at; } left[LEFT_MAX];  /* under lock */
+static size_t n_left;
 /* per domain (0 driver, 1 runtime) and cbid: 0 not seen, 1 kept (its name written), 2 not kept */
 static unsigned char api_kept[2][MAX_CBID];
 /* GPUTIME_API_CALLS: each tied call's record, made at its exit by on_call(), kept
@@ -336,6 +343,28 @@ static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *ma
         (r).context = (a)->contextId; (r).stream = (a)->streamId; \
     } while (0)
 
+/* a buffer handed back by a forced flush, left to CUPTI a while; under lock */
+static void leave_to_cupti(void *buffer)
+{
+    if (n_left < LEFT_MAX) {
+        left[n_left].buffer = buffer;
+        left[n_left++].at = monotonic_ns();
+    }
+}
+
+/* the buffers left to CUPTI LEFT_NS before `now` freed; under lock */
+static void free_left(uint64_t now)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < n_left; i++) {
+        if (now - left[i].at >= LEFT_NS)
+            free(left[i].buffer);
+        else
+            left[kept++] = left[i];
+    }
+    n_left = kept;
+}
+
 static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
                                       size_t size, size_t valid)
 {
@@ -403,9 +432,12 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
         write_all(&r, sizeof r);
     }
 done:
+    if (__atomic_load_n(&keep_handed_back, __ATOMIC_ACQUIRE)) {
+        leave_to_cupti(buffer);
+        buffer = NULL;
+    }
     pthread_mutex_unlock(&lock);
-    if (!__atomic_load_n(&keep_handed_back, __ATOMIC_ACQUIRE))
-        free(buffer);
+    free(buffer);
     (void)size;
 }
 
@@ -754,6 +786,7 @@ int gputime_record_to(int fd, const char *cupti_path, int mode, char *why, size_
     api_records = GPUTIME_API_UNKNOWN;
     n_ties = ties_dropped = 0;
     __atomic_store_n(&keep_handed_back, 0, __ATOMIC_RELEASE);  /* CUPTI's buffers from now: ours */
+    free_left(monotonic_ns());  /* those an earlier stop left to CUPTI long enough ago */
     res = enable_activity(1, mode);
     write_header();
     pthread_mutex_unlock(&lock);
