@@ -221,23 +221,22 @@ class SliceSpans:
     KEPT slices are kept, for a decoder that runs behind."""
 
     KEPT = 4096
-    OPEN = 1 << 63  # the end of a slice under way
+    OPEN = 1 << 63  # the end of a slice under way, its length unknown
 
     def __init__(self) -> None:
         self.begins: list[int] = []
-        self.ends: list[int] = []
+        self.ends: list[int] = []  # the slice's length after its begin, until told sooner
         self.length_ns: int | None = None  # the slice's length (DutyCycle)
 
     def begin(self, at_ns: int) -> None:
         if len(self.begins) >= self.KEPT:
             del self.begins[:self.KEPT // 2], self.ends[:self.KEPT // 2]
         self.begins.append(at_ns)
-        self.ends.append(self.OPEN)
+        self.ends.append(at_ns + self.length_ns if self.length_ns else self.OPEN)
 
     def end(self, at_ns: int) -> None:
-        if self.ends and self.ends[-1] == self.OPEN:
-            full = self.begins[-1] + self.length_ns if self.length_ns else at_ns
-            self.ends[-1] = min(at_ns, full)
+        if self.ends:
+            self.ends[-1] = min(self.ends[-1], at_ns)
 
     def __contains__(self, ts_ns: int) -> bool:
         begins = self.begins
@@ -249,10 +248,7 @@ class SliceSpans:
             i = bisect.bisect_right(begins, ts_ns) - 1
             if i < 0:
                 return False
-        end = self.ends[i]
-        if end == self.OPEN and self.length_ns:
-            end = begins[i] + self.length_ns
-        return ts_ns < end
+        return ts_ns < self.ends[i]
 
 
 class SliceTotals:
@@ -413,15 +409,15 @@ class CallMetrics:
             for c in calls:
                 if c.duration_ns is None:
                     continue
+                last_ns = max(last_ns, c.ts_ns + c.duration_ns)
                 w = 1 if weight == 1 or c.event in exact else weight
+                who = self._process_key(c.pid, c.process)
                 if w != 1:
                     if c.ts_ns not in spans:  # traced as the probes went in or came out
-                        if lines is not None and c.category == "kernel":  # (its kernels:
-                            lines.launch(c, w, self._process_key(c.pid, c.process))  # outside)
-                        last_ns = max(last_ns, c.ts_ns + c.duration_ns)
+                        if lines is not None and c.category == "kernel":
+                            lines.launch(c, w, who)  # (its kernels: outside the slices)
                         continue
                     slice_calls.add(1, c.ts_ns)
-                who = self._process_key(c.pid, c.process)
                 process = self._processes.label(who, w)
                 key = (c.event, c.api, *process)
                 self._calls[key] = self._calls.get(key, 0) + w
@@ -437,7 +433,6 @@ class CallMetrics:
                     self._launches[launch] = self._launches.get(launch, 0) + w
                     if lines is not None:
                         lines.launch(c, w, who)
-                last_ns = max(last_ns, c.ts_ns + c.duration_ns)
                 function = BY_EXPORTED.get(c.event)
                 if function is None:
                     continue
