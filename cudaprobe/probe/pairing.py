@@ -19,6 +19,11 @@ from cudaprobe.probe.event import RawEvent, unpack_event
 from cudaprobe.probe.plan import ProbePlan
 
 
+def _probe_of(key: Any) -> int:
+    """The probe of a hashed (`inflight`) entry's key: its low 16 bits."""
+    return key.value & 0xFFFF
+
+
 class PairingEntries:
     def __init__(self, bpf: Any, plan: ProbePlan, settings: bpfprog.Settings) -> None:
         self._bpf = bpf
@@ -65,13 +70,13 @@ class PairingEntries:
 
     def _entries(self) -> list[Any]:
         """The pairing entries in a call now: those of held slots in `owned`,
-        then the hashed ones (`inflight`, the probe in the key's low 16 bits)."""
+        then the hashed ones (`inflight`)."""
         start = self._slice_start()
         found = [e for slot, _pid, _tid in self._owned_slots()
                  for probe_id, _k, e in self._filled_in_slot(slot)
                  if self._in_call(probe_id, e, start)]
         found += [v for k, v in self._bpf["inflight"].items()
-                  if self._in_call(k.value & 0xFFFF, v, start)]
+                  if self._in_call(_probe_of(k), v, start)]
         return found
 
     def in_flight(self) -> list[RawEvent]:
@@ -102,7 +107,7 @@ class PairingEntries:
                 owned[key] = entry
             owners[owners.Key(slot)] = owners.Leaf(0)
         table = self._bpf["inflight"]
-        dead = [(k, self._in_call(k.value & 0xFFFF, v, start)) for k, v in table.items()
+        dead = [(k, self._in_call(_probe_of(k), v, start)) for k, v in table.items()
                 if v.call.tid and not alive(v.call.pid, v.call.tid)]
         for k, _in_call in dead:
             with contextlib.suppress(KeyError):
