@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Does switching CUPTI's recording off and on, or starting and stopping it,
+# harm a running PyTorch job? scripts/gpu/cupti_toggle.py in each mode, the
+# switches many times faster than serve --duty makes them (a diagnosis of
+# the job that died, BENCHMARKS.md). RUNS: "MODE:WORKLOAD:SECONDS:EVERY ..."
+# (default below). Each run's last line and exit status, and where it died
+# its native frames (scripts/gpu/abort_bt.c) and Python stacks, go into
+# $OUT/toggle.txt. Run from the repo root, .gpukit carried.
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+txt=$OUT/toggle.txt; : > "$txt"
+{ date -u; nvidia-smi -L; git log --oneline -1; } >> "$txt" 2>&1
+read -r library cupti < <(python3 -c 'from cudaprobe.targets.cupti import build_library, cupti_library
+lib, why = build_library(); print(lib or "-", cupti_library() or "-")')
+echo "library $library, libcupti $cupti" | tee -a "$txt"
+gcc -shared -fPIC -O2 -o /tmp/abort_bt.so scripts/gpu/abort_bt.c
+for run in ${RUNS:-pause:mlp:90:0.05 work:mlp:45:0.05 stop:mlp:45:1 pause:transformer:45:0.05 steady:mlp:20:1}; do
+  IFS=: read -r mode workload seconds every <<< "$run"
+  echo "== $run $(date -u +%T)" | tee -a "$txt"
+  PYTHONFAULTHANDLER=1 LD_PRELOAD=/tmp/abort_bt.so timeout $((seconds + 90)) "$TORCH_PY" \
+    scripts/gpu/cupti_toggle.py "$library" "$mode" --workload "$workload" --seconds "$seconds" \
+    --every "$every" --cupti "${cupti/#-/}" > /tmp/toggle.log 2>&1
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    tail -1 /tmp/toggle.log | tee -a "$txt"
+  else
+    { echo "exit status $rc"; grep -v "^\s*$" /tmp/toggle.log | tail -60; } | tee -a "$txt"
+  fi
+done
