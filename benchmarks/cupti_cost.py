@@ -4,8 +4,12 @@ work and the launches, copies and memsets tied to it by CUPTI's callbacks
 (serve --py-stacks), or the GPU work and an API record of every call (an
 attach that joins records to calls: --pid --gpu-time).
 
+Last, what serve --duty --py-stacks leaves on between its slices: the call
+ties' recording paused (the GPU work's kinds off, CUPTI's callbacks on the
+launch functions left on, tying nothing).
+
 One process: the job's steps run in windows of WINDOW_S, in rounds of the
-four modes in turn, the recording switched on and off between windows by
+five modes in turn, the recording switched on and off between windows by
 the GPU-time library itself (cupti/gputime.c through attach.c's
 gputime_inject_attach, called here on the job's own thread between steps,
 and its control block's `stop`). Each mode's figure is the median step of
@@ -60,6 +64,14 @@ class Recording:
             why = ctypes.string_at(self.block + L["C_WHY"]).decode(errors="replace")
             raise SystemExit(f"the library did not record: {why}")
 
+    def pause(self) -> None:
+        """What serve --duty leaves on between its slices: the GPU work's kinds
+        off, CUPTI's callbacks on, tying nothing."""
+        self._u32("C_PAUSED").value = 1
+        while self._u32("C_APPLIED").value != 1:
+            time.sleep(0.01)
+            self.alive()
+
     def alive(self) -> None:
         """The heartbeat (the watcher stops the recording without it)."""
         if self.block:
@@ -102,12 +114,15 @@ def main() -> None:
     torch_workloads.torch.cuda.synchronize()
     record = Recording(a.library, a.cupti)
     modes = {"none": None, "work only": L["ATTACH_WORK_ONLY"],
-             "call ties": L["ATTACH_CALL_TIES"], "every call": 0}
+             "call ties": L["ATTACH_CALL_TIES"], "every call": 0,
+             "between slices": L["ATTACH_CALL_TIES"]}
     steps: dict[str, list[float]] = {m: [] for m in modes}
     for r in range(a.rounds):
         for mode, flags in modes.items():
             if flags is not None:
                 record.start(flags)
+            if mode == "between slices":
+                record.pause()
             steps[mode] += window(step, record)
             if flags is not None:
                 record.stop()

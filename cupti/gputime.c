@@ -106,6 +106,13 @@ static CUpti_SubscriberHandle subscriber;  /* attach: ours, held while recording
 static struct gputime_record tie_buffers[2][TIE_RECORDS];  /* (untouched pages cost nothing) */
 static struct gputime_record *ties = tie_buffers[0];  /* the one on_call() appends to */
 static size_t n_ties, ties_dropped;
+/* serve --duty, between the slices: on_call() ties nothing. CUPTI's callbacks
+ * stay on from the start to the stop: switching them off and on while the
+ * program launches kills it (CUPTI's own thread faults: an H100, CUDA 13, a
+ * PyTorch transformer step, within a few hundred switches;
+ * scripts/gpu/check-cupti-toggle.sh), where switching the GPU work's kinds
+ * alone did not, a thousand times. */
+static int ties_paused;
 static __thread uint32_t tie_tid;  /* the calling thread's gettid(), once (0 again in a forked child) */
 static const char *names[MAX_NAMES];  /* open addressing on CUPTI's name pointers */
 static uint32_t name_ids[MAX_NAMES];
@@ -305,7 +312,8 @@ static void CUPTIAPI on_call(void *data, CUpti_CallbackDomain domain, CUpti_Call
     const CUpti_CallbackData *cb = info;
     uint64_t now = 0;
     (void)data;
-    if ((domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) || !cb)
+    if ((domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) || !cb ||
+        __atomic_load_n(&ties_paused, __ATOMIC_RELAXED))
         return;
     if (cupti.timestamp)
         cupti.timestamp(&now);
@@ -730,20 +738,21 @@ static void CUPTIAPI no_callback(void *data, CUpti_CallbackDomain d, CUpti_Callb
 
 static CUpti_ActivityThreadIdType previous_tid_type;
 
-/* whatever enable_activity() turned on, off (`on` 0: the stop, or between serve
- * --duty's slices) or on again (`on` 1: the same choice of API records) */
-static void switch_activity(uint8_t on)
+/* whatever enable_activity() turned on, off (`on` 0: the stop; `work_only` 1:
+ * the GPU work's kinds alone, between serve --duty's slices) or on again (`on`
+ * 1: the same choice of API records) */
+static void switch_activity(uint8_t on, int work_only)
 {
     static const CUpti_ActivityKind kinds[] = {
         CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
         CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER};
     CUptiResult (*flip)(CUpti_ActivityKind) = on ? cupti.enable : cupti.disable;
-    if (api_records == GPUTIME_API_SELECTED)
+    if (api_records == GPUTIME_API_SELECTED && !work_only)
         enable_kept_apis(on);
-    if (api_records == GPUTIME_API_CALLS)
+    if (api_records == GPUTIME_API_CALLS && !work_only)
         switch_call_ties(on);
     for (size_t i = 0; flip && i < sizeof kinds / sizeof *kinds; i++)
-        if (i < 3 || api_records == GPUTIME_API_ALL)
+        if (i < 3 || (api_records == GPUTIME_API_ALL && !work_only))
             flip(kinds[i]);
 }
 
@@ -785,6 +794,7 @@ int gputime_record_to(int fd, const char *cupti_path, int mode, char *why, size_
     clock_kind = GPUTIME_CLOCK_REALTIME;
     api_records = GPUTIME_API_UNKNOWN;
     n_ties = ties_dropped = 0;
+    __atomic_store_n(&ties_paused, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&keep_handed_back, 0, __ATOMIC_RELEASE);  /* CUPTI's buffers from now: ours */
     free_left(monotonic_ns());  /* those an earlier stop left to CUPTI long enough ago */
     res = enable_activity(1, mode);
@@ -806,20 +816,27 @@ int gputime_record_to(int fd, const char *cupti_path, int mode, char *why, size_
     return 0;
 }
 
-/* Attach, serve --duty: CUPTI's recording off between the slices (its cost on
- * every launch gone with it) and on again in them; the records made so far
- * come at the next flush. The watcher's thread only (attach.c). Only a
- * recording of the GPU work alone, or with its calls tied by CUPTI's callbacks
- * (GPUTIME_API_CALLS): a running PyTorch job died in the one run that switched
- * CUPTI's RUNTIME and DRIVER kinds off and on too (H100, CUDA 13), where the
+/* Attach, serve --duty: CUPTI's recording of the GPU work off between the
+ * slices (its cost on every launch gone with it) and on again in them; the
+ * records made so far come at the next flush. The watcher's thread only
+ * (attach.c). Only a recording of the GPU work alone, or with its calls tied
+ * by CUPTI's callbacks (GPUTIME_API_CALLS), whose callbacks stay on and tie
+ * nothing between the slices (ties_paused): a running PyTorch job died in the
+ * one run that switched CUPTI's RUNTIME and DRIVER kinds off and on too, and
+ * where the callbacks were switched with the work (H100, CUDA 13), where the
  * work's kinds switched alone, or everything left on, did not. */
 __attribute__((visibility("hidden")))
 void gputime_pause(int paused)
 {
     pthread_mutex_lock(&flush_lock);
     if (recording && !exiting &&
-        (api_records == GPUTIME_API_NONE || api_records == GPUTIME_API_CALLS))
-        switch_activity(!paused);
+        (api_records == GPUTIME_API_NONE || api_records == GPUTIME_API_CALLS)) {
+        if (paused)
+            __atomic_store_n(&ties_paused, 1, __ATOMIC_RELEASE);
+        switch_activity(!paused, 1);
+        if (!paused)
+            __atomic_store_n(&ties_paused, 0, __ATOMIC_RELEASE);
+    }
     pthread_mutex_unlock(&flush_lock);
 }
 
@@ -830,7 +847,7 @@ void gputime_stop_recording(void)
 {
     if (!recording)
         return;
-    switch_activity(0);
+    switch_activity(0, 0);
     if (api_records == GPUTIME_API_CALLS)
         write_ties();
     __atomic_store_n(&keep_handed_back, 1, __ATOMIC_RELEASE);

@@ -7,7 +7,12 @@ type and what the DROPPED records count, and the first 50 records' fields
 (type, correlation, tid, cbid, domain, start, end, text), read from a copy of
 the records' descriptor taken at the attach.
 
-Usage: call_ties_workload.py LIBRARY LIBCUPTI INJECT_H ties|calls
+With PAUSE (`pause`), first what serve --duty does at a slice's edges: the
+recording paused (`paused` written, the watcher's `applied` awaited), one
+launch of the stand-in CUPTI's (fake_cupti_launch, correlation 1000), the
+recording resumed, another launch (1001).
+
+Usage: call_ties_workload.py LIBRARY LIBCUPTI INJECT_H ties|calls [pause]
 """
 
 import ctypes
@@ -41,6 +46,23 @@ if state.value != layout["ATTACH_RECORDING"]:
     print(json.dumps({"refused": state.value}))
     sys.exit(1)
 records = os.dup(field(layout["C_FD"], ctypes.c_int32).value)
+
+
+def follow(paused: int) -> None:
+    """The recording paused (1) or resumed (0), as serve's slices ask."""
+    field(layout["C_PAUSED"], ctypes.c_uint32).value = paused
+    while field(layout["C_APPLIED"], ctypes.c_uint32).value != paused:
+        heartbeat.value += 1
+        time.sleep(0.01)
+
+
+if sys.argv[5:] == ["pause"]:
+    launch = ctypes.CDLL(cupti).fake_cupti_launch
+    launch.argtypes = [ctypes.c_int, ctypes.c_uint64]
+    for paused in (1, 0):
+        follow(paused)
+        launch(0, 1000)  # CUPTI_API_ENTER
+        launch(1, 1000)  # CUPTI_API_EXIT
 end = time.monotonic() + 2.5 * layout["FLUSH_PERIOD_MS"] / 1000
 while time.monotonic() < end:
     heartbeat.value += 1
