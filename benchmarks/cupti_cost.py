@@ -108,10 +108,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--cupti", default="")
     a = ap.parse_args()
-    step = torch_workloads.WORKLOADS[a.workload]()
-    for _ in range(50):
-        step()
-    torch_workloads.torch.cuda.synchronize()
+    step = torch_workloads.warmed(a.workload, 50)
     record = Recording(a.library, a.cupti)
     modes = {"none": None, "work only": L["ATTACH_WORK_ONLY"],
              "call ties": L["ATTACH_CALL_TIES"], "every call": 0,

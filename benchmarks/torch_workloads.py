@@ -123,6 +123,15 @@ WORKLOADS = {"loop": loop_step, "mlp": mlp_step, "gemm": gemm_step, "compile": c
              "transformer": transformer_step}
 
 
+def warmed(name: str, steps: int):
+    """The workload's step, run `steps` times first and synchronised."""
+    step = WORKLOADS[name]()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    return step
+
+
 def wait_for(path: str) -> None:
     while not os.path.exists(path):
         time.sleep(0.01)

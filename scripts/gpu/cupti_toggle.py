@@ -87,10 +87,7 @@ def main() -> None:
     ap.add_argument("--workload", default="mlp")
     ap.add_argument("--cupti", default="")
     a = ap.parse_args()
-    step = torch_workloads.WORKLOADS[a.workload]()
-    for _ in range(20):
-        step()
-    torch_workloads.torch.cuda.synchronize()
+    step = torch_workloads.warmed(a.workload, 20)
     record = Recording(a.library, a.cupti)
     done, switches = threading.Event(), [0]
     driver = threading.Thread(target=drive, args=(record, a.mode, a.every, done, switches))

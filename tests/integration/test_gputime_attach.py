@@ -630,6 +630,20 @@ def test_serve_duty_with_py_stacks_switches_cupti_with_its_slices_tying_calls_by
     assert "Traceback" not in err.text()
 
 
+def call_ties_run(fake_cupti, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """call_ties_workload.py with the built library and the stand-in CUPTI,
+    `env` added to this process's environment (skipped where the library
+    cannot be built)."""
+    from cudaprobe.targets.cupti import build_library  # noqa: PLC0415
+    library, why = build_library()
+    if library is None:
+        pytest.skip(why)
+    return subprocess.run(
+        [sys.executable, str(Path(__file__).parent / "call_ties_workload.py"), str(library),
+         str(fake_cupti), str(REPO / "cupti" / "inject.h"), *args],
+        capture_output=True, text=True, timeout=HANG_S, env={**os.environ, **env})
+
+
 @pytest.mark.parametrize("mode", ["ties", "calls", "refused"])
 def test_call_ties_are_written_from_cupti_s_callbacks_at_the_call(tmp_path, fake_cupti, mode):
     """The library attached in a process and asked for call ties (what serve
@@ -641,18 +655,10 @@ def test_call_ties_are_written_from_cupti_s_callbacks_at_the_call(tmp_path, fake
     --gpu-time): the RUNTIME and DRIVER kinds, no callback. Ties asked of a
     CUPTI that refuses the callbacks: the GPU work alone (API_NONE), never
     every call's record."""
-    from cudaprobe.targets.cupti import build_library  # noqa: PLC0415
-    library, why = build_library()
-    if library is None:
-        pytest.skip(why)
     log = tmp_path / "switches.log"
-    run = subprocess.run(
-        [sys.executable, str(Path(__file__).parent / "call_ties_workload.py"), str(library),
-         str(fake_cupti), str(REPO / "cupti" / "inject.h"),
-         "calls" if mode == "calls" else "ties"],
-        capture_output=True, text=True, timeout=HANG_S,
-        env={**os.environ, "FAKE_CUPTI_LOG": str(log),
-             "FAKE_CUPTI_NO_CALLBACKS": "1" if mode == "refused" else "0"})
+    run = call_ties_run(fake_cupti, "calls" if mode == "calls" else "ties",
+                        FAKE_CUPTI_LOG=str(log),
+                        FAKE_CUPTI_NO_CALLBACKS="1" if mode == "refused" else "0")
     assert run.returncode == 0, run.stdout + run.stderr
     out = json.loads(run.stdout)
     switches = [line.split() for line in log.read_text().splitlines()]
@@ -689,16 +695,8 @@ def test_between_slices_the_callbacks_stay_on_and_tie_nothing(tmp_path, fake_cup
     within a few hundred switches, CUDA 13), tying nothing: a launch made
     then has no record; one made in the next slice has its record. The
     callback goes off once, at the stop."""
-    from cudaprobe.targets.cupti import build_library  # noqa: PLC0415
-    library, why = build_library()
-    if library is None:
-        pytest.skip(why)
     log = tmp_path / "switches.log"
-    run = subprocess.run(
-        [sys.executable, str(Path(__file__).parent / "call_ties_workload.py"), str(library),
-         str(fake_cupti), str(REPO / "cupti" / "inject.h"), "ties", "pause"],
-        capture_output=True, text=True, timeout=HANG_S,
-        env={**os.environ, "FAKE_CUPTI_LOG": str(log)})
+    run = call_ties_run(fake_cupti, "ties", "pause", FAKE_CUPTI_LOG=str(log))
     assert run.returncode == 0, run.stdout + run.stderr
     out = json.loads(run.stdout)
     switches = [line.split() for line in log.read_text().splitlines()]
@@ -715,16 +713,8 @@ def test_call_ties_past_the_library_s_buffer_are_dropped_and_counted(tmp_path, f
     (262,144): the callback never waits or writes (it runs inside the
     program's CUDA calls); the ties past the buffer are dropped and counted in
     a DROPPED record, the others written whole, each once."""
-    from cudaprobe.targets.cupti import build_library  # noqa: PLC0415
-    library, why = build_library()
-    if library is None:
-        pytest.skip(why)
     over = 5
-    run = subprocess.run(
-        [sys.executable, str(Path(__file__).parent / "call_ties_workload.py"), str(library),
-         str(fake_cupti), str(REPO / "cupti" / "inject.h"), "ties"],
-        capture_output=True, text=True, timeout=HANG_S,
-        env={**os.environ, "FAKE_CUPTI_TIES": str(TIE_RECORDS + over)})
+    run = call_ties_run(fake_cupti, "ties", FAKE_CUPTI_TIES=str(TIE_RECORDS + over))
     assert run.returncode == 0, run.stdout + run.stderr
     out = json.loads(run.stdout)
     assert out["counts"]["4"] == TIE_RECORDS and out["dropped"] == over, out["counts"]
@@ -954,16 +944,8 @@ def test_a_buffer_handed_back_by_the_stop_s_forced_flush_is_left_to_cupti(tmp_pa
     threshold): a buffer the library freed would make that write a fault that
     kills the program. The program runs on to its stop and the exit's forced
     flush, whole, its records read."""
-    from cudaprobe.targets.cupti import build_library  # noqa: PLC0415
-    library, why = build_library()
-    if library is None:
-        pytest.skip(why)
-    run = subprocess.run(
-        [sys.executable, str(Path(__file__).parent / "call_ties_workload.py"), str(library),
-         str(fake_cupti), str(REPO / "cupti" / "inject.h"), mode],
-        capture_output=True, text=True, timeout=HANG_S,
-        env={**os.environ, "FAKE_CUPTI_WRITE_AFTER_FORCED": "1",
-             "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=131072"})
+    run = call_ties_run(fake_cupti, mode, FAKE_CUPTI_WRITE_AFTER_FORCED="1",
+                        GLIBC_TUNABLES="glibc.malloc.mmap_threshold=131072")
     assert run.returncode == 0, (run.returncode, run.stdout, run.stderr)
     out = json.loads(run.stdout)
     assert [k["correlation"] for k in out["records"] if k["type"] == 1] == [7], out
