@@ -3,7 +3,8 @@
 # harm a running PyTorch job? scripts/gpu/cupti_toggle.py in each mode, the
 # switches many times faster than serve --duty makes them (a diagnosis of
 # the job that died, BENCHMARKS.md). RUNS: "MODE:WORKLOAD:SECONDS:EVERY ..."
-# (default below). Each run's last line and exit status, and where it died
+# (default below: the transformer step, which died in 2 of 2 `pause` runs
+# while the library switched CUPTI's callbacks with the slices, first). Each run's last line and exit status, and where it died
 # its native frames (scripts/gpu/abort_bt.c) and Python stacks, go into
 # $OUT/toggle.txt. Run from the repo root, .gpukit carried.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -13,7 +14,7 @@ read -r library cupti < <(python3 -c 'from cudaprobe.targets.cupti import build_
 lib, why = build_library(); print(lib or "-", cupti_library() or "-")')
 echo "library $library, libcupti $cupti" | tee -a "$txt"
 gcc -shared -fPIC -O2 -o /tmp/abort_bt.so scripts/gpu/abort_bt.c
-for run in ${RUNS:-pause:mlp:90:0.05 work:mlp:45:0.05 stop:mlp:45:1 pause:transformer:45:0.05 steady:mlp:20:1}; do
+for run in ${RUNS:-pause:transformer:45:0.05 pause:transformer:45:0.05 stop:transformer:45:0.5 work:transformer:30:0.05 pause:mlp:30:0.05 steady:mlp:15:1}; do
   IFS=: read -r mode workload seconds every <<< "$run"
   echo "== $run $(date -u +%T)" | tee -a "$txt"
   PYTHONFAULTHANDLER=1 LD_PRELOAD=/tmp/abort_bt.so timeout $((seconds + 90)) "$TORCH_PY" \
