@@ -21,8 +21,9 @@ library went into after its CUPTI started) waits until enough of them agree
 on the offset to the probes' clock (decode.gputime.align): only records whose
 thread's launches are decoded vote (the decoder runs behind on a busy node,
 and a record with nothing to vote for would decide nothing). With --duty, the
-probes are on in slices (`span_begins`, `span_ends`: from once they are
-in to before they come out) and an API record outside them (in the probes'
+probes are on in slices (the metrics' SliceSpans, given at `slices_only`: from once they
+are in to the slice's length later, or to before they come out where that
+is sooner, as a call counts) and an API record outside them (in the probes'
 clock: a process in CUPTI's own clock is placed once aligned) has no
 traced launch; its kernels are not counted at all (`sampled`: the metrics
 count a kernel by kernel name too only once its record is known to lie in
@@ -39,6 +40,7 @@ from collections.abc import Callable, Collection
 from copy import copy
 
 from cudaprobe.analysis.by_line import gpu_line_of
+from cudaprobe.analysis.slices import SliceSpans
 from cudaprobe.decode.calls import Call
 from cudaprobe.decode.gputime import (
     ALIGN_MIN_VOTES,
@@ -123,7 +125,7 @@ class LineJoin:
         self._now_ns = 0  # the clock at the last settle
         self._seen_newest = 0
         self._moved_ns: int | None = None  # when the decoder last moved on
-        self._spans: list[list[int]] | None = None  # --duty: [start, end] (end 0: on now)
+        self._spans: SliceSpans | None = None  # --duty: the slices (the metrics')
         self.dropped = 0  # records, kernels or launches let go at a bound
         self.unjoined = 0  # API records of a traced span that found no launch
         self.no_record = 0  # kernels whose API record never came
@@ -147,20 +149,11 @@ class LineJoin:
         self._kept += 1
         self._newest = max(self._newest, launch.end_ns)
 
-    def slices_only(self) -> None:
-        """--duty: from now on only records inside a slice (none yet) are looked at."""
+    def slices_only(self, spans: SliceSpans) -> None:
+        """--duty: from now on only records inside one of `spans` (none yet, the
+        metrics' own, told as the slices go) are looked at."""
         if self._spans is None:
-            self._spans = []
-
-    def span_begins(self, now_ns: int) -> None:
-        """--duty: the probes are on from `now_ns` (CLOCK_MONOTONIC)."""
-        if self._spans is None:
-            self._spans = []
-        self._spans.append([now_ns, 0])
-
-    def span_ends(self, now_ns: int) -> None:
-        if self._spans and not self._spans[-1][1]:
-            self._spans[-1][1] = now_ns
+            self._spans = spans
 
     # --- CUPTI's records ---------------------------------------------------------
     def api(self, pid: int, correlation: int, api: ApiCall) -> None:
@@ -193,15 +186,12 @@ class LineJoin:
         self._join(pid, correlation, api)
 
     def _in_span(self, api: ApiCall) -> bool:
-        """The call began in a slice: the probes were in at its entry (a slice
-        is told from once they are in to before they come out), so it was
-        traced, and its kernels count."""
-        for start, end in reversed(self._spans or ()):
-            if end and api.start_ns > end + ALIGN_SLACK_NS:
-                return False  # after the latest slice that began before it
-            if api.start_ns >= start - ALIGN_SLACK_NS:
-                return True
-        return False
+        """The call began in a slice (within the alignment's slack), as a call
+        counts: the probes were in at its entry, and it was not made while
+        they went in or came out, so its kernels count at 1/fraction."""
+        spans = self._spans
+        return spans is not None and (api.start_ns + ALIGN_SLACK_NS in spans or
+                                      api.start_ns - ALIGN_SLACK_NS in spans)
 
     def _join(self, pid: int, correlation: int, api: ApiCall) -> None:
         work = GpuWork(pid, "kernel", 0, 0, 0, 0, 0, correlation, api=api)
@@ -303,7 +293,7 @@ class LineJoin:
             self._waiting_kernels -= len(works)
             self.no_record += len(works)
         ready, self._ready = self._ready, []
-        self._forget(self._newest - KEEP_NS, now_ns - KEEP_NS)
+        self._forget(self._newest - KEEP_NS)
         return ready
 
     def _align(self, pid: int) -> None:
@@ -345,10 +335,9 @@ class LineJoin:
             api.end_ns += shift
             self._place(pid, correlation, api)
 
-    def _forget(self, before_ns: int, spans_before_ns: int) -> None:
+    def _forget(self, before_ns: int) -> None:
         """Launches ended before `before_ns` (KEEP_NS behind the decoder: a decoder
-        running behind keeps what its records will want), and slices ended
-        before `spans_before_ns`."""
+        running behind keeps what its records will want)."""
         flood = self._kept > MAX_KEPT
         if flood:  # the window shrinks to what fits: the launches let go are counted
             ends = sorted(launch.end_ns for t in self._threads.values() for launch in t)
@@ -366,8 +355,6 @@ class LineJoin:
                 del self._threads[key], self._starts[key]
         if flood:
             self.dropped += kept - self._kept
-        if self._spans:
-            self._spans = [s for s in self._spans if not s[1] or s[1] >= spans_before_ns]
         for pid in [p for p in self._unaligned if p not in self.cupti_clock]:
             del self._unaligned[pid]  # its file read no more (its process gone)
         for pid in [p for p in self._shift if p not in self.cupti_clock]:

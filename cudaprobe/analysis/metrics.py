@@ -72,6 +72,7 @@ from cudaprobe.analysis.gpulines import OUTSIDE, WAITING, Launch, LineJoin
 from cudaprobe.analysis.labels import LabelBudget
 from cudaprobe.analysis.memstate import KINDS
 from cudaprobe.analysis.memtrack import ROLES, MemCall, MemoryAccounting
+from cudaprobe.analysis.slices import SliceSpans
 from cudaprobe.analysis.summary import NOT_LOST
 from cudaprobe.catalogue.functions import BY_EXPORTED
 from cudaprobe.decode.calls import Call
@@ -209,46 +210,6 @@ class Snapshot:
     # asked for)
     gpu_lines: dict[tuple[str, ...], float] = field(default_factory=dict)
     gpu_lines_unjoined: dict[str, int] | None = None
-
-
-class SliceSpans:
-    """serve --duty: when each slice counted, [begin, end) in the calls' clock
-    (CLOCK_MONOTONIC): from once the probes are in to the slice's length later,
-    or to its end where that came first. A sampled call counts only if its
-    entry lies in one: the probes go in and come out function by function,
-    and the calls traced while they do (tenths of a second on a loaded node,
-    as long as the slice or more) would count at 1/fraction too. The last
-    KEPT slices are kept, for a decoder that runs behind."""
-
-    KEPT = 4096
-    OPEN = 1 << 63  # the end of a slice under way, its length unknown
-
-    def __init__(self) -> None:
-        self.begins: list[int] = []
-        self.ends: list[int] = []  # the slice's length after its begin, until told sooner
-        self.length_ns: int | None = None  # the slice's length (DutyCycle)
-
-    def begin(self, at_ns: int) -> None:
-        if len(self.begins) >= self.KEPT:
-            del self.begins[:self.KEPT // 2], self.ends[:self.KEPT // 2]
-        self.begins.append(at_ns)
-        self.ends.append(at_ns + self.length_ns if self.length_ns else self.OPEN)
-
-    def end(self, at_ns: int) -> None:
-        if self.ends:
-            self.ends[-1] = min(self.ends[-1], at_ns)
-
-    def __contains__(self, ts_ns: int) -> bool:
-        begins = self.begins
-        if not begins:
-            return False
-        if ts_ns >= begins[-1]:  # the usual case: the latest slice
-            i = len(begins) - 1
-        else:
-            i = bisect.bisect_right(begins, ts_ns) - 1
-            if i < 0:
-                return False
-        return ts_ns < self.ends[i]
 
 
 class SliceTotals:
@@ -551,7 +512,7 @@ class CallMetrics:
         kernel counts only once its launch is known to lie in a slice."""
         with self._lock:
             if self._lines is not None:
-                self._lines.slices_only()
+                self._lines.slices_only(self.spans)
 
     def window_traced(self) -> None:
         """serve --duty: one more slice traced, from now on (the time read before
@@ -564,7 +525,7 @@ class CallMetrics:
             self._slice_calls.begin(now_ns)
             self._slice_gpu.begin(now_ns)
             if self._lines is not None:
-                self._lines.span_begins(now_ns)
+                self._lines.slices_only(self.spans)
 
     def window_ended(self) -> None:
         """serve --duty: the slice is over (the probes are off). Its end read
@@ -573,8 +534,6 @@ class CallMetrics:
         now_ns = self.clock()
         with self._lock:
             self.spans.end(now_ns)
-            if self._lines is not None:
-                self._lines.span_ends(now_ns)
 
     def set_lost(self, counters: dict[str, int]) -> None:
         """The tracer's counters (cumulative), with decode_errors: the loss causes kept.

@@ -107,7 +107,7 @@ def test_with_py_stacks_the_autograd_probes_and_the_line_join_follow_the_slices(
     cycle._thread.join(timeout=30)
     assert attacher.steps == ["pause", "autograd off"] + [
         "autograd on", "resume", "pause", "autograd off"] * 2
-    assert join._spans == [[1, 2], [3, 4]]  # the slices, each from once its links are in
+    assert list(join._spans) == [(1, 2), (3, 4)]  # the slices, each from once its links are in
 
 
 def test_a_sampled_call_counts_only_if_it_began_within_a_slice_s_length_from_its_start():
@@ -262,7 +262,7 @@ def test_cupti_switches_around_the_probes_so_that_it_counts_what_they_do(ties):
     if ties:
         assert attacher.steps == ["pause", "cupti off"] + [
             "cupti on, acknowledged", "resume", "pause", "cupti off"] * 2
-        assert join.sampled and join._spans == [[1, 2], [3, 4]]
+        assert join.sampled and list(join._spans) == [(1, 2), (3, 4)]
         # (the first "cupti off" is the start's, before any slice)
         tails = [off - out for off, out in zip(gpu.off_at[1:], attacher.paused_at[1:])]
         assert len(tails) == 2 and min(tails) >= TIES_TAIL_S, tails
@@ -299,7 +299,7 @@ def test_a_failure_within_a_slice_ends_it_and_leaves_everything_off_in_one_line(
     cycle._thread.join(timeout=30)
     assert attacher.steps == ["pause", "cupti off", "resume", "cupti on", "cupti off", "pause",
                               "resume", "cupti on", "pause", "cupti off"]
-    assert join._spans == [[1, 2], [3, 4]]  # the second slice ended at the failure
+    assert list(join._spans) == [(1, 2), (3, 4)]  # the second slice ended at the failure
     assert said == ["--duty: the slices stopped (ValueError: a control block not as "
                     "written); the probes are off and from now on nothing is counted"]
 

@@ -242,7 +242,7 @@ def test_a_slice_is_told_by_the_time_it_began_and_ended_not_when_the_lock_was_fr
             read.wait(10)  # (a bound: the clock is read at once, before the lock)
             now[0] = at + 5 * S  # the lock comes free 5 s later
         teller.join()
-    assert join._spans == [[100 * S, 101 * S]]
+    assert list(join._spans) == [(100 * S, 101 * S)]
 
 
 def test_with_duty_each_kernel_stands_for_the_weight_of_its_launch():
@@ -421,6 +421,33 @@ def test_with_duty_a_kernel_counts_by_name_only_once_its_launch_is_known_in_a_sl
     snap = m.snapshot(now_ns=100 * S)
     assert {k: (h.count, h.sum_ns) for k, h in snap.gpu_time.items()} == {"k": (40, 70_000)}
     assert snap.gpu_lines == {(line(4), "python3", *J): 3_000 * 20 / 1e9}
+
+
+def test_with_duty_a_kernel_counts_only_if_its_launch_began_within_the_slice_s_length():
+    """The probes come out function by function, on a loaded node as long as
+    the slice or more: a launch traced while they do began past the slice's
+    length and its kernel counts neither by line nor by name (counted, each
+    slice would count more than its length at 1/fraction), as a sampled call
+    does not count; a launch within the length counts."""
+    now = [0]
+    m = CallMetrics(alive=lambda pid: True, clock=lambda: now[0])
+    join = m.python_lines()
+    m.weight = m.gpu_weight = 10  # --duty 10%
+    m.spans.length_ns = S // 10  # a period of 1 s
+    m.slices_only()
+    now[0] = 5 * S
+    m.window_traced()
+    within, past = launch(5 * S + S // 20, 4), launch(5 * S + S // 5, 5)  # 50 ms, 200 ms in
+    m.add([within, past])
+    now[0] = 5 * S + S // 2  # the probes out 0.5 s after they went in
+    m.window_ended()
+    join.api(100, 1, api_of(within))
+    join.api(100, 2, api_of(past))
+    now[0] = 6 * S
+    m.add_gpu([kernel(within, 1, 3_000), kernel(past, 2, 7_000)])
+    snap = m.snapshot(now_ns=100 * S)
+    assert {k: (h.count, h.sum_ns) for k, h in snap.gpu_time.items()} == {"k": (10, 30_000)}
+    assert snap.gpu_lines == {(line(4), "python3", *J): 3_000 * 10 / 1e9}
 
 
 def test_with_duty_a_process_in_cupti_s_clock_is_placed_in_its_slices_once_aligned():
