@@ -821,10 +821,10 @@ int gputime_record_to(int fd, const char *cupti_path, int mode, char *why, size_
  * records made so far come at the next flush. The watcher's thread only
  * (attach.c). Only a recording of the GPU work alone, or with its calls tied
  * by CUPTI's callbacks (GPUTIME_API_CALLS), whose callbacks stay on and tie
- * nothing between the slices (ties_paused): a running PyTorch job died in the
- * one run that switched CUPTI's RUNTIME and DRIVER kinds off and on too, and
- * where the callbacks were switched with the work (H100, CUDA 13), where the
- * work's kinds switched alone, or everything left on, did not. */
+ * nothing between the slices (ties_paused). A running PyTorch job died where
+ * CUPTI's RUNTIME and DRIVER kinds were switched off and on too (one run), and
+ * where the callbacks were (scripts/gpu/check-cupti-toggle.sh; H100, CUDA 13);
+ * switching the work's kinds alone, or leaving everything on, harmed nothing. */
 __attribute__((visibility("hidden")))
 void gputime_pause(int paused)
 {
