@@ -22,22 +22,29 @@ class SliceSpans:
     OPEN = 1 << 63  # the end of a slice under way, its length unknown
 
     def __init__(self) -> None:
-        self.begins: list[int] = []
-        self.ends: list[int] = []  # the slice's length after its begin, until told sooner
+        # (begins, ends), swapped whole at each begin: the line join reads them
+        # from the GPU records' reader, outside the metrics' lock, while the duty
+        # cycle's thread tells a slice; an end is one item set in place
+        self._told: tuple[list[int], list[int]] = ([], [])
         self.length_ns: int | None = None  # the slice's length (DutyCycle)
 
+    @property
+    def begins(self) -> list[int]:
+        return self._told[0]
+
     def begin(self, at_ns: int) -> None:
-        if len(self.begins) >= self.KEPT:
-            del self.begins[:self.KEPT // 2], self.ends[:self.KEPT // 2]
-        self.begins.append(at_ns)
-        self.ends.append(at_ns + self.length_ns if self.length_ns else self.OPEN)
+        begins, ends = self._told
+        keep = len(begins) - self.KEPT // 2 if len(begins) >= self.KEPT else 0
+        self._told = ([*begins[keep:], at_ns],
+                      [*ends[keep:], at_ns + self.length_ns if self.length_ns else self.OPEN])
 
     def end(self, at_ns: int) -> None:
-        if self.ends:
-            self.ends[-1] = min(self.ends[-1], at_ns)
+        ends = self._told[1]
+        if ends:
+            ends[-1] = min(ends[-1], at_ns)
 
     def __contains__(self, ts_ns: int) -> bool:
-        begins = self.begins
+        begins, ends = self._told
         if not begins:
             return False
         if ts_ns >= begins[-1]:  # the usual case: the latest slice
@@ -46,8 +53,8 @@ class SliceSpans:
             i = bisect.bisect_right(begins, ts_ns) - 1
             if i < 0:
                 return False
-        return ts_ns < self.ends[i]
+        return ts_ns < ends[i]
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         """Each kept slice's (begin, end)."""
-        return zip(self.begins, self.ends)
+        return zip(*self._told)
