@@ -64,13 +64,18 @@ class Recording:
             why = ctypes.string_at(self.block + L["C_WHY"]).decode(errors="replace")
             raise SystemExit(f"the library did not record: {why}")
 
-    def pause(self) -> None:
-        """What serve --duty leaves on between its slices: the GPU work's kinds
-        off, CUPTI's callbacks on, tying nothing."""
-        self._u32("C_PAUSED").value = 1
-        while self._u32("C_APPLIED").value != 1:
-            time.sleep(0.01)
+    def follow(self, paused: int, within_s: float | None = None) -> bool:
+        """Paused (1: what serve --duty leaves on between its slices, the GPU
+        work's kinds off, CUPTI's callbacks on, tying nothing) or resumed (0),
+        as serve's slices ask: whether the watcher applied it (within_s)."""
+        self._u32("C_PAUSED").value = paused
+        deadline = None if within_s is None else time.monotonic() + within_s
+        while self._u32("C_APPLIED").value != paused:
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.002)
             self.alive()
+        return True
 
     def alive(self) -> None:
         """The heartbeat (the watcher stops the recording without it)."""
@@ -119,7 +124,7 @@ def main() -> None:
             if flags is not None:
                 record.start(flags)
             if mode == "between slices":
-                record.pause()
+                record.follow(1)
             steps[mode] += window(step, record)
             if flags is not None:
                 record.stop()

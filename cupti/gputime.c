@@ -738,22 +738,37 @@ static void CUPTIAPI no_callback(void *data, CUpti_CallbackDomain d, CUpti_Callb
 
 static CUpti_ActivityThreadIdType previous_tid_type;
 
-/* whatever enable_activity() turned on, off (`on` 0: the stop; `work_only` 1:
- * the GPU work's kinds alone, between serve --duty's slices) or on again (`on`
- * 1: the same choice of API records) */
-static void switch_activity(uint8_t on, int work_only)
+/* the kinds in `kinds` off (`on` 0) or on (`on` 1) */
+static void switch_kinds(uint8_t on, const CUpti_ActivityKind *kinds, size_t n)
 {
-    static const CUpti_ActivityKind kinds[] = {
-        CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-        CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER};
     CUptiResult (*flip)(CUpti_ActivityKind) = on ? cupti.enable : cupti.disable;
-    if (api_records == GPUTIME_API_SELECTED && !work_only)
+    for (size_t i = 0; flip && i < n; i++)
+        flip(kinds[i]);
+}
+
+/* the GPU work's records (kernels, copies, memsets) off or on: between serve
+ * --duty's slices, and as part of switch_activity() */
+static void switch_work(uint8_t on)
+{
+    static const CUpti_ActivityKind work[] = {
+        CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+        CUPTI_ACTIVITY_KIND_MEMSET};
+    switch_kinds(on, work, sizeof work / sizeof *work);
+}
+
+/* whatever enable_activity() turned on, off (`on` 0: the stop) or on again (`on`
+ * 1: the same choice of API records) */
+static void switch_activity(uint8_t on)
+{
+    static const CUpti_ActivityKind apis[] = {CUPTI_ACTIVITY_KIND_RUNTIME,
+                                              CUPTI_ACTIVITY_KIND_DRIVER};
+    if (api_records == GPUTIME_API_SELECTED)
         enable_kept_apis(on);
-    if (api_records == GPUTIME_API_CALLS && !work_only)
+    if (api_records == GPUTIME_API_CALLS)
         switch_call_ties(on);
-    for (size_t i = 0; flip && i < sizeof kinds / sizeof *kinds; i++)
-        if (i < 3 || (api_records == GPUTIME_API_ALL && !work_only))
-            flip(kinds[i]);
+    switch_work(on);
+    if (api_records == GPUTIME_API_ALL)
+        switch_kinds(on, apis, sizeof apis / sizeof *apis);
 }
 
 /* Attach (attach.c): the same records as at cuInit, into `fd` (a memfd), from a
@@ -833,7 +848,7 @@ void gputime_pause(int paused)
         (api_records == GPUTIME_API_NONE || api_records == GPUTIME_API_CALLS)) {
         if (paused)
             __atomic_store_n(&ties_paused, 1, __ATOMIC_RELEASE);
-        switch_activity(!paused, 1);
+        switch_work(!paused);
         if (!paused)
             __atomic_store_n(&ties_paused, 0, __ATOMIC_RELEASE);
     }
@@ -847,7 +862,7 @@ void gputime_stop_recording(void)
 {
     if (!recording)
         return;
-    switch_activity(0, 0);
+    switch_activity(0);
     if (api_records == GPUTIME_API_CALLS)
         write_ties();
     __atomic_store_n(&keep_handed_back, 1, __ATOMIC_RELEASE);

@@ -42,14 +42,21 @@ from cupti_cost import L, Recording  # noqa: E402
 MODES = ("pause", "work", "stop", "steady")
 
 
-def drive(record: Recording, mode: str, every: float, done: threading.Event,
-          switches: list[int]) -> None:
-    """The switching, until `done`; the heartbeat kept going."""
-    flags = L["ATTACH_WORK_ONLY"] if mode == "work" else L["ATTACH_CALL_TIES"]
+def started(record: Recording, flags: int) -> bool:
+    """The recording started, or why not printed."""
     try:
         record.start(flags)
     except SystemExit as refused:
         print(refused, flush=True)
+        return False
+    return True
+
+
+def drive(record: Recording, mode: str, every: float, done: threading.Event,
+          switches: list[int]) -> None:
+    """The switching, until `done`; the heartbeat kept going."""
+    flags = L["ATTACH_WORK_ONLY"] if mode == "work" else L["ATTACH_CALL_TIES"]
+    if not started(record, flags):
         return
     paused = 0
     next_at = time.monotonic() + every
@@ -61,20 +68,12 @@ def drive(record: Recording, mode: str, every: float, done: threading.Event,
         next_at += every
         if mode == "stop":
             record.stop()
-            try:
-                record.start(flags)
-            except SystemExit as refused:
-                print(refused, flush=True)
+            if not started(record, flags):
                 return
             switches[0] += 1
             continue
         paused ^= 1
-        record._u32("C_PAUSED").value = paused
-        deadline = time.monotonic() + 1.0
-        while record._u32("C_APPLIED").value != paused and time.monotonic() < deadline:
-            time.sleep(0.002)
-            record.alive()
-        switches[0] += record._u32("C_APPLIED").value == paused
+        switches[0] += record.follow(paused, within_s=1.0)
     record.stop()
 
 
