@@ -313,11 +313,17 @@ class Jobs:
         return self.refresh(pid) if labels is None else labels
 
     def refresh(self, pid: int) -> tuple[str, ...]:
-        """The process's labels read now: a new process, maybe under a pid used before."""
+        """The process's labels read now: a new process, maybe under a pid used
+        before. One already gone keeps those read before (a short program's
+        labels read at its exec, then told of again once it has exited: its
+        calls, decoded later, are still its job's); forget() ends them."""
         with self._lock:
+            labels = self._read(pid)
+            if labels is None:
+                labels = self._kept.get(pid, NO_JOB)
             if len(self._kept) >= MAX_KEPT:
                 self._kept.clear()
-            labels = self._kept[pid] = self._read(pid)
+            self._kept[pid] = labels
         return labels
 
     def forget(self, pid: int) -> None:
@@ -325,10 +331,11 @@ class Jobs:
         with self._lock:
             self._kept.pop(pid, None)
 
-    def _read(self, pid: int) -> tuple[str, ...]:
+    def _read(self, pid: int) -> tuple[str, ...] | None:
+        """None: the process is gone."""
         with proc_dir(pid) as fd:
             if fd is None:
-                return NO_JOB
+                return None
             cgroup = _read_at(fd, "cgroup", CGROUP_MAX)
             # held at its exec, it shows its old image: the environment it is given
             environ = exec_environment(fd)

@@ -129,6 +129,9 @@ def test_a_running_process_has_its_rank_read_once_and_forgotten_at_its_exit():
         assert source.of(child.pid) is labels  # read once
     finally:
         child.communicate(b"")
+    # told of again once gone (a short program, linked at its exec, then found by
+    # the scan of names after its exit): what was read stands
+    assert source.refresh(child.pid) is labels
     source.forget(child.pid)
     assert source.of(child.pid) == NO_JOB  # gone: nothing to read
 
