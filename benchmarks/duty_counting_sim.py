@@ -2,11 +2,11 @@
 (no probes, no GPU): a job launching 25 kernels every 6 ms (20 on its main
 thread, 5 on another) for SECONDS; a slice of 0.1 s a second (its start drawn
 as serve draws it), the probes in from its start to 15 ms after its end,
-CUPTI on from 5 ms before it to 0.2 s after; the calls handed over every 20
+CUPTI on all along (serve never switches it); the calls handed over every 20
 ms, LAG seconds after they were made (a busy node's decoder behind), CUPTI's
-records every 0.5 s. Prints all kernels against those counted (x 1/duty),
-and the exported relative error: what CallMetrics and LineJoin make of a
-regular job, whose answer is known.
+records every 0.5 s. Prints all kernels against those counted by name
+(exact) and by line (x 1/duty), and the exported relative error: what
+CallMetrics and LineJoin make of a regular job, whose answer is known.
 
     LAG=3 python benchmarks/duty_counting_sim.py [SECONDS]   (from the repo root)
 """
@@ -33,8 +33,7 @@ def periods(seconds: float, t0: int, rng: random.Random) -> list[dict[str, int]]
     out = []
     for k in range(int(seconds)):
         b = t0 + k * S + int(rng.uniform(0, 0.2) * S)
-        out.append({"cupti_on": b - 5 * MS, "begin": b, "end": b + 100 * MS,
-                    "probes_out": b + 115 * MS, "cupti_off": b + 300 * MS})
+        out.append({"begin": b, "end": b + 100 * MS, "probes_out": b + 115 * MS})
     return out
 
 
@@ -47,7 +46,7 @@ def main() -> None:
     now = [0]
     m = CallMetrics(alive=lambda pid: True, clock=lambda: now[0])
     join = m.python_lines()
-    m.weight = m.gpu_weight = 10
+    m.weight = 10
     m.slices_only()
     t0, rng = 10 * S, random.Random(1)
     spans = periods(seconds, t0, rng)
@@ -67,10 +66,9 @@ def main() -> None:
             every += t0 <= lt < end
             if within(lt, spans, "begin", "probes_out"):
                 at(lt + LAG_NS, "call", c)
-            if within(lt, spans, "cupti_on", "cupti_off"):
-                k = kernel(c, correlation, 100_000)
-                k.start_ns, k.end_ns = lt + MS, lt + MS + 100_000
-                at(lt + 2 * MS, "cupti", (c, correlation, k))
+            k = kernel(c, correlation, 100_000)
+            k.start_ns, k.end_ns = lt + MS, lt + MS + 100_000
+            at(lt + 2 * MS, "cupti", (c, correlation, k))
         t += STEP_NS
     calls: list = []
     cupti: list = []
@@ -108,8 +106,12 @@ def main() -> None:
         m.add_gpu([])
     snap = m.snapshot(now_ns=now[0])
     counted = sum(h.count for h in snap.gpu_time.values())
-    print(f"{seconds:g} s, calls {LAG_NS / S:g} s late: all kernels {every}, counted x10 "
-          f"{counted:.0f} (ratio {counted / every:.3f}), slices {m.windows}, relative error "
+    # each kernel 100 us; every line's, those past the exported top lines too
+    by_line = sum(m._gpu_lines.values()) / 100_000
+    print(f"{seconds:g} s, calls {LAG_NS / S:g} s late: kernels launched in the {seconds:g} s "
+          f"{every}, by name (launched from 1 s before to 1 s after) "
+          f"{counted:.0f}, by line x10 {by_line:.0f} (ratio {by_line / every:.3f}), slices "
+          f"{m.windows}, relative error "
           f"{ {k: round(v, 4) for k, v in snap.sampling_relative_error.items()} }, "
           f"unjoined {snap.gpu_lines_unjoined}")
 

@@ -11,8 +11,11 @@
  * has not moved for HEARTBEAT_TIMEOUT_MS (cudaprobe killed), it turns CUPTI's
  * recording off, flushes it into the memfd, closes the memfd and exits. Until
  * then it has CUPTI hand back its buffers each half second (gputime_flush), so
- * that cudaprobe reads the records as they come, and turns CUPTI's recording
- * off and on as cudaprobe writes `paused` (serve --duty: on in the slices only).
+ * that cudaprobe reads the records as they come. It also turns CUPTI's
+ * recording off and on as `paused` is written, which cudaprobe never does:
+ * switched while a job launches, CUPTI can kill it (gputime_pause); only the
+ * diagnosis that shows it (scripts/gpu/cupti_toggle.py) and the cost
+ * benchmark (benchmarks/cupti_cost.py) write it.
  * The library stays loaded: a second attach calls gputime_inject_attach
  * again (cudaprobe finds it in /proc/PID/maps), never loading it twice. */
 #define _GNU_SOURCE
@@ -128,7 +131,7 @@ struct gputime_control *gputime_inject_attach(const char *cupti_path, uint64_t o
         return &control;  /* another cudaprobe's, or a killed one's not yet timed out */
     control.owner = (uint32_t)owner;
     control.stop = 0;
-    control.paused = 0;  /* recording from the start: cudaprobe pauses it if it is between slices */
+    control.paused = 0;  /* recording from the start (cudaprobe never pauses it) */
     control.applied = 0;
     control.generation++;
     control.why[0] = 0;

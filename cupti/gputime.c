@@ -106,12 +106,7 @@ static CUpti_SubscriberHandle subscriber;  /* attach: ours, held while recording
 static struct gputime_record tie_buffers[2][TIE_RECORDS];  /* (untouched pages cost nothing) */
 static struct gputime_record *ties = tie_buffers[0];  /* the one on_call() appends to */
 static size_t n_ties, ties_dropped;
-/* serve --duty, between the slices: on_call() ties nothing. CUPTI's callbacks
- * stay on from the start to the stop: switching them off and on while the
- * program launches kills it (CUPTI's own thread faults: an H100, CUDA 13, a
- * PyTorch transformer step, within a few hundred switches;
- * scripts/gpu/check-cupti-toggle.sh), where switching the GPU work's kinds
- * alone did not, a thousand times. */
+/* paused (gputime_pause): on_call() ties nothing, CUPTI's callbacks left on */
 static int ties_paused;
 static __thread uint32_t tie_tid;  /* the calling thread's gettid(), once (0 again in a forked child) */
 static const char *names[MAX_NAMES];  /* open addressing on CUPTI's name pointers */
@@ -831,15 +826,17 @@ int gputime_record_to(int fd, const char *cupti_path, int mode, char *why, size_
     return 0;
 }
 
-/* Attach, serve --duty: CUPTI's recording of the GPU work off between the
- * slices (its cost on every launch gone with it) and on again in them; the
- * records made so far come at the next flush. The watcher's thread only
- * (attach.c). Only a recording of the GPU work alone, or with its calls tied
- * by CUPTI's callbacks (GPUTIME_API_CALLS), whose callbacks stay on and tie
- * nothing between the slices (ties_paused). A running PyTorch job died where
- * CUPTI's RUNTIME and DRIVER kinds were switched off and on too (one run), and
- * where the callbacks were (scripts/gpu/check-cupti-toggle.sh; H100, CUDA 13);
- * switching the work's kinds alone, or leaving everything on, harmed nothing. */
+/* Attach: CUPTI's recording of the GPU work off (its cost on every launch gone
+ * with it) and on again; the records made so far come at the next flush. The
+ * watcher's thread only (attach.c), as `paused` is written. cudaprobe never
+ * writes it: switching CUPTI's recording while a job launches can kill the job
+ * (CUPTI's own thread faults; H100, CUDA 13, a PyTorch transformer step: the
+ * work's kinds alone, with the launch callbacks left on, or the callbacks
+ * too, a few times a second, each killed it within a few thousand switches;
+ * scripts/gpu/check-cupti-toggle.sh). Kept for that diagnosis and for
+ * benchmarks/cupti_cost.py. Only a recording of the GPU work alone, or with
+ * its calls tied by CUPTI's callbacks (GPUTIME_API_CALLS), whose callbacks
+ * stay on and tie nothing while paused (ties_paused). */
 __attribute__((visibility("hidden")))
 void gputime_pause(int paused)
 {

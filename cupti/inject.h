@@ -65,11 +65,11 @@
 #define C_FD 24             /* i32: the records' memfd in the process, while recording */
 #define C_OWNER 28          /* u32: the pid of the cudaprobe that attached */
 #define C_GENERATION 32     /* u32: attaches so far */
-#define C_PAUSED 36         /* u32: cudaprobe writes 1 between serve --duty's slices, 0 in them:
-                               CUPTI's recording off, then on again (the watcher follows it) */
+#define C_PAUSED 36         /* u32: 1: CUPTI's recording off, 0: on again (the watcher follows
+                               it); written by the diagnosis and the cost benchmark only */
 #define C_WHY 40            /* 256 bytes: why refused, or why it stopped */
 #define C_APPLIED 296       /* u32: the watcher copies `paused` here once CUPTI's recording
-                               follows it: serve's slices wait for it before the probes go in */
+                               follows it */
 #define CONTROL_SIZE 304
 #define CONTROL_MAGIC "CPATTC2"
 #define ATTACH_IDLE 0

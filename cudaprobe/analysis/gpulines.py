@@ -25,9 +25,8 @@ probes are on in slices (the metrics' SliceSpans, given at `slices_only`: from o
 are in to the slice's length later, or to before they come out where that
 is sooner, as a call counts) and an API record outside them (in the probes'
 clock: a process in CUPTI's own clock is placed once aligned) has no
-traced launch; its kernels are not counted at all (`sampled`: the metrics
-count a kernel by kernel name too only once its record is known to lie in
-a slice, CUPTI being on from before each slice to after it). Every
+traced launch: its kernels count by no line (OUTSIDE), where they count by
+kernel name all the same (CUPTI records all along). Every
 bound is a count: a flood costs memory up to the MAX_* below, never more,
 and what was let go is counted (`dropped`).
 """
@@ -222,11 +221,6 @@ class LineJoin:
         end = api.end_ns + margin_ns
         thread = self._threads.get((pid, api.tid))
         return (thread is not None and thread[-1].end_ns >= end) or end <= self._newest - ORDER_NS
-
-    @property
-    def sampled(self) -> bool:
-        """--duty: the probes trace slices, and only kernels launched in one count."""
-        return self._spans is not None
 
     def _resolve(self, key: tuple[int, int], launch: Launch | object | None) -> None:
         """What an API record came to: its launch, none (in a slice, or with no

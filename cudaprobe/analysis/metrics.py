@@ -197,8 +197,8 @@ class Snapshot:
     sampling_ratio: float = 1.0
     sampled_windows: int = 0
     # serve --duty: the scaled totals' relative standard error, from the spread of
-    # what the slices saw ("calls" of the sampled functions, "gpu_time"), once two
-    # slices are complete
+    # what the slices saw ("calls" of the sampled functions), once two slices are
+    # complete
     sampling_relative_error: dict[str, float] = field(default_factory=dict)
     # --gpu-time into running processes (serve): processes the library went into,
     # and those it could not, by reason; None: not asked for
@@ -310,8 +310,8 @@ class CallMetrics:
         self._launches: dict[tuple[str, str], int] = {}
         self._gpu_kernels = LabelBudget(MAX_KERNELS, MAX_KERNEL_NAMES)  # by GPU time
         self._gpu_time: dict[str, Histogram] = {}
-        # serve --duty: each slice's calls of the sampled functions, and GPU ns
-        self._slice_calls, self._slice_gpu = SliceTotals(), SliceTotals()
+        # serve --duty: each slice's calls of the sampled functions
+        self._slice_calls = SliceTotals()
         self.spans = SliceSpans()  # serve --duty: when the slices counted
         self._memory = MemoryAccounting()
         self._progress = self._memory.progress  # fed with every call read, not only memory's
@@ -320,9 +320,6 @@ class CallMetrics:
         # the slice traced), and the slices traced so far; 1 and 0: exact counting
         self.weight: float = 1
         self.windows = 0
-        # ... and each kernel's GPU time, where CUPTI records in the slices only (serve
-        # --duty --gpu-time on a node: DutyCycle sets it)
-        self.gpu_weight: float = 1
         # ... but the calls of these exported functions, traced all the time (exact())
         self._exact: frozenset[str] = frozenset()
         # --gpu-time into running processes (gpu_injection()): the processes recording,
@@ -420,30 +417,23 @@ class CallMetrics:
         return (name, *self.jobs.of(pid))
 
     def add_gpu(self, work: Iterable[GpuWork]) -> None:
-        """Kernels as they ran on the GPU (copies and memsets are not counted here);
-        with python_lines(), by the line of their launch too. With --duty and
-        lines, a kernel counts (by name too) once its launch's record is known
-        to lie in a slice: CUPTI is on from before a slice to after it."""
+        """Kernels as they ran on the GPU (copies and memsets are not counted here),
+        each by its name; with python_lines(), by the line of their launch too.
+        With --duty, CUPTI records all along (never switched with the slices):
+        every kernel counts by name, and by line only if its launch lies in a
+        slice (the probes traced it)."""
         with self._lock:
             lines = self._lines
-            sampled = lines is not None and lines.sampled
             for w in work:
                 if w.kind != "kernel":
                     continue
-                if not sampled:
-                    self._count_kernel(w)
+                self._count_kernel(w)
                 if lines is not None:
                     launch = lines.launch_of(w)
-                    if launch is WAITING or launch is OUTSIDE:
-                        continue
-                    if sampled:
-                        self._count_kernel(w)
-                    if launch is not None:
+                    if launch is not WAITING and launch is not OUTSIDE and launch is not None:
                         self._count_line(w, launch)
             if lines is not None:
                 for w, launch in lines.settle(self.clock()):
-                    if sampled:
-                        self._count_kernel(w)
                     if launch is not None:
                         self._count_line(w, launch)
 
@@ -453,9 +443,7 @@ class CallMetrics:
         hist = self._gpu_time.get(name)
         if hist is None:
             hist = self._gpu_time[name] = Histogram()
-        hist.add(w.duration_ns, self.gpu_weight)
-        if self.gpu_weight != 1:
-            self._slice_gpu.add(w.duration_ns, w.start_ns)
+        hist.add(w.duration_ns)
 
     def _count_line(self, work: GpuWork, launch: Launch) -> None:
         """A kernel's GPU time under its launch's line, in its process's label."""
@@ -523,7 +511,6 @@ class CallMetrics:
             self.windows += 1
             self.spans.begin(now_ns)
             self._slice_calls.begin(now_ns)
-            self._slice_gpu.begin(now_ns)
             if self._lines is not None:
                 self._lines.slices_only(self.spans)
 
@@ -572,8 +559,7 @@ class CallMetrics:
                 sampling_ratio=1 / self.weight, sampled_windows=self.windows,
                 sampling_relative_error={
                     quantity: error for quantity, error in (
-                        ("calls", self._slice_calls.relative_error()),
-                        ("gpu_time", self._slice_gpu.relative_error())) if error is not None},
+                        ("calls", self._slice_calls.relative_error()),) if error is not None},
                 gpu_time_processes=self._gpu_processes,
                 gpu_time_refusals=dict(self._gpu_refusals),
                 gpu_lines={k: ns / 1e9 for k, ns in self._gpu_lines.items()

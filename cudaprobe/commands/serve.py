@@ -34,7 +34,9 @@ from cudaprobe.targets.jobs import KUBELET_LOGS, Jobs
               help="Also a histogram of each kernel's GPU time, through CUPTI; with "
                    "--pid/--comm, and on a node (no target), the library is put into each "
                    "running process, and those it cannot go into are counted by reason; "
-                   "with --duty, CUPTI records in the slices only, the GPU time scaled "
+                   "with --duty too, CUPTI records all along (switched with the slices, "
+                   "it can kill a job), every kernel counted unscaled, its cost on each "
+                   "launch paid all along: 4-10% of a launch-bound job's speed "
                    "(docs/fleet.md).")
 @click.option("--py-stacks", is_flag=True,
               help="With --gpu-time: each process's kernels' GPU time by the Python line "
@@ -128,7 +130,7 @@ def serve_command(probe: ProbeRequest, prometheus_at, gpu_time, py_stacks, kubel
                                      on_gpu_recording=metrics.gpu_recording,
                                      on_gpu_refused=metrics.gpu_refused, gpu_lines=lines,
                                      on_started=cycle.start if cycle is not None else None)
-            if cycle is not None:  # CUPTI's recording cycles with the probes
+            if cycle is not None:  # says CUPTI records all along
                 cycle.gpu_of = lambda: options.gpu_attach
             try:
                 settings = probing.settings if cycle is None else dataclasses.replace(

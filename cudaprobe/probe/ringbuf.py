@@ -396,6 +396,8 @@ def _reader_main(map_fd: int, consumer: mmap.mmap, data: mmap.mmap, size: int, s
                     os.write(notify, b"\0")
                 except BlockingIOError:
                     pass  # the pipe is full of wakeups already
+                except BrokenPipeError:
+                    return  # the parent is gone (killed): no one reads the spool
         if stopping:
             if n == available:
                 return

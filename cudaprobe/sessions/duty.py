@@ -19,14 +19,15 @@ of; serve puts them in Settings.duty_exact, whose links pause() leaves on.
 With --py-stacks, PyTorch's autograd probes cycle with the rest, and the
 slices are told to the metrics (`window_traced`, `window_ended`), whose join
 of GPU work to Python lines looks only at work launched inside one. With
---gpu-time, the GPU-time library's CUPTI recording in each process (whose
-kernel records cost every launch 4-10% while on) cycles too: the GPU time is
-what the slices launched, times 1/fraction (CallMetrics.gpu_weight). With
---py-stacks the launches are tied to their kernels by CUPTI's callbacks on
-the launch, copy and memset functions alone (the library's call ties), which
-switch with the rest; never by CUPTI's API record kinds (every call recorded:
-a running PyTorch job died in the one run that switched those off and on,
-H100, CUDA 13), which would stay on, unscaled.
+--gpu-time, the GPU-time library's CUPTI recording in each process is never
+switched with the slices: switching CUPTI off and on while a job launches
+can kill it (CUPTI's own thread faults; H100, CUDA 13: any of its kinds or
+callbacks switched, a few times a second, killed a PyTorch training step
+within a few thousand switches, scripts/gpu/check-cupti-toggle.sh). So
+CUPTI records from the library's start to serve's stop: every kernel's GPU
+time is counted, unscaled, and its cost on each launch is the job's all
+along (BENCHMARKS.md). The Python lines of GPU time are the slices' (the
+launches the probes traced, each standing for 1/fraction).
 """
 
 from __future__ import annotations
@@ -52,10 +53,6 @@ if TYPE_CHECKING:  # (it imports bcc's users: only its type here)
 EXACT = frozenset(ROLES)
 MIN_SLICE_S = 0.05  # a shorter slice is mostly the links going on and off
 SLACK_S = 0.5  # of each period, left after its slice for the links to go on and off
-# with call ties, CUPTI stays on this long after the probes are out: the kernels a
-# slice launched run after their launch (the GPU behind the job's thread), and
-# those still queued when CUPTI goes off would leave their launches unjoined
-TIES_TAIL_S = 0.2
 
 
 def parse_duty(text: str) -> float:
@@ -85,10 +82,9 @@ class DutyCycle:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._autograd: AutogradProbe | None = None
-        # serve --gpu-time: the GPU-time library in the node's processes (its CUPTI
-        # recording cycles with the slices too); asked for once the probes are in
+        # serve --gpu-time: the GPU-time library in the node's processes (CUPTI on
+        # all along, never switched with the slices); asked for once the probes are in
         self.gpu_of: Callable[[], GpuTimeAttach | None] = lambda: None
-        self._gpu: GpuTimeAttach | None = None
         metrics.weight = 1 / fraction
         metrics.spans.length_ns = round(self.slice_s * 1e9)  # a call counts in one
         metrics.exact(EXACT)
@@ -113,20 +109,13 @@ class DutyCycle:
             return
         if self._autograd is not None:
             self._autograd.pause()
-        self._gpu = self.gpu_of()
-        if self._gpu is not None and self._gpu.reader is None:
-            self._gpu = None  # no GPU-time library here (said): nothing to switch
-        injector = self._gpu.injector if self._gpu is not None else None
-        if injector is not None and not (injector.work_only or injector.call_ties):
-            self._gpu = None  # every call's API record: on all along, GPU time unscaled
-            self.notify("--duty with --gpu-time: CUPTI's recording of every call stays on "
-                        "between the slices, so every kernel's GPU time is counted, unscaled, "
-                        "and CUPTI costs the job all along")
-        if self._gpu is not None:  # GPU time too is what the slices saw, times 1/fraction
-            self.metrics.gpu_weight = self.metrics.weight
-            self._gpu.pause()
-            if self._gpu.injector.call_ties:  # a kernel counts once its tie is in a slice
-                self.metrics.slices_only()
+        gpu = self.gpu_of()
+        if gpu is not None and gpu.reader is not None:
+            self.notify("--duty with --gpu-time: CUPTI records in each process all along, not "
+                        "only in the slices (switching it with them can kill a job), so every "
+                        "kernel's GPU time is counted, unscaled, and CUPTI costs each launch "
+                        "all along")
+        self.metrics.slices_only()  # --py-stacks: the lines are the slices' launches'
         self._thread = threading.Thread(target=self._run, args=(attacher,),
                                         name="cudaprobe-duty", daemon=True)
         self._thread.start()
@@ -142,53 +131,32 @@ class DutyCycle:
                         "now on nothing is counted")
 
     def _halt(self, attacher) -> None:
-        """After a failure in the cycle: a slice under way ended, and the probes,
-        the autograd probes and CUPTI's recording off, each as far as it goes (a
-        slice left open, or the probes left in, would count every call and
-        kernel from then on at 1/fraction: a job seen ten times over)."""
+        """After a failure in the cycle: a slice under way ended, and the probes
+        and the autograd probes off, each as far as it goes (a slice left open,
+        or the probes left in, would count every call from then on at
+        1/fraction: a job seen ten times over)."""
         for off in (self.metrics.window_ended, attacher.pause,
-                    *(p.pause for p in (self._autograd, self._gpu) if p is not None)):
+                    *((self._autograd.pause,) if self._autograd is not None else ())):
             with contextlib.suppress(Exception):
                 off()
 
     def _cycle(self, attacher) -> None:
-        """Each period, a slice. CUPTI's recording (--gpu-time) switches around the
-        probes so that what it counts matches what they do: with call ties
-        (--py-stacks) it is on, each process's watcher says so, before the
-        probes go in, and off after they are out, so every launch they trace
-        is tied to its kernels, and stays on TIES_TAIL_S more, for the kernels
-        the slice launched that the GPU has not run yet; the kernels launched
-        outside the slice are not counted (metrics: by their tie's time),
-        those recorded in the tail among them. With the GPU work alone (no
-        launch to tie a kernel to) it goes on after the probes are in and off
-        before they come out: its window is the slice's, give or take the
-        watchers' lag at both ends (the same lag, so no bias either way)."""
+        """Each period, a slice: the probes in, `slice_s`, the probes out."""
         begins = time.monotonic()
-        ties = self._gpu is not None and self._gpu.injector.call_ties
-        tail = TIES_TAIL_S if ties else 0.0
         while True:
-            offset = self.rng.uniform(0, max(0.0, self.period_s - self.slice_s - SLACK_S - tail))
+            offset = self.rng.uniform(0, max(0.0, self.period_s - self.slice_s - SLACK_S))
             if self._stop.wait(max(0.0, begins + offset - time.monotonic())):
                 return
-            if ties:
-                self._gpu.resume(wait=True)
             if self._autograd is not None:
                 self._autograd.resume()
             if not attacher.resume():  # tracing over
                 return
             self.metrics.window_traced()  # from now on: the probes are in
-            if self._gpu is not None and not ties:
-                self._gpu.resume()
             stopped = self._stop.wait(self.slice_s)
-            if self._gpu is not None and not ties:
-                self._gpu.pause()
             self.metrics.window_ended()
             paused = attacher.pause()
             if self._autograd is not None:
                 self._autograd.pause()
-            if ties:
-                stopped = self._stop.wait(tail) or stopped
-                self._gpu.pause()
             if not paused or stopped:
                 return
             begins += self.period_s

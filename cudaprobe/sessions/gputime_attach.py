@@ -35,10 +35,6 @@ HEARTBEAT_S = 0.5
 SWEEP_S = 60.0
 STOP_WAIT_S = 10.0  # for the library to flush and stop
 CHILD_WAIT_S = 35.0  # for an injection into a later process under way at the end
-# serve --duty --py-stacks: how long a slice waits for each process's CUPTI to be on
-# (the watcher looks each WATCH_PERIOD_MS, 10), and how often it looks
-ACK_WAIT_S = 0.2
-ACK_POLL_S = 0.002
 RECORDS_NAME = "/memfd:cudaprobe-gpu-records (deleted)"
 RECORDS_AT_START = 64 << 20  # what the library's records memfd may hold when handed over
 FALLOC_PUNCH_HOLE = 0x03  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
@@ -102,7 +98,6 @@ class GpuTimeAttach:
         self.notify = notify
         self.keep = keep
         self._stopped = False
-        self._paused = False  # serve --duty: between slices, CUPTI's recording off
         self.env: dict[str, str] = {}
         self.library, why = build_library()
         self.reader: GpuReader | None = None
@@ -313,8 +308,6 @@ class GpuTimeAttach:
             return f"the descriptor its GPU-time library gave for its records is refused: {why}"
         with self._lock:
             self._done.append(Injected(pid, process, mem, control, ours))
-            if self._paused:  # put in during a slice that has ended since
-                self._write(self._done[-1], "C_PAUSED", struct.pack("<I", 1))
         self.reader.add_file(ours, pid)
         if self._beats is None:
             self._beats = threading.Thread(target=self._heartbeat, daemon=True)
@@ -340,43 +333,12 @@ class GpuTimeAttach:
                     self.reader.poll()
                 self._free_read()
 
-    def pause(self) -> None:
-        """serve --duty, between slices: CUPTI's recording off in every process
-        (its cost on each launch with it; the watcher follows within
-        WATCH_PERIOD_MS)."""
-        self._set_paused(True)
-
-    def resume(self, wait: bool = False) -> None:
-        """A slice: CUPTI's recording on again. `wait`: until each process's
-        watcher says it is (at most ACK_WAIT_S; a process that does not say so
-        by then, or exits, is not waited for), so that the probes that go in
-        next find it on (serve --py-stacks: every launch they trace is tied to
-        its kernels)."""
-        self._set_paused(False)
-        if not wait or self.reader is None:
-            return
-        deadline = time.monotonic() + ACK_WAIT_S
-        with self._lock:
-            waiting = list(self._done)
-        while waiting and time.monotonic() < deadline:
-            waiting = [i for i in waiting if self._read_word(i, "C_APPLIED") == 1]
-            if waiting:
-                time.sleep(ACK_POLL_S)
-
     def _read_word(self, i: Injected, field: str) -> int | None:
         """A u32 of the process's control block; None once it has exited."""
         try:
             return struct.unpack("<I", i.mem.read(i.control + self.layout[field], 4))[0]
         except (OSError, struct.error):
             return None
-
-    def _set_paused(self, paused: bool) -> None:
-        if self.reader is None:
-            return
-        with self._lock:
-            self._paused = paused
-            for i in self._done:
-                self._write(i, "C_PAUSED", struct.pack("<I", int(paused)))
 
     def _write(self, i: Injected, field: str, value: bytes) -> None:
         """A word of the process's control block (inject.h's offset `field`)."""

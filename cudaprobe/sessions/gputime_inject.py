@@ -63,9 +63,7 @@ class Injector:
         # serve without --py-stacks); CUPTI's API records are its dearest part
         self.work_only = False
         # the calls that queue GPU work tied to it by CUPTI's callbacks on those
-        # functions alone, no API record kind on (serve --py-stacks): between
-        # serve --duty's slices the work's records go off and the callbacks,
-        # left on, tie nothing (cupti/gputime.c, gputime_pause)
+        # functions alone, no API record kind on (serve --py-stacks)
         self.call_ties = False
 
     def inject(self, process: HeldProcess, started: Started, point: SafePoint | None = None,

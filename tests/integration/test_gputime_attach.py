@@ -493,37 +493,35 @@ def test_serve_on_a_node_puts_the_library_into_each_process_found_and_counts_ref
 
 
 @pytest.mark.parametrize("end", ["stopped", "killed"])
-def test_serve_duty_turns_cupti_recording_off_between_slices(tmp_path, target_exe, fake_cupti,
-                                                            libcudart, end):
-    """serve --duty --gpu-time on a node: CUPTI's kernel records cost every launch
-    while on, so the library's recording follows the slices, as the probes do:
-    on when the library goes in (in a slice), off after it, on in the next, off
-    again (the fake CUPTI logs each switch of the kernel kind). serve stopped, or
-    killed (kill -9) wherever the cycle is: the program's output and exit
-    status are an untraced run's."""
+def test_serve_duty_never_switches_cupti_with_its_slices(tmp_path, target_exe, fake_cupti,
+                                                        libcudart, end):
+    """serve --duty --gpu-time on a node: CUPTI's recording is never switched
+    with the slices (switched while a job launches, it can kill the job): the
+    kernel kind goes on once as the library goes in (the fake CUPTI logs each
+    switch) and stays on across two slices; it goes off once, at serve's stop,
+    or, serve killed (kill -9) wherever the cycle is, when the library's
+    watcher finds the heartbeat gone. The program's output and exit status
+    are an untraced run's."""
     library, env = private_copy(tmp_path, libcudart)
     log = tmp_path / "switches.log"
     t = Target([str(target_exe), "1", "0"], env={**env, "FAKE_CUPTI_LOG": str(log)})
+    address = f"127.0.0.1:{free_port()}"
     serve = subprocess.Popen(
-        [sys.executable, "-m", "cudaprobe", "serve", "--prometheus", f"127.0.0.1:{free_port()}",
+        [sys.executable, "-m", "cudaprobe", "serve", "--prometheus", address,
          "--lib", library, "-e", "cudaGetDeviceCount", "--gpu-time", "--duty", "20%",
          "--duty-period", "1"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "CUDAPROBE_CUPTI": str(fake_cupti)})
     err = Lines(serve.stderr)
-    kernel = str(CONCURRENT_KERNEL)
     try:
         err.wait_for(lambda s: f"the GPU-time library is recording in pid {t.pid} " in s,
                      "recording", timeout=HANG_S)
+        begun = windows(address)
         deadline = time.monotonic() + HANG_S
-        while True:
-            switches = [w for w, kind in (line.split() for line in
-                                          (log.read_text() if log.exists() else "").splitlines())
-                        if kind == kernel]
-            if switches[:4] == ["enable", "disable", "enable", "disable"]:
-                break
-            assert time.monotonic() < deadline, (switches, err.text())
+        while windows(address) < begun + 2:  # two slices begun since CUPTI went on
+            assert time.monotonic() < deadline, err.text()
             time.sleep(0.05)
+        assert kernel_switches(log) == ["enable"], (kernel_switches(log), err.text())
         if end == "killed":  # the watcher, its heartbeat gone, stops the recording itself
             serve.kill()
             serve.wait(timeout=HANG_S)
@@ -534,6 +532,7 @@ def test_serve_duty_turns_cupti_recording_off_between_slices(tmp_path, target_ex
         if end == "stopped":
             assert stop(serve) == 0, err.text()
         assert t.finish() == (UNTRACED, 0)
+    assert kernel_switches(log) == ["enable", "disable"]
     assert "Traceback" not in err.text()
 
 
@@ -543,58 +542,23 @@ def kernel_switches(log: Path) -> list[str]:
     return [w for w, kind in (line.split() for line in lines) if kind == str(CONCURRENT_KERNEL)]
 
 
-@pytest.mark.parametrize("ties", [True, False], ids=["call ties", "work alone"])
-def test_a_slice_that_waits_finds_cupti_on_in_each_process(tmp_path, target_exe, fake_cupti,
-                                                            monkeypatch, ties):
-    """serve --duty --py-stacks puts the probes in only once each process's
-    CUPTI is on again: resume(wait=True) returns after the library's watcher
-    has switched the kernel kind on (the fake CUPTI logs it as it is called),
-    whatever the watcher's period; pause() is followed, not waited for. The
-    program's output and exit status are an untraced run's."""
-    from cudaprobe.sessions import gputime_attach  # noqa: PLC0415
-    monkeypatch.setattr(gputime_attach, "ACK_WAIT_S", HANG_S)  # a loaded machine: not cut
-    monkeypatch.setenv("CUDAPROBE_CUPTI", str(fake_cupti))
-    log = tmp_path / "switches.log"
-    t = Target([str(target_exe), "1", "0"], env={"FAKE_CUPTI_LOG": str(log)})
-    said: list[str] = []
-    attach = GpuTimeAttach(said.append, keep=False)
-    if attach.reader is None:
-        pytest.skip(said[0])
-    attach.injector.call_ties, attach.injector.work_only = ties, not ties
-    try:
-        attach.attach(t.pid)
-        assert any(f"recording in pid {t.pid}" in line for line in said), said
-        for cycle in range(5):
-            attach.pause()
-            deadline = time.monotonic() + HANG_S
-            while kernel_switches(log)[-1:] != ["disable"]:  # followed, in its time
-                assert time.monotonic() < deadline, (cycle, kernel_switches(log))
-                time.sleep(0.01)
-            attach.resume(wait=True)
-            assert kernel_switches(log)[-1] == "enable", (cycle, kernel_switches(log))
-    finally:
-        attach.close()
-        assert t.finish() == (UNTRACED, 0)
-
-
 def windows(address: str) -> float:
     """serve's slices so far (cudaprobe_sampled_windows)."""
     samples = _serve_samples(f"http://{address}/metrics").get("cudaprobe_sampled_windows", [])
     return sum(s.value for s in samples if s.name == "cudaprobe_sampled_windows_total")
 
 
-def test_serve_duty_with_py_stacks_switches_cupti_with_its_slices_tying_calls_by_callbacks(
+def test_serve_duty_with_py_stacks_never_switches_cupti_with_its_slices(
         tmp_path, target_exe, fake_cupti, libcudart):
     """serve --duty --gpu-time --py-stacks: the launches are tied to their kernels
     by CUPTI's callbacks on the launch functions alone, never by CUPTI's API
-    record kinds (RUNTIME, DRIVER: every call recorded, +8-18% on a PyTorch job
-    all along; a running job died in the one run that switched those off and
-    on). So the recording follows the slices: the kernel kind on in a slice,
-    off after it, on in the next (the fake CUPTI logs each switch), the
-    launch's callback on all along (switched with the slices, it killed a
-    running job: the library ties nothing between them instead); no API
-    record kind is ever switched on; the program's output and exit status are
-    an untraced run's."""
+    record kinds (RUNTIME, DRIVER: every call recorded, +8-18% on a PyTorch
+    job). CUPTI's recording is never switched with the slices (switched while
+    a job launches, it can kill the job): the kernel kind and the launch's
+    callback go on once (the fake CUPTI logs each switch) and stay on across
+    two slices, and go off once, at the stop; serve says so; no API record
+    kind is ever switched on; the program's output and exit status are an
+    untraced run's."""
     library, env = private_copy(tmp_path, libcudart)
     log = tmp_path / "switches.log"
     t = Target([str(target_exe), "1", "0"], env={**env, "FAKE_CUPTI_LOG": str(log)})
@@ -605,28 +569,29 @@ def test_serve_duty_with_py_stacks_switches_cupti_with_its_slices_tying_calls_by
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "CUDAPROBE_CUPTI": str(fake_cupti)})
     err = Lines(serve.stderr)
-    switches: list[list[str]] = []
+
+    def switched() -> tuple[list[str], list[str]]:
+        """The kernel kind's switches, and the launch callback's, so far."""
+        lines = [line.split() for line in
+                 (log.read_text() if log.exists() else "").splitlines()]
+        return ([w for w, kind in lines if kind == str(CONCURRENT_KERNEL)],
+                [w for w, cbid in lines if cbid == str(LAUNCH_CBID)])
     try:
         err.wait_for(lambda s: f"the GPU-time library is recording in pid {t.pid} " in s,
                      "recording", timeout=HANG_S)
+        begun = windows(address)
         deadline = time.monotonic() + HANG_S
-        while True:
-            switches = [line.split() for line in
-                        (log.read_text() if log.exists() else "").splitlines()]
-            kernel = [w for w, kind in switches if kind == str(CONCURRENT_KERNEL)]
-            ties = [w for w, cbid in switches if cbid == str(LAUNCH_CBID)]
-            if kernel[:4] == ["enable", "disable"] * 2:
-                assert ties == ["tie-on"], switches
-                break
-            assert time.monotonic() < deadline, (switches, err.text())
+        while windows(address) < begun + 2:  # two slices begun since CUPTI went on
+            assert time.monotonic() < deadline, err.text()
             time.sleep(0.05)
+        assert switched() == (["enable"], ["tie-on"]), (switched(), err.text())
     finally:
         assert stop(serve) == 0, err.text()
         assert t.finish() == (UNTRACED, 0)
+    assert switched() == (["enable", "disable"], ["tie-on", "tie-off"])
     switches = [line.split() for line in log.read_text().splitlines()]
-    assert [w for w, cbid in switches if cbid == str(LAUNCH_CBID)] == ["tie-on", "tie-off"]
     assert not [s for s in switches if s[0] == "enable" and s[1] in (RUNTIME_KIND, DRIVER_KIND)]
-    assert "stays on" not in err.text()
+    assert "CUPTI records in each process all along" in err.text()
     assert "Traceback" not in err.text()
 
 
@@ -814,18 +779,17 @@ def test_serve_pid_py_stacks_joins_kernels_tied_by_callbacks_to_their_lines(tmp_
 
 
 @pytest.mark.skipif(not Path("/usr/bin/python3.11").exists(), reason="no /usr/bin/python3.11")
-def test_serve_duty_py_stacks_counts_by_name_only_the_kernels_of_its_slices(tmp_path,
-                                                                          fake_cupti):
+def test_serve_duty_py_stacks_counts_every_kernel_by_name_and_the_slices_by_line(tmp_path,
+                                                                                 fake_cupti):
     """serve --duty --gpu-time --py-stacks on a node, beside a running Python
-    program whose every launch comes from one of two lines: CUPTI is on from before
-    each slice to after it, so the stand-in hands over kernels of launches made
-    before the probes were in and after they came out. Those count nowhere;
-    each kernel of a launch made in a slice counts under its line and by its
-    name alike. So the GPU time by kernel name is the lines' sum (both times
-    1/fraction), but for a call that straddles a slice's start (begun before
-    the probes were in, its tie stamped after: no traced launch, counted by
-    name only; at most one a slice), and less than what the stand-in handed
-    over times 1/fraction; the program's exit status an untraced run's."""
+    program whose every launch comes from one of two lines: CUPTI records all
+    along (never switched with the slices), so the GPU time by kernel name is
+    every kernel the stand-in handed over, once, unscaled; by line, only the
+    kernels of launches the probes traced in a slice count, times 1/fraction:
+    more than none, less than all of them times 1/fraction. A call that
+    straddles a slice's start (begun before the probes were in, its tie
+    stamped after) has no traced launch: at most one a slice. The program's
+    exit status is an untraced run's."""
     from .test_gputime import scrape  # noqa: PLC0415
     work, kernels, lib = two_lines_running(tmp_path, fake_cupti, private=True)
     address = f"127.0.0.1:{free_port()}"
@@ -849,17 +813,15 @@ def test_serve_duty_py_stacks_counts_by_name_only_the_kernels_of_its_slices(tmp_
             lines, named = now
             time.sleep(0.6)
         handed = sum(int(row.split()[1]) for row in kernels.read_text().splitlines()) / 1e9
-        unjoined = scrape(address).get("cudaprobe_gpu_line_unjoined", {})
-        unjoined = sum(v for k, v in unjoined.items() if dict(k)["reason"] != "no_api_record")
+        reasons = {dict(k)["reason"]: v for k, v in
+                   scrape(address).get("cudaprobe_gpu_line_unjoined", {}).items()}
+        unjoined = reasons.get("no_traced_launch", 0)
         slices = windows(address)
-        assert lines > 0, err.text()
-        # by name, the lines' kernels and those of calls that found no traced launch:
+        assert named == pytest.approx(handed, rel=1e-9), (named, handed, err.text())
+        assert 0 < lines < handed * 4 * 0.999, (lines, handed, err.text())
         # the call its thread began just before the probes were in, whose tie is
         # stamped just after (one thread here: one such call a slice at most)
-        assert lines * (1 - 1e-9) <= named <= (lines + unjoined * 10_100e-9 * 4) * (1 + 1e-9), \
-            (named, lines, unjoined, err.text())
-        assert unjoined <= slices, (unjoined, slices)
-        assert named < handed * 4 * 0.999, (named, handed)  # some were outside the slices
+        assert unjoined <= slices, (reasons, slices)
     finally:
         assert stop(serve) == 0, err.text()
         work.stdin.close()

@@ -18,7 +18,7 @@ from cudaprobe.decode.gputime import GpuWork
 from cudaprobe.errors import UsageError
 from cudaprobe.output.otlp_metrics import metrics_data
 from cudaprobe.output.prometheus import CallCollector
-from cudaprobe.sessions.duty import TIES_TAIL_S, DutyCycle, parse_duty
+from cudaprobe.sessions.duty import DutyCycle, parse_duty
 
 from .test_metrics import call
 
@@ -218,146 +218,121 @@ def test_otlp_says_the_counts_are_estimates():
     assert by_name["cuda.api.calls"].data.data_points[0].value == pytest.approx(20)
 
 
-class Injector:
-    def __init__(self, call_ties: bool) -> None:
-        self.call_ties = call_ties
-        self.work_only = not call_ties
-
-
 class Gpu:
-    """The GPU-time library's switches: their steps go in the attacher's list."""
+    """The GPU-time library in the node's processes: any switch of its
+    recording goes in the attacher's list (none may come)."""
 
-    def __init__(self, steps: list[str], call_ties: bool) -> None:
+    def __init__(self, steps: list[str]) -> None:
         self.steps = steps
-        self.injector = Injector(call_ties)
         self.reader = object()  # the library was built
-        self.off_at: list[float] = []
 
     def pause(self) -> None:
         self.steps.append("cupti off")
-        self.off_at.append(time.monotonic())
 
     def resume(self, wait: bool = False) -> None:
-        self.steps.append("cupti on, acknowledged" if wait else "cupti on")
+        self.steps.append("cupti on")
 
 
-@pytest.mark.parametrize("ties", [True, False], ids=["call ties", "work alone"])
-def test_cupti_switches_around_the_probes_so_that_it_counts_what_they_do(ties):
-    """With call ties (--py-stacks) CUPTI is on, each process's watcher having
-    said so, before the probes go in and off after they come out: every launch
-    they trace has its kernels recorded (and a kernel counts only once its tie
-    lies in a slice, from the very start), TIES_TAIL_S after them, for the
-    kernels the slice launched that the GPU has not run yet. With the work
-    alone, CUPTI's window is the slice's: on after the probes are in, off
-    before they come out."""
-    clock = iter(range(1, 100))
-    metrics = CallMetrics(alive=lambda pid: True, clock=lambda: next(clock))
-    join = metrics.python_lines() if ties else None
-    cycle = DutyCycle(0.05, 1.0, metrics, rng=random.Random(1))
-    attacher = Attacher(slices=2)
-    gpu = Gpu(attacher.steps, ties)
-    cycle.gpu_of = lambda: gpu
-    cycle.start(Tracer(attacher))
-    cycle._thread.join(timeout=30)
-    if ties:
-        assert attacher.steps == ["pause", "cupti off"] + [
-            "cupti on, acknowledged", "resume", "pause", "cupti off"] * 2
-        assert join.sampled and list(join._spans) == [(1, 2), (3, 4)]
-        # (the first "cupti off" is the start's, before any slice)
-        tails = [off - out for off, out in zip(gpu.off_at[1:], attacher.paused_at[1:])]
-        assert len(tails) == 2 and min(tails) >= TIES_TAIL_S, tails
-    else:
-        assert attacher.steps == ["pause", "cupti off"] + [
-            "resume", "cupti on", "cupti off", "pause"] * 2
-    assert metrics.gpu_weight == pytest.approx(20)
-
-
-class FailingGpu(Gpu):
-    """CUPTI's recording that cannot be put on again in the second slice (the
-    process's memory gone, a control block not what it was)."""
-
-    def resume(self, wait: bool = False) -> None:
-        super().resume(wait)
-        if self.steps.count("cupti on") == 2:
-            raise ValueError("a control block not as written")
-
-
-def test_a_failure_within_a_slice_ends_it_and_leaves_everything_off_in_one_line():
-    """Whatever fails within a slice (here CUPTI's recording, once the probes
-    are in), the slice is ended and the probes and CUPTI come off: left on, an
-    open slice would count every later call and kernel at 1/fraction. One line
-    says it, not a traceback."""
+def test_cupti_records_all_along_never_switched_with_the_slices():
+    """--duty --gpu-time: CUPTI's recording is never switched with the slices
+    (switched while a job launches, it can kill the job), so a kernel counts
+    by name, unscaled, whenever it ran, in a slice or not; by line only where
+    the probes traced its launch, in a slice. Said once."""
     clock = iter(range(1, 100))
     metrics = CallMetrics(alive=lambda pid: True, clock=lambda: next(clock))
     join = metrics.python_lines()
     cycle = DutyCycle(0.05, 1.0, metrics, rng=random.Random(1))
     said: list[str] = []
     cycle.notify = said.append
-    attacher = Attacher(slices=5)
-    cycle.gpu_of = lambda: FailingGpu(attacher.steps, False)
+    attacher = Attacher(slices=2)
+    cycle.gpu_of = lambda: Gpu(attacher.steps)
     cycle.start(Tracer(attacher))
     cycle._thread.join(timeout=30)
-    assert attacher.steps == ["pause", "cupti off", "resume", "cupti on", "cupti off", "pause",
-                              "resume", "cupti on", "pause", "cupti off"]
-    assert list(join._spans) == [(1, 2), (3, 4)]  # the second slice ended at the failure
-    assert said == ["--duty: the slices stopped (ValueError: a control block not as "
-                    "written); the probes are off and from now on nothing is counted"]
+    assert attacher.steps == ["pause"] + ["resume", "pause"] * 2
+    assert list(join._spans) == [(1, 2), (3, 4)]
+    assert len(said) == 1 and "all along" in said[0] and "unscaled" in said[0], said
+    metrics.add_gpu([GpuWork(7, "kernel", 10 * S, 10 * S + 3_000, 0, 1, 7, 1, "k")])
+    (hist,) = metrics.snapshot(now_ns=1).gpu_time.values()
+    assert (hist.count, hist.sum_ns) == (1, 3_000)
+
+
+class FailingAttacher(Attacher):
+    """Probes that cannot be taken out at the end of the second slice (a
+    process's memory gone, links refused)."""
+
+    def pause(self) -> bool:
+        if self.steps.count("resume") == 2 and "pause failed" not in self.steps:
+            self.steps.append("pause failed")
+            raise ValueError("a link not as written")
+        return super().pause()
+
+
+def test_a_failure_within_a_slice_ends_it_and_leaves_everything_off_in_one_line():
+    """Whatever fails within a slice (here the probes coming out), the slice is
+    ended and the probes and the autograd probes are taken out once more:
+    left in, an open slice would count every later call at 1/fraction. One
+    line says it, not a traceback."""
+    clock = iter(range(1, 100))
+    metrics = CallMetrics(alive=lambda pid: True, clock=lambda: next(clock))
+    join = metrics.python_lines()
+    cycle = DutyCycle(0.05, 1.0, metrics, rng=random.Random(1))
+    said: list[str] = []
+    cycle.notify = said.append
+    attacher = FailingAttacher(slices=5)
+    cycle.start(Tracer(attacher, Autograd(attacher.steps)))
+    cycle._thread.join(timeout=30)
+    assert attacher.steps == ["pause", "autograd off", "autograd on", "resume", "pause",
+                              "autograd off", "autograd on", "resume", "pause failed", "pause",
+                              "autograd off"]
+    assert list(join._spans) == [(1, 2), (3, 4)]  # the second slice ended before the failure
+    assert said == ["--duty: the slices stopped (ValueError: a link not as written); the "
+                    "probes are off and from now on nothing is counted"]
 
 
 @pytest.mark.parametrize("calls_late", [0, 5])
-def test_a_slice_s_records_that_come_during_the_next_are_counted_in_their_own(calls_late):
-    """CUPTI's records come in batches, seconds late, and a busy node's decoder
-    gives the calls seconds late too (`calls_late` slices): each kernel counts
-    in the slice its GPU start lies in, each call in that of its entry,
-    whenever they are read. Equal slices read unevenly have no spread."""
+def test_a_slice_s_calls_that_come_during_the_next_are_counted_in_their_own(calls_late):
+    """A busy node's decoder gives the calls seconds late (`calls_late`
+    slices): each call counts in the slice of its entry, whenever it is read.
+    Equal slices read unevenly have no spread."""
     now = [0]
     metrics = CallMetrics(alive=lambda pid: True, clock=lambda: now[0])
-    metrics.weight = metrics.gpu_weight = 10
+    metrics.weight = 10
     starts = [k * S for k in range(1, 9)]  # a slice a second, each 0.1 s
-    late: list[GpuWork] = []
     calls: list[list] = []
-    for k, t in enumerate(starts):
+    for t in starts:
         now[0] = t
         metrics.window_traced()
         calls.append([call("cudaLaunchKernel", t - S // 100)]  # as the probes went in
                      + [call("cudaLaunchKernel", t + i * 1_000_000) for i in range(1, 5)])
         if len(calls) > calls_late:
             metrics.add(calls.pop(0))
-        late += [GpuWork(7, "kernel", t + i * 1_000_000, t + i * 1_000_000 + 2_000, 0, 1, 7, i,
-                         "k") for i in range(5)]
-        if k % 3 == 2:  # read now and then: three slices' kernels in one go
-            metrics.add_gpu(late)
-            late = []
         now[0] = t + S // 10
         metrics.window_ended()
     for batch in calls:
         metrics.add(batch)
-    metrics.add_gpu(late)
     now[0] = starts[-1] + 10 * S
     metrics.window_traced()  # the eight closed
-    assert metrics.snapshot(now_ns=1).sampling_relative_error == {"calls": 0.0,
-                                                                  "gpu_time": 0.0}
+    assert metrics.snapshot(now_ns=1).sampling_relative_error == {"calls": 0.0}
 
 
 def test_the_scaled_totals_relative_error_comes_from_the_spread_of_the_slices():
-    """Each slice's calls (of the sampled functions) and GPU time, unscaled, by
-    their time: once two slices are closed (their records in), the relative
+    """Each slice's calls (of the sampled functions), unscaled, by their time:
+    once two slices are closed (their records in), the relative
     standard error of the scaled total is their spread over their mean over
     the square root of their number; exact calls add nothing; exported as
     `cudaprobe_sampling_relative_error` by quantity."""
     now = [0]
     metrics = CallMetrics(alive=lambda pid: True, clock=lambda: now[0])
-    metrics.weight = metrics.gpu_weight = 10
+    metrics.weight = 10
     metrics.exact(frozenset({"cudaMalloc"}))
-    per_slice, gpu_ns = [10, 12, 8, 10], [3_000, 1_000, 2_000, 2_000]
+    per_slice = [10, 12, 8, 10]
     period = 5 * S  # past SETTLE_NS: a slice closes as the next begins
     assert metrics.snapshot(now_ns=1).sampling_relative_error == {}
-    for k, (n, ns) in enumerate(zip(per_slice, gpu_ns)):
+    for k, n in enumerate(per_slice):
         now[0] = t = (k + 1) * period
         metrics.window_traced()
         metrics.add([call("cudaLaunchKernel", t + 1_000 * i) for i in range(n)]
                     + [call("cudaMalloc", t)] * 3)
-        metrics.add_gpu([GpuWork(7, "kernel", t + 5_000, t + 5_000 + ns, 0, 1, 7, 1, "k")])
         now[0] = t + S // 10
         metrics.window_ended()
         if k == 1:  # one slice closed: no spread yet
@@ -365,12 +340,11 @@ def test_the_scaled_totals_relative_error_comes_from_the_spread_of_the_slices():
     now[0] = 5 * period
     metrics.window_traced()
     metrics.add([call("cudaLaunchKernel", now[0])] * 50)  # past the fourth: its records are in
-    metrics.add_gpu([GpuWork(7, "kernel", now[0], now[0] + 9_000, 0, 1, 7, 2, "k")])
     now[0] = 6 * period
     metrics.window_traced()  # the fourth closed; the fifth may still get calls: open
     error = metrics.snapshot(now_ns=1).sampling_relative_error
     assert error["calls"] == pytest.approx(statistics.stdev(per_slice) / 10 / 2)
-    assert error["gpu_time"] == pytest.approx(statistics.stdev(gpu_ns) / 2_000 / 2)
+    assert set(error) == {"calls"}  # GPU time: CUPTI records all along, exact
     registry = CollectorRegistry()
     registry.register(CallCollector(metrics))
     text = generate_latest(registry).decode()

@@ -388,15 +388,15 @@ def test_records_that_all_disagree_make_room_for_later_ones(monkeypatch):
     assert join._shift == {} and len(join._unaligned[pid]) == 20 and join.dropped == 20
 
 
-def test_with_duty_a_kernel_counts_by_name_only_once_its_launch_is_known_in_a_slice():
-    """CUPTI is on from before each slice to after it: the kernels of launches
-    made before the first slice, between slices, or whose record has not come
-    yet are not counted by kernel name; those of a slice are, joined to a line
-    or not, at weight 1/fraction, whether their record came before or after."""
+def test_with_duty_every_kernel_counts_by_name_unscaled_and_by_line_only_from_a_slice():
+    """CUPTI records all along (never switched with the slices): every kernel
+    counts by kernel name once, unscaled, as it is read, whenever it was
+    launched; by line only where its launch was traced in a slice, at weight
+    1/fraction, whether its record came before or after it."""
     now = [0]
     m = CallMetrics(alive=lambda pid: True, clock=lambda: now[0])
     join = m.python_lines()
-    m.weight = m.gpu_weight = 20  # --duty 5%
+    m.weight = 20  # --duty 5%
     m.slices_only()
     before = launch(1 * S, 3)  # before the first slice
     m.add([before])
@@ -413,26 +413,28 @@ def test_with_duty_a_kernel_counts_by_name_only_once_its_launch_is_known_in_a_sl
     late = kernel(inside, 2, 3_000)
     now[0] = 4 * S
     m.add_gpu([kernel(before, 1, 1_000), kernel(between, 3, 7_000), late])
-    assert m.snapshot(now_ns=100 * S).gpu_time == {}  # none known in a slice yet
+    snap = m.snapshot(now_ns=100 * S)
+    assert {k: (h.count, h.sum_ns) for k, h in snap.gpu_time.items()} == {"k": (3, 11_000)}
+    assert snap.gpu_lines == {}  # the slice's record has not come yet
     join.api(100, 2, api_of(inside))  # the record comes after its kernel
     join.api(100, 4, api_of(untraced))
     now[0] = 4 * S + 1
     m.add_gpu([kernel(untraced, 4, 500)])
     snap = m.snapshot(now_ns=100 * S)
-    assert {k: (h.count, h.sum_ns) for k, h in snap.gpu_time.items()} == {"k": (40, 70_000)}
+    assert {k: (h.count, h.sum_ns) for k, h in snap.gpu_time.items()} == {"k": (4, 11_500)}
     assert snap.gpu_lines == {(line(4), "python3", *J): 3_000 * 20 / 1e9}
 
 
-def test_with_duty_a_kernel_counts_only_if_its_launch_began_within_the_slice_s_length():
+def test_with_duty_a_kernel_counts_by_line_only_if_its_launch_began_within_the_slice_s_length():
     """The probes come out function by function, on a loaded node as long as
     the slice or more: a launch traced while they do began past the slice's
-    length and its kernel counts neither by line nor by name (counted, each
-    slice would count more than its length at 1/fraction), as a sampled call
-    does not count; a launch within the length counts."""
+    length and its kernel counts by no line (counted, each slice would count
+    more than its length at 1/fraction), as a sampled call does not count; a
+    launch within the length counts. By name, both count, once each."""
     now = [0]
     m = CallMetrics(alive=lambda pid: True, clock=lambda: now[0])
     join = m.python_lines()
-    m.weight = m.gpu_weight = 10  # --duty 10%
+    m.weight = 10  # --duty 10%
     m.spans.length_ns = S // 10  # a period of 1 s
     m.slices_only()
     now[0] = 5 * S
@@ -446,7 +448,7 @@ def test_with_duty_a_kernel_counts_only_if_its_launch_began_within_the_slice_s_l
     now[0] = 6 * S
     m.add_gpu([kernel(within, 1, 3_000), kernel(past, 2, 7_000)])
     snap = m.snapshot(now_ns=100 * S)
-    assert {k: (h.count, h.sum_ns) for k, h in snap.gpu_time.items()} == {"k": (10, 30_000)}
+    assert {k: (h.count, h.sum_ns) for k, h in snap.gpu_time.items()} == {"k": (2, 10_000)}
     assert snap.gpu_lines == {(line(4), "python3", *J): 3_000 * 10 / 1e9}
 
 
@@ -454,15 +456,15 @@ def test_with_duty_a_process_in_cupti_s_clock_is_placed_in_its_slices_once_align
     """Its records stamped 1.5 ms late on the probes' clock: the slice's last
     ones lie past its end as stamped, every one in it once aligned; they wait
     for the offset, then
-    each joins its launch and its kernel counts (by name and by line); a
-    record made after the slice, once aligned, is outside it: its kernel does
-    not count."""
+    each joins its launch and its kernel counts by line; a record made after
+    the slice, once aligned, is outside it: its kernel counts by no line. By
+    name every kernel counts, once."""
     pid, shift = 300, -1_500_000  # CUPTI's clock 1.5 ms ahead
     now = [S]
     m = CallMetrics(alive=lambda pid: True, clock=lambda: now[0])
     join = m.python_lines()
     join.cupti_clock = {pid}
-    m.weight = m.gpu_weight = 10
+    m.weight = 10
     m.slices_only()
     m.window_traced()  # 1 s
     gaps = [20_000 + (i * 7919) % 60_000 for i in range(ALIGN_MIN_VOTES * 3)]
@@ -478,5 +480,5 @@ def test_with_duty_a_process_in_cupti_s_clock_is_placed_in_its_slices_once_align
     m.add_gpu([kernel(c, n, 1_000) for n, c in enumerate([*calls, after])])
     assert join._shift == {pid: shift}
     snap = m.snapshot(now_ns=now[0])
-    assert {k: h.count for k, h in snap.gpu_time.items()} == {"k": 10 * len(calls)}
+    assert {k: h.count for k, h in snap.gpu_time.items()} == {"k": len(calls) + 1}
     assert sum(snap.gpu_lines.values()) == pytest.approx(10 * len(calls) * 1e-6)

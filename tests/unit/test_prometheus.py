@@ -191,19 +191,6 @@ def test_gpu_time_histogram_per_kernel_with_bounded_names():
     assert buckets["2.5e-06"] == 0 and buckets["5e-06"] == 1 and buckets["5e-05"] == 2
 
 
-def test_gpu_time_recorded_in_slices_stands_for_the_whole_period():
-    """serve --duty --gpu-time on a node: CUPTI records in the slices only, so each
-    kernel recorded stands for 1/fraction of them, as a sampled call does."""
-    m = CallMetrics(alive=lambda pid: True)
-    m.gpu_weight = 50  # 2%
-    m.add_gpu([GpuWork(1, "kernel", 0, 3_000, 0, 1, 7, 1, "_Z6vecAddPfi")])
-    hist = scrape_once(m)["cudaprobe_gpu_kernel_duration_seconds"]
-    assert samples(hist, "cudaprobe_gpu_kernel_duration_seconds_count") == {
-        (("kernel", "vecAdd(float*, int)"),): 50}
-    assert samples(hist, "cudaprobe_gpu_kernel_duration_seconds_sum") == {
-        (("kernel", "vecAdd(float*, int)"),): pytest.approx(150e-6)}
-
-
 def scrape_once(m: CallMetrics) -> dict[str, object]:
     with MetricsServer(m, "127.0.0.1", free_port()) as server:
         server.ready.set()

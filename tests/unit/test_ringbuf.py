@@ -140,3 +140,19 @@ def test_records_of_one_length_unpacked_at_once_are_those_read_one_by_one(monkey
         assert got == expected
     finally:
         ring.close()
+
+
+def test_a_reader_whose_parent_is_gone_exits_quietly(capfd):
+    """serve killed (kill -9): the reader process finds the wakeup pipe's other
+    end closed as it says a record came. It stops there, status 0, no
+    traceback on the stderr it shares with the traced program's terminal."""
+    fake = FakeRing()
+    ring = RingBuffer(fake.fd, SIZE, LAYOUTS)
+    os.close(ring._notify)  # the parent's end of the wakeups: gone, as with its death
+    fake.put(EVENT.pack(1, 2))
+    _, status = os.waitpid(ring._reader, 0)
+    ring._reader = 0
+    os.close(ring._stop_w)
+    os.close(ring._spool)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert "Traceback" not in capfd.readouterr().err
