@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Does switching CUPTI's recording off and on, or starting and stopping it,
 # harm a running PyTorch job? scripts/gpu/cupti_toggle.py in each mode, the
-# switches many times faster than serve --duty makes them (a diagnosis of
-# the job that died, BENCHMARKS.md). RUNS: "MODE:WORKLOAD:SECONDS:EVERY ..."
-# (default below: the transformer step, which died in 2 of 2 `pause` runs
-# while the library switched CUPTI's callbacks with the slices, first). Each run's last line and exit status, and where it died
-# its native frames (scripts/gpu/abort_bt.c) and Python stacks, go into
-# $OUT/toggle.txt. OLD_SOURCE: another gputime.c (an older one, as a
-# control), built beside this checkout's other sources; OLD_RUNS are run
-# with it after RUNS. Run from the repo root, .gpukit carried.
+# switches many times faster than serve --duty made them (a diagnosis of the
+# job that died, BENCHMARKS.md; serve no longer switches CUPTI). RUNS:
+# "[VARIANT@]MODE:WORKLOAD:SECONDS:EVERY ...". A VARIANT is this checkout's
+# cupti/gputime.c with the patches of scripts/gpu/cupti-variants/ named in it
+# applied, joined by "+" (callbacks-switched+per-thread-off), or `old`: the
+# gputime.c at OLD_SOURCE (an earlier one, as a control). Default below: the
+# transformer step switched every 20 ms, where the library as it is died in
+# 1 of 3 runs and callbacks-switched in 3 of 3, then the variants that might
+# make switching safe. Each run's last line and exit status, and where it
+# died its native frames (scripts/gpu/abort_bt.c) and Python stacks, go into
+# $OUT/toggle.txt. Run from the repo root, .gpukit carried.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 txt=$OUT/toggle.txt; : > "$txt"
 { date -u; nvidia-smi -L; git log --oneline -1; } >> "$txt" 2>&1
@@ -16,19 +19,37 @@ read -r library cupti < <(python3 -c 'from cudaprobe.targets.cupti import build_
 lib, why = build_library(); print(lib or "-", cupti_library() or "-")')
 echo "library $library, libcupti $cupti" | tee -a "$txt"
 gcc -shared -fPIC -O2 -o /tmp/abort_bt.so scripts/gpu/abort_bt.c
-runs=${RUNS:-pause:transformer:45:0.05 pause:transformer:45:0.05 stop:transformer:45:0.5 work:transformer:30:0.05 pause:mlp:30:0.05 steady:mlp:15:1}
-if [ -n "${OLD_SOURCE:-}" ]; then
-  old=/tmp/old-gputime; rm -rf "$old"; mkdir -p "$old"; cp cupti/* "$old"/; cp "$OLD_SOURCE" "$old"/gputime.c
-  gcc -O2 -shared -fPIC -o "$old"/libgputime-old.so "$old"/gputime.c "$old"/attach.c \
-    "$old"/inject_stub.S -I"$old" -I"${CUDA_HOME:-/usr/local/cuda}"/include -ldl -lpthread
-  echo "old library $old/libgputime-old.so from $OLD_SOURCE ($(sha256sum < "$OLD_SOURCE" | cut -c1-12))" | tee -a "$txt"
-  for run in ${OLD_RUNS:-pause:transformer:45:0.05}; do runs="$runs old:$run"; done
-fi
+t=transformer:40:0.02
+runs=${RUNS:-callbacks-switched@pause:$t callbacks-switched+per-thread-off@pause:$t callbacks-switched+per-thread-off@pause:$t callbacks-switched+no-flush-period@pause:$t callbacks-switched+no-flush-period@pause:$t work:$t}
+
+# variant NAME: its library's path (built once), "" where it cannot be built
+variant() {
+  local dir=/tmp/gputime-variants/$1 patch
+  if [ ! -e "$dir/lib.so" ]; then
+    rm -rf "$dir"; mkdir -p "$dir"; cp cupti/*.c cupti/*.h cupti/*.S "$dir"/
+    if [ "$1" = old ]; then
+      cp "${OLD_SOURCE:?OLD_SOURCE: the gputime.c of the variant old}" "$dir"/gputime.c
+    else
+      for patch in ${1//+/ }; do
+        (cd "$dir" && git apply -p2 "$OLDPWD/scripts/gpu/cupti-variants/$patch.patch") || return
+      done
+    fi
+    gcc -O2 -shared -fPIC -o "$dir"/lib.so "$dir"/gputime.c "$dir"/attach.c \
+      "$dir"/inject_stub.S -I"$dir" -I"${CUDA_HOME:-/usr/local/cuda}"/include -ldl -lpthread \
+      || return
+    echo "variant $1: $(sha256sum < "$dir"/gputime.c | cut -c1-12)" >> "$txt"
+  fi
+  echo "$dir/lib.so"
+}
+
 for run in $runs; do
-  lib=$library
-  case $run in old:*) lib=$old/libgputime-old.so; run=${run#old:} ;; esac
+  lib=$library name=$(basename "$library")
+  case $run in *@*) name=${run%%@*}; run=${run#*@}; lib=$(variant "$name") ;; esac
+  echo "== $run $name $(date -u +%T)" | tee -a "$txt"
+  if [ -z "$lib" ]; then
+    echo "the variant $name could not be built" | tee -a "$txt"; continue
+  fi
   IFS=: read -r mode workload seconds every <<< "$run"
-  echo "== $run $(basename "$lib") $(date -u +%T)" | tee -a "$txt"
   PYTHONFAULTHANDLER=1 LD_PRELOAD=/tmp/abort_bt.so timeout $((seconds + 90)) "$TORCH_PY" \
     scripts/gpu/cupti_toggle.py "$lib" "$mode" --workload "$workload" --seconds "$seconds" \
     --every "$every" --cupti "${cupti/#-/}" > /tmp/toggle.log 2>&1
