@@ -6,7 +6,7 @@
 # the MLP and transformer jobs with --gpu-time --py-stacks on
 # (scripts/gpu/slice_cost.py; PARTS="launched node cost" picks; SECONDS_RUN,
 # NODE_SECONDS: how long; COST_ARGS: serve's options in the cost part; DEBUG:
-# the node's clock alignment printed; NO_PAUSE: CUPTI left on between slices;
+# the node's clock alignment printed;
 # WORK_ONLY: the node's serve without --py-stacks, kernels by name alone).
 # Summary: $OUT/lines.txt. Run from the repo root, .gpukit and .whl carried.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -22,7 +22,7 @@ for part in ${PARTS:-launched node cost}; do
     launched) timeout 200 python3 scripts/gpu/lines_check.py launched --out "$txt" \
                 --seconds "${SECONDS_RUN:-30}" ;;
     node) timeout 250 python3 scripts/gpu/lines_check.py node --out "$txt" --lib "$LIBCUDA" \
-            --seconds "${NODE_SECONDS:-${SECONDS_RUN:-30}}" --duty "${DUTY:-2%}" --duty-period "${PERIOD:-5}" ${DEBUG:+--debug} ${NO_PAUSE:+--no-pause} ${WORK_ONLY:+--work-only} ;;
+            --seconds "${NODE_SECONDS:-${SECONDS_RUN:-30}}" --duty "${DUTY:-2%}" --duty-period "${PERIOD:-5}" ${DEBUG:+--debug} ${WORK_ONLY:+--work-only} ;;
     cost) serve_args=(); for arg in ${COST_ARGS:---gpu-time --py-stacks}; do
             serve_args+=("--serve-arg=$arg"); done
           for w in ${WORKLOADS:-mlp transformer}; do

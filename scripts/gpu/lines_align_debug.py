@@ -35,7 +35,7 @@ began = time.monotonic()
 
 def span_of(join, ts):
     """The slice (its start) whose [start, end] holds ts, or None."""
-    for start, end in reversed(join._spans or ()):
+    for start, end in reversed(list(join._spans or ())):
         if ts >= start and (not end or ts <= end):
             return start
         if ts > (end or ts):
@@ -179,7 +179,7 @@ def report() -> None:
     while True:
         time.sleep(5)
         join = joins[-1] if joins else None
-        spans = join._spans if join is not None else None
+        spans = list(join._spans) if join is not None and join._spans is not None else None
         duty_alive = any(t.name == "cudaprobe-duty" for t in threading.enumerate())
         print(f"{time.monotonic() - began:7.1f} s {stats} spans {len(spans or ())} "
               f"last {spans[-2:] if spans else spans} now {time.monotonic_ns()} "

@@ -143,8 +143,7 @@ def node(a: argparse.Namespace) -> list[str]:
         time.sleep(0.1)
     time.sleep(3)
     err = open(err_path, "w")
-    run = (["scripts/gpu/lines_align_debug.py"] if a.debug else
-           ["scripts/gpu/serve_no_pause.py"] if a.no_pause else ["-m", "cudaprobe"])
+    run = ["scripts/gpu/lines_align_debug.py"] if a.debug else ["-m", "cudaprobe"]
     serve = subprocess.Popen(
         [sys.executable, *run, "serve", "--prometheus", f"127.0.0.1:{PORT}",
          "--api", "driver", "--lib", a.lib, "--duty", a.duty, "--duty-period", a.duty_period,
@@ -192,13 +191,13 @@ def node(a: argparse.Namespace) -> list[str]:
         f.write(said)
     with open(log) as src, open(os.path.join(out_dir, "workload-log.jsonl"), "w") as f:
         f.write(src.read())
-    kept_on = " (CUPTI left on between slices)" if a.no_pause else ""
     py_flag = "" if a.work_only else " --py-stacks"
-    return [f"node{kept_on}: serve --api driver --duty {a.duty} --duty-period {a.duty_period} "
+    return [f"node: serve --api driver --duty {a.duty} --duty-period {a.duty_period} "
             f"--gpu-time{py_flag} beside the running workload, {a.seconds:g} s; events over "
             f"{last['t'] - first['t']:.1f} s of serve's window; workload exit {work.returncode}",
-            *compare(result["lines"], window, got, "sampled: each kernel x 1/duty"),
-            f"all kernels by name {got.get('[all kernels]', 0):.4f} s, the events' lines and "
+            *compare(result["lines"], window, got, "lines sampled: each kernel x 1/duty"),
+            f"all kernels by name (all along, unscaled) {got.get('[all kernels]', 0):.4f} s, "
+            f"the events' lines and "
             f"spins {sum(window.values()) / 1e3 + spins:.4f} s (ratio "
             f"{got.get('[all kernels]', 0) / (sum(window.values()) / 1e3 + spins):.3f})",
             f"slices in the window: {got.get('[slices]', 0):g}, "
@@ -223,8 +222,6 @@ def main() -> None:
     ap.add_argument("--duty-period", default="5")
     ap.add_argument("--debug", action="store_true",
                     help="node: serve's clock alignment printed (lines_align_debug.py)")
-    ap.add_argument("--no-pause", action="store_true",
-                    help="node: CUPTI left on between the slices (serve_no_pause.py)")
     a = ap.parse_args()
     lines = launched(a) if a.mode == "launched" else node(a)
     with open(a.out, "a") as f:
