@@ -273,10 +273,12 @@ def main() -> None:
                      f"before serve, {1e3 * statistics.median(beside):.3f} ms beside it from "
                      f"5 s on ({statistics.median(beside) / statistics.median(before) - 1:+.1%}"
                      "): a cost all along, such as --gpu-time's CUPTI")
-    if gpu is not None:  # the library was in and recording: CUPTI's cost is in the figures
+    if gpu is not None:  # the library was in and recording: CUPTI's cost is all along, in
+        # the steps beside serve against those before it, not in the slices' excess
         said = [t for t in open(f"{tag}.serve.err").read().splitlines() if "GPU-time" in t]
-        lines.append(f"--gpu-time: {gpu[0]:.0f} kernels counted ({gpu[1]:.3f} GPU s, scaled by "
-                     f"the slices' ratio) at the end; serve said: {'; '.join(said[:3])}")
+        lines.append(f"--gpu-time: {gpu[0]:.0f} kernels counted ({gpu[1]:.3f} GPU s, all "
+                     f"along, unscaled) at the end; CUPTI's cost is in the steps beside serve, "
+                     f"not in the slices' excess; serve said: {'; '.join(said[:3])}")
     lines.append(f"serve's own CPU: {cpu1 - cpu0:.2f} s over {span:.0f} s "
                  f"({100 * (cpu1 - cpu0) / span:.2f}% of one core of {os.cpu_count()})")
     with open(a.out, "a") as f:
