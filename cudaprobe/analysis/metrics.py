@@ -213,11 +213,10 @@ class Snapshot:
 
 
 class SliceTotals:
-    """What each slice counted, unscaled (serve --duty), each call or kernel in
-    the slice of its time (a call's entry, a kernel's start on the GPU), not of
-    its arrival: CUPTI's records come in batches, seconds late, and a busy
-    node's decoder runs seconds behind; counted as they came, one slice took
-    several slices' kernels and the next none. A slice is closed once a later
+    """What each slice counted, unscaled (serve --duty), each call in the slice
+    of its entry, not of its arrival: a busy node's decoder runs seconds
+    behind; counted as they came, one slice took several slices' calls and
+    the next none. A slice is closed once a later
     slice has been counted in (the records come in order, so its own are in)
     and it is SETTLE_NS old, or at the latest SETTLE_MAX_NS after it began. A
     scaled total is the slices' sum over the fraction: its relative standard
@@ -497,7 +496,7 @@ class CallMetrics:
 
     def slices_only(self) -> None:
         """serve --duty with lines: from now on, before the first slice too, a
-        kernel counts only once its launch is known to lie in a slice."""
+        kernel counts by line only once its launch is known to lie in a slice."""
         with self._lock:
             if self._lines is not None:
                 self._lines.slices_only(self.spans)
@@ -511,7 +510,7 @@ class CallMetrics:
             self.windows += 1
             self.spans.begin(now_ns)
             self._slice_calls.begin(now_ns)
-            if self._lines is not None:
+            if self._lines is not None:  # (slices_only() before the first, where told)
                 self._lines.slices_only(self.spans)
 
     def window_ended(self) -> None:

@@ -16,7 +16,7 @@ class SliceSpans:
     as long as the slice or more) would count at 1/fraction too. The last
     KEPT slices are kept, for a decoder that runs behind. The line join
     (gpulines.LineJoin) places a launch's API record in the same slices: a
-    kernel counts, by name and by line, only if its launch began in one."""
+    kernel counts by line only if its launch began in one."""
 
     KEPT = 4096
     OPEN = 1 << 63  # the end of a slice under way, its length unknown

@@ -135,8 +135,10 @@ class DutyCycle:
         and the autograd probes off, each as far as it goes (a slice left open,
         or the probes left in, would count every call from then on at
         1/fraction: a job seen ten times over)."""
-        for off in (self.metrics.window_ended, attacher.pause,
-                    *((self._autograd.pause,) if self._autograd is not None else ())):
+        offs = [self.metrics.window_ended, attacher.pause]
+        if self._autograd is not None:
+            offs.append(self._autograd.pause)
+        for off in offs:
             with contextlib.suppress(Exception):
                 off()
 

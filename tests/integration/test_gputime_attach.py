@@ -536,10 +536,16 @@ def test_serve_duty_never_switches_cupti_with_its_slices(tmp_path, target_exe, f
     assert "Traceback" not in err.text()
 
 
+def switches_of(log: Path, what: int) -> list[str]:
+    """The fake CUPTI's switches of an activity kind, or of a callback by its id,
+    in order."""
+    lines = (log.read_text() if log.exists() else "").splitlines()
+    return [w for w, key in (line.split() for line in lines) if key == str(what)]
+
+
 def kernel_switches(log: Path) -> list[str]:
     """The fake CUPTI's switches of the kernel kind, in order."""
-    lines = (log.read_text() if log.exists() else "").splitlines()
-    return [w for w, kind in (line.split() for line in lines) if kind == str(CONCURRENT_KERNEL)]
+    return switches_of(log, CONCURRENT_KERNEL)
 
 
 def windows(address: str) -> float:
@@ -572,10 +578,7 @@ def test_serve_duty_with_py_stacks_never_switches_cupti_with_its_slices(
 
     def switched() -> tuple[list[str], list[str]]:
         """The kernel kind's switches, and the launch callback's, so far."""
-        lines = [line.split() for line in
-                 (log.read_text() if log.exists() else "").splitlines()]
-        return ([w for w, kind in lines if kind == str(CONCURRENT_KERNEL)],
-                [w for w, cbid in lines if cbid == str(LAUNCH_CBID)])
+        return kernel_switches(log), switches_of(log, LAUNCH_CBID)
     try:
         err.wait_for(lambda s: f"the GPU-time library is recording in pid {t.pid} " in s,
                      "recording", timeout=HANG_S)

@@ -16,18 +16,18 @@ REPO = Path(__file__).resolve().parents[2]
 VARIANTS = sorted((REPO / "scripts" / "gpu" / "cupti-variants").glob("*.patch"))
 
 
-def applied(tmp_path: Path, patch: Path, strip: int) -> Path:
-    """A copy of cupti/ with `patch` applied (git apply -p`strip`)."""
+def applied(tmp_path: Path, patch: Path) -> Path:
+    """A copy of cupti/ with `patch` (paths under cupti/) applied."""
     copy = tmp_path / "cupti"
     shutil.copytree(REPO / "cupti", copy, ignore=shutil.ignore_patterns("__pycache__"))
-    done = subprocess.run(["git", "apply", f"-p{strip}", str(patch)], cwd=copy,
+    done = subprocess.run(["git", "apply", "-p2", str(patch)], cwd=copy,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return copy
 
 
 def test_the_quarantine_patch_applies(tmp_path):
-    copy = applied(tmp_path, REPO / "scripts" / "gpu" / "quarantine.patch", 2)
+    copy = applied(tmp_path, REPO / "scripts" / "gpu" / "quarantine.patch")
     assert copy.joinpath("gputime.c").read_bytes() != (REPO / "cupti" / "gputime.c").read_bytes()
 
 
@@ -35,7 +35,7 @@ def test_the_quarantine_patch_applies(tmp_path):
 def test_each_variant_applies_and_compiles(tmp_path, patch):
     if not Path("/usr/local/cuda/include/cupti.h").exists():
         pytest.skip("no CUDA toolkit headers")
-    copy = applied(tmp_path, patch, 2)
+    copy = applied(tmp_path, patch)
     done = subprocess.run(
         ["gcc", "-O2", "-Wall", "-Werror", "-shared", "-fPIC", "-o", str(tmp_path / "lib.so"),
          str(copy / "gputime.c"), str(copy / "attach.c"), str(copy / "inject_stub.S"),
