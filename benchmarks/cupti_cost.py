@@ -4,12 +4,16 @@ work and the launches, copies and memsets tied to it by CUPTI's callbacks
 (serve --py-stacks), or the GPU work and an API record of every call (an
 attach that joins records to calls: --pid --gpu-time).
 
-Last, what serve --duty --py-stacks leaves on between its slices: the call
+Then, what serve --duty --py-stacks leaves on between its slices: the call
 ties' recording paused (the GPU work's kinds off, CUPTI's callbacks on the
-launch functions left on, tying nothing).
+launch functions left on, tying nothing). Last, what a stop costs the job
+after it when CUPTI is left in the process ("CUPTI kept": the recording
+stopped, CUPTI not finalized, ATTACH_KEEP_CUPTI), against "none", which
+follows a stop that takes CUPTI out (cuptiFinalize at the job's next CUDA
+call's exit, what cudaprobe does).
 
 One process: the job's steps run in windows of WINDOW_S, in rounds of the
-five modes in turn, the recording switched on and off between windows by
+six modes in turn, the recording switched on and off between windows by
 the GPU-time library itself (cupti/gputime.c through attach.c's
 gputime_inject_attach, called here on the job's own thread between steps,
 and its control block's `stop`). Each mode's figure is the median step of
@@ -83,11 +87,16 @@ class Recording:
             self.beat += 1
             ctypes.c_uint64.from_address(self.block + L["C_HEARTBEAT"]).value = self.beat
 
-    def stop(self) -> None:
+    def stop(self, step=None) -> None:
+        """Recording stopped; with `step`, steps run until CUPTI has left the
+        process or is kept (the job's next CUDA call's exit takes it out)."""
         self._u32("C_STOP").value = 1
         while self._u32("C_STATE").value != L["ATTACH_STOPPED"]:
             time.sleep(0.01)
             self.alive()
+        while step is not None and self._u32("C_DETACHED").value not in (
+                L["DETACH_DONE"], L["DETACH_KEPT"]):
+            step()
 
 
 def window(step, record: Recording) -> list[float]:
@@ -117,19 +126,32 @@ def main() -> None:
     record = Recording(a.library, a.cupti)
     modes = {"none": None, "work only": L["ATTACH_WORK_ONLY"],
              "call ties": L["ATTACH_CALL_TIES"], "every call": 0,
-             "between slices": L["ATTACH_CALL_TIES"]}
+             "between slices": L["ATTACH_CALL_TIES"],
+             "CUPTI kept": L["ATTACH_WORK_ONLY"] | L["ATTACH_KEEP_CUPTI"]}
     steps: dict[str, list[float]] = {m: [] for m in modes}
     for r in range(a.rounds):
+        this_round = {}
         for mode, flags in modes.items():
             if flags is not None:
                 record.start(flags)
             if mode == "between slices":
                 record.follow(1)
-            steps[mode] += window(step, record)
+            if mode == "CUPTI kept":  # a stop that leaves CUPTI in, then the job's steps
+                record.stop(step)
+            this_round[mode] = window(step, record)
+            steps[mode] += this_round[mode]
+            if r == 0 and mode == "none":
+                first_window = len(steps[mode])
+            if mode == "CUPTI kept":  # taken out again for the next round's "none"
+                record.start(L["ATTACH_WORK_ONLY"])
             if flags is not None:
-                record.stop()
-        print(f"round {r + 1}: " + ", ".join(
-            f"{m} {1e3 * statistics.median(t):.3f} ms" for m, t in steps.items()), flush=True)
+                record.stop(step)
+        print(f"round {r + 1} (its windows alone): " + ", ".join(
+            f"{m} {1e3 * statistics.median(t):.3f} ms" for m, t in this_round.items()),
+            flush=True)
+    first = steps["none"][:first_window]  # round 1's: before any CUPTI
+    print(f"{a.workload}: the first window, before CUPTI was ever in the process: median step "
+          f"{1e3 * statistics.median(first):.3f} ms", flush=True)
     base = statistics.median(steps["none"])
     print(f"{a.workload}: median step " + ", ".join(
         f"{m} {1e3 * statistics.median(t):.3f} ms ({statistics.median(t) / base - 1:+.1%}, "

@@ -16,6 +16,9 @@
  * switched while a job launches, CUPTI can kill it (gputime_pause); only the
  * diagnosis that shows it (scripts/gpu/cupti_toggle.py) and the cost
  * benchmark (benchmarks/cupti_cost.py) write it.
+ * At the stop, CUPTI is asked to leave the process altogether (`detached`,
+ * inject.h's DETACH_*): the program's next CUDA call finalizes it as it
+ * returns (gputime_stop_recording).
  * The library stays loaded: a second attach calls gputime_inject_attach
  * again (cudaprobe finds it in /proc/PID/maps), never loading it twice. */
 #define _GNU_SOURCE
@@ -37,6 +40,7 @@ void gputime_stop_recording(void);
 void gputime_flush(void);
 void gputime_pause(int paused);
 int gputime_start_thread(void *(*run)(void *));
+void gputime_detach_word(uint32_t *word);
 
 #define FLUSH_TICKS (FLUSH_PERIOD_MS / WATCH_PERIOD_MS)  /* the flush period, in watch periods */
 
@@ -51,6 +55,7 @@ struct gputime_control {
     uint32_t paused;
     char why[256];
     uint32_t applied;
+    uint32_t detached;
 };
 
 _Static_assert(offsetof(struct gputime_control, heartbeat) == C_HEARTBEAT, "inject.h");
@@ -62,6 +67,7 @@ _Static_assert(offsetof(struct gputime_control, generation) == C_GENERATION, "in
 _Static_assert(offsetof(struct gputime_control, paused) == C_PAUSED, "inject.h");
 _Static_assert(offsetof(struct gputime_control, why) == C_WHY, "inject.h");
 _Static_assert(offsetof(struct gputime_control, applied) == C_APPLIED, "inject.h");
+_Static_assert(offsetof(struct gputime_control, detached) == C_DETACHED, "inject.h");
 _Static_assert(sizeof(struct gputime_control) == CONTROL_SIZE, "inject.h");
 
 static struct gputime_control control = {.magic = CONTROL_MAGIC, .fd = -1};
@@ -144,6 +150,9 @@ struct gputime_control *gputime_inject_attach(const char *cupti_path, uint64_t o
     }
     int mode = (owner & ATTACH_WORK_ONLY) ? GPUTIME_MODE_WORK
                : (owner & ATTACH_CALL_TIES) ? GPUTIME_MODE_CALL_TIES : GPUTIME_MODE_CALLS;
+    if (owner & ATTACH_KEEP_CUPTI)
+        mode |= GPUTIME_MODE_KEEP_CUPTI;
+    gputime_detach_word(&control.detached);
     if (gputime_record_to(fd, cupti_path, mode, control.why, sizeof control.why) < 0) {
         close(fd);
         set_state(ATTACH_REFUSED);

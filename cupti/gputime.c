@@ -64,6 +64,10 @@ static struct {
     CUptiResult (*timestamp)(uint64_t *);  /* cuptiGetTimestamp: CUPTI's clock now; may be NULL */
     CUptiResult (*enable_callback)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain,
                                    CUpti_CallbackId);  /* may be NULL */
+    CUptiResult (*enable_domain)(uint32_t, CUpti_SubscriberHandle,
+                                 CUpti_CallbackDomain);  /* may be NULL */
+    CUptiResult (*finalize)(void);  /* may be NULL */
+    CUptiResult (*version)(uint32_t *);  /* cuptiGetVersion; may be NULL */
 } cupti;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;  /* the file and the tables */
@@ -73,8 +77,14 @@ static pid_t out_pid;
 static int clock_kind = GPUTIME_CLOCK_REALTIME;
 static int system_tids;  /* CUPTI gives gettid() in API records (not pthread_self()) */
 static int api_records = GPUTIME_API_UNKNOWN;  /* which calls CUPTI records (the header says) */
-static int initialized;
+static int initialized;  /* launched: InitializeInjection ran */
 static int recording;  /* attach: between gputime_record_to and gputime_stop_recording */
+/* attach: whether CUPTI leaves the process after the stop (inject.h's DETACH_*),
+ * in the control block cudaprobe reads (gputime_detach_word) */
+static uint32_t detach_here;
+static uint32_t *detach = &detach_here;
+static int keep_cupti;  /* this recording's stop leaves CUPTI in (GPUTIME_MODE_KEEP_CUPTI) */
+#define FINALIZE_WAIT_MS 2000  /* a new attach waits this long for a finalize under way */
 /* gputime_flush against the exit: once at_exit has run, CUPTI is called no more
  * from our threads (libcupti's own destructors may run next) */
 static pthread_mutex_t flush_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -102,7 +112,8 @@ static unsigned char api_kept[2][MAX_CBID];
  * record is dropped and counted (a DROPPED record). */
 #define TIE_RECORDS (1u << 18)
 static pthread_mutex_t tie_lock = PTHREAD_MUTEX_INITIALIZER;
-static CUpti_SubscriberHandle subscriber;  /* attach: ours, held while recording */
+static CUpti_SubscriberHandle subscriber;  /* attach: ours, held while recording, and after
+                                              the stop until CUPTI is finalized */
 static struct gputime_record tie_buffers[2][TIE_RECORDS];  /* (untouched pages cost nothing) */
 static struct gputime_record *ties = tie_buffers[0];  /* the one on_call() appends to */
 static size_t n_ties, ties_dropped;
@@ -301,12 +312,18 @@ static void write_ties(void)
  * (that of the GPU records) and with the kernel's thread id. The cost to the
  * program: two reads of CUPTI's clock and an append under a lock that nothing
  * holds longer than a swap of buffers (the thread's id is asked for once). */
+static void finalize_at_exit(CUpti_CallbackDomain domain, const CUpti_CallbackData *cb);
+
 static void CUPTIAPI on_call(void *data, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                              const void *info)
 {
     const CUpti_CallbackData *cb = info;
     uint64_t now = 0;
     (void)data;
+    if (__atomic_load_n(detach, __ATOMIC_ACQUIRE) != DETACH_NONE) {
+        finalize_at_exit(domain, cb);
+        return;
+    }
     if ((domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) || !cb ||
         __atomic_load_n(&ties_paused, __ATOMIC_RELAXED))
         return;
@@ -452,6 +469,13 @@ static void at_exit(void)
     if (initialized || recording)
         cupti.flush_all(1);  /* CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: incomplete records too */
     pthread_mutex_unlock(&flush_lock);
+}
+
+/* at_exit, once, launched or at the first attach: after a stop it flushes
+ * nothing (a flush would bring a finalized CUPTI back) */
+static void register_exit_handler(void)
+{
+    atexit(at_exit);
 }
 
 /* Every buffer whose records are all complete handed back now, full or not (flag
@@ -670,6 +694,9 @@ static int load_cupti(const char *cupti_path, char *why, size_t why_size)
     cupti.get_thread_id_type = dlsym(lib, "cuptiGetThreadIdType");
     cupti.timestamp = dlsym(lib, "cuptiGetTimestamp");
     cupti.enable_callback = dlsym(lib, "cuptiEnableCallback");
+    cupti.enable_domain = dlsym(lib, "cuptiEnableDomain");
+    cupti.finalize = dlsym(lib, "cuptiFinalize");
+    cupti.version = dlsym(lib, "cuptiGetVersion");
     if (missing || !cupti.callback_name) {
         snprintf(why, why_size, "libcupti lacks the activity API cudaprobe uses");
         lib = NULL;
@@ -695,6 +722,12 @@ static void ask_system_tids(void)
 }
 
 /* CUPTI loaded and recording; 0, or -1 with why in a STATUS record */
+static void register_exit(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_exit_handler);
+}
+
 static int start_recording(const char *dir, const char *cupti_path)
 {
     char why[512];
@@ -717,7 +750,7 @@ static int start_recording(const char *dir, const char *cupti_path)
     }
     if (cupti.flush_period)
         cupti.flush_period(FLUSH_PERIOD_MS);
-    atexit(at_exit);
+    register_exit();
     hold_locks_over_fork();
     gputime_start_thread(flusher);  /* none: full buffers still come, and all at exit */
     return 0;
@@ -725,10 +758,99 @@ static int start_recording(const char *dir, const char *cupti_path)
 
 void gputime_stop_recording(void);
 
-static void CUPTIAPI no_callback(void *data, CUpti_CallbackDomain d, CUpti_CallbackId cbid,
-                                 const void *info)
+/* attach.c: where `detach` is kept, its control block's word */
+__attribute__((visibility("hidden")))
+void gputime_detach_word(uint32_t *word)
 {
-    (void)data, (void)d, (void)cbid, (void)info;
+    if (word != detach) {
+        __atomic_store_n(word, __atomic_load_n(detach, __ATOMIC_ACQUIRE), __ATOMIC_RELEASE);
+        detach = word;
+    }
+}
+
+/* CUPTI's callbacks on every runtime and driver call of our subscriber on or
+ * off; how many domains were switched */
+static int switch_domains(uint32_t on)
+{
+    static const CUpti_CallbackDomain domains[] = {CUPTI_CB_DOMAIN_RUNTIME_API,
+                                                   CUPTI_CB_DOMAIN_DRIVER_API};
+    int switched = 0;
+    for (size_t d = 0; cupti.enable_domain && d < sizeof domains / sizeof *domains; d++)
+        switched += cupti.enable_domain(on, subscriber, domains[d]) == CUPTI_SUCCESS;
+    return switched;
+}
+
+/* CUPTI's callback while a detach is asked (on_call): at the exit of a CUDA
+ * call, on the program's thread, the first such call finalizes CUPTI, where
+ * CUPTI says it is safe to (no other CUDA call of that thread under way; its
+ * buffers were flushed at the stop, and those it hands back now are left to
+ * it, keep_handed_back). Every other callback does nothing. Refused, CUPTI
+ * stays, its callbacks off again. */
+static void finalize_at_exit(CUpti_CallbackDomain domain, const CUpti_CallbackData *cb)
+{
+    uint32_t asked = DETACH_ASKED;
+    if ((domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) || !cb ||
+        cb->callbackSite != CUPTI_API_EXIT ||
+        !__atomic_compare_exchange_n(detach, &asked, DETACH_FINALIZING, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return;
+    if (cupti.finalize() == CUPTI_SUCCESS) {
+        subscriber = NULL;  /* gone with CUPTI */
+        __atomic_store_n(detach, DETACH_DONE, __ATOMIC_RELEASE);
+    } else {
+        switch_domains(0);
+        __atomic_store_n(detach, DETACH_KEPT, __ATOMIC_RELEASE);
+    }
+}
+
+/* The stop: CUPTI asked to leave the process at the exit of its next CUDA call
+ * (finalize_at_exit, called for every call from now), the subscriber kept for
+ * that. Turned off, CUPTI still sits in each CUDA call of the process (PyTorch's
+ * profiler measured training 10-20% slower after its profiling while CUPTI
+ * stayed), and it can be taken out safely only so, and with CUDA graphs only
+ * from CUDA 12.6 on (DETACH_CUPTI_VERSION). 1: asked; 0: it stays (DETACH_KEPT:
+ * an older CUPTI, no callbacks, or the recording asked to keep it). */
+static int ask_detach(void)
+{
+    uint32_t version = 0;
+    if (keep_cupti || !subscriber || !cupti.finalize || !cupti.enable_domain || !cupti.version ||
+        cupti.version(&version) != CUPTI_SUCCESS || version < DETACH_CUPTI_VERSION) {
+        __atomic_store_n(detach, DETACH_KEPT, __ATOMIC_RELEASE);
+        return 0;
+    }
+    __atomic_store_n(detach, DETACH_ASKED, __ATOMIC_RELEASE);
+    if (switch_domains(1))
+        return 1;
+    uint32_t asked = DETACH_ASKED;  /* refused: kept, unless a call is finalizing it already */
+    if (!__atomic_compare_exchange_n(detach, &asked, DETACH_KEPT, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return 1;
+    switch_domains(0);
+    return 0;
+}
+
+/* A new recording after a stop: CUPTI taken back before any call finalized it
+ * (DETACH_ASKED: the subscriber kept, its callbacks on every call off again),
+ * or subscribed to anew (DETACH_KEPT, or DETACH_DONE once CUPTI is gone,
+ * waited for while a call is finalizing it). 0, or -1 with why. */
+static int take_back_detach(char *why, size_t why_size)
+{
+    uint32_t was = DETACH_ASKED;
+    if (__atomic_compare_exchange_n(detach, &was, DETACH_NONE, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+        switch_domains(0);  /* (ties_paused, from the stop on, ties nothing meanwhile) */
+        return 0;
+    }
+    for (int ms = 0; was == DETACH_FINALIZING && ms < FINALIZE_WAIT_MS; ms++) {
+        usleep(1000);
+        was = __atomic_load_n(detach, __ATOMIC_ACQUIRE);
+    }
+    if (was == DETACH_FINALIZING) {
+        snprintf(why, why_size, "CUPTI is still leaving the process after the last recording");
+        return -1;
+    }
+    __atomic_store_n(detach, DETACH_NONE, __ATOMIC_RELEASE);
+    return 0;
 }
 
 static CUpti_ActivityThreadIdType previous_tid_type;
@@ -780,12 +902,15 @@ int gputime_record_to(int fd, const char *cupti_path, int mode, char *why, size_
         snprintf(why, why_size, "already recording");
         return -1;
     }
-    if (load_cupti(cupti_path, why, why_size) < 0)
+    if (load_cupti(cupti_path, why, why_size) < 0 || take_back_detach(why, why_size) < 0)
         return -1;
-    CUptiResult res = cupti.subscribe
-        ? cupti.subscribe(&subscriber, mode == GPUTIME_MODE_CALL_TIES ? on_call : no_callback, NULL)
-        : CUPTI_SUCCESS;
+    keep_cupti = (mode & GPUTIME_MODE_KEEP_CUPTI) != 0;
+    mode &= ~GPUTIME_MODE_KEEP_CUPTI;
+    /* on_call ties only the calls whose callbacks go on (GPUTIME_MODE_CALL_TIES) */
+    CUptiResult res = cupti.subscribe && !subscriber
+        ? cupti.subscribe(&subscriber, on_call, NULL) : CUPTI_SUCCESS;
     if (res != CUPTI_SUCCESS) {
+        subscriber = NULL;  /* (what a refused cuptiSubscribe left there is no subscriber) */
         refused(res, why, why_size);
         return -1;
     }
@@ -818,10 +943,8 @@ int gputime_record_to(int fd, const char *cupti_path, int mode, char *why, size_
     }
     if (cupti.flush_period)
         cupti.flush_period(FLUSH_PERIOD_MS);
-    if (!initialized)
-        atexit(at_exit);
+    register_exit();
     hold_locks_over_fork();
-    initialized = 1;
     recording = 1;
     return 0;
 }
@@ -853,7 +976,8 @@ void gputime_pause(int paused)
 }
 
 /* Attach: recording off, what CUPTI holds flushed into the memfd, which is then
- * no longer written to (the caller closes it); CUPTI as it was found. */
+ * no longer written to (the caller closes it); CUPTI as it was found, and
+ * then out of the process (ask_detach). */
 __attribute__((visibility("hidden")))
 void gputime_stop_recording(void)
 {
@@ -867,11 +991,14 @@ void gputime_stop_recording(void)
     pthread_mutex_lock(&lock);
     out_fd = -1;
     pthread_mutex_unlock(&lock);
-    if (cupti.unsubscribe && subscriber)
-        cupti.unsubscribe(subscriber);
-    subscriber = NULL;
     if (cupti.thread_id_type && system_tids)
         cupti.thread_id_type(previous_tid_type);
+    __atomic_store_n(&ties_paused, 1, __ATOMIC_RELEASE);  /* nothing tied from here */
+    if (!ask_detach()) {
+        if (cupti.unsubscribe && subscriber)
+            cupti.unsubscribe(subscriber);
+        subscriber = NULL;
+    }
     recording = 0;
 }
 

@@ -70,6 +70,7 @@
 #define C_WHY 40            /* 256 bytes: why refused, or why it stopped */
 #define C_APPLIED 296       /* u32: the watcher copies `paused` here once CUPTI's recording
                                follows it */
+#define C_DETACHED 300      /* u32: DETACH_*: CUPTI taken out of the process after the stop */
 #define CONTROL_SIZE 304
 #define CONTROL_MAGIC "CPATTC2"
 #define ATTACH_IDLE 0
@@ -82,11 +83,25 @@
 #define ATTACH_WORK_ONLY 0x100000000  /* the GPU work only: no API record of any call */
 #define ATTACH_CALL_TIES 0x200000000  /* the calls that queue work tied to it through CUPTI's
                                          callbacks on those functions alone (GPUTIME_API_CALLS) */
+#define ATTACH_KEEP_CUPTI 0x400000000  /* CUPTI left in the process at the stop (no cuptiFinalize):
+                                          benchmarks/cupti_cost.py's control, never cudaprobe */
+/* C_DETACHED. Turned off, CUPTI still costs a process part of its price on each
+ * CUDA call until it is finalized (cuptiFinalize), which CUPTI has done safely
+ * only from the exit of a CUDA call, and safely with CUDA graphs only from
+ * CUDA 12.6 (CUPTI API version 24) on: the stop asks for it, and the program's
+ * next CUDA call does it, on its own thread, as it returns. */
+#define DETACH_NONE 0        /* recording, or never recorded */
+#define DETACH_ASKED 1       /* stopped: CUPTI goes at the exit of the program's next CUDA call */
+#define DETACH_FINALIZING 2  /* one of its threads is in cuptiFinalize */
+#define DETACH_DONE 3        /* CUPTI is out: the process runs as before the attach */
+#define DETACH_KEPT 4        /* CUPTI stays in: older than CUDA 12.6, or ATTACH_KEEP_CUPTI */
+#define DETACH_CUPTI_VERSION 24  /* cuptiGetVersion's of CUDA 12.6 */
 /* gputime_record_to's `mode`: the API records of the calls that queue work
  * (CUPTI's RUNTIME and DRIVER kinds), none, or ties written from CUPTI's callbacks */
 #define GPUTIME_MODE_CALLS 0
 #define GPUTIME_MODE_WORK 1
 #define GPUTIME_MODE_CALL_TIES 2
+#define GPUTIME_MODE_KEEP_CUPTI 0x100  /* or'ed in: ATTACH_KEEP_CUPTI */
 #define HEARTBEAT_TIMEOUT_MS 5000  /* no heartbeat this long: cudaprobe is gone, stop */
 #define WATCH_PERIOD_MS 10
 #define FLUSH_PERIOD_MS 500  /* CUPTI's buffers asked for this often (gputime_flush) */

@@ -392,6 +392,11 @@ class GpuTimeAttach:
             else:
                 self.notify(f"--gpu-time: pid {i.pid} did not say it stopped recording within "
                             f"{STOP_WAIT_S:.0f} s: its last records may be missing")
+            if self._read_word(i, "C_DETACHED") == L["DETACH_KEPT"]:
+                self.notify(f"--gpu-time: CUPTI stays in pid {i.pid} after the stop (a libcupti "
+                            "older than CUDA 12.6's is not taken out: finalizing it can crash a "
+                            "program that uses CUDA graphs): its CUDA calls keep part of "
+                            "CUPTI's cost until it exits")
 
     def poll(self) -> list[GpuWork]:
         """What the processes wrote since the last poll (serve: live)."""

@@ -525,7 +525,7 @@ def test_serve_duty_never_switches_cupti_with_its_slices(tmp_path, target_exe, f
         if end == "killed":  # the watcher, its heartbeat gone, stops the recording itself
             serve.kill()
             serve.wait(timeout=HANG_S)
-            while "unsubscribe 0\n" not in log.read_text():
+            while not stop_done(log):
                 assert time.monotonic() < deadline, log.read_text()
                 time.sleep(0.1)
     finally:
@@ -534,6 +534,14 @@ def test_serve_duty_never_switches_cupti_with_its_slices(tmp_path, target_exe, f
         assert t.finish() == (UNTRACED, 0)
     assert kernel_switches(log) == ["enable", "disable"]
     assert "Traceback" not in err.text()
+
+
+def stop_done(log: Path) -> bool:
+    """Whether the library's stop has ended, by the fake CUPTI's log: its last
+    step is to ask CUPTI to leave (its callbacks on every call on) or, where
+    CUPTI cannot leave, to unsubscribe."""
+    return any(w in ("domain-on", "unsubscribe") for w, _ in
+               (line.split() for line in log.read_text().splitlines()))
 
 
 def switches_of(log: Path, what: int) -> list[str]:
@@ -693,12 +701,12 @@ def test_call_ties_past_the_library_s_buffer_are_dropped_and_counted(tmp_path, f
 ATTACHED_LINES = Path(__file__).parent / "gpulines_attached.py"
 
 
-def two_lines_running(tmp_path: Path, fake_cupti: Path, private: bool = False
-                      ) -> tuple[subprocess.Popen, Path, Path]:
+def two_lines_running(tmp_path: Path, fake_cupti: Path, private: bool = False,
+                      **env: str) -> tuple[subprocess.Popen, Path, Path]:
     """gpulines_attached.py running on the stand-in runtime, whose stand-in
     CUPTI logs each kernel it hands over (the log returned, with the runtime).
     `private`: a copy of the runtime of its own, for a serve on the node that
-    must not go into another test's processes."""
+    must not go into another test's processes; `env` added to its environment."""
     from .test_gputime import fake_gpu  # noqa: PLC0415
     _, lib = fake_gpu()
     if private:
@@ -708,7 +716,7 @@ def two_lines_running(tmp_path: Path, fake_cupti: Path, private: bool = False
         ["/usr/bin/python3.11", str(ATTACHED_LINES), str(lib)], stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "FAKE_CUPTI_PATH": str(fake_cupti),
-             "FAKE_CUPTI_KERNELS": str(kernels), "FAKE_CUPTI_LAUNCHES_ONLY": "1"})
+             "FAKE_CUPTI_KERNELS": str(kernels), "FAKE_CUPTI_LAUNCHES_ONLY": "1", **env})
     assert work.stdout.readline() == "ready\n", work.stderr.read()
     return work, kernels, lib
 
@@ -914,3 +922,147 @@ def test_a_buffer_handed_back_by_the_stop_s_forced_flush_is_left_to_cupti(tmp_pa
     assert run.returncode == 0, (run.returncode, run.stdout, run.stderr)
     out = json.loads(run.stdout)
     assert [k["correlation"] for k in out["records"] if k["type"] == 1] == [7], out
+
+
+def detach_run(fake_cupti, mode: str, *steps: str, **env: str) -> tuple[dict, list[list[str]]]:
+    """cupti_detach_workload.py's STEPS with the built library and the stand-in
+    CUPTI (skipped where the library cannot be built): its JSON, and the
+    stand-in's log of switches."""
+    from cudaprobe.targets.cupti import build_library  # noqa: PLC0415
+    library, why = build_library()
+    if library is None:
+        pytest.skip(why)
+    log = Path(env.pop("log"))
+    run = subprocess.run(
+        [sys.executable, str(Path(__file__).parent / "cupti_detach_workload.py"), str(library),
+         str(fake_cupti), str(REPO / "cupti" / "inject.h"), mode, *steps],
+        capture_output=True, text=True, timeout=HANG_S,
+        env={**os.environ, "FAKE_CUPTI_LOG": str(log), **env})
+    assert run.returncode == 0, run.stdout + run.stderr
+    return json.loads(run.stdout), [line.split() for line in log.read_text().splitlines()]
+
+
+def detached(out: dict) -> list[tuple[str, int]]:
+    """Each step and the control block's `detached` after it."""
+    return [(s["step"], s["detached"]) for s in out["steps"]]
+
+
+ASKED, DONE, KEPT = 1, 3, 4  # inject.h's DETACH_*
+
+
+@pytest.mark.parametrize("mode", ["ties", "calls", "work"])
+def test_cupti_leaves_the_process_at_the_exit_of_its_next_cuda_call_after_the_stop(
+        tmp_path, fake_cupti, mode):
+    """Turned off, CUPTI still sits in every CUDA call of a process until it is
+    finalized, which CUPTI does safely only from a CUDA call's exit. The stop
+    turns the recording off, flushes it, and asks CUPTI to leave: CUPTI's
+    callbacks go on for every call; a call's entry does nothing; the next
+    call's exit finalizes CUPTI, on the program's thread (the stand-in logs
+    where it was called from), once. A second attach subscribes to CUPTI
+    anew (CUPTI comes back), records, and its stop takes CUPTI out again."""
+    out, log = detach_run(fake_cupti, mode, "attach", "stop", "entry", "exit", "exit",
+                          "attach", "stop", "exit", log=tmp_path / "switches.log")
+    assert detached(out) == [("attach", 0), ("stop", ASKED), ("entry", ASKED), ("exit", DONE),
+                             ("exit", DONE), ("attach", 0), ("stop", ASKED), ("exit", DONE)]
+    assert out["kernels"] == [1, 1]  # each attach's records came, the second after CUPTI left
+    words = [w for w, _ in log]
+    assert words.count("finalize-exit") == 2 and "finalize-outside" not in words, log
+    assert words.count("subscribe") == 2 and "unsubscribe" not in words, log
+    first = words.index("finalize-exit")
+    # off, then asked to leave, then gone: nothing switched on between
+    assert words.index("disable") < words.index("domain-on") < first, log
+    assert "enable" not in words[words.index("disable"):first], log
+
+
+def test_an_attach_before_cupti_left_takes_it_back(tmp_path, fake_cupti):
+    """An attach after a stop whose CUPTI has not left yet (no CUDA call has
+    returned since): CUPTI's callbacks on every call go off again, the same
+    subscriber records on (no second subscribe, no finalize), and that
+    recording's stop asks CUPTI to leave again, which the next call's exit
+    does."""
+    out, log = detach_run(fake_cupti, "ties", "attach", "stop", "attach", "stop", "exit",
+                          log=tmp_path / "switches.log")
+    assert detached(out) == [("attach", 0), ("stop", ASKED), ("attach", 0), ("stop", ASKED),
+                             ("exit", DONE)]
+    assert out["kernels"] == [1, 1]
+    words = [w for w, _ in log]
+    assert words.count("subscribe") == 1 and words.count("finalize-exit") == 1, log
+    assert words.count("domain-on") == 4 and words.count("domain-off") == 2, log  # 2 domains
+
+
+@pytest.mark.parametrize("why", ["old", "keep"])
+def test_cupti_stays_where_it_cannot_leave_safely(tmp_path, fake_cupti, why):
+    """A CUPTI older than CUDA 12.6's (API version 24), which could crash a
+    program with CUDA graphs when finalized, or a recording that asked to keep
+    it (the cost benchmark's control): the stop unsubscribes as before, CUPTI
+    stays (DETACH_KEPT), no call's exit finalizes it; an attach after it
+    subscribes again and records."""
+    env = {"FAKE_CUPTI_VERSION": "23"} if why == "old" else {}
+    out, log = detach_run(fake_cupti, "work,keep" if why == "keep" else "work", "attach", "stop",
+                          "exit", "attach", "stop", log=tmp_path / "switches.log", **env)
+    assert detached(out) == [("attach", 0), ("stop", KEPT), ("exit", KEPT), ("attach", 0),
+                             ("stop", KEPT)]
+    assert out["kernels"] == [1, 1]
+    words = [w for w, _ in log]
+    assert words.count("unsubscribe") == 2 and words.count("subscribe") == 2, log
+    assert not {"domain-on", "finalize-exit", "finalize-outside"} & set(words), log
+
+
+@pytest.mark.skipif(not Path("/usr/bin/python3.11").exists(), reason="no /usr/bin/python3.11")
+def test_serve_s_stop_takes_cupti_out_of_a_running_program(tmp_path, fake_cupti):
+    """serve --gpu-time --py-stacks --pid on a running Python program that
+    launches on: at serve's stop the library asks CUPTI to leave, and the
+    program's next launch finalizes it as the launch returns; a second serve
+    puts CUPTI back and counts the program's kernels again, and its stop takes
+    CUPTI out again. The program's exit status is an untraced run's."""
+    log = tmp_path / "switches.log"
+    work, kernels, lib = two_lines_running(tmp_path, fake_cupti, FAKE_CUPTI_LOG=str(log))
+
+    def count(word: str) -> int:
+        return sum(1 for line in log.read_text().splitlines() if line.split()[0] == word)
+
+    def handed_over() -> int:
+        """Kernels the stand-in CUPTI has handed the library so far."""
+        return len(kernels.read_text().splitlines()) if kernels.exists() else 0
+    try:
+        for cycle in (1, 2):
+            address = f"127.0.0.1:{free_port()}"
+            serve = serve_lines(address, fake_cupti, lib, "--pid", str(work.pid))
+            err = Lines(serve.stderr)
+            try:
+                err.wait_for(lambda s: f"the GPU-time library is recording in pid {work.pid} "
+                             in s, "recording", timeout=HANG_S)
+                deadline = time.monotonic() + HANG_S
+                before = handed_over()
+                while handed_over() < before + 100:  # CUPTI in, recording the launches
+                    assert time.monotonic() < deadline, err.text()
+                    time.sleep(0.1)
+                assert count("finalize-exit") == cycle - 1
+            finally:
+                assert stop(serve) == 0, err.text()
+            assert "Traceback" not in err.text()
+            deadline = time.monotonic() + HANG_S
+            while count("finalize-exit") < cycle:  # the program's next launch, as it returns
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.05)
+        assert (count("subscribe"), count("finalize-outside")) == (2, 0)
+        launches_stopped(work)
+    finally:
+        work.stdin.close()
+        assert work.wait(timeout=HANG_S) == 0, work.stderr.read()
+
+
+def test_cudaprobe_says_when_cupti_stays_in_the_process(target_exe, fake_cupti):
+    """A libcupti older than CUDA 12.6's: the stop leaves CUPTI in the process,
+    and cudaprobe says so, once; with CUDA 13's, nothing is said (CUPTI leaves
+    at the program's next CUDA call)."""
+    said = "--gpu-time: CUPTI stays in pid {pid} after the stop"
+    for version, stays in (("23", True), ("130001", False)):
+        t = Target([str(target_exe), "1", "0"], env={"FAKE_CUPTI_VERSION": version})
+        try:
+            (cycle,) = helper(t.pid, 1, None, fake_cupti)
+            assert cycle["kernels"] == ["fake_attached_kernel"]
+            staying = [s for s in cycle["said"] if s.startswith(said.format(pid=t.pid))]
+            assert len(staying) == stays, cycle["said"]
+        finally:
+            assert t.finish() == (UNTRACED, 0)

@@ -26,6 +26,13 @@
  * FAKE_CUPTI_WRITE_AFTER_FORCED=1: a forced flush (CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)
  * writes into the buffer it handed back, after the library's callback returned,
  * as CUPTI may complete a record it handed back incomplete.
+ * Detaching: cuptiGetVersion says FAKE_CUPTI_VERSION (else 130001, CUDA 13's);
+ * cuptiEnableDomain on the runtime or driver domain has fake_cupti_launch()
+ * call the subscriber at every launch's entry and exit ("domain-on 2",
+ * "domain-off 2", by domain); cuptiFinalize forgets every subscriber, switch
+ * and callback, as CUPTI's does, logged "finalize-exit" when called from the
+ * subscriber's callback at a call's exit, "finalize-outside" otherwise; each
+ * cuptiSubscribe is logged ("subscribe 0").
  *
  *   cc -shared -fPIC -o libcupti-fake.so fake_libcupti.c -I/usr/local/cuda/include */
 #define _GNU_SOURCE
@@ -39,11 +46,11 @@
 #include <time.h>
 #include <unistd.h>
 
-static CUpti_BuffersCallbackRequestFunc requested;
-static CUpti_BuffersCallbackCompleteFunc completed;
 static int enabled;  /* kinds switched on since the last flush: a record to hand over */
 static int runtime_kind, launch_api;  /* API records asked for: the kind, the launch's switch */
 static int launch_tie;  /* the subscriber's callback on cudaLaunchKernel on */
+static int domain_on;  /* the subscriber's callback on every call on (cuptiEnableDomain) */
+static __thread int in_site = -1;  /* the callback site the subscriber is being called at */
 static CUpti_CallbackFunc subscriber_callback;
 
 /* kernels of launches tied since the last flush (fake_cupti_launch) */
@@ -112,6 +119,37 @@ CUptiResult cuptiEnableCallback(uint32_t on, CUpti_SubscriberHandle h, CUpti_Cal
     }
     return CUPTI_SUCCESS;
 }
+CUptiResult cuptiEnableDomain(uint32_t on, CUpti_SubscriberHandle h, CUpti_CallbackDomain d)
+{
+    (void)h;
+    if (d == CUPTI_CB_DOMAIN_RUNTIME_API || d == CUPTI_CB_DOMAIN_DRIVER_API) {
+        domain_on = on != 0;
+        log_switch(on ? "domain-on" : "domain-off", (CUpti_ActivityKind)d);
+    }
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiGetVersion(uint32_t *version)
+{
+    const char *v = getenv("FAKE_CUPTI_VERSION");
+    *version = v ? (uint32_t)atol(v) : 130001;
+    return CUPTI_SUCCESS;
+}
+
+static CUpti_BuffersCallbackRequestFunc requested;
+static CUpti_BuffersCallbackCompleteFunc completed;
+
+CUptiResult cuptiFinalize(void)
+{
+    log_switch(in_site == CUPTI_API_EXIT ? "finalize-exit" : "finalize-outside", 0);
+    subscriber_callback = NULL;
+    launch_tie = domain_on = 0;
+    enabled = runtime_kind = launch_api = 0;
+    requested = NULL;
+    completed = NULL;
+    return CUPTI_SUCCESS;
+}
+
 CUptiResult cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t on) { (void)cbid, (void)on; return CUPTI_SUCCESS; }
 CUptiResult cuptiSetThreadIdType(CUpti_ActivityThreadIdType t) { (void)t; return CUPTI_SUCCESS; }
 CUptiResult cuptiGetThreadIdType(CUpti_ActivityThreadIdType *t) { *t = CUPTI_ACTIVITY_THREAD_ID_TYPE_DEFAULT; return CUPTI_SUCCESS; }
@@ -123,6 +161,7 @@ CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *h, CUpti_CallbackFunc f, void
 {
     const char *busy = getenv("FAKE_CUPTI_SUBSCRIBED");
     (void)d;
+    log_switch("subscribe", 0);
     *h = (CUpti_SubscriberHandle)1;
     if (!(busy && *busy == '1'))
         subscriber_callback = f;
@@ -184,7 +223,7 @@ CUptiResult cuptiGetTimestamp(uint64_t *timestamp)
  * exit (CUPTI_API_EXIT), `ns` the GPU time its kernel is to have */
 void fake_cupti_launch(int site, uint64_t ns)
 {
-    if (!launch_tie || !subscriber_callback)
+    if (!(launch_tie || domain_on) || !subscriber_callback)
         return;
     if (site == CUPTI_API_ENTER) {
         pthread_mutex_lock(&launched_lock);
@@ -196,9 +235,12 @@ void fake_cupti_launch(int site, uint64_t ns)
                              .functionName = "cudaLaunchKernel",
                              .correlationData = &launch_data,
                              .correlationId = launch_correlation};
+    int tied = launch_tie;
+    in_site = site;
     subscriber_callback(NULL, CUPTI_CB_DOMAIN_RUNTIME_API,
                         CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, &cb);
-    if (site != CUPTI_API_EXIT)
+    in_site = -1;
+    if (site != CUPTI_API_EXIT || !tied)
         return;
     pthread_mutex_lock(&launched_lock);
     if (nlaunched < MAX_LAUNCHED) {
