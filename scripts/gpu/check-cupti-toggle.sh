@@ -7,9 +7,11 @@
 # cupti/gputime.c with the patches of scripts/gpu/cupti-variants/ named in it
 # applied, joined by "+" (callbacks-switched+per-thread-off), or `old`: the
 # gputime.c at OLD_SOURCE (an earlier one, as a control). Default below: the
-# transformer step switched every 20 ms, where the library as it is died in
+# transformer step switched every 20 ms, where the library as it was died in
 # 1 of 3 runs and callbacks-switched in 3 of 3, then the variants that might
-# make switching safe. Each run's last line and exit status, and where it
+# make switching safe. MODE stop starts and stops the recording, each stop
+# taking CUPTI out of the process (cuptiFinalize at the job's next CUDA call's
+# exit, as cudaprobe's stop does); stop-kept leaves it in. Each run's last line and exit status, and where it
 # died its native frames (scripts/gpu/abort_bt.c) and Python stacks, go into
 # $OUT/toggle.txt. Run from the repo root, .gpukit carried.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"

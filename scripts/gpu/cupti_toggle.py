@@ -14,7 +14,11 @@ does, in one MODE for SECONDS:
           callbacks off and on (gputime_pause), as at a slice's edges
   work    the same, recording the GPU work only (serve without --py-stacks)
   stop    recording started and stopped every --every seconds (the stop's
-          forced flush, the buffers it hands back)
+          forced flush, the buffers it hands back, and CUPTI taken out of the
+          process at the job's next CUDA call's exit, as cudaprobe's stop
+          does; the next start brings it back)
+  stop-kept  the same, CUPTI left in the process at each stop (no
+          cuptiFinalize: ATTACH_KEEP_CUPTI)
   steady  recording on the whole time (the control)
 
 Prints one line: the mode, steps, switches applied, the loss (finite), and
@@ -39,7 +43,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch_workloads  # noqa: E402
 from cupti_cost import L, Recording  # noqa: E402
 
-MODES = ("pause", "work", "stop", "steady")
+MODES = ("pause", "work", "stop", "stop-kept", "steady")
 
 
 def started(record: Recording, flags: int) -> bool:
@@ -56,6 +60,8 @@ def drive(record: Recording, mode: str, every: float, done: threading.Event,
           switches: list[int]) -> None:
     """The switching, until `done`; the heartbeat kept going."""
     flags = L["ATTACH_WORK_ONLY"] if mode == "work" else L["ATTACH_CALL_TIES"]
+    if mode == "stop-kept":
+        flags |= L["ATTACH_KEEP_CUPTI"]
     if not started(record, flags):
         return
     paused = 0
@@ -66,7 +72,7 @@ def drive(record: Recording, mode: str, every: float, done: threading.Event,
         if mode == "steady" or time.monotonic() < next_at:
             continue
         next_at += every
-        if mode == "stop":
+        if mode.startswith("stop"):
             record.stop()
             if not started(record, flags):
                 return
