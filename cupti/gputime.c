@@ -818,15 +818,16 @@ static int ask_detach(void)
         __atomic_store_n(detach, DETACH_KEPT, __ATOMIC_RELEASE);
         return 0;
     }
+    /* the callbacks on before the ask: once a call may have finalized CUPTI, no
+     * CUPTI function is called from here (any would bring CUPTI back); till
+     * the ask they tie nothing (ties_paused) */
+    if (!switch_domains(1)) {
+        switch_domains(0);
+        __atomic_store_n(detach, DETACH_KEPT, __ATOMIC_RELEASE);
+        return 0;
+    }
     __atomic_store_n(detach, DETACH_ASKED, __ATOMIC_RELEASE);
-    if (switch_domains(1))
-        return 1;
-    uint32_t asked = DETACH_ASKED;  /* refused: kept, unless a call is finalizing it already */
-    if (!__atomic_compare_exchange_n(detach, &asked, DETACH_KEPT, 0, __ATOMIC_ACQ_REL,
-                                     __ATOMIC_ACQUIRE))
-        return 1;
-    switch_domains(0);
-    return 0;
+    return 1;
 }
 
 /* A new recording after a stop: CUPTI taken back before any call finalized it
