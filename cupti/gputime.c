@@ -721,13 +721,13 @@ static void ask_system_tids(void)
         system_tids = 1;
 }
 
-/* CUPTI loaded and recording; 0, or -1 with why in a STATUS record */
 static void register_exit(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, register_exit_handler);
 }
 
+/* CUPTI loaded and recording; 0, or -1 with why in a STATUS record */
 static int start_recording(const char *dir, const char *cupti_path)
 {
     char why[512];
@@ -822,7 +822,6 @@ static int ask_detach(void)
      * CUPTI function is called from here (any would bring CUPTI back); till
      * the ask they tie nothing (ties_paused) */
     if (!switch_domains(1)) {
-        switch_domains(0);
         __atomic_store_n(detach, DETACH_KEPT, __ATOMIC_RELEASE);
         return 0;
     }
