@@ -18,20 +18,16 @@ Usage: call_ties_workload.py LIBRARY LIBCUPTI INJECT_H ties|calls [pause]
 import ctypes
 import json
 import os
-import re
 import struct
 import sys
 import time
 
+import library_here
+
 HEADER = struct.Struct("<8sIIIIqII")
 RECORD = struct.Struct("<HHIQQQIIIIIIBB6x")
 library, cupti, header, mode = sys.argv[1:5]
-layout = {k: int(v, 0) for k, v in
-          re.findall(r"^#define (\w+) (0x[0-9a-fA-F]+|\d+)\b", open(header).read(), re.M)}
-lib = ctypes.CDLL(library)
-attach = lib.gputime_inject_attach
-attach.restype = ctypes.c_void_p
-attach.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint64]
+layout, attach = library_here.load(library, header)
 owner = os.getpid() | (layout["ATTACH_CALL_TIES"] if mode == "ties" else 0)
 control = attach(cupti.encode(), owner, 1)
 

@@ -19,17 +19,13 @@ Usage: cupti_detach_workload.py LIBRARY LIBCUPTI INJECT_H MODE[,keep] STEP...
 import ctypes
 import json
 import os
-import re
 import sys
 import time
 
+import library_here
+
 library, cupti, header, mode = sys.argv[1:5]
-layout = {k: int(v, 0) for k, v in
-          re.findall(r"^#define (\w+) (0x[0-9a-fA-F]+|\d+)\b", open(header).read(), re.M)}
-lib = ctypes.CDLL(library)
-attach = lib.gputime_inject_attach
-attach.restype = ctypes.c_void_p
-attach.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint64]
+layout, attach = library_here.load(library, header)
 launch = ctypes.CDLL(cupti).fake_cupti_launch
 launch.argtypes = [ctypes.c_int, ctypes.c_uint64]
 flags = {"ties": layout["ATTACH_CALL_TIES"], "work": layout["ATTACH_WORK_ONLY"], "calls": 0}
