@@ -36,8 +36,8 @@ from cudaprobe.targets.jobs import KUBELET_LOGS, Jobs
                    "running process, and those it cannot go into are counted by reason; "
                    "with --duty too, CUPTI records all along (switched with the slices, "
                    "it can kill a job), every kernel counted unscaled, its cost on each "
-                   "launch paid all along: 4-10% of a launch-bound job's speed "
-                   "(docs/fleet.md).")
+                   "launch paid all along: 4-10% of a launch-bound job's speed; at the "
+                   "stop CUPTI is taken out of each process (docs/fleet.md).")
 @click.option("--py-stacks", is_flag=True,
               help="With --gpu-time: each process's kernels' GPU time by the Python line "
                    "that launched them, backward work on its forward op's line (the "

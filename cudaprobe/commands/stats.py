@@ -56,8 +56,8 @@ from cudaprobe.sessions.stats import StatsRequest, functions_to_count, report_st
               metavar="N", help="Compare p50 only where both runs made at least N calls.")
 @click.option("--gpu-time", is_flag=True,
               help="Also GPU time per kernel name and per copy kind, through CUPTI; with "
-                   "--pid/--comm the library is injected into the running process "
-                   "(docs/gputime.md).")
+                   "--pid/--comm the library is injected into the running process, and "
+                   "CUPTI is taken out of it at the end (docs/gputime.md).")
 @click.option("--folded", metavar="FILE",
               help="With --by line --gpu-time: also write the Python stacks weighted by "
                    "their GPU time (ns) as folded stacks, for speedscope or flamegraph.pl; "

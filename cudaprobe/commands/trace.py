@@ -36,7 +36,8 @@ from cudaprobe.sessions.tracing import TraceRequest, run_trace
 @click.option("--gpu-time", is_flag=True,
               help="The GPU time of each launch, copy and memset, through CUPTI (rows are "
                    "written when tracing ends); with --pid/--comm the library is injected "
-                   "into the running process (docs/gputime.md).")
+                   "into the running process, and CUPTI is taken out of it at the end "
+                   "(docs/gputime.md).")
 @py_stacks_option
 @output_options
 @otlp_options
