@@ -3,17 +3,20 @@
 # harm a running PyTorch job? scripts/gpu/cupti_toggle.py in each mode, the
 # switches many times faster than serve --duty made them (a diagnosis of the
 # job that died, BENCHMARKS.md; serve no longer switches CUPTI). RUNS:
-# "[VARIANT@]MODE:WORKLOAD:SECONDS:EVERY ...". A VARIANT is this checkout's
-# cupti/gputime.c with the patches of scripts/gpu/cupti-variants/ named in it
-# applied, joined by "+" (callbacks-switched+per-thread-off), or `old`: the
-# gputime.c at OLD_SOURCE (an earlier one, as a control). Default below: the
-# transformer step switched every 20 ms, where the library as it was died in
-# 1 of 3 runs and callbacks-switched in 3 of 3, then the variants that might
-# make switching safe. MODE stop starts and stops the recording, each stop
-# taking CUPTI out of the process (cuptiFinalize at the job's next CUDA call's
-# exit, as cudaprobe's stop does); stop-kept leaves it in. Each run's last line and exit status, and where it
-# died its native frames (scripts/gpu/abort_bt.c) and Python stacks, go into
-# $OUT/toggle.txt. Run from the repo root, .gpukit carried.
+# "[VARIANT@]MODE:WORKLOAD:SECONDS:EVERY ...". MODE stop starts and stops the
+# recording, each stop taking CUPTI out of the process (cuptiFinalize at the
+# job's next CUDA call's exit, as cudaprobe's stop does); stop-kept leaves it
+# in. A VARIANT is this checkout's cupti/gputime.c with the patches of
+# scripts/gpu/cupti-variants/ named in it applied, joined by "+"
+# (callbacks-switched+per-thread-off), or `old`: the gputime.c at OLD_SOURCE
+# (an earlier one, as a control). Default below: the recording started and
+# stopped every 50 ms under the transformer step, CUPTI taken out at each stop
+# (twice), then left in (the stop as it was before cuptiFinalize: it died 1 of
+# 2 at 0.5 s); then the step switched every 20 ms by the variants that might
+# make switching safe (the library as it was died in 1 of 3 runs there,
+# callbacks-switched in 3 of 3). Each run's last line and exit status, and
+# where it died its native frames (scripts/gpu/abort_bt.c) and Python stacks,
+# go into $OUT/toggle.txt. Run from the repo root, .gpukit carried.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 txt=$OUT/toggle.txt; : > "$txt"
 { date -u; nvidia-smi -L; git log --oneline -1; } >> "$txt" 2>&1
@@ -22,7 +25,8 @@ lib, why = build_library(); print(lib or "-", cupti_library() or "-")')
 echo "library $library, libcupti $cupti" | tee -a "$txt"
 gcc -shared -fPIC -O2 -o /tmp/abort_bt.so scripts/gpu/abort_bt.c
 t=transformer:40:0.02
-runs=${RUNS:-callbacks-switched@pause:$t callbacks-switched+per-thread-off@pause:$t callbacks-switched+per-thread-off@pause:$t callbacks-switched+no-flush-period@pause:$t callbacks-switched+no-flush-period@pause:$t work:$t}
+f=transformer:40:0.05
+runs=${RUNS:-stop:$f stop:$f stop-kept:$f callbacks-switched+per-thread-off@pause:$t callbacks-switched+no-flush-period@pause:$t work:$t}
 
 # variant NAME: its library's path (built once), "" where it cannot be built
 variant() {
