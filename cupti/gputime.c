@@ -509,6 +509,12 @@ static void fork_child(void)
     pthread_mutex_init(&tie_lock, NULL);
     n_ties = ties_dropped = 0;  /* the parent's calls */
     tie_tid = 0;  /* this thread, the child's only one, has a tid of its own */
+    /* a detach asked of the parent's CUPTI is not the child's to do: a CUDA call
+     * in a forked child (failing as CUDA does there) must not finalize a CUPTI
+     * whose threads stayed in the parent */
+    uint32_t asked = DETACH_ASKED;
+    __atomic_compare_exchange_n(detach, &asked, DETACH_KEPT, 0, __ATOMIC_ACQ_REL,
+                                __ATOMIC_ACQUIRE);
 }
 
 static void register_fork_handlers(void)

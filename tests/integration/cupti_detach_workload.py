@@ -10,8 +10,10 @@ STEPS, one word each, in order:
   stop     stop, waited for (ATTACH_STOPPED)
   entry    a call's entry
   exit     a call's exit
+  child    a forked child's call (entry and exit), the child's `detached`
+           after it as its exit status
 Prints one JSON object: after each step, the control block's `detached` and
-`state`, and each attach's kernel records.
+`state` (and the child's `detached`), and each attach's kernel records.
 
 Usage: cupti_detach_workload.py LIBRARY LIBCUPTI INJECT_H MODE[,keep] STEP...
 """
@@ -82,6 +84,14 @@ for step in sys.argv[5:]:
         os.close(records)
     elif step in ("entry", "exit"):
         launch(step == "exit", 1000)  # CUPTI_API_ENTER 0, CUPTI_API_EXIT 1
+    elif step == "child":
+        child = os.fork()
+        if child == 0:
+            launch(0, 1000)
+            launch(1, 1000)
+            os._exit(u32("C_DETACHED").value)
+        _, status = os.waitpid(child, 0)
     steps.append({"step": step, "detached": u32("C_DETACHED").value,
-                  "state": u32("C_STATE").value})
+                  "state": u32("C_STATE").value,
+                  **({"child": os.waitstatus_to_exitcode(status)} if step == "child" else {})})
 print(json.dumps({"steps": steps, "kernels": seen}))

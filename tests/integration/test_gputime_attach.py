@@ -990,6 +990,19 @@ def test_an_attach_before_cupti_left_takes_it_back(tmp_path, fake_cupti):
     assert words.count("domain-on") == 4 and words.count("domain-off") == 2, log  # 2 domains
 
 
+def test_a_forked_child_never_finalizes_its_parent_s_cupti(tmp_path, fake_cupti):
+    """A child forked while the parent's CUPTI waits to leave: the child's CUDA
+    call (failing there as CUDA does in a forked child) must not finalize a
+    CUPTI whose threads stayed in the parent. The child finds the detach not
+    its own (DETACH_KEPT in its copy) and finalizes nothing; the parent's next
+    call's exit does, once."""
+    out, log = detach_run(fake_cupti, "work", "attach", "stop", "child", "exit",
+                          log=tmp_path / "switches.log")
+    assert detached(out) == [("attach", 0), ("stop", ASKED), ("child", ASKED), ("exit", DONE)]
+    assert out["steps"][2]["child"] == KEPT
+    assert [w for w, _ in log].count("finalize-exit") == 1, log
+
+
 @pytest.mark.parametrize("why", ["old", "keep"])
 def test_cupti_stays_where_it_cannot_leave_safely(tmp_path, fake_cupti, why):
     """A CUPTI older than CUDA 12.6's (API version 24), which could crash a
