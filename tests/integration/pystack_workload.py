@@ -84,8 +84,10 @@ def main():
     (lambda: cuda(lib.cudaDriverGetVersion, ctypes.byref(version)))()
     [cuda(lib.cudaRuntimeGetVersion, ctypes.byref(version)) for _ in range(1)]
     deep(40)  # past the probe's 32 frames: cut
-    for record in out:  # a line a write: two such processes may share one pipe
-        print(json.dumps(record), flush=True)
+    for record in out:  # a line a write (print writes its end apart where stdout is
+        # unbuffered, PYTHONUNBUFFERED): two such processes may share one pipe
+        sys.stdout.write(json.dumps(record) + "\n")
+        sys.stdout.flush()
 
 
 main()
