@@ -70,6 +70,12 @@ static struct {
     CUptiResult (*version)(uint32_t *);  /* cuptiGetVersion; may be NULL */
 } cupti;
 
+/* the GPU work's records: kernels, copies, memsets (CONCURRENT_KERNEL, not KERNEL:
+ * KERNEL serialises the program's kernels) */
+static const CUpti_ActivityKind work_kinds[] = {
+    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+    CUPTI_ACTIVITY_KIND_MEMSET};
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;  /* the file and the tables */
 static int out_fd = -1;
 static char out_dir[4096];  /* $CUDAPROBE_GPUTIME_DIR, read once (getenv is not thread-safe) */
@@ -640,12 +646,8 @@ static int switch_call_ties(uint8_t on)
 static CUptiResult enable_activity(int attached, int mode)
 {
     CUptiResult res = cupti.register_callbacks(buffer_requested, buffer_completed);
-    /* CONCURRENT_KERNEL, not KERNEL: KERNEL serialises the program's kernels */
-    static const CUpti_ActivityKind kinds[] = {
-        CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-        CUPTI_ACTIVITY_KIND_MEMSET};
-    for (size_t i = 0; res == CUPTI_SUCCESS && i < sizeof kinds / sizeof *kinds; i++)
-        res = cupti.enable(kinds[i]);
+    for (size_t i = 0; res == CUPTI_SUCCESS && i < sizeof work_kinds / sizeof *work_kinds; i++)
+        res = cupti.enable(work_kinds[i]);
     if (res == CUPTI_SUCCESS && mode == GPUTIME_MODE_WORK) {
         api_records = GPUTIME_API_NONE;
     } else if (res == CUPTI_SUCCESS && mode == GPUTIME_MODE_CALL_TIES) {
@@ -869,14 +871,11 @@ static void switch_kinds(uint8_t on, const CUpti_ActivityKind *kinds, size_t n)
         flip(kinds[i]);
 }
 
-/* the GPU work's records (kernels, copies, memsets) off or on: between serve
- * --duty's slices, and as part of switch_activity() */
+/* the GPU work's records off or on: paused (gputime_pause), and as part of
+ * switch_activity() */
 static void switch_work(uint8_t on)
 {
-    static const CUpti_ActivityKind work[] = {
-        CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-        CUPTI_ACTIVITY_KIND_MEMSET};
-    switch_kinds(on, work, sizeof work / sizeof *work);
+    switch_kinds(on, work_kinds, sizeof work_kinds / sizeof *work_kinds);
 }
 
 /* whatever enable_activity() turned on, off (`on` 0: the stop) or on again (`on`
