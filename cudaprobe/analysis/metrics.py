@@ -541,6 +541,7 @@ class CallMetrics:
             self._forget_exited(now_ns)
             self._rank(now_ns)
             processes, kernels, gpu = self._processes, self._kernels, self._gpu_kernels
+            calls_error = self._slice_calls.relative_error()
             live: dict[tuple[str, ...], int] = {}
             for pid, proc in self._memory.processes.items():
                 process = processes.holds(self._process_key(pid, proc.process))
@@ -556,9 +557,7 @@ class CallMetrics:
                 kernel_launches={k: n for k, n in self._launches.items() if kernels.exported(k[0])},
                 gpu_time={k: h.copy() for k, h in self._gpu_time.items() if gpu.exported(k)},
                 sampling_ratio=1 / self.weight, sampled_windows=self.windows,
-                sampling_relative_error={
-                    quantity: error for quantity, error in (
-                        ("calls", self._slice_calls.relative_error()),) if error is not None},
+                sampling_relative_error={} if calls_error is None else {"calls": calls_error},
                 gpu_time_processes=self._gpu_processes,
                 gpu_time_refusals=dict(self._gpu_refusals),
                 gpu_lines={k: ns / 1e9 for k, ns in self._gpu_lines.items()
