@@ -140,8 +140,6 @@ def main() -> None:
                 record.stop(step)
             this_round[mode] = window(step, record)
             steps[mode] += this_round[mode]
-            if r == 0 and mode == "none":
-                first_window = len(steps[mode])
             if mode == "CUPTI kept":  # taken out again for the next round's "none"
                 record.start(L["ATTACH_WORK_ONLY"])
             if flags is not None:
@@ -149,7 +147,8 @@ def main() -> None:
         print(f"round {r + 1} (its windows alone): " + ", ".join(
             f"{m} {1e3 * statistics.median(t):.3f} ms" for m, t in this_round.items()),
             flush=True)
-    first = steps["none"][:first_window]  # round 1's: before any CUPTI
+        if r == 0:
+            first = this_round["none"]  # before any CUPTI
     print(f"{a.workload}: the first window, before CUPTI was ever in the process: median step "
           f"{1e3 * statistics.median(first):.3f} ms", flush=True)
     base = statistics.median(steps["none"])

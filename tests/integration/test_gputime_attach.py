@@ -606,18 +606,24 @@ def test_serve_duty_with_py_stacks_never_switches_cupti_with_its_slices(
     assert "Traceback" not in err.text()
 
 
-def call_ties_run(fake_cupti, *args: str, **env: str) -> subprocess.CompletedProcess:
-    """call_ties_workload.py with the built library and the stand-in CUPTI,
-    `env` added to this process's environment (skipped where the library
-    cannot be built)."""
+def library_here_run(script: str, fake_cupti, *args: str,
+                     **env: str) -> subprocess.CompletedProcess:
+    """`script` (one that loads the library in its own process, library_here.py)
+    with the built library and the stand-in CUPTI, `env` added to this
+    process's environment (skipped where the library cannot be built)."""
     from cudaprobe.targets.cupti import build_library  # noqa: PLC0415
     library, why = build_library()
     if library is None:
         pytest.skip(why)
     return subprocess.run(
-        [sys.executable, str(Path(__file__).parent / "call_ties_workload.py"), str(library),
+        [sys.executable, str(Path(__file__).parent / script), str(library),
          str(fake_cupti), str(REPO / "cupti" / "inject.h"), *args],
         capture_output=True, text=True, timeout=HANG_S, env={**os.environ, **env})
+
+
+def call_ties_run(fake_cupti, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """call_ties_workload.py with `args`."""
+    return library_here_run("call_ties_workload.py", fake_cupti, *args, **env)
 
 
 @pytest.mark.parametrize("mode", ["ties", "calls", "refused"])
@@ -924,20 +930,12 @@ def test_a_buffer_handed_back_by_the_stop_s_forced_flush_is_left_to_cupti(tmp_pa
     assert [k["correlation"] for k in out["records"] if k["type"] == 1] == [7], out
 
 
-def detach_run(fake_cupti, mode: str, *steps: str, **env: str) -> tuple[dict, list[list[str]]]:
-    """cupti_detach_workload.py's STEPS with the built library and the stand-in
-    CUPTI (skipped where the library cannot be built): its JSON, and the
-    stand-in's log of switches."""
-    from cudaprobe.targets.cupti import build_library  # noqa: PLC0415
-    library, why = build_library()
-    if library is None:
-        pytest.skip(why)
-    log = Path(env.pop("log"))
-    run = subprocess.run(
-        [sys.executable, str(Path(__file__).parent / "cupti_detach_workload.py"), str(library),
-         str(fake_cupti), str(REPO / "cupti" / "inject.h"), mode, *steps],
-        capture_output=True, text=True, timeout=HANG_S,
-        env={**os.environ, "FAKE_CUPTI_LOG": str(log), **env})
+def detach_run(fake_cupti, mode: str, *steps: str, log: Path,
+               **env: str) -> tuple[dict, list[list[str]]]:
+    """cupti_detach_workload.py's STEPS: its JSON, and the stand-in's log of
+    switches (written to `log`)."""
+    run = library_here_run("cupti_detach_workload.py", fake_cupti, mode, *steps,
+                           FAKE_CUPTI_LOG=str(log), **env)
     assert run.returncode == 0, run.stdout + run.stderr
     return json.loads(run.stdout), [line.split() for line in log.read_text().splitlines()]
 
